@@ -16,6 +16,10 @@
 //   - gopacket layers (layers.go), registered on UDP port 4791, for tools,
 //     tests and capture files.
 //
+// Packet.CheckICRCAnyID verifies an IPv4 packet whose ID the receiver
+// cannot see (a UDP socket's view of rxe's traffic) by solving for the ID
+// (anyid.go).
+//
 // A packet is "RoCE part" from the BTH to the end of the ICRC: the bytes of a
 // UDP payload. Every length in it may lie; Parse checks them all before any
 // accessor is used.

@@ -3,7 +3,6 @@ package bth
 import (
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"hash/crc32"
 	"net/netip"
 )
@@ -106,6 +105,10 @@ var errEnvelope = errors.New("bth: ICRC needs an IPv4 or IPv6 header followed by
 // label and hop limit; the UDP checksum; BTH byte 4) are taken as all ones.
 // The value is stored least significant byte first (Packet.SetICRC).
 func ComputeICRC(hdr, roce []byte) (uint32, error) {
+	// m is the masked copy of the headers. It stays on the stack because
+	// it is only ever fed to crcBytes, never to crc32.Update, whose calls
+	// through function values make the compiler move any array passed to it
+	// to the heap: one allocation per packet on the NIC's data path.
 	var m [MaxEnvelopeLen + BTHLen]byte
 	if len(hdr) < 1 || len(roce) < BTHLen {
 		return 0, errEnvelope
@@ -136,9 +139,22 @@ func ComputeICRC(hdr, roce []byte) (uint32, error) {
 	m[ipLen+6], m[ipLen+7] = 0xff, 0xff // UDP checksum
 	n := copy(m[len(hdr):], roce[:BTHLen])
 	m[len(hdr)+4] = 0xff // BTH FECN, BECN and reserved bits
-	crc := crc32.Update(icrcSeed, crc32.IEEETable, m[:len(hdr)+n])
+	crc := crcBytes(icrcSeed, m[:len(hdr)+n])
+	// The bulk goes through crc32.Update, which uses the CPU's carry-less
+	// multiply; roce is the caller's buffer, already on the heap.
 	crc = crc32.Update(crc, crc32.IEEETable, roce[BTHLen:])
 	return crc, nil
+}
+
+// crcBytes is crc32.Update with the IEEE table for short inputs, one table
+// lookup per byte. Unlike crc32.Update it lets b stay on the caller's stack.
+func crcBytes(crc uint32, b []byte) uint32 {
+	tab := crc32.IEEETable
+	crc = ^crc
+	for _, v := range b {
+		crc = tab[byte(crc)^v] ^ crc>>8
+	}
+	return ^crc
 }
 
 // Seal computes the packet's ICRC for envelope e and stores it.
@@ -169,29 +185,31 @@ type IPPacket struct {
 // ParseIP decodes an IP datagram carrying a RoCEv2 packet: it checks the IP
 // and UDP headers (version, lengths, protocol, destination port 4791), then
 // the transport headers with Parse, then the ICRC. A datagram whose lengths
-// disagree, that is fragmented or whose ICRC is wrong is an error.
+// disagree, that is fragmented or whose ICRC is wrong is an error, always a
+// *DecodeError. Bytes after the IP total length (Ethernet padding) are
+// ignored. ParseIP does not allocate on success.
 func ParseIP(b []byte) (IPPacket, error) {
 	var ip IPPacket
 	if len(b) < 1 {
-		return ip, &DecodeError{Reason: ReasonShort}
+		return ip, &DecodeError{Reason: ReasonIPShort, Need: IPv4HeaderLen + UDPHeaderLen}
 	}
 	var ipLen, total int
 	e := &ip.Envelope
-	switch b[0] >> 4 {
+	switch v := b[0] >> 4; v {
 	case 4:
-		if len(b) < IPv4HeaderLen {
-			return ip, fmt.Errorf("bth: %d bytes is too short for an IPv4 header", len(b))
+		if len(b) < IPv4HeaderLen+UDPHeaderLen {
+			return ip, &DecodeError{Reason: ReasonIPShort, Len: len(b), Need: IPv4HeaderLen + UDPHeaderLen}
 		}
 		ipLen = int(b[0]&0x0f) * 4
 		total = int(binary.BigEndian.Uint16(b[2:]))
 		if ipLen < IPv4HeaderLen || total < ipLen+UDPHeaderLen || total > len(b) {
-			return ip, fmt.Errorf("bth: IPv4 header length %d / total length %d do not fit %d bytes", ipLen, total, len(b))
+			return ip, &DecodeError{Reason: ReasonIPLength, Len: len(b), Need: total}
 		}
 		if b[9] != 17 {
-			return ip, fmt.Errorf("bth: IP protocol %d is not UDP", b[9])
+			return ip, &DecodeError{Reason: ReasonNotUDP, Need: int(b[9])}
 		}
 		if ff := binary.BigEndian.Uint16(b[6:]); ff&0x3fff != 0 {
-			return ip, errors.New("bth: fragmented IPv4 datagram")
+			return ip, &DecodeError{Reason: ReasonFragmented, Need: int(ff)}
 		}
 		e.TOS, e.TTL, e.ID = b[1], b[8], binary.BigEndian.Uint16(b[4:])
 		e.Src = netip.AddrFrom4([4]byte(b[12:16]))
@@ -199,30 +217,30 @@ func ParseIP(b []byte) (IPPacket, error) {
 	case 6:
 		ipLen = IPv6HeaderLen
 		if len(b) < ipLen+UDPHeaderLen {
-			return ip, fmt.Errorf("bth: %d bytes is too short for IPv6 and UDP headers", len(b))
+			return ip, &DecodeError{Reason: ReasonIPShort, Len: len(b), Need: ipLen + UDPHeaderLen}
 		}
 		total = ipLen + int(binary.BigEndian.Uint16(b[4:]))
 		if b[6] != 17 {
-			return ip, fmt.Errorf("bth: IPv6 next header %d is not UDP", b[6])
+			return ip, &DecodeError{Reason: ReasonNotUDP, Need: int(b[6])}
 		}
 		if total < ipLen+UDPHeaderLen || total > len(b) {
-			return ip, fmt.Errorf("bth: IPv6 payload length %d does not fit %d bytes", total-ipLen, len(b))
+			return ip, &DecodeError{Reason: ReasonIPLength, Len: len(b), Need: total}
 		}
 		vtf := binary.BigEndian.Uint32(b[0:])
 		e.TOS, e.FlowLabel, e.TTL = uint8(vtf>>20), vtf&0xfffff, b[7]
 		e.Src = netip.AddrFrom16([16]byte(b[8:24]))
 		e.Dst = netip.AddrFrom16([16]byte(b[24:40]))
 	default:
-		return ip, fmt.Errorf("bth: IP version %d", b[0]>>4)
+		return ip, &DecodeError{Reason: ReasonIPVersion, Len: len(b), Need: int(v)}
 	}
 	u := b[ipLen : ipLen+UDPHeaderLen]
 	e.SrcPort = binary.BigEndian.Uint16(u[0:])
 	e.DstPort = binary.BigEndian.Uint16(u[2:])
 	if ul := int(binary.BigEndian.Uint16(u[4:])); ul != total-ipLen {
-		return ip, fmt.Errorf("bth: UDP length %d, IP says %d", ul, total-ipLen)
+		return ip, &DecodeError{Reason: ReasonUDPLength, Len: total - ipLen, Need: ul}
 	}
 	if e.DstPort != UDPPort {
-		return ip, fmt.Errorf("bth: UDP destination port %d is not %d", e.DstPort, UDPPort)
+		return ip, &DecodeError{Reason: ReasonNotRoCEPort, Need: int(e.DstPort)}
 	}
 	ip.Hdr = b[:ipLen+UDPHeaderLen]
 	p, err := Parse(b[ipLen+UDPHeaderLen : total])
@@ -230,10 +248,8 @@ func ParseIP(b []byte) (IPPacket, error) {
 		return ip, err
 	}
 	ip.Packet = p
-	crc, err := ComputeICRC(ip.Hdr, p.b[:len(p.b)-ICRCLen])
-	if err != nil {
-		return ip, err
-	}
+	// Hdr is well formed by now, so ComputeICRC cannot fail.
+	crc, _ := ComputeICRC(ip.Hdr, p.b[:len(p.b)-ICRCLen])
 	if crc != p.ICRC() {
 		return ip, &DecodeError{Reason: ReasonBadICRC, Opcode: p.op, Len: len(p.b)}
 	}

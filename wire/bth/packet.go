@@ -17,6 +17,16 @@ const (
 	ReasonPadTooLarge              // pad count larger than the payload
 	ReasonUnexpectedPayload        // bytes after the headers of an opcode with no payload
 	ReasonBadICRC                  // ICRC does not match
+
+	// Reasons of ParseIP, for the IP and UDP headers around the packet.
+
+	ReasonIPShort     // shorter than its IP and UDP headers
+	ReasonIPVersion   // IP version is neither 4 nor 6
+	ReasonIPLength    // IP header or total length does not fit the datagram
+	ReasonNotUDP      // IP protocol (IPv6 next header) is not UDP
+	ReasonFragmented  // an IPv4 fragment (MF set or nonzero offset)
+	ReasonUDPLength   // UDP length disagrees with the IP length
+	ReasonNotRoCEPort // UDP destination port is not 4791
 	numReasons
 )
 
@@ -24,6 +34,8 @@ var reasonNames = [numReasons]string{
 	"none", "short packet", "unknown opcode", "bad transport version",
 	"truncated headers", "pad count larger than payload",
 	"payload on an opcode that carries none", "bad ICRC",
+	"short IP datagram", "bad IP version", "bad IP length", "not UDP",
+	"fragmented IPv4 datagram", "bad UDP length", "not the RoCEv2 port",
 }
 
 func (r Reason) String() string {
@@ -33,12 +45,13 @@ func (r Reason) String() string {
 	return fmt.Sprintf("reason(%d)", uint8(r))
 }
 
-// DecodeError is returned by Parse: what is wrong and the lengths involved.
+// DecodeError is returned by Parse and ParseIP: what is wrong and the
+// lengths or values involved.
 type DecodeError struct {
 	Reason Reason
 	Opcode Opcode
 	Len    int // bytes available
-	Need   int // bytes the opcode needs, where that applies
+	Need   int // bytes the opcode needs, or the offending value (see Error)
 }
 
 func (e *DecodeError) Error() string {
@@ -53,6 +66,24 @@ func (e *DecodeError) Error() string {
 		return fmt.Sprintf("bth: %s carries no payload but has %d extra bytes", e.Opcode, e.Len)
 	case ReasonBadVersion:
 		return fmt.Sprintf("bth: transport header version %d, want 0", e.Need)
+	case ReasonBadICRC:
+		return fmt.Sprintf("bth: %s: bad ICRC", e.Opcode)
+	case ReasonUnknownOpcode:
+		return fmt.Sprintf("bth: unknown opcode %#02x", uint8(e.Opcode))
+	case ReasonIPShort:
+		return fmt.Sprintf("bth: %d-byte datagram is shorter than its IP and UDP headers (%d bytes)", e.Len, e.Need)
+	case ReasonIPVersion:
+		return fmt.Sprintf("bth: IP version %d, want 4 or 6", e.Need)
+	case ReasonIPLength:
+		return fmt.Sprintf("bth: IP header and total length (%d) do not fit the %d-byte datagram", e.Need, e.Len)
+	case ReasonNotUDP:
+		return fmt.Sprintf("bth: IP protocol %d is not UDP (17)", e.Need)
+	case ReasonFragmented:
+		return fmt.Sprintf("bth: fragmented IPv4 datagram (flags and offset %#04x)", e.Need)
+	case ReasonUDPLength:
+		return fmt.Sprintf("bth: UDP length %d, IP says %d", e.Need, e.Len)
+	case ReasonNotRoCEPort:
+		return fmt.Sprintf("bth: UDP destination port %d is not %d", e.Need, UDPPort)
 	}
 	return fmt.Sprintf("bth: %s: %s", e.Opcode, e.Reason)
 }

@@ -1,0 +1,507 @@
+package ibudp
+
+import (
+	"container/heap"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+)
+
+// Faults are the impairments of one direction of a Faulty port. The zero
+// value passes every packet unharmed.
+type Faults struct {
+	Drop      float64 // probability that a packet is lost
+	Duplicate float64 // probability that a packet is delivered twice
+	Corrupt   float64 // probability that one bit of the RoCE part is flipped
+	// Reorder is the probability that a packet is held back until
+	// ReorderBy (0 means 1) later packets have passed, or ReorderTimeout
+	// (0 means 10ms) has run out.
+	Reorder        float64
+	ReorderBy      int
+	ReorderTimeout time.Duration
+	// Every packet is delayed by Delay plus a uniform random part of
+	// Jitter; a timer goroutine delivers it, the caller does not wait.
+	Delay, Jitter time.Duration
+	// With FilterQPN set, only packets whose BTH destination QP is QPN are
+	// impaired; the others pass untouched and uncounted as Matched.
+	FilterQPN bool
+	QPN       uint32
+	// DropNth, if positive, drops the DropNth packet matched after the
+	// faults are set, once: a loss placed exactly, for tests and lessons.
+	DropNth int
+}
+
+// FaultCounts is what a Faulty did in one direction.
+type FaultCounts struct {
+	Packets    uint64 // packets seen
+	Matched    uint64 // packets the filter let the faults act on
+	Dropped    uint64
+	Duplicated uint64
+	Corrupted  uint64
+	Reordered  uint64 // held back
+	Delayed    uint64
+	Overflow   uint64 // RX: dropped because the receive queue was full
+}
+
+// FaultStats are a Faulty's counters.
+type FaultStats struct{ TX, RX FaultCounts }
+
+const (
+	dirTX = iota
+	dirRX
+)
+
+const (
+	defaultReorderTimeout = 10 * time.Millisecond
+	faultyRxQueue         = 8192 // packets waiting for Recv
+)
+
+// Faulty wraps a Port and impairs its traffic: it drops, duplicates,
+// reorders, delays and corrupts packets, per direction, at rates that can be
+// changed while it runs. It stands in for netem, which this kernel lacks.
+//
+// TX corruption flips a bit after the port sealed the ICRC, so the peer's
+// ICRC check catches it (this needs a port from Open, or a Faulty over one).
+// RX corruption flips a bit after the port verified the ICRC and marks the
+// Buf ICRCCorrupted, so it tests how the engine copes with a bad packet;
+// to model a packet the wire garbled, use Drop.
+//
+// Faulty copies packets it holds, delays or duplicates into buffers of its
+// own, and on the receive side reads the port from a goroutine of its own,
+// so it allocates and copies where a bare port does not. It is safe for
+// concurrent use.
+type Faulty struct {
+	port Port
+	pool *Pool
+
+	mu     sync.Mutex
+	rng    *rand.Rand
+	dir    [2]faultDir
+	closed bool
+	rxCond sync.Cond     // signalled when rxRdy grows, rxErr is set or closed
+	rxRdy  []*Buf        // delivered packets waiting for Recv (owned)
+	rxErr  error         // the error that ended the receive goroutine
+	timers delayQueue    // delayed packets of both directions (owned)
+	wake   chan struct{} // pokes the timer goroutine
+	done   chan struct{}
+
+	rxOnce    sync.Once
+	txMu      sync.Mutex // serializes Send; guards txOut and txOwn
+	txOut     []*Buf     // the batch Send passes to the port
+	txOwn     []*Buf     // injector buffers in txOut, returned after sending
+	closeOnce sync.Once
+	closeErr  error
+	wg        sync.WaitGroup
+	tap       tapSlot // told of the packets the injector drops
+}
+
+type faultDir struct {
+	f       Faults
+	held    []heldBuf
+	counts  FaultCounts
+	matched int // packets matched since the faults were set, for DropNth
+}
+
+type heldBuf struct {
+	b        *Buf
+	left     int
+	deadline time.Time
+}
+
+// NewFaulty wraps p. seed makes the random choices repeatable.
+func NewFaulty(p Port, seed int64) *Faulty {
+	f := &Faulty{
+		port: p,
+		pool: NewPool(0, 4*faultyRxQueue),
+		rng:  rand.New(rand.NewPCG(uint64(seed), 0x9e3779b97f4a7c15)),
+		wake: make(chan struct{}, 1),
+		done: make(chan struct{}),
+	}
+	f.rxCond.L = &f.mu
+	f.wg.Add(1)
+	go f.timerLoop()
+	return f
+}
+
+// SetTX sets the impairments of sent packets.
+func (f *Faulty) SetTX(c Faults) { f.set(dirTX, c) }
+
+// SetRX sets the impairments of received packets.
+func (f *Faulty) SetRX(c Faults) { f.set(dirRX, c) }
+
+// TX returns the impairments of sent packets.
+func (f *Faulty) TX() Faults { f.mu.Lock(); defer f.mu.Unlock(); return f.dir[dirTX].f }
+
+// RX returns the impairments of received packets.
+func (f *Faulty) RX() Faults { f.mu.Lock(); defer f.mu.Unlock(); return f.dir[dirRX].f }
+
+func (f *Faulty) set(d int, c Faults) {
+	clamp := func(p float64) float64 { return min(max(p, 0), 1) }
+	c.Drop, c.Duplicate, c.Corrupt, c.Reorder = clamp(c.Drop), clamp(c.Duplicate), clamp(c.Corrupt), clamp(c.Reorder)
+	c.ReorderBy = max(c.ReorderBy, 1)
+	if c.ReorderTimeout <= 0 {
+		c.ReorderTimeout = defaultReorderTimeout
+	}
+	c.Delay, c.Jitter = max(c.Delay, 0), max(c.Jitter, 0)
+	f.mu.Lock()
+	f.dir[d].f = c
+	f.dir[d].matched = 0
+	f.mu.Unlock()
+	f.poke()
+}
+
+// FaultStats returns what the injector has done so far.
+func (f *Faulty) FaultStats() FaultStats {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return FaultStats{TX: f.dir[dirTX].counts, RX: f.dir[dirRX].counts}
+}
+
+func (f *Faulty) Addr() netip.Addr { return f.port.Addr() }
+func (f *Faulty) MTU() int         { return f.port.MTU() }
+
+// Stats returns the counters of the wrapped port.
+func (f *Faulty) Stats() Stats { return f.port.Stats() }
+
+// Close closes the wrapped port and drops every packet still held or
+// delayed.
+func (f *Faulty) Close() error {
+	f.closeOnce.Do(func() {
+		f.mu.Lock()
+		f.closed = true
+		f.rxCond.Broadcast()
+		f.mu.Unlock()
+		close(f.done)
+		f.closeErr = f.port.Close()
+		f.wg.Wait()
+		f.mu.Lock()
+		for _, e := range f.timers {
+			f.pool.Put(e.b)
+		}
+		f.timers = nil
+		for d := range f.dir {
+			for _, h := range f.dir[d].held {
+				f.pool.Put(h.b)
+			}
+			f.dir[d].held = nil
+		}
+		f.pool.PutBatch(f.rxRdy)
+		f.rxRdy = nil
+		f.mu.Unlock()
+	})
+	return f.closeErr
+}
+
+// Send impairs the batch and passes what is left to the port now; held and
+// delayed packets follow later from the timer goroutine.
+func (f *Faulty) Send(bufs []*Buf) error {
+	f.txMu.Lock()
+	defer f.txMu.Unlock()
+	f.mu.Lock()
+	if f.closed {
+		f.mu.Unlock()
+		return fmt.Errorf("ibudp: faulty send: %w", net.ErrClosed)
+	}
+	now := time.Now()
+	for _, b := range bufs {
+		if b == nil || len(b.Data) != bufLen || b.N < 0 || b.N > MaxRoCELen {
+			f.txOut = append(f.txOut, b) // the port counts it as invalid
+			continue
+		}
+		f.impair(dirTX, b, now, &f.txOut)
+	}
+	f.mu.Unlock()
+	var err error
+	if len(f.txOut) > 0 {
+		err = f.port.Send(f.txOut)
+	}
+	clear(f.txOut)
+	f.txOut = f.txOut[:0]
+	f.pool.PutBatch(f.txOwn)
+	f.txOwn = f.txOwn[:0]
+	return err
+}
+
+// impair decides the fate of b in direction d. What goes out now is
+// appended to *out (TX) or the ready queue (RX). In TX, b is the caller's
+// and anything kept for later is a copy; buffers of the injector's sent now
+// are listed in f.txOwn, to go back to the pool after sending. In RX, b is
+// the injector's already. Called with mu held (and, in TX, txMu).
+func (f *Faulty) impair(d int, b *Buf, now time.Time, out *[]*Buf) {
+	fd := &f.dir[d]
+	c := &fd.f
+	fd.counts.Packets++
+	if c.FilterQPN && (b.N < 8 || destQPN(b.RoCE()) != c.QPN&0xffffff) {
+		f.deliver(d, b, out)
+		return
+	}
+	fd.counts.Matched++
+	fd.matched++
+	defer f.releaseHeld(d, now, out)
+	if f.roll(c.Drop) || fd.matched == c.DropNth {
+		fd.counts.Dropped++
+		if t := f.tap.load(); t != nil {
+			t.Packet(TapFaultDropTX+TapPoint(d), nil, b.RoCE(), b.ICRC)
+		}
+		if d == dirRX {
+			f.pool.Put(b)
+		}
+		return
+	}
+	copies := [2]*Buf{b}
+	n := 1
+	if f.roll(c.Duplicate) {
+		fd.counts.Duplicated++
+		dup := f.pool.Get()
+		dup.copyFrom(b)
+		if d == dirTX {
+			f.txOwn = append(f.txOwn, dup)
+		}
+		copies[1], n = dup, 2
+	}
+	if f.roll(c.Corrupt) {
+		fd.counts.Corrupted++
+		f.corrupt(d, b)
+	}
+	for _, p := range copies[:n] {
+		switch {
+		case f.roll(c.Reorder):
+			fd.counts.Reordered++
+			// left counts this packet too: releaseHeld runs after it.
+			fd.held = append(fd.held, heldBuf{b: f.keep(d, p), left: c.ReorderBy + 1, deadline: now.Add(c.ReorderTimeout)})
+			f.poke() // the timer goroutine releases it at the deadline
+		case c.Delay > 0 || c.Jitter > 0:
+			fd.counts.Delayed++
+			delay := c.Delay
+			if c.Jitter > 0 {
+				delay += time.Duration(f.rng.Int64N(int64(c.Jitter)))
+			}
+			heap.Push(&f.timers, delayed{due: now.Add(delay), dir: d, b: f.keep(d, p)})
+			f.poke()
+		default:
+			f.deliver(d, p, out)
+		}
+	}
+}
+
+// keep returns a buffer of the injector's holding p's packet, to be sent or
+// delivered later: p itself if it is the injector's, else a copy (and the
+// caller's p loses any pending corruption, which went with the copy).
+func (f *Faulty) keep(d int, p *Buf) *Buf {
+	if d == dirRX {
+		return p
+	}
+	for i, o := range f.txOwn {
+		if o == p {
+			f.txOwn = append(f.txOwn[:i], f.txOwn[i+1:]...)
+			return p
+		}
+	}
+	c := f.pool.Get()
+	c.copyFrom(p)
+	p.flip = 0
+	return c
+}
+
+// releaseHeld counts one more packet past every held packet of direction
+// d and lets out those that have waited for enough of them, or long enough.
+func (f *Faulty) releaseHeld(d int, now time.Time, out *[]*Buf) {
+	fd := &f.dir[d]
+	kept := fd.held[:0]
+	for _, h := range fd.held {
+		h.left--
+		if h.left <= 0 || !now.Before(h.deadline) {
+			f.deliver(d, h.b, out)
+			continue
+		}
+		kept = append(kept, h)
+	}
+	clear(fd.held[len(kept):])
+	fd.held = kept
+}
+
+// deliver passes b on: in TX onto the list to send, in RX onto the ready
+// queue.
+func (f *Faulty) deliver(d int, b *Buf, out *[]*Buf) {
+	if d == dirTX {
+		*out = append(*out, b)
+		return
+	}
+	if len(f.rxRdy) >= faultyRxQueue {
+		f.dir[dirRX].counts.Overflow++
+		f.pool.Put(b)
+		return
+	}
+	f.rxRdy = append(f.rxRdy, b)
+	f.rxCond.Signal()
+}
+
+// corrupt flips one random bit of b's RoCE part, never one of BTH byte 4,
+// whose bits the ICRC does not cover. In TX the port flips it after sealing.
+func (f *Faulty) corrupt(d int, b *Buf) {
+	if b.N < 2 {
+		return
+	}
+	i := f.rng.IntN(b.N - 1)
+	if i >= 4 {
+		i++
+	}
+	bit := i*8 + f.rng.IntN(8)
+	if d == dirTX {
+		b.flip = uint32(bit) + 1
+		return
+	}
+	b.Data[Headroom+bit/8] ^= 1 << (bit % 8)
+	b.ICRC = ICRCCorrupted
+}
+
+func (f *Faulty) roll(p float64) bool { return p > 0 && f.rng.Float64() < p }
+
+func destQPN(roce []byte) uint32 { return uint32(roce[5])<<16 | uint32(roce[6])<<8 | uint32(roce[7]) }
+
+func (f *Faulty) poke() {
+	select {
+	case f.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Recv returns packets the receive goroutine has let through.
+func (f *Faulty) Recv(bufs []*Buf) (int, error) {
+	if len(bufs) == 0 {
+		return 0, nil
+	}
+	if err := checkRecvBufs(bufs); err != nil {
+		return 0, err
+	}
+	f.rxOnce.Do(func() {
+		f.wg.Add(1)
+		go f.rxLoop()
+	})
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for len(f.rxRdy) == 0 && !f.closed && f.rxErr == nil {
+		f.rxCond.Wait()
+	}
+	if len(f.rxRdy) == 0 {
+		if f.closed {
+			return 0, fmt.Errorf("ibudp: faulty recv: %w", net.ErrClosed)
+		}
+		return 0, f.rxErr
+	}
+	n := min(len(bufs), len(f.rxRdy))
+	for i, b := range f.rxRdy[:n] {
+		bufs[i].copyFrom(b)
+		f.pool.Put(b)
+	}
+	rest := copy(f.rxRdy, f.rxRdy[n:])
+	clear(f.rxRdy[rest:])
+	f.rxRdy = f.rxRdy[:rest]
+	return n, nil
+}
+
+// rxLoop reads the port and impairs what it reads.
+func (f *Faulty) rxLoop() {
+	defer f.wg.Done()
+	bufs := make([]*Buf, DefaultBatch)
+	f.pool.GetBatch(bufs)
+	defer func() { f.pool.PutBatch(bufs) }()
+	for {
+		n, err := f.port.Recv(bufs)
+		f.mu.Lock()
+		if err != nil {
+			if f.closed || errors.Is(err, net.ErrClosed) {
+				err = fmt.Errorf("ibudp: faulty recv: %w", net.ErrClosed)
+			}
+			f.rxErr = err
+			f.rxCond.Broadcast()
+			f.mu.Unlock()
+			return
+		}
+		now := time.Now()
+		for i := range bufs[:n] {
+			b := bufs[i]
+			bufs[i] = f.pool.Get()
+			f.impair(dirRX, b, now, nil)
+		}
+		f.mu.Unlock()
+	}
+}
+
+// timerLoop delivers delayed packets and releases held ones whose time is
+// up.
+func (f *Faulty) timerLoop() {
+	defer f.wg.Done()
+	t := time.NewTimer(time.Hour)
+	defer t.Stop()
+	var send []*Buf
+	for {
+		f.mu.Lock()
+		now := time.Now()
+		next := now.Add(time.Hour)
+		for len(f.timers) > 0 && !f.timers[0].due.After(now) {
+			e := heap.Pop(&f.timers).(delayed)
+			f.deliver(e.dir, e.b, &send)
+		}
+		if len(f.timers) > 0 {
+			next = f.timers[0].due
+		}
+		for d := range f.dir {
+			fd := &f.dir[d]
+			kept := fd.held[:0]
+			for _, h := range fd.held {
+				if !now.Before(h.deadline) {
+					f.deliver(d, h.b, &send)
+					continue
+				}
+				if h.deadline.Before(next) {
+					next = h.deadline
+				}
+				kept = append(kept, h)
+			}
+			clear(fd.held[len(kept):])
+			fd.held = kept
+		}
+		f.mu.Unlock()
+		if len(send) > 0 {
+			// Errors are the port's to count; a closed port ends the loop
+			// through done.
+			_ = f.port.Send(send)
+			f.pool.PutBatch(send)
+			send = send[:0]
+		}
+		t.Reset(next.Sub(now))
+		select {
+		case <-f.done:
+			return
+		case <-f.wake:
+		case <-t.C:
+		}
+	}
+}
+
+// delayed is a packet waiting in the delay queue.
+type delayed struct {
+	due time.Time
+	dir int
+	b   *Buf
+}
+
+// delayQueue is a min-heap of delayed packets by due time.
+type delayQueue []delayed
+
+func (q delayQueue) Len() int           { return len(q) }
+func (q delayQueue) Less(i, j int) bool { return q[i].due.Before(q[j].due) }
+func (q delayQueue) Swap(i, j int)      { q[i], q[j] = q[j], q[i] }
+func (q *delayQueue) Push(x any)        { *q = append(*q, x.(delayed)) }
+func (q *delayQueue) Pop() any {
+	old := *q
+	e := old[len(old)-1]
+	old[len(old)-1] = delayed{}
+	*q = old[:len(old)-1]
+	return e
+}

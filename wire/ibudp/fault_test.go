@@ -1,0 +1,439 @@
+//go:build linux
+
+package ibudp
+
+import (
+	"fmt"
+	"math"
+	"math/bits"
+	"net"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rnicd/rnicd/wire/bth"
+)
+
+// memNet is an in-memory wire between memPorts, for testing the fault
+// injector without sockets: lossless, in order.
+type memNet struct {
+	mu    sync.Mutex
+	ports map[netip.Addr]*memPort
+}
+
+type memPort struct {
+	net    *memNet
+	addr   netip.Addr
+	cond   sync.Cond
+	q      []*Buf
+	closed bool
+	stats  counters
+}
+
+func newMemPair(a, b netip.Addr) (*memPort, *memPort) {
+	n := &memNet{ports: map[netip.Addr]*memPort{}}
+	mk := func(x netip.Addr) *memPort {
+		p := &memPort{net: n, addr: x}
+		p.cond.L = &n.mu
+		n.ports[x] = p
+		return p
+	}
+	return mk(a), mk(b)
+}
+
+func (p *memPort) Send(bufs []*Buf) error {
+	p.net.mu.Lock()
+	defer p.net.mu.Unlock()
+	if p.closed {
+		return fmt.Errorf("mem send: %w", net.ErrClosed)
+	}
+	var t tally
+	for _, b := range bufs {
+		dst := p.net.ports[b.Peer]
+		if !b.valid() || dst == nil {
+			t[cTxInvalid]++
+			continue
+		}
+		flipBit(b) // as a real port does after sealing
+		c := NewBuf()
+		c.copyFrom(b)
+		c.Peer, c.ICRC = p.addr, ICRCVerified
+		dst.q = append(dst.q, c)
+		dst.cond.Signal()
+		t[cTxPackets]++
+	}
+	p.stats.add(&t)
+	return nil
+}
+
+func (p *memPort) Recv(bufs []*Buf) (int, error) {
+	p.net.mu.Lock()
+	defer p.net.mu.Unlock()
+	for len(p.q) == 0 && !p.closed {
+		p.cond.Wait()
+	}
+	if p.closed {
+		return 0, fmt.Errorf("mem recv: %w", net.ErrClosed)
+	}
+	n := 0
+	for n < len(bufs) && n < len(p.q) {
+		bufs[n].copyFrom(p.q[n])
+		n++
+	}
+	p.q = p.q[n:]
+	var t tally
+	t[cRxPackets] = uint64(n)
+	p.stats.add(&t)
+	return n, nil
+}
+
+func (p *memPort) Addr() netip.Addr { return p.addr }
+func (p *memPort) MTU() int         { return 4096 }
+func (p *memPort) Stats() Stats     { return p.stats.snapshot() }
+func (p *memPort) Close() error {
+	p.net.mu.Lock()
+	p.closed = true
+	p.cond.Broadcast()
+	p.net.mu.Unlock()
+	return nil
+}
+
+var memA, memB = addr("10.0.0.1"), addr("10.0.0.2")
+
+// sendSeq sends packets with PSNs from..to-1 to peer in batches of 50.
+func sendSeq(t *testing.T, p Port, peer netip.Addr, qpn uint32, from, to int) {
+	t.Helper()
+	bufs := make([]*Buf, 0, 50)
+	flush := func() {
+		if err := p.Send(bufs); err != nil {
+			t.Fatal(err)
+		}
+		bufs = bufs[:0]
+	}
+	for psn := from; psn < to; psn++ {
+		b := NewBuf()
+		fillPacket(t, b, qpn, uint32(psn), 32)
+		b.Peer = peer
+		bufs = append(bufs, b)
+		if len(bufs) == cap(bufs) {
+			flush()
+		}
+	}
+	flush()
+}
+
+// drain receives until nothing has come for quiet.
+func drain(r *receiver, quiet time.Duration) []received {
+	var out []received
+	for {
+		select {
+		case p := <-r.ch:
+			out = append(out, p)
+		case <-time.After(quiet):
+			return out
+		}
+	}
+}
+
+// within checks that got is within 4.5 standard deviations of a binomial
+// count of n trials at probability p.
+func within(t *testing.T, what string, got uint64, n int, p float64) {
+	t.Helper()
+	mean := float64(n) * p
+	sd := math.Sqrt(float64(n) * p * (1 - p))
+	if math.Abs(float64(got)-mean) > 4.5*sd+1 {
+		t.Errorf("%s: %d, want %.0f ± %.0f", what, got, mean, 4.5*sd)
+	}
+}
+
+// Drop and duplicate rates are honoured, in each direction, and the
+// receiver sees exactly what the counters say.
+func TestFaultRates(t *testing.T) {
+	for _, dir := range []string{"tx", "rx"} {
+		t.Run(dir, func(t *testing.T) {
+			pa, pb := newMemPair(memA, memB)
+			var sender, recvPort Port = pa, pb
+			var f *Faulty
+			faults := Faults{Drop: 0.1, Duplicate: 0.05}
+			if dir == "tx" {
+				f = NewFaulty(pa, 1)
+				f.SetTX(faults)
+				sender = f
+			} else {
+				f = NewFaulty(pb, 2)
+				f.SetRX(faults)
+				recvPort = f
+			}
+			defer f.Close()
+			defer pa.Close()
+			r := startReceiver(recvPort)
+			const n = 20000
+			sendSeq(t, sender, memB, 1, 0, n)
+			got := drain(r, 200*time.Millisecond)
+			fs := f.FaultStats()
+			c := fs.TX
+			if dir == "rx" {
+				c = fs.RX
+			}
+			if c.Packets != n || c.Matched != n {
+				t.Fatalf("counts %+v", c)
+			}
+			within(t, "dropped", c.Dropped, n, 0.1)
+			within(t, "duplicated", c.Duplicated, n-int(c.Dropped), 0.05)
+			if want := n - int(c.Dropped) + int(c.Duplicated); len(got) != want {
+				t.Fatalf("received %d, counters say %d", len(got), want)
+			}
+			perPSN := map[uint32]int{}
+			for _, g := range got {
+				perPSN[bth.BTH(g.roce).PSN()]++
+			}
+			twice := 0
+			for _, k := range perPSN {
+				if k == 2 {
+					twice++
+				}
+			}
+			if twice != int(c.Duplicated) || n-len(perPSN) != int(c.Dropped) {
+				t.Fatalf("%d PSNs twice, %d missing; counters %+v", twice, n-len(perPSN), c)
+			}
+		})
+	}
+}
+
+// Reordering holds packets back by ReorderBy and loses none.
+func TestFaultReorder(t *testing.T) {
+	pa, pb := newMemPair(memA, memB)
+	f := NewFaulty(pa, 3)
+	defer f.Close()
+	f.SetTX(Faults{Reorder: 0.05, ReorderBy: 3})
+	r := startReceiver(pb)
+	const n = 4000
+	sendSeq(t, f, memB, 1, 0, n)
+	got := drain(r, 200*time.Millisecond)
+	if len(got) != n {
+		t.Fatalf("received %d of %d", len(got), n)
+	}
+	late := 0
+	maxPSN := -1
+	for _, g := range got {
+		psn := int(bth.BTH(g.roce).PSN())
+		if psn < maxPSN {
+			late++
+		}
+		maxPSN = max(maxPSN, psn)
+	}
+	c := f.FaultStats().TX
+	within(t, "reordered", c.Reordered, n, 0.05)
+	if late == 0 || late > int(c.Reordered) {
+		t.Fatalf("%d packets arrived late, %d were held", late, c.Reordered)
+	}
+}
+
+// A held packet with nothing behind it is released by the timeout.
+func TestFaultReorderTimeout(t *testing.T) {
+	pa, pb := newMemPair(memA, memB)
+	f := NewFaulty(pa, 4)
+	defer f.Close()
+	f.SetTX(Faults{Reorder: 1, ReorderBy: 5, ReorderTimeout: 30 * time.Millisecond})
+	r := startReceiver(pb)
+	start := time.Now()
+	sendSeq(t, f, memB, 1, 0, 1)
+	r.get(t, 1, time.Second)
+	if d := time.Since(start); d < 25*time.Millisecond {
+		t.Fatalf("released after %v, before the 30ms timeout", d)
+	}
+}
+
+// Delay is delivered by the timer goroutine: Send returns at once, packets
+// arrive after Delay (+ Jitter).
+func TestFaultDelay(t *testing.T) {
+	for _, dir := range []string{"tx", "rx"} {
+		t.Run(dir, func(t *testing.T) {
+			pa, pb := newMemPair(memA, memB)
+			faults := Faults{Delay: 40 * time.Millisecond, Jitter: 20 * time.Millisecond}
+			var sender, rp Port = pa, pb
+			if dir == "tx" {
+				f := NewFaulty(pa, 5)
+				defer f.Close()
+				f.SetTX(faults)
+				sender = f
+			} else {
+				f := NewFaulty(pb, 5)
+				defer f.Close()
+				f.SetRX(faults)
+				rp = f
+			}
+			r := startReceiver(rp)
+			start := time.Now()
+			sendSeq(t, sender, memB, 1, 0, 100)
+			if d := time.Since(start); d > 20*time.Millisecond {
+				t.Fatalf("Send blocked for %v", d)
+			}
+			got := r.get(t, 1, time.Second)
+			first := time.Since(start)
+			got = append(got, r.get(t, 99, time.Second)...)
+			last := time.Since(start)
+			if first < 38*time.Millisecond || last > 500*time.Millisecond || len(got) != 100 {
+				t.Fatalf("first after %v, last after %v", first, last)
+			}
+		})
+	}
+}
+
+// RX corruption flips exactly one bit, never in BTH byte 4, and says so.
+func TestFaultCorruptRX(t *testing.T) {
+	pa, pb := newMemPair(memA, memB)
+	f := NewFaulty(pb, 6)
+	defer f.Close()
+	f.SetRX(Faults{Corrupt: 1})
+	r := startReceiver(f)
+	bufs := make([]*Buf, 200)
+	want := map[uint32][]byte{}
+	for i := range bufs {
+		bufs[i] = NewBuf()
+		fillPacket(t, bufs[i], 1, uint32(i), 64)
+		bufs[i].Peer = memB
+		want[uint32(i)] = append([]byte(nil), bufs[i].RoCE()...)
+	}
+	if err := pa.Send(bufs); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range r.get(t, 200, time.Second) {
+		if g.icrc != ICRCCorrupted {
+			t.Fatalf("ICRC status %v", g.icrc)
+		}
+		var w []byte
+		// The PSN itself may be the corrupted field: find the original by distance.
+		for _, c := range want {
+			if hamming(c, g.roce) == 1 {
+				w = c
+				break
+			}
+		}
+		if w == nil {
+			t.Fatalf("packet % x is not one bit away from any sent", g.roce[:16])
+		}
+		if w[4] != g.roce[4] {
+			t.Fatal("BTH byte 4 was flipped; the ICRC does not cover it")
+		}
+	}
+	if c := f.FaultStats().RX; c.Corrupted != 200 {
+		t.Fatalf("counts %+v", c)
+	}
+}
+
+func hamming(a, b []byte) int {
+	if len(a) != len(b) {
+		return -1
+	}
+	d := 0
+	for i := range a {
+		d += bits.OnesCount8(a[i] ^ b[i])
+	}
+	return d
+}
+
+// TX corruption happens after sealing: the peer port's ICRC check drops
+// every corrupted packet; the caller's buffers keep no pending corruption.
+func TestFaultCorruptTXRealPorts(t *testing.T) {
+	modes := []Mode{ModeUDP}
+	if canRaw() {
+		modes = append(modes, ModePacket)
+	}
+	for i, mode := range modes {
+		t.Run(mode.String(), func(t *testing.T) {
+			a := openPort(t, Config{Addr: netip.AddrFrom4([4]byte{127, 0, 5, byte(1 + 2*i)}), Mode: mode})
+			b := openPort(t, Config{Addr: netip.AddrFrom4([4]byte{127, 0, 5, byte(2 + 2*i)}), Mode: mode})
+			r := startReceiver(b)
+			f := NewFaulty(a, 7)
+			defer f.Close()
+			f.SetTX(Faults{Corrupt: 1})
+			bufs := make([]*Buf, 20)
+			for j := range bufs {
+				bufs[j] = NewBuf()
+				fillPacket(t, bufs[j], 1, uint32(j), 200)
+				bufs[j].Peer = b.Addr()
+			}
+			if err := f.Send(bufs); err != nil {
+				t.Fatal(err)
+			}
+			waitStats(t, b, "20 ICRC errors", func(s Stats) bool { return s.RxICRCErrors == 20 })
+			r.none(t, 20*time.Millisecond)
+			for _, x := range bufs {
+				if x.flip != 0 {
+					t.Fatal("a caller's buffer kept a pending flip")
+				}
+			}
+			f.SetTX(Faults{})
+			sent := sendBatch(t, f, b.Addr(), 5, 100, []int{10}, 0, 0)
+			matchAll(t, sent, r.get(t, 5, 2*time.Second))
+		})
+	}
+}
+
+// With a QPN filter only that QP's packets are impaired.
+func TestFaultQPNFilter(t *testing.T) {
+	pa, pb := newMemPair(memA, memB)
+	f := NewFaulty(pa, 8)
+	defer f.Close()
+	f.SetTX(Faults{Drop: 1, FilterQPN: true, QPN: 5})
+	r := startReceiver(pb)
+	sendSeq(t, f, memB, 5, 0, 100)
+	sendSeq(t, f, memB, 6, 100, 200)
+	got := drain(r, 100*time.Millisecond)
+	if len(got) != 100 {
+		t.Fatalf("received %d, want QP 6's 100", len(got))
+	}
+	for _, g := range got {
+		if bth.BTH(g.roce).DestQP() != 6 {
+			t.Fatalf("QP %d got through", bth.BTH(g.roce).DestQP())
+		}
+	}
+	if c := f.FaultStats().TX; c.Packets != 200 || c.Matched != 100 || c.Dropped != 100 {
+		t.Fatalf("counts %+v", c)
+	}
+}
+
+// Settings change while traffic flows in both directions (run with -race).
+func TestFaultConcurrent(t *testing.T) {
+	pa, pb := newMemPair(memA, memB)
+	fa, fb := NewFaulty(pa, 9), NewFaulty(pb, 10)
+	ra := startReceiver(fa)
+	rb := startReceiver(fb)
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			c := Faults{Drop: 0.1, Duplicate: 0.1, Reorder: 0.1, Corrupt: 0.1, Jitter: time.Duration(i%3) * time.Millisecond}
+			fa.SetTX(c)
+			fb.SetRX(c)
+			_ = fa.FaultStats()
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	for range 2 {
+		wg.Add(2)
+		go func() { defer wg.Done(); sendSeq(t, fa, memB, 1, 0, 2000) }()
+		go func() { defer wg.Done(); sendSeq(t, fb, memA, 1, 0, 2000) }()
+	}
+	time.Sleep(50 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	drain(ra, 50*time.Millisecond)
+	drain(rb, 50*time.Millisecond)
+	fa.Close()
+	fb.Close()
+}
+
+func TestFaultyCloseUnblocksRecv(t *testing.T) {
+	pa, _ := newMemPair(memA, memB)
+	testCloseUnblocks(t, NewFaulty(pa, 11))
+}

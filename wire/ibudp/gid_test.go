@@ -1,0 +1,230 @@
+//go:build linux
+
+package ibudp
+
+import (
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+)
+
+func TestActiveMTU(t *testing.T) {
+	for _, c := range []struct{ ifMTU, want int }{
+		{65536, 4096}, {9000, 4096}, {4176, 4096}, {4175, 2048}, {1500, 1024},
+		{1280, 1024}, {1104, 1024}, {1103, 512}, {600, 512}, {576, 256}, {68, 256}, {0, 256},
+	} {
+		if got := ActiveMTU(c.ifMTU); got != c.want {
+			t.Errorf("ActiveMTU(%d) = %d, want %d", c.ifMTU, got, c.want)
+		}
+	}
+	for m, e := range map[int]int{256: 1, 512: 2, 1024: 3, 2048: 4, 4096: 5, 1500: 0} {
+		if MTUEnum(m) != e {
+			t.Errorf("MTUEnum(%d) = %d, want %d", m, MTUEnum(m), e)
+		}
+	}
+}
+
+func TestGIDText(t *testing.T) {
+	g := GIDFromAddr(addr("198.18.0.2"))
+	if s := g.String(); s != "0000:0000:0000:0000:0000:ffff:c612:0002" {
+		t.Fatalf("String = %s", s)
+	}
+	if g.Addr() != addr("198.18.0.2") {
+		t.Fatalf("Addr = %v", g.Addr())
+	}
+	for _, s := range []string{
+		"0000:0000:0000:0000:0000:ffff:c612:0002", "::ffff:198.18.0.2",
+		"00000000000000000000ffffc6120002", "198.18.0.2",
+	} {
+		got, err := ParseGID(s)
+		if err != nil || got != g {
+			t.Errorf("ParseGID(%q) = %v, %v", s, got, err)
+		}
+	}
+	for _, s := range []string{"", "fe80::1%eth0", "0000000000000000000000000000000g", "1:2:3"} {
+		if _, err := ParseGID(s); err == nil {
+			t.Errorf("ParseGID(%q) succeeded", s)
+		}
+	}
+	var u GID
+	if err := u.UnmarshalText([]byte("fe80::5054:ff:fe12:3456")); err != nil || u.String() != "fe80:0000:0000:0000:5054:00ff:fe12:3456" {
+		t.Fatalf("UnmarshalText: %v %v", u, err)
+	}
+}
+
+func TestDefaultGID(t *testing.T) {
+	mac, _ := net.ParseMAC("52:54:00:12:34:56")
+	g, ok := DefaultGID(mac)
+	if !ok || g.Addr() != addr("fe80::5054:ff:fe12:3456") {
+		t.Fatalf("DefaultGID = %v %v", g.Addr(), ok)
+	}
+	if _, ok := DefaultGID(mac[:4]); ok {
+		t.Fatal("DefaultGID accepted a 4-byte address")
+	}
+}
+
+// The table is laid out as ib_core does for rxe: default GID, IPv4 mapped,
+// IPv6, no repeats (the EUI-64 link-local address is the default GID).
+func TestBuildGIDTable(t *testing.T) {
+	mac, _ := net.ParseMAC("52:54:00:12:34:56")
+	tab := buildGIDTable(mac,
+		[]netip.Addr{addr("198.18.0.2"), addr("10.0.0.1")},
+		[]netip.Addr{addr("2001:db8::1"), addr("fe80::5054:ff:fe12:3456"), addr("2001:db8::1")})
+	want := []string{"fe80::5054:ff:fe12:3456", "198.18.0.2", "10.0.0.1", "2001:db8::1"}
+	if len(tab) != len(want) {
+		t.Fatalf("table %v", tab)
+	}
+	for i, w := range want {
+		if tab[i].Index != i || tab[i].GID.Addr() != addr(w) || tab[i].Default != (i == 0) || tab[i].Type != "RoCE v2" {
+			t.Errorf("entry %d = %+v, want %s", i, tab[i], w)
+		}
+	}
+}
+
+// rxe's UDP source ports, as in the golden captures: QP 17 to QP 17 after
+// RTR sends from 49441; UD QP 17 and QP1 from 57236 and 55410.
+func TestSourcePorts(t *testing.T) {
+	if p := SourcePortFlow(0, 17, 17); p != 49441 {
+		t.Errorf("SourcePortFlow(0, 17, 17) = %d, want 49441", p)
+	}
+	if p := SourcePortQPN(17); p != 57236 {
+		t.Errorf("SourcePortQPN(17) = %d, want 57236", p)
+	}
+	if p := SourcePortQPN(1); p != 55410 {
+		t.Errorf("SourcePortQPN(1) = %d, want 55410", p)
+	}
+	for q := uint32(0); q < 5000; q += 7 {
+		if p := SourcePortFlow(0, q, q+1); p < 0xc000 {
+			t.Fatalf("port %d below 0xC000", p)
+		}
+	}
+}
+
+func TestInterfaceOfLoopback(t *testing.T) {
+	for _, a := range []string{"127.0.0.1", "127.0.0.2", "::1"} {
+		ifc, err := InterfaceOf(addr(a))
+		if err != nil {
+			if a == "::1" {
+				continue // no IPv6 here
+			}
+			t.Fatalf("InterfaceOf(%s): %v", a, err)
+		}
+		if !ifc.Loopback || ifc.ActiveMTU() != ActiveMTU(ifc.MTU) || ifc.Index == 0 {
+			t.Errorf("InterfaceOf(%s) = %+v", a, ifc)
+		}
+	}
+	if _, err := InterfaceOf(addr("192.0.2.77")); err == nil {
+		t.Error("InterfaceOf found an interface for an address nobody holds")
+	}
+	tab, err := GIDTable("lo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// lo has no MAC, so no default GID: its first GID is 127.0.0.1's.
+	if len(tab) < 1 || tab[0].Default || tab[0].GID.Addr() != addr("127.0.0.1") {
+		t.Fatalf("GID table of lo: %+v", tab)
+	}
+}
+
+// On a veth pair in namespaces: the interface that holds an address, its
+// MTU and active MTU at 1500 and 9000, the GID table with the default GID
+// from the veth's MAC at 0 and ::ffff:198.18.0.1 at 1 (as the golden
+// captures show for rxe0); ports opened there report the active MTU and
+// exchange packets over the veth in both modes.
+func TestNetnsVeth(t *testing.T) {
+	withNetns(t, func(ns *testNetns) {
+		ns.run(t, ns.a, func() error {
+			ifc, err := InterfaceOf(addr(nsAddrA))
+			if err != nil {
+				return err
+			}
+			if ifc.Name != vethA || ifc.MTU != 1500 || ifc.ActiveMTU() != 1024 || ifc.Loopback {
+				t.Errorf("InterfaceOf(%s) = %+v", nsAddrA, ifc)
+			}
+			mac, err := macOf(vethA)
+			if err != nil {
+				return err
+			}
+			tab, err := GIDTable(vethA)
+			if err != nil {
+				return err
+			}
+			def, _ := DefaultGID(mac)
+			if len(tab) < 2 || tab[0].GID != def || tab[1].GID.Addr() != addr(nsAddrA) || tab[1].GID.String() != "0000:0000:0000:0000:0000:ffff:c612:0001" {
+				t.Errorf("GID table %+v", tab)
+			}
+			if ll, ok := linkLocal(vethA); ok && GIDFromAddr(ll) == def && len(tab) != 2 {
+				t.Errorf("the EUI-64 link-local address is the default GID, yet the table is %+v", tab)
+			}
+			seen := map[GID]bool{}
+			for _, e := range tab {
+				if seen[e.GID] {
+					t.Errorf("GID %v twice", e.GID)
+				}
+				seen[e.GID] = true
+			}
+			return nil
+		})
+		for _, mode := range []Mode{ModeUDP, ModePacket} {
+			t.Run(mode.String()+"-1500", func(t *testing.T) { vethExchange(t, ns, mode, 1024) })
+		}
+		ns.run(t, ns.a, func() error { return setMTU(vethA, 9000) })
+		ns.run(t, ns.b, func() error { return setMTU(vethB, 9000) })
+		ns.run(t, ns.a, func() error {
+			ifc, err := InterfaceOf(addr(nsAddrA))
+			if err == nil && (ifc.MTU != 9000 || ifc.ActiveMTU() != 4096) {
+				t.Errorf("after MTU 9000: %+v", ifc)
+			}
+			return err
+		})
+		for _, mode := range []Mode{ModeUDP, ModePacket} {
+			t.Run(mode.String()+"-9000", func(t *testing.T) { vethExchange(t, ns, mode, 4096) })
+		}
+		var llA, llB netip.Addr
+		var okA, okB bool
+		ns.run(t, ns.a, func() error { llA, okA = linkLocal(vethA); return nil })
+		ns.run(t, ns.b, func() error { llB, okB = linkLocal(vethB); return nil })
+		if !okA || !okB {
+			t.Log("no IPv6 link-local addresses on the veth pair; IPv6 over veth not tested")
+			return
+		}
+		for _, mode := range []Mode{ModeUDP, ModePacket} {
+			t.Run(mode.String()+"-ipv6-link-local", func(t *testing.T) { vethExchangeAddrs(t, ns, mode, 4096, llA, llB) })
+		}
+	})
+}
+
+// vethExchange opens a port in each namespace and sends a batch each way
+// over the veth.
+func vethExchange(t *testing.T, ns *testNetns, mode Mode, wantMTU int) {
+	vethExchangeAddrs(t, ns, mode, wantMTU, addr(nsAddrA), addr(nsAddrB))
+}
+
+func vethExchangeAddrs(t *testing.T, ns *testNetns, mode Mode, wantMTU int, addrA, addrB netip.Addr) {
+	var a, b Port
+	var err error
+	ns.run(t, ns.a, func() error { a, err = Open(Config{Addr: addrA, Mode: mode}); return err })
+	ns.run(t, ns.b, func() error { b, err = Open(Config{Addr: addrB, Mode: mode}); return err })
+	if t.Failed() {
+		t.FailNow()
+	}
+	defer a.Close()
+	defer b.Close()
+	if a.MTU() != wantMTU || b.MTU() != wantMTU {
+		t.Errorf("MTU %d/%d, want %d", a.MTU(), b.MTU(), wantMTU)
+	}
+	sizes := []int{0, 100, wantMTU}
+	ra, rb := startReceiver(a), startReceiver(b)
+	sent := sendBatch(t, a, addrB, 64, 1, sizes, 0xc100, 0)
+	matchAll(t, sent, rb.get(t, 64, 5*time.Second))
+	sent = sendBatch(t, b, addrA, 64, 1000, sizes, 0xc200, 0)
+	got := ra.get(t, 64, 5*time.Second)
+	matchAll(t, sent, got)
+	if got[0].peer != addrB {
+		t.Errorf("peer %v", got[0].peer)
+	}
+	if mode == ModePacket && got[0].peerPort != 0xc200 {
+		t.Errorf("peer port %d", got[0].peerPort)
+	}
+}

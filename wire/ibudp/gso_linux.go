@@ -1,0 +1,143 @@
+package ibudp
+
+import (
+	"encoding/binary"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/rnicd/rnicd/wire/bth"
+)
+
+// UDP generic segmentation offload (UDP_SEGMENT, Linux 4.18): one message
+// of sendmmsg carries a run of datagrams of one size (the last may be
+// shorter), and the kernel cuts it apart as late as it can, often only at
+// the receiving socket. The stack is crossed once per run instead of once
+// per packet, which is where a UDP sender spends its time. The packets of
+// one RDMA message are such a run: one QP, one peer, MTU-sized payloads.
+//
+// The kernel gives the segments of a run IPv4 IDs counting up from the
+// run's (0 for a DF datagram of an unconnected socket), and the ICRC
+// covers the ID, so packet k of a run is sealed for ID k.
+const (
+	maxGSOSegs  = 64    // UDP_MAX_SEGMENTS
+	maxGSOBytes = 65507 // the most UDP payload an IPv4 datagram holds
+)
+
+// gsoSupported reports whether the kernel takes UDP_SEGMENT on fd.
+func gsoSupported(fd int) bool {
+	_, err := unix.GetsockoptInt(fd, unix.IPPROTO_UDP, unix.UDP_SEGMENT)
+	return err == nil
+}
+
+// putGSOCmsg writes a UDP_SEGMENT control message for segments of size
+// bytes into b and returns its length, 0 if b is too short.
+func putGSOCmsg(b []byte, size int) int {
+	space := cmsgAlignUp(cmsgHdrLen + 2)
+	if len(b) < space {
+		return 0
+	}
+	clear(b[:space])
+	putCmsgLen(b, cmsgHdrLen+2)
+	binary.NativeEndian.PutUint32(b[cmsgHdrLen-8:], uint32(unix.SOL_UDP))
+	binary.NativeEndian.PutUint32(b[cmsgHdrLen-4:], uint32(unix.UDP_SEGMENT))
+	binary.NativeEndian.PutUint16(b[cmsgHdrLen:], uint16(size))
+	return space
+}
+
+// gsoRun returns how many Bufs from the start of bufs go out as one run
+// behind bufs[0], which must carry a full IB MTU of payload: same peer and
+// TOS, valid, the size of the first except for a shorter last one, within
+// the kernel's limits. A packet longer than
+// the next (a FIRST with its RETH before the MIDDLEs) goes alone, so that
+// the run starts with the packets that share a size.
+func gsoRun(bufs []*Buf) int {
+	first := bufs[0]
+	if !fullMTU(first.RoCE()) {
+		return 1 // a receiver that sees the run uncut finds its size so (runs_linux.go)
+	}
+	size, total := first.N, first.N
+	n := 1
+	for n < len(bufs) && n < maxGSOSegs {
+		b := bufs[n]
+		if !b.valid() || b.Peer != first.Peer || b.TOS != first.TOS || b.N > size || total+b.N > maxGSOBytes {
+			break
+		}
+		if n == 1 && b.N < size && len(bufs) > 2 && bufs[2].valid() && bufs[2].N == b.N {
+			break
+		}
+		total += b.N
+		n++
+		if b.N < size {
+			break // a shorter datagram ends the run
+		}
+	}
+	return n
+}
+
+// sendGSO is Send with runs of packets handed to the kernel as one message
+// each.
+func (u *udpPort) sendGSO(bufs []*Buf) error {
+	u.txMu.Lock()
+	defer u.txMu.Unlock()
+	m := u.tx.m
+	for len(bufs) > 0 {
+		if u.closed.Load() {
+			return closedError("send", true, nil)
+		}
+		var t tally
+		k, iov := 0, 0 // messages and iovecs used
+		for len(bufs) > 0 && k < len(m.hdrs) && iov < len(m.iovs) {
+			b := bufs[0]
+			if !b.valid() {
+				t[cTxInvalid]++
+				bufs = bufs[1:]
+				continue
+			}
+			peer, ok := peerOK(b.Peer, u.v6)
+			if !ok {
+				t[cTxInvalid]++
+				bufs = bufs[1:]
+				continue
+			}
+			n := min(gsoRun(bufs), len(m.iovs)-iov)
+			env := bth.Envelope{
+				Src: u.cfg.Addr, Dst: peer,
+				SrcPort: u.cfg.Port, DstPort: u.cfg.RemotePort,
+				TOS: b.TOS, TTL: defaultTTL,
+			}
+			for j, s := range bufs[:n] {
+				if !u.v6 {
+					env.ID = uint16(j)
+				}
+				u.txSum.sealEnvelope(&env, s.RoCE())
+				flipBit(s)
+				if t := u.tap.load(); t != nil {
+					t.Packet(TapSent, u.txHdr[:env.Put(u.txHdr[:], s.N)], s.RoCE(), ICRCUnchecked)
+				}
+				m.iovs[iov+j].Base = &s.RoCE()[0]
+				m.iovs[iov+j].SetLen(s.N)
+			}
+			nl := putSockaddr(m.name(k), peer, u.cfg.RemotePort, u.scope)
+			ctrl := m.control(k)
+			cl := 0
+			if n > 1 {
+				cl = putGSOCmsg(ctrl, b.N)
+			}
+			if b.TOS != 0 {
+				cl += putTOSCmsg(ctrl[cl:], u.v6, b.TOS)
+			}
+			m.setv(k, iov, n, nl, cl)
+			u.segs[k] = n
+			k++
+			iov += n
+			bufs = bufs[n:]
+		}
+		err := u.sendPrepared(k, 0, &t, u.segs)
+		m.release(iov)
+		u.stats.add(&t)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,245 @@
+package ibudp
+
+import (
+	"bytes"
+	"encoding/binary"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/rnicd/rnicd/wire/bth"
+)
+
+// A run is what the kernel may send as one UDP_SEGMENT message: packets of
+// one size to one peer with one TOS behind a first that carries a full IB
+// MTU, a shorter last one ending it.
+func TestGSORun(t *testing.T) {
+	p1, p2 := addr("127.0.9.1"), addr("127.0.9.2")
+	mk := func(payload int, peer netip.Addr, tos uint8) *Buf {
+		b := NewBuf()
+		fillPacket(t, b, 0x11, 1, payload)
+		b.Peer, b.TOS = peer, tos
+		return b
+	}
+	many := func(k, payload int) []*Buf {
+		var out []*Buf
+		for range k {
+			out = append(out, mk(payload, p1, 0))
+		}
+		return out
+	}
+	cases := []struct {
+		name string
+		bufs []*Buf
+		want int
+	}{
+		{"alone", many(1, 1024), 1},
+		{"equal", many(10, 1024), 10},
+		{"shorter last ends it", append(append(many(5, 1024), mk(100, p1, 0)), many(3, 1024)...), 6},
+		{"not a full MTU", many(10, 1000), 1},
+		{"other peer", append(many(3, 1024), mk(1024, p2, 0)), 3},
+		{"other TOS", append(many(3, 1024), mk(1024, p1, 2)), 3},
+		{"at most 64", many(70, 256), 64},
+		{"at most 64 KiB", many(20, 4096), 15}, // 15 x 4112 bytes
+		{"longer first goes alone", append([]*Buf{mk(2048, p1, 0)}, many(4, 1024)...), 1},
+		{"invalid ends it", append(many(3, 1024), &Buf{}), 3},
+	}
+	for _, c := range cases {
+		if got := gsoRun(c.bufs); got != c.want {
+			t.Errorf("%s: run of %d, want %d", c.name, got, c.want)
+		}
+	}
+}
+
+// A ModeUDP port sends a run as one message; a ModePacket receiver, which
+// sees the run before the kernel cuts it, cuts it itself and checks every
+// packet's ICRC with its own IPv4 ID (0, 1, 2, ...); a ModeUDP receiver
+// gets packets the kernel cut and finds the same IDs.
+func TestGSORunReceived(t *testing.T) {
+	needRoot(t)
+	u := openPort(t, Config{Addr: addr("127.0.9.3"), Mode: ModeUDP})
+	if !u.(*udpPort).gso {
+		t.Fatal("kernel without UDP_SEGMENT: this test needs Linux 4.18")
+	}
+	pk := openPort(t, Config{Addr: addr("127.0.9.4"), Mode: ModePacket})
+	ud := openPort(t, Config{Addr: addr("127.0.9.5"), Mode: ModeUDP})
+	rp, ru := startReceiver(pk), startReceiver(ud)
+	sizes := make([]int, 41)
+	for i := range sizes {
+		sizes[i] = 1024
+	}
+	sizes[40] = 300
+	for _, c := range []struct {
+		to     Port
+		r      *receiver
+		status func(id uint16) ICRCStatus
+	}{
+		{pk, rp, func(uint16) ICRCStatus { return ICRCVerified }},
+		{ud, ru, func(id uint16) ICRCStatus {
+			if id == 0 {
+				return ICRCVerified
+			}
+			return ICRCVerifiedAnyID
+		}},
+	} {
+		sent := sendBatch(t, u, c.to.Addr(), 41, 100, sizes, 0, 0)
+		got := c.r.get(t, 41, 3*time.Second)
+		matchAll(t, sent, got)
+		for _, g := range got {
+			k := uint16(bth.BTH(g.roce).PSN() - 100)
+			if g.ipid != k || g.icrc != c.status(k) {
+				t.Errorf("packet %d at %v: IPv4 ID %d, ICRC %v", k, c.to.Addr(), g.ipid, g.icrc)
+			}
+		}
+	}
+	if s := u.Stats(); s.TxPackets != 82 || s.TxBatches != 2 || s.TxErrors != 0 {
+		t.Errorf("sender stats %v: want 82 packets in 2 sendmmsg calls", s)
+	}
+	if s := pk.Stats(); s.RxPackets != 41 || s.RxICRCErrors != 0 {
+		t.Errorf("ModePacket receiver stats %v", s)
+	}
+}
+
+// Off the wire, a run on lo is one frame; cut as the kernel cuts it, every
+// packet's ICRC is right by bth.ParseIP, which knows nothing of runs.
+func TestGSOOnTheWire(t *testing.T) {
+	needRoot(t)
+	src, dst := addr("127.0.9.6"), addr("127.0.9.7")
+	capt := openCapture(t, dst)
+	u := openPort(t, Config{Addr: src, Mode: ModeUDP})
+	openPort(t, Config{Addr: dst, Mode: ModeUDP})
+	sizes := []int{1024, 1024, 1024, 40}
+	sent := sendBatch(t, u, dst, 4, 7, sizes, 0, 0)
+	frame := capt.next(t, func(b []byte) bool {
+		return len(b) >= 28 && b[0]>>4 == 4 && netip.AddrFrom4([4]byte(b[12:16])) == src && b[9] == 17
+	})
+	run := frame[28:]
+	if len(frame) != 28+3*len(sent[0].roce)+len(sent[3].roce) {
+		t.Fatalf("captured %d bytes, want the whole run in one frame", len(frame))
+	}
+	for k, s := range sent {
+		seg := run[:len(s.roce)]
+		run = run[len(s.roce):]
+		pkt := append(append([]byte(nil), frame[:28]...), seg...)
+		binary.BigEndian.PutUint16(pkt[2:], uint16(len(pkt)))
+		binary.BigEndian.PutUint16(pkt[4:], uint16(k))
+		binary.BigEndian.PutUint16(pkt[24:], uint16(8+len(seg)))
+		binary.BigEndian.PutUint16(pkt[10:], 0)
+		binary.BigEndian.PutUint16(pkt[10:], ^onesSum(pkt[:20]))
+		if _, err := bth.ParseIP(pkt); err != nil {
+			t.Errorf("packet %d of the run: %v", k, err)
+		}
+	}
+}
+
+func onesSum(b []byte) uint16 {
+	var s uint32
+	for i := 0; i+1 < len(b); i += 2 {
+		s += uint32(binary.BigEndian.Uint16(b[i:]))
+	}
+	for s > 0xffff {
+		s = s&0xffff + s>>16
+	}
+	return uint16(s)
+}
+
+// GRO: a run arrives as one datagram; its packets reach the caller through
+// Recv calls with few Bufs (the rest held between calls), a corrupted one
+// is dropped and counted, and a corrupted first packet does not take the
+// others with it.
+func TestGRORunThroughFewBufs(t *testing.T) {
+	u := openPort(t, Config{Addr: addr("127.0.9.8"), Mode: ModeUDP})
+	r := openPort(t, Config{Addr: addr("127.0.9.9"), Mode: ModeUDP})
+	if !r.(*udpPort).gro {
+		t.Fatal("kernel without UDP_GRO: this test needs Linux 5.0")
+	}
+	for _, bad := range []int{-1, 0, 5} {
+		bufs := make([]*Buf, 20)
+		var want [][]byte
+		for i := range bufs {
+			bufs[i] = NewBuf()
+			n := 1024
+			if i == len(bufs)-1 {
+				n = 500
+			}
+			fillPacket(t, bufs[i], 0x11, uint32(1000*(bad+2)+i), n)
+			bufs[i].Peer = r.Addr()
+			if i == bad {
+				bufs[i].flip = 8*200 + 1 // a payload bit, after sealing
+			}
+		}
+		before := r.Stats()
+		if err := u.Send(bufs); err != nil {
+			t.Fatal(err)
+		}
+		for i, b := range bufs {
+			if i != bad {
+				want = append(want, append([]byte(nil), b.RoCE()...))
+			}
+		}
+		var got [][]byte
+		small := []*Buf{NewBuf(), NewBuf(), NewBuf()}
+		for len(got) < len(want) {
+			n, err := r.Recv(small)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, b := range small[:n] {
+				got = append(got, append([]byte(nil), b.RoCE()...))
+			}
+		}
+		for i := range want {
+			if !bytes.Equal(got[i], want[i]) {
+				t.Fatalf("bad packet %d: packet %d differs", bad, i)
+			}
+		}
+		after := r.Stats()
+		errs := after.RxICRCErrors - before.RxICRCErrors
+		if wantErrs := uint64(0); bad >= 0 && errs != 1 || bad < 0 && errs != wantErrs {
+			t.Fatalf("bad packet %d: %d ICRC errors counted", bad, errs)
+		}
+		if after.RxPackets-before.RxPackets != uint64(len(want)) {
+			t.Fatalf("bad packet %d: %d packets counted, want %d", bad, after.RxPackets-before.RxPackets, len(want))
+		}
+	}
+}
+
+// Two runs in one batch come out in the order they were sent, each run
+// whole before the next, with enough Bufs and with too few.
+func TestGROOrderAcrossRuns(t *testing.T) {
+	u := openPort(t, Config{Addr: addr("127.0.9.12"), Mode: ModeUDP})
+	r := openPort(t, Config{Addr: addr("127.0.9.13"), Mode: ModeUDP})
+	for _, nbufs := range []int{64, 5} {
+		bufs := make([]*Buf, 24)
+		for i := range bufs {
+			bufs[i] = NewBuf()
+			fillPacket(t, bufs[i], 0x11, uint32(i), 1024)
+			bufs[i].Peer = r.Addr()
+			if i >= 12 {
+				bufs[i].TOS = 2 // a second run
+			}
+		}
+		if err := u.Send(bufs); err != nil {
+			t.Fatal(err)
+		}
+		rb := make([]*Buf, nbufs)
+		for i := range rb {
+			rb[i] = NewBuf()
+		}
+		var psns []uint32
+		for len(psns) < len(bufs) {
+			n, err := r.Recv(rb)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, b := range rb[:n] {
+				psns = append(psns, bth.BTH(b.RoCE()).PSN())
+			}
+		}
+		for i, p := range psns {
+			if p != uint32(i) {
+				t.Fatalf("with %d Bufs: PSNs in the order %v", nbufs, psns)
+			}
+		}
+	}
+}

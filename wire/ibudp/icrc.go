@@ -1,0 +1,75 @@
+package ibudp
+
+import (
+	"encoding/binary"
+
+	"github.com/rnicd/rnicd/wire/bth"
+)
+
+// icrc computes ICRCs with scratch space of its own for the headers built
+// from an Envelope, one per direction of a port. The CRC itself is
+// bth.ComputeICRC, which allocates nothing.
+type icrc struct {
+	h  [bth.MaxEnvelopeLen]byte // headers built from an Envelope
+	id bth.IDSolver             // for packets whose IPv4 ID is not known
+}
+
+// compute returns the ICRC of roce (BTH through ICRC) under the IP and UDP
+// headers hdr, which must be well formed (built by Envelope.Put or checked
+// by parseIPHeader) and at most bth.MaxEnvelopeLen long.
+func (c *icrc) compute(hdr, roce []byte) uint32 {
+	// hdr and roce are checked by the callers, so this cannot fail.
+	crc, _ := bth.ComputeICRC(hdr, roce[:len(roce)-bth.ICRCLen])
+	return crc
+}
+
+// seal stores the ICRC of roce under hdr in its last four bytes, least
+// significant byte first.
+func (c *icrc) seal(hdr, roce []byte) {
+	binary.LittleEndian.PutUint32(roce[len(roce)-bth.ICRCLen:], c.compute(hdr, roce))
+}
+
+// check reports whether roce's ICRC is right under hdr.
+func (c *icrc) check(hdr, roce []byte) bool {
+	return c.compute(hdr, roce) == binary.LittleEndian.Uint32(roce[len(roce)-bth.ICRCLen:])
+}
+
+// sealEnvelope seals roce for the headers e describes.
+func (c *icrc) sealEnvelope(e *bth.Envelope, roce []byte) {
+	c.seal(c.h[:e.Put(c.h[:], len(roce))], roce)
+}
+
+// checkEnvelope reports whether roce's ICRC is right for the headers e
+// describes.
+func (c *icrc) checkEnvelope(e *bth.Envelope, roce []byte) bool {
+	return c.check(c.h[:e.Put(c.h[:], len(roce))], roce)
+}
+
+// checkEnvelopeAnyID checks roce under the headers e describes with any
+// IPv4 ID, with one pass of the CRC: it reports whether the ICRC is right,
+// and if so the ID that makes it so and whether that is e.ID. For IPv6 it
+// is checkEnvelope.
+func (c *icrc) checkEnvelopeAnyID(e *bth.Envelope, roce []byte) (id uint16, exact, ok bool) {
+	n := e.Put(c.h[:], len(roce))
+	d := c.compute(c.h[:n], roce) ^ binary.LittleEndian.Uint32(roce[len(roce)-bth.ICRCLen:])
+	if d == 0 {
+		return e.ID, true, true
+	}
+	if !e.IsIPv4() {
+		return 0, false, false
+	}
+	x, ok := c.id.Solve(bth.IDBytesAfter(n, len(roce)), d)
+	return e.ID ^ x, false, ok
+}
+
+// flipBit applies a fault injector's pending corruption to b, after sealing.
+func flipBit(b *Buf) {
+	if b.flip == 0 {
+		return
+	}
+	bit := int(b.flip - 1)
+	b.flip = 0
+	if r := b.RoCE(); bit/8 < len(r) {
+		r[bit/8] ^= 1 << (bit % 8)
+	}
+}

@@ -1,0 +1,5 @@
+//go:build !linux
+
+package ibudp
+
+func open(Config) (Port, error) { return nil, ErrUnsupported }

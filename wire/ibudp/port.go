@@ -1,0 +1,278 @@
+package ibudp
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+	"sync/atomic"
+	"syscall"
+
+	"github.com/rnicd/rnicd/wire/bth"
+)
+
+// Port is the Ethernet/UDP block of the NIC: it moves batches of RoCEv2
+// packets between the engine and the wire. Send and Recv may run at the same
+// time from different goroutines; concurrent calls of the same method are
+// serialized.
+type Port interface {
+	// Send seals the ICRC of every buffer (the port knows the real IP/UDP
+	// envelope) and transmits the batch. It does not keep the buffers,
+	// though it writes into them (headers in the headroom, the ICRC). A
+	// packet the kernel refuses (too big, unreachable, ...) or a Buf that is
+	// not sendable is counted in Stats and skipped, as a wire would lose
+	// it; Send returns an error only when the port itself fails (closed).
+	Send(bufs []*Buf) error
+	// Recv blocks until at least one packet arrives and fills bufs[0:n].
+	// It may reorder the pointers within bufs. Packets whose ICRC fails,
+	// and any other datagram that is not a well-formed RoCEv2 packet, are
+	// dropped and counted, never returned. After Close it returns an error
+	// wrapping net.ErrClosed promptly.
+	Recv(bufs []*Buf) (n int, err error)
+	// Addr is the local IP address.
+	Addr() netip.Addr
+	// MTU is the active IB MTU: 256, 512, 1024, 2048 or 4096.
+	MTU() int
+	// Stats returns the port's counters.
+	Stats() Stats
+	// Close releases the sockets and unblocks Recv and Send.
+	Close() error
+}
+
+// Mode says how a port reaches the wire.
+type Mode int
+
+const (
+	// ModeUDP uses an ordinary UDP socket; no privilege is needed.
+	ModeUDP Mode = iota
+	// ModePacket receives on an AF_PACKET socket and sends on a raw IP
+	// socket; it needs CAP_NET_RAW.
+	ModePacket
+)
+
+func (m Mode) String() string {
+	switch m {
+	case ModeUDP:
+		return "udp"
+	case ModePacket:
+		return "packet"
+	}
+	return fmt.Sprintf("mode(%d)", int(m))
+}
+
+// Defaults.
+const (
+	DefaultBatch     = 64
+	MaxBatch         = 1024
+	DefaultRcvBuf    = 16 << 20
+	DefaultSndBuf    = 4 << 20
+	defaultTTL       = 64
+	defaultLocalPort = bth.UDPPort
+)
+
+// Config says which port to open.
+type Config struct {
+	Addr netip.Addr // local IP to bind, e.g. 127.0.0.2 (IPv4-mapped is unmapped)
+	Port uint16     // local UDP port; 0 means 4791
+	// RemotePort is the UDP destination port of sent packets; 0 means
+	// 4791. Tests use it to run two ports on one address.
+	RemotePort uint16
+	Mode       Mode
+	// MTU caps the active IB MTU: 0 takes ActiveMTU of the interface that
+	// holds Addr, otherwise the port uses the lower of the two.
+	MTU   int
+	Batch int // max packets per syscall; 0 = DefaultBatch
+	// NoGSO makes a ModeUDP port hand the kernel one packet per message
+	// and take one per message. By default runs of equal-sized packets to
+	// one peer go as one UDP_SEGMENT message each, and runs arriving are
+	// taken whole (UDP_GRO), where the kernel supports it; sending runs
+	// costs a UDP checksum (computed by the offload) where rxe sends 0.
+	NoGSO bool
+	// RcvBuf and SndBuf are socket buffer sizes in bytes; 0 takes the
+	// defaults. Above net.core.[rw]mem_max they need CAP_NET_ADMIN.
+	RcvBuf, SndBuf int
+}
+
+// withDefaults checks cfg and fills in the zero values.
+func (cfg Config) withDefaults() (Config, error) {
+	if !cfg.Addr.IsValid() || cfg.Addr.IsUnspecified() {
+		return cfg, fmt.Errorf("ibudp: config: need a local address, have %v", cfg.Addr)
+	}
+	cfg.Addr = cfg.Addr.Unmap()
+	if cfg.Port == 0 {
+		cfg.Port = defaultLocalPort
+	}
+	if cfg.RemotePort == 0 {
+		cfg.RemotePort = bth.UDPPort
+	}
+	if cfg.Mode != ModeUDP && cfg.Mode != ModePacket {
+		return cfg, fmt.Errorf("ibudp: config: unknown %v", cfg.Mode)
+	}
+	if cfg.MTU != 0 && !validIBMTU(cfg.MTU) {
+		return cfg, fmt.Errorf("ibudp: config: MTU %d is not 256, 512, 1024, 2048 or 4096", cfg.MTU)
+	}
+	switch {
+	case cfg.Batch == 0:
+		cfg.Batch = DefaultBatch
+	case cfg.Batch < 0 || cfg.Batch > MaxBatch:
+		return cfg, fmt.Errorf("ibudp: config: batch %d is outside 1..%d", cfg.Batch, MaxBatch)
+	}
+	if cfg.RcvBuf <= 0 {
+		cfg.RcvBuf = DefaultRcvBuf
+	}
+	if cfg.SndBuf <= 0 {
+		cfg.SndBuf = DefaultSndBuf
+	}
+	return cfg, nil
+}
+
+// Open opens a port as cfg says.
+func Open(cfg Config) (Port, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	return open(cfg)
+}
+
+// ErrUnsupported is returned by Open where the platform has no such port.
+var ErrUnsupported = errors.New("ibudp: not supported on this platform")
+
+// Stats are a port's counters. Names in the comments are those Each gives
+// (rxe's where rxe has a counter of the kind).
+type Stats struct {
+	TxPackets uint64 // sent_pkts: packets the kernel took
+	TxBytes   uint64 // sent_bytes: their RoCE bytes (BTH..ICRC)
+	TxBatches uint64 // tx_batches: sendmmsg calls that sent something
+	TxErrors  uint64 // send_err: packets the kernel refused
+	TxInvalid uint64 // tx_invalid: Bufs Send refused (bad N, peer of the wrong family)
+	// TxLastErrno is the errno of the last packet the kernel refused.
+	TxLastErrno syscall.Errno
+
+	RxPackets uint64 // rcvd_pkts: packets returned by Recv
+	RxBytes   uint64 // rcvd_bytes: their RoCE bytes
+	RxBatches uint64 // rx_batches: recvmmsg calls that returned something
+
+	// Drops, by reason.
+	RxICRCErrors uint64 // icrc_err: ICRC does not match
+	RxShort      uint64 // rx_short: shorter than BTH+ICRC
+	RxMalformed  uint64 // rx_malformed: transport headers fail bth.Parse
+	RxTooLong    uint64 // rx_too_long: longer than MaxRoCELen
+	RxBadHeader  uint64 // rx_bad_header: IP/UDP header unusable (ModePacket), unreadable source address
+	RxOutgoing   uint64 // rx_outgoing: own outgoing copy (ModePacket, should be filtered in the kernel)
+
+	// RxICRCAnyID counts packets accepted (not dropped) only by the
+	// 16-bit check for an unknown IPv4 ID (ModeUDP).
+	RxICRCAnyID uint64 // icrc_any_id
+	// RxKernelDrops is the number of datagrams the kernel dropped for want
+	// of socket buffer, as last reported (SO_RXQ_OVFL).
+	// With GRO a dropped datagram can be a whole run of packets.
+	RxKernelDrops uint64 // rx_kernel_drops
+}
+
+// RxDropped is the number of datagrams Recv dropped, all reasons together
+// (kernel drops not included).
+func (s Stats) RxDropped() uint64 {
+	return s.RxICRCErrors + s.RxShort + s.RxMalformed + s.RxTooLong + s.RxBadHeader + s.RxOutgoing
+}
+
+// Each calls f with the name and value of every counter, in a fixed order.
+func (s Stats) Each(f func(name string, v uint64)) {
+	f("sent_pkts", s.TxPackets)
+	f("sent_bytes", s.TxBytes)
+	f("tx_batches", s.TxBatches)
+	f("send_err", s.TxErrors)
+	f("tx_invalid", s.TxInvalid)
+	f("rcvd_pkts", s.RxPackets)
+	f("rcvd_bytes", s.RxBytes)
+	f("rx_batches", s.RxBatches)
+	f("icrc_err", s.RxICRCErrors)
+	f("rx_short", s.RxShort)
+	f("rx_malformed", s.RxMalformed)
+	f("rx_too_long", s.RxTooLong)
+	f("rx_bad_header", s.RxBadHeader)
+	f("rx_outgoing", s.RxOutgoing)
+	f("icrc_any_id", s.RxICRCAnyID)
+	f("rx_kernel_drops", s.RxKernelDrops)
+}
+
+// String lists the nonzero counters as name=value.
+func (s Stats) String() string {
+	var b strings.Builder
+	s.Each(func(name string, v uint64) {
+		if v != 0 {
+			if b.Len() > 0 {
+				b.WriteByte(' ')
+			}
+			fmt.Fprintf(&b, "%s=%d", name, v)
+		}
+	})
+	if s.TxLastErrno != 0 {
+		fmt.Fprintf(&b, " last_send_errno=%q", s.TxLastErrno.Error())
+	}
+	return b.String()
+}
+
+// counter names one of a port's counters.
+type counter int
+
+const (
+	cTxPackets counter = iota
+	cTxBytes
+	cTxBatches
+	cTxErrors
+	cTxInvalid
+	cRxPackets
+	cRxBytes
+	cRxBatches
+	cRxICRCErrors
+	cRxShort
+	cRxMalformed
+	cRxTooLong
+	cRxBadHeader
+	cRxOutgoing
+	cRxICRCAnyID
+	numCounters
+)
+
+// tally is a batch's worth of counts, kept in plain integers and added to
+// the port's counters once per batch.
+type tally [numCounters]uint64
+
+// counters are a port's live counters.
+type counters struct {
+	c           [numCounters]atomic.Uint64
+	kernelDrops atomic.Uint64
+	lastErrno   atomic.Uintptr
+}
+
+func (c *counters) add(t *tally) {
+	for i, v := range t {
+		if v != 0 {
+			c.c[i].Add(v)
+		}
+	}
+}
+
+func (c *counters) snapshot() Stats {
+	g := func(i counter) uint64 { return c.c[i].Load() }
+	return Stats{
+		TxPackets:     g(cTxPackets),
+		TxBytes:       g(cTxBytes),
+		TxBatches:     g(cTxBatches),
+		TxErrors:      g(cTxErrors),
+		TxInvalid:     g(cTxInvalid),
+		TxLastErrno:   syscall.Errno(c.lastErrno.Load()),
+		RxPackets:     g(cRxPackets),
+		RxBytes:       g(cRxBytes),
+		RxBatches:     g(cRxBatches),
+		RxICRCErrors:  g(cRxICRCErrors),
+		RxShort:       g(cRxShort),
+		RxMalformed:   g(cRxMalformed),
+		RxTooLong:     g(cRxTooLong),
+		RxBadHeader:   g(cRxBadHeader),
+		RxOutgoing:    g(cRxOutgoing),
+		RxICRCAnyID:   g(cRxICRCAnyID),
+		RxKernelDrops: c.kernelDrops.Load(),
+	}
+}

@@ -1,0 +1,153 @@
+package ibudp
+
+import (
+	"encoding/binary"
+	"net/netip"
+
+	"github.com/rnicd/rnicd/wire/bth"
+)
+
+// A UDP_SEGMENT run from a sender on this host, or across a veth, reaches
+// an AF_PACKET socket before the kernel cuts it apart: one frame holding the
+// whole run under the IP and UDP headers of its first packet, with the
+// lengths of the whole. ModePacket cuts it apart as the kernel would (the
+// IPv4 ID counting up per packet, the lengths of each) and checks each
+// packet's ICRC under the headers that packet would have had.
+//
+// A frame is taken for a run only when its ICRC fails as one packet and a
+// cut after a first packet carrying a full IB MTU of payload (the only runs
+// gsoRun makes) gives that first packet a good ICRC.
+
+// ibMTUs are the payload sizes a run's packets can carry.
+var ibMTUs = [...]int{256, 512, 1024, 2048, 4096}
+
+// fullMTU reports whether roce carries exactly an IB MTU of payload, which
+// a run's first packet does.
+func fullMTU(roce []byte) bool {
+	op := bth.Opcode(roce[0])
+	for _, m := range ibMTUs {
+		if len(roce) == bth.PacketLen(op, m) {
+			return true
+		}
+	}
+	return false
+}
+
+// runs holds the packets cut from runs until the caller has Bufs for them.
+type runs struct {
+	over  [][]byte // per receive slot: the part of a frame beyond its Buf
+	frame []byte   // a frame put back together from its Buf and over
+	hdr   [bth.MaxEnvelopeLen]byte
+	arena []byte // RoCE parts of the packets waiting
+	queue []runPkt
+	head  int
+}
+
+type runPkt struct {
+	off, n   int // in arena
+	peer     netip.Addr
+	peerPort uint16
+	tos      uint8
+	id       uint16
+	icrc     ICRCStatus
+	counted  bool // in the port's stats and shown to its tap already
+}
+
+// push queues a copy of roce.
+func (r *runs) push(roce []byte, p runPkt) {
+	p.off, p.n = len(r.arena), len(roce)
+	r.arena = append(r.arena, roce...)
+	r.queue = append(r.queue, p)
+}
+
+const maxFrame = 65535
+
+func newRuns(slots int) *runs {
+	r := &runs{over: make([][]byte, slots), frame: make([]byte, maxFrame)}
+	r.alloc()
+	return r
+}
+
+// alloc gives every receive slot its overflow room.
+func (r *runs) alloc() {
+	for i := range r.over {
+		r.over[i] = make([]byte, maxFrame-MaxRoCELen)
+	}
+}
+
+// cut splits the RoCE part of raw, an IP datagram whose headers h
+// describe, into the packets of a run and queues the ones whose ICRC is
+// right, showing each to tap if not nil. It reports whether raw was a run;
+// bad reports the packets of a run that failed their ICRC.
+func (r *runs) cut(c *icrc, raw []byte, h ipHeader, tap Tap) (ok bool, bad int) {
+	roce := raw[h.hdrLen:h.end]
+	op := bth.Opcode(roce[0])
+	size := 0
+	for _, m := range ibMTUs {
+		if s := bth.PacketLen(op, m); s < len(roce) && r.checkSeg(c, raw[:h.hdrLen], h, 0, roce[:s]) {
+			size = s
+			break
+		}
+	}
+	if size == 0 {
+		return false, 0
+	}
+	for k := 0; k*size < len(roce); k++ {
+		seg := roce[k*size : min((k+1)*size, len(roce))]
+		if len(seg) < minRoCELen || !r.checkSeg(c, raw[:h.hdrLen], h, k, seg) {
+			bad++
+			if tap != nil && len(seg) >= minRoCELen {
+				tap.Packet(TapICRCError, r.hdr[:h.hdrLen], seg, ICRCUnchecked)
+			}
+			continue
+		}
+		if tap != nil {
+			tap.Packet(TapReceived, r.hdr[:h.hdrLen], seg, ICRCVerified)
+		}
+		r.push(seg, runPkt{peer: h.env.Src, peerPort: h.env.SrcPort, tos: h.env.TOS,
+			id: h.env.ID + uint16(k), icrc: ICRCVerified})
+	}
+	return true, bad
+}
+
+// checkSeg checks packet k of a run, seg, under the headers the kernel
+// gives it when it cuts the run: those of the run with its own lengths and,
+// for IPv4, the run's ID plus k.
+func (r *runs) checkSeg(c *icrc, hdr []byte, h ipHeader, k int, seg []byte) bool {
+	own := r.hdr[:len(hdr)]
+	copy(own, hdr)
+	ipLen := len(hdr) - bth.UDPHeaderLen
+	if h.env.Src.Is4() {
+		binary.BigEndian.PutUint16(own[2:], uint16(len(hdr)+len(seg)))
+		binary.BigEndian.PutUint16(own[4:], h.env.ID+uint16(k))
+	} else {
+		binary.BigEndian.PutUint16(own[4:], uint16(bth.UDPHeaderLen+len(seg)))
+	}
+	binary.BigEndian.PutUint16(own[ipLen+4:], uint16(bth.UDPHeaderLen+len(seg)))
+	return c.check(own, seg)
+}
+
+// deliver moves waiting packets into bufs and returns how many; counted,
+// if not nil, gets each one's runPkt.counted.
+func (r *runs) deliver(bufs []*Buf, counted []bool) int {
+	n := 0
+	for n < len(bufs) && r.head < len(r.queue) {
+		p := r.queue[r.head]
+		b := bufs[n]
+		b.N = copy(b.Data[Headroom:], r.arena[p.off:p.off+p.n])
+		b.Peer, b.PeerPort, b.TOS, b.IPID = p.peer, p.peerPort, p.tos, p.id
+		b.SrcPort, b.flip = 0, 0
+		b.ICRC = p.icrc
+		if counted != nil {
+			counted[n] = p.counted
+		}
+		r.head++
+		n++
+	}
+	if r.head == len(r.queue) {
+		r.queue, r.arena, r.head = r.queue[:0], r.arena[:0], 0
+	}
+	return n
+}
+
+func (r *runs) waiting() bool { return r.head < len(r.queue) }

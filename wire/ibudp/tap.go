@@ -1,0 +1,93 @@
+package ibudp
+
+import "sync/atomic"
+
+// TapPoint says where a port (or a Faulty over it) saw a packet.
+type TapPoint uint8
+
+const (
+	// TapSent: sealed and handed to the kernel.
+	TapSent TapPoint = iota + 1
+	// TapReceived: received and its ICRC verified (see the icrc argument).
+	TapReceived
+	// TapICRCError: received with an ICRC that does not match; dropped.
+	TapICRCError
+	// TapFaultDropTX and TapFaultDropRX: a Faulty dropped the packet on
+	// its way out or in; hdr is nil, the wire never carried it (TX) or the
+	// engine never sees it (RX).
+	TapFaultDropTX
+	TapFaultDropRX
+)
+
+func (p TapPoint) String() string {
+	switch p {
+	case TapSent:
+		return "sent"
+	case TapReceived:
+		return "received"
+	case TapICRCError:
+		return "icrc-error"
+	case TapFaultDropTX:
+		return "fault-drop-tx"
+	case TapFaultDropRX:
+		return "fault-drop-rx"
+	}
+	return "tap-point(?)"
+}
+
+// Tap is told of every packet a port sends or receives, as it was on the
+// wire: hdr is its IP and UDP headers and roce its RoCE part, BTH through
+// ICRC. In ModePacket hdr is what the port wrote or received; in ModeUDP,
+// where the kernel writes and strips the headers, hdr is synthesized as
+// Linux writes them for the port's socket (DF, TTL 64, IPv4 ID 0 on send;
+// on receive the ID the ICRC check found, TTL 64), so that the ICRC in roce
+// checks against it. icrc says how a received packet's ICRC was checked.
+//
+// Packet runs on the goroutine inside Send or Recv, with the port's lock
+// held: it must not keep the slices, call the port, or block for long.
+type Tap interface {
+	Packet(at TapPoint, hdr, roce []byte, icrc ICRCStatus)
+}
+
+// tapRef boxes a Tap for an atomic pointer.
+type tapRef struct{ Tap }
+
+// tapSlot holds a port's tap. Loading it is one atomic load, so a port
+// without a tap pays a nil check per packet.
+type tapSlot struct{ p atomic.Pointer[tapRef] }
+
+func (s *tapSlot) set(t Tap) {
+	if t == nil {
+		s.p.Store(nil)
+		return
+	}
+	s.p.Store(&tapRef{t})
+}
+
+func (s *tapSlot) load() Tap {
+	if r := s.p.Load(); r != nil {
+		return r.Tap
+	}
+	return nil
+}
+
+// tapper is a port that takes a tap.
+type tapper interface{ setTap(Tap) }
+
+// SetTap attaches t to port p (nil detaches it) and reports whether p
+// takes taps: the ports Open returns and a Faulty over one of them do; a
+// Faulty passes the tap to the port it wraps and reports its own drops.
+func SetTap(p Port, t Tap) bool {
+	tp, ok := p.(tapper)
+	if ok {
+		tp.setTap(t)
+	}
+	return ok
+}
+
+func (s *sockPort) setTap(t Tap) { s.tap.set(t) }
+
+func (f *Faulty) setTap(t Tap) {
+	f.tap.set(t)
+	SetTap(f.port, t)
+}

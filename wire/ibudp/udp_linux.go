@@ -1,0 +1,250 @@
+package ibudp
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/rnicd/rnicd/wire/bth"
+)
+
+// udpPort is a ModeUDP port: one unconnected UDP socket bound to
+// Addr:Port. The kernel builds the IP and UDP headers; for an unconnected
+// socket with IP_PMTUDISC_DO they carry DF and IPv4 ID 0, which is what the
+// ICRC is sealed for.
+type udpPort struct {
+	sockPort
+	conn  *net.UDPConn
+	v6    bool
+	scope uint32 // sin6_scope_id for link-local peers
+	// gso sends runs of packets as one UDP_SEGMENT message (gso_linux.go);
+	// segs is how many packets each message of a batch carries.
+	gso  bool
+	segs []int
+	// gro receives runs the kernel coalesced (gro_linux.go): the slots'
+	// overflow room and the held packets are in runs, the packets of this
+	// batch's runs in groSegs.
+	gro     bool
+	runs    *runs
+	groSegs []groSeg
+	dgrams  []dgram
+	free    []*Buf // scratch of spread
+	order   []*Buf // scratch of spread
+	counted []bool // scratch of deliverHeld
+}
+
+func openUDP(cfg Config, ifc Interface, mtu int) (*udpPort, error) {
+	u := &udpPort{sockPort: sockPort{cfg: cfg, mtu: mtu}, v6: cfg.Addr.Is6()}
+	if u.v6 && cfg.Addr.IsLinkLocalUnicast() {
+		u.scope = uint32(ifc.Index)
+	}
+	network := "udp4"
+	if u.v6 {
+		network = "udp6"
+	}
+	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		err := c.Control(func(fd uintptr) {
+			u.gso = !cfg.NoGSO && gsoSupported(int(fd))
+			serr = setUDPOptions(int(fd), u.v6, !u.gso, cfg)
+			u.gro = serr == nil && !cfg.NoGSO && enableGRO(int(fd))
+		})
+		if err != nil {
+			return err
+		}
+		return serr
+	}}
+	bind := netip.AddrPortFrom(cfg.Addr, cfg.Port).String()
+	pc, err := lc.ListenPacket(context.Background(), network, bind)
+	if err != nil {
+		return nil, fmt.Errorf("ibudp: opening UDP %s: %w", bind, err)
+	}
+	u.conn = pc.(*net.UDPConn)
+	rc, err := u.conn.SyscallConn()
+	if err != nil {
+		u.conn.Close()
+		return nil, fmt.Errorf("ibudp: UDP %s: %w", bind, err)
+	}
+	u.tx = newBatchIO(rc, newMmsgs(cfg.Batch, txCtrlLen))
+	u.segs = make([]int, cfg.Batch)
+	u.rx = newBatchIO(rc, newMmsgs(cfg.Batch, ctrlLen))
+	if u.gro {
+		u.rx.m.iovs = make([]unix.Iovec, 2*cfg.Batch)
+		u.runs = newRuns(cfg.Batch)
+		u.groSegs = make([]groSeg, 0, cfg.Batch*maxGSOSegs)
+		u.dgrams = make([]dgram, 0, cfg.Batch)
+		u.counted = make([]bool, cfg.Batch)
+	}
+	return u, nil
+}
+
+// setUDPOptions makes a UDP socket send with DF (hence IPv4 ID 0) and, for
+// IPv4 with noCheck, UDP checksum 0 (the kernel refuses UDP_SEGMENT on such
+// a socket, so with GSO the checksum is left to the NIC's offload); report the TOS/traffic class and kernel drops of
+// received datagrams; and have large buffers. IPv6 sockets also accept a
+// zero UDP checksum, as rxe sends.
+func setUDPOptions(fd int, v6, noCheck bool, cfg Config) error {
+	type opt struct {
+		level, name, value int
+		what               string
+	}
+	opts := []opt{
+		{unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO, "IP_MTU_DISCOVER"},
+		{unix.IPPROTO_IP, unix.IP_RECVTOS, 1, "IP_RECVTOS"},
+	}
+	if noCheck {
+		opts = append(opts, opt{unix.SOL_SOCKET, unix.SO_NO_CHECK, 1, "SO_NO_CHECK"})
+	}
+	if v6 {
+		opts = []opt{
+			{unix.IPPROTO_IPV6, unix.IPV6_MTU_DISCOVER, unix.IPV6_PMTUDISC_DO, "IPV6_MTU_DISCOVER"},
+			{unix.IPPROTO_IPV6, unix.IPV6_RECVTCLASS, 1, "IPV6_RECVTCLASS"},
+			{unix.IPPROTO_UDP, unix.UDP_NO_CHECK6_RX, 1, "UDP_NO_CHECK6_RX"},
+		}
+	}
+	opts = append(opts, opt{unix.SOL_SOCKET, unix.SO_RXQ_OVFL, 1, "SO_RXQ_OVFL"})
+	for _, o := range opts {
+		if err := unix.SetsockoptInt(fd, o.level, o.name, o.value); err != nil {
+			return fmt.Errorf("ibudp: setsockopt %s: %w", o.what, err)
+		}
+	}
+	return setBuffers(fd, cfg.RcvBuf, cfg.SndBuf)
+}
+
+func (u *udpPort) Close() error { return u.close(u.conn.Close) }
+
+func (u *udpPort) Send(bufs []*Buf) error {
+	if u.gso {
+		return u.sendGSO(bufs)
+	}
+	return u.send(bufs, 0, u.prepare)
+}
+
+// prepare seals b for the headers the kernel will write (ID 0, DF, the
+// bound port) and points message k at it, with its TOS if it has one.
+func (u *udpPort) prepare(b *Buf, k int) bool {
+	peer, ok := peerOK(b.Peer, u.v6)
+	if !ok {
+		return false
+	}
+	env := bth.Envelope{
+		Src: u.cfg.Addr, Dst: peer,
+		SrcPort: u.cfg.Port, DstPort: u.cfg.RemotePort,
+		TOS: b.TOS, TTL: defaultTTL,
+	}
+	roce := b.RoCE()
+	u.txSum.sealEnvelope(&env, roce)
+	flipBit(b)
+	if t := u.tap.load(); t != nil {
+		t.Packet(TapSent, u.txHdr[:env.Put(u.txHdr[:], len(roce))], roce, ICRCUnchecked)
+	}
+	m := u.tx.m
+	nl := putSockaddr(m.name(k), peer, u.cfg.RemotePort, u.scope)
+	cl := 0
+	if b.TOS != 0 {
+		cl = putTOSCmsg(m.control(k), u.v6, b.TOS)
+	}
+	m.set(k, roce, nl, cl)
+	return true
+}
+
+func (u *udpPort) Recv(bufs []*Buf) (int, error) {
+	if u.gro {
+		return u.recvGRO(bufs)
+	}
+	return u.recv(bufs, 0, u.check)
+}
+
+// check verifies one received datagram and fills in b, counting a drop in
+// t. A datagram the kernel coalesced (UDP_GRO) keeps its first packet in b;
+// the others are listed for spread, which hands them out in order.
+func (u *udpPort) check(b *Buf, d rxInfo, t *tally) bool {
+	if !u.gro {
+		return u.checkDatagram(b, d, t)
+	}
+	from := len(u.groSegs)
+	ok := u.checkDatagram(b, d, t)
+	u.dgrams = append(u.dgrams, dgram{b: b, ok: ok, from: from, to: len(u.groSegs)})
+	return ok
+}
+
+func (u *udpPort) checkDatagram(b *Buf, d rxInfo, t *tally) bool {
+	inBuf, over := len(b.Data)-Headroom, 0
+	if u.gro {
+		over = len(u.runs.over[d.slot])
+	}
+	g := d.ctrl.gro
+	switch {
+	case d.flags&unix.MSG_TRUNC != 0 || d.n > inBuf+over || (g == 0 && d.n > MaxRoCELen) || g > MaxRoCELen:
+		t[cRxTooLong]++
+		return false
+	case d.n < minRoCELen:
+		t[cRxShort]++
+		return false
+	}
+	peer, peerPort, ok := parseSockaddr(d.name)
+	if !ok {
+		t[cRxBadHeader]++
+		return false
+	}
+	b.N = d.n
+	if g > 0 && d.n > g {
+		for off := g; off < d.n; off += g {
+			u.groSegs = append(u.groSegs, groSeg{b: b, slot: d.slot, off: off, n: min(g, d.n-off),
+				peer: peer, peerPort: peerPort, tos: d.ctrl.tos})
+		}
+		b.N = g
+	}
+	return u.checkPacket(b, peer, peerPort, d.ctrl.tos, t)
+}
+
+// rxEnvelope is the headers a datagram from peer had, as far as a UDP
+// socket tells: the IPv4 ID is not among them.
+func (u *udpPort) rxEnvelope(peer netip.Addr, peerPort uint16, tos uint8) bth.Envelope {
+	return bth.Envelope{
+		Src: peer, Dst: u.cfg.Addr.WithZone(""),
+		SrcPort: peerPort, DstPort: u.cfg.Port,
+		TOS: tos, TTL: defaultTTL,
+	}
+}
+
+// checkPacket verifies the packet of b.N bytes in b that came from
+// peer:peerPort with tos and fills in b. The ICRC is checked in one pass
+// for the headers of an ID-0 datagram and, for IPv4, solved for the ID if
+// that is not it.
+func (u *udpPort) checkPacket(b *Buf, peer netip.Addr, peerPort uint16, tos uint8, t *tally) bool {
+	if _, err := bth.Parse(b.RoCE()); err != nil {
+		t[cRxMalformed]++
+		return false
+	}
+	env := u.rxEnvelope(peer, peerPort, tos)
+	b.Peer, b.PeerPort, b.TOS = peer, peerPort, tos
+	b.SrcPort, b.IPID, b.flip = 0, 0, 0
+	switch id, exact, ok := u.rxSum.checkEnvelopeAnyID(&env, b.RoCE()); {
+	case exact:
+		b.ICRC = ICRCVerified
+	case ok:
+		t[cRxICRCAnyID]++
+		b.ICRC, b.IPID = ICRCVerifiedAnyID, id
+		env.ID = id
+	default:
+		t[cRxICRCErrors]++
+		u.tapRecv(TapICRCError, &env, b)
+		return false
+	}
+	u.tapRecv(TapReceived, &env, b)
+	return true
+}
+
+// tapRecv shows a received datagram to the tap under the headers the
+// kernel stripped, as far as the port knows them.
+func (u *udpPort) tapRecv(at TapPoint, env *bth.Envelope, b *Buf) {
+	if t := u.tap.load(); t != nil {
+		roce := b.RoCE()
+		t.Packet(at, u.rxHdr[:env.Put(u.rxHdr[:], len(roce))], roce, b.ICRC)
+	}
+}

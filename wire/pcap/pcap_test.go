@@ -1,0 +1,184 @@
+package pcap_test
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"io"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/gopacket/gopacket/layers"
+	"github.com/gopacket/gopacket/pcapgo"
+
+	"github.com/rnicd/rnicd/wire/bth"
+	"github.com/rnicd/rnicd/wire/ibudp"
+	"github.com/rnicd/rnicd/wire/pcap"
+)
+
+// frame is one captured frame taken apart.
+type frame struct {
+	eth  []byte
+	hdr  []byte // IP and UDP
+	roce []byte
+}
+
+// readCapture reads every frame of the capture files path, path.1, ...
+// and checks each file's size against max (0: no limit).
+func readCapture(t *testing.T, path string, files int, max int64) []frame {
+	t.Helper()
+	var out []frame
+	for i := range files {
+		name := pcap.FileName(path, i)
+		f, err := os.Open(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if st, _ := f.Stat(); max > 0 && st.Size() > max {
+			t.Errorf("%s: %d bytes, more than the %d allowed", name, st.Size(), max)
+		}
+		r, err := pcapgo.NewReader(f)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if r.LinkType() != layers.LinkTypeEthernet {
+			t.Fatalf("%s: link type %v", name, r.LinkType())
+		}
+		for {
+			data, _, err := r.ReadPacketData()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			if len(data) < 14+28 {
+				t.Fatalf("%s: frame of %d bytes", name, len(data))
+			}
+			hl := 28
+			if binary.BigEndian.Uint16(data[12:]) == 0x86dd {
+				hl = 48
+			}
+			out = append(out, frame{eth: data[:14], hdr: data[14 : 14+hl], roce: data[14+hl:]})
+		}
+	}
+	if _, err := os.Stat(pcap.FileName(path, files)); err == nil {
+		t.Fatalf("capture has more than %d files", files)
+	}
+	return out
+}
+
+func openPort(t *testing.T, a netip.Addr) ibudp.Port {
+	t.Helper()
+	p, err := ibudp.Open(ibudp.Config{Addr: a, MTU: 1024})
+	if err != nil {
+		t.Fatalf("open port %v: %v", a, err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
+// TestCaptureModeUDP sends RDMA WRITE packets between two ModeUDP ports,
+// both tapped by one writer that rotates at 8 KiB, and reads the files
+// back: every packet is there twice (sent, received), byte for byte, in an
+// Ethernet frame whose synthesized IPv4 and UDP headers are those the ICRC
+// was sealed for.
+func TestCaptureModeUDP(t *testing.T) {
+	a, b := netip.MustParseAddr("127.4.0.1"), netip.MustParseAddr("127.4.0.2")
+	pa, pb := openPort(t, a), openPort(t, b)
+	path := filepath.Join(t.TempDir(), "cap.pcap")
+	const max = 8 << 10
+	w, err := pcap.Create(pcap.Config{Path: path, MaxBytes: max})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ibudp.SetTap(pa, w) || !ibudp.SetTap(pb, w) {
+		t.Fatal("ports take no tap")
+	}
+	const count = 20
+	var sent [][]byte
+	for i := range count {
+		buf := ibudp.NewBuf()
+		n := 100 * (i + 1)
+		p, err := bth.Build(buf.Room(), bth.RCRDMAWriteOnly, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.BTH().Encode(&bth.BTHFields{Opcode: bth.RCRDMAWriteOnly, PadCount: bth.PadFor(n), PKey: bth.DefaultPKey, DestQP: 0x11, PSN: uint32(i), AckReq: true})
+		p.RETH().Encode(0x1000, 0x55, uint32(n))
+		for k := range p.Payload() {
+			p.Payload()[k] = byte(i + k)
+		}
+		buf.N, buf.Peer = p.Len(), b
+		if err := pa.Send([]*ibudp.Buf{buf}); err != nil {
+			t.Fatal(err)
+		}
+		sent = append(sent, append([]byte(nil), buf.RoCE()...)) // sealed now
+		rb := []*ibudp.Buf{ibudp.NewBuf()}
+		if k, err := pb.Recv(rb); err != nil || k != 1 {
+			t.Fatalf("recv: %d, %v", k, err)
+		}
+	}
+	ibudp.SetTap(pa, nil)
+	ibudp.SetTap(pb, nil)
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	st := w.Stats()
+	if st.Packets != 2*count || st.Errors != 0 || st.Files < 2 {
+		t.Fatalf("stats %+v: want %d packets in several files, no errors", st, 2*count)
+	}
+	frames := readCapture(t, path, st.Files, max)
+	if len(frames) != 2*count {
+		t.Fatalf("%d frames read back, want %d", len(frames), 2*count)
+	}
+	for i, f := range frames {
+		want := sent[i/2]
+		if !bytes.Equal(f.roce, want) {
+			t.Fatalf("frame %d: RoCE part differs from the packet sent", i)
+		}
+		// Ethernet: IPv4, MACs made of the IP addresses.
+		if !bytes.Equal(f.eth, []byte{2, 0, 127, 4, 0, 2, 2, 0, 127, 4, 0, 1, 0x08, 0x00}) {
+			t.Fatalf("frame %d: Ethernet header % x", i, f.eth)
+		}
+		h := f.hdr
+		if h[0] != 0x45 || binary.BigEndian.Uint16(h[2:]) != uint16(20+8+len(f.roce)) ||
+			binary.BigEndian.Uint16(h[4:]) != 0 || binary.BigEndian.Uint16(h[6:]) != 0x4000 || h[9] != 17 ||
+			!bytes.Equal(h[12:16], a.AsSlice()) || !bytes.Equal(h[16:20], b.AsSlice()) {
+			t.Fatalf("frame %d: IPv4 header % x", i, h[:20])
+		}
+		if binary.BigEndian.Uint16(h[20:]) != 4791 || binary.BigEndian.Uint16(h[22:]) != 4791 ||
+			binary.BigEndian.Uint16(h[24:]) != uint16(8+len(f.roce)) {
+			t.Fatalf("frame %d: UDP header % x", i, h[20:])
+		}
+		crc, err := bth.ComputeICRC(h, f.roce[:len(f.roce)-bth.ICRCLen])
+		if err != nil || crc != binary.LittleEndian.Uint32(f.roce[len(f.roce)-4:]) {
+			t.Fatalf("frame %d: ICRC does not check against the captured headers (%v)", i, err)
+		}
+	}
+}
+
+// TestCaptureStops checks that a writer closed under a port counts the
+// packets it could not write instead of failing the port.
+func TestCaptureStops(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "c.pcap")
+	w, err := pcap.Create(pcap.Config{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	hdr := make([]byte, 28)
+	hdr[0] = 0x45
+	w.Packet(ibudp.TapSent, hdr, make([]byte, 16), ibudp.ICRCUnchecked)
+	if st := w.Stats(); st.Errors != 1 || st.Packets != 0 {
+		t.Fatalf("stats %+v after close", st)
+	}
+	if _, err := pcap.Create(pcap.Config{}); err == nil {
+		t.Fatal("no file name accepted")
+	}
+}
