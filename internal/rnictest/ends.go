@@ -1,0 +1,114 @@
+// Package rnictest gives tests two connected devices: one RC QP each,
+// a registered buffer, a fault injector in front of each port.
+package rnictest
+
+import (
+	"fmt"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/rnicd/rnicd/rnic"
+	"github.com/rnicd/rnicd/rnic/dma"
+	"github.com/rnicd/rnicd/rnic/qpmgr"
+	"github.com/rnicd/rnicd/rnic/trace"
+	"github.com/rnicd/rnicd/wire/ibudp"
+)
+
+// End is one device with a faulty port, a CQ, a buffer and an RC QP.
+type End struct {
+	Dev    *rnic.Device
+	Faulty *ibudp.Faulty
+	CQ     *rnic.CQ
+	Mem    []byte
+	MR     *rnic.MR
+	QP     *rnic.QP
+}
+
+// MemVA is the address each End's buffer answers to.
+const MemVA = 0x10000
+
+// NewEnds opens two devices on 127.5.k.1 and 127.5.k.2 (each test its own k), named rnic0 and
+// rnic1, sharing tracer tr, with one RC QP each connected to the other.
+func NewEnds(t testing.TB, k byte, tr *trace.Tracer) (a, b *End) {
+	t.Helper()
+	open := func(addr netip.Addr, name string) *End {
+		port, err := ibudp.Open(ibudp.Config{Addr: addr, MTU: 1024})
+		if err != nil {
+			t.Fatalf("open port %v: %v", addr, err)
+		}
+		e := &End{Faulty: ibudp.NewFaulty(port, 1)}
+		if e.Dev, err = rnic.Open(rnic.Config{Port: e.Faulty, Name: name, Trace: tr}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { e.Dev.Close() })
+		pd := e.Dev.AllocPD()
+		if e.CQ, err = e.Dev.CreateCQ(4096); err != nil {
+			t.Fatal(err)
+		}
+		e.Mem = make([]byte, 1<<20)
+		if e.MR, err = e.Dev.RegMR(pd, e.Mem, MemVA, dma.AccessLocalWrite|dma.AccessRemoteWrite|dma.AccessRemoteRead); err != nil {
+			t.Fatal(err)
+		}
+		if e.QP, err = e.Dev.CreateQP(rnic.QPInitAttr{PD: pd, Type: qpmgr.TypeRC, SendCQ: e.CQ, RecvCQ: e.CQ,
+			Caps: qpmgr.Caps{MaxSendWR: 256, MaxRecvWR: 256, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+	a = open(netip.AddrFrom4([4]byte{127, 5, k, 1}), "rnic0")
+	b = open(netip.AddrFrom4([4]byte{127, 5, k, 2}), "rnic1")
+	connect := func(x, y *End) {
+		steps := []struct {
+			a    qpmgr.Attr
+			mask qpmgr.AttrMask
+		}{
+			{qpmgr.Attr{State: qpmgr.StateInit, PortNum: 1, AccessFlags: dma.AccessRemoteWrite | dma.AccessRemoteRead},
+				qpmgr.AttrState | qpmgr.AttrPKeyIndex | qpmgr.AttrPort | qpmgr.AttrAccessFlags},
+			{qpmgr.Attr{State: qpmgr.StateRTR, PathMTU: qpmgr.MTU1024, DestQPN: y.QP.QPN, RQPSN: 0x1000 + y.QP.QPN, MaxDestRdAtomic: 4,
+				AH: qpmgr.AH{DGID: ibudp.GIDFromAddr(y.Dev.QueryPort().Addr), HopLimit: 64}},
+				qpmgr.AttrState | qpmgr.AttrAV | qpmgr.AttrPathMTU | qpmgr.AttrDestQPN | qpmgr.AttrRQPSN | qpmgr.AttrMaxDestRdAtomic | qpmgr.AttrMinRNRTimer},
+			{qpmgr.Attr{State: qpmgr.StateRTS, SQPSN: 0x1000 + x.QP.QPN, Timeout: 17, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 4},
+				qpmgr.AttrState | qpmgr.AttrTimeout | qpmgr.AttrRetryCnt | qpmgr.AttrRNRRetry | qpmgr.AttrSQPSN | qpmgr.AttrMaxQPRdAtomic},
+		}
+		for _, s := range steps {
+			if err := x.Dev.ModifyQP(x.QP, &s.a, s.mask); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	connect(a, b)
+	connect(b, a)
+	return a, b
+}
+
+// Write posts a signaled RDMA WRITE of n bytes from a to b and waits for
+// its completion.
+func Write(t testing.TB, a, b *End, wrid uint64, n int) {
+	t.Helper()
+	if err := TryWrite(a, b, wrid, n); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TryWrite is Write for goroutines other than the test's.
+func TryWrite(a, b *End, wrid uint64, n int) error {
+	err := a.Dev.PostSend(a.QP, []rnic.SendWR{{WRID: wrid, Opcode: qpmgr.WRRDMAWrite, Flags: qpmgr.SendSignaled,
+		SGL: []rnic.SGE{{Addr: MemVA, Length: uint32(n), LKey: a.MR.LKey}}, RemoteAddr: MemVA + 1<<19, RKey: b.MR.RKey}})
+	if err != nil {
+		return err
+	}
+	var wc [1]rnic.WC
+	deadline := time.After(30 * time.Second)
+	for a.CQ.Poll(wc[:]) == 0 {
+		select {
+		case <-a.CQ.Ready():
+		case <-deadline:
+			return fmt.Errorf("no completion for wr_id %d; %v", wrid, a.Dev.Counters())
+		}
+	}
+	if wc[0].Status != qpmgr.WCSuccess || wc[0].WRID != wrid {
+		return fmt.Errorf("completion %v", &wc[0])
+	}
+	return nil
+}

@@ -1,0 +1,104 @@
+package rnic_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/rnicd/rnicd/rnic"
+	"github.com/rnicd/rnicd/rnic/qpmgr"
+)
+
+// Bandwidth and latency between two devices over loopback UDP. Compare
+// ratios within one run: the machine is shared.
+
+const (
+	benchMsg   = 64 << 10
+	benchDepth = 16 // outstanding work requests, as perftest's tx_depth
+)
+
+func BenchmarkRCWriteBW(b *testing.B) { benchBW(b, qpmgr.WRRDMAWrite) }
+func BenchmarkRCSendBW(b *testing.B)  { benchBW(b, qpmgr.WRSend) }
+func BenchmarkRCReadBW(b *testing.B)  { benchBW(b, qpmgr.WRRDMARead) }
+
+func benchBW(b *testing.B, op qpmgr.WROpcode) {
+	for _, c := range []struct {
+		mtu int
+		gso bool
+	}{{1024, false}, {1024, true}, {4096, false}, {4096, true}} {
+		name := fmt.Sprintf("mtu%d/64KiB", c.mtu)
+		if c.gso {
+			name += "/gso"
+		}
+		b.Run(name, func(b *testing.B) {
+			runBW(b, op, pairOpts{mtu: c.mtu, noGSO: !c.gso})
+		})
+	}
+}
+
+// runBW streams 64 KiB operations between a pair made with o (its MTU;
+// memory, retries and queue depth are set here), benchDepth at a time.
+func runBW(b *testing.B, op qpmgr.WROpcode, o pairOpts) {
+	o.memLen, o.retry, o.sendWR = 4<<20, 7, 2*benchDepth
+	p := newPair(b, o)
+	wr := rnic.SendWR{Opcode: op, Flags: qpmgr.SendSignaled, SGL: []rnic.SGE{sge(p.a, 0, benchMsg)},
+		RemoteAddr: memVA + 2<<20, RKey: p.b.mr.RKey}
+	recv := rnic.RecvWR{SGL: []rnic.SGE{sge(p.b, 0, benchMsg)}}
+	wcs := make([]rnic.WC, benchDepth)
+	b.SetBytes(benchMsg)
+	b.ResetTimer()
+	posted, done := 0, 0
+	for done < b.N {
+		for posted < b.N && posted-done < benchDepth {
+			if op == qpmgr.WRSend {
+				mustRecv(b, p.b, p.qb, recv)
+			}
+			mustPost(b, p.a, p.qa, wr)
+			posted++
+		}
+		n := p.a.cq.Poll(wcs)
+		if n == 0 {
+			select {
+			case <-p.a.cq.Ready():
+			case <-time.After(10 * time.Second):
+				b.Fatalf("stalled at %d of %d; %v", done, b.N, p.a.dev.Counters())
+			}
+		}
+		for _, wc := range wcs[:n] {
+			if wc.Status != qpmgr.WCSuccess {
+				b.Fatalf("completion %v", &wc)
+			}
+		}
+		done += n
+		if op == qpmgr.WRSend {
+			for p.b.cq.Poll(wcs) > 0 {
+			}
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(p.a.dev.Counters()["retransmitted_pkts"])/float64(b.N), "retx/op")
+}
+
+// BenchmarkRCWriteLat is one signaled 8-byte RDMA WRITE at a time: the
+// time from post to completion, a full round trip (ib_write_lat reports
+// half of a ping-pong, which is the same trip).
+func BenchmarkRCWriteLat(b *testing.B) {
+	for _, mtu := range []int{1024, 4096} {
+		b.Run(fmt.Sprintf("mtu%d/8B", mtu), func(b *testing.B) {
+			p := newPair(b, pairOpts{mtu: mtu, retry: 7})
+			wr := rnic.SendWR{Opcode: qpmgr.WRRDMAWrite, Flags: qpmgr.SendSignaled, SGL: []rnic.SGE{sge(p.a, 0, 8)},
+				RemoteAddr: memVA, RKey: p.b.mr.RKey}
+			var wc [1]rnic.WC
+			b.ResetTimer()
+			for range b.N {
+				mustPost(b, p.a, p.qa, wr)
+				for p.a.cq.Poll(wc[:]) == 0 {
+					<-p.a.cq.Ready()
+				}
+				if wc[0].Status != qpmgr.WCSuccess {
+					b.Fatalf("completion %v", &wc[0])
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,294 @@
+package rnic
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+
+	"github.com/rnicd/rnicd/rnic/dma"
+	"github.com/rnicd/rnicd/rnic/qpmgr"
+	"github.com/rnicd/rnicd/rnic/rx"
+	"github.com/rnicd/rnicd/rnic/trace"
+	"github.com/rnicd/rnicd/rnic/wqe"
+	"github.com/rnicd/rnicd/wire/ibudp"
+)
+
+// Config says how to build a device.
+type Config struct {
+	// Port is the device's Ethernet/UDP port. The device owns it from
+	// now on and closes it on Close.
+	Port ibudp.Port
+	// Batch is the most packets the pipelines hand the port at once; 0
+	// takes ibudp.DefaultBatch.
+	Batch int
+	// Name is the device's name (ibv_get_device_name), "rnic0" if empty;
+	// the trace and the metrics carry it.
+	Name string
+	// Trace, if set, is told of every step of every message (see package
+	// trace); several devices may share one. Nil costs nothing.
+	Trace *trace.Tracer
+	// Window is the most unacknowledged PSNs per RC QP (wqe.Engine.Window);
+	// 0 takes rxe's 128. Above 2^22 it is capped there, half the PSN space.
+	Window int
+}
+
+// Device is one RDMA device with one port.
+type Device struct {
+	name     string
+	probe    *trace.Probe // nil: no tracing
+	tap      portTap
+	port     ibudp.Port
+	batch    int
+	pool     *ibudp.Pool
+	dma      *dma.Table
+	qps      *qpmgr.Table
+	counters qpmgr.Counters
+	req      wqe.Engine
+	rx       rx.Handler
+
+	mu     sync.Mutex
+	nextPD dma.PD
+	runq   []*qpmgr.QP // QPs with their doorbell rung
+	bell   chan struct{}
+
+	// sendMu and recvMu are held by the pipelines while they work on a
+	// batch; Fence takes them to order the application's memory accesses
+	// with the NIC's (see Fence). sendMu also guards sendTX, which the send
+	// pipeline and a doorbell that runs the requester itself share.
+	sendMu, recvMu sync.Mutex
+	sendTX         *txBatch
+
+	done      chan struct{}
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+}
+
+// runBudget is how many packets one QP may send before the next QP's turn.
+const runBudget = 64
+
+// Open starts a device on cfg.Port.
+func Open(cfg Config) (*Device, error) {
+	if cfg.Port == nil {
+		return nil, errors.New("rnic: config has no port")
+	}
+	if qpmgr.MTUFromBytes(cfg.Port.MTU()) == 0 {
+		return nil, fmt.Errorf("rnic: port MTU %d is not an IB MTU", cfg.Port.MTU())
+	}
+	if cfg.Batch <= 0 {
+		cfg.Batch = ibudp.DefaultBatch
+	}
+	if cfg.Name == "" {
+		cfg.Name = "rnic0"
+	}
+	d := &Device{
+		name:   cfg.Name,
+		probe:  cfg.Trace.Probe(cfg.Name),
+		port:   cfg.Port,
+		batch:  cfg.Batch,
+		pool:   ibudp.NewPool(4*cfg.Batch, 64*cfg.Batch),
+		dma:    dma.NewTable(),
+		qps:    qpmgr.NewTable(),
+		nextPD: 1,
+		bell:   make(chan struct{}, 1),
+		done:   make(chan struct{}),
+	}
+	d.req = wqe.Engine{DMA: d.dma, Trace: d.probe, Window: min(cfg.Window, 1<<22)}
+	d.sendTX = d.newTX()
+	d.rx = rx.Handler{DMA: d.dma, QPs: d.qps, Counters: &d.counters, LocalAddr: cfg.Port.Addr(), Trace: d.probe}
+	d.tap.probe = d.probe
+	d.updateTap()
+	d.wg.Add(2)
+	go d.sendPipeline()
+	go d.recvPipeline()
+	return d, nil
+}
+
+// Close stops the pipelines, destroys every QP and closes the port.
+func (d *Device) Close() error {
+	var err error
+	d.closeOnce.Do(func() {
+		close(d.done)
+		err = d.port.Close()
+		d.wg.Wait()
+		for _, qp := range d.qps.All() {
+			qp.Destroy()
+		}
+	})
+	return err
+}
+
+// kick is the doorbell: it puts qp on the send pipeline's run list once.
+func (d *Device) kick(qp *qpmgr.QP) {
+	if qp.Scheduled.Swap(true) {
+		return
+	}
+	d.mu.Lock()
+	d.runq = append(d.runq, qp)
+	d.mu.Unlock()
+	select {
+	case d.bell <- struct{}{}:
+	default:
+	}
+}
+
+func (d *Device) popRun() *qpmgr.QP {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.runq) == 0 {
+		return nil
+	}
+	qp := d.runq[0]
+	d.runq[0] = nil
+	d.runq = d.runq[1:]
+	return qp
+}
+
+// sendPipeline runs the requester of every QP whose doorbell rang, in
+// turn, runBudget packets at a time.
+func (d *Device) sendPipeline() {
+	defer d.wg.Done()
+	tx := d.sendTX
+	for {
+		select {
+		case <-d.bell:
+		case <-d.done:
+			return
+		}
+		d.sendMu.Lock()
+		for qp := d.popRun(); qp != nil; qp = d.popRun() {
+			qp.Scheduled.Store(false)
+			qp.Lock()
+			if qp.TimerExpired() {
+				d.rx.Timeout(qp)
+			}
+			n := 0
+			if !qp.Destroyed() {
+				n = d.req.Run(qp, tx, runBudget)
+			}
+			qp.Unlock()
+			if n == runBudget {
+				d.kick(qp) // more to send: back of the line
+			}
+		}
+		tx.flush()
+		d.sendMu.Unlock()
+	}
+}
+
+// ring is the doorbell of a post: if the send pipeline is idle, the
+// poster's goroutine runs qp's requester itself, sparing the hand-off to
+// the pipeline's goroutine (a wake-up, several microseconds) on the path
+// of every message; otherwise qp joins the run list.
+func (d *Device) ring(qp *qpmgr.QP) {
+	if !d.sendMu.TryLock() {
+		d.kick(qp)
+		return
+	}
+	qp.Lock()
+	n := 0
+	if !qp.Destroyed() {
+		n = d.req.Run(qp, d.sendTX, runBudget)
+	}
+	qp.Unlock()
+	d.sendTX.flush()
+	d.sendMu.Unlock()
+	if n == runBudget {
+		d.kick(qp)
+	}
+}
+
+// Fence orders the caller's memory accesses with the device's: whatever
+// the pipelines wrote into registered memory before the call is visible
+// after it, and whatever the caller wrote before it is what they read
+// after. A real NIC's DMA is ordered by the PCIe fabric and the CPU's
+// barriers; here both sides are goroutines, and Go's memory model (and
+// its race detector) needs a synchronizing operation between them. A CQE
+// polled from a CQ of this device is one already; Fence is for memory a
+// peer wrote or will read, whose only signal arrived over the network.
+func (d *Device) Fence() {
+	d.sendMu.Lock()
+	d.sendMu.Unlock()
+	d.recvMu.Lock()
+	d.recvMu.Unlock()
+}
+
+// recvPipeline takes packets off the port in batches and runs the RX
+// packet handler on each.
+func (d *Device) recvPipeline() {
+	defer d.wg.Done()
+	tx := d.newTX()
+	bufs := make([]*ibudp.Buf, d.batch)
+	d.pool.GetBatch(bufs)
+	for {
+		n, err := d.port.Recv(bufs)
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			select {
+			case <-d.done:
+				return
+			default:
+				continue
+			}
+		}
+		d.recvMu.Lock()
+		for _, b := range bufs[:n] {
+			d.rx.Receive(b, tx)
+		}
+		d.rx.Flush(tx)
+		tx.flush()
+		d.recvMu.Unlock()
+	}
+}
+
+// txBatch collects one pipeline's packets for the port.
+type txBatch struct {
+	d    *Device
+	bufs []*ibudp.Buf
+}
+
+func (d *Device) newTX() *txBatch { return &txBatch{d: d, bufs: make([]*ibudp.Buf, 0, d.batch)} }
+
+func (t *txBatch) Alloc() *ibudp.Buf { return t.d.pool.Get() }
+
+func (t *txBatch) Send(b *ibudp.Buf) {
+	t.bufs = append(t.bufs, b)
+	if len(t.bufs) == cap(t.bufs) {
+		t.flush()
+	}
+}
+
+func (t *txBatch) flush() {
+	if len(t.bufs) == 0 {
+		return
+	}
+	// A port that fails is closed: its packets are lost as on a dead link.
+	_ = t.d.port.Send(t.bufs)
+	t.d.pool.PutBatch(t.bufs)
+	t.bufs = t.bufs[:0]
+}
+
+// tracePost tells the trace of send WQEs posted and the doorbell that
+// follows them.
+func (d *Device) tracePost(qp *QP, wqes []qpmgr.SendWQE) {
+	for i := range wqes {
+		w := &wqes[i]
+		d.probe.Emit(trace.Event{Module: trace.ModVerbs, Step: trace.StepPost, QPN: qp.QPN, WRID: w.WR.WRID,
+			WROp: w.WR.Opcode, Len: uint32(w.Len)})
+	}
+	d.probe.Emit(trace.Event{Module: trace.ModDoorbell, Step: trace.StepDoorbell, QPN: qp.QPN, Arg: uint32(len(wqes))})
+}
+
+// tracePostRecv tells the trace of receive WRs posted.
+func (d *Device) tracePostRecv(qp *QP, wrs []RecvWR) {
+	for i := range wrs {
+		n := 0
+		for _, s := range wrs[i].SGL {
+			n += int(s.Length)
+		}
+		d.probe.Emit(trace.Event{Module: trace.ModVerbs, Step: trace.StepPostRecv, QPN: qp.QPN, WRID: wrs[i].WRID,
+			Len: uint32(n), Flags: trace.FlagRecv})
+	}
+}

@@ -1,0 +1,146 @@
+package dma
+
+import (
+	"fmt"
+	"math"
+)
+
+// SGE is a scatter/gather element, as libibverbs' struct ibv_sge: Length
+// bytes at Addr in the MR named by LKey.
+//
+// An SGE with Length 0 names no memory and is not checked (its LKey may be
+// anything), the same rule IBTA applies to a zero-length RDMA operation.
+type SGE struct {
+	Addr   uint64
+	Length uint32
+	LKey   uint32
+}
+
+// checkSGE checks one SGE for local access; it returns the region and the
+// offset of Addr in it. Caller holds t.mu.
+func (t *Table) checkSGE(pd PD, sge *SGE, write bool) (*region, uint64, error) {
+	r := t.lookup(sge.LKey)
+	if r == nil {
+		return nil, 0, fmt.Errorf("lkey %#x: %w", sge.LKey, ErrBadKey)
+	}
+	if r.pd != pd {
+		return nil, 0, fmt.Errorf("lkey %#x: pd %d, mr pd %d: %w", sge.LKey, pd, r.pd, ErrPD)
+	}
+	if write && r.access&AccessLocalWrite == 0 {
+		return nil, 0, fmt.Errorf("lkey %#x: write needs LOCAL_WRITE, mr has %v: %w", sge.LKey, r.access, ErrAccess)
+	}
+	off, ok := r.offset(sge.Addr, uint64(sge.Length))
+	if !ok {
+		return nil, 0, fmt.Errorf("lkey %#x: addr %#x len %d outside mr [%#x, +%d): %w",
+			sge.LKey, sge.Addr, sge.Length, r.va, len(r.buf), ErrBounds)
+	}
+	return r, off, nil
+}
+
+// CheckSGL validates every SGE of a work request against pd (key exists, same
+// PD, inside its MR, and LOCAL_WRITE if write: a receive WQE or a READ's
+// destination) and returns the total length of the message the SGL describes.
+// The transport engines call it when a WQE is posted or fetched, so bad work
+// requests fail before any packet is built.
+func (t *Table) CheckSGL(pd PD, sgl []SGE, write bool) (total int, err error) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	var sum uint64
+	for i := range sgl {
+		if sgl[i].Length == 0 {
+			continue
+		}
+		if _, _, err := t.checkSGE(pd, &sgl[i], write); err != nil {
+			return 0, fmt.Errorf("dma: sge %d: %w", i, err)
+		}
+		sum += uint64(sgl[i].Length)
+	}
+	// Only reachable on 32-bit platforms or with billions of SGEs.
+	if sum > math.MaxInt {
+		return 0, fmt.Errorf("dma: sgl total %d overflows int: %w", sum, ErrBounds)
+	}
+	return int(sum), nil
+}
+
+// Gather copies len(dst) bytes starting at byte offset off of the message
+// described by sgl into dst: the requester reading the payload of a packet.
+// A local read needs no access flag; key, PD and bounds are checked for every
+// SGE the range touches. It is an error if off+len(dst) goes past the end of
+// the message.
+func (t *Table) Gather(pd PD, sgl []SGE, off int, dst []byte) error {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.transfer(pd, sgl, off, dst, false)
+}
+
+// Scatter copies src into the message described by sgl starting at message
+// offset off: the responder placing a SEND into a receive WQE's buffers, or
+// the completer placing a READ response. Every MR touched needs LOCAL_WRITE.
+// The whole range is checked before the first byte is written, so a failed
+// Scatter writes nothing.
+func (t *Table) Scatter(pd PD, sgl []SGE, off int, src []byte) error {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.transfer(pd, sgl, off, src, true)
+}
+
+// transfer runs the SGL walk twice under one read lock: the first pass checks
+// every SGE the range [off, off+len(p)) touches and that the range fits in the
+// message, the second copies. Holding the lock across both means no MR can be
+// deregistered in between, so the second pass cannot fail; this is what makes
+// a failed Scatter write nothing. Two walks over a short SGL cost less than
+// collecting the checked slices, which would need a buffer of unbounded size.
+func (t *Table) transfer(pd PD, sgl []SGE, off int, p []byte, write bool) error {
+	if off < 0 {
+		return fmt.Errorf("dma: negative message offset %d: %w", off, ErrBounds)
+	}
+	if err := t.walk(pd, sgl, uint64(off), p, write, false); err != nil {
+		return err
+	}
+	return t.walk(pd, sgl, uint64(off), p, write, true)
+}
+
+// walk visits the part of each SGE that the message range [off, off+len(p))
+// covers; with copyNow false it only checks, with copyNow true it also moves
+// the bytes (from the region into p for a gather, from p into the region for a
+// scatter).
+func (t *Table) walk(pd PD, sgl []SGE, off uint64, p []byte, write, copyNow bool) error {
+	// pos is the message offset of the start of sgl[i]; all in uint64, where
+	// 2^32 SGEs of 2^32 bytes cannot overflow.
+	var pos uint64
+	end := off + uint64(len(p)) // off and len(p) are both < 2^63
+	for i := range sgl {
+		sge := &sgl[i]
+		if pos >= end {
+			break
+		}
+		n := uint64(sge.Length)
+		if n == 0 {
+			continue
+		}
+		if pos+n <= off { // entirely before the range
+			pos += n
+			continue
+		}
+		r, roff, err := t.checkSGE(pd, sge, write)
+		if err != nil {
+			return fmt.Errorf("dma: sge %d: %w", i, err)
+		}
+		// The overlap of [pos, pos+n) with [off, end).
+		lo := max(pos, off)
+		hi := min(pos+n, end)
+		if copyNow {
+			mem := r.buf[roff+(lo-pos) : roff+(hi-pos)]
+			if write {
+				copy(mem, p[lo-off:hi-off])
+			} else {
+				copy(p[lo-off:hi-off], mem)
+			}
+		}
+		pos += n
+	}
+	if pos < end {
+		return fmt.Errorf("dma: message range [%d, %d) past sgl end %d: %w", off, end, pos, ErrBounds)
+	}
+	return nil
+}

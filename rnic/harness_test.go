@@ -1,0 +1,296 @@
+package rnic_test
+
+import (
+	"bytes"
+	"fmt"
+	"net/netip"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rnicd/rnicd/rnic"
+	"github.com/rnicd/rnicd/rnic/dma"
+	"github.com/rnicd/rnicd/rnic/qpmgr"
+	"github.com/rnicd/rnicd/rnic/trace"
+	"github.com/rnicd/rnicd/wire/ibudp"
+)
+
+// Every test gets its own pair of loopback addresses, 127.1.k.1 and
+// 127.1.k.2, so that no two tests (nor the port tests, which use
+// 127.0.0.x) share a UDP 4791 socket.
+var pairSeq atomic.Uint32
+
+func nextPair() (netip.Addr, netip.Addr) {
+	k := pairSeq.Add(1)
+	return netip.AddrFrom4([4]byte{127, 1, byte(k), 1}), netip.AddrFrom4([4]byte{127, 1, byte(k), 2})
+}
+
+// node is one device with a PD, a CQ and a registered buffer.
+type node struct {
+	t      testing.TB
+	peer   *node
+	dev    *rnic.Device
+	faulty *ibudp.Faulty
+	pd     rnic.PD
+	cq     *rnic.CQ
+	mem    []byte
+	mr     *rnic.MR
+}
+
+const memVA = 0x7f0000000000 // the address the nodes' buffers answer to
+
+func newNode(t testing.TB, addr netip.Addr, mtu, memLen int, faulty bool, seed int64) *node {
+	t.Helper()
+	return openNode(t, addr, pairOpts{mtu: mtu, memLen: memLen, faulty: faulty}, seed, "")
+}
+
+// openNode is newNode with the device options of o (tracer, GSO, window)
+// and a name.
+func openNode(t testing.TB, addr netip.Addr, o pairOpts, seed int64, name string) *node {
+	t.Helper()
+	mtu, memLen, faulty := o.mtu, o.memLen, o.faulty
+	port, err := ibudp.Open(ibudp.Config{Addr: addr, MTU: mtu, NoGSO: o.noGSO})
+	if err != nil {
+		t.Fatalf("open port %v: %v", addr, err)
+	}
+	n := &node{t: t}
+	var p ibudp.Port = port
+	if faulty {
+		n.faulty = ibudp.NewFaulty(port, seed)
+		p = n.faulty
+	}
+	n.dev, err = rnic.Open(rnic.Config{Port: p, Name: name, Trace: o.trace, Window: o.window})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.dev.Close() })
+	n.pd = n.dev.AllocPD()
+	n.cq, err = n.dev.CreateCQ(65536)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.mem = make([]byte, memLen)
+	n.mr, err = n.dev.RegMR(n.pd, n.mem, memVA,
+		dma.AccessLocalWrite|dma.AccessRemoteWrite|dma.AccessRemoteRead|dma.AccessRemoteAtomic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// pair is two connected nodes.
+type pair struct {
+	a, b   *node
+	qa, qb *rnic.QP
+}
+
+type pairOpts struct {
+	typ        qpmgr.Type
+	mtu        int
+	memLen     int
+	faulty     bool
+	timeout    uint8
+	retry      uint8
+	rnrRetry   uint8
+	minRNR     uint8
+	srq        bool
+	sendWR     int
+	maxInline  int
+	accessB    dma.Access // the responder QP's remote access; 0 = all
+	noConnectB bool
+	noGSO      bool          // ports send one packet per message (ibudp.Config.NoGSO)
+	window     int           // rnic.Config.Window
+	trace      *trace.Tracer // shared by both devices, named rnic0 and rnic1
+}
+
+func newPair(t testing.TB, o pairOpts) *pair {
+	t.Helper()
+	if o.typ == 0 {
+		o.typ = qpmgr.TypeRC
+	}
+	if o.mtu == 0 {
+		o.mtu = 1024
+	}
+	if o.memLen == 0 {
+		o.memLen = 1 << 20
+	}
+	if o.timeout == 0 {
+		o.timeout = 12 // 16.8 ms
+	}
+	if o.sendWR == 0 {
+		o.sendWR = 1024
+	}
+	aa, ab := nextPair()
+	p := &pair{a: openNode(t, aa, o, 1, "rnic0"), b: openNode(t, ab, o, 2, "rnic1")}
+	p.a.peer, p.b.peer = p.b, p.a
+	p.qa = p.a.createQP(o)
+	p.qb = p.b.createQP(o)
+	p.a.connect(p.qa, p.b, p.qb, o, 0)
+	if !o.noConnectB {
+		accB := o.accessB
+		if accB == 0 {
+			accB = dma.AccessRemoteWrite | dma.AccessRemoteRead | dma.AccessRemoteAtomic
+		}
+		p.b.connect(p.qb, p.a, p.qa, o, accB)
+	}
+	return p
+}
+
+func (n *node) createQP(o pairOpts) *rnic.QP {
+	n.t.Helper()
+	var srq *rnic.SRQ
+	if o.srq {
+		var err error
+		if srq, err = n.dev.CreateSRQ(n.pd, 4096, 4); err != nil {
+			n.t.Fatal(err)
+		}
+	}
+	qp, err := n.dev.CreateQP(rnic.QPInitAttr{PD: n.pd, Type: o.typ, SendCQ: n.cq, RecvCQ: n.cq, SRQ: srq,
+		Caps: qpmgr.Caps{MaxSendWR: o.sendWR, MaxRecvWR: 4096, MaxSendSGE: 4, MaxRecvSGE: 4, MaxInlineData: o.maxInline}})
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	return qp
+}
+
+const qkey = 0x11111111
+
+// connect brings qp through INIT and RTR to RTS towards peer's QP, with
+// the masks ibv_rc_pingpong uses.
+func (n *node) connect(qp *rnic.QP, peer *node, pqp *rnic.QP, o pairOpts, access dma.Access) {
+	n.t.Helper()
+	if access == 0 {
+		access = dma.AccessRemoteWrite | dma.AccessRemoteRead | dma.AccessRemoteAtomic
+	}
+	gid := ibudp.GIDFromAddr(peer.dev.QueryPort().Addr)
+	steps := []struct {
+		a    qpmgr.Attr
+		mask qpmgr.AttrMask
+	}{
+		{qpmgr.Attr{State: qpmgr.StateInit, PortNum: 1, AccessFlags: access, QKey: qkey},
+			qpmgr.AttrState | qpmgr.AttrPKeyIndex | qpmgr.AttrPort | qpmgr.AttrAccessFlags},
+		{qpmgr.Attr{State: qpmgr.StateRTR, PathMTU: qpmgr.MTUFromBytes(o.mtu), DestQPN: pqp.QPN, RQPSN: 0x100 + pqp.QPN,
+			MaxDestRdAtomic: 16, MinRNRTimer: o.minRNR, AH: qpmgr.AH{DGID: gid, HopLimit: 64}},
+			qpmgr.AttrState | qpmgr.AttrAV | qpmgr.AttrPathMTU | qpmgr.AttrDestQPN | qpmgr.AttrRQPSN | qpmgr.AttrMaxDestRdAtomic | qpmgr.AttrMinRNRTimer},
+		{qpmgr.Attr{State: qpmgr.StateRTS, SQPSN: 0x100 + qp.QPN, Timeout: o.timeout, RetryCnt: o.retry, RNRRetry: o.rnrRetry, MaxRdAtomic: 16},
+			qpmgr.AttrState | qpmgr.AttrTimeout | qpmgr.AttrRetryCnt | qpmgr.AttrRNRRetry | qpmgr.AttrSQPSN | qpmgr.AttrMaxQPRdAtomic},
+	}
+	switch o.typ {
+	case qpmgr.TypeUC:
+		steps[1].mask &^= qpmgr.AttrMaxDestRdAtomic | qpmgr.AttrMinRNRTimer
+		steps[2].mask = qpmgr.AttrState | qpmgr.AttrSQPSN
+		steps[0].a.AccessFlags &^= dma.AccessRemoteRead | dma.AccessRemoteAtomic
+	case qpmgr.TypeUD:
+		steps[0].mask = qpmgr.AttrState | qpmgr.AttrPKeyIndex | qpmgr.AttrPort | qpmgr.AttrQKey
+		steps[1].mask = qpmgr.AttrState
+		steps[2].mask = qpmgr.AttrState | qpmgr.AttrSQPSN
+	}
+	for _, s := range steps {
+		if err := n.dev.ModifyQP(qp, &s.a, s.mask); err != nil {
+			n.t.Fatalf("modify QP %#x to %v: %v", qp.QPN, s.a.State, err)
+		}
+	}
+}
+
+// poll waits for want completions on n's CQ.
+func (n *node) poll(want int, timeout time.Duration) []rnic.WC {
+	n.t.Helper()
+	out := make([]rnic.WC, 0, want)
+	buf := make([]rnic.WC, 256)
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for len(out) < want {
+		k := n.cq.Poll(buf[:min(len(buf), want-len(out))])
+		out = append(out, buf[:k]...)
+		if k > 0 {
+			continue
+		}
+		select {
+		case <-n.cq.Ready():
+		case <-deadline.C:
+			n.t.Fatalf("got %d of %d completions in %v; counters %v", len(out), want, timeout, n.dev.Counters())
+		}
+	}
+	n.fence()
+	return out
+}
+
+// fence makes what both devices wrote into memory visible to the test, and
+// what the test wrote visible to both (Device.Fence).
+func (n *node) fence() {
+	n.dev.Fence()
+	if n.peer != nil {
+		n.peer.dev.Fence()
+	}
+}
+
+// noMore checks that no further completion arrives for a while.
+func (n *node) noMore(d time.Duration) {
+	n.t.Helper()
+	time.Sleep(d)
+	var wc [1]rnic.WC
+	if n.cq.Poll(wc[:]) != 0 {
+		n.t.Fatalf("unexpected completion %v", &wc[0])
+	}
+}
+
+func fill(b []byte, seed int) {
+	x := uint32(seed)*2654435761 + 1
+	for i := range b {
+		x ^= x << 13
+		x ^= x >> 17
+		x ^= x << 5
+		b[i] = byte(x)
+	}
+}
+
+func sameBytes(t testing.TB, what string, got, want []byte) {
+	t.Helper()
+	if !bytes.Equal(got, want) {
+		i := 0
+		for i < len(got) && i < len(want) && got[i] == want[i] {
+			i++
+		}
+		t.Fatalf("%s: %d bytes differ from %d expected, first difference at byte %d", what, len(got), len(want), i)
+	}
+}
+
+// checkWC compares a completion field by field.
+func checkWC(t testing.TB, got rnic.WC, want rnic.WC) {
+	t.Helper()
+	if got != want {
+		t.Fatalf("completion\n got %v\nwant %v", &got, &want)
+	}
+}
+
+func sge(n *node, off, length int) rnic.SGE {
+	return rnic.SGE{Addr: memVA + uint64(off), Length: uint32(length), LKey: n.mr.LKey}
+}
+
+func mustPost(t testing.TB, n *node, qp *rnic.QP, wrs ...rnic.SendWR) {
+	t.Helper()
+	if err := n.dev.PostSend(qp, wrs); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func mustRecv(t testing.TB, n *node, qp *rnic.QP, wrs ...rnic.RecvWR) {
+	t.Helper()
+	var err error
+	if qp.SRQ != nil {
+		err = n.dev.PostSRQRecv(qp.SRQ, wrs)
+	} else {
+		err = n.dev.PostRecv(qp, wrs)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func counter(n *node, name string) uint64 {
+	v, ok := n.dev.Counters()[name]
+	if !ok {
+		panic(fmt.Sprintf("no counter %q", name))
+	}
+	return v
+}

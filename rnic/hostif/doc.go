@@ -1,0 +1,39 @@
+// Package hostif is the NIC's host interface: what the PCIe side of an RNIC
+// is to a driver. It owns the command interface (a control protocol over a
+// unix SOCK_SEQPACKET socket), the queues in host memory (rings in memfds
+// both the daemon and the application map), and the doorbells.
+//
+// Control protocol. Every message is one SOCK_SEQPACKET datagram: a 16-byte
+// little-endian header (kind uint16, flags uint16, request id uint32, body
+// length uint32, reserved uint32) and a per-kind body (messages.go).
+// Descriptors travel as SCM_RIGHTS: the memfd of RegMR, the eventfds of
+// CreateCompChannel and CreateCQ from the client; the ring memfd of
+// CreateCQ, CreateSRQ and CreateQP from the daemon. Every request gets one
+// reply with the same kind and id and FlagReply set, whose body starts
+// with an error code (0: success, then the kind's reply fields; else a
+// length-prefixed message). The doorbell is the exception: it has no reply
+// unless it is refused. The server decodes every message as hostile:
+// lengths, counts, handles and descriptors are checked before use, and a
+// bad message gets an error reply and changes nothing.
+//
+// Objects. Every handle belongs to the connection that created it; when
+// the connection closes (the application exits or is killed) everything it
+// created is destroyed: QPs moved to ERR and destroyed, MRs deregistered
+// and unmapped, CQs, SRQs, channels and descriptors closed.
+//
+// Rings. The daemon creates the memfd of an object's rings, sized from the
+// caps it granted, and hands it to the client: it then knows the memory is
+// as big as it thinks and cannot be shrunk under it, and the client learns
+// the final caps and the slot sizes in the same reply. Memory for MRs is
+// the client's: a memfd sealed with F_SEAL_SHRINK, which the daemon maps
+// (zero copies; the MR's iova is the client's address). The ring layout
+// and the slot formats are in ring.go. A doorbell names a QP (send or
+// receive queue) or an SRQ whose producer index moved; the daemon fetches
+// the new WQEs, validates every field and posts them to the engine. A WQE
+// that fails validation completes with LOC_QP_OP_ERR and the QP goes to
+// ERR, as a NIC does at WQE fetch. The consumer index of a work queue
+// advances as its WQEs complete, so a client never has more WQEs
+// outstanding than the queue holds. Completions go straight from the
+// engine's CQ into the completion ring (qpmgr.CQ's sink); an armed CQ
+// writes its channel's eventfd; a full ring sets the overrun flag.
+package hostif

@@ -1,0 +1,146 @@
+package hostif
+
+import (
+	"bytes"
+	"reflect"
+	"testing"
+
+	"github.com/rnicd/rnicd/rnic/qpmgr"
+)
+
+// seedRequests are well-formed requests of every kind.
+func seedRequests() [][]byte {
+	var a qpmgr.Attr
+	a.State, a.AH.DGID[15] = qpmgr.StateRTR, 1
+	return [][]byte{
+		Encode(KindQueryPort, 0, 1, &Empty{}),
+		Encode(KindAllocPD, 0, 2, &Empty{}),
+		Encode(KindDeallocPD, 0, 3, &Handle{H: 1}),
+		Encode(KindRegMR, 0, 4, &RegMRReq{PD: 1, Access: 7, Offset: 4096, Length: 100, IOVA: 0x7f00}),
+		Encode(KindCreateCQ, 0, 5, &CreateCQReq{CQE: 16, Channel: 2}),
+		Encode(KindCreateSRQ, 0, 6, &CreateSRQReq{PD: 1, MaxWR: 8, MaxSGE: 1}),
+		Encode(KindCreateQP, 0, 7, &CreateQPReq{PD: 1, SendCQ: 2, RecvCQ: 2, Type: qpmgr.TypeRC,
+			Caps: qpmgr.Caps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}}),
+		Encode(KindModifyQP, 0, 8, &ModifyQPReq{H: 3, Mask: qpmgr.AttrState, Attr: a}),
+		Encode(KindListQPs, 0, 9, &ListQPsReq{From: 17}),
+		Encode(KindDoorbell, 0, 10, &DoorbellReq{H: 3, Queue: DoorbellRecv}),
+	}
+}
+
+// FuzzDecode drives the server's request decoder with any bytes: it
+// must return a request or an error, never panic, and a request it
+// accepts must encode back to the same bytes.
+func FuzzDecode(f *testing.F) {
+	for _, s := range seedRequests() {
+		f.Add(s, 0)
+	}
+	f.Add([]byte{1, 2, 3}, 1)
+	f.Fuzz(func(t *testing.T, msg []byte, nfds int) {
+		h, body, err := DecodeRequest(msg, nfds)
+		if err != nil {
+			return
+		}
+		if got := Encode(h.Kind, h.Flags, h.ID, body); !bytes.Equal(got, msg) {
+			t.Fatalf("decoded %T %+v re-encodes as %x, was %x", body, body, got, msg)
+		}
+	})
+}
+
+// FuzzDecodeReply drives the client's reply decoder for every body kind.
+func FuzzDecodeReply(f *testing.F) {
+	f.Add(encodeReply(KindListQPs, 1, &ListQPsReply{Rows: []QPRow{{QPN: 17, Comm: "x"}}, More: true, Next: 18})[HeaderLen:])
+	f.Add(encodeReply(KindCounters, 1, &CountersReply{Counters: map[string]uint64{"a": 1}})[HeaderLen:])
+	f.Add(encodeError(KindAllocPD, 1, CodeInvalid, "no")[HeaderLen:])
+	f.Fuzz(func(t *testing.T, body []byte) {
+		for _, b := range []Body{&PortReply{}, &RegMRReply{}, &RingReply{}, &QPAttrReply{}, &ListQPsReply{}, &CountersReply{}, &Handle{}} {
+			DecodeReply(KindQueryPort, body, b)
+		}
+	})
+}
+
+func sendSlot(wr *qpmgr.SendWR, maxSGE, maxInline int) []byte {
+	slot := make([]byte, SendSlotBytes(maxSGE, maxInline))
+	if err := EncodeSendWQE(slot, wr); err != nil {
+		panic(err)
+	}
+	return slot
+}
+
+// FuzzDecodeSendWQE: any slot content decodes to a WR within the caps or
+// to an error; never a panic, never more SGEs or inline bytes than the
+// caps allow.
+func FuzzDecodeSendWQE(f *testing.F) {
+	f.Add(sendSlot(&qpmgr.SendWR{WRID: 1, Opcode: qpmgr.WRRDMAWrite, SGL: []qpmgr.SGE{{Addr: 1, Length: 2, LKey: 3}}}, 2, 16), 2, 16)
+	f.Add(sendSlot(&qpmgr.SendWR{WRID: 2, Opcode: qpmgr.WRSend, Flags: qpmgr.SendInline, InlineData: []byte("abc")}, 1, 16), 1, 16)
+	f.Add(sendSlot(&qpmgr.SendWR{WRID: 3, Opcode: qpmgr.WRSend, AH: &qpmgr.AH{HopLimit: 64}, RemoteQPN: 5}, 1, 0), 1, 0)
+	f.Fuzz(func(t *testing.T, slot []byte, maxSGE, maxInline int) {
+		wr, err := DecodeSendWQE(slot, maxSGE, maxInline)
+		if err != nil {
+			return
+		}
+		if len(wr.SGL) > max(maxSGE, 0) || len(wr.InlineData) > max(maxInline, 0) {
+			t.Fatalf("decoded %d SGEs, %d inline bytes past caps %d/%d", len(wr.SGL), len(wr.InlineData), maxSGE, maxInline)
+		}
+	})
+}
+
+// FuzzDecodeRecvWQE: the same for receive slots.
+func FuzzDecodeRecvWQE(f *testing.F) {
+	slot := make([]byte, RecvSlotBytes(2))
+	EncodeRecvWQE(slot, &qpmgr.RecvWR{WRID: 9, SGL: []qpmgr.SGE{{Addr: 1, Length: 2, LKey: 3}}})
+	f.Add(slot, 2)
+	f.Fuzz(func(t *testing.T, slot []byte, maxSGE int) {
+		wr, err := DecodeRecvWQE(slot, maxSGE)
+		if err == nil && len(wr.SGL) > max(maxSGE, 0) {
+			t.Fatalf("decoded %d SGEs past %d", len(wr.SGL), maxSGE)
+		}
+	})
+}
+
+// Send and receive WQEs survive the slot format field by field.
+func TestWQESlotRoundTrip(t *testing.T) {
+	wrs := []qpmgr.SendWR{
+		{WRID: 1 << 60, Opcode: qpmgr.WRAtomicCmpAndSwp, Flags: qpmgr.SendSignaled | qpmgr.SendFence,
+			SGL: []qpmgr.SGE{{Addr: 0x7f0000001000, Length: 8, LKey: 0x1234}}, RemoteAddr: 0xdead0000, RKey: 0x99,
+			CompareAdd: 5, Swap: 9},
+		{WRID: 2, Opcode: qpmgr.WRSendWithImm, Flags: qpmgr.SendInline | qpmgr.SendSolicited, Imm: 0xabcdef01,
+			InlineData: bytes.Repeat([]byte{7}, 64), AH: &qpmgr.AH{DGID: [16]byte{15: 2}, FlowLabel: 0xfffff,
+				HopLimit: 3, TrafficClass: 4, SGIDIndex: 1}, RemoteQPN: 0x11, RemoteQKey: 0x22},
+		{WRID: 3, Opcode: qpmgr.WRSendWithInv, InvRKey: 0x55, SGL: []qpmgr.SGE{{Addr: 1, Length: 2, LKey: 3}, {Addr: 4, Length: 5, LKey: 6}}},
+	}
+	for _, wr := range wrs {
+		got, err := DecodeSendWQE(sendSlot(&wr, 2, 64), 2, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if wr.SGL == nil && len(got.SGL) == 0 {
+			got.SGL = nil
+		}
+		if !reflect.DeepEqual(got, wr) {
+			t.Fatalf("round trip\n got %+v\nwant %+v", got, wr)
+		}
+	}
+	slot := make([]byte, RecvSlotBytes(2))
+	rwr := qpmgr.RecvWR{WRID: 77, SGL: []qpmgr.SGE{{Addr: 10, Length: 20, LKey: 30}, {Addr: 40, Length: 50, LKey: 60}}}
+	if err := EncodeRecvWQE(slot, &rwr); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := DecodeRecvWQE(slot, 2); err != nil || !reflect.DeepEqual(got, rwr) {
+		t.Fatalf("receive round trip: %+v, %v", got, err)
+	}
+	// Past the caps: refused.
+	if _, err := DecodeSendWQE(sendSlot(&wrs[2], 2, 64), 1, 64); err == nil {
+		t.Fatal("2 SGEs accepted on a 1-SGE QP")
+	}
+	if _, err := DecodeSendWQE(sendSlot(&wrs[1], 2, 64), 2, 63); err == nil {
+		t.Fatal("64 inline bytes accepted with max_inline 63")
+	}
+	if _, err := DecodeRecvWQE(slot, 1); err == nil {
+		t.Fatal("2 receive SGEs accepted on a 1-SGE queue")
+	}
+	bad := sendSlot(&wrs[0], 2, 64)
+	bad[8] = 7 // no such opcode
+	if _, err := DecodeSendWQE(bad, 2, 64); err == nil {
+		t.Fatal("opcode 7 accepted")
+	}
+}

@@ -1,0 +1,581 @@
+package hostif
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/rnicd/rnicd/rnic"
+	"github.com/rnicd/rnicd/rnic/qpmgr"
+)
+
+// cqObj is a CQ whose completions the engine writes into a ring in the
+// client's memory (the CQ's sink).
+type cqObj struct {
+	s      *Server
+	cq     *rnic.CQ
+	ch     *chanObj // nil: no channel
+	refs   int
+	mem    []byte
+	ring   *Ring
+	waitFD int // the client's eventfd for Wait
+
+	mu   sync.Mutex // dead, prod; taken inside the CQ's own lock
+	dead bool
+	prod uint32
+}
+
+func (c *conn) createCQ(b Body, fds []int) (Body, []int, error) {
+	r := b.(*CreateCQReq)
+	if r.CQE < 1 || r.CQE > rnic.MaxCQE {
+		return nil, nil, errf(CodeInvalid, "create_cq: %d entries outside 1..%d", r.CQE, rnic.MaxCQE)
+	}
+	var ch *chanObj
+	if r.Channel != 0 {
+		var err error
+		if ch, err = lookup[*chanObj](c, r.Channel, "completion channel"); err != nil {
+			return nil, nil, err
+		}
+	}
+	if err := checkEventfd(fds[0]); err != nil {
+		return nil, nil, err
+	}
+	q, err := c.s.dev.CreateCQ(int(r.CQE))
+	if err != nil {
+		return nil, nil, errf(CodeInvalid, "create_cq: %v", err)
+	}
+	fd, mem, err := ringMem(RingBytes(r.CQE, CQESlotBytes))
+	if err != nil {
+		return nil, nil, err
+	}
+	ring, _ := NewRing(mem, r.CQE, CQESlotBytes)
+	ring.writeGeometry()
+	o := &cqObj{s: c.s, cq: q, ch: ch, mem: mem, ring: ring, waitFD: fds[0]}
+	fds[0] = -1
+	q.SetSink(o.sink)
+	if ch != nil {
+		ch.refs++
+	}
+	h := c.add(o)
+	return &RingReply{H: h, Caps: qpmgr.Caps{MaxSendWR: int(r.CQE)},
+		Send: RingDesc{Size: uint32(len(mem)), Slots: r.CQE, SlotBytes: CQESlotBytes}}, []int{fd}, nil
+}
+
+// sink writes one completion into the ring; the CQ's lock is held, and
+// for a send completion the QP's too.
+func (o *cqObj) sink(wc *qpmgr.WC, solicited bool) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.dead {
+		return nil
+	}
+	// The client's consumer index is hostile: any value only makes the
+	// ring look fuller or emptier to the client itself.
+	// The WQE is retired either way: its ring slot is free again.
+	if q, ok := o.s.qps.Load(wc.QPNum); ok {
+		q.(*qpObj).completed(wc)
+	}
+	if o.prod-o.ring.Consumer() >= o.ring.Slots {
+		o.ring.setFlag(FlagOverrun)
+		o.s.cqOverruns.Add(1)
+		return qpmgr.ErrCQOverrun
+	}
+	PutCQE(o.ring.slot(o.prod), wc)
+	o.prod++
+	o.ring.SetProducer(o.prod)
+	if a := o.ring.Armed(); a == ArmAny || (a == ArmSolicited && (solicited || wc.Status != qpmgr.WCSuccess)) {
+		if o.ring.disarm(a) {
+			o.ring.addEvent()
+			if o.ch != nil {
+				signalFD(o.ch.fd)
+			}
+		}
+	}
+	if o.ring.takeWaiter() {
+		signalFD(o.waitFD)
+	}
+	return nil
+}
+
+func (o *cqObj) destroy() {
+	o.mu.Lock()
+	o.dead = true
+	o.mu.Unlock()
+	unix.Munmap(o.mem)
+	unix.Close(o.waitFD)
+	if o.ch != nil {
+		o.ch.refs--
+	}
+}
+
+// srqObj is a shared receive queue fed from a ring.
+type srqObj struct {
+	pd     *pdObj
+	srq    *rnic.SRQ
+	maxSGE int
+	refs   int
+	mem    []byte
+	feed   *recvFeed
+}
+
+func (c *conn) createSRQ(b Body, _ []int) (Body, []int, error) {
+	r := b.(*CreateSRQReq)
+	pd, err := lookup[*pdObj](c, r.PD, "PD")
+	if err != nil {
+		return nil, nil, err
+	}
+	if r.MaxWR < 1 || r.MaxWR > qpmgr.MaxQPWR || r.MaxSGE < 1 || r.MaxSGE > qpmgr.MaxSGE || r.Limit > r.MaxWR {
+		return nil, nil, errf(CodeInvalid, "create_srq: %d WRs x %d SGEs, limit %d", r.MaxWR, r.MaxSGE, r.Limit)
+	}
+	s, err := c.s.dev.CreateSRQ(pd.pd, int(r.MaxWR), int(r.MaxSGE))
+	if err != nil {
+		return nil, nil, errf(CodeInvalid, "create_srq: %v", err)
+	}
+	if r.Limit > 0 {
+		s.SetLimit(int(r.Limit))
+	}
+	slot := RecvSlotBytes(int(r.MaxSGE))
+	fd, mem, err := ringMem(RingBytes(r.MaxWR, slot))
+	if err != nil {
+		return nil, nil, err
+	}
+	ring, _ := NewRing(mem, r.MaxWR, slot)
+	ring.writeGeometry()
+	feed := newRecvFeed(ring, int(r.MaxSGE))
+	s.SetFetch(feed.pull)
+	pd.refs++
+	h := c.add(&srqObj{pd: pd, srq: s, maxSGE: int(r.MaxSGE), mem: mem, feed: feed})
+	return &RingReply{H: h, Caps: qpmgr.Caps{MaxRecvWR: int(r.MaxWR), MaxRecvSGE: int(r.MaxSGE)},
+		Recv: RingDesc{Size: uint32(len(mem)), Slots: r.MaxWR, SlotBytes: slot}}, []int{fd}, nil
+}
+
+func (o *srqObj) destroy() {
+	unix.Munmap(o.mem)
+	o.pd.refs--
+}
+
+// qpObj is a client's QP with its two rings.
+type qpObj struct {
+	owner     *conn
+	qp        *rnic.QP
+	pd        *pdObj
+	scq, rcq  *cqObj
+	srq       *srqObj
+	mem       []byte
+	sq        *Ring
+	rqFeed    *recvFeed // nil with an SRQ
+	sqFetched uint32
+	broken    bool   // a garbage producer index: doorbells are refused
+	injecting bool   // under the QP lock: the host interface pushes its own CQE
+	sqSkipped uint32 // under the QP lock: send WQEs completed without the engine
+}
+
+// completed advances the ring consumer of the queue a completion retired
+// a WQE of. For a send completion the QP lock is held and the engine's
+// SQ.Head is the WQE's position (it moves past it after the push), so the
+// consumer becomes Head+1 (plus the WQEs the host interface completed
+// itself): unsignaled WQEs before it are retired with it, as rxe's
+// completer retires them.
+func (q *qpObj) completed(wc *qpmgr.WC) {
+	if wc.Opcode&qpmgr.WCRecv == 0 {
+		if !q.injecting {
+			q.sq.SetConsumer(uint32(q.qp.SQ.Head) + 1 + q.sqSkipped)
+		}
+		return
+	}
+	f := q.rqFeed
+	if q.srq != nil {
+		f = q.srq.feed
+	}
+	if !q.injecting {
+		f.ring.SetConsumer(f.done.Add(1))
+	}
+}
+
+func (c *conn) createQP(b Body, _ []int) (Body, []int, error) {
+	r := b.(*CreateQPReq)
+	pd, err := lookup[*pdObj](c, r.PD, "PD")
+	if err != nil {
+		return nil, nil, err
+	}
+	scq, err := lookup[*cqObj](c, r.SendCQ, "CQ")
+	if err != nil {
+		return nil, nil, err
+	}
+	rcq, err := lookup[*cqObj](c, r.RecvCQ, "CQ")
+	if err != nil {
+		return nil, nil, err
+	}
+	var srq *srqObj
+	if r.SRQ != 0 {
+		if srq, err = lookup[*srqObj](c, r.SRQ, "SRQ"); err != nil {
+			return nil, nil, err
+		}
+		if srq.pd != pd {
+			return nil, nil, errf(CodeInvalid, "create_qp: SRQ %d is of another PD", r.SRQ)
+		}
+	}
+	ia := rnic.QPInitAttr{PD: pd.pd, Type: r.Type, SendCQ: scq.cq, RecvCQ: rcq.cq, Caps: r.Caps, SigAll: r.SigAll}
+	if srq != nil {
+		ia.SRQ = srq.srq
+		ia.Caps.MaxRecvWR, ia.Caps.MaxRecvSGE = 0, 0
+	}
+	qp, err := c.s.dev.CreateQP(ia)
+	if err != nil {
+		return nil, nil, errf(CodeInvalid, "create_qp: %v", err)
+	}
+	caps := qp.Caps
+	sqSlot := SendSlotBytes(caps.MaxSendSGE, caps.MaxInlineData)
+	sqBytes := RingBytes(uint32(caps.MaxSendWR), sqSlot)
+	total := sqBytes
+	var rqSlot uint32
+	if srq == nil {
+		rqSlot = RecvSlotBytes(caps.MaxRecvSGE)
+		total += RingBytes(uint32(caps.MaxRecvWR), rqSlot)
+	}
+	fd, mem, err := ringMem(total)
+	if err != nil {
+		c.s.dev.DestroyQP(qp)
+		return nil, nil, err
+	}
+	q := &qpObj{owner: c, qp: qp, pd: pd, scq: scq, rcq: rcq, srq: srq, mem: mem}
+	q.sq, _ = NewRing(mem[:sqBytes], uint32(caps.MaxSendWR), sqSlot)
+	q.sq.writeGeometry()
+	reply := &RingReply{QPN: qp.QPN, Caps: caps,
+		Send: RingDesc{Offset: 0, Size: uint32(sqBytes), Slots: uint32(caps.MaxSendWR), SlotBytes: sqSlot}}
+	if srq == nil {
+		rq, _ := NewRing(mem[sqBytes:], uint32(caps.MaxRecvWR), rqSlot)
+		rq.writeGeometry()
+		q.rqFeed = newRecvFeed(rq, caps.MaxRecvSGE)
+		qp.RQ.SetFetch(q.rqFeed.pull)
+		reply.Recv = RingDesc{Offset: uint32(sqBytes), Size: uint32(total - sqBytes), Slots: uint32(caps.MaxRecvWR), SlotBytes: rqSlot}
+	}
+	pd.refs++
+	scq.refs++
+	rcq.refs++
+	if srq != nil {
+		srq.refs++
+	}
+	c.s.qps.Store(qp.QPN, q)
+	reply.H = c.add(q)
+	return reply, []int{fd}, nil
+}
+
+func (c *conn) modifyQP(b Body, _ []int) (Body, []int, error) {
+	r := b.(*ModifyQPReq)
+	q, err := lookup[*qpObj](c, r.H, "QP")
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := c.s.dev.ModifyQP(q.qp, &r.Attr, r.Mask); err != nil {
+		return nil, nil, errf(CodeInvalid, "modify_qp: %v", err)
+	}
+	if r.Mask&qpmgr.AttrState != 0 && r.Attr.State == qpmgr.StateReset {
+		// RESET empties the queues without completions: the rings
+		// start again from 0, on both sides.
+		q.qp.Lock()
+		q.sqFetched, q.sqSkipped = 0, 0
+		q.broken = false
+		q.sq.reset()
+		q.qp.Unlock()
+		if q.rqFeed != nil {
+			q.qp.RQ.SetFetch(nil)
+			q.rqFeed.reset()
+			q.qp.RQ.SetFetch(q.rqFeed.pull)
+		}
+	}
+	return &Empty{}, nil, nil
+}
+
+func (c *conn) queryQP(b Body, _ []int) (Body, []int, error) {
+	q, err := lookup[*qpObj](c, b.(*Handle).H, "QP")
+	if err != nil {
+		return nil, nil, err
+	}
+	return &QPAttrReply{Attr: c.s.dev.QueryQP(q.qp)}, nil, nil
+}
+
+// destroyQP destroys a QP; a client that died has its QPs moved to ERR
+// first so that their WQEs are flushed (rxe does the same on close).
+func (c *conn) destroyQP(q *qpObj, flush bool) {
+	if flush {
+		q.qp.Lock()
+		q.qp.EnterError()
+		q.qp.Unlock()
+	}
+	c.s.dev.DestroyQP(q.qp)
+	c.s.qps.Delete(q.qp.QPN)
+	c.s.dev.Fence()
+	unix.Munmap(q.mem)
+	q.pd.refs--
+	q.scq.refs--
+	q.rcq.refs--
+	if q.srq != nil {
+		q.srq.refs--
+	}
+}
+
+// doorbell fetches the WQEs between the daemon's fetch index and the
+// ring's producer index, validates each and posts it to the engine. A
+// WQE that fails validation completes with LOC_QP_OP_ERR and moves the
+// QP to ERR, as a NIC does at WQE fetch; later ones are flushed.
+func (c *conn) doorbell(b Body, _ []int) (Body, []int, error) {
+	r := b.(*DoorbellReq)
+	c.mu.Lock()
+	o := c.objs[r.H]
+	c.mu.Unlock()
+	switch o := o.(type) {
+	case *qpObj:
+		if o.broken {
+			return nil, nil, errf(CodeInvalid, "doorbell: QP %#x had a garbage producer index; modify it to RESET", o.qp.QPN)
+		}
+		if r.Queue == DoorbellSend {
+			return nil, nil, c.fetchSend(o)
+		}
+		if o.rqFeed == nil {
+			return nil, nil, errf(CodeInvalid, "doorbell: QP %#x uses an SRQ", o.qp.QPN)
+		}
+		return nil, nil, c.fetchRecv(o)
+	case *srqObj:
+		if r.Queue != DoorbellRecv {
+			return nil, nil, errf(CodeInvalid, "doorbell: an SRQ has no send queue")
+		}
+		return nil, nil, c.fetchSRQ(o)
+	}
+	return nil, nil, errf(CodeNoHandle, "doorbell: no QP or SRQ with handle %d", r.H)
+}
+
+// newWQEs returns how many WQEs the producer index says were added, or an
+// error if it claims more than the ring has room for. done, the count of
+// retired WQEs, is read after the producer index: a completion may retire
+// a slot, and the client fill it, between the two reads, and the slot
+// counts as free only if done is at least the consumer index the client
+// saw.
+func newWQEs(ring *Ring, fetched uint32, done func() uint32) (uint32, error) {
+	prod := ring.Producer()
+	d := done()
+	return countWQEs(prod, fetched, d, ring.Slots)
+}
+
+func countWQEs(prod, fetched, done, slots uint32) (uint32, error) {
+	n := prod - fetched
+	if n > slots-(fetched-done) {
+		return 0, fmt.Errorf("producer index %d is %d WQEs past the fetch index %d, with %d of %d slots in use",
+			prod, n, fetched, fetched-done, slots)
+	}
+	return n, nil
+}
+
+func (c *conn) fetchSend(q *qpObj) error {
+	qp := q.qp
+	n, err := newWQEs(q.sq, q.sqFetched, func() uint32 {
+		qp.Lock()
+		defer qp.Unlock()
+		return uint32(qp.SQ.Head) + q.sqSkipped
+	})
+	if err != nil {
+		q.broken = true
+		c.failQP(q)
+		return errf(CodeInvalid, "doorbell: QP %#x send queue: %v", qp.QPN, err)
+	}
+	wrs := make([]qpmgr.SendWR, 0, n)
+	var bad []error // per WR: why it is malformed
+	for i := range n {
+		wr, err := DecodeSendWQE(q.sq.slot(q.sqFetched+i), qp.Caps.MaxSendSGE, qp.Caps.MaxInlineData)
+		wrs = append(wrs, wr)
+		bad = append(bad, err)
+	}
+	q.sqFetched += n
+	var first error
+	for len(wrs) > 0 {
+		k := 0 // the first malformed WR, or len(wrs)
+		for k < len(wrs) && bad[k] == nil {
+			k++
+		}
+		if k > 0 {
+			err := c.s.dev.PostSend(qp, wrs[:k])
+			var we *rnic.WRError
+			if errors.As(err, &we) {
+				k, bad[we.Index] = we.Index, we.Err
+			} else if err != nil {
+				bad[0], k = err, 0
+			}
+		}
+		if k == len(wrs) {
+			break
+		}
+		// wrs[k] is malformed: complete it in error, QP to ERR.
+		c.s.badWQEs.Add(1)
+		if first == nil {
+			first = fmt.Errorf("doorbell: QP %#x WQE wr_id %d: %w", qp.QPN, wrs[k].WRID, bad[k])
+		}
+		c.completeSendInError(q, &wrs[k])
+		wrs, bad = wrs[k+1:], bad[k+1:]
+	}
+	qp.Lock()
+	q.sq.SetConsumer(uint32(qp.SQ.Head) + q.sqSkipped)
+	qp.Unlock()
+	if first != nil {
+		return errf(CodeInvalid, "%v", first)
+	}
+	return nil
+}
+
+// completeSendInError completes a WQE the engine never saw: LOC_QP_OP_ERR
+// for the first, WR_FLUSH_ERR once the QP is in ERR.
+func (c *conn) completeSendInError(q *qpObj, wr *qpmgr.SendWR) {
+	qp := q.qp
+	qp.Lock()
+	defer qp.Unlock()
+	st := qpmgr.WCLocQPOpErr
+	if qp.State() == qpmgr.StateErr {
+		st = qpmgr.WCWRFlushErr
+	}
+	qp.EnterError()
+	q.injecting = true
+	q.sqSkipped++
+	qp.SendCQ.Push(qpmgr.WC{WRID: wr.WRID, Status: st, Opcode: wcOpcodeOf(wr.Opcode), QPNum: qp.QPN}, false)
+	q.injecting = false
+}
+
+func wcOpcodeOf(op qpmgr.WROpcode) qpmgr.WCOpcode {
+	switch op {
+	case qpmgr.WRRDMAWrite, qpmgr.WRRDMAWriteWithImm:
+		return qpmgr.WCRDMAWrite
+	case qpmgr.WRRDMARead:
+		return qpmgr.WCRDMARead
+	case qpmgr.WRAtomicCmpAndSwp:
+		return qpmgr.WCCompSwap
+	case qpmgr.WRAtomicFetchAdd:
+		return qpmgr.WCFetchAdd
+	}
+	return qpmgr.WCSend
+}
+
+// failQP moves a QP to ERR for a fault of its rings.
+func (c *conn) failQP(q *qpObj) {
+	c.s.badWQEs.Add(1)
+	q.qp.Lock()
+	q.qp.EnterError()
+	q.qp.Unlock()
+}
+
+// recvFeed is a receive ring seen from the NIC: the engine's receive
+// queue pulls WQEs from it when it runs empty and at each doorbell (see
+// qpmgr.RecvQueue.SetFetch), so a message that arrives before the
+// doorbell is handled still finds the receive the client posted. Every
+// call comes with the receive queue's lock held.
+type recvFeed struct {
+	ring    *Ring
+	maxSGE  int
+	fetched uint32
+	done    atomic.Uint32 // receive WQEs completed
+
+	mu     sync.Mutex // bad, broken: read by the doorbell's goroutine
+	bad    []badWQE
+	broken error // a garbage producer index
+}
+
+// badWQE is a receive WQE that failed validation at fetch.
+type badWQE struct {
+	wrid uint64
+	err  error
+}
+
+func newRecvFeed(ring *Ring, maxSGE int) *recvFeed { return &recvFeed{ring: ring, maxSGE: maxSGE} }
+
+// pull decodes up to room new WQEs. A malformed one is retired (its slot
+// counted done) and left for the doorbell to report.
+func (f *recvFeed) pull(room int) []qpmgr.RecvWR {
+	n, err := newWQEs(f.ring, f.fetched, f.done.Load)
+	if err != nil {
+		f.mu.Lock()
+		f.broken = err
+		f.mu.Unlock()
+		return nil
+	}
+	var out []qpmgr.RecvWR
+	for n > 0 && len(out) < room {
+		wr, err := DecodeRecvWQE(f.ring.slot(f.fetched), f.maxSGE)
+		f.fetched++
+		n--
+		if err != nil {
+			f.mu.Lock()
+			f.bad = append(f.bad, badWQE{wr.WRID, err})
+			f.mu.Unlock()
+			f.ring.SetConsumer(f.done.Add(1))
+			continue
+		}
+		out = append(out, wr)
+	}
+	return out
+}
+
+// reset starts the ring again from 0 (modify to RESET).
+func (f *recvFeed) reset() {
+	f.fetched = 0
+	f.done.Store(0)
+	f.ring.reset()
+	f.mu.Lock()
+	f.bad, f.broken = nil, nil
+	f.mu.Unlock()
+}
+
+// faults returns, and forgets, what pull refused since the last call.
+func (f *recvFeed) faults() ([]badWQE, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	bad, broken := f.bad, f.broken
+	f.bad = nil
+	return bad, broken
+}
+
+func (c *conn) fetchRecv(q *qpObj) error {
+	qp := q.qp
+	qp.RQ.Refill()
+	bad, broken := q.rqFeed.faults()
+	if broken != nil {
+		q.broken = true
+		c.failQP(q)
+		return errf(CodeInvalid, "doorbell: QP %#x receive queue: %v", qp.QPN, broken)
+	}
+	qp.Lock()
+	defer qp.Unlock()
+	for _, b := range bad {
+		c.s.badWQEs.Add(1)
+		st := qpmgr.WCLocQPOpErr
+		if qp.State() == qpmgr.StateErr {
+			st = qpmgr.WCWRFlushErr
+		}
+		qp.EnterError()
+		// The slot is already retired: the completion must not count
+		// it again.
+		q.injecting = true
+		qp.RecvCQ.Push(qpmgr.WC{WRID: b.wrid, Status: st, Opcode: qpmgr.WCRecv, QPNum: qp.QPN}, false)
+		q.injecting = false
+	}
+	qp.Flush() // in ERR, what was just fetched completes flushed
+	if len(bad) > 0 {
+		return errf(CodeInvalid, "doorbell: QP %#x receive WQE wr_id %d: %v", qp.QPN, bad[0].wrid, bad[0].err)
+	}
+	return nil
+}
+
+// fetchSRQ pulls an SRQ's new receive WQEs. A malformed one has no QP to
+// fail: it is dropped, counted, and its slot retired.
+func (c *conn) fetchSRQ(s *srqObj) error {
+	s.srq.Refill()
+	bad, broken := s.feed.faults()
+	if broken != nil {
+		c.s.badWQEs.Add(1)
+		return errf(CodeInvalid, "doorbell: SRQ: %v", broken)
+	}
+	if len(bad) > 0 {
+		c.s.badWQEs.Add(uint64(len(bad)))
+		return errf(CodeInvalid, "doorbell: SRQ receive WQE wr_id %d: %v", bad[0].wrid, bad[0].err)
+	}
+	return nil
+}

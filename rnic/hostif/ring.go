@@ -1,0 +1,315 @@
+package hostif
+
+import (
+	"encoding/binary"
+	"fmt"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/rnicd/rnicd/rnic/qpmgr"
+)
+
+// Ring layout. Every ring (a QP's send queue, a QP's or SRQ's receive
+// queue, a CQ) is a header followed by fixed-size slots, in a memfd the
+// daemon creates and both sides map. All integers little-endian.
+//
+//	offset  0  producer   uint32  count of slots written, from 0, wrapping
+//	offset  8  depth      uint32  number of slots (informational)
+//	offset 12  slot size  uint32  bytes per slot (informational)
+//	offset 16  armed      uint32  CQ: 0, ArmAny or ArmSolicited (client sets, daemon clears)
+//	offset 20  flags      uint32  CQ: FlagOverrun once a completion did not fit
+//	offset 24  events     uint32  CQ: completion events sent to its channel
+//	offset 28  waiting    uint32  CQ: 1 while the client sleeps in Wait
+//	offset 64  consumer   uint32  count of slots consumed, from 0, wrapping
+//	offset 128 slot 0, slot 1, ...  slot i%depth holds the i-th entry
+//
+// The producer of a work queue is the client, its consumer the daemon (it
+// advances when the WQE completes, so a full ring is a full queue); a CQ's
+// producer is the daemon and its consumer the client. The indices are
+// accessed with sync/atomic only: a producer writes the slot, then
+// stores the index; a consumer loads the index, then reads the slot. The
+// daemon keeps its own copy of depth and slot size and never trusts the
+// header's.
+const (
+	ringProducer = 0
+	ringDepth    = 8
+	ringSlotSize = 12
+	ringArmed    = 16
+	ringFlags    = 20
+	ringEvents   = 24
+	ringWaiting  = 28
+	ringConsumer = 64
+	RingHeader   = 128
+)
+
+// Values of a CQ ring's armed and flags words.
+const (
+	ArmAny       uint32 = 1
+	ArmSolicited uint32 = 2
+	FlagOverrun  uint32 = 1
+)
+
+// Ring is one ring over mapped memory.
+type Ring struct {
+	mem       []byte
+	Slots     uint32
+	SlotBytes uint32
+}
+
+// RingBytes is the size of a ring of n slots of size bytes.
+func RingBytes(n, size uint32) uint64 { return RingHeader + uint64(n)*uint64(size) }
+
+// NewRing views mem as a ring of n slots of size bytes; mem must be
+// RingBytes(n, size) long.
+func NewRing(mem []byte, n, size uint32) (*Ring, error) {
+	if n == 0 || size == 0 || uint64(len(mem)) < RingBytes(n, size) {
+		return nil, fmt.Errorf("hostif: %d bytes hold no ring of %d slots of %d bytes", len(mem), n, size)
+	}
+	r := &Ring{mem: mem[:RingBytes(n, size)], Slots: n, SlotBytes: size}
+	return r, nil
+}
+
+func (r *Ring) word(off int) *uint32 { return (*uint32)(unsafe.Pointer(&r.mem[off])) }
+
+// Load and Store access a header word atomically.
+func (r *Ring) Load(off int) uint32     { return atomic.LoadUint32(r.word(off)) }
+func (r *Ring) Store(off int, v uint32) { atomic.StoreUint32(r.word(off), v) }
+
+// Producer, Consumer and the rest name the header words.
+func (r *Ring) Producer() uint32     { return r.Load(ringProducer) }
+func (r *Ring) Consumer() uint32     { return r.Load(ringConsumer) }
+func (r *Ring) SetProducer(v uint32) { r.Store(ringProducer, v) }
+func (r *Ring) SetConsumer(v uint32) { r.Store(ringConsumer, v) }
+func (r *Ring) Armed() uint32        { return r.Load(ringArmed) }
+func (r *Ring) SetArmed(v uint32)    { r.Store(ringArmed, v) }
+func (r *Ring) Overrun() bool        { return r.Load(ringFlags)&FlagOverrun != 0 }
+func (r *Ring) Events() uint32       { return r.Load(ringEvents) }
+func (r *Ring) SetWaiting(on bool)   { r.Store(ringWaiting, uint32(b2u(on))) }
+func (r *Ring) disarm(v uint32) bool { return atomic.CompareAndSwapUint32(r.word(ringArmed), v, 0) }
+func (r *Ring) takeWaiter() bool     { return atomic.SwapUint32(r.word(ringWaiting), 0) != 0 }
+func (r *Ring) addEvent()            { atomic.AddUint32(r.word(ringEvents), 1) }
+func (r *Ring) setFlag(f uint32)     { atomic.OrUint32(r.word(ringFlags), f) }
+func (r *Ring) writeGeometry()       { r.Store(ringDepth, r.Slots); r.Store(ringSlotSize, r.SlotBytes) }
+func (r *Ring) Slot(i uint32) []byte { return r.slot(i) }
+func (r *Ring) reset()               { r.SetProducer(0); r.SetConsumer(0) }
+func (r *Ring) slot(i uint32) []byte {
+	off := RingHeader + uint64(i%r.Slots)*uint64(r.SlotBytes)
+	return r.mem[off : off+uint64(r.SlotBytes)]
+}
+
+// Send WQE slot:
+//
+//	offset  0 wr_id        uint64
+//	offset  8 opcode       uint8 (ibv_wr_opcode)
+//	offset  9 send_flags   uint8 (ibv_send_flags)
+//	offset 10 num_sge      uint8
+//	offset 11 has_ah       uint8 (UD: 1, AH fields valid)
+//	offset 12 inline_len   uint32 (with IBV_SEND_INLINE)
+//	offset 16 imm_data     uint32 (host order), or
+//	offset 20 invalidate_rkey uint32
+//	offset 24 remote_addr  uint64
+//	offset 32 rkey         uint32
+//	offset 36 remote_qpn   uint32 (UD)
+//	offset 40 remote_qkey  uint32 (UD)
+//	offset 44 hop_limit, traffic_class, sgid_index uint8; 1 byte pad
+//	offset 48 flow_label   uint32
+//	offset 56 compare_add  uint64
+//	offset 64 swap         uint64
+//	offset 72 dgid         [16]byte
+//	offset 96 sg_list: num_sge x {addr uint64, length uint32, lkey uint32}
+//	then      inline data (max_inline bytes)
+const (
+	sendFixed = 96
+	sgeBytes  = 16
+)
+
+// SendSlotBytes is the send slot size of a QP with these caps.
+func SendSlotBytes(maxSGE, maxInline int) uint32 {
+	return uint32(roundUp(sendFixed+sgeBytes*maxSGE+maxInline, 64))
+}
+
+// RecvSlotBytes is the receive slot size for maxSGE SGEs:
+//
+//	offset  0 wr_id    uint64
+//	offset  8 num_sge  uint32; 4 bytes pad
+//	offset 16 sg_list: num_sge x {addr uint64, length uint32, lkey uint32}
+func RecvSlotBytes(maxSGE int) uint32 { return uint32(roundUp(16+sgeBytes*max(maxSGE, 1), 32)) }
+
+// CQE slot (CQESlotBytes):
+//
+//	offset  0 wr_id      uint64
+//	offset  8 status, opcode, wc_flags uint8; 1 byte pad
+//	offset 12 byte_len   uint32
+//	offset 16 imm_data   uint32 (or invalidated rkey)
+//	offset 20 qp_num     uint32
+//	offset 24 src_qp     uint32
+//	offset 28 pkey_index uint16; 2 bytes pad
+const CQESlotBytes = 32
+
+func roundUp(n, to int) int { return (n + to - 1) / to * to }
+
+var le = binary.LittleEndian
+
+// EncodeSendWQE writes wr into a send slot. The caller (the client)
+// checked wr against the QP's caps; a WR that does not fit is an error.
+func EncodeSendWQE(slot []byte, wr *qpmgr.SendWR) error {
+	inline := wr.Flags&qpmgr.SendInline != 0
+	nsge := len(wr.SGL)
+	if inline {
+		nsge = 0
+	}
+	need := sendFixed + sgeBytes*nsge
+	if inline {
+		need += len(wr.InlineData)
+	}
+	if nsge > 255 || need > len(slot) {
+		return fmt.Errorf("hostif: WR of %d SGEs and %d inline bytes does not fit a %d-byte slot", len(wr.SGL), len(wr.InlineData), len(slot))
+	}
+	clear(slot[:sendFixed])
+	le.PutUint64(slot[0:], wr.WRID)
+	slot[8], slot[9], slot[10] = uint8(wr.Opcode), uint8(wr.Flags), uint8(nsge)
+	if inline {
+		le.PutUint32(slot[12:], uint32(len(wr.InlineData)))
+	}
+	le.PutUint32(slot[16:], wr.Imm)
+	le.PutUint32(slot[20:], wr.InvRKey)
+	le.PutUint64(slot[24:], wr.RemoteAddr)
+	le.PutUint32(slot[32:], wr.RKey)
+	le.PutUint32(slot[36:], wr.RemoteQPN)
+	le.PutUint32(slot[40:], wr.RemoteQKey)
+	if ah := wr.AH; ah != nil {
+		slot[11] = 1
+		slot[44], slot[45], slot[46] = ah.HopLimit, ah.TrafficClass, ah.SGIDIndex
+		le.PutUint32(slot[48:], ah.FlowLabel)
+		copy(slot[72:88], ah.DGID[:])
+	}
+	le.PutUint64(slot[56:], wr.CompareAdd)
+	le.PutUint64(slot[64:], wr.Swap)
+	off := sendFixed
+	for _, s := range wr.SGL[:nsge] {
+		putSGE(slot[off:], s)
+		off += sgeBytes
+	}
+	if inline {
+		copy(slot[off:], wr.InlineData)
+	}
+	return nil
+}
+
+func putSGE(b []byte, s qpmgr.SGE) {
+	le.PutUint64(b[0:], s.Addr)
+	le.PutUint32(b[8:], s.Length)
+	le.PutUint32(b[12:], s.LKey)
+}
+
+func getSGE(b []byte) qpmgr.SGE {
+	return qpmgr.SGE{Addr: le.Uint64(b[0:]), Length: le.Uint32(b[8:]), LKey: le.Uint32(b[12:])}
+}
+
+// DecodeSendWQE reads a send slot the client wrote, trusting nothing: the
+// SGE count and inline length must fit the QP's caps (maxSGE, maxInline)
+// and the slot, the opcode and flags must be known. It copies what it
+// keeps, as the client may rewrite the slot at any time. An error is a
+// malformed WQE: the WQE completes with LOC_QP_OP_ERR.
+func DecodeSendWQE(slot []byte, maxSGE, maxInline int) (qpmgr.SendWR, error) {
+	var wr qpmgr.SendWR
+	maxSGE, maxInline = max(maxSGE, 0), max(maxInline, 0)
+	if len(slot) < sendFixed {
+		return wr, fmt.Errorf("hostif: send slot of %d bytes", len(slot))
+	}
+	s := make([]byte, len(slot)) // one read of the shared memory
+	copy(s, slot)
+	wr.WRID = le.Uint64(s[0:])
+	wr.Opcode, wr.Flags = qpmgr.WROpcode(s[8]), qpmgr.SendFlags(s[9])
+	switch wr.Opcode {
+	case qpmgr.WRRDMAWrite, qpmgr.WRRDMAWriteWithImm, qpmgr.WRSend, qpmgr.WRSendWithImm, qpmgr.WRRDMARead,
+		qpmgr.WRAtomicCmpAndSwp, qpmgr.WRAtomicFetchAdd, qpmgr.WRSendWithInv:
+	default:
+		return wr, fmt.Errorf("hostif: WQE opcode %d", s[8])
+	}
+	if wr.Flags&^(qpmgr.SendFence|qpmgr.SendSignaled|qpmgr.SendSolicited|qpmgr.SendInline) != 0 {
+		return wr, fmt.Errorf("hostif: WQE send flags %#x", s[9])
+	}
+	nsge, inl := int(s[10]), le.Uint32(s[12:])
+	if s[11] > 1 {
+		return wr, fmt.Errorf("hostif: WQE has_ah %d", s[11])
+	}
+	wr.Imm, wr.InvRKey = le.Uint32(s[16:]), le.Uint32(s[20:])
+	wr.RemoteAddr, wr.RKey = le.Uint64(s[24:]), le.Uint32(s[32:])
+	wr.RemoteQPN, wr.RemoteQKey = le.Uint32(s[36:]), le.Uint32(s[40:])
+	if s[11] == 1 {
+		ah := &qpmgr.AH{HopLimit: s[44], TrafficClass: s[45], SGIDIndex: s[46], FlowLabel: le.Uint32(s[48:])}
+		copy(ah.DGID[:], s[72:88])
+		wr.AH = ah
+	}
+	wr.CompareAdd, wr.Swap = le.Uint64(s[56:]), le.Uint64(s[64:])
+	if wr.Flags&qpmgr.SendInline != 0 {
+		if nsge != 0 || inl > uint32(maxInline) || uint64(sendFixed)+uint64(inl) > uint64(len(s)) {
+			return wr, fmt.Errorf("hostif: WQE of %d inline bytes and %d SGEs; QP allows %d inline", inl, nsge, maxInline)
+		}
+		wr.InlineData = s[sendFixed : sendFixed+int(inl)]
+		return wr, nil
+	}
+	if inl != 0 || nsge > maxSGE || sendFixed+sgeBytes*nsge > len(s) {
+		return wr, fmt.Errorf("hostif: WQE of %d SGEs (QP allows %d), inline length %d without IBV_SEND_INLINE", nsge, maxSGE, inl)
+	}
+	wr.SGL = make([]qpmgr.SGE, nsge)
+	for i := range wr.SGL {
+		wr.SGL[i] = getSGE(s[sendFixed+sgeBytes*i:])
+	}
+	return wr, nil
+}
+
+// EncodeRecvWQE writes wr into a receive slot.
+func EncodeRecvWQE(slot []byte, wr *qpmgr.RecvWR) error {
+	if 16+sgeBytes*len(wr.SGL) > len(slot) {
+		return fmt.Errorf("hostif: receive WR of %d SGEs does not fit a %d-byte slot", len(wr.SGL), len(slot))
+	}
+	le.PutUint64(slot[0:], wr.WRID)
+	le.PutUint32(slot[8:], uint32(len(wr.SGL)))
+	le.PutUint32(slot[12:], 0)
+	for i, s := range wr.SGL {
+		putSGE(slot[16+sgeBytes*i:], s)
+	}
+	return nil
+}
+
+// DecodeRecvWQE reads a receive slot the client wrote, trusting nothing.
+func DecodeRecvWQE(slot []byte, maxSGE int) (qpmgr.RecvWR, error) {
+	var wr qpmgr.RecvWR
+	maxSGE = max(maxSGE, 0)
+	if len(slot) < 16 {
+		return wr, fmt.Errorf("hostif: receive slot of %d bytes", len(slot))
+	}
+	wr.WRID = le.Uint64(slot[0:])
+	n := le.Uint32(slot[8:])
+	if n > uint32(maxSGE) || 16+uint64(sgeBytes)*uint64(n) > uint64(len(slot)) {
+		return wr, fmt.Errorf("hostif: receive WQE of %d SGEs; queue allows %d", n, maxSGE)
+	}
+	wr.SGL = make([]qpmgr.SGE, n)
+	for i := range wr.SGL {
+		wr.SGL[i] = getSGE(slot[16+sgeBytes*i:])
+	}
+	return wr, nil
+}
+
+// PutCQE writes a completion into a CQE slot.
+func PutCQE(slot []byte, wc *qpmgr.WC) {
+	le.PutUint64(slot[0:], wc.WRID)
+	slot[8], slot[9], slot[10], slot[11] = uint8(wc.Status), uint8(wc.Opcode), uint8(wc.WCFlags), 0
+	le.PutUint32(slot[12:], wc.ByteLen)
+	le.PutUint32(slot[16:], wc.Imm)
+	le.PutUint32(slot[20:], wc.QPNum)
+	le.PutUint32(slot[24:], wc.SrcQP)
+	le.PutUint16(slot[28:], wc.PKeyIndex)
+	le.PutUint16(slot[30:], 0)
+}
+
+// GetCQE reads a completion from a CQE slot.
+func GetCQE(slot []byte, wc *qpmgr.WC) {
+	*wc = qpmgr.WC{
+		WRID: le.Uint64(slot[0:]), Status: qpmgr.WCStatus(slot[8]), Opcode: qpmgr.WCOpcode(slot[9]),
+		WCFlags: qpmgr.WCFlags(slot[10]), ByteLen: le.Uint32(slot[12:]), Imm: le.Uint32(slot[16:]),
+		QPNum: le.Uint32(slot[20:]), SrcQP: le.Uint32(slot[24:]), PKeyIndex: le.Uint16(slot[28:]),
+	}
+}

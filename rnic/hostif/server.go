@@ -1,0 +1,641 @@
+package hostif
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/rnicd/rnicd/rnic"
+	"github.com/rnicd/rnicd/rnic/dma"
+)
+
+// Config says what a Server serves.
+type Config struct {
+	Device *rnic.Device
+	Name   string       // the device's name, for QueryPort
+	Log    *slog.Logger // nil: no logs
+}
+
+// Server is the host interface of one device: it serves the control
+// protocol to any number of clients, one goroutine per connection.
+type Server struct {
+	dev  *rnic.Device
+	name string
+	log  *slog.Logger
+
+	mu    sync.Mutex
+	conns map[*conn]struct{}
+	lns   []net.Listener
+
+	// qps maps a QPN to the client's QP, for the CQ sinks (which see a
+	// completion's QPN) and ListQPs (which shows the owner).
+	qps sync.Map // uint32 -> *qpObj
+
+	// Counters of what the host interface refused.
+	badRequests atomic.Uint64 // control messages answered with an error
+	badWQEs     atomic.Uint64 // WQEs that failed validation at fetch
+	cqOverruns  atomic.Uint64 // completions that found their ring full
+}
+
+// NewServer returns a server for cfg.Device; the caller keeps owning the
+// device.
+func NewServer(cfg Config) *Server {
+	log := cfg.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	name := cfg.Name
+	if name == "" {
+		name = "rnic0"
+	}
+	return &Server{dev: cfg.Device, name: name, log: log, conns: make(map[*conn]struct{})}
+}
+
+// Serve accepts connections on l until l is closed.
+func (s *Server) Serve(l *net.UnixListener) error {
+	s.mu.Lock()
+	s.lns = append(s.lns, l)
+	s.mu.Unlock()
+	for {
+		uc, err := l.AcceptUnix()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			return fmt.Errorf("hostif: accept: %w", err)
+		}
+		go s.ServeConn(uc)
+	}
+}
+
+// ServeConn serves one client until it hangs up, then destroys everything
+// the client created.
+func (s *Server) ServeConn(uc *net.UnixConn) {
+	c := &conn{s: s, uc: uc, objs: make(map[uint32]any), next: 1}
+	c.identify()
+	s.mu.Lock()
+	s.conns[c] = struct{}{}
+	s.mu.Unlock()
+	s.log.Info("client connected", "pid", c.pid, "comm", c.comm)
+	c.serve()
+	c.teardown()
+	uc.Close()
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+	s.log.Info("client gone", "pid", c.pid, "comm", c.comm)
+}
+
+// Shutdown is the daemon's exit: every QP of every client goes to ERR,
+// which completes its outstanding WQEs with WR_FLUSH_ERR into the clients'
+// completion rings, and the listeners close. Connections stay open: the
+// clients see the flushes, then the hang-up when the process exits.
+func (s *Server) Shutdown() {
+	s.mu.Lock()
+	lns := s.lns
+	s.lns = nil
+	s.mu.Unlock()
+	for _, l := range lns {
+		l.Close()
+	}
+	for _, qp := range s.dev.QPs() {
+		qp.Lock()
+		qp.EnterError()
+		qp.Unlock()
+	}
+}
+
+// Objects counts the live objects of every client, by kind ("qp", "cq",
+// ...): what a test checks is back to its baseline after a client dies.
+func (s *Server) Objects() map[string]int {
+	m := make(map[string]int)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for c := range s.conns {
+		c.mu.Lock()
+		for _, o := range c.objs {
+			m[objKind(o)]++
+		}
+		c.mu.Unlock()
+	}
+	m["clients"] = len(s.conns)
+	return m
+}
+
+// Counters are the host interface's own counters, to add to the device's:
+// what it refused, and how many clients and objects are alive
+// (hostif_clients, hostif_objects_qp, ...).
+func (s *Server) Counters() map[string]uint64 {
+	m := map[string]uint64{
+		"hostif_bad_request": s.badRequests.Load(),
+		"hostif_bad_wqe":     s.badWQEs.Load(),
+		"hostif_cq_overrun":  s.cqOverruns.Load(),
+	}
+	for _, k := range []string{"pd", "mr", "comp_channel", "cq", "srq", "qp"} {
+		m["hostif_objects_"+k] = 0
+	}
+	for k, n := range s.Objects() {
+		if k == "clients" {
+			m["hostif_clients"] = uint64(n)
+		} else {
+			m["hostif_objects_"+k] = uint64(n)
+		}
+	}
+	return m
+}
+
+// request is one kind of control request: its name, how many descriptors
+// it carries, its body, and its handler. A new kind is one entry here and
+// one handler.
+type request struct {
+	name    string
+	fds     int
+	body    func() Body
+	handle  func(c *conn, req Body, fds []int) (Body, []int, error)
+	noReply bool
+}
+
+var requests map[Kind]request
+
+func init() {
+	requests = map[Kind]request{
+		KindQueryPort:      {"query_port", 0, func() Body { return &Empty{} }, (*conn).queryPort, false},
+		KindAllocPD:        {"alloc_pd", 0, func() Body { return &Empty{} }, (*conn).allocPD, false},
+		KindDeallocPD:      {"dealloc_pd", 0, func() Body { return &Handle{} }, (*conn).destroy, false},
+		KindRegMR:          {"reg_mr", 1, func() Body { return &RegMRReq{} }, (*conn).regMR, false},
+		KindDeregMR:        {"dereg_mr", 0, func() Body { return &Handle{} }, (*conn).destroy, false},
+		KindCreateChannel:  {"create_comp_channel", 1, func() Body { return &Empty{} }, (*conn).createChannel, false},
+		KindDestroyChannel: {"destroy_comp_channel", 0, func() Body { return &Handle{} }, (*conn).destroy, false},
+		KindCreateCQ:       {"create_cq", 1, func() Body { return &CreateCQReq{} }, (*conn).createCQ, false},
+		KindDestroyCQ:      {"destroy_cq", 0, func() Body { return &Handle{} }, (*conn).destroy, false},
+		KindCreateSRQ:      {"create_srq", 0, func() Body { return &CreateSRQReq{} }, (*conn).createSRQ, false},
+		KindDestroySRQ:     {"destroy_srq", 0, func() Body { return &Handle{} }, (*conn).destroy, false},
+		KindCreateQP:       {"create_qp", 0, func() Body { return &CreateQPReq{} }, (*conn).createQP, false},
+		KindModifyQP:       {"modify_qp", 0, func() Body { return &ModifyQPReq{} }, (*conn).modifyQP, false},
+		KindQueryQP:        {"query_qp", 0, func() Body { return &Handle{} }, (*conn).queryQP, false},
+		KindDestroyQP:      {"destroy_qp", 0, func() Body { return &Handle{} }, (*conn).destroy, false},
+		KindListQPs:        {"list_qps", 0, func() Body { return &ListQPsReq{} }, (*conn).listQPs, false},
+		KindCounters:       {"counters", 0, func() Body { return &Empty{} }, (*conn).counters, false},
+		KindDoorbell:       {"doorbell", 0, func() Body { return &DoorbellReq{} }, (*conn).doorbell, true},
+	}
+}
+
+// DecodeRequest decodes a request message as the server does: header,
+// kind, descriptor count and body. It is the decoder FuzzDecode drives.
+func DecodeRequest(msg []byte, nfds int) (Header, Body, error) {
+	h, err := ParseHeader(msg)
+	if err != nil {
+		return h, nil, &codeErr{CodeMalformed, err.Error()}
+	}
+	if h.Flags&FlagReply != 0 {
+		return h, nil, &codeErr{CodeMalformed, "a reply sent to the daemon"}
+	}
+	r, ok := requests[h.Kind]
+	if !ok {
+		return h, nil, &codeErr{CodeUnknown, fmt.Sprintf("unknown request kind %d", uint16(h.Kind))}
+	}
+	if nfds != r.fds {
+		return h, nil, &codeErr{CodeMalformed, fmt.Sprintf("%s carries %d descriptors, wants %d", r.name, nfds, r.fds)}
+	}
+	b := r.body()
+	if err := DecodeBody(msg[HeaderLen:], b); err != nil {
+		return h, nil, &codeErr{CodeMalformed, fmt.Sprintf("%s: %v", r.name, err)}
+	}
+	return h, b, nil
+}
+
+// codeErr is a handler's refusal with its reply code.
+type codeErr struct {
+	code Code
+	msg  string
+}
+
+func (e *codeErr) Error() string { return e.msg }
+
+func errf(code Code, format string, a ...any) error {
+	return &codeErr{code, fmt.Sprintf(format, a...)}
+}
+
+// conn is one client: its socket and its objects.
+type conn struct {
+	s    *Server
+	uc   *net.UnixConn
+	pid  int32
+	comm string
+
+	mu   sync.Mutex // objs, for Objects; handlers run on the conn's goroutine
+	objs map[uint32]any
+	next uint32
+}
+
+// identify learns the client's pid and process name from its credentials.
+func (c *conn) identify() {
+	rc, err := c.uc.SyscallConn()
+	if err != nil {
+		return
+	}
+	rc.Control(func(fd uintptr) {
+		if cred, err := unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED); err == nil {
+			c.pid = cred.Pid
+		}
+	})
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", c.pid)); err == nil {
+		c.comm = strings.TrimSpace(string(b))
+	}
+}
+
+func (c *conn) serve() {
+	buf := make([]byte, MaxMessage+1)
+	oob := make([]byte, unix.CmsgSpace(4*8))
+	for {
+		n, oobn, flags, _, err := c.uc.ReadMsgUnix(buf, oob)
+		if err != nil || (n == 0 && oobn == 0) {
+			return
+		}
+		fds := parseFDs(oob[:oobn])
+		msg := buf[:n]
+		var reply []byte
+		var rfds []int
+		if flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 || n > MaxMessage {
+			reply = c.refuse(msg, &codeErr{CodeMalformed, "message or its descriptors truncated"})
+		} else {
+			reply, rfds = c.handle(msg, fds)
+		}
+		for _, fd := range fds {
+			if fd >= 0 {
+				unix.Close(fd)
+			}
+		}
+		if reply != nil {
+			_, _, err = c.uc.WriteMsgUnix(reply, rightsOf(rfds), nil)
+			for _, fd := range rfds {
+				unix.Close(fd)
+			}
+			if err != nil {
+				return
+			}
+		}
+	}
+}
+
+// handle runs one request; it returns the reply (nil for a doorbell that
+// went well) and the descriptors to send with it. Handlers that keep a
+// received descriptor set its entry to -1; the rest are closed.
+func (c *conn) handle(msg []byte, fds []int) ([]byte, []int) {
+	h, body, err := DecodeRequest(msg, len(fds))
+	if err != nil {
+		return c.refuse(msg, err), nil
+	}
+	r := requests[h.Kind]
+	out, rfds, err := r.handle(c, body, fds)
+	if err != nil {
+		for _, fd := range rfds {
+			unix.Close(fd)
+		}
+		return c.refuse(msg, err), nil
+	}
+	if r.noReply {
+		return nil, nil
+	}
+	return encodeReply(h.Kind, h.ID, out), rfds
+}
+
+// refuse counts and logs a refused request and returns its error reply.
+func (c *conn) refuse(msg []byte, err error) []byte {
+	var k Kind
+	var id uint32
+	if len(msg) >= 8 {
+		k, id = Kind(le.Uint16(msg[0:])), le.Uint32(msg[4:])
+	}
+	code, text := CodeFailed, err.Error()
+	var ce *codeErr
+	if errors.As(err, &ce) {
+		code = ce.code
+	}
+	c.s.badRequests.Add(1)
+	c.s.log.Debug("request refused", "pid", c.pid, "kind", k, "code", code, "err", text)
+	return encodeError(k, id, code, text)
+}
+
+func parseFDs(oob []byte) []int {
+	if len(oob) == 0 {
+		return nil
+	}
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return nil
+	}
+	var fds []int
+	for i := range msgs {
+		if f, err := unix.ParseUnixRights(&msgs[i]); err == nil {
+			fds = append(fds, f...)
+		}
+	}
+	return fds
+}
+
+func rightsOf(fds []int) []byte {
+	if len(fds) == 0 {
+		return nil
+	}
+	return unix.UnixRights(fds...)
+}
+
+// add gives o a handle of this client.
+func (c *conn) add(o any) uint32 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for c.objs[c.next] != nil || c.next == 0 {
+		c.next++
+	}
+	h := c.next
+	c.next++
+	c.objs[h] = o
+	return h
+}
+
+func (c *conn) remove(h uint32) {
+	c.mu.Lock()
+	delete(c.objs, h)
+	c.mu.Unlock()
+}
+
+// lookup returns this client's object h as a T, or a no-handle error: a
+// stale handle, another client's, or one of another kind look the same.
+func lookup[T any](c *conn, h uint32, what string) (T, error) {
+	c.mu.Lock()
+	o, ok := c.objs[h].(T)
+	c.mu.Unlock()
+	if !ok {
+		return o, errf(CodeNoHandle, "no %s with handle %d", what, h)
+	}
+	return o, nil
+}
+
+func objKind(o any) string {
+	switch o.(type) {
+	case *pdObj:
+		return "pd"
+	case *mrObj:
+		return "mr"
+	case *chanObj:
+		return "comp_channel"
+	case *cqObj:
+		return "cq"
+	case *srqObj:
+		return "srq"
+	case *qpObj:
+		return "qp"
+	}
+	return "?"
+}
+
+// The objects a client owns. refs counts the objects that use one (a
+// QP its CQs, PD and SRQ), which cannot be destroyed while it is not 0.
+type pdObj struct {
+	pd   dma.PD
+	refs int
+}
+
+type mrObj struct {
+	pd  *pdObj
+	mr  *rnic.MR
+	mem []byte // the daemon's mapping of the client's memfd
+}
+
+type chanObj struct {
+	fd   int // the client's eventfd
+	refs int
+}
+
+func (c *conn) queryPort(Body, []int) (Body, []int, error) {
+	p := c.s.dev.QueryPort()
+	return &PortReply{Name: c.s.name, Addr: p.Addr.As16(), GID: p.GID, ActiveMTU: uint32(p.ActiveMTU)}, nil, nil
+}
+
+func (c *conn) allocPD(Body, []int) (Body, []int, error) {
+	return &Handle{H: c.add(&pdObj{pd: c.s.dev.AllocPD()})}, nil, nil
+}
+
+// maxMR is the largest region (ibv_device_attr max_mr_size).
+const maxMR = 1 << 40
+
+func (c *conn) regMR(b Body, fds []int) (Body, []int, error) {
+	r := b.(*RegMRReq)
+	pd, err := lookup[*pdObj](c, r.PD, "PD")
+	if err != nil {
+		return nil, nil, err
+	}
+	fd := fds[0]
+	// Only a memfd sealed against shrinking may be mapped: any other
+	// file could be truncated under the NIC and fault its DMA.
+	seals, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0)
+	if err != nil {
+		return nil, nil, errf(CodeInvalid, "reg_mr: descriptor is not a memfd: %v", err)
+	}
+	if seals&unix.F_SEAL_SHRINK == 0 {
+		return nil, nil, errf(CodeInvalid, "reg_mr: memfd is not sealed with F_SEAL_SHRINK")
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, nil, errf(CodeInvalid, "reg_mr: fstat: %v", err)
+	}
+	if r.Length == 0 || r.Length > maxMR || r.Offset > uint64(st.Size) || r.Length > uint64(st.Size)-r.Offset {
+		return nil, nil, errf(CodeInvalid, "reg_mr: %d bytes at offset %d of a %d-byte memfd", r.Length, r.Offset, st.Size)
+	}
+	if dma.Access(r.Access)&^(dma.AccessLocalWrite|dma.AccessRemoteWrite|dma.AccessRemoteRead|
+		dma.AccessRemoteAtomic|dma.AccessMWBind|dma.AccessZeroBased|dma.AccessOnDemand) != 0 {
+		return nil, nil, errf(CodeInvalid, "reg_mr: access flags %#x", r.Access)
+	}
+	page := uint64(os.Getpagesize())
+	start := r.Offset &^ (page - 1)
+	mem, err := unix.Mmap(fd, int64(start), int(r.Offset-start+r.Length), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return nil, nil, errf(CodeFailed, "reg_mr: mmap %d bytes: %v", r.Length, err)
+	}
+	buf := mem[r.Offset-start:]
+	mr, err := c.s.dev.RegMR(pd.pd, buf, r.IOVA, dma.Access(r.Access))
+	if err != nil {
+		unix.Munmap(mem)
+		return nil, nil, errf(CodeInvalid, "reg_mr: %v", err)
+	}
+	pd.refs++
+	h := c.add(&mrObj{pd: pd, mr: mr, mem: mem})
+	return &RegMRReply{H: h, LKey: mr.LKey, RKey: mr.RKey}, nil, nil
+}
+
+func (c *conn) createChannel(_ Body, fds []int) (Body, []int, error) {
+	if err := checkEventfd(fds[0]); err != nil {
+		return nil, nil, err
+	}
+	ch := &chanObj{fd: fds[0]}
+	fds[0] = -1
+	return &Handle{H: c.add(ch)}, nil, nil
+}
+
+// checkEventfd refuses a descriptor that is not an eventfd: the daemon
+// writes 8 bytes to it and must not block or write into a file.
+func checkEventfd(fd int) error {
+	link, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", fd))
+	if err != nil || link != "anon_inode:[eventfd]" {
+		return errf(CodeInvalid, "descriptor is not an eventfd (%q)", link)
+	}
+	fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
+	if err != nil || fl&unix.O_NONBLOCK == 0 {
+		return errf(CodeInvalid, "eventfd is not non-blocking")
+	}
+	return nil
+}
+
+func signalFD(fd int) {
+	var one [8]byte
+	le.PutUint64(one[:], 1)
+	unix.Write(fd, one[:]) // EAGAIN: the counter is saturated, the reader wakes anyway
+}
+
+// ringMem makes a memfd of n bytes and maps it; the client gets the fd.
+func ringMem(n uint64) (int, []byte, error) {
+	fd, err := unix.MemfdCreate("rnicd-ring", unix.MFD_CLOEXEC)
+	if err != nil {
+		return -1, nil, errf(CodeFailed, "memfd_create: %v", err)
+	}
+	if err := unix.Ftruncate(fd, int64(n)); err != nil {
+		unix.Close(fd)
+		return -1, nil, errf(CodeFailed, "ring of %d bytes: %v", n, err)
+	}
+	mem, err := unix.Mmap(fd, 0, int(n), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		unix.Close(fd)
+		return -1, nil, errf(CodeFailed, "mmap ring of %d bytes: %v", n, err)
+	}
+	return fd, mem, nil
+}
+
+func (c *conn) counters(Body, []int) (Body, []int, error) {
+	m := c.s.dev.Counters()
+	for k, v := range c.s.Counters() {
+		m[k] = v
+	}
+	return &CountersReply{Counters: m}, nil, nil
+}
+
+func (c *conn) listQPs(b Body, _ []int) (Body, []int, error) {
+	from := b.(*ListQPsReq).From
+	out := &ListQPsReply{}
+	for _, qp := range c.s.dev.QPs() {
+		if qp.QPN < from {
+			continue
+		}
+		if len(out.Rows) == maxRows {
+			out.More, out.Next = true, qp.QPN
+			break
+		}
+		row := QPRow{QPN: qp.QPN, Comm: "rnicd"}
+		if o, ok := c.s.qps.Load(qp.QPN); ok {
+			q := o.(*qpObj)
+			row.PID, row.Comm = uint32(q.owner.pid), q.owner.comm
+		}
+		qp.Lock()
+		row.Type, row.State, row.PathMTU = qp.Type, qp.State(), qp.Attr.PathMTU
+		row.SQPSN, row.RQPSN, row.DestQPN = qp.Req.PSN, qp.Resp.EPSN, qp.Attr.DestQPN
+		row.Dest = qp.Attr.AH.DGID
+		row.SQDepth = uint32(qp.SQ.Len())
+		if rq := qp.Recv(); rq != nil {
+			row.RQDepth = uint32(rq.Len())
+		}
+		qp.Unlock()
+		out.Rows = append(out.Rows, row)
+	}
+	return out, nil, nil
+}
+
+// destroy handles every destroy request: the kind of the handle's object
+// must match the request's.
+func (c *conn) destroy(b Body, _ []int) (Body, []int, error) {
+	h := b.(*Handle).H
+	c.mu.Lock()
+	o := c.objs[h]
+	c.mu.Unlock()
+	var err error
+	switch o := o.(type) {
+	case *pdObj:
+		if o.refs > 0 {
+			return nil, nil, errf(CodeBusy, "PD %d has %d objects", h, o.refs)
+		}
+	case *mrObj:
+		err = c.deregMR(o)
+	case *chanObj:
+		if o.refs > 0 {
+			return nil, nil, errf(CodeBusy, "channel %d has %d CQs", h, o.refs)
+		}
+		unix.Close(o.fd)
+	case *cqObj:
+		if o.refs > 0 {
+			return nil, nil, errf(CodeBusy, "CQ %d has %d QPs", h, o.refs)
+		}
+		o.destroy()
+	case *srqObj:
+		if o.refs > 0 {
+			return nil, nil, errf(CodeBusy, "SRQ %d has %d QPs", h, o.refs)
+		}
+		o.destroy()
+	case *qpObj:
+		c.destroyQP(o, false)
+	default:
+		return nil, nil, errf(CodeNoHandle, "no object with handle %d", h)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	c.remove(h)
+	return &Empty{}, nil, nil
+}
+
+func (c *conn) deregMR(o *mrObj) error {
+	if err := c.s.dev.DeregMR(o.mr); err != nil {
+		return errf(CodeFailed, "dereg_mr: %v", err)
+	}
+	// A pipeline that looked the region up before it went may still be
+	// copying: wait for its batch before the memory goes.
+	c.s.dev.Fence()
+	unix.Munmap(o.mem)
+	o.pd.refs--
+	return nil
+}
+
+// teardown destroys everything the client created, in dependency order:
+// QPs (to ERR, then gone), then what they used.
+func (c *conn) teardown() {
+	c.mu.Lock()
+	objs := c.objs
+	c.objs = make(map[uint32]any)
+	c.mu.Unlock()
+	for _, o := range objs {
+		if q, ok := o.(*qpObj); ok {
+			c.destroyQP(q, true)
+		}
+	}
+	c.s.dev.Fence()
+	for _, o := range objs {
+		switch o := o.(type) {
+		case *mrObj:
+			c.deregMR(o)
+		case *srqObj:
+			o.destroy()
+		case *cqObj:
+			o.destroy()
+		}
+	}
+	for _, o := range objs {
+		if ch, ok := o.(*chanObj); ok {
+			unix.Close(ch.fd)
+		}
+	}
+}

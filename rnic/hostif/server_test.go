@@ -1,0 +1,505 @@
+package hostif
+
+import (
+	"errors"
+	"maps"
+	"net/netip"
+	"os"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/rnicd/rnicd/rnic"
+	"github.com/rnicd/rnicd/rnic/dma"
+	"github.com/rnicd/rnicd/rnic/qpmgr"
+	"github.com/rnicd/rnicd/wire/ibudp"
+)
+
+// nic is a device with its host interface, in this process, on a
+// loopback address of its own.
+type nic struct {
+	dev  *rnic.Device
+	srv  *Server
+	addr netip.Addr
+}
+
+func newNIC(t *testing.T, addr string) *nic {
+	t.Helper()
+	a := netip.MustParseAddr(addr)
+	p, err := ibudp.Open(ibudp.Config{Addr: a, MTU: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := rnic.Open(rnic.Config{Port: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return &nic{dev: d, srv: NewServer(Config{Device: d}), addr: a}
+}
+
+// client connects a new client over a socketpair.
+func (n *nic) client(t *testing.T) *Client {
+	t.Helper()
+	se, ce, err := Socketpair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { n.srv.ServeConn(se); close(done) }()
+	c := NewClient(ce)
+	t.Cleanup(func() { c.Close(); <-done })
+	return c
+}
+
+// wantCode checks that err is a refusal with code.
+func wantCode(t *testing.T, what string, err error, code Code) {
+	t.Helper()
+	var e *Error
+	if !errors.As(err, &e) || e.Code != code {
+		t.Fatalf("%s: %v, want code %v", what, err, code)
+	}
+}
+
+func call(t *testing.T, c *Client, k Kind, req Body, fds []int, reply Body) []int {
+	t.Helper()
+	rfds, err := c.Call(k, req, fds, reply)
+	if err != nil {
+		t.Fatalf("%v: %v", k, err)
+	}
+	return rfds
+}
+
+// sealedMemfd is memory as verbs.Context.Alloc makes it.
+func sealedMemfd(t *testing.T, n int, seal bool) int {
+	t.Helper()
+	fd, err := unix.MemfdCreate("test", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(fd) })
+	if err := unix.Ftruncate(fd, int64(n)); err != nil {
+		t.Fatal(err)
+	}
+	if seal {
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return fd
+}
+
+func eventfd(t *testing.T) int {
+	t.Helper()
+	fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(fd) })
+	return fd
+}
+
+// Every malformed, misdirected or unknown request gets an error reply with
+// the right code and changes nothing; the connection serves on.
+func TestHostileRequests(t *testing.T) {
+	n := newNIC(t, "127.4.0.1")
+	c := n.client(t)
+	var pd Handle
+	call(t, c, KindAllocPD, &Empty{}, nil, &pd)
+	base := n.srv.Objects()
+
+	raw := func(name string, msg []byte, fds []int, code Code) {
+		t.Helper()
+		reply, err := c.Raw(msg, fds)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		h, err := ParseHeader(reply)
+		if err != nil || h.Flags&FlagReply == 0 {
+			t.Fatalf("%s: reply %x: %v", name, reply, err)
+		}
+		wantCode(t, name, DecodeReply(h.Kind, reply[HeaderLen:], nil), code)
+		if got := n.srv.Objects(); !maps.Equal(got, base) {
+			t.Fatalf("%s changed the objects: %v, was %v", name, got, base)
+		}
+	}
+	good := Encode(KindAllocPD, 0, 77, &Empty{})
+	withLen := func(b []byte, l uint32) []byte { b = append([]byte(nil), b...); le.PutUint32(b[8:], l); return b }
+	raw("unknown kind", Encode(999, 0, 1, &Empty{}), nil, CodeUnknown)
+	raw("reply flag", Encode(KindAllocPD, FlagReply, 1, &Empty{}), nil, CodeMalformed)
+	raw("unknown flag", Encode(KindAllocPD, 4, 1, &Empty{}), nil, CodeMalformed)
+	raw("length says more", withLen(good, 4), nil, CodeMalformed)
+	raw("length says less", withLen(append(good, 1, 2, 3, 4), 0), nil, CodeMalformed)
+	raw("reserved word", append(append([]byte(nil), good[:12]...), 1, 0, 0, 0), nil, CodeMalformed)
+	raw("shorter than a header", good[:7], nil, CodeMalformed)
+	raw("empty message", []byte{0}, nil, CodeMalformed)
+	trailing := append(Encode(KindDeallocPD, 0, 5, &Handle{H: pd.H}), 0)
+	raw("a byte after the body", withLen(trailing, uint32(len(trailing)-HeaderLen)), nil, CodeMalformed)
+	mem := sealedMemfd(t, 1<<16, true)
+	regmr := Encode(KindRegMR, 0, 6, &RegMRReq{PD: pd.H, Access: 1, Length: 4096, IOVA: 0x1000})
+	raw("truncated body", withLen(regmr[:len(regmr)-3], uint32(len(regmr)-3-HeaderLen)), []int{mem}, CodeMalformed)
+	raw("descriptor missing", regmr, nil, CodeMalformed)
+	raw("descriptor not wanted", good, []int{mem}, CodeMalformed)
+	raw("bad handle", Encode(KindDeallocPD, 0, 8, &Handle{H: 9999}), nil, CodeNoHandle)
+	raw("handle 0", Encode(KindDestroyQP, 0, 8, &Handle{H: 0}), nil, CodeNoHandle)
+	raw("PD handle as a CQ", Encode(KindCreateQP, 0, 9, &CreateQPReq{PD: pd.H, SendCQ: pd.H, RecvCQ: pd.H,
+		Type: qpmgr.TypeRC, Caps: qpmgr.Caps{MaxSendWR: 1, MaxRecvWR: 1}}), nil, CodeNoHandle)
+	raw("doorbell of no QP", Encode(KindDoorbell, 0, 10, &DoorbellReq{H: pd.H}), nil, CodeNoHandle)
+	db := Encode(KindDoorbell, 0, 10, &DoorbellReq{H: pd.H})
+	db[len(db)-1] = 7
+	raw("doorbell queue 7", db, nil, CodeMalformed)
+	raw("CQ of 0 entries", Encode(KindCreateCQ, 0, 11, &CreateCQReq{CQE: 0}), []int{eventfd(t)}, CodeInvalid)
+	raw("CQ with a pipe for its eventfd", Encode(KindCreateCQ, 0, 11, &CreateCQReq{CQE: 4}), []int{pipeFD(t)}, CodeInvalid)
+	raw("channel of another kind", Encode(KindCreateCQ, 0, 11, &CreateCQReq{CQE: 4, Channel: pd.H}), []int{eventfd(t)}, CodeNoHandle)
+	raw("SRQ past the limits", Encode(KindCreateSRQ, 0, 12, &CreateSRQReq{PD: pd.H, MaxWR: 1 << 20, MaxSGE: 1}), nil, CodeInvalid)
+	raw("access flags", Encode(KindRegMR, 0, 13, &RegMRReq{PD: pd.H, Access: 1 << 20, Length: 4096}), []int{mem}, CodeInvalid)
+
+	// The connection still serves, and the PD is still there.
+	var mr RegMRReply
+	call(t, c, KindRegMR, &RegMRReq{PD: pd.H, Access: 1, Length: 4096, IOVA: 0x1000}, []int{mem}, &mr)
+	if mr.LKey == 0 {
+		t.Fatal("no lkey")
+	}
+}
+
+func pipeFD(t *testing.T) int {
+	t.Helper()
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(p[0]); unix.Close(p[1]) })
+	return p[1]
+}
+
+// asyncErr returns the error reply of the doorbells before it: a call
+// reads any such reply on its way to its own.
+func asyncErr(t *testing.T, c *Client) error {
+	t.Helper()
+	call(t, c, KindQueryPort, &Empty{}, nil, &PortReply{})
+	return c.AsyncErr()
+}
+
+// A handle names an object of its own client only: another client's
+// handle is refused and the object is untouched.
+func TestOtherClientsHandle(t *testing.T) {
+	n := newNIC(t, "127.4.0.2")
+	c1, c2 := n.client(t), n.client(t)
+	var pd Handle
+	call(t, c1, KindAllocPD, &Empty{}, nil, &pd)
+	_, err := c2.Call(KindDeallocPD, &pd, nil, &Empty{})
+	wantCode(t, "dealloc another client's PD", err, CodeNoHandle)
+	mem := sealedMemfd(t, 8192, true)
+	_, err = c2.Call(KindRegMR, &RegMRReq{PD: pd.H, Access: 1, Length: 4096}, []int{mem}, &RegMRReply{})
+	wantCode(t, "reg_mr on another client's PD", err, CodeNoHandle)
+	var mr RegMRReply
+	call(t, c1, KindRegMR, &RegMRReq{PD: pd.H, Access: 1, Length: 4096}, []int{mem}, &mr)
+	_, err = c1.Call(KindDeallocPD, &pd, nil, &Empty{})
+	wantCode(t, "dealloc a PD with an MR", err, CodeBusy)
+	call(t, c1, KindDeregMR, &Handle{H: mr.H}, nil, &Empty{})
+	call(t, c1, KindDeallocPD, &pd, nil, &Empty{})
+	_, err = c1.Call(KindDeallocPD, &pd, nil, &Empty{})
+	wantCode(t, "stale handle", err, CodeNoHandle)
+}
+
+// RegMR maps only a memfd sealed against shrinking, and only as much of
+// it as it has.
+func TestRegMRDescriptors(t *testing.T) {
+	n := newNIC(t, "127.4.0.3")
+	c := n.client(t)
+	var pd Handle
+	call(t, c, KindAllocPD, &Empty{}, nil, &pd)
+	base := n.srv.Objects()
+	f, err := os.CreateTemp(t.TempDir(), "file")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	f.Truncate(1 << 16)
+	for _, tc := range []struct {
+		name string
+		fd   int
+		req  RegMRReq
+	}{
+		{"a pipe", pipeFD(t), RegMRReq{Length: 4096}},
+		{"a regular file", int(f.Fd()), RegMRReq{Length: 4096}},
+		{"an eventfd", eventfd(t), RegMRReq{Length: 4096}},
+		{"an unsealed memfd", sealedMemfd(t, 1<<16, false), RegMRReq{Length: 4096}},
+		{"a memfd smaller than claimed", sealedMemfd(t, 4096, true), RegMRReq{Length: 8192}},
+		{"an offset past the end", sealedMemfd(t, 4096, true), RegMRReq{Offset: 4096, Length: 1}},
+		{"an offset that wraps", sealedMemfd(t, 4096, true), RegMRReq{Offset: ^uint64(0), Length: 2}},
+		{"zero length", sealedMemfd(t, 4096, true), RegMRReq{Length: 0}},
+	} {
+		tc.req.PD, tc.req.Access = pd.H, uint32(dma.AccessLocalWrite)
+		_, err := c.Call(KindRegMR, &tc.req, []int{tc.fd}, &RegMRReply{})
+		wantCode(t, tc.name, err, CodeInvalid)
+		if got := n.srv.Objects(); !maps.Equal(got, base) {
+			t.Fatalf("%s changed the objects: %v", tc.name, got)
+		}
+	}
+}
+
+// rawQP is a QP made through the protocol with its rings mapped, for
+// tests that write the rings as a hostile client could.
+type rawQP struct {
+	h, qpn uint32
+	sq, rq *Ring
+	cq     *Ring
+	mr     RegMRReply
+}
+
+func mapFD(t *testing.T, fds []int) []byte {
+	t.Helper()
+	if len(fds) != 1 {
+		t.Fatalf("%d descriptors", len(fds))
+	}
+	defer unix.Close(fds[0])
+	var st unix.Stat_t
+	if err := unix.Fstat(fds[0], &st); err != nil {
+		t.Fatal(err)
+	}
+	mem, err := unix.Mmap(fds[0], 0, int(st.Size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Munmap(mem) })
+	return mem
+}
+
+func ringOf(t *testing.T, mem []byte, d RingDesc) *Ring {
+	t.Helper()
+	r, err := NewRing(mem[d.Offset:d.Offset+d.Size], d.Slots, d.SlotBytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// loopQP makes an RC QP connected to itself (same device, same QPN) with
+// a 64 KiB MR at IOVA 0x10000 of PD pd and a 64-entry CQ.
+func loopQP(t *testing.T, n *nic, c *Client, pd uint32) *rawQP {
+	t.Helper()
+	q := &rawQP{}
+	call(t, c, KindRegMR, &RegMRReq{PD: pd, Access: 0xf, Length: 1 << 16, IOVA: 0x10000},
+		[]int{sealedMemfd(t, 1<<16, true)}, &q.mr)
+	var cq RingReply
+	q.cq = ringOf(t, mapFD(t, call(t, c, KindCreateCQ, &CreateCQReq{CQE: 64}, []int{eventfd(t)}, &cq)), cq.Send)
+	var r RingReply
+	mem := mapFD(t, call(t, c, KindCreateQP, &CreateQPReq{PD: pd, SendCQ: cq.H, RecvCQ: cq.H, Type: qpmgr.TypeRC,
+		Caps: qpmgr.Caps{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 2, MaxRecvSGE: 2, MaxInlineData: 32}}, nil, &r))
+	q.h, q.qpn = r.H, r.QPN
+	q.sq, q.rq = ringOf(t, mem, r.Send), ringOf(t, mem, r.Recv)
+	steps := []struct {
+		a    qpmgr.Attr
+		mask qpmgr.AttrMask
+	}{
+		{qpmgr.Attr{State: qpmgr.StateInit, PortNum: 1, AccessFlags: 0xe},
+			qpmgr.AttrState | qpmgr.AttrPKeyIndex | qpmgr.AttrPort | qpmgr.AttrAccessFlags},
+		{qpmgr.Attr{State: qpmgr.StateRTR, PathMTU: qpmgr.MTU1024, DestQPN: q.qpn, AH: qpmgr.AH{DGID: n.addr.As16()},
+			MaxDestRdAtomic: 1}, qpmgr.AttrState | qpmgr.AttrAV | qpmgr.AttrPathMTU | qpmgr.AttrDestQPN |
+			qpmgr.AttrRQPSN | qpmgr.AttrMaxDestRdAtomic | qpmgr.AttrMinRNRTimer},
+		{qpmgr.Attr{State: qpmgr.StateRTS, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 1},
+			qpmgr.AttrState | qpmgr.AttrSQPSN | qpmgr.AttrTimeout | qpmgr.AttrRetryCnt | qpmgr.AttrRNRRetry |
+				qpmgr.AttrMaxQPRdAtomic},
+	}
+	for _, s := range steps {
+		call(t, c, KindModifyQP, &ModifyQPReq{H: q.h, Mask: s.mask, Attr: s.a}, nil, &Empty{})
+	}
+	return q
+}
+
+// post writes wr into the next send slot, lets mangle spoil it, and
+// rings the doorbell.
+func (q *rawQP) post(t *testing.T, c *Client, wr *qpmgr.SendWR, mangle func(slot []byte)) {
+	t.Helper()
+	p := q.sq.Producer()
+	slot := q.sq.Slot(p)
+	if err := EncodeSendWQE(slot, wr); err != nil {
+		t.Fatal(err)
+	}
+	if mangle != nil {
+		mangle(slot)
+	}
+	q.sq.SetProducer(p + 1)
+	if err := c.Send(KindDoorbell, &DoorbellReq{H: q.h, Queue: DoorbellSend}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// poll waits for the next CQE of the ring; the deadline guards a hang.
+func poll(t *testing.T, r *Ring, cons *uint32) qpmgr.WC {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); r.Producer() == *cons; {
+		if time.Now().After(deadline) {
+			t.Fatal("no completion")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	var wc qpmgr.WC
+	GetCQE(r.Slot(*cons), &wc)
+	*cons++
+	r.SetConsumer(*cons)
+	return wc
+}
+
+func qpState(t *testing.T, c *Client, h uint32) qpmgr.State {
+	t.Helper()
+	var a QPAttrReply
+	call(t, c, KindQueryQP, &Handle{H: h}, nil, &a)
+	return a.Attr.State
+}
+
+// WQEs a hostile client writes into its ring: each malformed one
+// completes in error and moves the QP to ERR (what follows is flushed),
+// the host interface counts the ones it refused at fetch, and nothing
+// is read or written outside the client's MRs.
+func TestHostileWQEs(t *testing.T) {
+	n := newNIC(t, "127.4.0.4")
+	c := n.client(t)
+	var pd, otherPD Handle
+	call(t, c, KindAllocPD, &Empty{}, nil, &pd)
+	call(t, c, KindAllocPD, &Empty{}, nil, &otherPD)
+	var other RegMRReply
+	call(t, c, KindRegMR, &RegMRReq{PD: otherPD.H, Access: 0xf, Length: 4096, IOVA: 0x90000},
+		[]int{sealedMemfd(t, 4096, true)}, &other)
+
+	write := func(q *rawQP, id uint64, sge qpmgr.SGE) *qpmgr.SendWR {
+		return &qpmgr.SendWR{WRID: id, Opcode: qpmgr.WRRDMAWrite, Flags: qpmgr.SendSignaled,
+			SGL: []qpmgr.SGE{sge}, RemoteAddr: 0x18000, RKey: q.mr.RKey}
+	}
+	for _, tc := range []struct {
+		name   string
+		sge    func(q *rawQP) qpmgr.SGE
+		mangle func([]byte)
+		status qpmgr.WCStatus
+		badWQE bool // refused at fetch (counted) rather than by the DMA engine
+	}{
+		{"opcode 7", nil, func(s []byte) { s[8] = 7 }, qpmgr.WCLocQPOpErr, true},
+		{"unknown send flag", nil, func(s []byte) { s[9] = 0x80 }, qpmgr.WCLocQPOpErr, true},
+		{"num_sge past the QP's", nil, func(s []byte) { s[10] = 3 }, qpmgr.WCLocQPOpErr, true},
+		{"num_sge 255", nil, func(s []byte) { s[10] = 255 }, qpmgr.WCLocQPOpErr, true},
+		{"inline length past max_inline", nil, func(s []byte) {
+			s[9] |= uint8(qpmgr.SendInline)
+			s[10] = 0
+			le.PutUint32(s[12:], 1<<30)
+		}, qpmgr.WCLocQPOpErr, true},
+		{"has_ah 9", nil, func(s []byte) { s[11] = 9 }, qpmgr.WCLocQPOpErr, true},
+		{"atomic of 4 bytes", nil, func(s []byte) { s[8] = uint8(qpmgr.WRAtomicFetchAdd); le.PutUint32(s[96+8:], 4) }, qpmgr.WCLocQPOpErr, true},
+		{"length past the largest message", func(q *rawQP) qpmgr.SGE {
+			return qpmgr.SGE{Addr: 0x10000, Length: 0xffffffff, LKey: q.mr.LKey}
+		}, nil, qpmgr.WCLocQPOpErr, true},
+		{"address past the MR", func(q *rawQP) qpmgr.SGE {
+			return qpmgr.SGE{Addr: 0x10000 + 65000, Length: 1000, LKey: q.mr.LKey}
+		}, nil, qpmgr.WCLocProtErr, false},
+		{"lkey of another PD", func(*rawQP) qpmgr.SGE { return qpmgr.SGE{Addr: 0x90000, Length: 8, LKey: other.LKey} }, nil, qpmgr.WCLocProtErr, false},
+		{"lkey nobody has", func(*rawQP) qpmgr.SGE { return qpmgr.SGE{Addr: 0x10000, Length: 8, LKey: 0xdead00} }, nil, qpmgr.WCLocProtErr, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			q := loopQP(t, n, c, pd.H)
+			var cons uint32
+			before := n.srv.badWQEs.Load()
+			sge := qpmgr.SGE{Addr: 0x10000, Length: 8, LKey: q.mr.LKey}
+			if tc.sge != nil {
+				sge = tc.sge(q)
+			}
+			q.post(t, c, write(q, 1, sge), tc.mangle)
+			q.post(t, c, write(q, 2, qpmgr.SGE{Addr: 0x10000, Length: 8, LKey: q.mr.LKey}), nil)
+			wc := poll(t, q.cq, &cons)
+			if wc.WRID != 1 || wc.Status != tc.status || wc.QPNum != q.qpn {
+				t.Fatalf("first completion %v, want wr_id 1 %v", &wc, tc.status)
+			}
+			if wc = poll(t, q.cq, &cons); wc.WRID != 2 || wc.Status != qpmgr.WCWRFlushErr {
+				t.Fatalf("second completion %v, want wr_id 2 WR_FLUSH_ERR", &wc)
+			}
+			if st := qpState(t, c, q.h); st != qpmgr.StateErr {
+				t.Fatalf("QP in %v, want ERR", st)
+			}
+			err := asyncErr(t, c)
+			if tc.badWQE {
+				wantCode(t, "doorbell's error reply", err, CodeInvalid)
+			}
+			if got := n.srv.badWQEs.Load() - before; got != uint64(b2u(tc.badWQE)) {
+				t.Fatalf("hostif_bad_wqe moved by %d", got)
+			}
+			// Both slots are retired: the consumer index caught up.
+			if q.sq.Consumer() != 2 {
+				t.Fatalf("send consumer index %d, want 2", q.sq.Consumer())
+			}
+		})
+	}
+
+	t.Run("producer far ahead", func(t *testing.T) {
+		q := loopQP(t, n, c, pd.H)
+		q.sq.SetProducer(1 << 30)
+		c.Send(KindDoorbell, &DoorbellReq{H: q.h, Queue: DoorbellSend})
+		wantCode(t, "doorbell's error reply", asyncErr(t, c), CodeInvalid)
+		if st := qpState(t, c, q.h); st != qpmgr.StateErr {
+			t.Fatalf("QP in %v, want ERR", st)
+		}
+		if q.cq.Producer() != 0 {
+			t.Fatal("a WQE of a garbage ring ran")
+		}
+	})
+	t.Run("receive producer far ahead", func(t *testing.T) {
+		q := loopQP(t, n, c, pd.H)
+		q.rq.SetProducer(^uint32(0))
+		c.Send(KindDoorbell, &DoorbellReq{H: q.h, Queue: DoorbellRecv})
+		wantCode(t, "doorbell's error reply", asyncErr(t, c), CodeInvalid)
+		if st := qpState(t, c, q.h); st != qpmgr.StateErr {
+			t.Fatalf("QP in %v, want ERR", st)
+		}
+	})
+	t.Run("malformed receive WQE", func(t *testing.T) {
+		q := loopQP(t, n, c, pd.H)
+		slot := q.rq.Slot(0)
+		EncodeRecvWQE(slot, &qpmgr.RecvWR{WRID: 5})
+		le.PutUint32(slot[8:], 1000) // num_sge
+		q.rq.SetProducer(1)
+		c.Send(KindDoorbell, &DoorbellReq{H: q.h, Queue: DoorbellRecv})
+		wantCode(t, "doorbell's error reply", asyncErr(t, c), CodeInvalid)
+		var cons uint32
+		if wc := poll(t, q.cq, &cons); wc.WRID != 5 || wc.Status != qpmgr.WCLocQPOpErr || wc.Opcode != qpmgr.WCRecv {
+			t.Fatalf("completion %v, want wr_id 5 LOC_QP_OP_ERR RECV", &wc)
+		}
+		if q.rq.Consumer() != 1 {
+			t.Fatalf("receive consumer %d, want 1", q.rq.Consumer())
+		}
+	})
+}
+
+// A full completion ring sets the overrun flag and counts, rather than
+// losing completions silently or overwriting unpolled ones.
+func TestCQOverrun(t *testing.T) {
+	n := newNIC(t, "127.4.0.5")
+	c := n.client(t)
+	var pd Handle
+	call(t, c, KindAllocPD, &Empty{}, nil, &pd)
+	q := loopQP(t, n, c, pd.H)
+	// The loop QP's CQ has 64 entries: 70 signaled WRITEs overrun it.
+	for i := range 70 {
+		for deadline := time.Now().Add(20 * time.Second); q.sq.Producer()-q.sq.Consumer() == q.sq.Slots; {
+			if time.Now().After(deadline) {
+				t.Fatal("send queue never drained")
+			}
+			time.Sleep(time.Millisecond)
+		}
+		q.post(t, c, &qpmgr.SendWR{WRID: uint64(i), Opcode: qpmgr.WRRDMAWrite, Flags: qpmgr.SendSignaled,
+			SGL: []qpmgr.SGE{{Addr: 0x10000, Length: 8, LKey: q.mr.LKey}}, RemoteAddr: 0x18000, RKey: q.mr.RKey}, nil)
+	}
+	for deadline := time.Now().Add(20 * time.Second); !q.cq.Overrun(); {
+		if time.Now().After(deadline) {
+			t.Fatal("no overrun flag")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	var cons uint32
+	for i := range 64 {
+		if wc := poll(t, q.cq, &cons); wc.WRID != uint64(i) || wc.Status != qpmgr.WCSuccess {
+			t.Fatalf("completion %d: %v", i, &wc)
+		}
+	}
+	if n.srv.cqOverruns.Load() == 0 {
+		t.Fatal("overrun not counted")
+	}
+}

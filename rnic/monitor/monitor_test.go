@@ -1,0 +1,271 @@
+package monitor_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rnicd/rnicd/internal/rnictest"
+	"github.com/rnicd/rnicd/rnic/monitor"
+	"github.com/rnicd/rnicd/rnic/trace"
+	"github.com/rnicd/rnicd/wire/ibudp"
+)
+
+// scrape returns /metrics as metric line -> value.
+func scrape(t *testing.T, url string) map[string]float64 {
+	t.Helper()
+	resp, err := http.Get(url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/plain") {
+		t.Fatalf("/metrics: %s, %s", resp.Status, resp.Header.Get("Content-Type"))
+	}
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			t.Fatalf("/metrics line %q: %v", line, err)
+		}
+		out[line[:i]] = v
+	}
+	return out
+}
+
+// TestMetrics runs one RDMA WRITE of three packets whose second packet is
+// lost and scrapes /metrics: the counters of both devices, the port's, the
+// fault injector's and the QP table must have the values the exchange
+// implies, by name.
+func TestMetrics(t *testing.T) {
+	a, b := rnictest.NewEnds(t, 1, nil)
+	m, err := monitor.New(monitor.Config{Devices: []monitor.Device{{Dev: a.Dev, Faulty: a.Faulty}, {Dev: b.Dev, Faulty: b.Faulty}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	srv := httptest.NewServer(m.Handler())
+	defer srv.Close()
+
+	a.Faulty.SetTX(ibudp.Faults{FilterQPN: true, QPN: b.QP.QPN, DropNth: 2})
+	rnictest.Write(t, a, b, 1, 3*1024)
+	got := scrape(t, srv.URL)
+	psn := 0x1000 + a.QP.QPN
+	want := map[string]float64{
+		`rnicd_sent_pkts_total{device="rnic0"}`:                                                 5, // three, then the lost one and the last again
+		`rnicd_retransmitted_pkts_total{device="rnic0"}`:                                        2,
+		`rnicd_rcvd_seq_err_total{device="rnic0"}`:                                              1,
+		`rnicd_rcvd_pkts_total{device="rnic0"}`:                                                 2, // the NAK and the ACK
+		`rnicd_rdma_sends_total{device="rnic0"}`:                                                1,
+		`rnicd_completer_retry_err_total{device="rnic0"}`:                                       1,
+		`rnicd_out_of_seq_request_total{device="rnic1"}`:                                        1,
+		`rnicd_naks_sent_total{device="rnic1"}`:                                                 1,
+		`rnicd_sent_pkts_total{device="rnic1"}`:                                                 2,
+		`rnicd_rcvd_pkts_total{device="rnic1"}`:                                                 4,
+		`rnicd_drop_unknown_qp_total{device="rnic1"}`:                                           0,
+		`rnicd_icrc_errors_total{device="rnic1"}`:                                               0,
+		`rnicd_port_sent_pkts_total{device="rnic0"}`:                                            4,
+		`rnicd_port_rcvd_pkts_total{device="rnic1"}`:                                            4,
+		`rnicd_fault_dropped_total{device="rnic0",dir="tx"}`:                                    1,
+		`rnicd_fault_matched_total{device="rnic0",dir="tx"}`:                                    5,
+		`rnicd_fault_dropped_total{device="rnic0",dir="rx"}`:                                    0,
+		`rnicd_doorbell_depth{device="rnic0"}`:                                                  0,
+		fmt.Sprintf(`rnicd_qp_sq_psn{device="rnic0",qpn="%#x",type="RC"}`, a.QP.QPN):            float64(psn + 3),
+		fmt.Sprintf(`rnicd_qp_una_psn{device="rnic0",qpn="%#x",type="RC"}`, a.QP.QPN):           float64(psn + 3),
+		fmt.Sprintf(`rnicd_qp_rq_psn{device="rnic1",qpn="%#x",type="RC"}`, b.QP.QPN):            float64(psn + 3),
+		fmt.Sprintf(`rnicd_qp_sq_used{device="rnic0",qpn="%#x",type="RC"}`, a.QP.QPN):           0,
+		fmt.Sprintf(`rnicd_qp_state{device="rnic0",qpn="%#x",state="RTS",type="RC"}`, a.QP.QPN): 1,
+	}
+	for k, v := range want {
+		g, ok := got[k]
+		if !ok {
+			t.Errorf("/metrics has no %s", k)
+			continue
+		}
+		if g != v {
+			t.Errorf("%s = %v, want %v", k, g, v)
+		}
+	}
+	// Every device counter is exported under its name.
+	for name, v := range a.Dev.Counters() {
+		if g := got[`rnicd_`+name+`_total{device="rnic0"}`]; g != float64(v) {
+			t.Errorf("counter %s: /metrics %v, device %d", name, g, v)
+		}
+	}
+}
+
+func TestApplySpec(t *testing.T) {
+	base := ibudp.Faults{Drop: 0.5, FilterQPN: true, QPN: 3}
+	cases := []struct {
+		spec string
+		want ibudp.Faults
+		err  bool
+	}{
+		{spec: "drop 2%", want: ibudp.Faults{Drop: 0.02, FilterQPN: true, QPN: 3}},
+		{spec: "dup 1% reorder 5%", want: ibudp.Faults{Drop: 0.5, Duplicate: 0.01, Reorder: 0.05, FilterQPN: true, QPN: 3}},
+		{spec: "delay 200us jitter 1ms", want: ibudp.Faults{Drop: 0.5, Delay: 200 * time.Microsecond, Jitter: time.Millisecond, FilterQPN: true, QPN: 3}},
+		{spec: "corrupt 100%", want: ibudp.Faults{Drop: 0.5, Corrupt: 1, FilterQPN: true, QPN: 3}},
+		{spec: "off", want: ibudp.Faults{}},
+		{spec: "", err: true},
+		{spec: "drop", err: true},
+		{spec: "drop 2", err: true},
+		{spec: "drop 101%", err: true},
+		{spec: "drop -1%", err: true},
+		{spec: "drop NaN%", err: true},
+		{spec: "delay 2h", err: true},
+		{spec: "delay -1ms", err: true},
+		{spec: "explode 5%", err: true},
+	}
+	for _, c := range cases {
+		got, err := monitor.ApplySpec(base, c.spec)
+		if c.err {
+			if err == nil {
+				t.Errorf("%q: no error, got %+v", c.spec, got)
+			}
+			continue
+		}
+		if err != nil || got != c.want {
+			t.Errorf("%q: %+v, %v; want %+v", c.spec, got, err, c.want)
+		}
+	}
+}
+
+func post(t *testing.T, url string, body any) (int, string) {
+	t.Helper()
+	j, _ := json.Marshal(body)
+	resp, err := http.Post(url+"/api/inject", "application/json", bytes.NewReader(j))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// TestInject sets impairments through /api/inject and checks the
+// injector's settings, per direction and QP.
+func TestInject(t *testing.T) {
+	a, b := rnictest.NewEnds(t, 2, nil)
+	m, err := monitor.New(monitor.Config{Devices: []monitor.Device{{Dev: a.Dev, Faulty: a.Faulty}, {Dev: b.Dev}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	srv := httptest.NewServer(m.Handler())
+	defer srv.Close()
+	qpn := uint32(0x12)
+	if code, body := post(t, srv.URL, monitor.InjectRequest{Device: "rnic0", TX: true, QPN: &qpn, Spec: "drop 2% dup 1%"}); code != 200 {
+		t.Fatalf("inject: %d %s", code, body)
+	}
+	if got, want := a.Faulty.TX(), (ibudp.Faults{Drop: 0.02, Duplicate: 0.01, FilterQPN: true, QPN: 0x12}); got.Drop != want.Drop ||
+		got.Duplicate != want.Duplicate || !got.FilterQPN || got.QPN != want.QPN {
+		t.Fatalf("TX faults %+v, want %+v", got, want)
+	}
+	if rx := a.Faulty.RX(); rx.Drop != 0 || rx.Duplicate != 0 {
+		t.Fatalf("RX faults %+v changed by a TX inject", rx)
+	}
+	if code, body := post(t, srv.URL, monitor.InjectRequest{Device: "rnic0", Spec: "delay 200us"}); code != 200 {
+		t.Fatalf("inject: %d %s", code, body)
+	}
+	if tx, rx := a.Faulty.TX(), a.Faulty.RX(); tx.Delay != 200*time.Microsecond || rx.Delay != 200*time.Microsecond || tx.Drop != 0.02 {
+		t.Fatalf("after delay on both: TX %+v RX %+v", tx, rx)
+	}
+	if code, body := post(t, srv.URL, monitor.InjectRequest{Device: "rnic0", Spec: "off"}); code != 200 {
+		t.Fatalf("inject off: %d %s", code, body)
+	}
+	if tx, rx := a.Faulty.TX(), a.Faulty.RX(); tx.Drop != 0 || tx.Delay != 0 || tx.FilterQPN || rx.Delay != 0 {
+		t.Fatalf("after off: TX %+v RX %+v", tx, rx)
+	}
+	for _, c := range []struct {
+		req  monitor.InjectRequest
+		code int
+	}{
+		{monitor.InjectRequest{Device: "rnic9", Spec: "drop 1%"}, 404},
+		{monitor.InjectRequest{Device: "rnic1", Spec: "drop 1%"}, 409},
+		{monitor.InjectRequest{Device: "rnic0", Spec: "drop lots"}, 400},
+	} {
+		if code, body := post(t, srv.URL, c.req); code != c.code {
+			t.Errorf("%+v: %d %s, want %d", c.req, code, body, c.code)
+		}
+	}
+	resp, err := http.Post(srv.URL+"/api/inject", "application/json", strings.NewReader("{not json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 400 {
+		t.Errorf("bad JSON: %d", resp.StatusCode)
+	}
+}
+
+// TestTraceStream follows /api/trace?qp=N while a WRITE runs and reads
+// the events back from the JSON lines.
+func TestTraceStream(t *testing.T) {
+	tr := trace.New(0)
+	a, b := rnictest.NewEnds(t, 3, tr)
+	m, err := monitor.New(monitor.Config{Devices: []monitor.Device{{Dev: a.Dev}, {Dev: b.Dev}}, Tracer: tr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	srv := httptest.NewServer(m.Handler())
+	defer srv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", fmt.Sprintf("%s/api/trace?qp=%d&nic=rnic0", srv.URL, a.QP.QPN), nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("/api/trace: %s", resp.Status)
+	}
+	// The subscription exists once the headers are in: traffic now.
+	werr := make(chan error, 1)
+	go func() { werr <- rnictest.TryWrite(a, b, 7, 2048) }()
+	var steps []trace.Step
+	err = trace.ReadJSON(resp.Body, func(e *trace.Event) error {
+		if e.NIC != "rnic0" || (e.QPN != a.QP.QPN && e.DestQPN != a.QP.QPN) {
+			return fmt.Errorf("filter let through %+v", e)
+		}
+		steps = append(steps, e.Step)
+		if e.Step == trace.StepComplete {
+			if e.WRID != 7 || e.Len != 2048 {
+				return fmt.Errorf("completion %+v", e)
+			}
+			return io.EOF
+		}
+		return nil
+	})
+	if err != io.EOF {
+		t.Fatalf("trace stream: %v after %v", err, steps)
+	}
+	if err := <-werr; err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []trace.Step{trace.StepPost, trace.StepDoorbell, trace.StepFetch, trace.StepHeaders, trace.StepAckRecv, trace.StepComplete} {
+		found := false
+		for _, g := range steps {
+			found = found || g == s
+		}
+		if !found {
+			t.Errorf("stream lacks %v: %v", s, steps)
+		}
+	}
+}

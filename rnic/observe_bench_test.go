@@ -1,0 +1,39 @@
+package rnic_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/rnicd/rnicd/rnic/qpmgr"
+	"github.com/rnicd/rnicd/rnic/trace"
+)
+
+// BenchmarkObserveWriteBW is BenchmarkRCWriteBW at MTU 1024 with the
+// observation machinery in its states: none; a fault injector with no
+// faults in front of each port (what rnicd always has); a tracer nobody
+// reads (what rnicd has for `rnic trace` to attach to); and a tracer a
+// reader drains, which is tracing on.
+func BenchmarkObserveWriteBW(b *testing.B) {
+	b.Run("bare", func(b *testing.B) { runBW(b, qpmgr.WRRDMAWrite, pairOpts{mtu: 1024}) })
+	b.Run("faulty-off", func(b *testing.B) { runBW(b, qpmgr.WRRDMAWrite, pairOpts{mtu: 1024, faulty: true}) })
+	b.Run("tracer-idle", func(b *testing.B) { runBW(b, qpmgr.WRRDMAWrite, pairOpts{mtu: 1024, trace: trace.New(0)}) })
+	b.Run("tracer-on", func(b *testing.B) {
+		tr := trace.New(0)
+		sub := tr.Subscribe(trace.Filter{})
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { // drain, as a reader would
+			defer close(done)
+			buf := make([]trace.Event, 1024)
+			for {
+				if _, err := sub.Read(ctx, buf); err != nil {
+					return
+				}
+			}
+		}()
+		runBW(b, qpmgr.WRRDMAWrite, pairOpts{mtu: 1024, trace: tr})
+		cancel()
+		<-done
+		sub.Close()
+	})
+}

@@ -1,0 +1,125 @@
+package qpmgr
+
+import (
+	"errors"
+	"sync"
+)
+
+// ErrCQOverrun is returned when a completion does not fit in its CQ. The
+// application sized the CQ too small; like a real CQ overrun it is an
+// error the device reports, and the completion is lost.
+var ErrCQOverrun = errors.New("qpmgr: completion queue overrun")
+
+// CQ is a completion queue (ibv_cq): a ring of work completions the engines
+// write and the application polls. It is safe for concurrent use.
+type CQ struct {
+	mu      sync.Mutex
+	ring    []WC
+	head, n int
+	armed   bool // ReqNotify called and no event since
+	solOnly bool
+
+	// ready gets a token whenever a completion is pushed, so a poller can
+	// wait instead of spinning.
+	ready chan struct{}
+	// event gets a token when an armed CQ gets a completion that matches
+	// its notification request (ibv_get_cq_event).
+	event chan struct{}
+	// sink, when set, takes every completion instead of the ring: the
+	// host interface writes it straight into a completion ring in host
+	// memory, as a NIC's CQE DMA does, with no goroutine in between.
+	sink func(wc *WC, solicited bool) error
+}
+
+// SetSink makes every later completion go to sink instead of the CQ's own
+// ring, with the CQ's lock held (so calls are serialized and in order);
+// arming, events and Poll are then the sink's business. An error from the
+// sink (its ring is full) is returned by Push as ErrCQOverrun is.
+func (c *CQ) SetSink(sink func(wc *WC, solicited bool) error) {
+	c.mu.Lock()
+	c.sink = sink
+	c.mu.Unlock()
+}
+
+// NewCQ returns a CQ with room for n completions.
+func NewCQ(n int) *CQ {
+	if n < 1 {
+		n = 1
+	}
+	return &CQ{ring: make([]WC, n), ready: make(chan struct{}, 1), event: make(chan struct{}, 1)}
+}
+
+// Cap is the number of completions the CQ holds.
+func (c *CQ) Cap() int { return len(c.ring) }
+
+// Push appends a completion. solicited marks a receive completion of a
+// message whose sender set the solicited event bit.
+func (c *CQ) Push(wc WC, solicited bool) error {
+	c.mu.Lock()
+	if c.sink != nil {
+		err := c.sink(&wc, solicited)
+		c.mu.Unlock()
+		return err
+	}
+	if c.n == len(c.ring) {
+		c.mu.Unlock()
+		return ErrCQOverrun
+	}
+	c.ring[(c.head+c.n)%len(c.ring)] = wc
+	c.n++
+	fire := c.armed && (!c.solOnly || solicited || wc.Status != WCSuccess)
+	if fire {
+		c.armed = false
+	}
+	c.mu.Unlock()
+	signal(c.ready)
+	if fire {
+		signal(c.event)
+	}
+	return nil
+}
+
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// Poll moves up to len(wcs) completions, oldest first, into wcs and
+// returns how many (ibv_poll_cq).
+func (c *CQ) Poll(wcs []WC) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	k := 0
+	for k < len(wcs) && c.n > 0 {
+		wcs[k] = c.ring[c.head]
+		c.head = (c.head + 1) % len(c.ring)
+		c.n--
+		k++
+	}
+	return k
+}
+
+// Len is the number of completions waiting.
+func (c *CQ) Len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n
+}
+
+// Ready returns a channel that receives a token after completions are
+// pushed. A token may be stale: poll after receiving it.
+func (c *CQ) Ready() <-chan struct{} { return c.ready }
+
+// ReqNotify arms the CQ (ibv_req_notify_cq): the next completion, or with
+// solicitedOnly the next solicited or error completion, sends one token on
+// Events.
+func (c *CQ) ReqNotify(solicitedOnly bool) {
+	c.mu.Lock()
+	c.armed, c.solOnly = true, solicitedOnly
+	c.mu.Unlock()
+}
+
+// Events returns the channel of completion events (ibv_get_cq_event).
+func (c *CQ) Events() <-chan struct{} { return c.event }

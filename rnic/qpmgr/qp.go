@@ -1,0 +1,625 @@
+package qpmgr
+
+import (
+	"fmt"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rnicd/rnicd/rnic/dma"
+	"github.com/rnicd/rnicd/wire/bth"
+	"github.com/rnicd/rnicd/wire/ibudp"
+)
+
+// MTU is a path MTU in the verbs encoding (ibv_mtu).
+type MTU uint8
+
+const (
+	MTU256  MTU = 1
+	MTU512  MTU = 2
+	MTU1024 MTU = 3
+	MTU2048 MTU = 4
+	MTU4096 MTU = 5
+)
+
+// Bytes is the MTU in bytes, 0 if m is not a valid MTU.
+func (m MTU) Bytes() int {
+	if m < MTU256 || m > MTU4096 {
+		return 0
+	}
+	return 128 << m
+}
+
+func (m MTU) String() string { return fmt.Sprintf("%d", m.Bytes()) }
+
+// MTUFromBytes is the MTU of n bytes, 0 if n is not 256..4096 in powers of two.
+func MTUFromBytes(n int) MTU {
+	for m := MTU256; m <= MTU4096; m++ {
+		if m.Bytes() == n {
+			return m
+		}
+	}
+	return 0
+}
+
+// Limits of the device (ibv_query_device), as rxe gives them where rxe has
+// one.
+const (
+	MaxQPWR        = 16384
+	MaxSGE         = 32
+	MaxInlineData  = 1024
+	MaxRdAtomic    = 128 // rxe: max_qp_rd_atom
+	MaxUnackedPSNs = 128 // rxe: RXE_MAX_UNACKED_PSNS
+	MaxPktsPerAck  = 64  // rxe: RXE_MAX_PKT_PER_ACK
+	MaxMsgSize     = 1 << 31
+)
+
+// Caps are the sizes of a QP's queues (ibv_qp_cap).
+type Caps struct {
+	MaxSendWR, MaxRecvWR   int
+	MaxSendSGE, MaxRecvSGE int
+	MaxInlineData          int
+}
+
+// Config is what CreateQP needs (ibv_qp_init_attr).
+type Config struct {
+	QPN    uint32
+	Type   Type
+	PD     dma.PD
+	SendCQ *CQ
+	RecvCQ *CQ
+	SRQ    *RecvQueue // nil: the QP has its own RQ
+	Caps   Caps
+	// SigAll makes every send WR signaled (sq_sig_all).
+	SigAll bool
+	// PortMTU is the port's active MTU in bytes: a UD QP's MTU, and the
+	// limit of a connected QP's path MTU.
+	PortMTU int
+	// Counters are the device's counters; the QP counts into them.
+	Counters *Counters
+	// Kick schedules the QP on the send pipeline (the doorbell). It must
+	// not block.
+	Kick func(*QP)
+}
+
+// Attr are a QP's attributes (ibv_qp_attr) as ModifyQP sets them.
+type Attr struct {
+	State           State
+	PathMTU         MTU
+	QKey            uint32
+	RQPSN           uint32
+	SQPSN           uint32
+	DestQPN         uint32
+	AccessFlags     dma.Access // remote access the QP allows
+	PKeyIndex       uint16
+	PortNum         uint8
+	AH              AH
+	Timeout         uint8 // local ACK timeout: 4.096 us * 2^Timeout, 0 = none
+	RetryCnt        uint8 // 7 = retry forever
+	RNRRetry        uint8 // 7 = retry forever
+	MinRNRTimer     uint8 // timer code the responder puts in its RNR NAKs
+	MaxRdAtomic     uint8 // outstanding READ/atomic as requester
+	MaxDestRdAtomic uint8 // outstanding READ/atomic as responder
+}
+
+// WQEState is where a send WQE is in the requester.
+type WQEState uint8
+
+const (
+	WQEPosted  WQEState = iota // not started: no PSN yet
+	WQEStarted                 // PSNs assigned, some packets sent (or to resend)
+	WQESent                    // every packet sent, waiting for ACK or response
+	WQEDone                    // completed
+)
+
+// SendWQE is a send work request as the NIC holds it.
+type SendWQE struct {
+	WR     SendWR
+	Len    int // message length in bytes
+	State  WQEState
+	Status WCStatus
+
+	FirstPSN, LastPSN uint32
+	// Offset is the message offset of the next byte to send, PSN the PSN
+	// of the next packet (the requester's cursor inside the WQE).
+	Offset int
+	PSN    uint32
+	// Retried marks a WQE being sent again, for the retransmission counter.
+	Retried bool
+}
+
+// NumPkts is the number of PSNs the message takes at path MTU mtu.
+func NumPkts(op WROpcode, length, mtu int) int {
+	if op.IsAtomic() || length == 0 {
+		return 1
+	}
+	return (length + mtu - 1) / mtu
+}
+
+// SendQueue is a ring of send WQEs. Head is the oldest WQE not yet
+// completed, Next the next one the requester starts or continues, Tail the
+// end: Head <= Next <= Tail, counted from creation.
+type SendQueue struct {
+	ring             []SendWQE
+	Head, Next, Tail uint64
+}
+
+// At returns the WQE at position i (Head <= i < Tail).
+func (q *SendQueue) At(i uint64) *SendWQE { return &q.ring[i%uint64(len(q.ring))] }
+
+// Len is the number of WQEs not yet completed.
+func (q *SendQueue) Len() int { return int(q.Tail - q.Head) }
+
+// Cap is the number of WQEs the queue holds.
+func (q *SendQueue) Cap() int { return len(q.ring) }
+
+// ReqState is the requester's state (rxe: qp->req).
+type ReqState struct {
+	PSN       uint32 // next new PSN
+	NoAckPkts int    // packets since the last AckReq
+	NeedRetry bool   // go back to Comp.PSN when the requester next runs
+	RNRUntil  time.Time
+}
+
+// CompState is the completer's state (rxe: qp->comp).
+type CompState struct {
+	PSN      uint32 // oldest PSN not yet acknowledged
+	RetryCnt uint8  // retries left
+	RNRRetry uint8  // RNR retries left
+	// RetriedPSN is the Comp.PSN of the last retry a response gap or an
+	// implied NAK started (HaveRetried set), so that the stream of
+	// responses still in flight from before the retry does not start
+	// another one each.
+	RetriedPSN  uint32
+	HaveRetried bool
+}
+
+// RespResource is an RDMA READ or atomic a responder keeps to serve again
+// when the request is retried (IBTA 9.7.5.1.3; rxe: resp_res).
+type RespResource struct {
+	Valid    bool
+	Atomic   bool
+	PSN      uint32 // first PSN
+	LastPSN  uint32
+	VA       uint64 // READ
+	RKey     uint32
+	Len      uint32
+	OrigData uint64 // atomic result
+	MSN      uint32 // MSN the response carried
+}
+
+// RespState is the responder's state (rxe: qp->resp).
+type RespState struct {
+	EPSN    uint32 // expected PSN
+	MSN     uint32 // message sequence number
+	NAKSent bool   // a NAK for the current gap was sent (one per gap)
+	// The message being received.
+	InMsg     bth.Flags // FlagSend or FlagWrite while a multi-packet message is open
+	HaveWQE   bool
+	WQE       RecvWR
+	Offset    int // bytes received
+	WriteVA   uint64
+	WriteRKey uint32
+	WriteLen  uint32
+	// AckPending asks the receive pipeline to send an ACK for AckPSN at
+	// the end of the batch (ACK coalescing).
+	AckPending bool
+	AckPSN     uint32
+	// Resources is the READ/atomic replay ring, max_dest_rd_atomic long.
+	Resources []RespResource
+	NextRes   int
+	// UCDrop discards the rest of a UC message whose start was lost.
+	UCDrop bool
+}
+
+// QP is a queue pair.
+type QP struct {
+	mu sync.Mutex
+
+	QPN      uint32
+	Type     Type
+	PD       dma.PD
+	SendCQ   *CQ
+	RecvCQ   *CQ
+	SRQ      *RecvQueue
+	RQ       *RecvQueue // the QP's own receive queue, nil with an SRQ
+	Caps     Caps
+	SigAll   bool
+	Counters *Counters
+	PortMTU  int
+
+	state State
+	Attr  Attr
+	SQ    SendQueue
+	Req   ReqState
+	Comp  CompState
+	Resp  RespState
+
+	kick func(*QP)
+	// Scheduled is set while the QP is on the send pipeline's run list.
+	Scheduled atomic.Bool
+	// TimerFired is set by the retransmission timer; the send pipeline
+	// hands it to the completer.
+	TimerFired atomic.Bool
+	timer      *time.Timer
+	timerArmed bool
+	// Backoff doubles the timeout per timeout in a row without progress
+	// (at most 2^8), so that retransmissions on a starved host do not
+	// feed on themselves; progress resets it.
+	Backoff   uint8
+	destroyed bool
+}
+
+// New makes a QP in RESET.
+func New(cfg Config) (*QP, error) {
+	switch cfg.Type {
+	case TypeRC, TypeUC, TypeUD:
+	default:
+		return nil, fmt.Errorf("qpmgr: QP type %d not supported", cfg.Type)
+	}
+	c := cfg.Caps
+	if c.MaxSendWR < 1 || c.MaxSendWR > MaxQPWR || c.MaxSendSGE < 0 || c.MaxSendSGE > MaxSGE ||
+		c.MaxRecvSGE < 0 || c.MaxRecvSGE > MaxSGE || c.MaxInlineData < 0 || c.MaxInlineData > MaxInlineData ||
+		(cfg.SRQ == nil && (c.MaxRecvWR < 1 || c.MaxRecvWR > MaxQPWR)) {
+		return nil, fmt.Errorf("qpmgr: QP caps %+v outside the device limits", c)
+	}
+	if MTUFromBytes(cfg.PortMTU) == 0 {
+		return nil, fmt.Errorf("qpmgr: port MTU %d is not an IB MTU", cfg.PortMTU)
+	}
+	if cfg.SendCQ == nil || cfg.RecvCQ == nil || cfg.Counters == nil || cfg.Kick == nil {
+		return nil, fmt.Errorf("qpmgr: QP needs send and receive CQs, counters and a doorbell")
+	}
+	qp := &QP{
+		QPN: cfg.QPN, Type: cfg.Type, PD: cfg.PD, SendCQ: cfg.SendCQ, RecvCQ: cfg.RecvCQ,
+		SRQ: cfg.SRQ, Caps: c, SigAll: cfg.SigAll, Counters: cfg.Counters, kick: cfg.Kick,
+		PortMTU: cfg.PortMTU,
+	}
+	qp.SQ.ring = make([]SendWQE, c.MaxSendWR)
+	if cfg.SRQ == nil {
+		qp.RQ = NewRecvQueue(c.MaxRecvWR, c.MaxRecvSGE)
+	}
+	qp.reset()
+	return qp, nil
+}
+
+// Lock and Unlock guard the QP's state.
+func (qp *QP) Lock()   { qp.mu.Lock() }
+func (qp *QP) Unlock() { qp.mu.Unlock() }
+
+// State is the QP's state; call with the lock held.
+func (qp *QP) State() State { return qp.state }
+
+// MTU is the path MTU in bytes; UD datagrams go at the port's MTU.
+func (qp *QP) MTU() int {
+	if qp.Type == TypeUD || qp.Attr.PathMTU == 0 {
+		return qp.PortMTU
+	}
+	return qp.Attr.PathMTU.Bytes()
+}
+
+// Kick rings the QP's doorbell: the send pipeline will run it.
+func (qp *QP) Kick() { qp.kick(qp) }
+
+// Recv returns the queue the QP's receive WQEs come from.
+func (qp *QP) Recv() *RecvQueue {
+	if qp.SRQ != nil {
+		return qp.SRQ
+	}
+	return qp.RQ
+}
+
+// Dest is the peer's IP address (connected QPs).
+func (qp *QP) Dest() netip.Addr { return qp.Attr.AH.Addr() }
+
+// SrcPort is the UDP source port of the QP's packets, as rxe picks it.
+func (qp *QP) SrcPort() uint16 {
+	if qp.Type == TypeUD {
+		return ibudp.SourcePortQPN(qp.QPN)
+	}
+	return ibudp.SourcePortFlow(qp.Attr.AH.FlowLabel, qp.QPN, qp.Attr.DestQPN)
+}
+
+// ACKTimeout is the local ACK timeout, 4.096 us * 2^Timeout (IBTA
+// 9.7.6.1.3); 0 means the QP never times out.
+func (qp *QP) ACKTimeout() time.Duration {
+	t := qp.Attr.Timeout
+	if t == 0 {
+		return 0
+	}
+	if t > 31 {
+		t = 31
+	}
+	return time.Duration(4096<<t) * time.Nanosecond
+}
+
+// Modify applies ModifyQP: it checks the transition and the attribute
+// values first and changes nothing if either is wrong (IBTA 11.2.4.2).
+func (qp *QP) Modify(a *Attr, mask AttrMask) error {
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	if qp.destroyed {
+		return fmt.Errorf("qpmgr: QP %#x destroyed", qp.QPN)
+	}
+	next := qp.state
+	if mask&AttrState != 0 {
+		next = a.State
+	}
+	if err := CheckModify(qp.Type, qp.state, next, mask); err != nil {
+		return err
+	}
+	if err := checkAttr(a, mask, qp.PortMTU); err != nil {
+		return fmt.Errorf("qpmgr: QP %#x: %w", qp.QPN, err)
+	}
+	qp.apply(a, mask)
+	if next != qp.state {
+		qp.enter(next)
+	}
+	return nil
+}
+
+func checkAttr(a *Attr, mask AttrMask, portMTU int) error {
+	switch {
+	case mask&AttrPathMTU != 0 && (a.PathMTU.Bytes() == 0 || a.PathMTU.Bytes() > portMTU):
+		return fmt.Errorf("path MTU %d: need 256..%d", a.PathMTU.Bytes(), portMTU)
+	case mask&AttrTimeout != 0 && a.Timeout > 31:
+		return fmt.Errorf("timeout %d > 31", a.Timeout)
+	case mask&AttrRetryCnt != 0 && a.RetryCnt > 7:
+		return fmt.Errorf("retry_cnt %d > 7", a.RetryCnt)
+	case mask&AttrRNRRetry != 0 && a.RNRRetry > 7:
+		return fmt.Errorf("rnr_retry %d > 7", a.RNRRetry)
+	case mask&AttrMinRNRTimer != 0 && a.MinRNRTimer > 31:
+		return fmt.Errorf("min_rnr_timer %d > 31", a.MinRNRTimer)
+	case mask&AttrMaxQPRdAtomic != 0 && a.MaxRdAtomic > MaxRdAtomic:
+		return fmt.Errorf("max_rd_atomic %d > %d", a.MaxRdAtomic, MaxRdAtomic)
+	case mask&AttrMaxDestRdAtomic != 0 && a.MaxDestRdAtomic > MaxRdAtomic:
+		return fmt.Errorf("max_dest_rd_atomic %d > %d", a.MaxDestRdAtomic, MaxRdAtomic)
+	case mask&AttrSQPSN != 0 && a.SQPSN > bth.PSNMask:
+		return fmt.Errorf("sq_psn %#x has more than 24 bits", a.SQPSN)
+	case mask&AttrRQPSN != 0 && a.RQPSN > bth.PSNMask:
+		return fmt.Errorf("rq_psn %#x has more than 24 bits", a.RQPSN)
+	case mask&AttrDestQPN != 0 && a.DestQPN > bth.QPNMask:
+		return fmt.Errorf("dest_qp_num %#x has more than 24 bits", a.DestQPN)
+	case mask&AttrAccessFlags != 0 && a.AccessFlags&^(dma.AccessLocalWrite|dma.AccessRemoteWrite|dma.AccessRemoteRead|dma.AccessRemoteAtomic) != 0:
+		return fmt.Errorf("qp_access_flags %v not allowed on a QP", a.AccessFlags)
+	case mask&AttrAV != 0 && !a.AH.Addr().IsValid():
+		return fmt.Errorf("address vector has no usable DGID")
+	case mask&AttrPKeyIndex != 0 && a.PKeyIndex != 0:
+		return fmt.Errorf("pkey_index %d: the port has one P_Key", a.PKeyIndex)
+	}
+	return nil
+}
+
+func (qp *QP) apply(a *Attr, mask AttrMask) {
+	t := &qp.Attr
+	set := func(bit AttrMask, f func()) {
+		if mask&bit != 0 {
+			f()
+		}
+	}
+	set(AttrPathMTU, func() { t.PathMTU = a.PathMTU })
+	set(AttrQKey, func() { t.QKey = a.QKey })
+	set(AttrRQPSN, func() { t.RQPSN = a.RQPSN })
+	set(AttrSQPSN, func() { t.SQPSN = a.SQPSN })
+	set(AttrDestQPN, func() { t.DestQPN = a.DestQPN })
+	set(AttrAccessFlags, func() { t.AccessFlags = a.AccessFlags })
+	set(AttrPKeyIndex, func() { t.PKeyIndex = a.PKeyIndex })
+	set(AttrPort, func() { t.PortNum = a.PortNum })
+	set(AttrAV, func() { t.AH = a.AH })
+	set(AttrTimeout, func() { t.Timeout = a.Timeout })
+	set(AttrRetryCnt, func() { t.RetryCnt = a.RetryCnt; qp.Comp.RetryCnt = a.RetryCnt })
+	set(AttrRNRRetry, func() { t.RNRRetry = a.RNRRetry; qp.Comp.RNRRetry = a.RNRRetry })
+	set(AttrMinRNRTimer, func() { t.MinRNRTimer = a.MinRNRTimer })
+	set(AttrMaxQPRdAtomic, func() { t.MaxRdAtomic = a.MaxRdAtomic })
+	set(AttrMaxDestRdAtomic, func() {
+		t.MaxDestRdAtomic = a.MaxDestRdAtomic
+		qp.Resp.Resources = make([]RespResource, max(int(a.MaxDestRdAtomic), 1))
+		qp.Resp.NextRes = 0
+	})
+	set(AttrRQPSN, func() { qp.Resp.EPSN = a.RQPSN })
+	set(AttrSQPSN, func() { qp.Req.PSN, qp.Comp.PSN = a.SQPSN, a.SQPSN })
+}
+
+// enter moves the QP to state s, doing what the state asks on entry.
+func (qp *QP) enter(s State) {
+	qp.state = s
+	qp.Attr.State = s
+	switch s {
+	case StateReset:
+		qp.reset()
+	case StateRTS:
+		qp.Kick()
+	case StateErr:
+		qp.flush()
+	}
+}
+
+// reset empties the queues without completions, as modify to RESET does.
+func (qp *QP) reset() {
+	qp.stopTimer()
+	qp.state = StateReset
+	qp.Attr = Attr{}
+	qp.SQ.Head, qp.SQ.Next, qp.SQ.Tail = 0, 0, 0
+	clear(qp.SQ.ring)
+	if qp.RQ != nil {
+		qp.RQ.Drain()
+	}
+	qp.Req, qp.Comp = ReqState{}, CompState{}
+	qp.Resp = RespState{Resources: make([]RespResource, 1)}
+}
+
+// EnterError moves the QP to ERR and flushes its queues. Call with the lock
+// held.
+func (qp *QP) EnterError() {
+	if qp.state != StateErr && qp.state != StateReset {
+		qp.enter(StateErr)
+	}
+}
+
+// flush completes every outstanding WQE with WR_FLUSH_ERR (IBTA 10.3.1:
+// in ERR all WQEs complete in error), nothing lost silently.
+func (qp *QP) flush() {
+	qp.stopTimer()
+	for qp.SQ.Head < qp.SQ.Tail {
+		w := qp.SQ.At(qp.SQ.Head)
+		if w.State != WQEDone {
+			qp.completeSend(w, WCWRFlushErr)
+		}
+		qp.SQ.Head++
+	}
+	qp.SQ.Next = qp.SQ.Tail
+	if qp.Resp.HaveWQE {
+		qp.completeRecvFlush(qp.Resp.WQE)
+		qp.Resp.HaveWQE = false
+	}
+	if qp.RQ != nil {
+		for _, wr := range qp.RQ.Drain() {
+			qp.completeRecvFlush(wr)
+		}
+	}
+}
+
+func (qp *QP) completeRecvFlush(wr RecvWR) {
+	qp.pushRecv(WC{WRID: wr.WRID, Status: WCWRFlushErr, Opcode: WCRecv, QPNum: qp.QPN}, false)
+}
+
+// Flush completes, with WR_FLUSH_ERR, any WQE posted while in ERR.
+func (qp *QP) Flush() {
+	if qp.state == StateErr {
+		qp.flush()
+	}
+}
+
+// Destroy stops the QP's timers; the device drops it from its table.
+func (qp *QP) Destroy() {
+	qp.mu.Lock()
+	qp.destroyed = true
+	qp.stopTimer()
+	qp.mu.Unlock()
+}
+
+// Destroyed reports whether the QP was destroyed.
+func (qp *QP) Destroyed() bool { return qp.destroyed }
+
+// ArmTimer starts the retransmission timer if it is not running (rxe
+// arms it when a packet goes out and no timer is pending).
+func (qp *QP) ArmTimer() {
+	d := qp.ACKTimeout() << min(qp.Backoff, 8)
+	if d == 0 || qp.destroyed || qp.timerArmed {
+		return
+	}
+	qp.timerArmed = true
+	if qp.timer == nil {
+		qp.timer = time.AfterFunc(d, qp.onTimer)
+		return
+	}
+	qp.timer.Reset(d)
+}
+
+// RestartTimer restarts the retransmission timer after progress, or stops
+// it when nothing is outstanding.
+func (qp *QP) RestartTimer() {
+	if !qp.Outstanding() {
+		qp.stopTimer()
+		return
+	}
+	qp.stopTimer()
+	qp.ArmTimer()
+}
+
+func (qp *QP) stopTimer() {
+	if qp.timer != nil {
+		qp.timer.Stop()
+	}
+	qp.timerArmed = false
+	qp.TimerFired.Store(false)
+}
+
+// TimerExpired is called by the send pipeline, with the lock held, when
+// it takes a timer expiry: the timer is no longer pending. It reports
+// false for an expiry that raced with a stop.
+func (qp *QP) TimerExpired() bool {
+	if !qp.TimerFired.Swap(false) || !qp.timerArmed {
+		return false
+	}
+	qp.timerArmed = false
+	return true
+}
+
+func (qp *QP) onTimer() {
+	qp.TimerFired.Store(true)
+	qp.kick(qp)
+}
+
+// KickAfter rings the doorbell after d, for the end of an RNR wait.
+func (qp *QP) KickAfter(d time.Duration) { time.AfterFunc(d, func() { qp.kick(qp) }) }
+
+// CompleteSend retires the WQE at the head of the send queue with status st:
+// a completion goes to the send CQ if the WR was signaled or failed.
+func (qp *QP) CompleteSend(st WCStatus) {
+	w := qp.SQ.At(qp.SQ.Head)
+	qp.completeSend(w, st)
+	qp.SQ.Head++
+	if qp.SQ.Next < qp.SQ.Head {
+		qp.SQ.Next = qp.SQ.Head
+	}
+}
+
+func (qp *QP) completeSend(w *SendWQE, st WCStatus) {
+	w.State, w.Status = WQEDone, st
+	if st == WCSuccess && w.WR.Flags&SendSignaled == 0 && !qp.SigAll {
+		return
+	}
+	wc := WC{WRID: w.WR.WRID, Status: st, Opcode: w.WR.Opcode.wcOpcode(), QPNum: qp.QPN}
+	if st == WCSuccess {
+		wc.ByteLen = uint32(w.Len)
+		if w.WR.Opcode == WRSendWithImm || w.WR.Opcode == WRRDMAWriteWithImm {
+			wc.WCFlags = WCFlagWithImm
+		}
+	}
+	if err := qp.SendCQ.Push(wc, false); err != nil {
+		qp.Counters.Inc(SendErr)
+	}
+}
+
+// CompleteRecv posts a receive completion.
+func (qp *QP) CompleteRecv(wc WC, solicited bool) {
+	wc.QPNum = qp.QPN
+	qp.pushRecv(wc, solicited)
+}
+
+func (qp *QP) pushRecv(wc WC, solicited bool) {
+	if err := qp.RecvCQ.Push(wc, solicited); err != nil {
+		qp.Counters.Inc(SendErr)
+	}
+}
+
+// Outstanding reports whether any WQE has packets on the wire awaiting an
+// ACK or response.
+func (qp *QP) Outstanding() bool {
+	return qp.SQ.Head < qp.SQ.Tail && qp.SQ.At(qp.SQ.Head).State != WQEPosted
+}
+
+// OutstandingRdAtomic counts READ and atomic WQEs started and not completed.
+func (qp *QP) OutstandingRdAtomic() int {
+	n := 0
+	for i := qp.SQ.Head; i < qp.SQ.Next; i++ {
+		if qp.SQ.At(i).WR.Opcode.IsReadOrAtomic() {
+			n++
+		}
+	}
+	return n
+}
+
+// PostSend queues send WQEs (already checked by the verbs layer) and rings
+// the doorbell. It returns the index of the first WR that did not fit.
+func (qp *QP) PostSend(wqes []SendWQE) (int, error) {
+	for i := range wqes {
+		if qp.SQ.Len() == qp.SQ.Cap() {
+			return i, ErrQueueFull
+		}
+		*qp.SQ.At(qp.SQ.Tail) = wqes[i]
+		qp.SQ.Tail++
+	}
+	return len(wqes), nil
+}

@@ -1,0 +1,75 @@
+package qpmgr
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/rnicd/rnicd/wire/bth"
+)
+
+// FirstQPN is the first QPN handed out: rxe starts at 0x11 (QP0 and QP1
+// are special, 2..0x10 reserved), so the QPNs in a capture match rxe's.
+const FirstQPN = 0x11
+
+// Table maps QPNs to QPs. It is safe for concurrent use: the receive
+// pipeline looks QPs up for every packet.
+type Table struct {
+	mu   sync.RWMutex
+	qps  map[uint32]*QP
+	next uint32
+}
+
+// NewTable returns an empty table.
+func NewTable() *Table { return &Table{qps: make(map[uint32]*QP), next: FirstQPN} }
+
+// Alloc reserves a fresh QPN.
+func (t *Table) Alloc() (uint32, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for range bth.QPNMask {
+		qpn := t.next
+		t.next++
+		if t.next > bth.QPNMask {
+			t.next = FirstQPN
+		}
+		if _, used := t.qps[qpn]; !used {
+			t.qps[qpn] = nil
+			return qpn, nil
+		}
+	}
+	return 0, fmt.Errorf("qpmgr: no free QPN")
+}
+
+// Insert publishes a QP under its reserved QPN.
+func (t *Table) Insert(qp *QP) {
+	t.mu.Lock()
+	t.qps[qp.QPN] = qp
+	t.mu.Unlock()
+}
+
+// Remove frees a QPN.
+func (t *Table) Remove(qpn uint32) {
+	t.mu.Lock()
+	delete(t.qps, qpn)
+	t.mu.Unlock()
+}
+
+// Lookup finds the QP with QPN qpn.
+func (t *Table) Lookup(qpn uint32) *QP {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.qps[qpn]
+}
+
+// All returns every QP.
+func (t *Table) All() []*QP {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	out := make([]*QP, 0, len(t.qps))
+	for _, qp := range t.qps {
+		if qp != nil {
+			out = append(out, qp)
+		}
+	}
+	return out
+}

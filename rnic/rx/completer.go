@@ -1,0 +1,271 @@
+package rx
+
+import (
+	"encoding/binary"
+	"time"
+
+	"github.com/rnicd/rnicd/rnic/qpmgr"
+	"github.com/rnicd/rnicd/rnic/trace"
+	"github.com/rnicd/rnicd/wire/bth"
+)
+
+// complete is the completer (IBTA 9.7.5.1; rxe_comp.c): it matches an ACK,
+// NAK, READ response or atomic ACK to the send queue. The QP lock is held.
+func (h *Handler) complete(qp *qpmgr.QP, p bth.Packet) {
+	psn := p.BTH().PSN()
+	// Anything the requester has not sent yet, or older than the oldest
+	// unacknowledged PSN, answers nothing outstanding.
+	if bth.PSNDiff(psn, qp.Req.PSN) >= 0 {
+		h.Counters.Inc(qpmgr.DropUnexpectedResp)
+		return
+	}
+	if bth.PSNDiff(psn, qp.Comp.PSN) < 0 {
+		return // a duplicate of what was already acknowledged
+	}
+	switch op := p.Opcode(); {
+	case op.Is(bth.FlagReadResp):
+		h.readResponse(qp, p)
+	case op == bth.RCAtomicAcknowledge:
+		h.atomicAck(qp, p)
+	default:
+		h.ack(qp, p)
+	}
+}
+
+// ack handles an ACKNOWLEDGE: ACK, RNR NAK or NAK (IBTA 9.7.5.1.2-4).
+func (h *Handler) ack(qp *qpmgr.QP, p bth.Packet) {
+	psn := p.BTH().PSN()
+	syn := p.AETH().Syndrome()
+	if h.Trace.On() {
+		h.Trace.Emit(trace.Event{Module: trace.ModCompleter, Step: trace.StepAckRecv, QPN: qp.QPN, PSN: psn,
+			Opcode: p.Opcode(), Arg: uint32(syn), Aux: p.AETH().MSN()})
+	}
+	switch {
+	case syn.IsACK():
+		h.ackUpTo(qp, psn, true)
+	case syn.IsRNRNAK():
+		h.Counters.Inc(qpmgr.RcvdRNRErr)
+		h.ackUpTo(qp, bth.PSNAdd(psn, -1), false)
+		if qp.State() == qpmgr.StateErr || !qp.Outstanding() {
+			return
+		}
+		if qp.Comp.RNRRetry == 0 {
+			h.Counters.Inc(qpmgr.RetryRNRExceededErr)
+			h.completeSend(qp, qpmgr.WCRNRRetryExcErr)
+			qp.EnterError()
+			return
+		}
+		if qp.Comp.RNRRetry != 7 {
+			qp.Comp.RNRRetry--
+		}
+		d := time.Duration(bth.RNRTimerMicros(syn.Value())) * time.Microsecond
+		qp.Req.RNRUntil = time.Now().Add(d)
+		qp.Req.NeedRetry = true
+		if h.Trace.On() {
+			h.traceRetry(qp, trace.RetryRNR)
+		}
+		qp.RestartTimer() // the peer answered: the ACK timeout starts over
+		qp.KickAfter(d)
+	case syn == bth.NAKPSNSeqError:
+		h.Counters.Inc(qpmgr.RcvdSeqErr)
+		h.ackUpTo(qp, bth.PSNAdd(psn, -1), false)
+		if qp.State() == qpmgr.StateErr || !qp.Outstanding() {
+			return
+		}
+		h.retry(qp, trace.RetryNAK)
+	default:
+		// Invalid request, remote access or remote operational error:
+		// the WQE at psn failed and the QP goes to ERR (IBTA 9.7.5.1.4).
+		h.ackUpTo(qp, bth.PSNAdd(psn, -1), false)
+		if qp.State() == qpmgr.StateErr || !qp.Outstanding() {
+			return
+		}
+		st := qpmgr.WCRemOpErr
+		switch syn {
+		case bth.NAKInvalidRequest, bth.NAKInvalidRDRequest:
+			st = qpmgr.WCRemInvReqErr
+		case bth.NAKRemoteAccessError:
+			st = qpmgr.WCRemAccessErr
+		}
+		h.completeSend(qp, st)
+		qp.EnterError()
+	}
+}
+
+// ackUpTo retires the SEND and WRITE WQEs up to psn and moves Comp.PSN
+// past them; it stops at a READ or atomic, which only its response
+// completes. With implied set (an ACK), a READ or atomic that psn covers
+// lost its response: that is an implied NAK (IBTA 9.7.5.1.4, C9-120), and
+// the requester goes back to it. A NAK, or a response, only acknowledges
+// what came before it.
+func (h *Handler) ackUpTo(qp *qpmgr.QP, psn uint32, implied bool) {
+	progress := false
+	sq := &qp.SQ
+	for sq.Head < sq.Tail {
+		w := sq.At(sq.Head)
+		if w.State == qpmgr.WQEPosted || bth.PSNDiff(psn, w.FirstPSN) < 0 {
+			break
+		}
+		if w.WR.Opcode.IsReadOrAtomic() {
+			if implied {
+				h.retryOnce(qp)
+			}
+			break
+		}
+		if bth.PSNDiff(psn, w.LastPSN) < 0 || w.State != qpmgr.WQESent {
+			if d := bth.PSNAdd(psn, 1); bth.PSNDiff(d, qp.Comp.PSN) > 0 {
+				qp.Comp.PSN = d
+				progress = true
+			}
+			break
+		}
+		qp.Comp.PSN = bth.PSNAdd(w.LastPSN, 1)
+		h.Counters.Inc(qpmgr.RDMASends) // before the CQE makes the completion visible
+		h.completeSend(qp, qpmgr.WCSuccess)
+		progress = true
+	}
+	if progress {
+		h.progress(qp)
+	}
+}
+
+// progress resets the retry counters and the timer after forward progress
+// and lets the requester use the room the ACK made.
+func (h *Handler) progress(qp *qpmgr.QP) {
+	qp.Comp.RetryCnt, qp.Comp.RNRRetry = qp.Attr.RetryCnt, qp.Attr.RNRRetry
+	qp.Backoff = 0
+	qp.RestartTimer()
+	qp.Kick()
+}
+
+// retry starts a go-back-N retry from Comp.PSN, or fails the WQE with
+// RETRY_EXC_ERR when retry_cnt is used up (7 means forever).
+func (h *Handler) retry(qp *qpmgr.QP, why trace.RetryReason) {
+	if qp.Comp.RetryCnt == 0 {
+		h.Counters.Inc(qpmgr.RetryExceededErr)
+		h.completeSend(qp, qpmgr.WCRetryExcErr)
+		qp.EnterError()
+		return
+	}
+	if qp.Comp.RetryCnt != 7 {
+		qp.Comp.RetryCnt--
+	}
+	h.Counters.Inc(qpmgr.CompleterRetryErr)
+	qp.Req.NeedRetry = true
+	if h.Trace.On() {
+		h.traceRetry(qp, why)
+	}
+	qp.Kick()
+}
+
+// traceRetry tells the trace that the requester goes back to Comp.PSN.
+func (h *Handler) traceRetry(qp *qpmgr.QP, why trace.RetryReason) {
+	h.Trace.Emit(trace.Event{Module: trace.ModCompleter, Step: trace.StepRetry, QPN: qp.QPN, PSN: qp.Comp.PSN, Arg: uint32(why)})
+}
+
+// retryOnce starts a retry unless one already started at this Comp.PSN
+// for a gap or an implied NAK; if that one fails too, the timer catches it.
+func (h *Handler) retryOnce(qp *qpmgr.QP) {
+	c := &qp.Comp
+	if c.HaveRetried && c.RetriedPSN == c.PSN {
+		return
+	}
+	c.HaveRetried, c.RetriedPSN = true, c.PSN
+	h.retry(qp, trace.RetryImpliedNAK)
+}
+
+// Timeout handles an expiry of the retransmission timer: nothing heard for
+// the oldest unacknowledged PSN within the local ACK timeout.
+func (h *Handler) Timeout(qp *qpmgr.QP) {
+	if !qp.Outstanding() {
+		return
+	}
+	switch qp.State() {
+	case qpmgr.StateRTS, qpmgr.StateSQD:
+	default:
+		return
+	}
+	h.Counters.Inc(qpmgr.LocalAckTimeoutErr)
+	qp.Backoff++
+	h.retry(qp, trace.RetryTimeout)
+	if qp.State() != qpmgr.StateErr {
+		qp.ArmTimer()
+	}
+}
+
+// headReadOrAtomic retires what a response at psn implies was received
+// and returns the READ or atomic WQE the response belongs to.
+func (h *Handler) headReadOrAtomic(qp *qpmgr.QP, psn uint32) *qpmgr.SendWQE {
+	// A response to a later request acknowledges everything before it.
+	h.ackUpTo(qp, bth.PSNAdd(psn, -1), false)
+	if !qp.Outstanding() {
+		return nil
+	}
+	w := qp.SQ.At(qp.SQ.Head)
+	if !w.WR.Opcode.IsReadOrAtomic() || w.State == qpmgr.WQEPosted ||
+		bth.PSNDiff(psn, w.FirstPSN) < 0 || bth.PSNDiff(psn, w.LastPSN) > 0 {
+		return nil
+	}
+	return w
+}
+
+// readResponse places one READ response packet into the requester's
+// buffers. Responses must come in PSN order; a gap sends the requester back
+// to the first missing PSN (IBTA 9.7.5.1.5).
+func (h *Handler) readResponse(qp *qpmgr.QP, p bth.Packet) {
+	psn := p.BTH().PSN()
+	w := h.headReadOrAtomic(qp, psn)
+	if w == nil || w.WR.Opcode != qpmgr.WRRDMARead {
+		h.Counters.Inc(qpmgr.DropUnexpectedResp)
+		return
+	}
+	if bth.PSNDiff(psn, qp.Comp.PSN) > 0 {
+		h.retryOnce(qp)
+		return
+	}
+	mtu := qp.MTU()
+	off := int(bth.PSNDiff(psn, w.FirstPSN)) * mtu
+	n := p.PayloadLen()
+	op := p.Opcode()
+	last := op.Is(bth.FlagLast) || op.Is(bth.FlagOnly)
+	if off+n > w.Len || (!last && n != mtu) || (last && off+n != w.Len) {
+		h.Counters.Inc(qpmgr.DropUnexpectedResp)
+		return
+	}
+	if err := h.DMA.Scatter(qp.PD, w.WR.SGL, off, p.Payload()); err != nil {
+		h.completeSend(qp, qpmgr.WCLocProtErr)
+		qp.EnterError()
+		return
+	}
+	if h.Trace.On() {
+		h.traceDMAWrite(qp, p, w.WR.WRID, n, off, false)
+	}
+	qp.Comp.PSN = bth.PSNAdd(psn, 1)
+	if last {
+		h.Counters.Inc(qpmgr.RDMASends) // before the CQE makes the completion visible
+		h.completeSend(qp, qpmgr.WCSuccess)
+	}
+	h.progress(qp)
+}
+
+// atomicAck writes the original value an atomic returned into the
+// requester's 8-byte buffer, in host order as rxe does.
+func (h *Handler) atomicAck(qp *qpmgr.QP, p bth.Packet) {
+	psn := p.BTH().PSN()
+	w := h.headReadOrAtomic(qp, psn)
+	if w == nil || !w.WR.Opcode.IsAtomic() || psn != qp.Comp.PSN {
+		h.Counters.Inc(qpmgr.DropUnexpectedResp)
+		return
+	}
+	var orig [8]byte
+	binary.NativeEndian.PutUint64(orig[:], p.AtomicAckETH().OrigData())
+	if err := h.DMA.Scatter(qp.PD, w.WR.SGL, 0, orig[:]); err != nil {
+		h.completeSend(qp, qpmgr.WCLocProtErr)
+		qp.EnterError()
+		return
+	}
+	qp.Comp.PSN = bth.PSNAdd(psn, 1)
+	h.Counters.Inc(qpmgr.RDMASends)
+	h.completeSend(qp, qpmgr.WCSuccess)
+	h.progress(qp)
+}

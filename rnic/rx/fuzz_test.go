@@ -1,0 +1,193 @@
+package rx
+
+import (
+	"bytes"
+	"net/netip"
+	"testing"
+
+	"github.com/rnicd/rnicd/rnic/dma"
+	"github.com/rnicd/rnicd/rnic/qpmgr"
+	"github.com/rnicd/rnicd/wire/bth"
+	"github.com/rnicd/rnicd/wire/ibudp"
+)
+
+// sink is a TX that keeps what it is given.
+type sink struct{ n int }
+
+func (s *sink) Alloc() *ibudp.Buf { return ibudp.NewBuf() }
+func (s *sink) Send(b *ibudp.Buf) { s.n++ }
+
+const (
+	fuzzVA    = 0x10000
+	fuzzLen   = 8192
+	guardLen  = 4096
+	guardByte = 0xa5
+)
+
+// fuzzRig is a handler with one RC, one UC and one UD QP in RTS whose
+// region sits between two guard areas that no packet may touch.
+type fuzzRig struct {
+	h     *Handler
+	mem   []byte // guard | region | guard
+	qps   []*qpmgr.QP
+	peer  netip.Addr
+	rkey  uint32
+	recvs int
+}
+
+func newFuzzRig(t testing.TB) *fuzzRig {
+	r := &fuzzRig{peer: netip.MustParseAddr("127.0.0.1")}
+	tab := dma.NewTable()
+	r.mem = bytes.Repeat([]byte{guardByte}, guardLen+fuzzLen+guardLen)
+	mr, err := tab.Register(1, r.mem[guardLen:guardLen+fuzzLen:guardLen+fuzzLen], fuzzVA,
+		dma.AccessLocalWrite|dma.AccessRemoteWrite|dma.AccessRemoteRead|dma.AccessRemoteAtomic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.rkey = mr.RKey
+	var counters qpmgr.Counters
+	r.h = &Handler{DMA: tab, QPs: qpmgr.NewTable(), Counters: &counters, LocalAddr: netip.MustParseAddr("127.0.0.2")}
+	cq := qpmgr.NewCQ(1 << 16)
+	for _, typ := range []qpmgr.Type{qpmgr.TypeRC, qpmgr.TypeUC, qpmgr.TypeUD} {
+		qpn, _ := r.h.QPs.Alloc()
+		qp, err := qpmgr.New(qpmgr.Config{QPN: qpn, Type: typ, PD: 1, SendCQ: cq, RecvCQ: cq, PortMTU: 1024,
+			Caps: qpmgr.Caps{MaxSendWR: 16, MaxRecvWR: 1024, MaxSendSGE: 2, MaxRecvSGE: 2}, Counters: &counters, Kick: func(*qpmgr.QP) {}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.h.QPs.Insert(qp)
+		gid := ibudp.GIDFromAddr(r.peer)
+		steps := []struct {
+			a qpmgr.Attr
+			m qpmgr.AttrMask
+		}{
+			{qpmgr.Attr{State: qpmgr.StateInit, PortNum: 1, QKey: 7, AccessFlags: dma.AccessRemoteWrite | dma.AccessRemoteRead | dma.AccessRemoteAtomic},
+				qpmgr.AttrState | qpmgr.AttrPKeyIndex | qpmgr.AttrPort | qpmgr.AttrAccessFlags},
+			{qpmgr.Attr{State: qpmgr.StateRTR, PathMTU: qpmgr.MTU256, DestQPN: 0x99, AH: qpmgr.AH{DGID: gid}, MaxDestRdAtomic: 4},
+				qpmgr.AttrState | qpmgr.AttrAV | qpmgr.AttrPathMTU | qpmgr.AttrDestQPN | qpmgr.AttrRQPSN | qpmgr.AttrMaxDestRdAtomic | qpmgr.AttrMinRNRTimer},
+			{qpmgr.Attr{State: qpmgr.StateRTS, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 4},
+				qpmgr.AttrState | qpmgr.AttrTimeout | qpmgr.AttrRetryCnt | qpmgr.AttrRNRRetry | qpmgr.AttrSQPSN | qpmgr.AttrMaxQPRdAtomic},
+		}
+		switch typ {
+		case qpmgr.TypeUC:
+			steps[1].m &^= qpmgr.AttrMaxDestRdAtomic | qpmgr.AttrMinRNRTimer
+			steps[2].m = qpmgr.AttrState | qpmgr.AttrSQPSN
+		case qpmgr.TypeUD:
+			steps[0].m = qpmgr.AttrState | qpmgr.AttrPKeyIndex | qpmgr.AttrPort | qpmgr.AttrQKey
+			steps[1].m = qpmgr.AttrState
+			steps[2].m = qpmgr.AttrState | qpmgr.AttrSQPSN
+		}
+		for _, s := range steps {
+			if err := qp.Modify(&s.a, s.m); err != nil {
+				t.Fatal(err)
+			}
+		}
+		r.qps = append(r.qps, qp)
+	}
+	return r
+}
+
+// feed runs one packet through the handler, keeping a receive WQE posted
+// on each QP, and checks the guards.
+func (r *fuzzRig) feed(t *testing.T, pkt []byte) {
+	for _, qp := range r.qps {
+		if qp.RQ.Len() == 0 {
+			qp.RQ.Post([]qpmgr.RecvWR{{WRID: uint64(r.recvs), SGL: []qpmgr.SGE{{Addr: fuzzVA, Length: 600, LKey: r.rkey}, {Addr: fuzzVA + 4096, Length: 3000, LKey: r.rkey}}}})
+			r.recvs++
+		}
+	}
+	b := ibudp.NewBuf()
+	if !b.SetRoCE(pkt) {
+		return
+	}
+	b.Peer = r.peer
+	var tx sink
+	r.h.Receive(b, &tx)
+	r.h.Flush(&tx)
+	for i, v := range r.mem[:guardLen] {
+		if v != guardByte {
+			t.Fatalf("byte %d before the region changed", i)
+		}
+	}
+	for i, v := range r.mem[guardLen+fuzzLen:] {
+		if v != guardByte {
+			t.Fatalf("byte %d after the region changed", i)
+		}
+	}
+}
+
+// seedPacket builds a valid request for the rig's QP of index qi.
+func (r *fuzzRig) seedPacket(op bth.Opcode, qi int, psn uint32, n int, va uint64, dmaLen uint32) []byte {
+	buf := make([]byte, bth.PacketLen(op, n))
+	p, _ := bth.Build(buf, op, n)
+	p.BTH().Encode(&bth.BTHFields{Opcode: op, PadCount: bth.PadFor(n), PKey: bth.DefaultPKey, DestQP: r.qps[qi].QPN, PSN: psn, AckReq: true})
+	if op.Has(bth.HdrRETH) {
+		p.RETH().Encode(va, r.rkey, dmaLen)
+	}
+	if op.Has(bth.HdrAtomicETH) {
+		p.AtomicETH().Encode(va, r.rkey, 1, 0)
+	}
+	if op.Has(bth.HdrDETH) {
+		p.DETH().Encode(7, 0x55)
+	}
+	for i := range p.Payload() {
+		p.Payload()[i] = byte(i)
+	}
+	return buf
+}
+
+// FuzzReceive throws arbitrary packets at the RX packet handler: no panic,
+// and no byte outside the registered region ever changes.
+func FuzzReceive(f *testing.F) {
+	seed := newFuzzRig(f)
+	f.Add(seed.seedPacket(bth.RCRDMAWriteOnly, 0, 0, 100, fuzzVA, 100))
+	f.Add(seed.seedPacket(bth.RCRDMAWriteFirst, 0, 0, 256, fuzzVA+fuzzLen-256, 512))
+	f.Add(seed.seedPacket(bth.RCSendOnly, 0, 0, 200, 0, 0))
+	f.Add(seed.seedPacket(bth.RCSendFirst, 0, 0, 256, 0, 0))
+	f.Add(seed.seedPacket(bth.RCRDMAReadRequest, 0, 0, 0, fuzzVA, 4096))
+	f.Add(seed.seedPacket(bth.RCFetchAdd, 0, 0, 0, fuzzVA+8, 0))
+	f.Add(seed.seedPacket(bth.UCRDMAWriteOnly, 1, 0, 64, fuzzVA+fuzzLen-64, 64))
+	f.Add(seed.seedPacket(bth.UCSendOnly, 1, 0, 64, 0, 0))
+	f.Add(seed.seedPacket(bth.UDSendOnly, 2, 0, 600, 0, 0))
+	f.Add(seed.seedPacket(bth.RCAcknowledge, 0, 0, 0, 0, 0))
+	f.Fuzz(func(t *testing.T, pkt []byte) {
+		r := newFuzzRig(t)
+		// Aim most inputs at a real QP so they get past the lookup.
+		if len(pkt) >= bth.BTHLen && len(r.qps) > 0 {
+			qpn := r.qps[int(pkt[0])%len(r.qps)].QPN
+			pkt[5], pkt[6], pkt[7] = byte(qpn>>16), byte(qpn>>8), byte(qpn)
+		}
+		r.feed(t, pkt)
+		r.feed(t, pkt) // and again, as a duplicate
+	})
+}
+
+// TestHostileWrites sends WRITEs whose RETH points at and around the edges
+// of the region: every one outside it is refused and nothing outside the
+// region changes; the ones inside land.
+func TestHostileWrites(t *testing.T) {
+	for _, c := range []struct {
+		va   uint64
+		n    uint32
+		land bool
+	}{
+		{fuzzVA, 64, true},
+		{fuzzVA + fuzzLen - 64, 64, true},
+		{fuzzVA + fuzzLen - 63, 64, false},
+		{fuzzVA - 1, 64, false},
+		{^uint64(0) - 10, 64, false},
+		{fuzzVA, 1 << 31, false},
+	} {
+		r := newFuzzRig(t)
+		n := int(min(c.n, 64))
+		r.feed(t, r.seedPacket(bth.RCRDMAWriteOnly, 0, 0, n, c.va, c.n))
+		landed := c.va >= fuzzVA && c.va <= fuzzVA+fuzzLen-64 &&
+			bytes.Equal(r.mem[guardLen+int(c.va-fuzzVA):guardLen+int(c.va-fuzzVA)+64], r.seedPacket(bth.RCRDMAWriteOnly, 0, 0, 64, 0, 0)[bth.BTHLen+bth.RETHLen:][:64])
+		if landed != c.land {
+			t.Errorf("WRITE of %d at %#x: landed %v, want %v", c.n, c.va, landed, c.land)
+		}
+		if got := r.h.Counters.Get(qpmgr.NAKsSent); got != map[bool]uint64{true: 0, false: 1}[c.land] {
+			t.Errorf("WRITE of %d at %#x: %d NAKs", c.n, c.va, got)
+		}
+	}
+}

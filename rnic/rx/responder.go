@@ -1,0 +1,544 @@
+package rx
+
+import (
+	"encoding/binary"
+	"errors"
+
+	"github.com/rnicd/rnicd/rnic/dma"
+	"github.com/rnicd/rnicd/rnic/qpmgr"
+	"github.com/rnicd/rnicd/rnic/trace"
+	"github.com/rnicd/rnicd/wire/bth"
+	"github.com/rnicd/rnicd/wire/ibudp"
+)
+
+// respondRC is the RC responder (IBTA 9.7.5.1; rxe_resp.c). The QP lock is
+// held.
+func (h *Handler) respondRC(qp *qpmgr.QP, p bth.Packet, tx qpmgr.TX) {
+	r := &qp.Resp
+	psn := p.BTH().PSN()
+	d := bth.PSNDiff(psn, r.EPSN)
+	if h.Trace.On() {
+		h.tracePSN(qp, p, d)
+	}
+	switch {
+	case d > 0:
+		// A gap: NAK it once, drop everything until the expected PSN
+		// comes (IBTA 9.7.5.1.2, C9-95).
+		h.Counters.Inc(qpmgr.OutOfSeqRequest)
+		if !r.NAKSent {
+			r.NAKSent = true
+			h.sendAck(qp, tx, bth.NAKPSNSeqError, r.EPSN)
+		}
+		return
+	case d < 0:
+		h.duplicate(qp, p, tx)
+		return
+	}
+	r.NAKSent = false
+	op := p.Opcode()
+	if syn, ok := h.checkRequest(qp, p); !ok {
+		h.fatal(qp, tx, syn, psn, qpmgr.WCRemInvReqErr)
+		return
+	}
+	switch {
+	case op.Is(bth.FlagRead):
+		h.read(qp, p, tx)
+		return
+	case op.Is(bth.FlagAtomic):
+		h.atomic(qp, p, tx)
+		return
+	case op.Is(bth.FlagSend):
+		if !h.send(qp, p, tx) {
+			return
+		}
+	case op.Is(bth.FlagWrite):
+		if !h.write(qp, p, tx) {
+			return
+		}
+	}
+	r.EPSN = bth.PSNAdd(psn, 1)
+	if op.Is(bth.FlagLast) || op.Is(bth.FlagOnly) {
+		r.MSN = (r.MSN + 1) & bth.PSNMask
+		r.InMsg = 0
+	}
+	if p.BTH().AckReq() {
+		h.deferAck(qp, psn)
+	}
+}
+
+// tracePSN tells the trace of the responder's PSN check: d is the PSN's
+// distance from the expected one.
+func (h *Handler) tracePSN(qp *qpmgr.QP, p bth.Packet, d int32) {
+	v := trace.PSNOk
+	switch {
+	case d > 0:
+		v = trace.PSNOutOfOrder
+	case d < 0:
+		v = trace.PSNDuplicate
+	}
+	h.Trace.Emit(trace.Event{Module: trace.ModRX, Step: trace.StepPSNCheck, QPN: qp.QPN, PSN: p.BTH().PSN(),
+		Opcode: p.Opcode(), Arg: uint32(v), Aux: qp.Resp.EPSN})
+}
+
+// checkRequest checks the opcode sequence, the QP's remote access flags
+// and the packet length (rxe: check_op_seq, check_op_valid, check_length).
+func (h *Handler) checkRequest(qp *qpmgr.QP, p bth.Packet) (bth.Syndrome, bool) {
+	op := p.Opcode()
+	r := &qp.Resp
+	kind := op.Info().Flags & (bth.FlagSend | bth.FlagWrite)
+	cont := op.Is(bth.FlagMiddle) || op.Is(bth.FlagLast)
+	if r.InMsg != 0 && (!cont || kind != r.InMsg) || r.InMsg == 0 && cont {
+		return bth.NAKInvalidRequest, false
+	}
+	acc := qp.Attr.AccessFlags
+	switch {
+	case op.Is(bth.FlagWrite) && acc&dma.AccessRemoteWrite == 0,
+		op.Is(bth.FlagRead) && acc&dma.AccessRemoteRead == 0,
+		op.Is(bth.FlagAtomic) && acc&dma.AccessRemoteAtomic == 0:
+		return bth.NAKInvalidRequest, false
+	}
+	n, mtu := p.PayloadLen(), qp.MTU()
+	switch {
+	case op.Is(bth.FlagOnly):
+		return bth.NAKInvalidRequest, n <= mtu
+	case op.Is(bth.FlagFirst), op.Is(bth.FlagMiddle):
+		return bth.NAKInvalidRequest, n == mtu
+	case op.Is(bth.FlagLast):
+		return bth.NAKInvalidRequest, n > 0 && n <= mtu
+	}
+	return 0, true
+}
+
+// fatal answers a request the responder cannot carry out: a NAK, the
+// receive WQE in progress completed in error, and the QP to ERR (IBTA
+// 9.9.3.1, class B and C errors).
+func (h *Handler) fatal(qp *qpmgr.QP, tx qpmgr.TX, s bth.Syndrome, psn uint32, st qpmgr.WCStatus) {
+	h.sendAck(qp, tx, s, psn)
+	if qp.Resp.HaveWQE {
+		h.completeRecv(qp, qpmgr.WC{WRID: qp.Resp.WQE.WRID, Status: st, Opcode: qpmgr.WCRecv}, false)
+		qp.Resp.HaveWQE = false
+	}
+	qp.EnterError()
+}
+
+// takeWQE makes sure a receive WQE is at hand for a SEND or a WRITE with
+// immediate; without one an RC responder sends an RNR NAK.
+func (h *Handler) takeWQE(qp *qpmgr.QP, tx qpmgr.TX, psn uint32) bool {
+	r := &qp.Resp
+	if r.HaveWQE {
+		return true
+	}
+	wr, ok := qp.Recv().Pop()
+	if !ok {
+		h.Counters.Inc(qpmgr.SendRNRErr)
+		if !r.NAKSent {
+			r.NAKSent = true // the rest of the message is part of this gap
+			h.sendAck(qp, tx, bth.RNRNAK(qp.Attr.MinRNRTimer), psn)
+		}
+		return false
+	}
+	r.WQE, r.HaveWQE = wr, true
+	return true
+}
+
+// send places one SEND packet into the receive WQE.
+func (h *Handler) send(qp *qpmgr.QP, p bth.Packet, tx qpmgr.TX) bool {
+	r := &qp.Resp
+	op, psn := p.Opcode(), p.BTH().PSN()
+	if !h.takeWQE(qp, tx, psn) {
+		return false
+	}
+	if op.Is(bth.FlagFirst) || op.Is(bth.FlagOnly) {
+		r.Offset = 0
+	}
+	payload := p.Payload()
+	if err := h.DMA.Scatter(qp.PD, r.WQE.SGL, r.Offset, payload); err != nil {
+		st, s := qpmgr.WCLocProtErr, bth.NAKRemoteOpError
+		if r.Offset+len(payload) > sglLen(r.WQE.SGL) {
+			st, s = qpmgr.WCLocLenErr, bth.NAKInvalidRequest // C9-49: message too long
+		}
+		h.fatal(qp, tx, s, psn, st)
+		return false
+	}
+	if h.Trace.On() {
+		h.traceDMAWrite(qp, p, r.WQE.WRID, len(payload), r.Offset, true)
+	}
+	r.Offset += len(payload)
+	if op.Is(bth.FlagFirst) {
+		r.InMsg = bth.FlagSend
+	}
+	if op.Is(bth.FlagLast) || op.Is(bth.FlagOnly) {
+		wc := qpmgr.WC{WRID: r.WQE.WRID, Opcode: qpmgr.WCRecv, ByteLen: uint32(r.Offset)}
+		if op.Is(bth.FlagImm) {
+			wc.WCFlags, wc.Imm = qpmgr.WCFlagWithImm, p.ImmDt().Imm()
+		}
+		if op.Is(bth.FlagInvalidate) {
+			rkey := p.IETH().RKey()
+			wc.WCFlags, wc.Imm = qpmgr.WCFlagWithInv, rkey
+			if err := h.DMA.Invalidate(qp.PD, rkey); err != nil {
+				h.fatal(qp, tx, bth.NAKInvalidRequest, psn, qpmgr.WCRemInvReqErr)
+				return false
+			}
+		}
+		r.HaveWQE = false
+		h.Counters.Inc(qpmgr.RDMARecvs)
+		h.completeRecv(qp, wc, p.BTH().SolicitedEvent())
+	}
+	return true
+}
+
+// write places one RDMA WRITE packet into the region its RETH named.
+func (h *Handler) write(qp *qpmgr.QP, p bth.Packet, tx qpmgr.TX) bool {
+	r := &qp.Resp
+	op, psn := p.Opcode(), p.BTH().PSN()
+	last := op.Is(bth.FlagLast) || op.Is(bth.FlagOnly)
+	if op.Is(bth.FlagImm) && !h.takeWQE(qp, tx, psn) {
+		return false
+	}
+	if op.Has(bth.HdrRETH) {
+		reth := p.RETH()
+		r.WriteVA, r.WriteRKey, r.WriteLen, r.Offset = reth.VA(), reth.RKey(), reth.DMALength(), 0
+		if _, err := h.DMA.Remote(qp.PD, r.WriteRKey, r.WriteVA, r.WriteLen, dma.AccessRemoteWrite); err != nil {
+			h.fatal(qp, tx, bth.NAKRemoteAccessError, psn, qpmgr.WCRemAccessErr)
+			return false
+		}
+	}
+	n := p.PayloadLen()
+	if uint64(r.Offset)+uint64(n) > uint64(r.WriteLen) || last && uint64(r.Offset+n) != uint64(r.WriteLen) {
+		h.fatal(qp, tx, bth.NAKInvalidRequest, psn, qpmgr.WCRemInvReqErr) // C9-49: length mismatch
+		return false
+	}
+	if n > 0 {
+		dst, err := h.DMA.Remote(qp.PD, r.WriteRKey, r.WriteVA+uint64(r.Offset), uint32(n), dma.AccessRemoteWrite)
+		if err != nil {
+			h.fatal(qp, tx, bth.NAKRemoteAccessError, psn, qpmgr.WCRemAccessErr)
+			return false
+		}
+		copy(dst, p.Payload())
+		if h.Trace.On() {
+			h.traceDMAWrite(qp, p, 0, n, r.Offset, false)
+		}
+	}
+	r.Offset += n
+	if op.Is(bth.FlagFirst) {
+		r.InMsg = bth.FlagWrite
+	}
+	if last && op.Is(bth.FlagImm) {
+		r.HaveWQE = false
+		h.Counters.Inc(qpmgr.RDMARecvs)
+		h.completeRecv(qp, qpmgr.WC{WRID: r.WQE.WRID, Opcode: qpmgr.WCRecvRDMAWithImm, ByteLen: r.WriteLen,
+			WCFlags: qpmgr.WCFlagWithImm, Imm: p.ImmDt().Imm()}, p.BTH().SolicitedEvent())
+	}
+	return true
+}
+
+// read serves a new RDMA READ request and keeps it for replay.
+func (h *Handler) read(qp *qpmgr.QP, p bth.Packet, tx qpmgr.TX) {
+	r := &qp.Resp
+	psn, reth := p.BTH().PSN(), p.RETH()
+	va, rkey, n := reth.VA(), reth.RKey(), reth.DMALength()
+	if n > qpmgr.MaxMsgSize {
+		h.fatal(qp, tx, bth.NAKInvalidRequest, psn, qpmgr.WCRemInvReqErr)
+		return
+	}
+	if _, err := h.DMA.Remote(qp.PD, rkey, va, n, dma.AccessRemoteRead); err != nil {
+		h.fatal(qp, tx, bth.NAKRemoteAccessError, psn, qpmgr.WCRemAccessErr)
+		return
+	}
+	npkts := qpmgr.NumPkts(qpmgr.WRRDMARead, int(n), qp.MTU())
+	r.MSN = (r.MSN + 1) & bth.PSNMask // the MSN counts the READ when it arrives
+	res := h.newResource(qp)
+	*res = qpmgr.RespResource{Valid: true, PSN: psn, LastPSN: bth.PSNAdd(psn, npkts-1),
+		VA: va, RKey: rkey, Len: n, MSN: r.MSN}
+	r.EPSN = bth.PSNAdd(psn, npkts)
+	h.readResponses(qp, tx, res, psn, va, n)
+}
+
+// newResource takes the oldest slot of the replay ring (rxe: resp.res_head).
+func (h *Handler) newResource(qp *qpmgr.QP) *qpmgr.RespResource {
+	r := &qp.Resp
+	res := &r.Resources[r.NextRes]
+	r.NextRes = (r.NextRes + 1) % len(r.Resources)
+	return res
+}
+
+// readResponses sends the READ response packets for n bytes at va, the
+// first with PSN psn: AETH on FIRST, LAST and ONLY (IBTA 9.7.5.1.5).
+func (h *Handler) readResponses(qp *qpmgr.QP, tx qpmgr.TX, res *qpmgr.RespResource, psn uint32, va uint64, n uint32) {
+	mtu := uint32(qp.MTU())
+	off := uint32(0)
+	for first := true; first || off < n; first = false {
+		k := min(mtu, n-off)
+		last := off+k == n
+		op := bth.RCRDMAReadResponseMiddle
+		switch {
+		case first && last:
+			op = bth.RCRDMAReadResponseOnly
+		case first:
+			op = bth.RCRDMAReadResponseFirst
+		case last:
+			op = bth.RCRDMAReadResponseLast
+		}
+		src, err := h.DMA.Remote(qp.PD, res.RKey, va+uint64(off), k, dma.AccessRemoteRead)
+		if err != nil { // the region went away under the READ
+			h.fatal(qp, tx, bth.NAKRemoteAccessError, psn, qpmgr.WCRemAccessErr)
+			return
+		}
+		b, p := response(qp, tx, op, int(k), psn)
+		if op.Has(bth.HdrAETH) {
+			p.AETH().Encode(bth.ACK(bth.CreditsInvalid), res.MSN)
+		}
+		copy(p.Payload(), src)
+		if h.Trace.On() {
+			h.Trace.Emit(trace.Event{Module: trace.ModDMA, Step: trace.StepDMARead, QPN: qp.QPN, PSN: psn,
+				Opcode: op, Len: k, Arg: off})
+		}
+		h.Counters.Inc(qpmgr.SentPkts)
+		tx.Send(b)
+		off += k
+		psn = bth.PSNAdd(psn, 1)
+	}
+}
+
+// atomic executes a new atomic request and keeps its result for replay.
+func (h *Handler) atomic(qp *qpmgr.QP, p bth.Packet, tx qpmgr.TX) {
+	r := &qp.Resp
+	psn, a := p.BTH().PSN(), p.AtomicETH()
+	var orig uint64
+	var err error
+	if p.Opcode() == bth.RCCompareSwap {
+		orig, err = h.DMA.AtomicCompareSwap(qp.PD, a.RKey(), a.VA(), a.CompareData(), a.SwapAddData())
+	} else {
+		orig, err = h.DMA.AtomicFetchAdd(qp.PD, a.RKey(), a.VA(), a.SwapAddData())
+	}
+	switch {
+	case errors.Is(err, dma.ErrAlign):
+		h.fatal(qp, tx, bth.NAKInvalidRequest, psn, qpmgr.WCRemInvReqErr) // C9-76: misaligned atomic
+		return
+	case err != nil:
+		h.fatal(qp, tx, bth.NAKRemoteAccessError, psn, qpmgr.WCRemAccessErr)
+		return
+	}
+	r.MSN = (r.MSN + 1) & bth.PSNMask
+	res := h.newResource(qp)
+	*res = qpmgr.RespResource{Valid: true, Atomic: true, PSN: psn, LastPSN: psn, OrigData: orig, MSN: r.MSN}
+	r.EPSN = bth.PSNAdd(psn, 1)
+	sendAtomicAck(qp, tx, res)
+}
+
+func sendAtomicAck(qp *qpmgr.QP, tx qpmgr.TX, res *qpmgr.RespResource) {
+	b, p := response(qp, tx, bth.RCAtomicAcknowledge, 0, res.PSN)
+	p.AETH().Encode(bth.ACK(bth.CreditsInvalid), res.MSN)
+	p.AtomicAckETH().Encode(res.OrigData)
+	qp.Counters.Inc(qpmgr.SentPkts)
+	tx.Send(b)
+}
+
+// duplicate answers a request whose PSN is behind the expected one (IBTA
+// 9.7.5.1.1; rxe: duplicate_request): SENDs and WRITEs are ACKed again,
+// READs served again, atomics answered from the replay ring, never
+// executed twice.
+func (h *Handler) duplicate(qp *qpmgr.QP, p bth.Packet, tx qpmgr.TX) {
+	h.Counters.Inc(qpmgr.DuplicateRequest)
+	psn := p.BTH().PSN()
+	op := p.Opcode()
+	if !op.Is(bth.FlagRead) && !op.Is(bth.FlagAtomic) {
+		h.deferAck(qp, bth.PSNAdd(qp.Resp.EPSN, -1))
+		return
+	}
+	for i := range qp.Resp.Resources {
+		res := &qp.Resp.Resources[i]
+		if !res.Valid || res.Atomic != op.Is(bth.FlagAtomic) ||
+			bth.PSNDiff(psn, res.PSN) < 0 || bth.PSNDiff(psn, res.LastPSN) > 0 {
+			continue
+		}
+		if res.Atomic {
+			if psn == res.PSN {
+				sendAtomicAck(qp, tx, res)
+			}
+			return
+		}
+		// A retried READ may ask for the tail only: serve what its RETH
+		// says, with the PSNs the original gave those bytes.
+		reth := p.RETH()
+		end := uint64(res.VA) + uint64(res.Len)
+		off := uint64(bth.PSNDiff(psn, res.PSN)) * uint64(qp.MTU())
+		if reth.RKey() != res.RKey || reth.VA() != res.VA+off || uint64(reth.VA())+uint64(reth.DMALength()) != end {
+			return // not the same READ: drop
+		}
+		h.readResponses(qp, tx, res, psn, reth.VA(), reth.DMALength())
+		return
+	}
+	// Too old to replay: the replay ring holds max_dest_rd_atomic
+	// requests. Dropped; the requester times out.
+	h.Counters.Inc(qpmgr.DropUnexpectedResp)
+}
+
+// respondUC is the UC responder: like RC without ACKs, NAKs or replay; a
+// message broken by a lost packet is dropped whole (IBTA 9.8.3).
+func (h *Handler) respondUC(qp *qpmgr.QP, p bth.Packet) {
+	r := &qp.Resp
+	op, psn := p.Opcode(), p.BTH().PSN()
+	start := op.Is(bth.FlagFirst) || op.Is(bth.FlagOnly)
+	if psn != r.EPSN || r.UCDrop {
+		// Resynchronise on the packet; a message continues only if its
+		// earlier packets all arrived.
+		r.InMsg, r.Offset = 0, 0
+		r.UCDrop = !start
+	}
+	r.EPSN = bth.PSNAdd(psn, 1)
+	if r.UCDrop {
+		h.Counters.Inc(qpmgr.DropUCMessage)
+		return
+	}
+	if start { // a new message; the previous one may have lost its end
+		r.InMsg, r.Offset = 0, 0
+	}
+	if _, ok := h.checkRequest(qp, p); !ok {
+		h.ucDrop(qp, start)
+		return
+	}
+	last := op.Is(bth.FlagLast) || op.Is(bth.FlagOnly)
+	if op.Is(bth.FlagSend) || op.Is(bth.FlagImm) {
+		if !r.HaveWQE {
+			wr, ok := qp.Recv().Pop()
+			if !ok {
+				h.Counters.Inc(qpmgr.DropNoRecvWQE)
+				h.ucDrop(qp, !last)
+				return
+			}
+			r.WQE, r.HaveWQE = wr, true
+		}
+	}
+	if op.Has(bth.HdrRETH) {
+		reth := p.RETH()
+		r.WriteVA, r.WriteRKey, r.WriteLen, r.Offset = reth.VA(), reth.RKey(), reth.DMALength(), 0
+	}
+	n := p.PayloadLen()
+	var err error
+	if op.Is(bth.FlagSend) {
+		err = h.DMA.Scatter(qp.PD, r.WQE.SGL, r.Offset, p.Payload())
+	} else if uint64(r.Offset)+uint64(n) > uint64(r.WriteLen) {
+		err = dma.ErrBounds
+	} else if n > 0 {
+		var dst []byte
+		dst, err = h.DMA.Remote(qp.PD, r.WriteRKey, r.WriteVA+uint64(r.Offset), uint32(n), dma.AccessRemoteWrite)
+		copy(dst, p.Payload())
+	}
+	if err != nil {
+		h.ucDrop(qp, !last)
+		return
+	}
+	r.Offset += n
+	if !last {
+		r.InMsg = op.Info().Flags & (bth.FlagSend | bth.FlagWrite)
+		return
+	}
+	r.InMsg = 0
+	if r.HaveWQE && (op.Is(bth.FlagSend) || op.Is(bth.FlagImm)) {
+		wc := qpmgr.WC{WRID: r.WQE.WRID, Opcode: qpmgr.WCRecv, ByteLen: uint32(r.Offset)}
+		if op.Is(bth.FlagWrite) {
+			wc.Opcode, wc.ByteLen = qpmgr.WCRecvRDMAWithImm, r.WriteLen
+		}
+		if op.Is(bth.FlagImm) {
+			wc.WCFlags, wc.Imm = qpmgr.WCFlagWithImm, p.ImmDt().Imm()
+		}
+		r.HaveWQE = false
+		h.Counters.Inc(qpmgr.RDMARecvs)
+		h.completeRecv(qp, wc, p.BTH().SolicitedEvent())
+	}
+}
+
+// ucDrop abandons the current UC message; the receive WQE stays for the
+// next one (rxe keeps it too).
+func (h *Handler) ucDrop(qp *qpmgr.QP, rest bool) {
+	h.Counters.Inc(qpmgr.DropUCMessage)
+	qp.Resp.InMsg, qp.Resp.Offset = 0, 0
+	qp.Resp.UCDrop = rest
+}
+
+// grhLen is the room a UD receive gives the GRH (IBTA 11.4.1.2): 40 bytes,
+// holding for RoCEv2 over IPv4 the IPv4 header in its last 20 (as rxe).
+const grhLen = 40
+
+// respondUD is the UD responder: Q_Key check, one receive WQE per
+// datagram, the GRH area first.
+func (h *Handler) respondUD(qp *qpmgr.QP, p bth.Packet, b *ibudp.Buf) {
+	deth := p.DETH()
+	if deth.QKey() != qp.Attr.QKey {
+		h.Counters.Inc(qpmgr.DropBadQKey)
+		return
+	}
+	wr, ok := qp.Recv().Pop()
+	if !ok {
+		h.Counters.Inc(qpmgr.DropNoRecvWQE)
+		return
+	}
+	var grh [grhLen]byte
+	putGRH(grh[:], b, h.LocalAddr)
+	wc := qpmgr.WC{WRID: wr.WRID, Opcode: qpmgr.WCRecv, ByteLen: uint32(grhLen + p.PayloadLen()),
+		SrcQP: deth.SrcQP(), WCFlags: qpmgr.WCFlagGRH}
+	if p.Opcode().Is(bth.FlagImm) {
+		wc.WCFlags |= qpmgr.WCFlagWithImm
+		wc.Imm = p.ImmDt().Imm()
+	}
+	err := h.DMA.Scatter(qp.PD, wr.SGL, 0, grh[:])
+	if err == nil {
+		err = h.DMA.Scatter(qp.PD, wr.SGL, grhLen, p.Payload())
+	}
+	if err != nil {
+		wc.Status = qpmgr.WCLocProtErr
+		if grhLen+p.PayloadLen() > sglLen(wr.SGL) {
+			wc.Status = qpmgr.WCLocLenErr
+		}
+	}
+	h.Counters.Inc(qpmgr.RDMARecvs)
+	h.completeRecv(qp, wc, p.BTH().SolicitedEvent())
+}
+
+// putGRH writes the GRH area of a UD receive: for IPv4 the IPv4 header the
+// packet came with, in bytes 20-39; for IPv6 the IPv6 header.
+func putGRH(g []byte, b *ibudp.Buf, local interface{ As16() [16]byte }) {
+	src := b.Peer.Unmap()
+	udpLen := bth.UDPHeaderLen + b.N
+	if src.Is4() {
+		ip := g[20:40]
+		ip[0] = 0x45
+		ip[1] = b.TOS
+		binary.BigEndian.PutUint16(ip[2:], uint16(bth.IPv4HeaderLen+udpLen))
+		binary.BigEndian.PutUint16(ip[4:], b.IPID)
+		binary.BigEndian.PutUint16(ip[6:], 0x4000)
+		ip[8] = 64
+		ip[9] = 17
+		s4 := src.As4()
+		l16 := local.As16()
+		copy(ip[12:16], s4[:])
+		copy(ip[16:20], l16[12:16])
+		var sum uint32
+		for i := 0; i < 20; i += 2 {
+			sum += uint32(binary.BigEndian.Uint16(ip[i:]))
+		}
+		for sum > 0xffff {
+			sum = sum&0xffff + sum>>16
+		}
+		binary.BigEndian.PutUint16(ip[10:], ^uint16(sum))
+		return
+	}
+	g[0] = 0x60 | b.TOS>>4
+	g[1] = b.TOS << 4
+	binary.BigEndian.PutUint16(g[4:], uint16(udpLen))
+	g[6] = 17
+	g[7] = 64
+	s16, l16 := src.As16(), local.As16()
+	copy(g[8:24], s16[:])
+	copy(g[24:40], l16[:])
+}
+
+// sglLen is the length of the message an SGL describes.
+func sglLen(sgl []qpmgr.SGE) int {
+	n := 0
+	for _, s := range sgl {
+		n += int(s.Length)
+	}
+	return n
+}

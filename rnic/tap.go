@@ -1,0 +1,84 @@
+package rnic
+
+import (
+	"encoding/binary"
+	"sync/atomic"
+
+	"github.com/rnicd/rnicd/rnic/trace"
+	"github.com/rnicd/rnicd/wire/bth"
+	"github.com/rnicd/rnicd/wire/ibudp"
+)
+
+// portTap is what the device hangs on its port when it traces or
+// captures: it turns the packets the port sees into the port's trace
+// events (ICRC, transmit, receive, ICRC check, and the fault injector's
+// drops) and hands them to the capture.
+type portTap struct {
+	probe   *trace.Probe
+	capture atomic.Pointer[captureRef]
+}
+
+type captureRef struct{ ibudp.Tap }
+
+func (t *portTap) Packet(at ibudp.TapPoint, hdr, roce []byte, icrc ibudp.ICRCStatus) {
+	if c := t.capture.Load(); c != nil {
+		c.Packet(at, hdr, roce, icrc)
+	}
+	if !t.probe.On() || len(roce) < bth.BTHLen+bth.ICRCLen {
+		return
+	}
+	e := trace.Event{Module: trace.ModPort, Opcode: bth.Opcode(roce[0]),
+		DestQPN: uint32(roce[5])<<16 | uint32(roce[6])<<8 | uint32(roce[7]),
+		PSN:     uint32(roce[9])<<16 | uint32(roce[10])<<8 | uint32(roce[11]),
+		Len:     uint32(len(hdr) + len(roce))}
+	if e.Opcode.Has(bth.HdrAETH) && len(roce) >= bth.BTHLen+bth.AETHLen+bth.ICRCLen {
+		e.Aux = uint32(roce[bth.BTHLen]) // the AETH syndrome: ACK, NAK or RNR NAK
+	}
+	switch at {
+	case ibudp.TapSent:
+		e.Step, e.Arg = trace.StepICRC, binary.LittleEndian.Uint32(roce[len(roce)-bth.ICRCLen:])
+		t.probe.Emit(e)
+		e.Step, e.Arg = trace.StepTransmit, 0
+		t.probe.Emit(e)
+	case ibudp.TapReceived, ibudp.TapICRCError:
+		e.QPN = e.DestQPN
+		e.Step = trace.StepReceive
+		t.probe.Emit(e)
+		e.Step, e.Arg = trace.StepICRCCheck, uint32(icrc)
+		if at == ibudp.TapICRCError {
+			e.Arg = trace.ICRCBad
+		}
+		t.probe.Emit(e)
+	case ibudp.TapFaultDropTX, ibudp.TapFaultDropRX:
+		e.Module, e.Step, e.Len = trace.ModFault, trace.StepFaultDrop, uint32(len(roce))
+		if at == ibudp.TapFaultDropRX {
+			e.QPN, e.Arg = e.DestQPN, 1
+		}
+		t.probe.Emit(e)
+	}
+}
+
+// SetCapture hands every packet the port sends and receives, as it was
+// on the wire, to c (a pcap writer, say) until called again with nil.
+func (d *Device) SetCapture(c ibudp.Tap) {
+	if c == nil {
+		d.tap.capture.Store(nil)
+	} else {
+		d.tap.capture.Store(&captureRef{c})
+	}
+	d.updateTap()
+}
+
+// updateTap puts the device's tap on its port when it traces or
+// captures, and takes it off otherwise, so that a port nobody watches
+// pays one nil check per packet.
+func (d *Device) updateTap() {
+	if d.probe == nil && d.tap.capture.Load() == nil {
+		ibudp.SetTap(d.port, nil)
+		return
+	}
+	ibudp.SetTap(d.port, &d.tap)
+}
+
+// Name is the device's name.
+func (d *Device) Name() string { return d.name }

@@ -1,0 +1,288 @@
+package trace
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/rnicd/rnicd/rnic/qpmgr"
+	"github.com/rnicd/rnicd/wire/bth"
+	"github.com/rnicd/rnicd/wire/ibudp"
+)
+
+// Module is the NIC block an event comes from, as DESIGN.md lays them out.
+type Module uint8
+
+const (
+	ModVerbs     Module = iota + 1 // verbs interface: work requests posted
+	ModDoorbell                    // doorbell: the send pipeline told of work
+	ModQPMgr                       // QP manager: timers
+	ModWQE                         // WQE process engine (requester)
+	ModDMA                         // DMA engine: reads and writes of registered memory
+	ModRX                          // RX packet handler: classifier and responder
+	ModCompleter                   // completer: ACKs, NAKs, responses, CQEs
+	ModPort                        // Ethernet/UDP port: ICRC, wire
+	ModFault                       // the fault injector in front of the port
+	numModules
+)
+
+var moduleNames = [numModules]string{"", "verbs", "doorbell", "qpmgr", "wqe", "dma", "rx", "comp", "port", "fault"}
+
+func (m Module) String() string {
+	if m < numModules && moduleNames[m] != "" {
+		return moduleNames[m]
+	}
+	return fmt.Sprintf("module(%d)", uint8(m))
+}
+
+// Step is what happened.
+type Step uint8
+
+const (
+	StepPost      Step = iota + 1 // send WR posted: WRID, WROp, Len
+	StepPostRecv                  // receive WR posted: WRID, Len
+	StepDoorbell                  // doorbell rung: Arg WRs posted
+	StepFetch                     // WQE fetched and started: WRID, WROp, Len, PSN first, Arg packets
+	StepDMARead                   // payload gathered: Len bytes at message offset Arg
+	StepSegment                   // one packet's slice: PSN, bytes Arg..Arg+Len of Aux
+	StepHeaders                   // headers built: Opcode, PSN, Len payload, Flags
+	StepICRC                      // ICRC sealed: Arg the ICRC
+	StepTransmit                  // packet on the wire: Len bytes of IP datagram, DestQPN, Aux the AETH syndrome if any
+	StepReceive                   // packet off the wire: Len bytes of IP datagram, Aux the AETH syndrome if any
+	StepICRCCheck                 // ICRC checked: Arg an ibudp.ICRCStatus, or ICRCBad
+	StepPSNCheck                  // responder PSN check: Arg a PSNVerdict, Aux the expected PSN
+	StepDMAWrite                  // payload placed: Len bytes at offset Arg (of the message or region)
+	StepAckSent                   // ACK/NAK sent: PSN, Arg syndrome, Aux MSN
+	StepAckRecv                   // ACK/NAK received: PSN, Arg syndrome, Aux MSN
+	StepRetry                     // go-back-N decided: PSN to resend from, Arg a RetryReason
+	StepRewind                    // requester went back: PSN, WRID of the WQE it resumes
+	StepComplete                  // WQE retired: WRID, Arg WC status, FlagCQE if a CQE was written
+	StepDrop                      // packet dropped: Arg the qpmgr.Counter that counts it
+	StepFaultDrop                 // fault injector dropped a packet: Arg 0 TX, 1 RX
+	numSteps
+)
+
+var stepNames = [numSteps]string{"", "post", "post_recv", "doorbell", "fetch", "dma_read", "segment",
+	"headers", "icrc", "transmit", "receive", "icrc_check", "psn_check", "dma_write", "ack_sent",
+	"ack_recv", "retry", "rewind", "complete", "drop", "fault_drop"}
+
+func (s Step) String() string {
+	if s < numSteps && stepNames[s] != "" {
+		return stepNames[s]
+	}
+	return fmt.Sprintf("step(%d)", uint8(s))
+}
+
+// Flags qualify an event.
+type Flags uint8
+
+const (
+	FlagAckReq     Flags = 1 << iota // the packet asks for an ACK
+	FlagRetransmit                   // a packet sent again (go-back-N)
+	FlagRecv                         // a receive WR or receive completion
+	FlagCQE                          // the completion wrote a CQE (signaled or failed)
+	FlagSolicited                    // solicited event
+)
+
+// PSNVerdict is the responder's verdict on a request's PSN (IBTA 9.7.5.1).
+type PSNVerdict uint32
+
+const (
+	PSNOk         PSNVerdict = iota // the expected PSN
+	PSNDuplicate                    // behind: answered again, not executed again
+	PSNOutOfOrder                   // ahead: a gap, NAKed once
+)
+
+func (v PSNVerdict) String() string {
+	switch v {
+	case PSNOk:
+		return "ok"
+	case PSNDuplicate:
+		return "duplicate"
+	case PSNOutOfOrder:
+		return "out of sequence"
+	}
+	return "verdict(?)"
+}
+
+// RetryReason is why the requester goes back (go-back-N).
+type RetryReason uint32
+
+const (
+	RetryTimeout    RetryReason = iota + 1 // local ACK timeout
+	RetryNAK                               // NAK PSN sequence error
+	RetryRNR                               // RNR NAK: wait, then resend
+	RetryImpliedNAK                        // a response or ACK skipped a READ/atomic, or READ responses have a gap
+)
+
+func (r RetryReason) String() string {
+	switch r {
+	case RetryTimeout:
+		return "timeout"
+	case RetryNAK:
+		return "NAK"
+	case RetryRNR:
+		return "RNR"
+	case RetryImpliedNAK:
+		return "implied NAK"
+	}
+	return "reason(?)"
+}
+
+// ICRCBad is the Arg of a StepICRCCheck whose ICRC did not match.
+const ICRCBad = 0xff
+
+// Event is one step of one message through one NIC. It is a plain value
+// of fixed size: the NIC name is a string set once per device.
+type Event struct {
+	Seq    uint64 // order of arrival at the Tracer, from 1
+	Time   int64  // Unix nanoseconds
+	NIC    string
+	Module Module
+	Step   Step
+	Flags  Flags
+	Opcode bth.Opcode     // packet steps
+	WROp   qpmgr.WROpcode // work request steps
+	QPN    uint32         // the local QP; 0 where unknown (a packet sent, seen by the port)
+	// DestQPN is the BTH destination QP of a packet the port sent or
+	// received.
+	DestQPN uint32
+	PSN     uint32
+	WRID    uint64
+	Len     uint32
+	Arg     uint32 // step-specific, see the Step constants
+	Aux     uint32 // step-specific
+}
+
+// HasPSN reports whether the event is about a packet or a PSN.
+func (e *Event) HasPSN() bool {
+	switch e.Step {
+	case StepPost, StepPostRecv, StepDoorbell, StepDMARead, StepDMAWrite, StepComplete:
+		return false
+	case StepDrop:
+		return e.Opcode != 0 || e.PSN != 0
+	}
+	return true
+}
+
+// IsPacket reports whether the event is a packet crossing the wire
+// (transmit or receive), or lost by the fault injector.
+func (e *Event) IsPacket() bool {
+	return e.Step == StepTransmit || e.Step == StepReceive || e.Step == StepFaultDrop
+}
+
+// OpName is the short name of the event's packet opcode, IBTA's without
+// the RC_ prefix (UC_ and UD_ stay).
+func (e *Event) OpName() string { return strings.TrimPrefix(e.Opcode.String(), "RC_") }
+
+// Detail renders what the step's figures say, briefly.
+func (e *Event) Detail() string {
+	switch e.Step {
+	case StepPost:
+		return fmt.Sprintf("post %v wr_id %#x %dB", e.WROp, e.WRID, e.Len)
+	case StepPostRecv:
+		return fmt.Sprintf("post recv wr_id %#x %dB", e.WRID, e.Len)
+	case StepDoorbell:
+		return fmt.Sprintf("doorbell: %d WR", e.Arg)
+	case StepFetch:
+		return fmt.Sprintf("fetch %v wr_id %#x %dB: %d packet(s) from psn 0x%06x", e.WROp, e.WRID, e.Len, e.Arg, e.PSN)
+	case StepDMARead:
+		return fmt.Sprintf("dma read %dB at offset %d wr_id %#x", e.Len, e.Arg, e.WRID)
+	case StepSegment:
+		if e.Len == 0 {
+			return "segment: no payload"
+		}
+		return fmt.Sprintf("segment bytes %d..%d of %d", e.Arg, e.Arg+e.Len-1, e.Aux)
+	case StepHeaders:
+		s := fmt.Sprintf("%s %dB", e.OpName(), e.Len)
+		if e.Flags&FlagAckReq != 0 {
+			s += " ackreq"
+		}
+		if e.Flags&FlagRetransmit != 0 {
+			s += " RETRANSMIT"
+		}
+		return s
+	case StepICRC:
+		return fmt.Sprintf("%s icrc 0x%08x", e.OpName(), e.Arg)
+	case StepTransmit:
+		return fmt.Sprintf("tx %s %dB to qp %#x", e.OpName(), e.Len, e.DestQPN)
+	case StepReceive:
+		return fmt.Sprintf("rx %s %dB", e.OpName(), e.Len)
+	case StepICRCCheck:
+		if e.Arg == ICRCBad {
+			return fmt.Sprintf("%s icrc BAD: dropped", e.OpName())
+		}
+		return fmt.Sprintf("%s icrc %v", e.OpName(), ibudp.ICRCStatus(e.Arg))
+	case StepPSNCheck:
+		if PSNVerdict(e.Arg) == PSNOk {
+			return fmt.Sprintf("%s psn ok", e.OpName())
+		}
+		return fmt.Sprintf("%s psn %v (expected 0x%06x)", e.OpName(), PSNVerdict(e.Arg), e.Aux)
+	case StepDMAWrite:
+		if e.Flags&FlagRecv != 0 {
+			return fmt.Sprintf("dma write %dB at offset %d of recv wr_id %#x", e.Len, e.Arg, e.WRID)
+		}
+		return fmt.Sprintf("dma write %dB at offset %d", e.Len, e.Arg)
+	case StepAckSent, StepAckRecv:
+		verb := "sent"
+		if e.Step == StepAckRecv {
+			verb = "received"
+		}
+		return fmt.Sprintf("%v %s msn %d", bth.Syndrome(e.Arg), verb, e.Aux)
+	case StepRetry:
+		return fmt.Sprintf("go-back-N from psn 0x%06x: %v", e.PSN, RetryReason(e.Arg))
+	case StepRewind:
+		return fmt.Sprintf("rewind to psn 0x%06x, wr_id %#x", e.PSN, e.WRID)
+	case StepComplete:
+		kind := "send"
+		if e.Flags&FlagRecv != 0 {
+			kind = "recv"
+		}
+		cqe := "no CQE (unsignaled)"
+		if e.Flags&FlagCQE != 0 {
+			cqe = "CQE"
+		}
+		op := ""
+		if e.Flags&FlagRecv == 0 {
+			op = e.WROp.String() + " "
+		}
+		return fmt.Sprintf("%s %s%s wr_id %#x %v %dB", cqe, op, kind, e.WRID, qpmgr.WCStatus(e.Arg), e.Len)
+	case StepDrop:
+		if e.Opcode != 0 || e.PSN != 0 {
+			return fmt.Sprintf("%s dropped: %v", e.OpName(), qpmgr.Counter(e.Arg))
+		}
+		return fmt.Sprintf("dropped: %v", qpmgr.Counter(e.Arg))
+	case StepFaultDrop:
+		dir := "tx"
+		if e.Arg == 1 {
+			dir = "rx"
+		}
+		return fmt.Sprintf("%s LOST (fault injector, %s)", e.OpName(), dir)
+	}
+	return e.Step.String()
+}
+
+// Format renders e as one timeline line, with its time in seconds since
+// t0 (Unix nanoseconds):
+//
+//	0.001234 rnic0 wqe    qp 0x11 psn 0x000111 RDMA_WRITE_FIRST 1024B ackreq
+func Format(e *Event, t0 int64) string {
+	var b strings.Builder
+	d := time.Duration(e.Time - t0)
+	fmt.Fprintf(&b, "%10.6f %-6s %-8s", d.Seconds(), e.NIC, e.Module)
+	switch {
+	case e.QPN != 0:
+		fmt.Fprintf(&b, " qp %#-6x", e.QPN)
+	case e.DestQPN != 0:
+		fmt.Fprintf(&b, " >qp %#-5x", e.DestQPN)
+	default:
+		b.WriteString("          ")
+	}
+	if e.HasPSN() {
+		fmt.Fprintf(&b, " psn 0x%06x ", e.PSN)
+	} else {
+		b.WriteString("                ")
+	}
+	b.WriteString(e.Detail())
+	return b.String()
+}

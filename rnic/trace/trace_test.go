@@ -1,0 +1,142 @@
+package trace
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/rnicd/rnicd/rnic/qpmgr"
+	"github.com/rnicd/rnicd/wire/bth"
+)
+
+func TestProbeOff(t *testing.T) {
+	var p *Probe
+	if p.On() {
+		t.Fatal("nil probe is on")
+	}
+	tr := New(4)
+	p = tr.Probe("rnic0")
+	if p.On() {
+		t.Fatal("probe on with no reader")
+	}
+	s := tr.Subscribe(Filter{})
+	if !p.On() {
+		t.Fatal("probe off with a reader")
+	}
+	s.Close()
+	s.Close()
+	if p.On() {
+		t.Fatal("probe on after the last reader left")
+	}
+	if (*Tracer)(nil).Probe("x") != nil {
+		t.Fatal("nil tracer gave a probe")
+	}
+}
+
+// TestRingLoss overruns a 4-event ring: the reader gets the newest four
+// in order and counts the ones it lost.
+func TestRingLoss(t *testing.T) {
+	tr := New(3) // rounds up to 4
+	p := tr.Probe("rnic0")
+	s := tr.Subscribe(Filter{})
+	defer s.Close()
+	for i := range 10 {
+		p.Emit(Event{Step: StepPost, WRID: uint64(i)})
+	}
+	buf := make([]Event, 16)
+	n := s.TryRead(buf)
+	if n != 4 || s.Lost() != 6 {
+		t.Fatalf("read %d, lost %d; want 4, 6", n, s.Lost())
+	}
+	for i, e := range buf[:n] {
+		if e.WRID != uint64(6+i) || e.Seq != uint64(7+i) || e.NIC != "rnic0" || e.Time == 0 {
+			t.Fatalf("event %d: %+v", i, e)
+		}
+	}
+	if n := s.TryRead(buf); n != 0 {
+		t.Fatalf("read %d more", n)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := s.Read(ctx, buf); err == nil {
+		t.Fatal("Read returned with nothing to read and ctx done")
+	}
+}
+
+func TestFilter(t *testing.T) {
+	tr := New(16)
+	a, b := tr.Probe("rnic0"), tr.Probe("rnic1")
+	s := tr.Subscribe(Filter{QPN: 0x12, NIC: "rnic0"})
+	defer s.Close()
+	a.Emit(Event{Step: StepHeaders, QPN: 0x12, PSN: 1})
+	a.Emit(Event{Step: StepHeaders, QPN: 0x13, PSN: 2})
+	b.Emit(Event{Step: StepHeaders, QPN: 0x12, PSN: 3})
+	a.Emit(Event{Step: StepTransmit, DestQPN: 0x12, PSN: 4})
+	buf := make([]Event, 16)
+	n := s.TryRead(buf)
+	if n != 2 || buf[0].PSN != 1 || buf[1].PSN != 4 {
+		t.Fatalf("filter kept %d: %+v", n, buf[:n])
+	}
+}
+
+// TestJSONRoundTrip writes events as JSON lines and reads them back.
+func TestJSONRoundTrip(t *testing.T) {
+	tr := New(64)
+	p := tr.Probe("rnic0")
+	s := tr.Subscribe(Filter{})
+	in := []Event{
+		{Module: ModVerbs, Step: StepPost, QPN: 0x11, WRID: 7, WROp: qpmgr.WRRDMAWrite, Len: 3072},
+		{Module: ModWQE, Step: StepHeaders, QPN: 0x11, PSN: 0x111, Opcode: bth.RCRDMAWriteFirst, Len: 1024, Flags: FlagAckReq | FlagRetransmit},
+		{Module: ModRX, Step: StepPSNCheck, QPN: 0x11, PSN: 0x113, Opcode: bth.RCRDMAWriteLast, Arg: uint32(PSNOutOfOrder), Aux: 0x112},
+		{Module: ModCompleter, Step: StepComplete, QPN: 0x11, WRID: 7, WROp: qpmgr.WRRDMAWrite, Arg: uint32(qpmgr.WCSuccess), Flags: FlagCQE},
+	}
+	for _, e := range in {
+		p.Emit(e)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var buf bytes.Buffer
+	cancel() // WriteJSON drains what is there, then returns
+	if err := WriteJSON(ctx, s, &buf); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(buf.String(), `"detail":"RDMA_WRITE_LAST psn out of sequence (expected 0x000112)"`) {
+		t.Fatalf("JSON lacks the rendered detail:\n%s", buf.String())
+	}
+	var out []Event
+	if err := ReadJSON(&buf, func(e *Event) error { out = append(out, *e); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(out) != len(in) {
+		t.Fatalf("read back %d events, wrote %d", len(out), len(in))
+	}
+	for i := range in {
+		want := in[i]
+		want.NIC, want.Seq, want.Time = "rnic0", out[i].Seq, out[i].Time
+		if out[i] != want || out[i].Seq != uint64(i+1) {
+			t.Fatalf("event %d\n got %+v\nwant %+v", i, out[i], want)
+		}
+	}
+	if err := ReadJSON(strings.NewReader(`{"module":"nope","step":"post"}`), func(*Event) error { return nil }); err == nil {
+		t.Fatal("unknown module accepted")
+	}
+}
+
+// FuzzReadJSON feeds ReadJSON what a daemon (or anything on its port)
+// might send: it must return an error or events, never panic, and every
+// event it returns renders.
+func FuzzReadJSON(f *testing.F) {
+	e := Event{Module: ModWQE, Step: StepHeaders, QPN: 0x11, PSN: 5, Opcode: bth.RCSendOnly, NIC: "rnic0"}
+	b, _ := json.Marshal(e)
+	f.Add(b)
+	f.Add([]byte(`{"module":"port","step":"icrc_check","arg":255}` + "\n" + `{"module":"rx","step":"drop","arg":99999}`))
+	f.Add([]byte(`{"module":"comp","step":"complete","arg":4294967295,"flags":255,"wr_op":200}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		_ = ReadJSON(bytes.NewReader(data), func(e *Event) error {
+			_ = Format(e, 0)
+			_, err := json.Marshal(e)
+			return err
+		})
+	})
+}

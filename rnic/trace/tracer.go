@@ -1,0 +1,183 @@
+package trace
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// DefaultRing is the number of events a Tracer keeps for its readers.
+const DefaultRing = 1 << 16
+
+// Tracer collects the events of one or more NICs into a ring that readers
+// drain. It records only while at least one reader is subscribed; with
+// none, a Probe's On reports false and the engines build no events. It is
+// safe for concurrent use.
+type Tracer struct {
+	on atomic.Bool // a reader is subscribed
+
+	mu   sync.Mutex
+	ring []Event // power-of-two length; event seq s lives at s & mask
+	mask uint64
+	seq  uint64 // seq of the newest event, 0 before the first
+	subs map[*Sub]struct{}
+}
+
+// New returns a Tracer whose ring holds size events (rounded up to a
+// power of two; 0 takes DefaultRing).
+func New(size int) *Tracer {
+	if size <= 0 {
+		size = DefaultRing
+	}
+	n := 1
+	for n < size {
+		n <<= 1
+	}
+	return &Tracer{ring: make([]Event, n), mask: uint64(n - 1), subs: make(map[*Sub]struct{})}
+}
+
+// Probe is one NIC's handle on a Tracer: the engines of a device hold it,
+// nil when the device traces nothing.
+type Probe struct {
+	t   *Tracer
+	nic string
+}
+
+// Probe returns the handle through which the NIC named nic emits events;
+// nil for a nil Tracer.
+func (t *Tracer) Probe(nic string) *Probe {
+	if t == nil {
+		return nil
+	}
+	return &Probe{t: t, nic: nic}
+}
+
+// On reports whether events are wanted: p is not nil and its Tracer has a
+// reader. Engines check it before building an event.
+func (p *Probe) On() bool { return p != nil && p.t.on.Load() }
+
+// NIC is the name the probe stamps on its events.
+func (p *Probe) NIC() string { return p.nic }
+
+// Emit stamps e with the NIC's name, the time and a sequence number, and
+// puts it in the ring. Call it only when On reported true.
+func (p *Probe) Emit(e Event) {
+	e.NIC = p.nic
+	e.Time = time.Now().UnixNano()
+	t := p.t
+	t.mu.Lock()
+	t.seq++
+	e.Seq = t.seq
+	t.ring[t.seq&t.mask] = e
+	for s := range t.subs {
+		select {
+		case s.wake <- struct{}{}:
+		default:
+		}
+	}
+	t.mu.Unlock()
+}
+
+// Filter selects events for a reader. Its zero value selects all.
+type Filter struct {
+	// QPN, if not 0, keeps the events of that QP: those whose QPN or
+	// packet destination QPN is it.
+	QPN uint32
+	// NIC, if set, keeps that NIC's events.
+	NIC string
+	// Packets keeps only packets on the wire (transmit, receive, lost).
+	Packets bool
+}
+
+// Match reports whether f selects e.
+func (f *Filter) Match(e *Event) bool {
+	if f.QPN != 0 && e.QPN != f.QPN && e.DestQPN != f.QPN {
+		return false
+	}
+	if f.NIC != "" && e.NIC != f.NIC {
+		return false
+	}
+	if f.Packets && !e.IsPacket() {
+		return false
+	}
+	return true
+}
+
+// Sub is a reader of a Tracer: it sees the events emitted after it
+// subscribed, in order, those its filter selects.
+type Sub struct {
+	t      *Tracer
+	f      Filter
+	next   uint64 // seq of the next event to read
+	lost   uint64
+	wake   chan struct{}
+	closed bool
+}
+
+// Subscribe starts a reader and turns recording on.
+func (t *Tracer) Subscribe(f Filter) *Sub {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := &Sub{t: t, f: f, next: t.seq + 1, wake: make(chan struct{}, 1)}
+	t.subs[s] = struct{}{}
+	t.on.Store(true)
+	return s
+}
+
+// Close ends the reader; recording stops with the last one.
+func (s *Sub) Close() {
+	t := s.t
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if s.closed {
+		return
+	}
+	s.closed = true
+	delete(t.subs, s)
+	t.on.Store(len(t.subs) > 0)
+}
+
+// Lost is the number of events the reader missed because it fell more
+// than a ring behind.
+func (s *Sub) Lost() uint64 {
+	s.t.mu.Lock()
+	defer s.t.mu.Unlock()
+	return s.lost
+}
+
+// TryRead copies into buf the events waiting for the reader, oldest
+// first, without blocking, and returns how many.
+func (s *Sub) TryRead(buf []Event) int {
+	t := s.t
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if oldest := t.seq - t.mask; t.seq > t.mask && s.next < oldest {
+		s.lost += oldest - s.next
+		s.next = oldest
+	}
+	n := 0
+	for ; n < len(buf) && s.next <= t.seq; s.next++ {
+		e := &t.ring[s.next&t.mask]
+		if s.f.Match(e) {
+			buf[n] = *e
+			n++
+		}
+	}
+	return n
+}
+
+// Read waits until events are waiting, or ctx is done, and copies them
+// into buf.
+func (s *Sub) Read(ctx context.Context, buf []Event) (int, error) {
+	for {
+		if n := s.TryRead(buf); n > 0 {
+			return n, nil
+		}
+		select {
+		case <-s.wake:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+}

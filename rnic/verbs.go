@@ -1,0 +1,285 @@
+package rnic
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+
+	"github.com/rnicd/rnicd/rnic/dma"
+	"github.com/rnicd/rnicd/rnic/qpmgr"
+	"github.com/rnicd/rnicd/wire/ibudp"
+)
+
+// The verbs objects, under the names libibverbs gives them.
+type (
+	PD       = dma.PD
+	MR       = dma.MR
+	CQ       = qpmgr.CQ
+	SRQ      = qpmgr.RecvQueue
+	QP       = qpmgr.QP
+	QPAttr   = qpmgr.Attr
+	SendWR   = qpmgr.SendWR
+	RecvWR   = qpmgr.RecvWR
+	WC       = qpmgr.WC
+	SGE      = qpmgr.SGE
+	AttrMask = qpmgr.AttrMask
+)
+
+// Device limits (ibv_query_device).
+const (
+	MaxCQE = 1 << 20
+)
+
+// ErrQPState is returned when a QP's state does not allow the verb.
+var ErrQPState = errors.New("rnic: QP state does not allow this")
+
+// WRError says which work request of a post failed and why, like the
+// bad_wr of ibv_post_send.
+type WRError struct {
+	Index int
+	WRID  uint64
+	Err   error
+}
+
+func (e *WRError) Error() string {
+	return fmt.Sprintf("rnic: work request %d (wr_id %d): %v", e.Index, e.WRID, e.Err)
+}
+
+func (e *WRError) Unwrap() error { return e.Err }
+
+// PortAttr describes the port (ibv_query_port, ibv_query_gid).
+type PortAttr struct {
+	Addr      netip.Addr
+	GID       ibudp.GID
+	ActiveMTU int
+}
+
+// QueryPort returns the port's address, GID and active MTU.
+func (d *Device) QueryPort() PortAttr {
+	a := d.port.Addr()
+	return PortAttr{Addr: a, GID: ibudp.GIDFromAddr(a), ActiveMTU: d.port.MTU()}
+}
+
+// AllocPD allocates a protection domain (ibv_alloc_pd).
+func (d *Device) AllocPD() PD {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	pd := d.nextPD
+	d.nextPD++
+	return pd
+}
+
+// RegMR registers buf as a memory region answering to addresses va ..
+// va+len(buf)-1 (ibv_reg_mr: va is the address the application uses in
+// SGEs and hands its peer with the rkey).
+func (d *Device) RegMR(pd PD, buf []byte, va uint64, access dma.Access) (*MR, error) {
+	return d.dma.Register(pd, buf, va, access)
+}
+
+// DeregMR deregisters a memory region (ibv_dereg_mr).
+func (d *Device) DeregMR(mr *MR) error { return d.dma.Deregister(mr.LKey) }
+
+// CreateCQ creates a completion queue of n entries (ibv_create_cq).
+func (d *Device) CreateCQ(n int) (*CQ, error) {
+	if n < 1 || n > MaxCQE {
+		return nil, fmt.Errorf("rnic: CQ size %d outside 1..%d", n, MaxCQE)
+	}
+	return qpmgr.NewCQ(n), nil
+}
+
+// CreateSRQ creates a shared receive queue (ibv_create_srq).
+func (d *Device) CreateSRQ(pd PD, maxWR, maxSGE int) (*SRQ, error) {
+	if maxWR < 1 || maxWR > qpmgr.MaxQPWR || maxSGE < 1 || maxSGE > qpmgr.MaxSGE {
+		return nil, fmt.Errorf("rnic: SRQ of %d WRs x %d SGEs outside the device limits", maxWR, maxSGE)
+	}
+	return qpmgr.NewRecvQueue(maxWR, maxSGE), nil
+}
+
+// PostSRQRecv posts receive WRs to an SRQ (ibv_post_srq_recv).
+func (d *Device) PostSRQRecv(srq *SRQ, wrs []RecvWR) error {
+	if i, err := srq.Post(wrs); err != nil {
+		return &WRError{Index: i, WRID: wrs[i].WRID, Err: err}
+	}
+	return nil
+}
+
+// QPInitAttr is what CreateQP needs (ibv_qp_init_attr).
+type QPInitAttr struct {
+	PD     PD
+	Type   qpmgr.Type
+	SendCQ *CQ
+	RecvCQ *CQ
+	SRQ    *SRQ
+	Caps   qpmgr.Caps
+	SigAll bool
+}
+
+// CreateQP creates a queue pair in RESET (ibv_create_qp).
+func (d *Device) CreateQP(a QPInitAttr) (*QP, error) {
+	if a.PD == 0 {
+		return nil, errors.New("rnic: create QP: no PD")
+	}
+	qpn, err := d.qps.Alloc()
+	if err != nil {
+		return nil, err
+	}
+	qp, err := qpmgr.New(qpmgr.Config{
+		QPN: qpn, Type: a.Type, PD: a.PD, SendCQ: a.SendCQ, RecvCQ: a.RecvCQ, SRQ: a.SRQ,
+		Caps: a.Caps, SigAll: a.SigAll, PortMTU: d.port.MTU(), Counters: &d.counters, Kick: d.kick,
+	})
+	if err != nil {
+		d.qps.Remove(qpn)
+		return nil, fmt.Errorf("rnic: create QP: %w", err)
+	}
+	d.qps.Insert(qp)
+	return qp, nil
+}
+
+// ModifyQP changes a QP's state and attributes (ibv_modify_qp). A wrong
+// transition or attribute changes nothing.
+func (d *Device) ModifyQP(qp *QP, attr *QPAttr, mask AttrMask) error {
+	return qp.Modify(attr, mask)
+}
+
+// QueryQP returns a QP's state and attributes (ibv_query_qp).
+func (d *Device) QueryQP(qp *QP) QPAttr {
+	qp.Lock()
+	defer qp.Unlock()
+	return qp.Attr
+}
+
+// DestroyQP destroys a QP (ibv_destroy_qp).
+func (d *Device) DestroyQP(qp *QP) error {
+	qp.Destroy()
+	d.qps.Remove(qp.QPN)
+	return nil
+}
+
+// PostSend posts send WRs and rings the doorbell (ibv_post_send). It checks
+// every WR against the QP before queuing any of them after it; on error the
+// WRs before the bad one are posted.
+func (d *Device) PostSend(qp *QP, wrs []SendWR) error {
+	wqes := make([]qpmgr.SendWQE, 0, len(wrs))
+	qp.Lock()
+	st := qp.State()
+	var bad *WRError
+	for i := range wrs {
+		w, err := d.checkSend(qp, st, &wrs[i])
+		if err != nil {
+			bad = &WRError{Index: i, WRID: wrs[i].WRID, Err: err}
+			break
+		}
+		wqes = append(wqes, w)
+	}
+	posted, err := qp.PostSend(wqes)
+	if err != nil && bad == nil {
+		bad = &WRError{Index: posted, WRID: wrs[posted].WRID, Err: err}
+	}
+	if d.probe.On() {
+		d.tracePost(qp, wqes[:posted])
+	}
+	qp.Flush() // in ERR a WR completes at once, flushed
+	qp.Unlock()
+	d.ring(qp)
+	if bad != nil {
+		return bad
+	}
+	return nil
+}
+
+// checkSend validates one send WR and makes the NIC's copy of it.
+func (d *Device) checkSend(qp *QP, st qpmgr.State, wr *SendWR) (qpmgr.SendWQE, error) {
+	switch st {
+	case qpmgr.StateRTS, qpmgr.StateSQD, qpmgr.StateErr:
+	default:
+		return qpmgr.SendWQE{}, fmt.Errorf("%w: post send in %v", ErrQPState, st)
+	}
+	ok := false
+	switch qp.Type {
+	case qpmgr.TypeUD:
+		ok = wr.Opcode == qpmgr.WRSend || wr.Opcode == qpmgr.WRSendWithImm
+	case qpmgr.TypeUC:
+		ok = wr.Opcode == qpmgr.WRSend || wr.Opcode == qpmgr.WRSendWithImm ||
+			wr.Opcode == qpmgr.WRRDMAWrite || wr.Opcode == qpmgr.WRRDMAWriteWithImm
+	case qpmgr.TypeRC:
+		switch wr.Opcode {
+		case qpmgr.WRSend, qpmgr.WRSendWithImm, qpmgr.WRSendWithInv, qpmgr.WRRDMAWrite,
+			qpmgr.WRRDMAWriteWithImm, qpmgr.WRRDMARead, qpmgr.WRAtomicCmpAndSwp, qpmgr.WRAtomicFetchAdd:
+			ok = true
+		}
+	}
+	if !ok {
+		return qpmgr.SendWQE{}, fmt.Errorf("rnic: %v not supported on a %v QP", wr.Opcode, qp.Type)
+	}
+	w := qpmgr.SendWQE{WR: *wr}
+	if wr.Flags&qpmgr.SendInline != 0 {
+		if wr.Opcode == qpmgr.WRRDMARead || wr.Opcode.IsAtomic() {
+			return w, fmt.Errorf("rnic: %v cannot be inline", wr.Opcode)
+		}
+		if len(wr.InlineData) > qp.Caps.MaxInlineData {
+			return w, fmt.Errorf("rnic: %d bytes inline, QP allows %d", len(wr.InlineData), qp.Caps.MaxInlineData)
+		}
+		w.WR.InlineData = append([]byte(nil), wr.InlineData...)
+		w.WR.SGL = nil
+		w.Len = len(wr.InlineData)
+	} else {
+		if len(wr.SGL) > qp.Caps.MaxSendSGE {
+			return w, fmt.Errorf("rnic: %d SGEs, QP allows %d", len(wr.SGL), qp.Caps.MaxSendSGE)
+		}
+		w.WR.SGL = append([]SGE(nil), wr.SGL...)
+		w.WR.InlineData = nil
+		for _, s := range wr.SGL {
+			w.Len += int(s.Length)
+		}
+	}
+	switch {
+	case w.Len > qpmgr.MaxMsgSize:
+		return w, fmt.Errorf("rnic: message of %d bytes exceeds %d", w.Len, qpmgr.MaxMsgSize)
+	case wr.Opcode.IsAtomic() && w.Len != 8:
+		return w, fmt.Errorf("rnic: atomic needs one 8-byte buffer, has %d bytes", w.Len)
+	case qp.Type == qpmgr.TypeUD && w.Len > qp.MTU():
+		return w, fmt.Errorf("rnic: UD message of %d bytes exceeds the MTU %d", w.Len, qp.MTU())
+	case qp.Type == qpmgr.TypeUD && (wr.AH == nil || !wr.AH.Addr().IsValid()):
+		return w, errors.New("rnic: UD send needs an address handle")
+	}
+	if wr.AH != nil {
+		ah := *wr.AH
+		w.WR.AH = &ah
+	}
+	return w, nil
+}
+
+// PostRecv posts receive WRs to a QP's receive queue (ibv_post_recv).
+func (d *Device) PostRecv(qp *QP, wrs []RecvWR) error {
+	if qp.SRQ != nil {
+		return errors.New("rnic: QP uses an SRQ; post to the SRQ")
+	}
+	qp.Lock()
+	defer qp.Unlock()
+	if qp.State() == qpmgr.StateReset {
+		return fmt.Errorf("%w: post recv in RESET", ErrQPState)
+	}
+	i, err := qp.RQ.Post(wrs)
+	if d.probe.On() {
+		d.tracePostRecv(qp, wrs[:i])
+	}
+	qp.Flush()
+	if err != nil {
+		return &WRError{Index: i, WRID: wrs[i].WRID, Err: err}
+	}
+	return nil
+}
+
+// Counters returns the device's counters by name, the port's ICRC error
+// count among them.
+func (d *Device) Counters() map[string]uint64 {
+	m := d.counters.Snapshot()
+	m[qpmgr.ICRCErrors.String()] = d.port.Stats().RxICRCErrors
+	return m
+}
+
+// Port returns the device's port.
+func (d *Device) Port() ibudp.Port { return d.port }
+
+// QPs returns every QP of the device, in QPN order (rdma res show qp).
+func (d *Device) QPs() []*QP { return d.qps.All() }

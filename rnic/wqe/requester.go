@@ -1,0 +1,317 @@
+package wqe
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/rnicd/rnicd/rnic/dma"
+	"github.com/rnicd/rnicd/rnic/qpmgr"
+	"github.com/rnicd/rnicd/rnic/trace"
+	"github.com/rnicd/rnicd/wire/bth"
+)
+
+// Engine is the requester of one device.
+type Engine struct {
+	DMA *dma.Table
+	// Trace is the device's trace probe, nil when it traces nothing.
+	Trace *trace.Probe
+	// Window is the most PSNs an RC QP has sent and not had acknowledged;
+	// 0 is rxe's qpmgr.MaxUnackedPSNs. IBTA sets no such limit: it is the
+	// requester's own flow control, which the peer never sees, and a
+	// longer path or a slower wake-up needs more in flight.
+	Window int
+}
+
+func (e *Engine) window() int {
+	if e.Window > 0 {
+		return e.Window
+	}
+	return qpmgr.MaxUnackedPSNs
+}
+
+// Run sends up to budget packets of qp's send queue and returns how many it
+// sent; fewer means the QP has nothing more it may send now. The caller
+// holds the QP's lock (rxe: rxe_requester).
+func (e *Engine) Run(qp *qpmgr.QP, tx qpmgr.TX, budget int) int {
+	if qp.Req.NeedRetry {
+		rewind(qp)
+		if e.Trace.On() && qp.SQ.Next < qp.SQ.Tail {
+			w := qp.SQ.At(qp.SQ.Next)
+			e.Trace.Emit(trace.Event{Module: trace.ModWQE, Step: trace.StepRewind, QPN: qp.QPN, PSN: w.PSN, WRID: w.WR.WRID, WROp: w.WR.Opcode})
+		}
+	}
+	sent := 0
+	for sent < budget {
+		w, ok := e.nextWQE(qp)
+		if !ok {
+			break
+		}
+		if err := e.emit(qp, w, tx); err != nil {
+			// The local memory behind the WR went away or never
+			// was valid: a local protection error (IBTA 10.8.3).
+			e.completeSend(qp, qpmgr.WCLocProtErr)
+			qp.EnterError()
+			break
+		}
+		sent++
+	}
+	return sent
+}
+
+// nextWQE returns the WQE whose packet goes next, starting it if new, or
+// false when the QP must wait: wrong state, empty queue, RNR wait, a full
+// window, a fence or max_rd_atomic.
+func (e *Engine) nextWQE(qp *qpmgr.QP) (*qpmgr.SendWQE, bool) {
+	sq := &qp.SQ
+	if sq.Next == sq.Tail {
+		return nil, false
+	}
+	w := sq.At(sq.Next)
+	switch qp.State() {
+	case qpmgr.StateRTS:
+	case qpmgr.StateSQD:
+		// SQD: finish the messages already started, start none (IBTA 10.3.1.7).
+		if w.State == qpmgr.WQEPosted {
+			return nil, false
+		}
+	default:
+		return nil, false
+	}
+	if !qp.Req.RNRUntil.IsZero() {
+		if time.Now().Before(qp.Req.RNRUntil) {
+			return nil, false
+		}
+		qp.Req.RNRUntil = time.Time{}
+	}
+	psn := w.PSN
+	if w.State == qpmgr.WQEPosted {
+		psn = qp.Req.PSN
+	}
+	if qp.Type == qpmgr.TypeRC && int(bth.PSNDiff(psn, qp.Comp.PSN)) >= e.window() {
+		return nil, false
+	}
+	if w.State == qpmgr.WQEPosted {
+		if qp.Type == qpmgr.TypeRC {
+			out := qp.OutstandingRdAtomic()
+			if w.WR.Flags&qpmgr.SendFence != 0 && out > 0 {
+				return nil, false
+			}
+			if w.WR.Opcode.IsReadOrAtomic() && out >= max(int(qp.Attr.MaxRdAtomic), 1) {
+				return nil, false
+			}
+		}
+		n := qpmgr.NumPkts(w.WR.Opcode, w.Len, qp.MTU())
+		w.FirstPSN, w.PSN = qp.Req.PSN, qp.Req.PSN
+		w.LastPSN = bth.PSNAdd(w.FirstPSN, n-1)
+		w.Offset = 0
+		w.State = qpmgr.WQEStarted
+		qp.Req.PSN = bth.PSNAdd(qp.Req.PSN, n)
+		if e.Trace.On() {
+			e.Trace.Emit(trace.Event{Module: trace.ModWQE, Step: trace.StepFetch, QPN: qp.QPN, PSN: w.FirstPSN,
+				WRID: w.WR.WRID, WROp: w.WR.Opcode, Len: uint32(w.Len), Arg: uint32(n)})
+		}
+	}
+	return w, true
+}
+
+// rewind goes back to the oldest unacknowledged PSN (go-back-N, rxe:
+// req_retry): the WQE holding Comp.PSN resumes there, later ones restart.
+func rewind(qp *qpmgr.QP) {
+	qp.Req.NeedRetry = false
+	sq := &qp.SQ
+	mtu := qp.MTU()
+	first := true
+	for i := sq.Head; i < sq.Tail; i++ {
+		w := sq.At(i)
+		if w.State == qpmgr.WQEPosted {
+			break
+		}
+		if first {
+			sq.Next = i
+			first = false
+		}
+		w.State, w.Retried = qpmgr.WQEStarted, true
+		w.Offset, w.PSN = 0, w.FirstPSN
+		if d := bth.PSNDiff(qp.Comp.PSN, w.FirstPSN); d > 0 && bth.PSNDiff(qp.Comp.PSN, w.LastPSN) <= 0 && !w.WR.Opcode.IsAtomic() {
+			w.Offset = min(int(d)*mtu, w.Len)
+			w.PSN = qp.Comp.PSN
+		}
+	}
+	qp.Req.NoAckPkts = 0
+}
+
+// emit builds and queues the next packet of w.
+func (e *Engine) emit(qp *qpmgr.QP, w *qpmgr.SendWQE, tx qpmgr.TX) error {
+	mtu := qp.MTU()
+	op := w.WR.Opcode
+	if op.IsReadOrAtomic() {
+		// The response lands in these buffers: check them before asking.
+		if _, err := e.DMA.CheckSGL(qp.PD, w.WR.SGL, true); err != nil {
+			return err
+		}
+	}
+	var n int // payload bytes
+	var last bool
+	switch {
+	case op == qpmgr.WRRDMARead || op.IsAtomic():
+		last = true
+	default:
+		n = min(mtu, w.Len-w.Offset)
+		last = w.Offset+n == w.Len
+	}
+	opcode := requestOpcode(qp.Type, op, w.Offset == 0, last)
+	if e.Trace.On() {
+		e.Trace.Emit(trace.Event{Module: trace.ModWQE, Step: trace.StepSegment, QPN: qp.QPN, PSN: w.PSN, WRID: w.WR.WRID,
+			Opcode: opcode, Len: uint32(n), Arg: uint32(w.Offset), Aux: uint32(w.Len)})
+	}
+	b := tx.Alloc()
+	p, err := bth.Build(b.Room(), opcode, n)
+	if err != nil {
+		return fmt.Errorf("wqe: build %v: %w", opcode, err)
+	}
+	f := bth.BTHFields{
+		Opcode: opcode, PadCount: bth.PadFor(n), PKey: bth.DefaultPKey,
+		DestQP: qp.Attr.DestQPN, PSN: w.PSN,
+		SolicitedEvent: last && w.WR.Flags&qpmgr.SendSolicited != 0 && op != qpmgr.WRRDMAWrite,
+	}
+	b.Peer, b.SrcPort, b.TOS = qp.Dest(), qp.SrcPort(), qp.Attr.AH.TrafficClass
+	if qp.Type == qpmgr.TypeUD {
+		f.DestQP = w.WR.RemoteQPN
+		b.Peer, b.TOS = w.WR.AH.Addr(), w.WR.AH.TrafficClass
+		qkey := w.WR.RemoteQKey
+		if qkey&0x80000000 != 0 { // IBTA 10.2.5: use the QP's own Q_Key
+			qkey = qp.Attr.QKey
+		}
+		p.DETH().Encode(qkey, qp.QPN)
+	}
+	if qp.Type == qpmgr.TypeRC {
+		qp.Req.NoAckPkts++
+		if last || qp.Req.NoAckPkts > qpmgr.MaxPktsPerAck {
+			f.AckReq = true
+			qp.Req.NoAckPkts = 0
+		}
+	}
+	p.BTH().Encode(&f)
+	switch {
+	case opcode.Has(bth.HdrAtomicETH):
+		if op == qpmgr.WRAtomicFetchAdd {
+			p.AtomicETH().Encode(w.WR.RemoteAddr, w.WR.RKey, w.WR.CompareAdd, 0)
+		} else {
+			p.AtomicETH().Encode(w.WR.RemoteAddr, w.WR.RKey, w.WR.Swap, w.WR.CompareAdd)
+		}
+	case op == qpmgr.WRRDMARead:
+		// A retried READ asks for the rest only (rxe: req_retry moves iova).
+		p.RETH().Encode(w.WR.RemoteAddr+uint64(w.Offset), w.WR.RKey, uint32(w.Len-w.Offset))
+	case opcode.Has(bth.HdrRETH):
+		p.RETH().Encode(w.WR.RemoteAddr, w.WR.RKey, uint32(w.Len))
+	}
+	if opcode.Has(bth.HdrImmDt) {
+		p.ImmDt().Encode(w.WR.Imm)
+	}
+	if opcode.Has(bth.HdrIETH) {
+		p.IETH().Encode(w.WR.InvRKey)
+	}
+	if n > 0 {
+		dst := p.Payload()
+		if w.WR.Flags&qpmgr.SendInline != 0 {
+			copy(dst, w.WR.InlineData[w.Offset:w.Offset+n])
+		} else if err := e.DMA.Gather(qp.PD, w.WR.SGL, w.Offset, dst); err != nil {
+			return err
+		} else if e.Trace.On() {
+			e.Trace.Emit(trace.Event{Module: trace.ModDMA, Step: trace.StepDMARead, QPN: qp.QPN, PSN: w.PSN,
+				WRID: w.WR.WRID, Opcode: opcode, Len: uint32(n), Arg: uint32(w.Offset)})
+		}
+	}
+	b.N = p.Len()
+	retransmit := w.Retried
+	if retransmit {
+		qp.Counters.Inc(qpmgr.RetransmittedPkts)
+	}
+	if e.Trace.On() {
+		fl := trace.Flags(0)
+		if f.AckReq {
+			fl |= trace.FlagAckReq
+		}
+		if retransmit {
+			fl |= trace.FlagRetransmit
+		}
+		e.Trace.Emit(trace.Event{Module: trace.ModWQE, Step: trace.StepHeaders, QPN: qp.QPN, PSN: w.PSN, WRID: w.WR.WRID,
+			Opcode: opcode, Len: uint32(n), Flags: fl})
+	}
+	tx.Send(b)
+	qp.Counters.Inc(qpmgr.SentPkts)
+
+	// Advance the cursor.
+	if op == qpmgr.WRRDMARead {
+		w.PSN = bth.PSNAdd(w.LastPSN, 1)
+		w.Offset = w.Len
+	} else {
+		w.PSN = bth.PSNAdd(w.PSN, 1)
+		w.Offset += n
+	}
+	if last {
+		w.State, w.Retried = qpmgr.WQESent, false
+		qp.SQ.Next++
+		if qp.Type != qpmgr.TypeRC {
+			// Unreliable services complete once the last packet is out.
+			e.completeSend(qp, qpmgr.WCSuccess)
+		}
+	}
+	if qp.Type == qpmgr.TypeRC {
+		qp.ArmTimer()
+	}
+	return nil
+}
+
+// requestOpcode picks the opcode of a request packet (IBTA tables 36-38).
+func requestOpcode(t qpmgr.Type, op qpmgr.WROpcode, first, last bool) bth.Opcode {
+	var base bth.Opcode
+	switch t {
+	case qpmgr.TypeUC:
+		base = bth.TransportUC
+	case qpmgr.TypeUD:
+		if op == qpmgr.WRSendWithImm {
+			return bth.UDSendOnlyImm
+		}
+		return bth.UDSendOnly
+	}
+	pick := func(only, firstOp, middle, lastOp bth.Opcode) bth.Opcode {
+		switch {
+		case first && last:
+			return base | only
+		case first:
+			return base | firstOp
+		case last:
+			return base | lastOp
+		}
+		return base | middle
+	}
+	switch op {
+	case qpmgr.WRSend:
+		return pick(bth.RCSendOnly, bth.RCSendFirst, bth.RCSendMiddle, bth.RCSendLast)
+	case qpmgr.WRSendWithImm:
+		return pick(bth.RCSendOnlyImm, bth.RCSendFirst, bth.RCSendMiddle, bth.RCSendLastImm)
+	case qpmgr.WRSendWithInv:
+		return pick(bth.RCSendOnlyInvalidate, bth.RCSendFirst, bth.RCSendMiddle, bth.RCSendLastInvalidate)
+	case qpmgr.WRRDMAWrite:
+		return pick(bth.RCRDMAWriteOnly, bth.RCRDMAWriteFirst, bth.RCRDMAWriteMiddle, bth.RCRDMAWriteLast)
+	case qpmgr.WRRDMAWriteWithImm:
+		return pick(bth.RCRDMAWriteOnlyImm, bth.RCRDMAWriteFirst, bth.RCRDMAWriteMiddle, bth.RCRDMAWriteLastImm)
+	case qpmgr.WRRDMARead:
+		return bth.RCRDMAReadRequest
+	case qpmgr.WRAtomicCmpAndSwp:
+		return bth.RCCompareSwap
+	case qpmgr.WRAtomicFetchAdd:
+		return bth.RCFetchAdd
+	}
+	return 0
+}
+
+// completeSend retires the WQE at the head of qp's send queue with
+// status st, telling the trace.
+func (e *Engine) completeSend(qp *qpmgr.QP, st qpmgr.WCStatus) {
+	if e.Trace.On() {
+		e.Trace.Emit(trace.SendCompletion(qp, st))
+	}
+	qp.CompleteSend(st)
+}
