@@ -1,0 +1,203 @@
+// Command rnicd is the software RoCEv2 NIC daemon. It brings up one device
+// (the port and the engine) on one IP address and serves it to
+// applications on a control socket, SocketDir()/NAME.sock (see package
+// verbs for the directory and package hostif for the protocol).
+//
+// On SIGINT or SIGTERM it moves every QP to ERR, so that each client's
+// outstanding work requests complete with WR_FLUSH_ERR, removes its
+// socket and exits 0. SIGUSR1 prints the counters.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"syscall"
+
+	"github.com/vishvananda/netlink"
+
+	"github.com/rnicd/rnicd/rnic"
+	"github.com/rnicd/rnicd/rnic/hostif"
+	"github.com/rnicd/rnicd/verbs"
+	"github.com/rnicd/rnicd/wire/ibudp"
+)
+
+func main() {
+	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "rnicd:", err)
+		os.Exit(1)
+	}
+}
+
+// config is what the flags say.
+type config struct {
+	name string
+	addr netip.Addr
+	mode ibudp.Mode
+	mtu  int
+}
+
+func parseFlags(args []string, stderr io.Writer) (config, error) {
+	fs := flag.NewFlagSet("rnicd", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	name := fs.String("d", "rnic0", "device name: the control socket is SocketDir/NAME.sock")
+	addr := fs.String("addr", "", "IP address the port owns UDP 4791 on (default: the address of the default route's interface)")
+	mode := fs.String("mode", "udp", "how the port reaches the wire: udp (unprivileged) or packet (AF_PACKET, needs CAP_NET_RAW)")
+	mtu := fs.Int("mtu", 0, "cap on the active IB MTU: 256, 512, 1024, 2048 or 4096 (0: from the interface)")
+	if err := fs.Parse(args); err != nil {
+		return config{}, err
+	}
+	if fs.NArg() != 0 {
+		return config{}, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	c := config{name: *name, mtu: *mtu}
+	if c.name == "" || len(c.name) > 64 || c.name != filepath.Base(c.name) || c.name[0] == '.' {
+		return c, fmt.Errorf("-d %q: want a plain device name", c.name)
+	}
+	var err error
+	if *addr == "" {
+		if c.addr, err = defaultAddr(); err != nil {
+			return c, fmt.Errorf("no -addr and %w", err)
+		}
+	} else if c.addr, err = netip.ParseAddr(*addr); err != nil {
+		return c, fmt.Errorf("-addr %q: %w", *addr, err)
+	}
+	switch *mode {
+	case "udp":
+		c.mode = ibudp.ModeUDP
+	case "packet":
+		c.mode = ibudp.ModePacket
+	default:
+		return c, fmt.Errorf("-mode %q: want udp or packet", *mode)
+	}
+	return c, nil
+}
+
+// defaultAddr is the first IPv4 address of the interface the default
+// route leaves by, as rxe would be bound to it.
+func defaultAddr() (netip.Addr, error) {
+	routes, err := netlink.RouteList(nil, netlink.FAMILY_V4)
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("list routes: %w", err)
+	}
+	for _, r := range routes {
+		if r.Dst != nil && !r.Dst.IP.IsUnspecified() {
+			continue
+		}
+		link, err := netlink.LinkByIndex(r.LinkIndex)
+		if err != nil {
+			continue
+		}
+		addrs, err := netlink.AddrList(link, netlink.FAMILY_V4)
+		if err != nil || len(addrs) == 0 {
+			continue
+		}
+		if a, ok := netip.AddrFromSlice(addrs[0].IP); ok {
+			return a.Unmap(), nil
+		}
+	}
+	return netip.Addr{}, errors.New("no default route with an IPv4 address")
+}
+
+// listen serves the control socket at path: it refuses if a live daemon
+// answers there, and removes a stale socket left by one that died.
+func listen(path string) (*net.UnixListener, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, fmt.Errorf("socket directory: %w", err)
+	}
+	if c, err := net.Dial("unixpacket", path); err == nil {
+		c.Close()
+		return nil, fmt.Errorf("%s: another rnicd serves this device", path)
+	} else if _, serr := os.Lstat(path); serr == nil {
+		if err := os.Remove(path); err != nil {
+			return nil, fmt.Errorf("remove stale socket: %w", err)
+		}
+	}
+	l, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: path, Net: "unixpacket"})
+	if err != nil {
+		return nil, fmt.Errorf("listen: %w", err)
+	}
+	l.SetUnlinkOnClose(false) // removed by run, after the flush
+	return l, nil
+}
+
+func run(args []string, stdout, stderr io.Writer) error {
+	c, err := parseFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	// Signals are caught before the ready line, so whoever waits for it
+	// may signal at once.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	usr1 := make(chan os.Signal, 1)
+	signal.Notify(usr1, syscall.SIGUSR1)
+	defer signal.Stop(usr1)
+
+	path := verbs.SocketPath(c.name)
+	l, err := listen(path)
+	if err != nil {
+		return err
+	}
+	port, err := ibudp.Open(ibudp.Config{Addr: c.addr, Mode: c.mode, MTU: c.mtu})
+	if err != nil {
+		l.Close()
+		os.Remove(path)
+		return fmt.Errorf("open port: %w", err)
+	}
+	dev, err := rnic.Open(rnic.Config{Port: port, Name: c.name})
+	if err != nil {
+		port.Close()
+		l.Close()
+		os.Remove(path)
+		return fmt.Errorf("start device: %w", err)
+	}
+	srv := hostif.NewServer(hostif.Config{Device: dev, Name: c.name, Log: log})
+	go srv.Serve(l)
+	pa := dev.QueryPort()
+	log.Info("device up", "name", c.name, "addr", pa.Addr, "mode", c.mode, "gid", pa.GID, "active_mtu", pa.ActiveMTU, "socket", path)
+	fmt.Fprintf(stdout, "rnicd: port %v mode %v gid %v active_mtu %d\n", pa.Addr, c.mode, pa.GID, pa.ActiveMTU)
+
+	for {
+		select {
+		case <-usr1:
+			printCounters(stdout, dev, srv)
+		case <-ctx.Done():
+			log.Info("stopping: every QP to ERR, outstanding work flushed")
+			srv.Shutdown()
+			os.Remove(path)
+			printCounters(stdout, dev, srv)
+			return dev.Close()
+		}
+	}
+}
+
+// printCounters writes the nonzero counters, as `rdma statistic show` does.
+func printCounters(w io.Writer, dev *rnic.Device, srv *hostif.Server) {
+	m := dev.Counters()
+	for k, v := range srv.Counters() {
+		m[k] = v
+	}
+	names := make([]string, 0, len(m))
+	for k := range m {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	fmt.Fprint(w, "rnicd: counters")
+	for _, k := range names {
+		if m[k] != 0 {
+			fmt.Fprintf(w, " %s %d", k, m[k])
+		}
+	}
+	fmt.Fprintln(w)
+}

@@ -1,0 +1,837 @@
+package verbs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/rnicd/rnicd/rnic"
+	"github.com/rnicd/rnicd/rnic/hostif"
+	"github.com/rnicd/rnicd/rnic/qpmgr"
+	"github.com/rnicd/rnicd/wire/ibudp"
+)
+
+// Context is an open device (ibv_context). Its methods are safe for
+// concurrent use; the objects it creates live until destroyed or until the
+// Context is closed.
+type Context struct {
+	name string
+	cl   *hostif.Client
+	// local is the NIC of OpenLocal, served in this process over a
+	// socketpair: the same protocol and rings as a daemon's.
+	local *localNIC
+
+	mem allocs
+
+	mu     sync.Mutex
+	closed bool
+}
+
+type localNIC struct {
+	dev  *rnic.Device
+	done chan struct{} // closed when the server has torn the client down
+}
+
+// SocketDir is the directory of the daemons' control sockets, NAME.sock:
+// $RNICD_DIR if set, else /run/rnicd for root, else
+// $XDG_RUNTIME_DIR/rnicd, else /tmp/rnicd-UID.
+func SocketDir() string {
+	if d := os.Getenv("RNICD_DIR"); d != "" {
+		return d
+	}
+	if os.Geteuid() == 0 {
+		return "/run/rnicd"
+	}
+	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
+		return filepath.Join(d, "rnicd")
+	}
+	return fmt.Sprintf("/tmp/rnicd-%d", os.Getuid())
+}
+
+// SocketPath is the control socket of device name.
+func SocketPath(name string) string { return filepath.Join(SocketDir(), name+".sock") }
+
+// Devices lists the devices whose daemons have a socket in SocketDir
+// (ibv_get_device_list), sorted.
+func Devices() ([]string, error) {
+	ents, err := os.ReadDir(SocketDir())
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("verbs: list devices: %w", err)
+	}
+	var names []string
+	for _, e := range ents {
+		if n, ok := strings.CutSuffix(e.Name(), ".sock"); ok && e.Type()&os.ModeSocket != 0 {
+			names = append(names, n)
+		}
+	}
+	sort.Strings(names)
+	return names, nil
+}
+
+// Open connects to the running rnicd serving device name
+// (ibv_open_device).
+func Open(name string) (*Context, error) {
+	cl, err := hostif.Dial(SocketPath(name))
+	if err != nil {
+		return nil, fmt.Errorf("verbs: open %s: %w", name, err)
+	}
+	return &Context{name: name, cl: cl}, nil
+}
+
+// LocalConfig says how OpenLocal builds its NIC.
+type LocalConfig struct {
+	Name string     // device name; "" gives "rnic0"
+	Addr netip.Addr // address of the NIC's UDP 4791 port
+	MTU  int        // caps the active MTU; 0 takes the interface's
+	// Port, if set, is used instead of opening one on Addr (tests hand
+	// in a fault injector this way).
+	Port ibudp.Port
+}
+
+// OpenLocal starts a NIC inside this process and opens it. Closing the
+// Context stops the NIC.
+func OpenLocal(cfg LocalConfig) (*Context, error) {
+	if cfg.Name == "" {
+		cfg.Name = "rnic0"
+	}
+	p := cfg.Port
+	if p == nil {
+		var err error
+		p, err = ibudp.Open(ibudp.Config{Addr: cfg.Addr, MTU: cfg.MTU})
+		if err != nil {
+			return nil, fmt.Errorf("verbs: open local %s: %w", cfg.Name, err)
+		}
+	}
+	d, err := rnic.Open(rnic.Config{Port: p, Name: cfg.Name})
+	if err != nil {
+		p.Close()
+		return nil, fmt.Errorf("verbs: open local %s: %w", cfg.Name, err)
+	}
+	srvEnd, cliEnd, err := hostif.Socketpair()
+	if err != nil {
+		d.Close()
+		return nil, fmt.Errorf("verbs: open local %s: %w", cfg.Name, err)
+	}
+	l := &localNIC{dev: d, done: make(chan struct{})}
+	srv := hostif.NewServer(hostif.Config{Device: d, Name: cfg.Name})
+	go func() {
+		srv.ServeConn(srvEnd)
+		close(l.done)
+	}()
+	return &Context{name: cfg.Name, cl: hostif.NewClient(cliEnd), local: l}, nil
+}
+
+// Name is the device's name (ibv_get_device_name).
+func (c *Context) Name() string { return c.name }
+
+// Close destroys every object of the Context and closes it.
+func (c *Context) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil
+	}
+	c.closed = true
+	err := c.cl.Close()
+	if c.local != nil {
+		<-c.local.done
+		if e := c.local.dev.Close(); err == nil {
+			err = e
+		}
+	}
+	c.mem.releaseAll()
+	return err
+}
+
+func (c *Context) check() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return ErrClosed
+	}
+	return nil
+}
+
+// call makes one control request.
+func (c *Context) call(k hostif.Kind, req hostif.Body, fds []int, reply hostif.Body) ([]int, error) {
+	if err := c.check(); err != nil {
+		return nil, err
+	}
+	return c.cl.Call(k, req, fds, reply)
+}
+
+// QueryDevice returns the device's attributes (ibv_query_device).
+func (c *Context) QueryDevice() (DeviceAttr, error) {
+	if err := c.check(); err != nil {
+		return DeviceAttr{}, err
+	}
+	return DeviceAttr{
+		Name: c.name, FWVer: "0.1", MaxQP: 1 << 16, MaxQPWR: qpmgr.MaxQPWR, MaxSGE: qpmgr.MaxSGE,
+		MaxCQ: 1 << 16, MaxCQE: rnic.MaxCQE, MaxMR: 1 << 16, MaxMRSize: 1 << 40, MaxPD: 1 << 16,
+		MaxQPRdAtom: qpmgr.MaxRdAtomic, MaxQPInitRdAtom: qpmgr.MaxRdAtomic, MaxSRQ: 1 << 16,
+		MaxSRQWR: qpmgr.MaxQPWR, MaxInlineData: qpmgr.MaxInlineData, AtomicCap: "ATOMIC_HCA",
+	}, nil
+}
+
+// QueryPort returns the port's attributes and GID table (ibv_query_port).
+func (c *Context) QueryPort() (PortAttr, error) {
+	var r hostif.PortReply
+	if _, err := c.call(hostif.KindQueryPort, &hostif.Empty{}, nil, &r); err != nil {
+		return PortAttr{}, err
+	}
+	mtu := qpmgr.MTUFromBytes(int(r.ActiveMTU))
+	return PortAttr{
+		State: "PORT_ACTIVE", MaxMTU: qpmgr.MTU4096, ActiveMTU: mtu, LinkLayer: "Ethernet",
+		// rxe lays an IPv4 address out as two GIDs, RoCE v1 at index 0
+		// and v2 at index 1 (on an interface without IPv6), and RDMA users
+		// pass -g 1 / -x 1 out of habit; rnicd speaks v2 only, so both
+		// indexes hold the port's GID and 1 is the one to use.
+		Addr: netip.AddrFrom16(r.Addr).Unmap(), GIDs: []GID{r.GID, r.GID}, GIDIndex: 1,
+	}, nil
+}
+
+// Alloc returns n bytes of memory the NIC can share, zeroed. Register it
+// (or slices of it) with RegMR; give it back with Free.
+func (c *Context) Alloc(n int) ([]byte, error) {
+	if err := c.check(); err != nil {
+		return nil, err
+	}
+	if n <= 0 {
+		return nil, fmt.Errorf("verbs: alloc %d bytes", n)
+	}
+	s, err := c.mem.alloc(n)
+	if err != nil {
+		return nil, err
+	}
+	return s.app, nil
+}
+
+// Free gives back memory from Alloc. A region still registered keeps the
+// NIC's own mapping until it is deregistered.
+func (c *Context) Free(b []byte) error { return c.mem.release(b) }
+
+// QPs lists every QP of the device, the ones of other clients among them
+// (rdma res show qp). Owner is "comm[pid]".
+func (c *Context) QPs() ([]QPInfo, error) {
+	var out []QPInfo
+	from := uint32(0)
+	for {
+		var r hostif.ListQPsReply
+		if _, err := c.call(hostif.KindListQPs, &hostif.ListQPsReq{From: from}, nil, &r); err != nil {
+			return nil, err
+		}
+		for _, row := range r.Rows {
+			owner := row.Comm
+			if row.PID != 0 {
+				owner = row.Comm + "[" + strconv.Itoa(int(row.PID)) + "]"
+			}
+			out = append(out, QPInfo{
+				QPN: row.QPN, Type: row.Type, State: row.State, SQPSN: row.SQPSN, RQPSN: row.RQPSN,
+				DestQPN: row.DestQPN, Dest: netip.AddrFrom16(row.Dest).Unmap(), PathMTU: row.PathMTU,
+				Owner: owner, SQDepth: int(row.SQDepth), RQDepth: int(row.RQDepth),
+			})
+		}
+		if !r.More {
+			return out, nil
+		}
+		from = r.Next
+	}
+}
+
+// Counters returns the device's counters by rxe's names
+// (/sys/class/infiniband/rxe0/ports/1/hw_counters), and the host
+// interface's (hostif_*).
+func (c *Context) Counters() (map[string]uint64, error) {
+	var r hostif.CountersReply
+	if _, err := c.call(hostif.KindCounters, &hostif.Empty{}, nil, &r); err != nil {
+		return nil, err
+	}
+	return r.Counters, nil
+}
+
+// destroy releases a handle with a destroy request of kind k.
+func (c *Context) destroy(k hostif.Kind, h uint32) error {
+	_, err := c.call(k, &hostif.Handle{H: h}, nil, &hostif.Empty{})
+	return err
+}
+
+// PD is a protection domain (ibv_pd).
+type PD struct {
+	ctx *Context
+	h   uint32
+}
+
+// AllocPD allocates a protection domain (ibv_alloc_pd).
+func (c *Context) AllocPD() (*PD, error) {
+	var r hostif.Handle
+	if _, err := c.call(hostif.KindAllocPD, &hostif.Empty{}, nil, &r); err != nil {
+		return nil, err
+	}
+	return &PD{ctx: c, h: r.H}, nil
+}
+
+// Dealloc frees the PD (ibv_dealloc_pd).
+func (pd *PD) Dealloc() error { return pd.ctx.destroy(hostif.KindDeallocPD, pd.h) }
+
+// MR is a registered memory region (ibv_mr).
+type MR struct {
+	pd   *PD
+	h    uint32
+	Buf  []byte // the registered memory
+	Addr uint64 // the address SGEs and the peer use for Buf[0] (0 if zero-based)
+	LKey uint32
+	RKey uint32
+}
+
+// RegMR registers buf, which must lie in memory from Alloc (ibv_reg_mr).
+// The NIC maps the same pages: no copies.
+func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
+	if err := pd.ctx.check(); err != nil {
+		return nil, err
+	}
+	if len(buf) == 0 {
+		return nil, errors.New("verbs: register an empty buffer")
+	}
+	va := Addr(buf)
+	if access&AccessZeroBased != 0 {
+		va = 0
+	}
+	s, off, err := pd.ctx.mem.find(buf)
+	if err != nil {
+		return nil, err
+	}
+	var r hostif.RegMRReply
+	req := &hostif.RegMRReq{PD: pd.h, Access: uint32(access), Offset: uint64(off), Length: uint64(len(buf)), IOVA: va}
+	if _, err := pd.ctx.call(hostif.KindRegMR, req, []int{s.fd}, &r); err != nil {
+		return nil, fmt.Errorf("verbs: reg_mr: %w", err)
+	}
+	return &MR{pd: pd, h: r.H, Buf: buf, Addr: va, LKey: r.LKey, RKey: r.RKey}, nil
+}
+
+// Dereg deregisters the region (ibv_dereg_mr).
+func (mr *MR) Dereg() error { return mr.pd.ctx.destroy(hostif.KindDeregMR, mr.h) }
+
+// SGE returns the SGE for buf[off:off+n].
+func (mr *MR) SGE(off, n int) SGE {
+	return SGE{Addr: mr.Addr + uint64(off), Length: uint32(n), LKey: mr.LKey}
+}
+
+// eventFD is an eventfd the daemon writes and this process waits on
+// through the runtime's poller, so a wait can end with its context.
+type eventFD struct{ f *os.File }
+
+func newEventFD() (eventFD, error) {
+	fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		return eventFD{}, fmt.Errorf("verbs: eventfd: %w", err)
+	}
+	return eventFD{os.NewFile(uintptr(fd), "eventfd")}, nil
+}
+
+func (e eventFD) fd() int { return int(e.f.Fd()) }
+
+// wait blocks until the eventfd is written or ctx ends.
+func (e eventFD) wait(ctx context.Context) error {
+	stop := context.AfterFunc(ctx, func() { e.f.SetReadDeadline(time.Unix(1, 0)) })
+	defer stop()
+	var b [8]byte
+	_, err := e.f.Read(b[:])
+	if err != nil {
+		if ctx.Err() != nil {
+			e.f.SetReadDeadline(time.Time{})
+			return ctx.Err()
+		}
+		return fmt.Errorf("verbs: read eventfd: %w", err)
+	}
+	return nil
+}
+
+// CompChannel is a completion channel (ibv_comp_channel): where armed CQs
+// report completion events.
+type CompChannel struct {
+	ctx *Context
+	h   uint32
+	ev  eventFD
+
+	mu  sync.Mutex
+	cqs []*CQ
+}
+
+// CreateCompChannel creates a completion channel (ibv_create_comp_channel).
+func (c *Context) CreateCompChannel() (*CompChannel, error) {
+	ev, err := newEventFD()
+	if err != nil {
+		return nil, err
+	}
+	var r hostif.Handle
+	// Fd keeps the file blocking-mode agnostic: the runtime poller still
+	// owns it; the daemon gets a duplicate through SCM_RIGHTS.
+	if _, err := c.call(hostif.KindCreateChannel, &hostif.Empty{}, []int{ev.fd()}, &r); err != nil {
+		ev.f.Close()
+		return nil, err
+	}
+	return &CompChannel{ctx: c, h: r.H, ev: ev}, nil
+}
+
+// GetCQEvent waits for the next completion event and returns its CQ
+// (ibv_get_cq_event). Re-arm the CQ with ReqNotify before polling it empty.
+func (ch *CompChannel) GetCQEvent(ctx context.Context) (*CQ, error) {
+	for {
+		ch.mu.Lock()
+		for _, cq := range ch.cqs {
+			if ev := cq.ring.Events(); ev != cq.seen {
+				cq.seen++
+				ch.mu.Unlock()
+				return cq, nil
+			}
+		}
+		ch.mu.Unlock()
+		if err := ch.ev.wait(ctx); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// Destroy destroys the channel (ibv_destroy_comp_channel).
+func (ch *CompChannel) Destroy() error {
+	if err := ch.ctx.destroy(hostif.KindDestroyChannel, ch.h); err != nil {
+		return err
+	}
+	return ch.ev.f.Close()
+}
+
+// ErrCQOverrun is CQ.Err's answer once a completion did not fit.
+var ErrCQOverrun = errors.New("verbs: completion queue overrun")
+
+// CQ is a completion queue (ibv_cq): a ring the NIC writes completions
+// into and Poll reads with no system call.
+type CQ struct {
+	ctx  *Context
+	h    uint32
+	ch   *CompChannel
+	mem  []byte
+	ring *hostif.Ring
+	wake eventFD // the NIC writes it when Wait sleeps
+
+	mu   sync.Mutex
+	cons uint32
+	seen uint32 // events taken by GetCQEvent (under ch.mu)
+}
+
+// CreateCQ creates a CQ of at least cqe entries, reporting events to ch if
+// not nil (ibv_create_cq).
+func (c *Context) CreateCQ(cqe int, ch *CompChannel) (*CQ, error) {
+	if cqe < 1 || cqe > rnic.MaxCQE {
+		return nil, fmt.Errorf("verbs: CQ size %d outside 1..%d", cqe, rnic.MaxCQE)
+	}
+	wake, err := newEventFD()
+	if err != nil {
+		return nil, err
+	}
+	req := &hostif.CreateCQReq{CQE: uint32(cqe)}
+	if ch != nil {
+		req.Channel = ch.h
+	}
+	var r hostif.RingReply
+	fds, err := c.call(hostif.KindCreateCQ, req, []int{wake.fd()}, &r)
+	if err != nil {
+		wake.f.Close()
+		return nil, err
+	}
+	mem, ring, err := mapRing(fds, r.Send)
+	if err != nil {
+		wake.f.Close()
+		c.destroy(hostif.KindDestroyCQ, r.H)
+		return nil, err
+	}
+	cq := &CQ{ctx: c, h: r.H, ch: ch, mem: mem, ring: ring, wake: wake}
+	if ch != nil {
+		ch.mu.Lock()
+		ch.cqs = append(ch.cqs, cq)
+		ch.mu.Unlock()
+	}
+	return cq, nil
+}
+
+// mapRing maps the ring memfd of a create reply and views the ring d.
+func mapRing(fds []int, d hostif.RingDesc) ([]byte, *hostif.Ring, error) {
+	if len(fds) != 1 {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+		return nil, nil, fmt.Errorf("verbs: reply carries %d descriptors, want a ring", len(fds))
+	}
+	defer unix.Close(fds[0])
+	var st unix.Stat_t
+	if err := unix.Fstat(fds[0], &st); err != nil || st.Size <= 0 {
+		return nil, nil, fmt.Errorf("verbs: ring memfd: %v", err)
+	}
+	mem, err := unix.Mmap(fds[0], 0, int(st.Size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return nil, nil, fmt.Errorf("verbs: map ring: %w", err)
+	}
+	if uint64(d.Offset)+uint64(d.Size) > uint64(len(mem)) {
+		unix.Munmap(mem)
+		return nil, nil, fmt.Errorf("verbs: ring at %d+%d outside %d bytes", d.Offset, d.Size, len(mem))
+	}
+	ring, err := hostif.NewRing(mem[d.Offset:d.Offset+d.Size], d.Slots, d.SlotBytes)
+	if err != nil {
+		unix.Munmap(mem)
+		return nil, nil, err
+	}
+	return mem, ring, nil
+}
+
+// Poll moves up to len(wcs) completions into wcs and returns how many
+// (ibv_poll_cq). It never blocks and makes no system call.
+func (cq *CQ) Poll(wcs []WC) int {
+	cq.mu.Lock()
+	defer cq.mu.Unlock()
+	if cq.ring == nil {
+		return 0
+	}
+	prod := cq.ring.Producer()
+	k := 0
+	for k < len(wcs) && cq.cons != prod {
+		hostif.GetCQE(cq.ring.Slot(cq.cons), &wcs[k])
+		cq.cons++
+		k++
+	}
+	if k > 0 {
+		cq.ring.SetConsumer(cq.cons)
+	}
+	return k
+}
+
+// Err reports ErrCQOverrun once a completion found the CQ full (and was
+// lost); the CQ was too small for its QPs.
+func (cq *CQ) Err() error {
+	cq.mu.Lock()
+	defer cq.mu.Unlock()
+	if cq.ring != nil && cq.ring.Overrun() {
+		return ErrCQOverrun
+	}
+	return nil
+}
+
+// ReqNotify arms the CQ: the next completion (with solicitedOnly, the next
+// solicited or failed one) sends an event to its channel
+// (ibv_req_notify_cq). It writes the ring's armed word: no system call.
+func (cq *CQ) ReqNotify(solicitedOnly bool) error {
+	cq.mu.Lock()
+	defer cq.mu.Unlock()
+	if cq.ring == nil {
+		return ErrClosed
+	}
+	if solicitedOnly {
+		cq.ring.SetArmed(hostif.ArmSolicited)
+	} else {
+		cq.ring.SetArmed(hostif.ArmAny)
+	}
+	return nil
+}
+
+// Wait blocks until the CQ may have completions or ctx ends; a convenience
+// for tools that would rather not spin. Poll after it returns. It sets
+// the ring's waiting word and sleeps on the CQ's own eventfd, which the
+// NIC writes after its next completion: a system call only when there
+// was nothing to poll.
+func (cq *CQ) Wait(ctx context.Context) error {
+	for {
+		cq.mu.Lock()
+		if cq.ring == nil {
+			cq.mu.Unlock()
+			return ErrClosed
+		}
+		if cq.ring.Producer() != cq.cons {
+			cq.mu.Unlock()
+			return nil
+		}
+		cq.ring.SetWaiting(true)
+		ready := cq.ring.Producer() != cq.cons // a completion that raced the flag
+		cq.mu.Unlock()
+		if ready {
+			return nil
+		}
+		// A short bound guards against a daemon that went away.
+		wctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		err := cq.wake.wait(wctx)
+		cancel()
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, context.DeadlineExceeded) {
+			return err
+		}
+	}
+}
+
+// Destroy destroys the CQ (ibv_destroy_cq).
+func (cq *CQ) Destroy() error {
+	if err := cq.ctx.destroy(hostif.KindDestroyCQ, cq.h); err != nil {
+		return err
+	}
+	if cq.ch != nil {
+		cq.ch.mu.Lock()
+		for i, o := range cq.ch.cqs {
+			if o == cq {
+				cq.ch.cqs = append(cq.ch.cqs[:i], cq.ch.cqs[i+1:]...)
+				break
+			}
+		}
+		cq.ch.mu.Unlock()
+	}
+	cq.mu.Lock()
+	defer cq.mu.Unlock()
+	unix.Munmap(cq.mem)
+	cq.ring, cq.mem = nil, nil
+	return cq.wake.f.Close()
+}
+
+// SRQ is a shared receive queue (ibv_srq).
+type SRQ struct {
+	pd     *PD
+	h      uint32
+	maxSGE int
+	mem    []byte
+
+	mu   sync.Mutex
+	ring *hostif.Ring
+	prod uint32
+}
+
+// CreateSRQ creates a shared receive queue (ibv_create_srq).
+func (pd *PD) CreateSRQ(a SRQInitAttr) (*SRQ, error) {
+	var r hostif.RingReply
+	req := &hostif.CreateSRQReq{PD: pd.h, MaxWR: uint32(a.MaxWR), MaxSGE: uint32(a.MaxSGE), Limit: uint32(a.Limit)}
+	if a.MaxWR < 0 || a.MaxSGE < 0 || a.Limit < 0 {
+		return nil, fmt.Errorf("verbs: create SRQ: negative size in %+v", a)
+	}
+	fds, err := pd.ctx.call(hostif.KindCreateSRQ, req, nil, &r)
+	if err != nil {
+		return nil, err
+	}
+	mem, ring, err := mapRing(fds, r.Recv)
+	if err != nil {
+		pd.ctx.destroy(hostif.KindDestroySRQ, r.H)
+		return nil, err
+	}
+	return &SRQ{pd: pd, h: r.H, maxSGE: r.Caps.MaxRecvSGE, mem: mem, ring: ring}, nil
+}
+
+// PostRecv posts receive WRs to the SRQ (ibv_post_srq_recv): it writes
+// them into the SRQ's ring and rings the doorbell.
+func (s *SRQ) PostRecv(wrs []RecvWR) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ring == nil {
+		return ErrClosed
+	}
+	err := postRecv(s.ring, &s.prod, s.maxSGE, wrs)
+	if err2 := s.pd.ctx.cl.Send(hostif.KindDoorbell, &hostif.DoorbellReq{H: s.h, Queue: hostif.DoorbellRecv}); err == nil {
+		err = err2
+	}
+	return err
+}
+
+// postRecv writes receive WRs into a ring and moves its producer index.
+func postRecv(ring *hostif.Ring, prod *uint32, maxSGE int, wrs []RecvWR) error {
+	var bad error
+	for i := range wrs {
+		var err error
+		switch {
+		case *prod-ring.Consumer() >= ring.Slots:
+			err = qpmgr.ErrQueueFull
+		case len(wrs[i].SGL) > maxSGE:
+			err = fmt.Errorf("verbs: %d SGEs, queue allows %d", len(wrs[i].SGL), maxSGE)
+		default:
+			err = hostif.EncodeRecvWQE(ring.Slot(*prod), &wrs[i])
+		}
+		if err != nil {
+			bad = &rnic.WRError{Index: i, WRID: wrs[i].WRID, Err: err}
+			break
+		}
+		*prod++
+	}
+	ring.SetProducer(*prod)
+	return bad
+}
+
+// Destroy destroys the SRQ (ibv_destroy_srq).
+func (s *SRQ) Destroy() error {
+	if err := s.pd.ctx.destroy(hostif.KindDestroySRQ, s.h); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	unix.Munmap(s.mem)
+	s.ring, s.mem = nil, nil
+	return nil
+}
+
+// QP is a queue pair (ibv_qp).
+type QP struct {
+	pd  *PD
+	h   uint32
+	QPN uint32
+	Cap QPCap // the queue sizes the QP got
+	typ QPType
+	mem []byte
+
+	mu     sync.Mutex
+	sq, rq *hostif.Ring // rq nil with an SRQ
+	sqProd uint32
+	rqProd uint32
+	state  QPState // as the last Modify left it
+}
+
+// CreateQP creates a QP in RESET (ibv_create_qp).
+func (pd *PD) CreateQP(a QPInitAttr) (*QP, error) {
+	if a.SendCQ == nil || a.RecvCQ == nil {
+		return nil, errors.New("verbs: create QP: needs a send CQ and a receive CQ")
+	}
+	c := a.Cap
+	if c.MaxSendWR < 0 || c.MaxRecvWR < 0 || c.MaxSendSGE < 0 || c.MaxRecvSGE < 0 || c.MaxInlineData < 0 {
+		return nil, fmt.Errorf("verbs: create QP: negative caps %+v", c)
+	}
+	req := &hostif.CreateQPReq{PD: pd.h, SendCQ: a.SendCQ.h, RecvCQ: a.RecvCQ.h, Type: a.Type, SigAll: a.SigAll, Caps: a.Cap}
+	if a.SRQ != nil {
+		req.SRQ = a.SRQ.h
+	}
+	var r hostif.RingReply
+	fds, err := pd.ctx.call(hostif.KindCreateQP, req, nil, &r)
+	if err != nil {
+		return nil, err
+	}
+	mem, sq, err := mapRing(fds, r.Send)
+	if err != nil {
+		pd.ctx.destroy(hostif.KindDestroyQP, r.H)
+		return nil, err
+	}
+	qp := &QP{pd: pd, h: r.H, QPN: r.QPN, Cap: r.Caps, typ: a.Type, mem: mem, sq: sq, state: QPSReset}
+	if r.Recv.Size != 0 {
+		qp.rq, err = hostif.NewRing(mem[r.Recv.Offset:uint64(r.Recv.Offset)+uint64(r.Recv.Size)], r.Recv.Slots, r.Recv.SlotBytes)
+		if err != nil {
+			qp.Destroy()
+			return nil, err
+		}
+	}
+	return qp, nil
+}
+
+// Modify changes the QP's state and attributes (ibv_modify_qp).
+func (qp *QP) Modify(attr *QPAttr, mask AttrMask) error {
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	if _, err := qp.pd.ctx.call(hostif.KindModifyQP, &hostif.ModifyQPReq{H: qp.h, Mask: mask, Attr: *attr}, nil, &hostif.Empty{}); err != nil {
+		return err
+	}
+	if mask&AttrState != 0 {
+		qp.state = attr.State
+		if attr.State == QPSReset {
+			qp.sqProd, qp.rqProd = 0, 0 // the NIC reset the rings too
+		}
+	}
+	return nil
+}
+
+// Query returns the QP's attributes (ibv_query_qp).
+func (qp *QP) Query() (QPAttr, error) {
+	var r hostif.QPAttrReply
+	if _, err := qp.pd.ctx.call(hostif.KindQueryQP, &hostif.Handle{H: qp.h}, nil, &r); err != nil {
+		return QPAttr{}, err
+	}
+	return r.Attr, nil
+}
+
+// PostSend posts send WRs (ibv_post_send): it writes them into the send
+// ring and rings the doorbell. A WR that does not fit (the queue is full,
+// too many SGEs, too much inline data) is refused with an *rnic.WRError
+// and the ones after it are not posted; errors the NIC finds when it
+// fetches a WQE come back as error completions.
+func (qp *QP) PostSend(wrs []SendWR) error {
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	if qp.sq == nil {
+		return ErrClosed
+	}
+	switch qp.state {
+	case QPSRTS, QPSSQD, QPSErr:
+	default:
+		return fmt.Errorf("verbs: post send in %v: %w", qp.state, rnic.ErrQPState)
+	}
+	var bad error
+	for i := range wrs {
+		wr := &wrs[i]
+		var err error
+		switch {
+		case qp.sqProd-qp.sq.Consumer() >= qp.sq.Slots:
+			err = qpmgr.ErrQueueFull
+		case wr.Flags&SendInline != 0 && len(wr.InlineData) > qp.Cap.MaxInlineData:
+			err = fmt.Errorf("verbs: %d bytes inline, QP allows %d", len(wr.InlineData), qp.Cap.MaxInlineData)
+		case wr.Flags&SendInline == 0 && len(wr.SGL) > qp.Cap.MaxSendSGE:
+			err = fmt.Errorf("verbs: %d SGEs, QP allows %d", len(wr.SGL), qp.Cap.MaxSendSGE)
+		default:
+			err = hostif.EncodeSendWQE(qp.sq.Slot(qp.sqProd), wr)
+		}
+		if err != nil {
+			bad = &rnic.WRError{Index: i, WRID: wr.WRID, Err: err}
+			break
+		}
+		qp.sqProd++
+	}
+	qp.sq.SetProducer(qp.sqProd)
+	if err := qp.pd.ctx.cl.Send(hostif.KindDoorbell, &hostif.DoorbellReq{H: qp.h, Queue: hostif.DoorbellSend}); err != nil && bad == nil {
+		bad = err
+	}
+	return bad
+}
+
+// PostRecv posts receive WRs (ibv_post_recv) into the receive ring and
+// rings the doorbell.
+func (qp *QP) PostRecv(wrs []RecvWR) error {
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	if qp.sq == nil {
+		return ErrClosed
+	}
+	if qp.rq == nil {
+		return errors.New("verbs: QP uses an SRQ; post to the SRQ")
+	}
+	if qp.state == QPSReset {
+		return fmt.Errorf("verbs: post recv in RESET: %w", rnic.ErrQPState)
+	}
+	err := postRecv(qp.rq, &qp.rqProd, qp.Cap.MaxRecvSGE, wrs)
+	if err2 := qp.pd.ctx.cl.Send(hostif.KindDoorbell, &hostif.DoorbellReq{H: qp.h, Queue: hostif.DoorbellRecv}); err == nil {
+		err = err2
+	}
+	return err
+}
+
+// Destroy destroys the QP (ibv_destroy_qp).
+func (qp *QP) Destroy() error {
+	if err := qp.pd.ctx.destroy(hostif.KindDestroyQP, qp.h); err != nil {
+		return err
+	}
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	unix.Munmap(qp.mem)
+	qp.sq, qp.rq, qp.mem = nil, nil, nil
+	return nil
+}

@@ -1,0 +1,154 @@
+package verbs_test
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"net/netip"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/rnicd/rnicd/verbs"
+)
+
+// An RC WRITE between two in-process NICs through the verbs API: the
+// smallest program an application writes.
+func TestLocalWrite(t *testing.T) {
+	a := openLocal(t, "127.3.0.1")
+	b := openLocal(t, "127.3.0.2")
+	qa, ma := rcQP(t, a)
+	qb, mb := rcQP(t, b)
+	connect(t, qa, qb, b)
+	connect(t, qb, qa, a)
+
+	copy(ma.mr.Buf, "hello, rnicd")
+	wr := verbs.SendWR{WRID: 7, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+		SGL: []verbs.SGE{ma.mr.SGE(0, 12)}, RemoteAddr: mb.mr.Addr, RKey: mb.mr.RKey}
+	if err := qa.PostSend([]verbs.SendWR{wr}); err != nil {
+		t.Fatal(err)
+	}
+	wc := pollOne(t, ma.cq)
+	if wc.Status != verbs.WCSuccess || wc.WRID != 7 || wc.Opcode != 1 || wc.QPNum != qa.QPN {
+		t.Fatalf("completion %v", &wc)
+	}
+	if got := mb.mr.Buf[:12]; !bytes.Equal(got, []byte("hello, rnicd")) {
+		t.Fatalf("peer memory %q", got)
+	}
+}
+
+type side struct {
+	cq *verbs.CQ
+	mr *verbs.MR
+}
+
+func openLocal(t *testing.T, addr string) *verbs.Context {
+	c, err := verbs.OpenLocal(verbs.LocalConfig{Addr: netip.MustParseAddr(addr), MTU: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func rcQP(t *testing.T, c *verbs.Context) (*verbs.QP, side) {
+	pd, err := c.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem, err := c.Alloc(4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mr, err := pd.RegMR(mem, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cq, err := c.CreateCQ(16, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	qp, err := pd.CreateQP(verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: cq, RecvCQ: cq,
+		Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return qp, side{cq: cq, mr: mr}
+}
+
+func connect(t *testing.T, qp, peer *verbs.QP, peerCtx *verbs.Context) {
+	pa, err := peerCtx.QueryPort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps := []struct {
+		a    verbs.QPAttr
+		mask verbs.AttrMask
+	}{
+		{verbs.QPAttr{State: verbs.QPSInit, AccessFlags: verbs.AccessRemoteWrite | verbs.AccessRemoteRead, PortNum: 1},
+			verbs.AttrState | verbs.AttrPKeyIndex | verbs.AttrPort | verbs.AttrAccessFlags},
+		{verbs.QPAttr{State: verbs.QPSRTR, PathMTU: verbs.MTU1024, DestQPN: peer.QPN, RQPSN: 100,
+			MaxDestRdAtomic: 1, MinRNRTimer: 12, AH: verbs.AH{DGID: pa.GIDs[pa.GIDIndex]}},
+			verbs.AttrState | verbs.AttrAV | verbs.AttrPathMTU | verbs.AttrDestQPN | verbs.AttrRQPSN |
+				verbs.AttrMaxDestRdAtomic | verbs.AttrMinRNRTimer},
+		{verbs.QPAttr{State: verbs.QPSRTS, SQPSN: 100, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 1},
+			verbs.AttrState | verbs.AttrSQPSN | verbs.AttrTimeout | verbs.AttrRetryCnt | verbs.AttrRNRRetry |
+				verbs.AttrMaxQPRdAtomic},
+	}
+	for _, s := range steps {
+		if err := qp.Modify(&s.a, s.mask); err != nil {
+			t.Fatalf("modify to %v: %v", s.a.State, err)
+		}
+	}
+}
+
+func pollOne(t *testing.T, cq *verbs.CQ) verbs.WC {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	wcs := make([]verbs.WC, 1)
+	for {
+		if cq.Poll(wcs) == 1 {
+			return wcs[0]
+		}
+		if err := cq.Wait(ctx); err != nil {
+			t.Fatal("no completion:", err)
+		}
+	}
+}
+
+// SocketDir follows $RNICD_DIR, then the user's runtime directory; Devices
+// lists the sockets there.
+func TestSocketDirAndDevices(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("RNICD_DIR", dir)
+	if got := verbs.SocketDir(); got != dir {
+		t.Fatalf("SocketDir %q, want %q", got, dir)
+	}
+	if got := verbs.SocketPath("rnic7"); got != dir+"/rnic7.sock" {
+		t.Fatalf("SocketPath %q", got)
+	}
+	for _, n := range []string{"rnicB", "rnicA"} {
+		l, err := net.Listen("unixpacket", verbs.SocketPath(n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+	}
+	os.WriteFile(dir+"/notes.sock.txt", nil, 0o600)
+	devs, err := verbs.Devices()
+	if err != nil || len(devs) != 2 || devs[0] != "rnicA" || devs[1] != "rnicB" {
+		t.Fatalf("Devices: %q, %v", devs, err)
+	}
+	if _, err := verbs.Open("rnicZ"); err == nil {
+		t.Fatal("Open of a device with no daemon succeeded")
+	}
+	t.Setenv("RNICD_DIR", "")
+	t.Setenv("XDG_RUNTIME_DIR", "/run/user/1000")
+	if os.Geteuid() != 0 {
+		if got := verbs.SocketDir(); got != "/run/user/1000/rnicd" {
+			t.Fatalf("SocketDir without RNICD_DIR: %q", got)
+		}
+	} else if got := verbs.SocketDir(); got != "/run/rnicd" {
+		t.Fatalf("SocketDir for root: %q", got)
+	}
+}
