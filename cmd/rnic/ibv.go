@@ -1,0 +1,408 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/netip"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/rnicd/rnicd/verbs"
+)
+
+// ibvCommands are rdma-core's ibv_* tools, rdma res and the demo.
+func ibvCommands() []command {
+	return []command{
+		{"ibv_rc_pingpong", "RC SEND ping-pong, pairs with rdma-core's ibv_rc_pingpong", pingpongCommand(ppRC)},
+		{"ibv_uc_pingpong", "UC SEND ping-pong, pairs with rdma-core's ibv_uc_pingpong", pingpongCommand(ppUC)},
+		{"ibv_ud_pingpong", "UD SEND ping-pong, pairs with rdma-core's ibv_ud_pingpong", pingpongCommand(ppUD)},
+		{"ibv_srq_pingpong", "RC ping-pong on several QPs sharing an SRQ (ibv_srq_pingpong)", pingpongCommand(ppSRQ)},
+		{"ibv_devices", "list the devices and their node GUIDs", runDevices},
+		{"ibv_devinfo", "print a device's attributes and its port (-v: limits, GID table)", runDevinfo},
+		{"res", "the device's QPs as `rdma res show qp` prints them", runRes},
+		{"demo", "two in-process NICs: WRITE, READ, SEND, FETCH_AND_ADD, and what each block did", runDemo},
+	}
+}
+
+// devFlags are how every tool of this family finds its NIC: -d names an
+// rnicd device, --local starts one inside the tool instead.
+type devFlags struct {
+	name  string
+	local string
+}
+
+// register adds --local to fs; -d is added by each tool because its help
+// text and long name differ between rdma-core's tools.
+func (d *devFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&d.local, "local", "", "run an in-process NIC on this IP address instead of using rnicd")
+}
+
+// errNoDaemon is what a tool says when it needs rnicd's control socket,
+// which verbs.Open does not reach yet.
+var errNoDaemon = errors.New("reaching a running rnicd is not available in this build; use --local ADDR to run an in-process NIC")
+
+// open returns the device the flags name.
+func (d *devFlags) open() (*verbs.Context, error) {
+	if d.local == "" {
+		if d.name == "" {
+			return nil, fmt.Errorf("no device: %w", errNoDaemon)
+		}
+		return nil, fmt.Errorf("device %s: %w", d.name, errNoDaemon)
+	}
+	a, err := netip.ParseAddr(d.local)
+	if err != nil {
+		return nil, fmt.Errorf("--local %q: %w", d.local, err)
+	}
+	name := d.name
+	if name == "" {
+		name = "rnic0"
+	}
+	return verbs.OpenLocal(verbs.LocalConfig{Name: name, Addr: a})
+}
+
+// deviceList returns the names of the devices the flags can reach, as
+// ibv_get_device_list does.
+func (d *devFlags) deviceList() ([]*verbs.Context, error) {
+	c, err := d.open()
+	if err != nil {
+		return nil, err
+	}
+	return []*verbs.Context{c}, nil
+}
+
+// runDevices is ibv_devices: one line per device with its node GUID.
+func runDevices(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("ibv_devices", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var dev devFlags
+	dev.register(fs)
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	ctxs, err := dev.deviceList()
+	if err != nil {
+		fmt.Fprintf(stderr, "Failed to get IB devices list: %v\n", err)
+		return 1
+	}
+	defer ibvCloseAll(ctxs)
+	fmt.Fprintf(stdout, "    %-16s\t   node GUID\n", "device")
+	fmt.Fprintf(stdout, "    %-16s\t----------------\n", "------")
+	for _, c := range ctxs {
+		a, err := c.QueryDevice()
+		if err != nil {
+			fmt.Fprintf(stderr, "ibv_devices: %s: %v\n", c.Name(), err)
+			return 1
+		}
+		fmt.Fprintf(stdout, "    %-16s\t%016x\n", c.Name(), a.NodeGUID)
+	}
+	return 0
+}
+
+func ibvCloseAll(ctxs []*verbs.Context) {
+	for _, c := range ctxs {
+		c.Close()
+	}
+}
+
+// runDevinfo is ibv_devinfo: the device's attributes, its one port, and
+// with -v the device limits and the port's GID table.
+func runDevinfo(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("ibv_devinfo", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var dev devFlags
+	dev.register(fs)
+	var verbose, list bool
+	var port int
+	for _, n := range []string{"d", "ib-dev"} {
+		fs.StringVar(&dev.name, n, "", "use IB device `dev` (default first device found)")
+	}
+	for _, n := range []string{"i", "ib-port"} {
+		fs.IntVar(&port, n, 0, "use `port` of the device (default all ports)")
+	}
+	for _, n := range []string{"v", "verbose"} {
+		fs.BoolVar(&verbose, n, false, "print all the attributes of the device(s)")
+	}
+	for _, n := range []string{"l", "list"} {
+		fs.BoolVar(&list, n, false, "print only the device names")
+	}
+	if err := fs.Parse(args); err != nil || fs.NArg() > 0 || port < 0 {
+		return 2
+	}
+	ctxs, err := dev.deviceList()
+	if err != nil {
+		fmt.Fprintf(stderr, "Failed to get IB devices list: %v\n", err)
+		return 1
+	}
+	defer ibvCloseAll(ctxs)
+	if list {
+		s := "s"
+		if len(ctxs) == 1 {
+			s = ""
+		}
+		fmt.Fprintf(stdout, "%d HCA%s found:\n", len(ctxs), s)
+		for _, c := range ctxs {
+			fmt.Fprintf(stdout, "\t%s\n", c.Name())
+		}
+		fmt.Fprintln(stdout)
+		return 0
+	}
+	if port > 1 {
+		fmt.Fprintln(stderr, "Invalid port requested for device")
+		return 4
+	}
+	for _, c := range ctxs {
+		if err := printDevinfo(stdout, c, verbose); err != nil {
+			fmt.Fprintf(stderr, "ibv_devinfo: %s: %v\n", c.Name(), err)
+			return 1
+		}
+	}
+	return 0
+}
+
+// guidString formats a node GUID as ibv_devinfo does: four groups of four
+// hex digits.
+func guidString(g uint64) string {
+	return fmt.Sprintf("%04x:%04x:%04x:%04x", g>>48&0xffff, g>>32&0xffff, g>>16&0xffff, g&0xffff)
+}
+
+// mtuEnumString is "1024 (3)": the MTU and its ibv_mtu value.
+func mtuEnumString(m verbs.MTU) string {
+	if m.Bytes() == 0 {
+		return fmt.Sprintf("invalid MTU (%d)", uint8(m))
+	}
+	return fmt.Sprintf("%d (%d)", m.Bytes(), uint8(m))
+}
+
+// printDevinfo prints one device in ibv_devinfo's layout. The values that
+// rnicd has no notion of (end-to-end contexts, multicast, memory windows,
+// raw QPs) are 0, as on a device without the feature; the port's fixed
+// values (LIDs, LMC, port_cap_flags, pkey table) are rxe's.
+func printDevinfo(w io.Writer, c *verbs.Context, verbose bool) error {
+	a, err := c.QueryDevice()
+	if err != nil {
+		return err
+	}
+	p, err := c.QueryPort()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "hca_id:\t%s\n", c.Name())
+	// RoCE devices report the InfiniBand transport (IBV_TRANSPORT_IB = 0).
+	fmt.Fprintf(w, "\ttransport:\t\t\tInfiniBand (0)\n")
+	if a.FWVer != "" {
+		fmt.Fprintf(w, "\tfw_ver:\t\t\t\t%s\n", a.FWVer)
+	}
+	fmt.Fprintf(w, "\tnode_guid:\t\t\t%s\n", guidString(a.NodeGUID))
+	fmt.Fprintf(w, "\tsys_image_guid:\t\t\t%s\n", guidString(a.NodeGUID))
+	fmt.Fprintf(w, "\tvendor_id:\t\t\t0x%04x\n", 0xffffff) // rxe's RXE_VENDOR_ID: no vendor
+	fmt.Fprintf(w, "\tvendor_part_id:\t\t\t%d\n", 0)
+	fmt.Fprintf(w, "\thw_ver:\t\t\t\t0x%X\n", 0)
+	fmt.Fprintf(w, "\tphys_port_cnt:\t\t\t%d\n", 1)
+	if verbose {
+		rows := []struct {
+			name string
+			v    any
+		}{
+			{"max_mr_size:\t\t\t", fmt.Sprintf("0x%x", a.MaxMRSize)},
+			{"page_size_cap:\t\t\t", "0xfffff000"},
+			{"max_qp:\t\t\t\t", a.MaxQP},
+			{"max_qp_wr:\t\t\t", a.MaxQPWR},
+			{"device_cap_flags:\t\t", "0x00000000"},
+			{"max_sge:\t\t\t", a.MaxSGE},
+			{"max_sge_rd:\t\t\t", a.MaxSGE},
+			{"max_cq:\t\t\t\t", a.MaxCQ},
+			{"max_cqe:\t\t\t", a.MaxCQE},
+			{"max_mr:\t\t\t\t", a.MaxMR},
+			{"max_pd:\t\t\t\t", a.MaxPD},
+			{"max_qp_rd_atom:\t\t\t", a.MaxQPRdAtom},
+			{"max_ee_rd_atom:\t\t\t", 0},
+			{"max_res_rd_atom:\t\t", a.MaxQPRdAtom * a.MaxQP},
+			{"max_qp_init_rd_atom:\t\t", a.MaxQPInitRdAtom},
+			{"max_ee_init_rd_atom:\t\t", 0},
+			{"atomic_cap:\t\t\t", atomicCapString(a.AtomicCap)},
+			{"max_ee:\t\t\t\t", 0},
+			{"max_rdd:\t\t\t", 0},
+			{"max_mw:\t\t\t\t", 0},
+			{"max_raw_ipv6_qp:\t\t", 0},
+			{"max_raw_ethy_qp:\t\t", 0},
+			{"max_mcast_grp:\t\t\t", 0},
+			{"max_mcast_qp_attach:\t\t", 0},
+			{"max_total_mcast_qp_attach:\t", 0},
+			{"max_ah:\t\t\t\t", a.MaxQP},
+			{"max_fmr:\t\t\t", 0},
+			{"max_srq:\t\t\t", a.MaxSRQ},
+			{"max_srq_wr:\t\t\t", a.MaxSRQWR},
+			{"max_srq_sge:\t\t\t", a.MaxSGE},
+			{"max_pkeys:\t\t\t", 1},
+			{"local_ca_ack_delay:\t\t", 15},
+		}
+		for _, r := range rows {
+			fmt.Fprintf(w, "\t%s%v\n", r.name, r.v)
+		}
+	}
+	fmt.Fprintf(w, "\t\tport:\t%d\n", 1)
+	state := p.State
+	if state == "PORT_ACTIVE" {
+		state += " (4)"
+	}
+	fmt.Fprintf(w, "\t\t\tstate:\t\t\t%s\n", state)
+	fmt.Fprintf(w, "\t\t\tmax_mtu:\t\t%s\n", mtuEnumString(p.MaxMTU))
+	fmt.Fprintf(w, "\t\t\tactive_mtu:\t\t%s\n", mtuEnumString(p.ActiveMTU))
+	fmt.Fprintf(w, "\t\t\tsm_lid:\t\t\t0\n")
+	fmt.Fprintf(w, "\t\t\tport_lid:\t\t0\n")
+	fmt.Fprintf(w, "\t\t\tport_lmc:\t\t0x00\n")
+	fmt.Fprintf(w, "\t\t\tlink_layer:\t\t%s\n", p.LinkLayer)
+	if verbose {
+		fmt.Fprintf(w, "\t\t\tmax_msg_sz:\t\t0x%x\n", 1<<31)
+		fmt.Fprintf(w, "\t\t\tport_cap_flags:\t\t0x%08x\n", 0x00010000) // IB_PORT_CM_SUP, as rxe
+		fmt.Fprintf(w, "\t\t\tport_cap_flags2:\t0x%04x\n", 0)
+		fmt.Fprintf(w, "\t\t\tmax_vl_num:\t\t1 (1)\n")
+		fmt.Fprintf(w, "\t\t\tbad_pkey_cntr:\t\t0x0\n")
+		fmt.Fprintf(w, "\t\t\tqkey_viol_cntr:\t\t0x0\n")
+		fmt.Fprintf(w, "\t\t\tsm_sl:\t\t\t0\n")
+		fmt.Fprintf(w, "\t\t\tpkey_tbl_len:\t\t1\n")
+		fmt.Fprintf(w, "\t\t\tgid_tbl_len:\t\t%d\n", len(p.GIDs))
+		fmt.Fprintf(w, "\t\t\tsubnet_timeout:\t\t0\n")
+		fmt.Fprintf(w, "\t\t\tinit_type_reply:\t0\n")
+		fmt.Fprintf(w, "\t\t\tactive_width:\t\t4X (2)\n")
+		fmt.Fprintf(w, "\t\t\tactive_speed:\t\t10.0 Gbps (8)\n")
+		for i, g := range p.GIDs {
+			if g.IsZero() {
+				continue
+			}
+			// RoCE v2 GIDs are printed as IPv6 text (inet_ntop).
+			fmt.Fprintf(w, "\t\t\tGID[%3d]:\t\t%s, RoCE v2\n", i, gidText(g))
+		}
+	}
+	fmt.Fprintln(w)
+	return nil
+}
+
+func atomicCapString(s string) string {
+	switch s {
+	case "ATOMIC_NONE":
+		return s + " (0)"
+	case "ATOMIC_HCA":
+		return s + " (1)"
+	case "ATOMIC_GLOB":
+		return s + " (2)"
+	}
+	return "invalid atomic capability"
+}
+
+// gidText is a GID as inet_ntop prints it: ::ffff:198.18.0.2, fe80::1, ::.
+func gidText(g verbs.GID) string { return netip.AddrFrom16(g).String() }
+
+// runRes is `rdma res show qp`: one line per QP of the device. -v adds
+// what rnicd knows beyond rdma's fields: the peer, the path MTU, the ring
+// depths and the QP's counters.
+func runRes(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("res", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var dev devFlags
+	dev.register(fs)
+	var verbose bool
+	fs.StringVar(&dev.name, "d", "", "device `name`")
+	fs.BoolVar(&verbose, "v", false, "add peer, MTU, ring depths and per-QP counters")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	// `rdma res show qp` and `rdma res` are both accepted, as rdma takes them.
+	rest := fs.Args()
+	if len(rest) > 0 && rest[0] == "show" {
+		rest = rest[1:]
+	}
+	if len(rest) > 0 && rest[0] == "qp" {
+		rest = rest[1:]
+	}
+	if len(rest) > 0 {
+		fmt.Fprintf(stderr, "res: unknown argument %q (only `res [show qp]`)\n", rest[0])
+		return 2
+	}
+	c, err := dev.open()
+	if err != nil {
+		fmt.Fprintf(stderr, "res: %v\n", err)
+		return 1
+	}
+	defer c.Close()
+	qps, err := c.QPs()
+	if err != nil {
+		fmt.Fprintf(stderr, "res: %s: %v\n", c.Name(), err)
+		return 1
+	}
+	printRes(stdout, c.Name(), qps, verbose)
+	return 0
+}
+
+// printRes prints qps in rdma res show qp's order of fields. rqpn, rq-psn
+// and path-mig-state exist only for connected QPs, as the kernel reports
+// them.
+func printRes(w io.Writer, dev string, qps []verbs.QPInfo, verbose bool) {
+	for _, q := range qps {
+		fmt.Fprintf(w, "link %s/1 lqpn %d ", dev, q.QPN)
+		connected := q.Type == verbs.QPTypeRC || q.Type == verbs.QPTypeUC
+		if connected {
+			fmt.Fprintf(w, "rqpn %d ", q.DestQPN)
+		}
+		fmt.Fprintf(w, "type %s state %s ", q.Type, q.State)
+		if connected {
+			fmt.Fprintf(w, "rq-psn %d ", q.RQPSN)
+		}
+		fmt.Fprintf(w, "sq-psn %d ", q.SQPSN)
+		if connected {
+			fmt.Fprintf(w, "path-mig-state MIGRATED ")
+		}
+		comm, pid := ownerFields(q.Owner)
+		fmt.Fprintf(w, "pid %d comm %s", pid, comm)
+		if verbose {
+			if q.Dest.IsValid() {
+				fmt.Fprintf(w, " dest %s", q.Dest)
+			}
+			if q.PathMTU != 0 {
+				fmt.Fprintf(w, " mtu %d", q.PathMTU.Bytes())
+			}
+			fmt.Fprintf(w, " sq-depth %d rq-depth %d", q.SQDepth, q.RQDepth)
+		}
+		fmt.Fprintln(w)
+		if verbose && len(q.Counters) > 0 {
+			fmt.Fprintf(w, "    counters:")
+			for _, k := range ibvSortedKeys(q.Counters) {
+				fmt.Fprintf(w, " %s %d", k, q.Counters[k])
+			}
+			fmt.Fprintln(w)
+		}
+	}
+}
+
+// ownerFields splits a QP owner ("ibv_rc_pingpong[1234]", "ib_write_bw
+// 1234", or a bare name) into rdma's comm and pid; pid 0 when none is
+// given.
+func ownerFields(owner string) (comm string, pid int) {
+	s := strings.TrimSpace(owner)
+	if s == "" {
+		return "-", 0
+	}
+	if i := strings.LastIndexByte(s, '['); i > 0 && strings.HasSuffix(s, "]") {
+		if n, err := strconv.Atoi(s[i+1 : len(s)-1]); err == nil {
+			return s[:i], n
+		}
+	}
+	if i := strings.LastIndexByte(s, ' '); i > 0 {
+		if n, err := strconv.Atoi(s[i+1:]); err == nil {
+			return strings.TrimSpace(s[:i]), n
+		}
+	}
+	return s, 0
+}
+
+func ibvSortedKeys(m map[string]uint64) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

@@ -1,0 +1,122 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"net/netip"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/rnicd/rnicd/verbs"
+)
+
+func ibvRunTool(t *testing.T, args ...string) (string, int) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	rc := run(args, &out, &errb)
+	if errb.Len() > 0 {
+		t.Logf("%v: stderr: %s", args, errb.String())
+	}
+	return out.String(), rc
+}
+
+func TestDevicesLocal(t *testing.T) {
+	out, rc := ibvRunTool(t, "ibv_devices", "--local", "127.5.1.1")
+	want := "    device          \t   node GUID\n" +
+		"    ------          \t----------------\n" +
+		"    rnic0           \t0000000000000000\n"
+	if rc != 0 || out != want {
+		t.Fatalf("rc %d, output\n%q\nwant\n%q", rc, out, want)
+	}
+}
+
+func TestDevinfoLocal(t *testing.T) {
+	out, rc := ibvRunTool(t, "ibv_devinfo", "--local", "127.5.1.2", "-d", "rnic7", "-v")
+	if rc != 0 {
+		t.Fatalf("rc %d", rc)
+	}
+	// Loopback's MTU is 65536: the active MTU is the largest, 4096.
+	for _, want := range []string{
+		"hca_id:\trnic7\n",
+		"\ttransport:\t\t\tInfiniBand (0)\n",
+		"\tphys_port_cnt:\t\t\t1\n",
+		"\tmax_qp_wr:\t\t\t16384\n",
+		"\tatomic_cap:\t\t\tATOMIC_HCA (1)\n",
+		"\t\tport:\t1\n",
+		"\t\t\tstate:\t\t\tPORT_ACTIVE (4)\n",
+		"\t\t\tmax_mtu:\t\t4096 (5)\n",
+		"\t\t\tactive_mtu:\t\t4096 (5)\n",
+		"\t\t\tlink_layer:\t\tEthernet\n",
+		"\t\t\tGID[  0]:\t\t::ffff:127.5.1.2, RoCE v2\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q in\n%s", want, out)
+		}
+	}
+	short, _ := ibvRunTool(t, "ibv_devinfo", "--local", "127.5.1.2")
+	if strings.Contains(short, "max_qp_wr") || strings.Contains(short, "GID[") || !strings.Contains(short, "active_mtu:\t\t4096 (5)") {
+		t.Errorf("without -v:\n%s", short)
+	}
+	if _, rc := ibvRunTool(t, "ibv_devinfo", "--local", "127.5.1.2", "-i", "2"); rc != 4 {
+		t.Errorf("port 2: rc %d, want 4 as ibv_devinfo", rc)
+	}
+}
+
+func TestToolsNeedADevice(t *testing.T) {
+	for _, tool := range []string{"ibv_devices", "ibv_devinfo", "res", "ibv_rc_pingpong"} {
+		if _, rc := ibvRunTool(t, tool, "-d", "rnic0"); rc == 0 {
+			t.Errorf("%s without rnicd or --local succeeded", tool)
+		}
+	}
+	for _, bad := range [][]string{
+		{"ibv_rc_pingpong", "--local", "127.5.1.3", "-o"},
+		{"ibv_rc_pingpong", "--local", "127.5.1.3", "-t"},
+		{"ibv_srq_pingpong", "--local", "127.5.1.3", "-q", "600"},
+		{"ibv_uc_pingpong", "--local", "127.5.1.3", "-m", "1000"},
+		{"ibv_ud_pingpong", "--local", "127.5.1.3", "-m", "1024"}, // ud_pingpong has no -m
+		{"ibv_rc_pingpong", "--local", "127.5.1.3", "a", "b"},
+	} {
+		if _, rc := ibvRunTool(t, bad...); rc != 1 {
+			t.Errorf("%v: rc %d, want 1", bad, rc)
+		}
+	}
+}
+
+// res lists a connected QP with its numbers as rdma res show qp does.
+func TestResLine(t *testing.T) {
+	c, err := verbs.OpenLocal(verbs.LocalConfig{Addr: netip.MustParseAddr("127.5.1.4")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cfg, err := parsePingpong(ppRC, []string{"-g", "0", "198.18.0.2"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &pingpong{cfg: cfg, ctx: c, pageSize: 4096}
+	if err := p.init(); err != nil {
+		t.Fatal(err)
+	}
+	defer p.close()
+	rem := ppDest{QPN: 0x1234, PSN: 0x76cb57, GID: netip.MustParseAddr("::ffff:198.18.0.2").As16()}
+	if err := p.connect([]ppDest{{QPN: p.qps[0].QPN, PSN: 0xc3b985}}, []ppDest{rem}); err != nil {
+		t.Fatal(err)
+	}
+	qps, err := c.QPs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	printRes(&b, c.Name(), qps, true)
+	comm, err := os.ReadFile("/proc/self/comm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Nothing sent yet; the receive queue holds the WRs the pingpong posted.
+	want := fmt.Sprintf("link rnic0/1 lqpn %d rqpn %d type RC state RTS rq-psn %d sq-psn %d path-mig-state MIGRATED pid %d comm %s dest 198.18.0.2 mtu 1024 sq-depth 0 rq-depth %d\n",
+		p.qps[0].QPN, 0x1234, 0x76cb57, 0xc3b985, os.Getpid(), strings.TrimSpace(string(comm)), p.cfg.rxDepth)
+	if b.String() != want {
+		t.Errorf("res printed\n%q\nwant\n%q", b.String(), want)
+	}
+}

@@ -1,0 +1,63 @@
+// Command rnic is the toolbox of rnicd: the tools RDMA users know
+// (perftest's ib_*_bw and ib_*_lat, rdma-core's ibv_*_pingpong, ibv_devices,
+// ibv_devinfo, rdma res), re-made on the verbs package so they pair with the
+// real ones on an rxe host, plus rnicd's own (demo, stat, trace, inject).
+//
+//	rnic ib_write_bw [flags] [server]
+//	rnic ibv_rc_pingpong -g 1 [server]
+//	rnic demo
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"sort"
+)
+
+// command is one subcommand. run gets the arguments after its name and
+// returns the process exit status.
+type command struct {
+	name  string
+	short string // one line for the usage text
+	run   func(args []string, stdout, stderr io.Writer) int
+}
+
+// commands collects the subcommands of every tool family; each family
+// lists its own in its file.
+func commands() []command {
+	var all []command
+	all = append(all, perftestCommands()...)
+	all = append(all, ibvCommands()...)
+	all = append(all, observeCommands()...)
+	sort.Slice(all, func(i, j int) bool { return all[i].name < all[j].name })
+	return all
+}
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	cmds := commands()
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(stderr, cmds)
+		return 2
+	}
+	for _, c := range cmds {
+		if c.name == args[0] {
+			return c.run(args[1:], stdout, stderr)
+		}
+	}
+	fmt.Fprintf(stderr, "rnic: unknown command %q\n", args[0])
+	usage(stderr, cmds)
+	return 2
+}
+
+func usage(w io.Writer, cmds []command) {
+	fmt.Fprintln(w, "usage: rnic COMMAND [flags] [args]")
+	fmt.Fprintln(w, "commands:")
+	for _, c := range cmds {
+		fmt.Fprintf(w, "  %-18s %s\n", c.name, c.short)
+	}
+}

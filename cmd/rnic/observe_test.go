@@ -1,0 +1,116 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/rnicd/rnicd/internal/rnictest"
+	"github.com/rnicd/rnicd/rnic/monitor"
+	"github.com/rnicd/rnicd/rnic/trace"
+	"github.com/rnicd/rnicd/wire/ibudp"
+)
+
+// observed is two in-process devices behind a management port.
+func observed(t *testing.T, k byte) (a, b *rnictest.End, addr string) {
+	t.Helper()
+	tr := trace.New(0)
+	a, b = rnictest.NewEnds(t, k, tr)
+	m, err := monitor.New(monitor.Config{Devices: []monitor.Device{{Dev: a.Dev, Faulty: a.Faulty}, {Dev: b.Dev, Faulty: b.Faulty}}, Tracer: tr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(m.Handler())
+	t.Cleanup(func() { srv.Close(); m.Close() })
+	return a, b, srv.URL
+}
+
+func TestStat(t *testing.T) {
+	a, b, addr := observed(t, 20)
+	rnictest.Write(t, a, b, 1, 2048)
+	var out, errb bytes.Buffer
+	if code := run([]string{"stat", "-http", addr, "-d", "rnic0"}, &out, &errb); code != 0 {
+		t.Fatalf("rnic stat: %d %s", code, errb.String())
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("rnic stat printed %d lines:\n%s", len(lines), out.String())
+	}
+	c := a.Dev.Counters()
+	for _, name := range []string{"sent_pkts", "rcvd_pkts", "rdma_sends", "retransmitted_pkts"} {
+		want := fmt.Sprintf(" %s %d", name, c[name])
+		if !strings.Contains(lines[0]+" ", want+" ") {
+			t.Errorf("link line lacks %q: %s", want, lines[0])
+		}
+	}
+	if !strings.HasPrefix(lines[0], "link rnic0/1 sent_pkts 2 ") {
+		t.Errorf("link line: %s", lines[0])
+	}
+	q := a.Dev.QPInfo()[0]
+	want := fmt.Sprintf("qp rnic0 %#x RC RTS sq_psn %#06x una_psn %#06x rq_psn %#06x dest 127.5.20.2", q.QPN, q.SQPSN, q.UnaPSN, q.RQPSN)
+	if !strings.HasPrefix(lines[1], want) {
+		t.Errorf("qp line\n got %s\nwant %s...", lines[1], want)
+	}
+	if code := run([]string{"stat", "-http", addr, "-d", "nope"}, &out, &errb); code != 1 {
+		t.Errorf("unknown device: exit %d", code)
+	}
+}
+
+func TestInjectCommand(t *testing.T) {
+	a, _, addr := observed(t, 21)
+	var out, errb bytes.Buffer
+	if code := run([]string{"inject", "-http", addr, "-d", "rnic0", "--rx", "--qp", "0x11", "reorder", "5%"}, &out, &errb); code != 0 {
+		t.Fatalf("rnic inject: %d %s", code, errb.String())
+	}
+	if rx, tx := a.Faulty.RX(), a.Faulty.TX(); rx.Reorder != 0.05 || !rx.FilterQPN || rx.QPN != 0x11 || tx != (ibudp.Faults{}) {
+		t.Fatalf("after inject: RX %+v TX %+v", rx, tx)
+	}
+	if !strings.Contains(out.String(), "rnic0 rx: reorder 5% (qp 0x11)") {
+		t.Errorf("inject printed %q", out.String())
+	}
+	for _, args := range [][]string{{"drop"}, {"drop", "lots"}, {"explode", "1%"}} {
+		errb.Reset()
+		if code := run(append([]string{"inject", "-http", addr, "-d", "rnic0"}, args...), &out, &errb); code != 2 {
+			t.Errorf("rnic inject %v: exit %d", args, code)
+		}
+	}
+	if code := run([]string{"inject", "-http", addr, "-d", "rnic0", "off"}, &out, &errb); code != 0 {
+		t.Fatalf("rnic inject off: %d %s", code, errb.String())
+	}
+	if rx := a.Faulty.RX(); rx.Reorder != 0 || rx.FilterQPN {
+		t.Fatalf("after off: RX %+v", rx)
+	}
+}
+
+func TestTraceCommand(t *testing.T) {
+	a, b, addr := observed(t, 22)
+	var out, errb bytes.Buffer
+	done := make(chan int)
+	go func() {
+		done <- run([]string{"trace", "-http", addr, "-d", "rnic0", "-qp", fmt.Sprint(a.QP.QPN), "-n", "3"}, &out, &errb)
+	}()
+	// Writes until the tool has its three events: the tool subscribes
+	// at some point after it starts.
+	for i := uint64(1); ; i++ {
+		rnictest.Write(t, a, b, i, 64)
+		select {
+		case code := <-done:
+			if code != 0 {
+				t.Fatalf("rnic trace: %d %s", code, errb.String())
+			}
+			lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+			if len(lines) != 3 {
+				t.Fatalf("rnic trace -n 3 printed %d lines:\n%s", len(lines), out.String())
+			}
+			for _, l := range lines {
+				if !strings.Contains(l, " rnic0 ") || !strings.Contains(l, fmt.Sprintf("qp %#x", a.QP.QPN)) {
+					t.Errorf("line %q is not rnic0's QP %#x", l, a.QP.QPN)
+				}
+			}
+			return
+		default:
+		}
+	}
+}

@@ -1,0 +1,87 @@
+// Package perftest re-makes perftest's ib_send_bw, ib_write_bw,
+// ib_read_bw, ib_atomic_bw, ib_send_lat, ib_write_lat and ib_read_lat on
+// the verbs package, so that each pairs with the real binary (perftest 4.5
+// as Debian 12 ships it, on rxe) in either role.
+//
+// It owns the three parts of a perftest run: the out-of-band exchange on
+// TCP 18515 (oob.go: version string, system data, MTU, the 108-byte
+// lid:out_reads:qpn:psn:rkey:vaddr:gid:srqn text per QP, the handshakes
+// used as barriers, the bandwidth report the client sends the server,
+// "done"), the test itself on the NIC (run.go: perftest's buffers, QP
+// attributes, CQ moderation, and each test's pattern on the wire), and the
+// output (report.go: the header block, the address lines and the result
+// tables, with perftest's formulas for peak and average bandwidth and its
+// latency statistics). Flags follow perftest's (params.go).
+package perftest
+
+import (
+	"errors"
+	"fmt"
+	"io"
+)
+
+// Find returns the tool of that name.
+func Find(name string) (Tool, bool) {
+	for _, t := range Tools {
+		if t.Name == name {
+			return t, true
+		}
+	}
+	return Tool{}, false
+}
+
+// Main runs a tool with its command-line arguments and returns the exit
+// status perftest would: 0, 1 for a set-up failure, 17 for a failed run.
+func Main(tool Tool, args []string, cfg Config) int {
+	p, err := Parse(tool, args)
+	if errors.Is(err, ErrHelp) {
+		Usage(cfg.Stdout, tool)
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintln(cfg.Stderr, err)
+		fmt.Fprintf(cfg.Stderr, "run '%s -h' for the flags\n", tool.Name)
+		return 1
+	}
+	if err := Run(p, cfg); err != nil {
+		fmt.Fprintf(cfg.Stderr, " %s: %v\n", tool.Name, err)
+		if errors.Is(err, ErrRun) {
+			return 17
+		}
+		return 1
+	}
+	return 0
+}
+
+// Usage writes the flags this package knows.
+func Usage(w io.Writer, tool Tool) {
+	fmt.Fprintf(w, "Usage:\n  %s            start a server and wait for connection\n  %s <host>     connect to server at <host>\n\nOptions:\n", tool.Name, tool.Name)
+	lines := []string{
+		"  -a, --all                 Run sizes from 2 till 2^23",
+		"  -A, --atomic_type=<type>  CMP_AND_SWAP or FETCH_AND_ADD (atomic tests; default FETCH_AND_ADD)",
+		"  -c, --connection=<type>   RC, UC or UD (default RC)",
+		"  -d, --ib-dev=<dev>        rnicd device (default rnic0)",
+		"  -D, --duration=<sec>      Run for this many seconds (bw tests)",
+		"  -f, --margin=<sec>        Warm-up and cool-down of a -D run (default duration/4)",
+		"  -F, --CPU-freq            Accepted; the clock is the kernel's",
+		"  -I, --inline_size=<size>  Max size of message to be sent inline (default 0)",
+		"  -m, --mtu=<mtu>           256 .. 4096 (default the port's active MTU)",
+		"  -n, --iters=<iters>       Number of exchanges (at least 5)",
+		"  -N, --noPeak              Don't compute the peak bandwidth",
+		"  -o, --outs=<num>          Outstanding reads/atomics (default the device's maximum)",
+		"  -p, --port=<port>         TCP port of the exchange (default 18515)",
+		"  -q, --qp=<num>            Number of QPs (bw tests)",
+		"  -Q, --cq-mod              Signal a completion every this many WRs (default 100)",
+		"  -r, --rx-depth=<dep>      Receive queue depth (send tests, default 512)",
+		"  -s, --size=<size>         Message size (K and M suffixes)",
+		"  -t, --tx-depth=<dep>      Send queue depth (default 128 bw, 1 lat)",
+		"  -u, --qp-timeout=<t>      QP local ACK timeout (default 14)",
+		"  -U, --report-unsorted     Print every latency sample (lat tests)",
+		"  -x, --gid-index=<index>   Accepted; the port's RoCEv2 GID is used",
+		"      --report_gbits        Report bandwidth in Gb/sec",
+		"      --local=<addr>        Run an in-process NIC on this address instead of reaching rnicd",
+	}
+	for _, l := range lines {
+		fmt.Fprintln(w, l)
+	}
+}
