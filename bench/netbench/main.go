@@ -1,0 +1,454 @@
+// Command netbench measures rnicd against the machine itself, in one run on
+// one path: two network namespaces joined by a veth pair, first raw UDP
+// (iperf3 at the sizes of RoCE packets at MTU 1024 and 4096, and a UDP
+// ping-pong), then two rnicd with the rnic tools on the same pair. It
+// prints a table with each figure and its ratio to the UDP baseline and
+// writes it to BENCHMARKS.md. Run it as root through bench/run.sh.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The two ends. 198.18.0.0/15 is reserved for benchmarking (RFC 2544).
+const (
+	nsA, nsB     = "rnb-a", "rnb-b"
+	addrA, addrB = "198.18.2.1", "198.18.2.2"
+)
+
+type config struct {
+	bin      string        // directory with rnicd, rnic and udprr
+	secs     int           // seconds per throughput run
+	out      string        // BENCHMARKS.md
+	soak     time.Duration // memory soak with 1024 QPs; 0 skips it
+	quick    bool
+	describe string
+}
+
+func main() {
+	var cfg config
+	flag.StringVar(&cfg.bin, "bin", "", "directory holding the rnicd, rnic and udprr binaries")
+	flag.IntVar(&cfg.secs, "t", 5, "seconds per throughput run")
+	flag.StringVar(&cfg.out, "o", "BENCHMARKS.md", "file to write the table to (\"\" writes none)")
+	flag.DurationVar(&cfg.soak, "soak", 0, "also run 1024 QPs for this long and sample rnicd's resident memory")
+	flag.BoolVar(&cfg.quick, "quick", false, "one short run of each, to check the script")
+	flag.Parse()
+	if cfg.bin == "" {
+		fmt.Fprintln(os.Stderr, "netbench: -bin is required (bench/run.sh sets it)")
+		os.Exit(2)
+	}
+	if cfg.quick {
+		cfg.secs = 2
+	}
+	if err := run(cfg); err != nil {
+		fmt.Fprintln(os.Stderr, "netbench:", err)
+		os.Exit(1)
+	}
+}
+
+// row is one line of the result table.
+type row struct {
+	what     string
+	value    float64
+	unit     string
+	baseline string  // what it is compared with
+	ratio    float64 // value / baseline value; 0 if none
+	note     string
+}
+
+func run(cfg config) error {
+	var rows []row
+	for _, mtu := range []int{1500, 9000} {
+		if err := setup(mtu); err != nil {
+			teardown()
+			return err
+		}
+		r, err := measure(cfg, mtu)
+		teardown()
+		rows = append(rows, r...)
+		if err != nil {
+			printTable(os.Stdout, rows)
+			return err
+		}
+	}
+	printTable(os.Stdout, rows)
+	if cfg.out == "" {
+		return nil
+	}
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "# rnicd benchmarks\n\nMeasured by `bench/run.sh` on %s: %s.\n"+
+		"Two network namespaces joined by veth; every figure of one table comes from one run.\n\n",
+		time.Now().UTC().Format("2006-01-02"), machine())
+	printTable(&b, rows)
+	return os.WriteFile(cfg.out, b.Bytes(), 0o644)
+}
+
+// measure runs every figure at one link MTU: 1500 gives RoCE MTU 1024
+// (packets of 1082 bytes of UDP payload), 9000 gives 4096 (4154 bytes).
+func measure(cfg config, linkMTU int) ([]row, error) {
+	ib := 1024
+	if linkMTU == 9000 {
+		ib = 4096
+	}
+	// A full RoCE packet is 12 (BTH) + ib + 4 (ICRC) bytes of UDP payload,
+	// 14+20+8 more on the wire: 1082 and 4154 bytes as Ethernet frames.
+	// iperf3 gets those frame sizes as its datagram length, a little more
+	// than RoCE carries per packet, so the baseline errs in its favour.
+	dgram := ib + 12 + 4 + 14 + 20 + 8
+	var rows []row
+	udp, err := iperf(cfg, dgram)
+	if err != nil {
+		return rows, err
+	}
+	base := fmt.Sprintf("iperf3 UDP %d B", dgram)
+	rows = append(rows, row{what: base, value: udp, unit: "Gbit/s"})
+
+	stopA, err := startDaemon(cfg, nsA, addrA, "rnba")
+	if err != nil {
+		return rows, err
+	}
+	defer stopA()
+	stopB, err := startDaemon(cfg, nsB, addrB, "rnbb")
+	if err != nil {
+		return rows, err
+	}
+	defer stopB()
+
+	iters := strconv.Itoa(20000 * cfg.secs)
+	for _, t := range []struct {
+		tool string
+		qps  int
+	}{{"ib_write_bw", 1}, {"ib_read_bw", 1}, {"ib_send_bw", 1}, {"ib_write_bw", 16}, {"ib_write_bw", 1024}} {
+		if t.qps == 1024 && cfg.quick {
+			continue
+		}
+		args := []string{"-s", "65536", "-D", strconv.Itoa(cfg.secs), "-q", strconv.Itoa(t.qps), "--report_gbits"}
+		res, err := perftest(cfg, t.tool, args)
+		what := fmt.Sprintf("RC %s 64 KiB, MTU %d, %d QP", strings.TrimPrefix(t.tool, "ib_"), ib, t.qps)
+		if err != nil {
+			rows = append(rows, row{what: what, note: "failed: " + firstLine(err.Error())})
+			continue
+		}
+		rows = append(rows, row{what: what, value: res.bw, unit: "Gbit/s", baseline: base, ratio: res.bw / udp})
+	}
+	res, err := perftest(cfg, "ib_write_bw", []string{"-s", "64", "-n", iters})
+	if err == nil {
+		rows = append(rows, row{what: fmt.Sprintf("RC write 64 B message rate, MTU %d", ib), value: res.mpps, unit: "Mpps"})
+	} else {
+		rows = append(rows, row{what: "RC write 64 B message rate", note: "failed: " + firstLine(err.Error())})
+	}
+
+	if ib == 1024 {
+		rr, err := udprr(cfg)
+		if err != nil {
+			return rows, err
+		}
+		rows = append(rows, row{what: "UDP ping-pong 2 B, median one way", value: rr, unit: "us"})
+		for _, tool := range []string{"ib_send_lat", "ib_write_lat"} {
+			res, err := perftest(cfg, tool, []string{"-s", "2", "-n", "20000"})
+			if err != nil {
+				rows = append(rows, row{what: tool + " 2 B", note: "failed: " + firstLine(err.Error())})
+				continue
+			}
+			rows = append(rows,
+				row{what: tool + " 2 B, median", value: res.median, unit: "us", baseline: "UDP ping-pong", ratio: res.median / rr},
+				row{what: tool + " 2 B, p99", value: res.p99, unit: "us"})
+		}
+		if cfg.soak > 0 {
+			r, err := soak(cfg, stopB)
+			rows = append(rows, r...)
+			if err != nil {
+				return rows, err
+			}
+		}
+	}
+	return rows, nil
+}
+
+// setup makes the two namespaces and the veth pair at the given MTU.
+func setup(mtu int) error {
+	teardown()
+	m := strconv.Itoa(mtu)
+	for _, c := range [][]string{
+		{"netns", "add", nsA}, {"netns", "add", nsB},
+		{"link", "add", "rnb0", "netns", nsA, "mtu", m, "type", "veth", "peer", "name", "rnb1", "netns", nsB, "mtu", m},
+		{"-n", nsA, "addr", "add", addrA + "/24", "dev", "rnb0"},
+		{"-n", nsB, "addr", "add", addrB + "/24", "dev", "rnb1"},
+		{"-n", nsA, "link", "set", "rnb0", "up"}, {"-n", nsB, "link", "set", "rnb1", "up"},
+		{"-n", nsA, "link", "set", "lo", "up"}, {"-n", nsB, "link", "set", "lo", "up"},
+	} {
+		if out, err := exec.Command("ip", c...).CombinedOutput(); err != nil {
+			return fmt.Errorf("ip %s: %v: %s", strings.Join(c, " "), err, out)
+		}
+	}
+	return nil
+}
+
+func teardown() {
+	for _, ns := range []string{nsA, nsB} {
+		exec.Command("ip", "netns", "pids", ns).Run()
+		if out, err := exec.Command("ip", "netns", "pids", ns).Output(); err == nil {
+			for _, p := range strings.Fields(string(out)) {
+				exec.Command("kill", p).Run()
+			}
+		}
+		exec.Command("ip", "netns", "del", ns).Run()
+	}
+}
+
+// inNS returns a command that runs in a namespace.
+func inNS(ctx context.Context, ns string, env []string, name string, args ...string) *exec.Cmd {
+	c := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", ns, name}, args...)...)
+	c.Env = append(os.Environ(), env...)
+	return c
+}
+
+// iperf returns iperf3's received UDP goodput in Gbit/s for datagrams of
+// size bytes, sent as fast as the sender can.
+func iperf(cfg config, size int) (float64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(cfg.secs+30)*time.Second)
+	defer cancel()
+	srv := inNS(ctx, nsB, nil, "iperf3", "-s", "-1", "-B", addrB)
+	if err := srv.Start(); err != nil {
+		return 0, fmt.Errorf("iperf3 server: %w", err)
+	}
+	defer srv.Wait()
+	time.Sleep(300 * time.Millisecond)
+	out, err := inNS(ctx, nsA, nil, "iperf3", "-c", addrB, "-u", "-b", "0", "-l", strconv.Itoa(size),
+		"-t", strconv.Itoa(cfg.secs), "-J").Output()
+	if err != nil {
+		return 0, fmt.Errorf("iperf3 client: %w: %s", err, out)
+	}
+	var r struct {
+		End struct {
+			Sum struct {
+				BitsPerSecond float64 `json:"bits_per_second"`
+				LostPercent   float64 `json:"lost_percent"`
+			} `json:"sum"`
+			SumReceived *struct {
+				BitsPerSecond float64 `json:"bits_per_second"`
+			} `json:"sum_received"`
+		} `json:"end"`
+	}
+	if err := json.Unmarshal(out, &r); err != nil {
+		return 0, fmt.Errorf("iperf3 output: %w", err)
+	}
+	if r.End.SumReceived != nil && r.End.SumReceived.BitsPerSecond > 0 {
+		return r.End.SumReceived.BitsPerSecond / 1e9, nil
+	}
+	return r.End.Sum.BitsPerSecond * (1 - r.End.Sum.LostPercent/100) / 1e9, nil
+}
+
+func udprr(cfg config) (float64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	srv := inNS(ctx, nsB, nil, filepath.Join(cfg.bin, "udprr"), "-server", "-addr", addrB+":18600")
+	if err := srv.Start(); err != nil {
+		return 0, err
+	}
+	defer func() { srv.Process.Kill(); srv.Wait() }()
+	time.Sleep(300 * time.Millisecond)
+	out, err := inNS(ctx, nsA, nil, filepath.Join(cfg.bin, "udprr"), "-addr", addrB+":18600", "-size", "2", "-n", "20000").Output()
+	if err != nil {
+		return 0, fmt.Errorf("udprr: %w: %s", err, out)
+	}
+	f := lastFields(out)
+	if len(f) < 5 {
+		return 0, fmt.Errorf("udprr output %q", out)
+	}
+	return strconv.ParseFloat(f[3], 64)
+}
+
+// startDaemon runs rnicd in a namespace; the returned function stops it.
+func startDaemon(cfg config, ns, addr, name string) (func(), error) {
+	dir := filepath.Join(os.TempDir(), "netbench-"+name)
+	os.MkdirAll(dir, 0o700)
+	c := inNS(context.Background(), ns, []string{"RNICD_DIR=" + dir}, filepath.Join(cfg.bin, "rnicd"), "-d", name, "-addr", addr)
+	var logs bytes.Buffer
+	c.Stdout, c.Stderr = &logs, &logs
+	if err := c.Start(); err != nil {
+		return nil, fmt.Errorf("rnicd %s: %w", name, err)
+	}
+	sock := filepath.Join(dir, name+".sock")
+	for i := 0; i < 100; i++ {
+		if _, err := os.Stat(sock); err == nil {
+			return func() { c.Process.Signal(os.Interrupt); c.Wait() }, nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	c.Process.Kill()
+	c.Wait()
+	return nil, fmt.Errorf("rnicd %s did not come up: %s", name, logs.String())
+}
+
+// result is what a perftest table says.
+type result struct {
+	bw, mpps    float64 // bw tests: average Gbit/s (with --report_gbits) or MB/s
+	median, p99 float64 // lat tests: t_typical and 99% percentile, usec
+}
+
+// perftest runs tool as server in B and client in A and parses the
+// client's result line.
+func perftest(cfg config, tool string, args []string) (result, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(3*cfg.secs+120)*time.Second)
+	defer cancel()
+	rnic := filepath.Join(cfg.bin, "rnic")
+	sargs := append([]string{tool, "-d", "rnbb"}, args...)
+	srv := inNS(ctx, nsB, []string{"RNICD_DIR=" + filepath.Join(os.TempDir(), "netbench-rnbb")}, rnic, sargs...)
+	var sout bytes.Buffer
+	srv.Stdout, srv.Stderr = &sout, &sout
+	if err := srv.Start(); err != nil {
+		return result{}, err
+	}
+	time.Sleep(500 * time.Millisecond)
+	cargs := append([]string{tool, "-d", "rnba"}, args...)
+	cargs = append(cargs, addrB)
+	out, err := inNS(ctx, nsA, []string{"RNICD_DIR=" + filepath.Join(os.TempDir(), "netbench-rnba")}, rnic, cargs...).CombinedOutput()
+	serr := srv.Wait()
+	if err != nil {
+		return result{}, fmt.Errorf("%s client: %w: %s", tool, err, out)
+	}
+	if serr != nil {
+		return result{}, fmt.Errorf("%s server: %w: %s", tool, serr, sout.String())
+	}
+	return parsePerftest(tool, out)
+}
+
+// parsePerftest reads the line under perftest's "#bytes" header.
+func parsePerftest(tool string, out []byte) (result, error) {
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		if !strings.HasPrefix(strings.TrimSpace(sc.Text()), "#bytes") || !sc.Scan() {
+			continue
+		}
+		f := strings.Fields(sc.Text())
+		num := func(i int) float64 {
+			if i >= len(f) {
+				return 0
+			}
+			v, _ := strconv.ParseFloat(f[i], 64)
+			return v
+		}
+		if strings.HasSuffix(tool, "_lat") {
+			// #bytes #iterations t_min t_max t_typical t_avg t_stdev 99% 99.9%
+			return result{median: num(4), p99: num(7)}, nil
+		}
+		// #bytes #iterations BW_peak BW_average MsgRate
+		return result{bw: num(3), mpps: num(4)}, nil
+	}
+	return result{}, fmt.Errorf("%s: no result table in %q", tool, out)
+}
+
+// soak runs 1024 QPs of WRITE traffic for cfg.soak and samples the
+// resident memory of the server's rnicd.
+func soak(cfg config, _ func()) ([]row, error) {
+	pid, err := daemonPID("rnbb")
+	if err != nil {
+		return nil, err
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := perftest(config{bin: cfg.bin, secs: int(cfg.soak.Seconds())}, "ib_write_bw",
+			[]string{"-s", "65536", "-q", "1024", "-D", strconv.Itoa(int(cfg.soak.Seconds()))})
+		done <- err
+	}()
+	var first, peak, last int
+	tick := time.NewTicker(10 * time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-done:
+			note := fmt.Sprintf("first sample %d MiB, peak %d MiB over %v", first>>10, peak>>10, cfg.soak)
+			rows := []row{{what: "rnicd resident memory, 1024 QPs, end of soak", value: float64(last) / 1024, unit: "MiB", note: note}}
+			if err != nil {
+				return rows, err
+			}
+			return rows, nil
+		case <-tick.C:
+			kb, err := rssKB(pid)
+			if err != nil {
+				continue
+			}
+			if first == 0 {
+				first = kb
+			}
+			peak, last = max(peak, kb), kb
+		}
+	}
+}
+
+func daemonPID(name string) (int, error) {
+	out, err := exec.Command("pgrep", "-f", "rnicd -d "+name).Output()
+	if err != nil {
+		return 0, fmt.Errorf("pgrep rnicd %s: %w", name, err)
+	}
+	return strconv.Atoi(strings.Fields(string(out))[0])
+}
+
+func rssKB(pid int) (int, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmRSS:" {
+			return strconv.Atoi(f[1])
+		}
+	}
+	return 0, errors.New("no VmRSS")
+}
+
+func printTable(w io.Writer, rows []row) {
+	fmt.Fprintln(w, "| measurement | value | compared with | ratio | note |")
+	fmt.Fprintln(w, "|---|---:|---|---:|---|")
+	for _, r := range rows {
+		v, ratio := "", ""
+		if r.note == "" || r.value != 0 {
+			v = fmt.Sprintf("%.3g %s", r.value, r.unit)
+		}
+		if r.ratio != 0 {
+			ratio = fmt.Sprintf("%.2fx", r.ratio)
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", r.what, v, r.baseline, ratio, r.note)
+	}
+}
+
+func machine() string {
+	model := "unknown CPU"
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(l, "model name") {
+				model = strings.TrimSpace(strings.SplitN(l, ":", 2)[1])
+				break
+			}
+		}
+	}
+	kernel, _ := os.ReadFile("/proc/sys/kernel/osrelease")
+	return fmt.Sprintf("%d x %s, Linux %s, %s", runtime.NumCPU(), model, strings.TrimSpace(string(kernel)), runtime.Version())
+}
+
+func lastFields(out []byte) []string {
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	return strings.Fields(lines[len(lines)-1])
+}
+
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
+}

@@ -1,0 +1,73 @@
+// Package tests holds end-to-end tests that run the built programs.
+package tests
+
+import (
+	"bufio"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestDaemonStartStop builds rnicd, starts it on a loopback address, checks
+// what it reports about its port, and stops it with SIGTERM.
+func TestDaemonStartStop(t *testing.T) {
+	dir := t.TempDir()
+	// A socket left by a daemon that died: the new one removes it.
+	stale, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: filepath.Join(dir, "rnic0.sock"), Net: "unixpacket"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale.SetUnlinkOnClose(false)
+	stale.Close()
+	cmd := exec.Command(filepath.Join(binDir, "rnicd"), "-addr", "127.2.0.1", "-mtu", "1024")
+	cmd.Env = append(os.Environ(), "RNICD_DIR="+dir)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := bufio.NewScanner(stdout)
+	if !lines.Scan() {
+		t.Fatalf("no output from rnicd: %v", cmd.Wait())
+	}
+	want := "rnicd: port 127.2.0.1 mode udp gid 0000:0000:0000:0000:0000:ffff:7f02:0001 active_mtu 1024"
+	if got := lines.Text(); got != want {
+		t.Fatalf("rnicd said %q, want %q", got, want)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "rnic0.sock")); err != nil {
+		t.Fatalf("no control socket: %v", err)
+	}
+	// A second daemon for the same device refuses to start.
+	second := exec.Command(filepath.Join(binDir, "rnicd"), "-addr", "127.2.0.2")
+	second.Env = cmd.Env
+	if out, err := second.CombinedOutput(); err == nil || !strings.Contains(string(out), "another rnicd serves this device") {
+		t.Fatalf("second rnicd: %v: %s", err, out)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if !lines.Scan() || !strings.HasPrefix(lines.Text(), "rnicd: counters") {
+		t.Fatalf("no counters line at exit: %q", lines.Text())
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("rnicd exited with %v", err)
+		}
+		if _, err := os.Stat(filepath.Join(dir, "rnic0.sock")); !os.IsNotExist(err) {
+			t.Fatalf("socket left behind: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		cmd.Process.Kill()
+		t.Fatal("rnicd did not stop on SIGTERM")
+	}
+}

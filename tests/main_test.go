@@ -1,0 +1,189 @@
+package tests
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rnicd/rnicd/verbs"
+)
+
+// binDir holds the programs TestMain builds once for every test.
+var binDir string
+
+// helperEnv names the role of a test binary re-executed as a client
+// process (see helper_test.go).
+const helperEnv = "RNICD_TEST_HELPER"
+
+func TestMain(m *testing.M) {
+	if role := os.Getenv(helperEnv); role != "" {
+		if err := runHelper(role); err != nil {
+			fmt.Fprintln(os.Stderr, "helper:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(runTests(m))
+}
+
+func runTests(m *testing.M) int {
+	var err error
+	if binDir, err = os.MkdirTemp("", "rnicd-tests-"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(binDir)
+	build := exec.Command("go", "build", "-o", binDir, "../cmd/rnicd")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build: %v\n%s", err, out)
+		return 1
+	}
+	return m.Run()
+}
+
+// daemon is one rnicd process the tests started.
+type daemon struct {
+	name string
+	addr netip.Addr
+	cmd  *exec.Cmd
+	out  *bufio.Scanner // its stdout after the ready line
+	errb *lockedBuf     // its log
+	done chan error
+}
+
+// startDaemon starts rnicd -d name on addr with its socket in dir and
+// waits for its ready line.
+func startDaemon(dir, name, addr string, extra ...string) (*daemon, error) {
+	args := append([]string{"-d", name, "-addr", addr, "-mtu", "1024"}, extra...)
+	cmd := exec.Command(filepath.Join(binDir, "rnicd"), args...)
+	cmd.Env = append(os.Environ(), "RNICD_DIR="+dir)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	d := &daemon{name: name, addr: netip.MustParseAddr(addr), cmd: cmd, errb: &lockedBuf{}, done: make(chan error, 1)}
+	cmd.Stderr = d.errb
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	d.out = bufio.NewScanner(stdout)
+	if !d.out.Scan() || !strings.HasPrefix(d.out.Text(), "rnicd: port ") {
+		cmd.Process.Kill()
+		cmd.Wait()
+		return nil, fmt.Errorf("rnicd %s did not come up: %q\n%s", name, d.out.Text(), d.errb.String())
+	}
+	go func() {
+		// Keep reading so a full pipe never blocks the daemon.
+		rest, _ := io.ReadAll(stdout)
+		d.errb.Write(rest)
+		d.done <- cmd.Wait()
+	}()
+	return d, nil
+}
+
+// stop sends SIGTERM and waits for the exit status.
+func (d *daemon) stop() error {
+	d.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-d.done:
+		return err
+	case <-time.After(20 * time.Second):
+		d.cmd.Process.Kill()
+		return fmt.Errorf("rnicd %s did not stop on SIGTERM", d.name)
+	}
+}
+
+type lockedBuf struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuf) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuf) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// daemons starts the pair of daemons a test uses, rnicA on 127.0.0.1 and
+// rnicB on 127.0.0.2 as users run them, points this process's
+// verbs.Open at their sockets, and stops them (SIGTERM, exit 0) when the
+// test ends: the addresses are free again for the next test, which may
+// run its own NICs there.
+func daemons(t testing.TB) (*daemon, *daemon) {
+	t.Helper()
+	dir := t.TempDir()
+	a, err := startDaemon(dir, "rnicA", "127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := startDaemon(dir, "rnicB", "127.0.0.2")
+	if err != nil {
+		a.stop()
+		t.Fatal(err)
+	}
+	t.Setenv("RNICD_DIR", dir)
+	t.Cleanup(func() {
+		for _, d := range []*daemon{a, b} {
+			if err := d.stop(); err != nil {
+				t.Errorf("%v\n%s", err, d.errb.String())
+			}
+		}
+	})
+	return a, b
+}
+
+func open(t testing.TB, name string) *verbs.Context {
+	t.Helper()
+	c, err := verbs.Open(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func must[T any](t testing.TB) func(T, error) T {
+	return func(v T, err error) T {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+}
+
+// pollN polls cq until n completions arrived, waiting in between.
+func pollN(t testing.TB, cq *verbs.CQ, n int) []verbs.WC {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var out []verbs.WC
+	wcs := make([]verbs.WC, 16)
+	for len(out) < n {
+		k := cq.Poll(wcs[:min(len(wcs), n-len(out))])
+		out = append(out, wcs[:k]...)
+		if k == 0 {
+			if err := cq.Wait(ctx); err != nil {
+				t.Fatalf("%d of %d completions, then: %v", len(out), n, err)
+			}
+		}
+	}
+	return out
+}
