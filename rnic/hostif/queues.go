@@ -318,6 +318,31 @@ func (c *conn) destroyQP(q *qpObj, flush bool) {
 	}
 }
 
+// fetchAll fetches every QP's and SRQ's new WQEs, as if each had rung
+// its doorbells; errors were already answered or counted by the fetch.
+func (c *conn) fetchAll() {
+	c.mu.Lock()
+	objs := make([]any, 0, len(c.objs))
+	for _, o := range c.objs {
+		objs = append(objs, o)
+	}
+	c.mu.Unlock()
+	for _, o := range objs {
+		switch o := o.(type) {
+		case *qpObj:
+			if o.broken {
+				continue
+			}
+			c.fetchSend(o)
+			if o.rqFeed != nil {
+				c.fetchRecv(o)
+			}
+		case *srqObj:
+			c.fetchSRQ(o)
+		}
+	}
+}
+
 // doorbell fetches the WQEs between the daemon's fetch index and the
 // ring's producer index, validates each and posts it to the engine. A
 // WQE that fails validation completes with LOC_QP_OP_ERR and moves the

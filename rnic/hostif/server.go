@@ -97,13 +97,26 @@ func (s *Server) ServeConn(uc *net.UnixConn) {
 // which completes its outstanding WQEs with WR_FLUSH_ERR into the clients'
 // completion rings, and the listeners close. Connections stay open: the
 // clients see the flushes, then the hang-up when the process exits.
+//
+// Doorbells are not answered, so a client may have written WQEs whose
+// doorbell is still in the socket: each client's rings are fetched up to
+// their producer indexes first, so that everything posted is flushed.
 func (s *Server) Shutdown() {
 	s.mu.Lock()
 	lns := s.lns
 	s.lns = nil
+	conns := make([]*conn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
 	s.mu.Unlock()
 	for _, l := range lns {
 		l.Close()
+	}
+	for _, c := range conns {
+		c.handling.Lock()
+		c.fetchAll()
+		c.handling.Unlock()
 	}
 	for _, qp := range s.dev.QPs() {
 		qp.Lock()
@@ -233,6 +246,10 @@ type conn struct {
 	mu   sync.Mutex // objs, for Objects; handlers run on the conn's goroutine
 	objs map[uint32]any
 	next uint32
+
+	// handling is held while a request runs, so that Shutdown can fetch
+	// a client's rings between two of its requests.
+	handling sync.Mutex
 }
 
 // identify learns the client's pid and process name from its credentials.
@@ -266,7 +283,9 @@ func (c *conn) serve() {
 		if flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 || n > MaxMessage {
 			reply = c.refuse(msg, &codeErr{CodeMalformed, "message or its descriptors truncated"})
 		} else {
+			c.handling.Lock()
 			reply, rfds = c.handle(msg, fds)
+			c.handling.Unlock()
 		}
 		for _, fd := range fds {
 			if fd >= 0 {

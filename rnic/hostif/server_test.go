@@ -280,6 +280,12 @@ func ringOf(t *testing.T, mem []byte, d RingDesc) *Ring {
 // a 64 KiB MR at IOVA 0x10000 of PD pd and a 64-entry CQ.
 func loopQP(t *testing.T, n *nic, c *Client, pd uint32) *rawQP {
 	t.Helper()
+	return connectedQP(t, n, c, pd, n.addr)
+}
+
+// connectedQP is loopQP with the QP's destination at dest.
+func connectedQP(t *testing.T, n *nic, c *Client, pd uint32, dest netip.Addr) *rawQP {
+	t.Helper()
 	q := &rawQP{}
 	call(t, c, KindRegMR, &RegMRReq{PD: pd, Access: 0xf, Length: 1 << 16, IOVA: 0x10000},
 		[]int{sealedMemfd(t, 1<<16, true)}, &q.mr)
@@ -296,7 +302,7 @@ func loopQP(t *testing.T, n *nic, c *Client, pd uint32) *rawQP {
 	}{
 		{qpmgr.Attr{State: qpmgr.StateInit, PortNum: 1, AccessFlags: 0xe},
 			qpmgr.AttrState | qpmgr.AttrPKeyIndex | qpmgr.AttrPort | qpmgr.AttrAccessFlags},
-		{qpmgr.Attr{State: qpmgr.StateRTR, PathMTU: qpmgr.MTU1024, DestQPN: q.qpn, AH: qpmgr.AH{DGID: n.addr.As16()},
+		{qpmgr.Attr{State: qpmgr.StateRTR, PathMTU: qpmgr.MTU1024, DestQPN: q.qpn, AH: qpmgr.AH{DGID: dest.As16()},
 			MaxDestRdAtomic: 1}, qpmgr.AttrState | qpmgr.AttrAV | qpmgr.AttrPathMTU | qpmgr.AttrDestQPN |
 			qpmgr.AttrRQPSN | qpmgr.AttrMaxDestRdAtomic | qpmgr.AttrMinRNRTimer},
 		{qpmgr.Attr{State: qpmgr.StateRTS, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 1},
@@ -313,6 +319,15 @@ func loopQP(t *testing.T, n *nic, c *Client, pd uint32) *rawQP {
 // rings the doorbell.
 func (q *rawQP) post(t *testing.T, c *Client, wr *qpmgr.SendWR, mangle func(slot []byte)) {
 	t.Helper()
+	q.write(t, wr, mangle)
+	if err := c.Send(KindDoorbell, &DoorbellReq{H: q.h, Queue: DoorbellSend}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// write writes wr into the next send slot without ringing the doorbell.
+func (q *rawQP) write(t *testing.T, wr *qpmgr.SendWR, mangle func(slot []byte)) {
+	t.Helper()
 	p := q.sq.Producer()
 	slot := q.sq.Slot(p)
 	if err := EncodeSendWQE(slot, wr); err != nil {
@@ -322,9 +337,6 @@ func (q *rawQP) post(t *testing.T, c *Client, wr *qpmgr.SendWR, mangle func(slot
 		mangle(slot)
 	}
 	q.sq.SetProducer(p + 1)
-	if err := c.Send(KindDoorbell, &DoorbellReq{H: q.h, Queue: DoorbellSend}); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // poll waits for the next CQE of the ring; the deadline guards a hang.
@@ -501,5 +513,32 @@ func TestCQOverrun(t *testing.T) {
 	}
 	if n.srv.cqOverruns.Load() == 0 {
 		t.Fatal("overrun not counted")
+	}
+}
+
+// Shutdown flushes what a client wrote into its rings even when the
+// doorbell never reached the daemon (doorbells are not answered, so a
+// SIGTERM can come first): every posted WQE completes with WR_FLUSH_ERR,
+// in order, and the QP is in ERR.
+func TestShutdownFlushesUnrungWQEs(t *testing.T) {
+	n := newNIC(t, "127.4.0.5")
+	c := n.client(t)
+	var pd Handle
+	call(t, c, KindAllocPD, &Empty{}, nil, &pd)
+	// Nobody answers at 127.4.0.6: nothing completes before Shutdown.
+	q := connectedQP(t, n, c, pd.H, netip.MustParseAddr("127.4.0.6"))
+	for id := range uint64(3) {
+		q.write(t, &qpmgr.SendWR{WRID: id, Opcode: qpmgr.WRRDMAWrite, Flags: qpmgr.SendSignaled,
+			SGL: []qpmgr.SGE{{Addr: 0x10000, Length: 8, LKey: q.mr.LKey}}, RemoteAddr: 0x18000, RKey: q.mr.RKey}, nil)
+	}
+	n.srv.Shutdown()
+	var cons uint32
+	for id := range uint64(3) {
+		if wc := poll(t, q.cq, &cons); wc.WRID != id || wc.Status != qpmgr.WCWRFlushErr || wc.QPNum != q.qpn {
+			t.Fatalf("completion %v, want wr_id %d WR_FLUSH_ERR on QP %#x", &wc, id, q.qpn)
+		}
+	}
+	if st := qpState(t, c, q.h); st != qpmgr.StateErr {
+		t.Fatalf("QP in %v, want ERR", st)
 	}
 }
