@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"os"
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/rnicd/rnicd/verbs"
 )
@@ -40,37 +42,87 @@ func (d *devFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&d.local, "local", "", "run an in-process NIC on this IP address instead of using rnicd")
 }
 
-// errNoDaemon is what a tool says when it needs rnicd's control socket,
-// which verbs.Open does not reach yet.
-var errNoDaemon = errors.New("reaching a running rnicd is not available in this build; use --local ADDR to run an in-process NIC")
-
-// open returns the device the flags name.
+// open returns the one device a tool runs on.
 func (d *devFlags) open() (*verbs.Context, error) {
-	if d.local == "" {
-		if d.name == "" {
-			return nil, fmt.Errorf("no device: %w", errNoDaemon)
-		}
-		return nil, fmt.Errorf("device %s: %w", d.name, errNoDaemon)
-	}
-	a, err := netip.ParseAddr(d.local)
-	if err != nil {
-		return nil, fmt.Errorf("--local %q: %w", d.local, err)
-	}
-	name := d.name
-	if name == "" {
-		name = "rnic0"
-	}
-	return verbs.OpenLocal(verbs.LocalConfig{Name: name, Addr: a})
-}
-
-// deviceList returns the names of the devices the flags can reach, as
-// ibv_get_device_list does.
-func (d *devFlags) deviceList() ([]*verbs.Context, error) {
-	c, err := d.open()
+	local, err := d.localAddr()
 	if err != nil {
 		return nil, err
 	}
-	return []*verbs.Context{c}, nil
+	return openDevice(d.name, local)
+}
+
+func (d *devFlags) localAddr() (netip.Addr, error) {
+	if d.local == "" {
+		return netip.Addr{}, nil
+	}
+	a, err := netip.ParseAddr(d.local)
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("--local %q: %w", d.local, err)
+	}
+	return a, nil
+}
+
+// openDevice opens the NIC a tool runs on: with local, an in-process NIC
+// on that address; else the rnicd serving name; else the first rnicd
+// running, as rdma-core's tools take the first device of
+// ibv_get_device_list.
+func openDevice(name string, local netip.Addr) (*verbs.Context, error) {
+	if local.IsValid() {
+		c, err := verbs.OpenLocal(verbs.LocalConfig{Name: name, Addr: local})
+		if err != nil {
+			return nil, fmt.Errorf("open in-process NIC on %v: %w", local, err)
+		}
+		return c, nil
+	}
+	if name == "" {
+		names, err := daemonNames()
+		if err != nil {
+			return nil, err
+		}
+		name = names[0]
+	}
+	c, err := verbs.Open(name)
+	if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ECONNREFUSED) {
+		return nil, fmt.Errorf("no rnicd serves %s: start one with `rnicd -d %s` (no live control socket %s)", name, name, verbs.SocketPath(name))
+	}
+	return c, err
+}
+
+// daemonNames lists the running rnicd devices, or says how to start one.
+func daemonNames() ([]string, error) {
+	names, err := verbs.Devices()
+	if err != nil {
+		return nil, err
+	}
+	if len(names) == 0 {
+		return nil, fmt.Errorf("no rnicd running: start one with `rnicd -d rnic0` (no control socket in %s; $RNICD_DIR sets the directory)", verbs.SocketDir())
+	}
+	return names, nil
+}
+
+// deviceList opens the devices a listing tool shows: --local's, -d's, or
+// every running rnicd (ibv_get_device_list).
+func (d *devFlags) deviceList() ([]*verbs.Context, error) {
+	local, err := d.localAddr()
+	if err != nil {
+		return nil, err
+	}
+	names := []string{d.name}
+	if !local.IsValid() && d.name == "" {
+		if names, err = daemonNames(); err != nil {
+			return nil, err
+		}
+	}
+	var ctxs []*verbs.Context
+	for _, n := range names {
+		c, err := openDevice(n, local)
+		if err != nil {
+			ibvCloseAll(ctxs)
+			return nil, err
+		}
+		ctxs = append(ctxs, c)
+	}
+	return ctxs, nil
 }
 
 // runDevices is ibv_devices: one line per device with its node GUID.
@@ -296,7 +348,8 @@ func atomicCapString(s string) string {
 // gidText is a GID as inet_ntop prints it: ::ffff:198.18.0.2, fe80::1, ::.
 func gidText(g verbs.GID) string { return netip.AddrFrom16(g).String() }
 
-// runRes is `rdma res show qp`: one line per QP of the device. -v adds
+// runRes is `rdma res show qp`: one line per QP of the device (-d), or of
+// every running rnicd as rdma shows every device's. -v adds
 // what rnicd knows beyond rdma's fields: the peer, the path MTU, the ring
 // depths and the QP's counters.
 func runRes(args []string, stdout, stderr io.Writer) int {
@@ -322,18 +375,20 @@ func runRes(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "res: unknown argument %q (only `res [show qp]`)\n", rest[0])
 		return 2
 	}
-	c, err := dev.open()
+	ctxs, err := dev.deviceList()
 	if err != nil {
 		fmt.Fprintf(stderr, "res: %v\n", err)
 		return 1
 	}
-	defer c.Close()
-	qps, err := c.QPs()
-	if err != nil {
-		fmt.Fprintf(stderr, "res: %s: %v\n", c.Name(), err)
-		return 1
+	defer ibvCloseAll(ctxs)
+	for _, c := range ctxs {
+		qps, err := c.QPs()
+		if err != nil {
+			fmt.Fprintf(stderr, "res: %s: %v\n", c.Name(), err)
+			return 1
+		}
+		printRes(stdout, c.Name(), qps, verbose)
 	}
-	printRes(stdout, c.Name(), qps, verbose)
 	return 0
 }
 

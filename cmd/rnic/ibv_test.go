@@ -63,10 +63,22 @@ func TestDevinfoLocal(t *testing.T) {
 	}
 }
 
+// Without a daemon, every tool says how to start one and where it looked.
 func TestToolsNeedADevice(t *testing.T) {
-	for _, tool := range []string{"ibv_devices", "ibv_devinfo", "res", "ibv_rc_pingpong"} {
-		if _, rc := ibvRunTool(t, tool, "-d", "rnic0"); rc == 0 {
-			t.Errorf("%s without rnicd or --local succeeded", tool)
+	dir := t.TempDir()
+	t.Setenv("RNICD_DIR", dir)
+	for _, args := range [][]string{
+		{"ibv_devices"}, {"ibv_devinfo"}, {"res"}, {"ibv_rc_pingpong"}, {"ib_write_bw"},
+		{"ibv_devinfo", "-d", "rnic9"}, {"res", "-d", "rnic9"}, {"ibv_ud_pingpong", "-d", "rnic9"}, {"ib_send_lat", "-d", "rnic9"},
+	} {
+		var out, errb bytes.Buffer
+		rc := run(args, &out, &errb)
+		want := "no rnicd running: start one with `rnicd -d rnic0` (no control socket in " + dir
+		if len(args) > 1 {
+			want = "no rnicd serves rnic9: start one with `rnicd -d rnic9` (no live control socket " + dir + "/rnic9.sock)"
+		}
+		if rc != 1 || !strings.Contains(errb.String(), want) {
+			t.Errorf("%v: rc %d, stderr %q, want rc 1 and %q", args, rc, errb.String(), want)
 		}
 	}
 	for _, bad := range [][]string{

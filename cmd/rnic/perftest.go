@@ -1,8 +1,6 @@
 package main
 
 import (
-	"errors"
-	"fmt"
 	"io"
 
 	"github.com/rnicd/rnicd/cmd/rnic/perftest"
@@ -24,15 +22,9 @@ func perftestCommands() []command {
 	return cmds
 }
 
-// openPerftestDevice opens the device a perftest tool runs on: an
-// in-process NIC with --local, else the rnicd device by name.
+// openPerftestDevice opens the device a perftest tool runs on, as every
+// tool of rnic does: --local's in-process NIC, -d's rnicd, or the first
+// rnicd running.
 func openPerftestDevice(p *perftest.Params) (*verbs.Context, error) {
-	if p.Local.IsValid() {
-		c, err := verbs.OpenLocal(verbs.LocalConfig{Name: p.Device, Addr: p.Local})
-		if err != nil {
-			return nil, fmt.Errorf("open in-process NIC on %v: %w", p.Local, err)
-		}
-		return c, nil
-	}
-	return nil, errors.New("reaching a running rnicd is not built yet (verbs.Open); use --local ADDR for an in-process NIC")
+	return openDevice(p.Device, p.Local)
 }

@@ -95,7 +95,7 @@ const (
 // rules (parser, force_dependecies).
 type Params struct {
 	Tool       Tool
-	Device     string     // -d; rnicd device name
+	Device     string     // -d; rnicd device name, "" for the first one running
 	Local      netip.Addr // --local: an in-process NIC on this address instead of rnicd
 	ServerName string     // the positional argument: client if set
 	Port       int        // -p: TCP port of the exchange
@@ -286,7 +286,7 @@ func mtuFromBytes(n int) verbs.MTU {
 // at most one positional argument, the server's name.
 func Parse(tool Tool, args []string) (*Params, error) {
 	p := &Params{
-		Tool: tool, Device: "rnic0", Port: DefaultPort, Iters: defIters, Conn: verbs.QPTypeRC,
+		Tool: tool, Port: DefaultPort, Iters: defIters, Conn: verbs.QPTypeRC,
 		Atomic: FetchAndAdd, NumQPs: 1, TxDepth: defTxBW, RxDepth: defRxRDMA, GIDIndex: -1,
 		QPTimeout: defQPTimeout, CQMod: defCQMod, Margin: -1, Size: defSizeBW,
 	}

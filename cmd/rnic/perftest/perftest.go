@@ -60,7 +60,7 @@ func Usage(w io.Writer, tool Tool) {
 		"  -a, --all                 Run sizes from 2 till 2^23",
 		"  -A, --atomic_type=<type>  CMP_AND_SWAP or FETCH_AND_ADD (atomic tests; default FETCH_AND_ADD)",
 		"  -c, --connection=<type>   RC, UC or UD (default RC)",
-		"  -d, --ib-dev=<dev>        rnicd device (default rnic0)",
+		"  -d, --ib-dev=<dev>        rnicd device (default the first one running)",
 		"  -D, --duration=<sec>      Run for this many seconds (bw tests)",
 		"  -f, --margin=<sec>        Warm-up and cool-down of a -D run (default duration/4)",
 		"  -F, --CPU-freq            Accepted; the clock is the kernel's",

@@ -72,6 +72,9 @@ func Run(p *Params, cfg Config) error {
 	}
 	t.ctx = ctx
 	defer ctx.Close()
+	// The header names the device opened, the first running one when -d
+	// was not given.
+	p.Device = ctx.Name()
 	if p.inlineSet {
 		// perftest checks an inline size it was given (or forced to 0)
 		// against the devices it knows, and prints a line for rxe, which
