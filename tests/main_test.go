@@ -18,7 +18,8 @@ import (
 	"github.com/rnicd/rnicd/verbs"
 )
 
-// binDir holds the programs TestMain builds once for every test.
+// binDir holds the programs TestMain builds once for every test: rnicd
+// and rnic.
 var binDir string
 
 // helperEnv names the role of a test binary re-executed as a client
@@ -43,7 +44,7 @@ func runTests(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(binDir)
-	build := exec.Command("go", "build", "-o", binDir, "../cmd/rnicd")
+	build := exec.Command("go", "build", "-o", binDir, "../cmd/rnicd", "../cmd/rnic")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "build: %v\n%s", err, out)

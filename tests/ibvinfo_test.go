@@ -1,0 +1,189 @@
+package tests
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"regexp"
+	"sort"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// rnicOutput runs `rnic args...` to the end and returns its stdout; a
+// failure is fatal.
+func rnicOutput(t *testing.T, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var out, errb bytes.Buffer
+	cmd := rnic(ctx, args...)
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("rnic %s: %v\n%s%s", strings.Join(args, " "), err, out.String(), errb.String())
+	}
+	return out.String()
+}
+
+// TestInfoTools runs ibv_devices, ibv_devinfo and res as processes
+// against the two daemons: they must find both daemons without -d, one
+// with -d, and show each daemon's own GID and MTU.
+func TestInfoTools(t *testing.T) {
+	tb := newToolBench(t)
+	want := "    device          \t   node GUID\n" +
+		"    ------          \t----------------\n" +
+		"    rnicA           \t0000000000000000\n" +
+		"    rnicB           \t0000000000000000\n"
+	if got := rnicOutput(t, "ibv_devices"); got != want {
+		t.Errorf("ibv_devices printed\n%q\nwant\n%q", got, want)
+	}
+	if got, want := rnicOutput(t, "ibv_devinfo", "-l"), "2 HCAs found:\n\trnicA\n\trnicB\n\n"; got != want {
+		t.Errorf("ibv_devinfo -l printed %q, want %q", got, want)
+	}
+
+	// Without -d, one block per daemon, each starting at its hca_id.
+	all := devinfoBlocks(rnicOutput(t, "ibv_devinfo", "-v"))
+	one := devinfoBlocks(rnicOutput(t, "ibv_devinfo", "-v", "-d", "rnicB"))
+	if len(all) != 2 || len(one) != 1 || one["rnicB"] != all["rnicB"] {
+		t.Fatalf("ibv_devinfo -v printed devices %v, with -d rnicB %v", keys(all), keys(one))
+	}
+	for _, d := range []*daemon{tb.a, tb.b} {
+		for _, want := range []string{
+			"hca_id:\t" + d.name + "\n\ttransport:\t\t\tInfiniBand (0)\n",
+			"\t\t\tstate:\t\t\tPORT_ACTIVE (4)\n",
+			"\t\t\tactive_mtu:\t\t1024 (3)\n",
+			"\t\t\tlink_layer:\t\tEthernet\n",
+			"\t\t\tGID[  1]:\t\t::ffff:" + d.addr.String() + ", RoCE v2\n",
+		} {
+			if !strings.Contains(all[d.name], want) {
+				t.Errorf("ibv_devinfo -v printed no %q for %s:\n%s", want, d.name, all[d.name])
+			}
+		}
+	}
+	if got := rnicOutput(t, "res"); got != "" {
+		t.Errorf("res with no tool running printed\n%s", got)
+	}
+}
+
+// devinfoBlocks splits ibv_devinfo's output into its devices' blocks.
+func devinfoBlocks(out string) map[string]string {
+	m := make(map[string]string)
+	for _, b := range strings.SplitAfter(out, "\n\n") {
+		if name, _, ok := strings.Cut(strings.TrimPrefix(b, "hca_id:\t"), "\n"); ok && strings.HasPrefix(b, "hca_id:\t") {
+			m[name] = b
+		}
+	}
+	return m
+}
+
+func keys(m map[string]string) []string {
+	var k []string
+	for n := range m {
+		k = append(k, n)
+	}
+	sort.Strings(k)
+	return k
+}
+
+// resLine is one line of `rnic res` for an RC QP.
+var resLine = regexp.MustCompile(`^link (rnic[AB])/1 lqpn (\d+) rqpn (\d+) type RC state (\S+) rq-psn \d+ sq-psn \d+ path-mig-state MIGRATED pid (\d+) comm (\S+)$`)
+
+type resRow struct {
+	dev, state, comm string
+	lqpn, rqpn, pid  int
+}
+
+func parseRes(t *testing.T, out string) []resRow {
+	t.Helper()
+	var rows []resRow
+	for _, l := range strings.Split(strings.TrimSuffix(out, "\n"), "\n") {
+		if l == "" {
+			continue
+		}
+		m := resLine.FindStringSubmatch(l)
+		if m == nil {
+			t.Fatalf("res line %q", l)
+		}
+		r := resRow{dev: m[1], state: m[4], comm: m[6]}
+		fmt.Sscan(m[2], &r.lqpn)
+		fmt.Sscan(m[3], &r.rqpn)
+		fmt.Sscan(m[5], &r.pid)
+		rows = append(rows, r)
+	}
+	return rows
+}
+
+// TestResWhileRunning watches `rnic res` while an ibv_rc_pingpong runs
+// between the daemons: first the server's QP alone in INIT, then both QPs
+// in RTS, each the other's rqpn, each owned by its process; once both
+// processes are killed, no QP and no object is left.
+func TestResWhileRunning(t *testing.T) {
+	tb := newToolBench(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	port := freePort(t)
+	// Enough iterations to outlast the test: the processes are killed.
+	args := []string{"ibv_rc_pingpong", "-g", "1", "-s", "1", "-n", "100000000", "-p", port}
+	server := rnic(ctx, append(args, "-d", "rnicA")...)
+	if err := server.Start(); err != nil {
+		t.Fatal(err)
+	}
+	srvDone := make(chan error, 1)
+	go func() { srvDone <- server.Wait() }()
+
+	var rows []resRow
+	eventually(t, "the server's QP in res", func() bool {
+		rows = parseRes(t, rnicOutput(t, "res"))
+		return len(rows) > 0
+	})
+	if len(rows) != 1 || rows[0].dev != "rnicA" || rows[0].state != "INIT" || rows[0].pid != server.Process.Pid || rows[0].comm != "rnic" {
+		t.Fatalf("before the client: res rows %+v, want one INIT QP of rnicA owned by rnic[%d]", rows, server.Process.Pid)
+	}
+
+	// The client is started again while the server does not listen yet.
+	var clientPid atomic.Int64
+	cliDone := make(chan error, 1)
+	go func() {
+		for {
+			var errb bytes.Buffer
+			client := rnic(ctx, append(args, "-d", "rnicB", "127.0.0.1")...)
+			client.Stderr = &errb
+			err := client.Start()
+			if err == nil {
+				clientPid.Store(int64(client.Process.Pid))
+				err = client.Wait()
+			}
+			if err == nil || !strings.Contains(errb.String(), "connection refused") || ctx.Err() != nil {
+				cliDone <- fmt.Errorf("client: %v: %s", err, errb.String())
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}()
+	eventually(t, "both QPs in RTS", func() bool {
+		rows = parseRes(t, rnicOutput(t, "res"))
+		return len(rows) == 2 && rows[0].state == "RTS" && rows[1].state == "RTS"
+	})
+	a, b := rows[0], rows[1]
+	if a.dev != "rnicA" || b.dev != "rnicB" || a.rqpn != b.lqpn || b.rqpn != a.lqpn ||
+		a.pid != server.Process.Pid || int64(b.pid) != clientPid.Load() || b.comm != "rnic" {
+		t.Fatalf("while running: res rows %+v, want rnicA's of pid %d and rnicB's of pid %d, connected to each other",
+			rows, server.Process.Pid, clientPid.Load())
+	}
+	select {
+	case err := <-cliDone:
+		t.Fatalf("the client ended early: %v", err)
+	case err := <-srvDone:
+		t.Fatalf("the server ended early: %v", err)
+	default:
+	}
+	cancel() // SIGKILL both
+	<-cliDone
+	<-srvDone
+	tb.idle(t)
+	if got := rnicOutput(t, "res"); got != "" {
+		t.Errorf("res after the tools were killed printed\n%s", got)
+	}
+}

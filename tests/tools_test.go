@@ -1,0 +1,120 @@
+package tests
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rnicd/rnicd/verbs"
+)
+
+// toolBench is the pair of daemons the tool tests share: rnicA on
+// 127.0.0.1 runs every server, rnicB on 127.0.0.2 every client, each tool
+// a process of its own as on two hosts. ca and cb are this test's own
+// connections to the daemons, to read their counters.
+type toolBench struct {
+	a, b   *daemon
+	ca, cb *verbs.Context
+}
+
+func newToolBench(t *testing.T) *toolBench {
+	t.Helper()
+	a, b := daemons(t)
+	return &toolBench{a: a, b: b, ca: open(t, "rnicA"), cb: open(t, "rnicB")}
+}
+
+// rnic is a command line of the rnic binary TestMain built.
+func rnic(ctx context.Context, args ...string) *exec.Cmd {
+	return exec.CommandContext(ctx, filepath.Join(binDir, "rnic"), args...)
+}
+
+// pair runs tool as a server on rnicA and a client on rnicB that
+// connects to it over TCP on 127.0.0.1, both with args, and returns what
+// each printed once both exited 0. The client is started again while
+// the server does not listen yet, as a user would. Afterwards both
+// daemons must hold no object of the tool's any more.
+func (tb *toolBench) pair(t *testing.T, tool string, args ...string) (srv, cli string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	port := freePort(t)
+	common := append([]string{tool, "-p", port}, args...)
+	server := rnic(ctx, append(common, "-d", "rnicA")...)
+	var sout, serr bytes.Buffer
+	server.Stdout, server.Stderr = &sout, &serr
+	if err := server.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var cout, cerr bytes.Buffer
+	var clientErr error
+	for {
+		cout.Reset()
+		cerr.Reset()
+		client := rnic(ctx, append(common, "-d", "rnicB", "127.0.0.1")...)
+		client.Stdout, client.Stderr = &cout, &cerr
+		clientErr = client.Run()
+		if clientErr == nil || !strings.Contains(cerr.String(), "connection refused") || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if clientErr != nil {
+		server.Process.Kill()
+	}
+	serverErr := server.Wait()
+	if clientErr != nil || serverErr != nil {
+		t.Fatalf("%s %s\nclient: %v\n%s%s\nserver: %v\n%s%s", tool, strings.Join(args, " "),
+			clientErr, cout.String(), cerr.String(), serverErr, sout.String(), serr.String())
+	}
+	tb.idle(t)
+	return sout.String(), cout.String()
+}
+
+// idle waits until both daemons hold no object but this test's two
+// connections: a tool that exited has had everything it made destroyed.
+func (tb *toolBench) idle(t *testing.T) {
+	t.Helper()
+	for _, c := range []*verbs.Context{tb.ca, tb.cb} {
+		// The daemon tears a client down when it sees the hang-up, a
+		// moment after the process exited; the deadline only guards
+		// against a hang.
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			left := objects(t, c)
+			if leftover(left) == "" {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s still holds %s", c.Name(), leftover(left))
+			}
+		}
+	}
+}
+
+// leftover names the objects in a daemon's hostif_objects_* and
+// hostif_clients counters beyond this test's own connection.
+func leftover(m map[string]uint64) string {
+	var s []string
+	for k, v := range m {
+		if k == "hostif_clients" && v != 1 || k != "hostif_clients" && v != 0 {
+			s = append(s, fmt.Sprintf("%s %d", k, v))
+		}
+	}
+	return strings.Join(s, ", ")
+}
+
+// freePort finds a TCP port for a tool's exchange; another program may
+// take it in between, which shows as a failed run, not a wrong result.
+func freePort(t *testing.T) string {
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return fmt.Sprint(ln.Addr().(*net.TCPAddr).Port)
+}
