@@ -587,16 +587,30 @@ type poller struct {
 }
 
 func (pl *poller) poll(max int) ([]verbs.WC, error) {
+	return pl.pollUntil(max, time.Time{})
+}
+
+// pollUntil is poll that gives up without an error at end, if end is
+// set: a -D run's end comes whether or not completions do.
+func (pl *poller) pollUntil(max int, end time.Time) ([]verbs.WC, error) {
 	if n := pl.cq.Poll(pl.wcs[:max]); n > 0 {
 		return pl.wcs[:n], nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), pl.idle)
 	defer cancel()
+	if !end.IsZero() {
+		var cancelEnd context.CancelFunc
+		ctx, cancelEnd = context.WithDeadline(ctx, end)
+		defer cancelEnd()
+	}
 	for {
 		if n := pl.cq.Poll(pl.wcs[:max]); n > 0 {
 			return pl.wcs[:n], nil
 		}
 		if err := pl.cq.Wait(ctx); err != nil {
+			if !end.IsZero() && !time.Now().Before(end) {
+				return nil, nil
+			}
 			return nil, fmt.Errorf("%w: no completion for %v", ErrRun, pl.idle)
 		}
 	}
@@ -740,7 +754,13 @@ func (t *test) runBWServer(posted []int) (BWReport, error) {
 				break
 			}
 		}
-		wcs, err := cq.poll(16)
+		// In a -D run the client stops sending at its own end: wait for
+		// completions no longer than this side's end.
+		var until time.Time
+		if duration && !start.IsZero() {
+			until = dc.end
+		}
+		wcs, err := cq.pollUntil(16, until)
 		if err != nil {
 			fmt.Fprintf(t.cfg.Stderr, " Did not get Message for %v, exiting..\n Total Received=%d, Total Iters Required=%d\n", t.idle, rcnt, tot)
 			return BWReport{}, err

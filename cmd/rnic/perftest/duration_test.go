@@ -1,0 +1,66 @@
+package perftest
+
+import (
+	"bytes"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rnicd/rnicd/verbs"
+)
+
+// runLocalPair runs tool with args as a server and a client, each on an
+// in-process NIC of its own (127.77.200.1 and .2), and returns what each
+// printed and returned.
+func runLocalPair(t *testing.T, tool string, args ...string) (srvOut, cliOut string, srvErr, cliErr error) {
+	t.Helper()
+	tl, ok := Find(tool)
+	if !ok {
+		t.Fatal("no tool", tool)
+	}
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	run := func(addr string, ln net.Listener, out *bytes.Buffer, extra ...string) error {
+		p, err := Parse(tl, append(append([]string{"-p", port}, args...), extra...))
+		if err != nil {
+			return err
+		}
+		return Run(p, Config{Stdout: out, Stderr: out, Listener: ln, IdleTimeout: 30 * time.Second,
+			Open: func(*Params) (*verbs.Context, error) {
+				return verbs.OpenLocal(verbs.LocalConfig{Addr: netip.MustParseAddr(addr), MTU: 1024})
+			}})
+	}
+	var sout, cout bytes.Buffer
+	done := make(chan error, 1)
+	go func() { done <- run("127.77.200.1", ln, &sout) }()
+	cliErr = run("127.77.200.2", nil, &cout, "127.0.0.1")
+	srvErr = <-done
+	return sout.String(), cout.String(), srvErr, cliErr
+}
+
+// A -D run of ib_send_bw ends on both sides: the server stops waiting for
+// receives at its end of the run, although the client's last SEND came
+// before (it used to wait for one more until its idle timeout).
+func TestSendBWDuration(t *testing.T) {
+	srv, cli, srvErr, cliErr := runLocalPair(t, "ib_send_bw", "-D", "1", "-s", "1024")
+	if srvErr != nil || cliErr != nil {
+		t.Fatalf("server: %v\n%s\nclient: %v\n%s", srvErr, srv, cliErr, cli)
+	}
+	for who, out := range map[string]string{"server": srv, "client": cli} {
+		i := strings.Index(out, " #bytes")
+		if i < 0 {
+			t.Fatalf("%s printed no result table:\n%s", who, out)
+		}
+		f := strings.Fields(strings.SplitN(out[i:], "\n", 3)[1])
+		if n, err := strconv.Atoi(f[1]); f[0] != "1024" || err != nil || n <= 0 {
+			t.Fatalf("%s result line %q", who, f)
+		}
+	}
+}
