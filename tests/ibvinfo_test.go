@@ -34,8 +34,8 @@ func TestInfoTools(t *testing.T) {
 	tb := newToolBench(t)
 	want := "    device          \t   node GUID\n" +
 		"    ------          \t----------------\n" +
-		"    rnicA           \t0000000000000000\n" +
-		"    rnicB           \t0000000000000000\n"
+		"    rnicA           \t020000007f000001\n" +
+		"    rnicB           \t020000007f000002\n"
 	if got := rnicOutput(t, "ibv_devices"); got != want {
 		t.Errorf("ibv_devices printed\n%q\nwant\n%q", got, want)
 	}
@@ -52,6 +52,7 @@ func TestInfoTools(t *testing.T) {
 	for _, d := range []*daemon{tb.a, tb.b} {
 		for _, want := range []string{
 			"hca_id:\t" + d.name + "\n\ttransport:\t\t\tInfiniBand (0)\n",
+			fmt.Sprintf("\tnode_guid:\t\t\t0200:0000:7f00:000%d\n", d.addr.As4()[3]),
 			"\t\t\tstate:\t\t\tPORT_ACTIVE (4)\n",
 			"\t\t\tactive_mtu:\t\t1024 (3)\n",
 			"\t\t\tlink_layer:\t\tEthernet\n",

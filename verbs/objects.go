@@ -175,15 +175,35 @@ func (c *Context) call(k hostif.Kind, req hostif.Body, fds []int, reply hostif.B
 
 // QueryDevice returns the device's attributes (ibv_query_device).
 func (c *Context) QueryDevice() (DeviceAttr, error) {
-	if err := c.check(); err != nil {
+	p, err := c.QueryPort()
+	if err != nil {
 		return DeviceAttr{}, err
 	}
 	return DeviceAttr{
-		Name: c.name, FWVer: "0.1", MaxQP: 1 << 16, MaxQPWR: qpmgr.MaxQPWR, MaxSGE: qpmgr.MaxSGE,
+		Name: c.name, NodeGUID: NodeGUID(p.Addr), FWVer: "0.1", MaxQP: 1 << 16, MaxQPWR: qpmgr.MaxQPWR, MaxSGE: qpmgr.MaxSGE,
 		MaxCQ: 1 << 16, MaxCQE: rnic.MaxCQE, MaxMR: 1 << 16, MaxMRSize: 1 << 40, MaxPD: 1 << 16,
 		MaxQPRdAtom: qpmgr.MaxRdAtomic, MaxQPInitRdAtom: qpmgr.MaxRdAtomic, MaxSRQ: 1 << 16,
 		MaxSRQWR: qpmgr.MaxQPWR, MaxInlineData: qpmgr.MaxInlineData, AtomicCap: "ATOMIC_HCA",
 	}, nil
+}
+
+// NodeGUID is the node GUID of the device whose port has address a. rxe
+// takes it from the interface's MAC, which every rnicd on one interface
+// (on lo, every one) would share; rnicd serves one address per device, so
+// the GUID is made from it instead: an IPv4 address in the low 32 bits
+// under a locally administered prefix (127.0.0.1 gives
+// 0200:0000:7f00:0001), an IPv6 address's interface identifier.
+func NodeGUID(a netip.Addr) uint64 {
+	a = a.Unmap()
+	b := a.As16()
+	if a.Is4() {
+		return 0x02<<56 | uint64(b[12])<<24 | uint64(b[13])<<16 | uint64(b[14])<<8 | uint64(b[15])
+	}
+	var g uint64
+	for _, x := range b[8:] {
+		g = g<<8 | uint64(x)
+	}
+	return g
 }
 
 // QueryPort returns the port's attributes and GID table (ibv_query_port).

@@ -152,3 +152,27 @@ func TestSocketDirAndDevices(t *testing.T) {
 		t.Fatalf("SocketDir for root: %q", got)
 	}
 }
+
+// Each device's node GUID comes from its port's address, so two daemons
+// on lo differ, and ibv_query_device reports it.
+func TestNodeGUID(t *testing.T) {
+	for _, c := range []struct {
+		addr string
+		want uint64
+	}{
+		{"127.0.0.1", 0x0200_0000_7f00_0001},
+		{"::ffff:198.18.0.2", 0x0200_0000_c612_0002},
+		{"fe80::a8bb:ccff:fedd:eeff", 0xa8bb_ccff_fedd_eeff},
+	} {
+		if got := verbs.NodeGUID(netip.MustParseAddr(c.addr)); got != c.want {
+			t.Errorf("NodeGUID(%s) = %#016x, want %#016x", c.addr, got, c.want)
+		}
+	}
+	a, err := openLocal(t, "127.3.0.9").QueryDevice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.NodeGUID != 0x0200_0000_7f03_0009 {
+		t.Fatalf("QueryDevice node GUID %#016x", a.NodeGUID)
+	}
+}

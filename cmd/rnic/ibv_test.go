@@ -25,7 +25,7 @@ func TestDevicesLocal(t *testing.T) {
 	out, rc := ibvRunTool(t, "ibv_devices", "--local", "127.5.1.1")
 	want := "    device          \t   node GUID\n" +
 		"    ------          \t----------------\n" +
-		"    rnic0           \t0000000000000000\n"
+		"    rnic0           \t020000007f050101\n"
 	if rc != 0 || out != want {
 		t.Fatalf("rc %d, output\n%q\nwant\n%q", rc, out, want)
 	}
@@ -40,6 +40,7 @@ func TestDevinfoLocal(t *testing.T) {
 	for _, want := range []string{
 		"hca_id:\trnic7\n",
 		"\ttransport:\t\t\tInfiniBand (0)\n",
+		"\tnode_guid:\t\t\t0200:0000:7f05:0102\n",
 		"\tphys_port_cnt:\t\t\t1\n",
 		"\tmax_qp_wr:\t\t\t16384\n",
 		"\tatomic_cap:\t\t\tATOMIC_HCA (1)\n",
