@@ -34,7 +34,7 @@ func TestPerftestTools(t *testing.T) {
 		{"ib_write_lat", []string{"-c", "RC"}, sizes},
 		{"ib_read_lat", []string{"-c", "RC"}, sizes},
 	}
-	const iters = "20"
+	const iters = "100"
 	for _, c := range cases {
 		for _, size := range c.sizes {
 			t.Run(fmt.Sprintf("%s/%s/%s", c.tool, c.flags[1], size), func(t *testing.T) {
@@ -51,6 +51,13 @@ func TestPerftestTools(t *testing.T) {
 			})
 		}
 	}
+	// Without -d a tool takes the first daemon running, rnicA, on both
+	// sides: a server and a client on one NIC.
+	t.Run("no -d", func(t *testing.T) {
+		srv, cli := tb.pairOn(t, "", "", "ib_send_lat", "-s", "1025", "-n", iters)
+		checkPerftest(t, "client", cli, "rnicA", "127:00:00:01", "127:00:00:01", "1025", iters)
+		checkPerftest(t, "server", srv, "rnicA", "127:00:00:01", "127:00:00:01", "1025", iters)
+	})
 }
 
 // checkPerftest checks one side's output: the device in the header, the

@@ -36,16 +36,29 @@ func rnic(ctx context.Context, args ...string) *exec.Cmd {
 
 // pair runs tool as a server on rnicA and a client on rnicB that
 // connects to it over TCP on 127.0.0.1, both with args, and returns what
-// each printed once both exited 0. The client is started again while
-// the server does not listen yet, as a user would. Afterwards both
-// daemons must hold no object of the tool's any more.
+// each printed once both exited 0.
 func (tb *toolBench) pair(t *testing.T, tool string, args ...string) (srv, cli string) {
+	t.Helper()
+	return tb.pairOn(t, "rnicA", "rnicB", tool, args...)
+}
+
+// pairOn is pair with the server on device srvDev and the client on
+// cliDev; "" gives no -d, so the tool takes the first daemon. The client
+// is started again while the server does not listen yet, as a user
+// would. Afterwards both daemons must hold no object of the tool's.
+func (tb *toolBench) pairOn(t *testing.T, srvDev, cliDev, tool string, args ...string) (srv, cli string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	port := freePort(t)
-	common := append([]string{tool, "-p", port}, args...)
-	server := rnic(ctx, append(common, "-d", "rnicA")...)
+	cmdline := func(dev string, rest ...string) []string {
+		c := append([]string{tool, "-p", port}, args...)
+		if dev != "" {
+			c = append(c, "-d", dev)
+		}
+		return append(c, rest...)
+	}
+	server := rnic(ctx, cmdline(srvDev)...)
 	var sout, serr bytes.Buffer
 	server.Stdout, server.Stderr = &sout, &serr
 	if err := server.Start(); err != nil {
@@ -56,7 +69,7 @@ func (tb *toolBench) pair(t *testing.T, tool string, args ...string) (srv, cli s
 	for {
 		cout.Reset()
 		cerr.Reset()
-		client := rnic(ctx, append(common, "-d", "rnicB", "127.0.0.1")...)
+		client := rnic(ctx, cmdline(cliDev, "127.0.0.1")...)
 		client.Stdout, client.Stderr = &cout, &cerr
 		clientErr = client.Run()
 		if clientErr == nil || !strings.Contains(cerr.String(), "connection refused") || ctx.Err() != nil {
