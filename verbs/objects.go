@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -39,6 +40,7 @@ type Context struct {
 
 type localNIC struct {
 	dev  *rnic.Device
+	conn *net.UnixConn // the server's end of the socketpair
 	done chan struct{} // closed when the server has torn the client down
 }
 
@@ -125,7 +127,7 @@ func OpenLocal(cfg LocalConfig) (*Context, error) {
 		d.Close()
 		return nil, fmt.Errorf("verbs: open local %s: %w", cfg.Name, err)
 	}
-	l := &localNIC{dev: d, done: make(chan struct{})}
+	l := &localNIC{dev: d, conn: srvEnd, done: make(chan struct{})}
 	srv := hostif.NewServer(hostif.Config{Device: d, Name: cfg.Name})
 	go func() {
 		srv.ServeConn(srvEnd)
@@ -161,6 +163,18 @@ func (c *Context) check() error {
 	defer c.mu.Unlock()
 	if c.closed {
 		return ErrClosed
+	}
+	return nil
+}
+
+// fatal says whether the daemon is gone: it closed the control
+// connection, as it does when it exits or is killed.
+func (c *Context) fatal() error {
+	if err := c.check(); err != nil {
+		return err
+	}
+	if c.cl.HungUp() {
+		return fmt.Errorf("%w: the rnicd of %s hung up", ErrDeviceFatal, c.name)
 	}
 	return nil
 }
@@ -408,7 +422,9 @@ func (c *Context) CreateCompChannel() (*CompChannel, error) {
 
 // GetCQEvent waits for the next completion event and returns its CQ
 // (ibv_get_cq_event). Re-arm the CQ with ReqNotify before polling it empty.
+// It fails with ErrDeviceFatal once the daemon is gone.
 func (ch *CompChannel) GetCQEvent(ctx context.Context) (*CQ, error) {
+	idle := false
 	for {
 		ch.mu.Lock()
 		for _, cq := range ch.cqs {
@@ -419,10 +435,31 @@ func (ch *CompChannel) GetCQEvent(ctx context.Context) (*CQ, error) {
 			}
 		}
 		ch.mu.Unlock()
-		if err := ch.ev.wait(ctx); err != nil {
+		if idle {
+			if err := ch.ctx.fatal(); err != nil {
+				return nil, err
+			}
+		}
+		var err error
+		if idle, err = waitBounded(ctx, ch.ev); err != nil {
 			return nil, err
 		}
 	}
+}
+
+// waitBounded waits on e for at most a tenth of a second, so that a
+// waiter looks at its daemon now and then; idle says the time ran out.
+func waitBounded(ctx context.Context, e eventFD) (idle bool, err error) {
+	wctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	err = e.wait(wctx)
+	cancel()
+	if ctx.Err() != nil {
+		return false, ctx.Err()
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return true, nil
+	}
+	return false, err
 }
 
 // Destroy destroys the channel (ibv_destroy_comp_channel).
@@ -570,6 +607,7 @@ func (cq *CQ) ReqNotify(solicitedOnly bool) error {
 // NIC writes after its next completion: a system call only when there
 // was nothing to poll.
 func (cq *CQ) Wait(ctx context.Context) error {
+	idle := false
 	for {
 		cq.mu.Lock()
 		if cq.ring == nil {
@@ -586,17 +624,15 @@ func (cq *CQ) Wait(ctx context.Context) error {
 		if ready {
 			return nil
 		}
-		// A short bound guards against a daemon that went away.
-		wctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
-		err := cq.wake.wait(wctx)
-		cancel()
-		if ctx.Err() != nil {
-			return ctx.Err()
+		// Completions the daemon wrote before it went (a SIGTERM's
+		// flush) are taken above first.
+		if idle {
+			if err := cq.ctx.fatal(); err != nil {
+				return err
+			}
 		}
-		if err == nil {
-			return nil
-		}
-		if !errors.Is(err, context.DeadlineExceeded) {
+		var err error
+		if idle, err = waitBounded(ctx, cq.wake); err != nil || !idle {
 			return err
 		}
 	}

@@ -112,6 +112,10 @@ var (
 	// ErrNotShared is returned by RegMR for memory that does not come
 	// from Context.Alloc.
 	ErrNotShared = errors.New("verbs: buffer was not allocated by Context.Alloc")
+	// ErrDeviceFatal is returned by CQ.Wait and CompChannel.GetCQEvent
+	// once the daemon is gone (IBV_EVENT_DEVICE_FATAL): no completion
+	// will come any more.
+	ErrDeviceFatal = errors.New("verbs: device fatal error")
 )
 
 // Addr is the virtual address of b's first byte: what an SGE or a remote

@@ -81,6 +81,27 @@ func (c *Client) Send(k Kind, req Body) error {
 	return nil
 }
 
+// HungUp reports whether the daemon has closed its end of the
+// connection (it exited or was killed), without a request and without
+// reading: an application waiting on its rings learns it this way, as a
+// device's fatal event.
+func (c *Client) HungUp() bool {
+	rc, err := c.uc.SyscallConn()
+	if err != nil {
+		return true // closed here
+	}
+	hung := false
+	err = rc.Control(func(fd uintptr) {
+		// A SOCK_SEQPACKET socket whose peer closed polls as POLLRDHUP
+		// and POLLHUP; pending data alone polls as POLLIN only.
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLRDHUP}}
+		if n, err := unix.Poll(fds, 0); err == nil && n > 0 {
+			hung = fds[0].Revents&(unix.POLLRDHUP|unix.POLLHUP|unix.POLLERR) != 0
+		}
+	})
+	return hung || err != nil
+}
+
 // AsyncErr returns, and forgets, the last error reply to a doorbell that
 // a Call read on its way.
 func (c *Client) AsyncErr() error {

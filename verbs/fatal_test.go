@@ -1,0 +1,52 @@
+package verbs
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"testing"
+	"time"
+)
+
+// When the daemon goes away (here: the in-process server's end of the
+// connection closes, as a killed rnicd's does), a waiter on a CQ or a
+// completion channel gets ErrDeviceFatal instead of waiting forever.
+func TestDaemonGoneIsFatal(t *testing.T) {
+	c, err := OpenLocal(LocalConfig{Addr: netip.MustParseAddr("127.3.0.11"), MTU: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ch, err := c.CreateCompChannel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cq, err := c.CreateCQ(16, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evcq, err := c.CreateCQ(16, ch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := evcq.ReqNotify(false); err != nil {
+		t.Fatal(err)
+	}
+	// While the daemon is there, a wait just ends with its context.
+	short, cancel := context.WithTimeout(context.Background(), 250*time.Millisecond)
+	if err := cq.Wait(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Wait with the daemon up: %v", err)
+	}
+	cancel()
+
+	c.local.conn.Close()
+	// The deadline only guards against the hang this test is about.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := cq.Wait(ctx); !errors.Is(err, ErrDeviceFatal) {
+		t.Fatalf("CQ.Wait after the daemon went: %v", err)
+	}
+	if _, err := ch.GetCQEvent(ctx); !errors.Is(err, ErrDeviceFatal) {
+		t.Fatalf("GetCQEvent after the daemon went: %v", err)
+	}
+}
