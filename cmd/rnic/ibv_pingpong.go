@@ -333,6 +333,9 @@ func runPingpong(cfg ppConfig, ln net.Listener, out io.Writer) (*ppResult, error
 	}
 	elapsed, err := p.loop()
 	if err != nil {
+		if errors.Is(err, verbs.ErrDeviceFatal) {
+			return nil, err // no daemon left to ask for its counters
+		}
 		return nil, fmt.Errorf("%w; device counters: %s", err, ibvNonZero(ctx))
 	}
 	usec := float64(elapsed.Nanoseconds()) / 1e3
@@ -749,7 +752,7 @@ func (p *pingpong) badPages() []int {
 	return bad
 }
 
-// nonZero lists the device's non-zero counters: what a stalled run most
+// ibvNonZero lists the device's non-zero counters: what a stalled run most
 // needs to show (drops by reason, retries).
 func ibvNonZero(c *verbs.Context) string {
 	m, err := c.Counters()

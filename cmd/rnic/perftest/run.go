@@ -611,7 +611,10 @@ func (pl *poller) pollUntil(max int, end time.Time) ([]verbs.WC, error) {
 			if !end.IsZero() && !time.Now().Before(end) {
 				return nil, nil
 			}
-			return nil, fmt.Errorf("%w: no completion for %v", ErrRun, pl.idle)
+			if errors.Is(err, context.DeadlineExceeded) {
+				return nil, fmt.Errorf("%w: no completion for %v", ErrRun, pl.idle)
+			}
+			return nil, fmt.Errorf("%w: %w", ErrRun, err) // the daemon is gone
 		}
 	}
 }
