@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os/exec"
 	"regexp"
 	"sort"
 	"strings"
@@ -116,6 +117,65 @@ func parseRes(t *testing.T, out string) []resRow {
 	return rows
 }
 
+// endless is an ibv_rc_pingpong pair with more iterations than any test
+// lasts: the server on rnicA and the client on rnicB, in the background
+// until ctx ends.
+type endless struct {
+	ctx       context.Context
+	args      []string
+	server    *exec.Cmd
+	srvErr    lockedBuf
+	srvDone   chan error
+	clientPid atomic.Int64
+	cliDone   chan error
+}
+
+func startEndlessServer(t *testing.T, ctx context.Context) *endless {
+	t.Helper()
+	e := &endless{ctx: ctx, srvDone: make(chan error, 1), cliDone: make(chan error, 1),
+		args: []string{"ibv_rc_pingpong", "-g", "1", "-s", "1", "-n", "100000000", "-p", freePort(t)}}
+	e.server = rnic(ctx, append(e.args, "-d", "rnicA")...)
+	e.server.Stderr = &e.srvErr
+	if err := e.server.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { e.srvDone <- e.server.Wait() }()
+	return e
+}
+
+// startClient starts the client, and again while the server does not
+// listen yet.
+func (e *endless) startClient() {
+	go func() {
+		for {
+			var errb bytes.Buffer
+			client := rnic(e.ctx, append(e.args, "-d", "rnicB", "127.0.0.1")...)
+			client.Stderr = &errb
+			err := client.Start()
+			if err == nil {
+				e.clientPid.Store(int64(client.Process.Pid))
+				err = client.Wait()
+			}
+			if err == nil || !strings.Contains(errb.String(), "connection refused") || e.ctx.Err() != nil {
+				e.cliDone <- fmt.Errorf("client: %v: %s", err, errb.String())
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}()
+}
+
+// connected waits until res shows both QPs in RTS and returns its rows.
+func (e *endless) connected(t *testing.T) []resRow {
+	t.Helper()
+	var rows []resRow
+	eventually(t, "both QPs in RTS", func() bool {
+		rows = parseRes(t, rnicOutput(t, "res"))
+		return len(rows) == 2 && rows[0].state == "RTS" && rows[1].state == "RTS"
+	})
+	return rows
+}
+
 // TestResWhileRunning watches `rnic res` while an ibv_rc_pingpong runs
 // between the daemons: first the server's QP alone in INIT, then both QPs
 // in RTS, each the other's rqpn, each owned by its process; once both
@@ -124,15 +184,8 @@ func TestResWhileRunning(t *testing.T) {
 	tb := newToolBench(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	port := freePort(t)
-	// Enough iterations to outlast the test: the processes are killed.
-	args := []string{"ibv_rc_pingpong", "-g", "1", "-s", "1", "-n", "100000000", "-p", port}
-	server := rnic(ctx, append(args, "-d", "rnicA")...)
-	if err := server.Start(); err != nil {
-		t.Fatal(err)
-	}
-	srvDone := make(chan error, 1)
-	go func() { srvDone <- server.Wait() }()
+	e := startEndlessServer(t, ctx)
+	spid := e.server.Process.Pid
 
 	var rows []resRow
 	// The QP shows in RESET a moment between its creation and the
@@ -141,52 +194,78 @@ func TestResWhileRunning(t *testing.T) {
 		rows = parseRes(t, rnicOutput(t, "res"))
 		return len(rows) > 0 && rows[0].state != "RESET"
 	})
-	if len(rows) != 1 || rows[0].dev != "rnicA" || rows[0].state != "INIT" || rows[0].pid != server.Process.Pid || rows[0].comm != "rnic" {
-		t.Fatalf("before the client: res rows %+v, want one INIT QP of rnicA owned by rnic[%d]", rows, server.Process.Pid)
+	if len(rows) != 1 || rows[0].dev != "rnicA" || rows[0].state != "INIT" || rows[0].pid != spid || rows[0].comm != "rnic" {
+		t.Fatalf("before the client: res rows %+v, want one INIT QP of rnicA owned by rnic[%d]", rows, spid)
 	}
 
-	// The client is started again while the server does not listen yet.
-	var clientPid atomic.Int64
-	cliDone := make(chan error, 1)
-	go func() {
-		for {
-			var errb bytes.Buffer
-			client := rnic(ctx, append(args, "-d", "rnicB", "127.0.0.1")...)
-			client.Stderr = &errb
-			err := client.Start()
-			if err == nil {
-				clientPid.Store(int64(client.Process.Pid))
-				err = client.Wait()
-			}
-			if err == nil || !strings.Contains(errb.String(), "connection refused") || ctx.Err() != nil {
-				cliDone <- fmt.Errorf("client: %v: %s", err, errb.String())
-				return
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}()
-	eventually(t, "both QPs in RTS", func() bool {
-		rows = parseRes(t, rnicOutput(t, "res"))
-		return len(rows) == 2 && rows[0].state == "RTS" && rows[1].state == "RTS"
-	})
+	e.startClient()
+	rows = e.connected(t)
 	a, b := rows[0], rows[1]
 	if a.dev != "rnicA" || b.dev != "rnicB" || a.rqpn != b.lqpn || b.rqpn != a.lqpn ||
-		a.pid != server.Process.Pid || int64(b.pid) != clientPid.Load() || b.comm != "rnic" {
+		a.pid != spid || int64(b.pid) != e.clientPid.Load() || b.comm != "rnic" {
 		t.Fatalf("while running: res rows %+v, want rnicA's of pid %d and rnicB's of pid %d, connected to each other",
-			rows, server.Process.Pid, clientPid.Load())
+			rows, spid, e.clientPid.Load())
 	}
 	select {
-	case err := <-cliDone:
+	case err := <-e.cliDone:
 		t.Fatalf("the client ended early: %v", err)
-	case err := <-srvDone:
+	case err := <-e.srvDone:
 		t.Fatalf("the server ended early: %v", err)
 	default:
 	}
 	cancel() // SIGKILL both
-	<-cliDone
-	<-srvDone
+	<-e.cliDone
+	<-e.srvDone
 	tb.idle(t)
 	if got := rnicOutput(t, "res"); got != "" {
 		t.Errorf("res after the tools were killed printed\n%s", got)
 	}
+}
+
+// TestToolSeesDaemonKilled: rnicA is SIGKILLed while a pingpong runs on
+// it. The tool on rnicA ends with the device's fatal error rather than
+// waiting for completions forever; rnicB, whose tool is killed then,
+// is left with no object.
+func TestToolSeesDaemonKilled(t *testing.T) {
+	dir := t.TempDir()
+	a, err := startDaemon(dir, "rnicA", "127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.cmd.Process.Kill()
+	b, err := startDaemon(dir, "rnicB", "127.0.0.2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := b.stop(); err != nil {
+			t.Errorf("%v\n%s", err, b.errb.String())
+		}
+	}()
+	t.Setenv("RNICD_DIR", dir)
+	tb := &toolBench{b: b, cb: open(t, "rnicB")}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	e := startEndlessServer(t, ctx)
+	e.startClient()
+	e.connected(t)
+	a.cmd.Process.Kill()
+	<-a.done
+	// The deadline only guards against the hang this test is about.
+	select {
+	case err := <-e.srvDone:
+		// The pingpong's own words, then the cause; no counters, as
+		// there is no daemon to ask.
+		want := "verbs: device fatal error: the rnicd of rnicA hung up ("
+		if code := e.server.ProcessState.ExitCode(); code != 1 || !strings.Contains(e.srvErr.String(), want) ||
+			strings.Contains(e.srvErr.String(), "counters") {
+			t.Fatalf("the tool on the killed daemon: %v, stderr %q; want exit 1 and %q", err, e.srvErr.String(), want)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the tool on the killed daemon still waits")
+	}
+	cancel() // the client waits for a peer that is gone: kill it
+	<-e.cliDone
+	tb.idle(t)
 }

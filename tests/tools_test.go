@@ -94,6 +94,9 @@ func (tb *toolBench) pairOn(t *testing.T, srvDev, cliDev, tool string, args ...s
 func (tb *toolBench) idle(t *testing.T) {
 	t.Helper()
 	for _, c := range []*verbs.Context{tb.ca, tb.cb} {
+		if c == nil {
+			continue // a daemon the test killed
+		}
 		// The daemon tears a client down when it sees the hang-up, a
 		// moment after the process exited; the deadline only guards
 		// against a hang.
