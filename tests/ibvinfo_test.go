@@ -268,4 +268,11 @@ func TestToolSeesDaemonKilled(t *testing.T) {
 	cancel() // the client waits for a peer that is gone: kill it
 	<-e.cliDone
 	tb.idle(t)
+	// rnicA's socket is still there, but no device any more.
+	want := "    device          \t   node GUID\n" +
+		"    ------          \t----------------\n" +
+		"    rnicB           \t020000007f000002\n"
+	if got := rnicOutput(t, "ibv_devices"); got != want {
+		t.Errorf("ibv_devices with rnicA killed printed\n%q\nwant\n%q", got, want)
+	}
 }

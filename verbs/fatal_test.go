@@ -3,7 +3,10 @@ package verbs
 import (
 	"context"
 	"errors"
+	"net"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 )
@@ -48,5 +51,30 @@ func TestDaemonGoneIsFatal(t *testing.T) {
 	}
 	if _, err := ch.GetCQEvent(ctx); !errors.Is(err, ErrDeviceFatal) {
 		t.Fatalf("GetCQEvent after the daemon went: %v", err)
+	}
+}
+
+// Devices lists the sockets a daemon listens on, and not one left by a
+// daemon that was killed.
+func TestDevicesSkipsStaleSockets(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("RNICD_DIR", dir)
+	live, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: SocketPath("rnicB"), Net: "unixpacket"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer live.Close()
+	dead, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: SocketPath("rnicA"), Net: "unixpacket"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead.SetUnlinkOnClose(false) // as a SIGKILL leaves it
+	dead.Close()
+	if err := os.WriteFile(filepath.Join(dir, "notes.sock"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	names, err := Devices()
+	if err != nil || len(names) != 1 || names[0] != "rnicB" {
+		t.Fatalf("Devices() = %q, %v; want [rnicB]", names, err)
 	}
 }

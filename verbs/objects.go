@@ -63,8 +63,9 @@ func SocketDir() string {
 // SocketPath is the control socket of device name.
 func SocketPath(name string) string { return filepath.Join(SocketDir(), name+".sock") }
 
-// Devices lists the devices whose daemons have a socket in SocketDir
-// (ibv_get_device_list), sorted.
+// Devices lists the devices whose daemons serve a socket in SocketDir
+// (ibv_get_device_list), sorted. A socket left by a daemon that was
+// killed is no device: it refuses connections, and is left out.
 func Devices() ([]string, error) {
 	ents, err := os.ReadDir(SocketDir())
 	if err != nil {
@@ -75,12 +76,25 @@ func Devices() ([]string, error) {
 	}
 	var names []string
 	for _, e := range ents {
-		if n, ok := strings.CutSuffix(e.Name(), ".sock"); ok && e.Type()&os.ModeSocket != 0 {
+		if n, ok := strings.CutSuffix(e.Name(), ".sock"); ok && e.Type()&os.ModeSocket != 0 && !stale(SocketPath(n)) {
 			names = append(names, n)
 		}
 	}
 	sort.Strings(names)
 	return names, nil
+}
+
+// stale reports whether nobody listens on the socket at path. The probe
+// connects and hangs up at once, which a live daemon sees as a client
+// that came and went; any other failure (permissions, ...) is left for
+// Open to report.
+func stale(path string) bool {
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return false
+	}
+	defer unix.Close(fd)
+	return errors.Is(unix.Connect(fd, &unix.SockaddrUnix{Name: path}), unix.ECONNREFUSED)
 }
 
 // Open connects to the running rnicd serving device name
