@@ -51,6 +51,15 @@ func TestPerftestTools(t *testing.T) {
 			})
 		}
 	}
+	// Several QPs per run: a bandwidth test reports the iterations of
+	// all of them.
+	for _, tool := range []string{"ib_write_bw", "ib_send_bw", "ib_read_bw"} {
+		t.Run(tool+"/RC/4 QPs", func(t *testing.T) {
+			srv, cli := tb.pair(t, tool, "-q", "4", "-s", "4096", "-n", iters)
+			checkPerftest(t, "client", cli, "rnicB", "127:00:00:02", "127:00:00:01", "4096", "400")
+			checkPerftest(t, "server", srv, "rnicA", "127:00:00:01", "127:00:00:02", "4096", "400")
+		})
+	}
 	// Without -d a tool takes the first daemon running, rnicA, on both
 	// sides: a server and a client on one NIC.
 	t.Run("no -d", func(t *testing.T) {

@@ -91,6 +91,7 @@ func (tb *toolBench) pairOn(t *testing.T, srvDev, cliDev, tool string, args ...s
 
 // idle waits until both daemons hold no object but this test's two
 // connections: a tool that exited has had everything it made destroyed.
+// Nothing may have been refused on the way.
 func (tb *toolBench) idle(t *testing.T) {
 	t.Helper()
 	for _, c := range []*verbs.Context{tb.ca, tb.cb} {
@@ -107,6 +108,14 @@ func (tb *toolBench) idle(t *testing.T) {
 			}
 			if time.Now().After(deadline) {
 				t.Fatalf("%s still holds %s", c.Name(), leftover(left))
+			}
+		}
+		// A tool that wrote a request or a WQE the daemon refused, or let
+		// a CQ overflow, has a bug even if its run succeeded.
+		m := must[map[string]uint64](t)(c.Counters())
+		for _, k := range []string{"hostif_bad_request", "hostif_bad_wqe", "hostif_cq_overrun"} {
+			if m[k] != 0 {
+				t.Fatalf("%s counts %s %d", c.Name(), k, m[k])
 			}
 		}
 	}
