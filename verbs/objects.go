@@ -393,13 +393,21 @@ func (e eventFD) fd() int { return int(e.f.Fd()) }
 
 // wait blocks until the eventfd is written or ctx ends.
 func (e eventFD) wait(ctx context.Context) error {
-	stop := context.AfterFunc(ctx, func() { e.f.SetReadDeadline(time.Unix(1, 0)) })
-	defer stop()
+	fired := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		e.f.SetReadDeadline(time.Unix(1, 0))
+		close(fired)
+	})
 	var b [8]byte
 	_, err := e.f.Read(b[:])
+	if !stop() {
+		// The deadline was set, maybe after the read had already got
+		// its event: clear it, or the next wait fails at once.
+		<-fired
+		e.f.SetReadDeadline(time.Time{})
+	}
 	if err != nil {
 		if ctx.Err() != nil {
-			e.f.SetReadDeadline(time.Time{})
 			return ctx.Err()
 		}
 		return fmt.Errorf("verbs: read eventfd: %w", err)
