@@ -875,6 +875,9 @@ func (qp *QP) PostSend(wrs []SendWR) error {
 		qp.sqProd++
 	}
 	qp.sq.SetProducer(qp.sqProd)
+	if !qp.sq.RingBell() {
+		return bad // the daemon's next fetch takes these too
+	}
 	if err := qp.pd.ctx.cl.Send(hostif.KindDoorbell, &hostif.DoorbellReq{H: qp.h, Queue: hostif.DoorbellSend}); err != nil && bad == nil {
 		bad = err
 	}

@@ -358,6 +358,7 @@ func (c *conn) doorbell(b Body, _ []int) (Body, []int, error) {
 			return nil, nil, errf(CodeInvalid, "doorbell: QP %#x had a garbage producer index; modify it to RESET", o.qp.QPN)
 		}
 		if r.Queue == DoorbellSend {
+			o.sq.clearBell()
 			return nil, nil, c.fetchSend(o)
 		}
 		if o.rqFeed == nil {

@@ -20,6 +20,7 @@ import (
 //	offset 20  flags      uint32  CQ: FlagOverrun once a completion did not fit
 //	offset 24  events     uint32  CQ: completion events sent to its channel
 //	offset 28  waiting    uint32  CQ: 1 while the client sleeps in Wait
+//	offset 32  bell       uint32  send queue: 1 while a doorbell is on its way (client sets, daemon clears)
 //	offset 64  consumer   uint32  count of slots consumed, from 0, wrapping
 //	offset 128 slot 0, slot 1, ...  slot i%depth holds the i-th entry
 //
@@ -38,6 +39,7 @@ const (
 	ringFlags    = 20
 	ringEvents   = 24
 	ringWaiting  = 28
+	ringBell     = 32
 	ringConsumer = 64
 	RingHeader   = 128
 )
@@ -91,7 +93,19 @@ func (r *Ring) addEvent()            { atomic.AddUint32(r.word(ringEvents), 1) }
 func (r *Ring) setFlag(f uint32)     { atomic.OrUint32(r.word(ringFlags), f) }
 func (r *Ring) writeGeometry()       { r.Store(ringDepth, r.Slots); r.Store(ringSlotSize, r.SlotBytes) }
 func (r *Ring) Slot(i uint32) []byte { return r.slot(i) }
-func (r *Ring) reset()               { r.SetProducer(0); r.SetConsumer(0) }
+func (r *Ring) reset()               { r.SetProducer(0); r.SetConsumer(0); r.Store(ringBell, 0) }
+
+// RingBell is the client's half of doorbell coalescing, called after it
+// stored the producer index: it reports whether a doorbell must be sent,
+// false when one is already on its way and the daemon has not yet begun
+// the fetch it asks for. The daemon clears the word before it reads the
+// producer index (clearBell), so that fetch sees every WQE whose
+// doorbell was skipped. While the daemon is busy, a client posting WR
+// after WR sends one doorbell per fetch rather than one per post.
+func (r *Ring) RingBell() bool { return atomic.SwapUint32(r.word(ringBell), 1) == 0 }
+
+// clearBell is the daemon's half, before it reads the producer index.
+func (r *Ring) clearBell() { r.Store(ringBell, 0) }
 func (r *Ring) slot(i uint32) []byte {
 	off := RingHeader + uint64(i%r.Slots)*uint64(r.SlotBytes)
 	return r.mem[off : off+uint64(r.SlotBytes)]

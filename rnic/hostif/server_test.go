@@ -542,3 +542,34 @@ func TestShutdownFlushesUnrungWQEs(t *testing.T) {
 		t.Fatalf("QP in %v, want ERR", st)
 	}
 }
+
+// Doorbell coalescing: while a doorbell is on its way, further posts need
+// none (RingBell says so), and the one fetch takes every WQE written
+// before it; once the daemon has begun that fetch, the next post rings
+// again.
+func TestDoorbellCoalescing(t *testing.T) {
+	n := newNIC(t, "127.4.0.7")
+	c := n.client(t)
+	var pd Handle
+	call(t, c, KindAllocPD, &Empty{}, nil, &pd)
+	q := loopQP(t, n, c, pd.H)
+	for id := range uint64(3) {
+		q.write(t, &qpmgr.SendWR{WRID: id, Opcode: qpmgr.WRRDMAWrite, Flags: qpmgr.SendSignaled,
+			SGL: []qpmgr.SGE{{Addr: 0x10000 + id*8, Length: 8, LKey: q.mr.LKey}}, RemoteAddr: 0x18000 + id*8, RKey: q.mr.RKey}, nil)
+		if got, want := q.sq.RingBell(), id == 0; got != want {
+			t.Fatalf("post %d: RingBell %v, want %v", id, got, want)
+		}
+	}
+	if err := c.Send(KindDoorbell, &DoorbellReq{H: q.h, Queue: DoorbellSend}); err != nil {
+		t.Fatal(err)
+	}
+	var cons uint32
+	for id := range uint64(3) {
+		if wc := poll(t, q.cq, &cons); wc.WRID != id || wc.Status != qpmgr.WCSuccess || wc.Opcode != qpmgr.WCRDMAWrite {
+			t.Fatalf("completion %v, want wr_id %d RDMA_WRITE SUCCESS", &wc, id)
+		}
+	}
+	if !q.sq.RingBell() {
+		t.Fatal("after the fetch, a post must ring the doorbell again")
+	}
+}

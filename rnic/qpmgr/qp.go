@@ -301,6 +301,10 @@ func (qp *QP) MTU() int {
 // Kick rings the QP's doorbell: the send pipeline will run it.
 func (qp *QP) Kick() { qp.kick(qp) }
 
+// HasSendWork reports whether the requester has packets to send: a WQE
+// not yet sent whole, or a retry to start.
+func (qp *QP) HasSendWork() bool { return qp.SQ.Next < qp.SQ.Tail || qp.Req.NeedRetry }
+
 // Recv returns the queue the QP's receive WQEs come from.
 func (qp *QP) Recv() *RecvQueue {
 	if qp.SRQ != nil {

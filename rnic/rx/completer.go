@@ -130,12 +130,17 @@ func (h *Handler) ackUpTo(qp *qpmgr.QP, psn uint32, implied bool) {
 }
 
 // progress resets the retry counters and the timer after forward progress
-// and lets the requester use the room the ACK made.
+// and lets the requester use the room the ACK made. A requester with
+// nothing left to send is not woken: on a ping-pong every ACK would
+// otherwise wake the send pipeline for nothing, and the next post would
+// find it busy and hand its WQE over instead of sending it at once.
 func (h *Handler) progress(qp *qpmgr.QP) {
 	qp.Comp.RetryCnt, qp.Comp.RNRRetry = qp.Attr.RetryCnt, qp.Attr.RNRRetry
 	qp.Backoff = 0
 	qp.RestartTimer()
-	qp.Kick()
+	if qp.HasSendWork() {
+		qp.Kick()
+	}
 }
 
 // retry starts a go-back-N retry from Comp.PSN, or fails the WQE with
