@@ -358,7 +358,7 @@ func runRes(args []string, stdout, stderr io.Writer) int {
 	var dev devFlags
 	dev.register(fs)
 	var verbose bool
-	fs.StringVar(&dev.name, "d", "", "device `name`")
+	fs.StringVar(&dev.name, "d", "", "device `name` (default every rnicd running)")
 	fs.BoolVar(&verbose, "v", false, "add peer, MTU, ring depths and per-QP counters")
 	if err := fs.Parse(args); err != nil {
 		return 2
