@@ -103,7 +103,7 @@ func eventfd(t *testing.T) int {
 // Every malformed, misdirected or unknown request gets an error reply with
 // the right code and changes nothing; the connection serves on.
 func TestHostileRequests(t *testing.T) {
-	n := newNIC(t, "127.4.0.1")
+	n := newNIC(t, "127.4.1.1")
 	c := n.client(t)
 	var pd Handle
 	call(t, c, KindAllocPD, &Empty{}, nil, &pd)
@@ -184,7 +184,7 @@ func asyncErr(t *testing.T, c *Client) error {
 // A handle names an object of its own client only: another client's
 // handle is refused and the object is untouched.
 func TestOtherClientsHandle(t *testing.T) {
-	n := newNIC(t, "127.4.0.2")
+	n := newNIC(t, "127.4.1.2")
 	c1, c2 := n.client(t), n.client(t)
 	var pd Handle
 	call(t, c1, KindAllocPD, &Empty{}, nil, &pd)
@@ -206,7 +206,7 @@ func TestOtherClientsHandle(t *testing.T) {
 // RegMR maps only a memfd sealed against shrinking, and only as much of
 // it as it has.
 func TestRegMRDescriptors(t *testing.T) {
-	n := newNIC(t, "127.4.0.3")
+	n := newNIC(t, "127.4.1.3")
 	c := n.client(t)
 	var pd Handle
 	call(t, c, KindAllocPD, &Empty{}, nil, &pd)
@@ -367,7 +367,7 @@ func qpState(t *testing.T, c *Client, h uint32) qpmgr.State {
 // the host interface counts the ones it refused at fetch, and nothing
 // is read or written outside the client's MRs.
 func TestHostileWQEs(t *testing.T) {
-	n := newNIC(t, "127.4.0.4")
+	n := newNIC(t, "127.4.1.4")
 	c := n.client(t)
 	var pd, otherPD Handle
 	call(t, c, KindAllocPD, &Empty{}, nil, &pd)
@@ -483,7 +483,7 @@ func TestHostileWQEs(t *testing.T) {
 // A full completion ring sets the overrun flag and counts, rather than
 // losing completions silently or overwriting unpolled ones.
 func TestCQOverrun(t *testing.T) {
-	n := newNIC(t, "127.4.0.5")
+	n := newNIC(t, "127.4.1.5")
 	c := n.client(t)
 	var pd Handle
 	call(t, c, KindAllocPD, &Empty{}, nil, &pd)
@@ -521,12 +521,12 @@ func TestCQOverrun(t *testing.T) {
 // SIGTERM can come first): every posted WQE completes with WR_FLUSH_ERR,
 // in order, and the QP is in ERR.
 func TestShutdownFlushesUnrungWQEs(t *testing.T) {
-	n := newNIC(t, "127.4.0.5")
+	n := newNIC(t, "127.4.1.8")
 	c := n.client(t)
 	var pd Handle
 	call(t, c, KindAllocPD, &Empty{}, nil, &pd)
-	// Nobody answers at 127.4.0.6: nothing completes before Shutdown.
-	q := connectedQP(t, n, c, pd.H, netip.MustParseAddr("127.4.0.6"))
+	// Nobody answers at 127.4.1.9: nothing completes before Shutdown.
+	q := connectedQP(t, n, c, pd.H, netip.MustParseAddr("127.4.1.9"))
 	for id := range uint64(3) {
 		q.write(t, &qpmgr.SendWR{WRID: id, Opcode: qpmgr.WRRDMAWrite, Flags: qpmgr.SendSignaled,
 			SGL: []qpmgr.SGE{{Addr: 0x10000, Length: 8, LKey: q.mr.LKey}}, RemoteAddr: 0x18000, RKey: q.mr.RKey}, nil)
@@ -548,7 +548,7 @@ func TestShutdownFlushesUnrungWQEs(t *testing.T) {
 // before it; once the daemon has begun that fetch, the next post rings
 // again.
 func TestDoorbellCoalescing(t *testing.T) {
-	n := newNIC(t, "127.4.0.7")
+	n := newNIC(t, "127.4.1.7")
 	c := n.client(t)
 	var pd Handle
 	call(t, c, KindAllocPD, &Empty{}, nil, &pd)
