@@ -61,6 +61,12 @@ func SocketDir() string {
 // SocketPath is the control socket of device name.
 func SocketPath(name string) string { return filepath.Join(SocketDir(), name+".sock") }
 
+// MonitorSocketPath is where the daemon of device name serves its
+// monitor (counters, trace, fault injection) over HTTP, for the rnic
+// stat, trace and inject tools. It does not end in .sock, so Devices
+// does not take it for a device.
+func MonitorSocketPath(name string) string { return filepath.Join(SocketDir(), name+".http") }
+
 // Devices lists the devices whose daemons have a socket in SocketDir
 // (ibv_get_device_list), sorted.
 func Devices() ([]string, error) {
