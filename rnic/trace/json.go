@@ -46,10 +46,13 @@ func (e Event) MarshalJSON() ([]byte, error) {
 		PSN: e.PSN, WRID: e.WRID, Op: uint8(e.Opcode), WROpN: uint8(e.WROp), Len: e.Len,
 		Flags: uint8(e.Flags), Arg: e.Arg, Aux: e.Aux, Detail: e.Detail(),
 	}
-	if e.HasPSN() {
-		j.Opcode = e.Opcode.String()
-	} else if e.Step == StepPost || e.Step == StepFetch || (e.Step == StepComplete && e.Flags&FlagRecv == 0) {
+	// A fetch has a PSN (the first) but a work request's opcode, no
+	// packet's.
+	switch {
+	case e.Step == StepPost || e.Step == StepFetch || (e.Step == StepComplete && e.Flags&FlagRecv == 0):
 		j.WROp = e.WROp.String()
+	case e.HasPSN():
+		j.Opcode = e.Opcode.String()
 	}
 	return json.Marshal(j)
 }

@@ -88,6 +88,7 @@ func TestJSONRoundTrip(t *testing.T) {
 	s := tr.Subscribe(Filter{})
 	in := []Event{
 		{Module: ModVerbs, Step: StepPost, QPN: 0x11, WRID: 7, WROp: qpmgr.WRRDMAWrite, Len: 3072},
+		{Module: ModWQE, Step: StepFetch, QPN: 0x11, PSN: 0x111, WRID: 7, WROp: qpmgr.WRRDMAWrite, Len: 3072, Arg: 3},
 		{Module: ModWQE, Step: StepHeaders, QPN: 0x11, PSN: 0x111, Opcode: bth.RCRDMAWriteFirst, Len: 1024, Flags: FlagAckReq | FlagRetransmit},
 		{Module: ModRX, Step: StepPSNCheck, QPN: 0x11, PSN: 0x113, Opcode: bth.RCRDMAWriteLast, Arg: uint32(PSNOutOfOrder), Aux: 0x112},
 		{Module: ModCompleter, Step: StepComplete, QPN: 0x11, WRID: 7, WROp: qpmgr.WRRDMAWrite, Arg: uint32(qpmgr.WCSuccess), Flags: FlagCQE},
@@ -103,6 +104,10 @@ func TestJSONRoundTrip(t *testing.T) {
 	}
 	if !strings.Contains(buf.String(), `"detail":"RDMA_WRITE_LAST psn out of sequence (expected 0x000112)"`) {
 		t.Fatalf("JSON lacks the rendered detail:\n%s", buf.String())
+	}
+	// A fetch names its work request's opcode; it has a PSN but no packet.
+	if fetch := strings.Split(buf.String(), "\n")[1]; !strings.Contains(fetch, `"wr_opcode":"RDMA_WRITE"`) || strings.Contains(fetch, `"opcode"`) {
+		t.Fatalf("fetch event names the wrong opcode: %s", fetch)
 	}
 	var out []Event
 	if err := ReadJSON(&buf, func(e *Event) error { out = append(out, *e); return nil }); err != nil {
