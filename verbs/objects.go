@@ -354,15 +354,22 @@ func (e eventFD) wait(ctx context.Context) error {
 	stop := context.AfterFunc(ctx, func() { e.f.SetReadDeadline(time.Unix(1, 0)) })
 	defer stop()
 	var b [8]byte
-	_, err := e.f.Read(b[:])
-	if err != nil {
-		if ctx.Err() != nil {
+	for {
+		_, err := e.f.Read(b[:])
+		switch {
+		case err == nil:
+			return nil
+		case ctx.Err() != nil:
 			e.f.SetReadDeadline(time.Time{})
 			return ctx.Err()
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			// An earlier wait's ctx ended as its read succeeded, and its
+			// AfterFunc set the deadline after that wait returned.
+			e.f.SetReadDeadline(time.Time{})
+		default:
+			return fmt.Errorf("verbs: read eventfd: %w", err)
 		}
-		return fmt.Errorf("verbs: read eventfd: %w", err)
 	}
-	return nil
 }
 
 // CompChannel is a completion channel (ibv_comp_channel): where armed CQs
