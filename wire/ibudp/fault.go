@@ -525,13 +525,17 @@ func (f *Faulty) rxLoop() {
 // up.
 func (f *Faulty) timerLoop() {
 	defer f.wg.Done()
+	// The timer runs only while a packet waits: an armed timer, even an
+	// hour away, costs every round trip of the engine several
+	// microseconds in the Go scheduler.
 	t := time.NewTimer(time.Hour)
+	t.Stop()
 	defer t.Stop()
 	var send []*Buf
 	for {
 		f.mu.Lock()
 		now := time.Now()
-		next := now.Add(time.Hour)
+		var next time.Time // zero: nothing waits
 		for len(f.timers) > 0 && !f.timers[0].due.After(now) {
 			e := heap.Pop(&f.timers).(delayed)
 			f.dir[e.dir].delayed--
@@ -548,7 +552,7 @@ func (f *Faulty) timerLoop() {
 					f.deliver(d, h.b, &send)
 					continue
 				}
-				if h.deadline.Before(next) {
+				if next.IsZero() || h.deadline.Before(next) {
 					next = h.deadline
 				}
 				kept = append(kept, h)
@@ -565,12 +569,18 @@ func (f *Faulty) timerLoop() {
 			f.pool.PutBatch(send)
 			send = send[:0]
 		}
-		t.Reset(next.Sub(now))
+		var expired <-chan time.Time
+		if !next.IsZero() {
+			t.Reset(next.Sub(now))
+			expired = t.C
+		} else {
+			t.Stop()
+		}
 		select {
 		case <-f.done:
 			return
 		case <-f.wake:
-		case <-t.C:
+		case <-expired:
 		}
 	}
 }
