@@ -210,14 +210,14 @@ func run(args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintln(stdout, ready)
 
-	flush := time.NewTicker(time.Second)
-	defer flush.Stop()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
 	for {
 		select {
 		case <-usr1:
 			printCounters(stdout, dev, srv)
-		case <-flush.C:
-			obs.flush()
+		case <-tick.C:
+			obs.tick()
 		case <-ctx.Done():
 			log.Info("stopping: every QP to ERR, outstanding work flushed")
 			srv.Shutdown()

@@ -30,6 +30,7 @@ type observers struct {
 	traceSub  *trace.Sub
 	traceStop context.CancelFunc
 	traceDone chan error
+	traceLost uint64 // events lost, as last logged
 
 	capture *pcap.Writer
 
@@ -116,14 +117,25 @@ func (o *observers) serve(l net.Listener) {
 	}()
 }
 
-// flush makes what was captured so far readable, for a tshark that
-// reads the capture while the daemon runs.
-func (o *observers) flush() {
-	if o.capture == nil {
-		return
+// tick runs every second: it makes what was captured so far readable,
+// for a tshark that reads the capture while the daemon runs, and says
+// when the trace file lost events (its writer cannot keep up with a NIC
+// at full speed; the ring holds trace.DefaultRing events).
+func (o *observers) tick() {
+	if o.capture != nil {
+		if err := o.capture.Flush(); err != nil {
+			o.log.Error("capture", "err", err)
+		}
 	}
-	if err := o.capture.Flush(); err != nil {
-		o.log.Error("capture", "err", err)
+	if o.traceSub != nil {
+		o.reportLost()
+	}
+}
+
+func (o *observers) reportLost() {
+	if lost := o.traceSub.Lost(); lost > o.traceLost {
+		o.log.Warn("trace file: events lost, the writer fell behind", "lost", lost-o.traceLost, "total", lost)
+		o.traceLost = lost
 	}
 }
 
@@ -155,9 +167,7 @@ func (o *observers) close() {
 		if err := <-o.traceDone; err != nil {
 			o.log.Error("trace", "err", err)
 		}
-		if lost := o.traceSub.Lost(); lost > 0 {
-			o.log.Warn("trace: events lost, the file writer fell behind", "lost", lost)
-		}
+		o.reportLost()
 		o.traceSub.Close()
 		if err := o.traceFile.Close(); err != nil {
 			o.log.Error("trace", "err", err)
