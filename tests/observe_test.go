@@ -117,6 +117,10 @@ func TestObserveDaemons(t *testing.T) {
 	if want := fmt.Sprintf("qp rnicC %#x RC RTS ", a.qp.QPN); !strings.Contains(stat, want) {
 		t.Errorf("rnic stat lacks %q:\n%s", want, stat)
 	}
+	// The web view is on the --http port too.
+	if page := get(t, strings.TrimSuffix(mC, "/metrics")+"/"); !strings.Contains(page, "<title>rnicd: inside the NIC</title>") {
+		t.Errorf("--http / is not the web view:\n%.300s", page)
+	}
 
 	followTrace(t, rnic, a, b)
 
@@ -392,17 +396,9 @@ var metricLine = regexp.MustCompile(`^rnicd_(\w+)_total\{(.*)\} (\S+)$`)
 // NAME, the fault injector's by NAME{dir="tx"} and NAME{dir="rx"}.
 func scrape(t *testing.T, url, device string) map[string]float64 {
 	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET %s: %v %s", url, err, resp.Status)
-	}
+	body := get(t, url)
 	m := map[string]float64{}
-	for _, line := range strings.Split(string(body), "\n") {
+	for _, line := range strings.Split(body, "\n") {
 		g := metricLine.FindStringSubmatch(line)
 		if g == nil {
 			continue
@@ -427,6 +423,21 @@ func scrape(t *testing.T, url, device string) map[string]float64 {
 		}
 	}
 	return m
+}
+
+// get returns the body of url, which must answer 200 OK.
+func get(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %v %s", url, err, resp.Status)
+	}
+	return string(body)
 }
 
 // tsharkCount has tshark read the capture files, fails on any frame it
