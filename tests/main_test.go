@@ -55,12 +55,13 @@ func runTests(m *testing.M) int {
 
 // daemon is one rnicd process the tests started.
 type daemon struct {
-	name string
-	addr netip.Addr
-	cmd  *exec.Cmd
-	out  *bufio.Scanner // its stdout after the ready line
-	errb *lockedBuf     // its log
-	done chan error
+	name  string
+	addr  netip.Addr
+	cmd   *exec.Cmd
+	ready string         // its ready line
+	out   *bufio.Scanner // its stdout after the ready line
+	errb  *lockedBuf     // its log
+	done  chan error
 }
 
 // startDaemon starts rnicd -d name on addr with its socket in dir and
@@ -84,6 +85,7 @@ func startDaemon(dir, name, addr string, extra ...string) (*daemon, error) {
 		cmd.Wait()
 		return nil, fmt.Errorf("rnicd %s did not come up: %q\n%s", name, d.out.Text(), d.errb.String())
 	}
+	d.ready = d.out.Text()
 	go func() {
 		// Keep reading so a full pipe never blocks the daemon.
 		rest, _ := io.ReadAll(stdout)

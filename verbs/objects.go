@@ -63,6 +63,12 @@ func SocketDir() string {
 // SocketPath is the control socket of device name.
 func SocketPath(name string) string { return filepath.Join(SocketDir(), name+".sock") }
 
+// MonitorSocketPath is where the daemon of device name serves its
+// monitor (counters, trace, fault injection) over HTTP, for the rnic
+// stat, trace and inject tools. It does not end in .sock, so Devices
+// does not take it for a device.
+func MonitorSocketPath(name string) string { return filepath.Join(SocketDir(), name+".http") }
+
 // Devices lists the devices whose daemons serve a socket in SocketDir
 // (ibv_get_device_list), sorted. A socket left by a daemon that was
 // killed is no device: it refuses connections, and is left out.
@@ -399,20 +405,27 @@ func (e eventFD) wait(ctx context.Context) error {
 		close(fired)
 	})
 	var b [8]byte
-	_, err := e.f.Read(b[:])
-	if !stop() {
-		// The deadline was set, maybe after the read had already got
-		// its event: clear it, or the next wait fails at once.
-		<-fired
-		e.f.SetReadDeadline(time.Time{})
-	}
-	if err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
+	for {
+		_, err := e.f.Read(b[:])
+		if err != nil && ctx.Err() == nil && errors.Is(err, os.ErrDeadlineExceeded) {
+			// A deadline this wait did not set: clear it, read again.
+			e.f.SetReadDeadline(time.Time{})
+			continue
 		}
-		return fmt.Errorf("verbs: read eventfd: %w", err)
+		if !stop() {
+			// The deadline was set, maybe after the read had already got
+			// its event: clear it, or the next wait fails at once.
+			<-fired
+			e.f.SetReadDeadline(time.Time{})
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("verbs: read eventfd: %w", err)
+		}
+		return nil
 	}
-	return nil
 }
 
 // CompChannel is a completion channel (ibv_comp_channel): where armed CQs

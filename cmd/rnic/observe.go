@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -18,11 +19,14 @@ import (
 	"github.com/rnicd/rnicd/rnic/monitor"
 	"github.com/rnicd/rnicd/rnic/qpmgr"
 	"github.com/rnicd/rnicd/rnic/trace"
+	"github.com/rnicd/rnicd/verbs"
 	"github.com/rnicd/rnicd/wire/ibudp"
 )
 
 // observeCommands look inside a running rnicd: stat, trace, inject. They
-// reach it through its management port (rnicd --http ADDR).
+// reach its monitor on the unix socket it serves next to its control
+// socket (verbs.MonitorSocketPath), by device name, or on the TCP port
+// of rnicd --http when -http or $RNIC_HTTP says.
 func observeCommands() []command {
 	return []command{
 		{name: "stat", short: "counters and QPs of a running rnicd, like rdma statistic", run: runStat},
@@ -31,63 +35,114 @@ func observeCommands() []command {
 	}
 }
 
-// defaultHTTP is where the tools look for rnicd's management port when
-// neither -http nor RNIC_HTTP says.
-const defaultHTTP = "127.0.0.1:4792"
+// observeOpts are the flags every observe tool takes.
+type observeOpts struct {
+	http string
+	dev  string
+}
 
-// observeFlags are the flags every observe tool takes.
-func observeFlags(name string, stderr io.Writer) (*flag.FlagSet, *string, *string) {
+func observeFlags(name string, stderr io.Writer) (*flag.FlagSet, *observeOpts) {
 	fs := flag.NewFlagSet("rnic "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	def := os.Getenv("RNIC_HTTP")
-	if def == "" {
-		def = defaultHTTP
-	}
-	addr := fs.String("http", def, "rnicd's management port (rnicd --http), or $RNIC_HTTP")
-	dev := fs.String("d", "", "device name (all devices if empty)")
-	return fs, addr, dev
+	o := &observeOpts{}
+	fs.StringVar(&o.http, "http", os.Getenv("RNIC_HTTP"), "a monitor's TCP port (rnicd --http ADDR) instead of the device's socket; or $RNIC_HTTP")
+	fs.StringVar(&o.dev, "d", "", "device name (default: the only rnicd running; with -http, every device it serves)")
+	return fs, o
 }
 
-func baseURL(addr string) string {
-	if strings.Contains(addr, "://") {
-		return strings.TrimSuffix(addr, "/")
-	}
-	return "http://" + addr
+// monitorClient reaches one monitor.
+type monitorClient struct {
+	base   string // URL the API paths follow
+	client *http.Client
+	dev    string // the device asked for; "" for every device of a TCP monitor
 }
 
-// getJSON fetches url into v.
-func getJSON(ctx context.Context, u string, v any) error {
-	req, err := http.NewRequestWithContext(ctx, "GET", u, nil)
+// connect finds the monitor: at -http if given, else on the socket of
+// the device -d names, or of the only device running.
+func (o *observeOpts) connect() (*monitorClient, error) {
+	if o.http != "" {
+		base := o.http
+		if !strings.Contains(base, "://") {
+			base = "http://" + base
+		}
+		return &monitorClient{base: strings.TrimSuffix(base, "/"), client: http.DefaultClient, dev: o.dev}, nil
+	}
+	dev := o.dev
+	if dev == "" {
+		names, err := verbs.Devices()
+		if err != nil {
+			return nil, err
+		}
+		switch len(names) {
+		case 0:
+			return nil, fmt.Errorf("no rnicd runs (no socket in %s); start one, or give -http ADDR", verbs.SocketDir())
+		case 1:
+			dev = names[0]
+		default:
+			return nil, fmt.Errorf("rnicd runs for %s: say which with -d", strings.Join(names, ", "))
+		}
+	}
+	path := verbs.MonitorSocketPath(dev)
+	if _, err := os.Stat(path); err != nil {
+		return nil, fmt.Errorf("device %s: no rnicd serves it: %w", dev, err)
+	}
+	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", path)
+	}}
+	// The host part names nothing: every request goes to path.
+	return &monitorClient{base: "http://rnicd", client: &http.Client{Transport: tr}, dev: dev}, nil
+}
+
+// do sends req and returns the response if it is 200 OK, else an error
+// with what the monitor said.
+func (m *monitorClient) do(req *http.Request) (*http.Response, error) {
+	resp, err := m.client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
+		resp.Body.Close()
+		return nil, fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(b)))
+	}
+	return resp, nil
+}
+
+// getJSON fetches path into v.
+func (m *monitorClient) getJSON(ctx context.Context, path string, v any) error {
+	req, err := http.NewRequestWithContext(ctx, "GET", m.base+path, nil)
 	if err != nil {
 		return err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := m.do(req)
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
-		return fmt.Errorf("%s: %s: %s", u, resp.Status, strings.TrimSpace(string(b)))
-	}
 	return json.NewDecoder(io.LimitReader(resp.Body, 64<<20)).Decode(v)
 }
 
 // runStat prints each device's counters on one line, as `rdma statistic
 // show` does for a link, then its QPs, as `rdma res show qp` does.
 func runStat(args []string, stdout, stderr io.Writer) int {
-	fs, addr, dev := observeFlags("stat", stderr)
+	fs, o := observeFlags("stat", stderr)
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
+	m, err := o.connect()
+	if err != nil {
+		fmt.Fprintln(stderr, "rnic stat:", err)
+		return 1
+	}
 	var st monitor.State
-	if err := getJSON(context.Background(), baseURL(*addr)+"/api/state", &st); err != nil {
+	if err := m.getJSON(context.Background(), "/api/state", &st); err != nil {
 		fmt.Fprintln(stderr, "rnic stat:", err)
 		return 1
 	}
 	found := false
 	for _, d := range st.Devices {
-		if *dev != "" && d.Name != *dev {
+		if m.dev != "" && d.Name != m.dev {
 			continue
 		}
 		found = true
@@ -102,7 +157,7 @@ func runStat(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if !found {
-		fmt.Fprintf(stderr, "rnic stat: no device %q\n", *dev)
+		fmt.Fprintf(stderr, "rnic stat: no device %q\n", m.dev)
 		return 1
 	}
 	return 0
@@ -118,7 +173,7 @@ func orDash(s string) string {
 // runTrace follows the daemon's trace and prints one line per event
 // until interrupted, or -n events.
 func runTrace(args []string, stdout, stderr io.Writer) int {
-	fs, addr, dev := observeFlags("trace", stderr)
+	fs, o := observeFlags("trace", stderr)
 	qp := fs.String("qp", "", "only this QP's events (QPN, decimal or 0x...)")
 	count := fs.Int("n", 0, "stop after this many events (0: until interrupted)")
 	asJSON := fs.Bool("json", false, "print JSON lines instead of the timeline")
@@ -134,27 +189,27 @@ func runTrace(args []string, stdout, stderr io.Writer) int {
 		}
 		q.Set("qp", strconv.FormatUint(n, 10))
 	}
-	if *dev != "" {
-		q.Set("nic", *dev)
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	req, err := http.NewRequestWithContext(ctx, "GET", baseURL(*addr)+"/api/trace?"+q.Encode(), nil)
+	m, err := o.connect()
 	if err != nil {
 		fmt.Fprintln(stderr, "rnic trace:", err)
 		return 1
 	}
-	resp, err := http.DefaultClient.Do(req)
+	if m.dev != "" {
+		q.Set("nic", m.dev)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	req, err := http.NewRequestWithContext(ctx, "GET", m.base+"/api/trace?"+q.Encode(), nil)
+	if err != nil {
+		fmt.Fprintln(stderr, "rnic trace:", err)
+		return 1
+	}
+	resp, err := m.do(req)
 	if err != nil {
 		fmt.Fprintln(stderr, "rnic trace:", err)
 		return 1
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
-		fmt.Fprintf(stderr, "rnic trace: %s: %s\n", resp.Status, strings.TrimSpace(string(b)))
-		return 1
-	}
 	var t0 int64
 	seen := 0
 	errEnough := errors.New("enough")
@@ -184,18 +239,18 @@ func runTrace(args []string, stdout, stderr io.Writer) int {
 //
 //	rnic inject -d rnic0 [--tx|--rx] [--qp N] drop 2%
 func runInject(args []string, stdout, stderr io.Writer) int {
-	fs, addr, dev := observeFlags("inject", stderr)
+	fs, o := observeFlags("inject", stderr)
 	tx := fs.Bool("tx", false, "impair sent packets only")
 	rx := fs.Bool("rx", false, "impair received packets only")
 	qp := fs.String("qp", "", "impair only packets for this QP (the BTH destination QP)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	if *dev == "" || fs.NArg() == 0 {
-		fmt.Fprintln(stderr, "usage: rnic inject -d NAME [--tx|--rx] [--qp N] drop P% | dup P% | reorder P% | corrupt P% | delay D | jitter D | off")
+	if fs.NArg() == 0 {
+		fmt.Fprintln(stderr, "usage: rnic inject [-d NAME] [--tx|--rx] [--qp N] drop P% | dup P% | reorder P% | corrupt P% | delay D | jitter D | off")
 		return 2
 	}
-	req := monitor.InjectRequest{Device: *dev, TX: *tx, RX: *rx, Spec: strings.Join(fs.Args(), " ")}
+	req := monitor.InjectRequest{TX: *tx, RX: *rx, Spec: strings.Join(fs.Args(), " ")}
 	if *qp != "" {
 		n, err := strconv.ParseUint(*qp, 0, 24)
 		if err != nil {
@@ -210,21 +265,33 @@ func runInject(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "rnic", err)
 		return 2
 	}
+	m, err := o.connect()
+	if err == nil && m.dev == "" {
+		err = errors.New("-d NAME: which device to impair")
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "rnic inject:", err)
+		return 1
+	}
+	req.Device = m.dev
 	body, _ := json.Marshal(req)
-	resp, err := http.Post(baseURL(*addr)+"/api/inject", "application/json", bytes.NewReader(body))
+	hreq, err := http.NewRequest("POST", m.base+"/api/inject", bytes.NewReader(body))
+	if err != nil {
+		fmt.Fprintln(stderr, "rnic inject:", err)
+		return 1
+	}
+	hreq.Header.Set("Content-Type", "application/json")
+	resp, err := m.do(hreq)
 	if err != nil {
 		fmt.Fprintln(stderr, "rnic inject:", err)
 		return 1
 	}
 	defer resp.Body.Close()
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-	if resp.StatusCode != http.StatusOK {
-		fmt.Fprintf(stderr, "rnic inject: %s: %s\n", resp.Status, strings.TrimSpace(string(b)))
+	var now map[string]string
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 4096)).Decode(&now); err != nil {
+		fmt.Fprintln(stderr, "rnic inject:", err)
 		return 1
 	}
-	var now map[string]string
-	if json.Unmarshal(b, &now) == nil {
-		fmt.Fprintf(stdout, "%s tx: %s\n%s rx: %s\n", *dev, now["tx"], *dev, now["rx"])
-	}
+	fmt.Fprintf(stdout, "%s tx: %s\n%s rx: %s\n", m.dev, now["tx"], m.dev, now["rx"])
 	return 0
 }

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"net"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -10,11 +12,20 @@ import (
 	"github.com/rnicd/rnicd/internal/rnictest"
 	"github.com/rnicd/rnicd/rnic/monitor"
 	"github.com/rnicd/rnicd/rnic/trace"
+	"github.com/rnicd/rnicd/verbs"
 	"github.com/rnicd/rnicd/wire/ibudp"
 )
 
 // observed is two in-process devices behind a management port.
 func observed(t *testing.T, k byte) (a, b *rnictest.End, addr string) {
+	t.Helper()
+	a, b, m := monitored(t, k)
+	srv := httptest.NewServer(m.Handler())
+	t.Cleanup(srv.Close)
+	return a, b, srv.URL
+}
+
+func monitored(t *testing.T, k byte) (a, b *rnictest.End, m *monitor.Monitor) {
 	t.Helper()
 	tr := trace.New(0)
 	a, b = rnictest.NewEnds(t, k, tr)
@@ -22,9 +33,66 @@ func observed(t *testing.T, k byte) (a, b *rnictest.End, addr string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(m.Handler())
-	t.Cleanup(func() { srv.Close(); m.Close() })
-	return a, b, srv.URL
+	t.Cleanup(m.Close)
+	return a, b, m
+}
+
+// listenUnix listens on a unix socket at path until the test ends.
+func listenUnix(t *testing.T, path string) net.Listener {
+	t.Helper()
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+// Without -http, the tools find the monitor by device name on the socket
+// next to the control socket, as rnicd serves it, and without -d the only
+// device running.
+func TestObserveBySocket(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("RNICD_DIR", dir)
+	t.Setenv("RNIC_HTTP", "")
+	var out, errb bytes.Buffer
+	if code := run([]string{"stat"}, &out, &errb); code != 1 || !strings.Contains(errb.String(), "no rnicd runs") {
+		t.Fatalf("no daemon: exit %d, %q", code, errb.String())
+	}
+	a, b, m := monitored(t, 23)
+	srv := &http.Server{Handler: m.Handler()}
+	go srv.Serve(listenUnix(t, verbs.MonitorSocketPath("rnic0")))
+	t.Cleanup(func() { srv.Close() })
+	listenUnix(t, verbs.SocketPath("rnic0")) // what verbs.Devices lists
+	rnictest.Write(t, a, b, 1, 2048)
+
+	for _, args := range [][]string{{"stat"}, {"stat", "-d", "rnic0"}} {
+		out.Reset()
+		errb.Reset()
+		if code := run(args, &out, &errb); code != 0 {
+			t.Fatalf("rnic %v: exit %d %s", args, code, errb.String())
+		}
+		if want := fmt.Sprintf("link rnic0/1 sent_pkts %d ", a.Dev.Counters()["sent_pkts"]); !strings.HasPrefix(out.String(), want) {
+			t.Errorf("rnic %v printed %q, want %q...", args, out.String(), want)
+		}
+	}
+	out.Reset()
+	if code := run([]string{"inject", "--tx", "drop", "2%"}, &out, &errb); code != 0 || a.Faulty.TX().Drop != 0.02 {
+		t.Fatalf("rnic inject: exit %d %s; TX %+v", code, errb.String(), a.Faulty.TX())
+	}
+	if out.String() != "rnic0 tx: drop 2% \nrnic0 rx: off\n" {
+		t.Errorf("rnic inject printed %q", out.String())
+	}
+
+	errb.Reset()
+	if code := run([]string{"stat", "-d", "rnic9"}, &out, &errb); code != 1 || !strings.Contains(errb.String(), "device rnic9: no rnicd serves it: ") {
+		t.Errorf("absent device: exit %d, %q", code, errb.String())
+	}
+	listenUnix(t, verbs.SocketPath("rnic1"))
+	errb.Reset()
+	if code := run([]string{"stat"}, &out, &errb); code != 1 || !strings.Contains(errb.String(), "rnicd runs for rnic0, rnic1: say which with -d") {
+		t.Errorf("two daemons, no -d: exit %d, %q", code, errb.String())
+	}
 }
 
 func TestStat(t *testing.T) {

@@ -3,9 +3,17 @@
 // applications on a control socket, SocketDir()/NAME.sock (see package
 // verbs for the directory and package hostif for the protocol).
 //
+// It always serves its monitor (counters, QP table, trace stream, fault
+// injection; see package monitor) over HTTP on a second unix socket,
+// SocketDir()/NAME.http, which `rnic stat|trace|inject -d NAME` use;
+// --http ADDR serves it on a TCP port too, for a browser or Prometheus.
+// --trace FILE writes every trace event as JSON lines, --pcap FILE every
+// packet as the wire had it. Its port is always behind a fault injector,
+// a pass-through until `rnic inject` sets a fault.
+//
 // On SIGINT or SIGTERM it moves every QP to ERR, so that each client's
 // outstanding work requests complete with WR_FLUSH_ERR, removes its
-// socket and exits 0. SIGUSR1 prints the counters.
+// sockets and exits 0. SIGUSR1 prints the counters.
 package main
 
 import (
@@ -22,11 +30,13 @@ import (
 	"path/filepath"
 	"sort"
 	"syscall"
+	"time"
 
 	"github.com/vishvananda/netlink"
 
 	"github.com/rnicd/rnicd/rnic"
 	"github.com/rnicd/rnicd/rnic/hostif"
+	"github.com/rnicd/rnicd/rnic/trace"
 	"github.com/rnicd/rnicd/verbs"
 	"github.com/rnicd/rnicd/wire/ibudp"
 )
@@ -40,10 +50,15 @@ func main() {
 
 // config is what the flags say.
 type config struct {
-	name string
-	addr netip.Addr
-	mode ibudp.Mode
-	mtu  int
+	name     string
+	addr     netip.Addr
+	mode     ibudp.Mode
+	mtu      int
+	window   int
+	trace    string // file for the trace's JSON lines
+	pcap     string // first capture file
+	pcapSize int64  // rotate captures at this size; 0: one file
+	http     string // TCP address of the monitor
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -53,15 +68,26 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	addr := fs.String("addr", "", "IP address the port owns UDP 4791 on (default: the address of the default route's interface)")
 	mode := fs.String("mode", "udp", "how the port reaches the wire: udp (unprivileged) or packet (AF_PACKET, needs CAP_NET_RAW)")
 	mtu := fs.Int("mtu", 0, "cap on the active IB MTU: 256, 512, 1024, 2048 or 4096 (0: from the interface)")
+	window := fs.Int("window", 0, "most unacknowledged PSNs per RC QP (0: rxe's 128)")
+	traceFile := fs.String("trace", "", "write every trace event to `FILE` as JSON lines")
+	pcapFile := fs.String("pcap", "", "capture every packet sent and received into `FILE` (pcap, for tshark)")
+	pcapSize := fs.Int64("pcap-size", 0, "start a new capture file (FILE.1, FILE.2, ...) before one grows past `BYTES` (0: one file)")
+	httpAddr := fs.String("http", "", "also serve the monitor (web view, /metrics, /api/...) on this TCP `ADDR`ess, host:port")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
 	}
 	if fs.NArg() != 0 {
 		return config{}, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	c := config{name: *name, mtu: *mtu}
+	c := config{name: *name, mtu: *mtu, window: *window, trace: *traceFile, pcap: *pcapFile, pcapSize: *pcapSize, http: *httpAddr}
 	if c.name == "" || len(c.name) > 64 || c.name != filepath.Base(c.name) || c.name[0] == '.' {
 		return c, fmt.Errorf("-d %q: want a plain device name", c.name)
+	}
+	if c.window < 0 {
+		return c, fmt.Errorf("-window %d: want 0 or more", c.window)
+	}
+	if c.pcapSize < 0 || (c.pcapSize > 0 && c.pcap == "") {
+		return c, fmt.Errorf("-pcap-size %d: want 0 or more, with -pcap", c.pcapSize)
 	}
 	var err error
 	if *addr == "" {
@@ -155,29 +181,58 @@ func run(args []string, stdout, stderr io.Writer) error {
 		os.Remove(path)
 		return fmt.Errorf("open port: %w", err)
 	}
-	dev, err := rnic.Open(rnic.Config{Port: port, Name: c.name})
+	// The injector is a pass-through until `rnic inject` sets a fault;
+	// the tracer records only while someone reads it.
+	faulty := ibudp.NewFaulty(port, time.Now().UnixNano())
+	tr := trace.New(0)
+	dev, err := rnic.Open(rnic.Config{Port: faulty, Name: c.name, Trace: tr, Window: c.window})
 	if err != nil {
-		port.Close()
+		faulty.Close()
 		l.Close()
 		os.Remove(path)
 		return fmt.Errorf("start device: %w", err)
 	}
+	obs, err := startObservers(c, dev, faulty, tr, verbs.MonitorSocketPath(c.name), log)
+	if err != nil {
+		dev.Close()
+		l.Close()
+		os.Remove(path)
+		return err
+	}
 	srv := hostif.NewServer(hostif.Config{Device: dev, Name: c.name, Log: log})
 	go srv.Serve(l)
 	pa := dev.QueryPort()
-	log.Info("device up", "name", c.name, "addr", pa.Addr, "mode", c.mode, "gid", pa.GID, "active_mtu", pa.ActiveMTU, "socket", path)
-	fmt.Fprintf(stdout, "rnicd: port %v mode %v gid %v active_mtu %d\n", pa.Addr, c.mode, pa.GID, pa.ActiveMTU)
+	log.Info("device up", "name", c.name, "addr", pa.Addr, "mode", c.mode, "gid", pa.GID, "active_mtu", pa.ActiveMTU,
+		"socket", path, "monitor", verbs.MonitorSocketPath(c.name))
+	ready := fmt.Sprintf("rnicd: port %v mode %v gid %v active_mtu %d", pa.Addr, c.mode, pa.GID, pa.ActiveMTU)
+	if obs.httpAddr != nil {
+		ready += fmt.Sprintf(" http %v", obs.httpAddr)
+	}
+	fmt.Fprintln(stdout, ready)
 
+	// Only a capture or a trace file needs a tick: any armed timer costs
+	// every round trip a few microseconds in the Go scheduler.
+	var tick <-chan time.Time
+	if c.pcap != "" || c.trace != "" {
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		tick = t.C
+	}
 	for {
 		select {
 		case <-usr1:
 			printCounters(stdout, dev, srv)
+		case <-tick:
+			obs.tick()
 		case <-ctx.Done():
 			log.Info("stopping: every QP to ERR, outstanding work flushed")
 			srv.Shutdown()
+			obs.stopServing()
 			os.Remove(path)
 			printCounters(stdout, dev, srv)
-			return dev.Close()
+			err := dev.Close()
+			obs.close()
+			return err
 		}
 	}
 }

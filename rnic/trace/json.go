@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/rnicd/rnicd/rnic/qpmgr"
 	"github.com/rnicd/rnicd/wire/bth"
@@ -38,20 +40,125 @@ type jsonEvent struct {
 	Detail  string `json:"detail"`
 }
 
-// MarshalJSON renders e as a JSON object (see jsonEvent).
-func (e Event) MarshalJSON() ([]byte, error) {
+// fields is e as the JSON object's fields.
+func (e *Event) fields() jsonEvent {
 	j := jsonEvent{
 		Seq: e.Seq, Time: time.Unix(0, e.Time).UTC().Format(time.RFC3339Nano), TimeNS: e.Time,
 		NIC: e.NIC, Module: e.Module.String(), Step: e.Step.String(), QPN: e.QPN, DestQPN: e.DestQPN,
 		PSN: e.PSN, WRID: e.WRID, Op: uint8(e.Opcode), WROpN: uint8(e.WROp), Len: e.Len,
 		Flags: uint8(e.Flags), Arg: e.Arg, Aux: e.Aux, Detail: e.Detail(),
 	}
-	if e.HasPSN() {
-		j.Opcode = e.Opcode.String()
-	} else if e.Step == StepPost || e.Step == StepFetch || (e.Step == StepComplete && e.Flags&FlagRecv == 0) {
+	// A fetch has a PSN (the first) but a work request's opcode, no
+	// packet's.
+	switch {
+	case e.Step == StepPost || e.Step == StepFetch || (e.Step == StepComplete && e.Flags&FlagRecv == 0):
 		j.WROp = e.WROp.String()
+	case e.HasPSN():
+		j.Opcode = e.Opcode.String()
 	}
-	return json.Marshal(j)
+	return j
+}
+
+// MarshalJSON renders e as a JSON object (see jsonEvent).
+func (e Event) MarshalJSON() ([]byte, error) { return e.AppendJSON(nil), nil }
+
+// AppendJSON appends e as MarshalJSON renders it, byte for byte what
+// encoding/json makes of jsonEvent, several times faster: a trace file
+// is written at the NIC's pace.
+func (e *Event) AppendJSON(b []byte) []byte {
+	j := e.fields()
+	num := func(b []byte, key string, v uint64) []byte {
+		b = append(b, `,"`...)
+		b = append(b, key...)
+		b = append(b, `":`...)
+		return strconv.AppendUint(b, v, 10)
+	}
+	str := func(b []byte, key, v string) []byte {
+		b = append(b, `,"`...)
+		b = append(b, key...)
+		b = append(b, `":`...)
+		return appendJSONString(b, v)
+	}
+	b = append(b, `{"seq":`...)
+	b = strconv.AppendUint(b, j.Seq, 10)
+	b = str(b, "time", j.Time)
+	b = append(b, `,"time_ns":`...)
+	b = strconv.AppendInt(b, j.TimeNS, 10)
+	b = str(b, "nic", j.NIC)
+	b = str(b, "module", j.Module)
+	b = str(b, "step", j.Step)
+	if j.QPN != 0 {
+		b = num(b, "qpn", uint64(j.QPN))
+	}
+	if j.DestQPN != 0 {
+		b = num(b, "dest_qpn", uint64(j.DestQPN))
+	}
+	b = num(b, "psn", uint64(j.PSN))
+	b = num(b, "wr_id", j.WRID)
+	if j.Opcode != "" {
+		b = str(b, "opcode", j.Opcode)
+	}
+	b = num(b, "op", uint64(j.Op))
+	if j.WROp != "" {
+		b = str(b, "wr_opcode", j.WROp)
+	}
+	b = num(b, "wr_op", uint64(j.WROpN))
+	b = num(b, "len", uint64(j.Len))
+	if j.Flags != 0 {
+		b = num(b, "flags", uint64(j.Flags))
+	}
+	if j.Arg != 0 {
+		b = num(b, "arg", uint64(j.Arg))
+	}
+	if j.Aux != 0 {
+		b = num(b, "aux", uint64(j.Aux))
+	}
+	b = str(b, "detail", j.Detail)
+	return append(b, '}')
+}
+
+// appendJSONString appends s quoted as encoding/json quotes it: control
+// characters, quotes and backslashes escaped, and <, >, & and U+2028/9
+// too; invalid UTF-8 becomes U+FFFD.
+func appendJSONString(b []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	b = append(b, '"')
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			switch {
+			case c == '"' || c == '\\':
+				b = append(b, '\\', c)
+			case c == '\n':
+				b = append(b, '\\', 'n')
+			case c == '\r':
+				b = append(b, '\\', 'r')
+			case c == '\t':
+				b = append(b, '\\', 't')
+			case c == '\b':
+				b = append(b, '\\', 'b')
+			case c == '\f':
+				b = append(b, '\\', 'f')
+			case c < 0x20 || c == '<' || c == '>' || c == '&':
+				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+			default:
+				b = append(b, c)
+			}
+			i++
+			continue
+		}
+		r, n := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && n == 1:
+			b = append(b, `\ufffd`...)
+		case r == '\u2028' || r == '\u2029':
+			b = append(b, '\\', 'u', '2', '0', '2', hex[r&0xf])
+		default:
+			b = append(b, s[i:i+n]...)
+		}
+		i += n
+	}
+	return append(b, '"')
 }
 
 // UnmarshalJSON reads an event MarshalJSON wrote; the names are checked
@@ -90,14 +197,21 @@ func lookup(names []string, s string) (int, bool) {
 // flushing after every batch read. It is what `rnicd --trace FILE` runs.
 func WriteJSON(ctx context.Context, s *Sub, w io.Writer) error {
 	bw := bufio.NewWriter(w)
-	enc := json.NewEncoder(bw)
 	buf := make([]Event, 256)
+	var line []byte
+	write := func(evs []Event) error {
+		for i := range evs {
+			line = append(evs[i].AppendJSON(line[:0]), '\n')
+			if _, err := bw.Write(line); err != nil {
+				return fmt.Errorf("trace: writing JSON: %w", err)
+			}
+		}
+		return nil
+	}
 	for {
 		n, err := s.Read(ctx, buf)
-		for i := range buf[:n] {
-			if werr := enc.Encode(buf[i]); werr != nil {
-				return fmt.Errorf("trace: writing JSON: %w", werr)
-			}
+		if werr := write(buf[:n]); werr != nil {
+			return werr
 		}
 		// Drain what arrived meanwhile (all of it when ctx is done)
 		// before flushing.
@@ -105,10 +219,8 @@ func WriteJSON(ctx context.Context, s *Sub, w io.Writer) error {
 			if n = s.TryRead(buf); n == 0 {
 				break
 			}
-			for i := range buf[:n] {
-				if werr := enc.Encode(buf[i]); werr != nil {
-					return fmt.Errorf("trace: writing JSON: %w", werr)
-				}
+			if werr := write(buf[:n]); werr != nil {
+				return werr
 			}
 		}
 		if ferr := bw.Flush(); ferr != nil {

@@ -88,6 +88,7 @@ func TestJSONRoundTrip(t *testing.T) {
 	s := tr.Subscribe(Filter{})
 	in := []Event{
 		{Module: ModVerbs, Step: StepPost, QPN: 0x11, WRID: 7, WROp: qpmgr.WRRDMAWrite, Len: 3072},
+		{Module: ModWQE, Step: StepFetch, QPN: 0x11, PSN: 0x111, WRID: 7, WROp: qpmgr.WRRDMAWrite, Len: 3072, Arg: 3},
 		{Module: ModWQE, Step: StepHeaders, QPN: 0x11, PSN: 0x111, Opcode: bth.RCRDMAWriteFirst, Len: 1024, Flags: FlagAckReq | FlagRetransmit},
 		{Module: ModRX, Step: StepPSNCheck, QPN: 0x11, PSN: 0x113, Opcode: bth.RCRDMAWriteLast, Arg: uint32(PSNOutOfOrder), Aux: 0x112},
 		{Module: ModCompleter, Step: StepComplete, QPN: 0x11, WRID: 7, WROp: qpmgr.WRRDMAWrite, Arg: uint32(qpmgr.WCSuccess), Flags: FlagCQE},
@@ -103,6 +104,10 @@ func TestJSONRoundTrip(t *testing.T) {
 	}
 	if !strings.Contains(buf.String(), `"detail":"RDMA_WRITE_LAST psn out of sequence (expected 0x000112)"`) {
 		t.Fatalf("JSON lacks the rendered detail:\n%s", buf.String())
+	}
+	// A fetch names its work request's opcode; it has a PSN but no packet.
+	if fetch := strings.Split(buf.String(), "\n")[1]; !strings.Contains(fetch, `"wr_opcode":"RDMA_WRITE"`) || strings.Contains(fetch, `"opcode"`) {
+		t.Fatalf("fetch event names the wrong opcode: %s", fetch)
 	}
 	var out []Event
 	if err := ReadJSON(&buf, func(e *Event) error { out = append(out, *e); return nil }); err != nil {
@@ -123,6 +128,29 @@ func TestJSONRoundTrip(t *testing.T) {
 	}
 }
 
+// AppendJSON writes what encoding/json makes of the event's fields, byte
+// for byte, for every kind of event and for names that need escaping.
+func TestAppendJSON(t *testing.T) {
+	evs := []Event{
+		{Module: ModVerbs, Step: StepPost, QPN: 0x11, WRID: 7, WROp: qpmgr.WRRDMAWrite, Len: 3072, NIC: "rnic0", Seq: 1, Time: 1700000000123456789},
+		{Module: ModWQE, Step: StepFetch, QPN: 0x11, PSN: 0x111, WRID: 1<<64 - 1, WROp: qpmgr.WRSend, Arg: 3},
+		{Module: ModPort, Step: StepTransmit, DestQPN: 0xffffff, PSN: 0xffffff, Opcode: bth.RCAcknowledge, Aux: 0x1f, Len: 48},
+		{Module: ModRX, Step: StepDrop, QPN: 0x12, Arg: 99999, Flags: 0xff},
+		{Module: Module(200), Step: Step(250), Time: -5},
+		{Module: ModCompleter, Step: StepComplete, NIC: "a\"b\\c<d>&e\x01\b\f\n\r\t\u2028\u2029\xff\xfeé"},
+	}
+	for i := range evs {
+		got := evs[i].AppendJSON([]byte("prefix"))
+		want, err := json.Marshal(evs[i].fields())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != "prefix"+string(want) {
+			t.Errorf("event %d\n got %s\nwant prefix%s", i, got, want)
+		}
+	}
+}
+
 // FuzzReadJSON feeds ReadJSON what a daemon (or anything on its port)
 // might send: it must return an error or events, never panic, and every
 // event it returns renders.
@@ -135,8 +163,14 @@ func FuzzReadJSON(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		_ = ReadJSON(bytes.NewReader(data), func(e *Event) error {
 			_ = Format(e, 0)
-			_, err := json.Marshal(e)
-			return err
+			want, err := json.Marshal(e.fields())
+			if err != nil {
+				return err
+			}
+			if got := e.AppendJSON(nil); !bytes.Equal(got, want) {
+				t.Fatalf("AppendJSON\n got %s\nwant %s", got, want)
+			}
+			return nil
 		})
 	})
 }

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -70,9 +71,12 @@ const (
 // Buf ICRCCorrupted, so it tests how the engine copes with a bad packet;
 // to model a packet the wire garbled, use Drop.
 //
-// Faulty copies packets it holds, delays or duplicates into buffers of its
-// own, and on the receive side reads the port from a goroutine of its own,
-// so it allocates and copies where a bare port does not. It is safe for
+// A direction with no impairments set and no packet held or delayed is a
+// pass-through: Send and Recv hand the batch straight to the port, so an
+// injector nobody uses costs a flag check per batch. Otherwise Faulty
+// copies packets it holds, delays or duplicates into buffers of its own,
+// and on the receive side reads the port from a goroutine of its own, so
+// it allocates and copies where a bare port does not. It is safe for
 // concurrent use.
 type Faulty struct {
 	port Port
@@ -86,13 +90,17 @@ type Faulty struct {
 	rxRdy  []*Buf        // delivered packets waiting for Recv (owned)
 	rxErr  error         // the error that ended the receive goroutine
 	timers delayQueue    // delayed packets of both directions (owned)
+	nDelay uint64        // packets ever delayed: the next delayed.seq
 	wake   chan struct{} // pokes the timer goroutine
 	done   chan struct{}
 
-	rxOnce    sync.Once
-	txMu      sync.Mutex // serializes Send; guards txOut and txOwn
-	txOut     []*Buf     // the batch Send passes to the port
-	txOwn     []*Buf     // injector buffers in txOut, returned after sending
+	rxLooping bool // rxLoop is reading the port (RX is not a pass-through)
+
+	txBusy    atomic.Bool   // TX is not a pass-through: busy(dirTX), set under mu
+	txPassed  atomic.Uint64 // packets Send passed straight through
+	txMu      sync.Mutex    // serializes Send's impairing path; guards txOut and txOwn
+	txOut     []*Buf        // the batch Send passes to the port
+	txOwn     []*Buf        // injector buffers in txOut, returned after sending
 	closeOnce sync.Once
 	closeErr  error
 	wg        sync.WaitGroup
@@ -104,7 +112,26 @@ type faultDir struct {
 	held    []heldBuf
 	counts  FaultCounts
 	matched int // packets matched since the faults were set, for DropNth
+	delayed int // packets of this direction in the delay queue
 }
+
+// impairs reports whether c does anything to a packet.
+func (c *Faults) impairs() bool {
+	return c.Drop > 0 || c.Duplicate > 0 || c.Corrupt > 0 || c.Reorder > 0 ||
+		c.Delay > 0 || c.Jitter > 0 || c.DropNth > 0
+}
+
+// busy reports whether direction d must go through the injector: it has
+// impairments set, or packets held or delayed that later ones must not
+// overtake for free. Called with mu held.
+func (f *Faulty) busy(d int) bool {
+	fd := &f.dir[d]
+	return fd.f.impairs() || len(fd.held) > 0 || fd.delayed > 0
+}
+
+// updateTXBusy publishes busy(dirTX) to Send's fast path. Called with mu
+// held, after anything that may change it.
+func (f *Faulty) updateTXBusy() { f.txBusy.Store(f.busy(dirTX)) }
 
 type heldBuf struct {
 	b        *Buf
@@ -150,6 +177,8 @@ func (f *Faulty) set(d int, c Faults) {
 	f.mu.Lock()
 	f.dir[d].f = c
 	f.dir[d].matched = 0
+	f.updateTXBusy()
+	f.rxCond.Broadcast() // a Recv waiting on the loop may pass through now, or must start it
 	f.mu.Unlock()
 	f.poke()
 }
@@ -158,7 +187,9 @@ func (f *Faulty) set(d int, c Faults) {
 func (f *Faulty) FaultStats() FaultStats {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return FaultStats{TX: f.dir[dirTX].counts, RX: f.dir[dirRX].counts}
+	st := FaultStats{TX: f.dir[dirTX].counts, RX: f.dir[dirRX].counts}
+	st.TX.Packets += f.txPassed.Load()
+	return st
 }
 
 func (f *Faulty) Addr() netip.Addr { return f.port.Addr() }
@@ -197,8 +228,13 @@ func (f *Faulty) Close() error {
 }
 
 // Send impairs the batch and passes what is left to the port now; held and
-// delayed packets follow later from the timer goroutine.
+// delayed packets follow later from the timer goroutine. With nothing to
+// impair, the batch goes straight to the port.
 func (f *Faulty) Send(bufs []*Buf) error {
+	if !f.txBusy.Load() {
+		f.txPassed.Add(uint64(len(bufs)))
+		return f.port.Send(bufs)
+	}
 	f.txMu.Lock()
 	defer f.txMu.Unlock()
 	f.mu.Lock()
@@ -214,6 +250,7 @@ func (f *Faulty) Send(bufs []*Buf) error {
 		}
 		f.impair(dirTX, b, now, &f.txOut)
 	}
+	f.updateTXBusy()
 	f.mu.Unlock()
 	var err error
 	if len(f.txOut) > 0 {
@@ -280,7 +317,9 @@ func (f *Faulty) impair(d int, b *Buf, now time.Time, out *[]*Buf) {
 			if c.Jitter > 0 {
 				delay += time.Duration(f.rng.Int64N(int64(c.Jitter)))
 			}
-			heap.Push(&f.timers, delayed{due: now.Add(delay), dir: d, b: f.keep(d, p)})
+			f.nDelay++
+			heap.Push(&f.timers, delayed{due: now.Add(delay), seq: f.nDelay, dir: d, b: f.keep(d, p)})
+			fd.delayed++
 			f.poke()
 		default:
 			f.deliver(d, p, out)
@@ -370,7 +409,9 @@ func (f *Faulty) poke() {
 	}
 }
 
-// Recv returns packets the receive goroutine has let through.
+// Recv returns received packets. While RX is busy (impairments set, or
+// packets held or delayed) a goroutine of the injector reads the port and
+// Recv returns what it let through; otherwise Recv reads the port itself.
 func (f *Faulty) Recv(bufs []*Buf) (int, error) {
 	if len(bufs) == 0 {
 		return 0, nil
@@ -378,21 +419,61 @@ func (f *Faulty) Recv(bufs []*Buf) (int, error) {
 	if err := checkRecvBufs(bufs); err != nil {
 		return 0, err
 	}
-	f.rxOnce.Do(func() {
-		f.wg.Add(1)
-		go f.rxLoop()
-	})
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	for len(f.rxRdy) == 0 && !f.closed && f.rxErr == nil {
-		f.rxCond.Wait()
-	}
-	if len(f.rxRdy) == 0 {
-		if f.closed {
+	for {
+		switch {
+		case len(f.rxRdy) > 0:
+			return f.takeReady(bufs), nil
+		case f.closed:
 			return 0, fmt.Errorf("ibudp: faulty recv: %w", net.ErrClosed)
+		case f.rxErr != nil:
+			return 0, f.rxErr
+		case f.busy(dirRX) && !f.rxLooping:
+			f.rxLooping = true
+			f.wg.Add(1)
+			go f.rxLoop()
+		case f.rxLooping:
+			// Wait for the loop's packets, or for it to end once RX is
+			// a pass-through again.
+			f.rxCond.Wait()
+		default:
+			if n, err, done := f.recvDirect(bufs); done {
+				return n, err
+			}
 		}
-		return 0, f.rxErr
 	}
+}
+
+// recvDirect reads the port into bufs itself, the pass-through. If
+// impairments were set while it waited, it hands the packets to them
+// instead and reports not done. Called with mu held; it lets go of it
+// while it waits.
+func (f *Faulty) recvDirect(bufs []*Buf) (n int, err error, done bool) {
+	f.mu.Unlock()
+	n, err = f.port.Recv(bufs)
+	f.mu.Lock()
+	if err != nil {
+		if f.closed || errors.Is(err, net.ErrClosed) {
+			return 0, fmt.Errorf("ibudp: faulty recv: %w", net.ErrClosed), true
+		}
+		return 0, fmt.Errorf("ibudp: faulty recv: %w", err), true
+	}
+	if !f.busy(dirRX) {
+		f.dir[dirRX].counts.Packets += uint64(n)
+		return n, nil, true
+	}
+	now := time.Now()
+	for _, b := range bufs[:n] {
+		c := f.pool.Get()
+		c.copyFrom(b)
+		f.impair(dirRX, c, now, nil)
+	}
+	return 0, nil, false
+}
+
+// takeReady moves ready packets into bufs. Called with mu held.
+func (f *Faulty) takeReady(bufs []*Buf) int {
 	n := min(len(bufs), len(f.rxRdy))
 	for i, b := range f.rxRdy[:n] {
 		bufs[i].copyFrom(b)
@@ -401,10 +482,11 @@ func (f *Faulty) Recv(bufs []*Buf) (int, error) {
 	rest := copy(f.rxRdy, f.rxRdy[n:])
 	clear(f.rxRdy[rest:])
 	f.rxRdy = f.rxRdy[:rest]
-	return n, nil
+	return n
 }
 
-// rxLoop reads the port and impairs what it reads.
+// rxLoop reads the port and impairs what it reads, until RX is a
+// pass-through again.
 func (f *Faulty) rxLoop() {
 	defer f.wg.Done()
 	bufs := make([]*Buf, DefaultBatch)
@@ -418,6 +500,7 @@ func (f *Faulty) rxLoop() {
 				err = fmt.Errorf("ibudp: faulty recv: %w", net.ErrClosed)
 			}
 			f.rxErr = err
+			f.rxLooping = false
 			f.rxCond.Broadcast()
 			f.mu.Unlock()
 			return
@@ -428,6 +511,12 @@ func (f *Faulty) rxLoop() {
 			bufs[i] = f.pool.Get()
 			f.impair(dirRX, b, now, nil)
 		}
+		if !f.busy(dirRX) {
+			f.rxLooping = false
+			f.rxCond.Broadcast()
+			f.mu.Unlock()
+			return
+		}
 		f.mu.Unlock()
 	}
 }
@@ -436,15 +525,20 @@ func (f *Faulty) rxLoop() {
 // up.
 func (f *Faulty) timerLoop() {
 	defer f.wg.Done()
+	// The timer runs only while a packet waits: an armed timer, even an
+	// hour away, costs every round trip of the engine several
+	// microseconds in the Go scheduler.
 	t := time.NewTimer(time.Hour)
+	t.Stop()
 	defer t.Stop()
 	var send []*Buf
 	for {
 		f.mu.Lock()
 		now := time.Now()
-		next := now.Add(time.Hour)
+		var next time.Time // zero: nothing waits
 		for len(f.timers) > 0 && !f.timers[0].due.After(now) {
 			e := heap.Pop(&f.timers).(delayed)
+			f.dir[e.dir].delayed--
 			f.deliver(e.dir, e.b, &send)
 		}
 		if len(f.timers) > 0 {
@@ -458,7 +552,7 @@ func (f *Faulty) timerLoop() {
 					f.deliver(d, h.b, &send)
 					continue
 				}
-				if h.deadline.Before(next) {
+				if next.IsZero() || h.deadline.Before(next) {
 					next = h.deadline
 				}
 				kept = append(kept, h)
@@ -466,6 +560,7 @@ func (f *Faulty) timerLoop() {
 			clear(fd.held[len(kept):])
 			fd.held = kept
 		}
+		f.updateTXBusy()
 		f.mu.Unlock()
 		if len(send) > 0 {
 			// Errors are the port's to count; a closed port ends the loop
@@ -474,12 +569,18 @@ func (f *Faulty) timerLoop() {
 			f.pool.PutBatch(send)
 			send = send[:0]
 		}
-		t.Reset(next.Sub(now))
+		var expired <-chan time.Time
+		if !next.IsZero() {
+			t.Reset(next.Sub(now))
+			expired = t.C
+		} else {
+			t.Stop()
+		}
 		select {
 		case <-f.done:
 			return
 		case <-f.wake:
-		case <-t.C:
+		case <-expired:
 		}
 	}
 }
@@ -487,17 +588,24 @@ func (f *Faulty) timerLoop() {
 // delayed is a packet waiting in the delay queue.
 type delayed struct {
 	due time.Time
+	seq uint64 // order of arrival, so that packets due together keep it
 	dir int
 	b   *Buf
 }
 
-// delayQueue is a min-heap of delayed packets by due time.
+// delayQueue is a min-heap of delayed packets by due time, then arrival:
+// a constant delay reorders nothing.
 type delayQueue []delayed
 
-func (q delayQueue) Len() int           { return len(q) }
-func (q delayQueue) Less(i, j int) bool { return q[i].due.Before(q[j].due) }
-func (q delayQueue) Swap(i, j int)      { q[i], q[j] = q[j], q[i] }
-func (q *delayQueue) Push(x any)        { *q = append(*q, x.(delayed)) }
+func (q delayQueue) Len() int { return len(q) }
+func (q delayQueue) Less(i, j int) bool {
+	if !q[i].due.Equal(q[j].due) {
+		return q[i].due.Before(q[j].due)
+	}
+	return q[i].seq < q[j].seq
+}
+func (q delayQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
+func (q *delayQueue) Push(x any)   { *q = append(*q, x.(delayed)) }
 func (q *delayQueue) Pop() any {
 	old := *q
 	e := old[len(old)-1]

@@ -437,3 +437,72 @@ func TestFaultyCloseUnblocksRecv(t *testing.T) {
 	pa, _ := newMemPair(memA, memB)
 	testCloseUnblocks(t, NewFaulty(pa, 11))
 }
+
+// psns are the PSNs of received packets, in arrival order.
+func psns(got []received) []int {
+	out := make([]int, len(got))
+	for i, g := range got {
+		out[i] = int(bth.BTH(g.roce).PSN())
+	}
+	return out
+}
+
+// wantPSNs checks that got carries PSNs from..to-1 in order.
+func wantPSNs(t *testing.T, got []received, from, to int) {
+	t.Helper()
+	for i, psn := range psns(got) {
+		if psn != from+i {
+			t.Fatalf("packet %d has PSN %d, want %d (all: %v)", i, psn, from+i, psns(got))
+		}
+	}
+	if len(got) != to-from {
+		t.Fatalf("got %d packets, want %d", len(got), to-from)
+	}
+}
+
+// With nothing set, an injector passes batches straight through in both
+// directions (the faults never see them: Matched stays 0); impairments set
+// later act, and once they are off and nothing is held or delayed any
+// more, it is a pass-through again.
+func TestFaultPassThrough(t *testing.T) {
+	pa, pb := newMemPair(memA, memB)
+	fa, fb := NewFaulty(pa, 12), NewFaulty(pb, 13)
+	defer fa.Close()
+	defer fb.Close()
+	r := startReceiver(fb)
+
+	sendSeq(t, fa, memB, 1, 0, 100)
+	wantPSNs(t, r.get(t, 100, time.Second), 0, 100)
+	if tx, rx := fa.FaultStats().TX, fb.FaultStats().RX; tx.Packets != 100 || tx.Matched != 0 || rx.Packets != 100 || rx.Matched != 0 {
+		t.Fatalf("pass-through counted TX %+v RX %+v", tx, rx)
+	}
+
+	fb.SetRX(Faults{Delay: 5 * time.Millisecond})
+	fa.SetTX(Faults{DropNth: 3})
+	sendSeq(t, fa, memB, 1, 100, 150)
+	got := r.get(t, 49, time.Second)
+	if tx, rx := fa.FaultStats().TX, fb.FaultStats().RX; tx.Matched != 50 || tx.Dropped != 1 || rx.Delayed != 49 {
+		t.Fatalf("impairments on: TX %+v RX %+v", tx, rx)
+	}
+	if ps := psns(got); ps[1] != 101 || ps[2] != 103 {
+		t.Fatalf("DropNth 3 should lose PSN 102: %v", ps)
+	}
+
+	// Off while a packet is still delayed: it arrives all the same.
+	fb.SetRX(Faults{Delay: 20 * time.Millisecond})
+	sendSeq(t, fa, memB, 1, 150, 151)
+	fb.SetRX(Faults{})
+	fa.SetTX(Faults{})
+	sendSeq(t, fa, memB, 1, 151, 200)
+	if got := r.get(t, 50, time.Second); len(got) != 50 {
+		t.Fatalf("after off: %d packets", len(got))
+	}
+	rx0 := fb.FaultStats().RX
+	tx0 := fa.FaultStats().TX
+	sendSeq(t, fa, memB, 1, 200, 300)
+	wantPSNs(t, r.get(t, 100, time.Second), 200, 300)
+	rx1, tx1 := fb.FaultStats().RX, fa.FaultStats().TX
+	if rx1.Packets != rx0.Packets+100 || rx1.Matched != rx0.Matched || tx1.Packets != tx0.Packets+100 || tx1.Matched != tx0.Matched {
+		t.Fatalf("not a pass-through again: RX %+v then %+v, TX %+v then %+v", rx0, rx1, tx0, tx1)
+	}
+}

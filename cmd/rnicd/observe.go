@@ -1,0 +1,176 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/rnicd/rnicd/rnic"
+	"github.com/rnicd/rnicd/rnic/monitor"
+	"github.com/rnicd/rnicd/rnic/trace"
+	"github.com/rnicd/rnicd/wire/ibudp"
+	"github.com/rnicd/rnicd/wire/pcap"
+)
+
+// observers are what lets a person see inside the running device: the
+// trace file (--trace), the capture (--pcap) and the monitor, served on
+// a unix socket next to the control socket (for rnic stat, trace and
+// inject) and, with --http, on a TCP port (web view, /metrics).
+type observers struct {
+	log *slog.Logger
+	dev *rnic.Device
+
+	traceFile *os.File
+	traceSub  *trace.Sub
+	traceStop context.CancelFunc
+	traceDone chan error
+	traceLost uint64 // events lost, as last logged
+
+	capture *pcap.Writer
+
+	mon      *monitor.Monitor
+	servers  []*http.Server
+	httpAddr net.Addr // the TCP port's address, nil without --http
+	serving  sync.WaitGroup
+}
+
+// startObservers starts what c asks for, and always the monitor on
+// socketPath. On error it undoes what it started.
+func startObservers(c config, dev *rnic.Device, faulty *ibudp.Faulty, tr *trace.Tracer,
+	socketPath string, log *slog.Logger) (_ *observers, err error) {
+	o := &observers{log: log, dev: dev}
+	defer func() {
+		if err != nil {
+			o.stopServing()
+			o.close()
+		}
+	}()
+	if c.trace != "" {
+		if err := o.startTrace(c.trace, tr); err != nil {
+			return nil, err
+		}
+	}
+	if c.pcap != "" {
+		w, err := pcap.Create(pcap.Config{Path: c.pcap, MaxBytes: c.pcapSize})
+		if err != nil {
+			return nil, err
+		}
+		o.capture = w
+		dev.SetCapture(w)
+	}
+	if o.mon, err = monitor.New(monitor.Config{Devices: []monitor.Device{{Dev: dev, Faulty: faulty}}, Tracer: tr}); err != nil {
+		return nil, err
+	}
+	// The daemon owns the device's control socket, so a monitor socket
+	// left there is a dead daemon's.
+	if err := os.Remove(socketPath); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("remove stale monitor socket: %w", err)
+	}
+	// Created as the control socket is, it gets the same mode: who may
+	// use the device may also watch and impair it.
+	l, err := net.Listen("unix", socketPath)
+	if err != nil {
+		return nil, fmt.Errorf("monitor socket: %w", err)
+	}
+	o.serve(l)
+	if c.http != "" {
+		l, err := net.Listen("tcp", c.http)
+		if err != nil {
+			return nil, fmt.Errorf("-http: %w", err)
+		}
+		o.httpAddr = l.Addr()
+		o.serve(l)
+	}
+	return o, nil
+}
+
+// startTrace writes every event of tr to path as JSON lines, from a
+// reader subscribed now, before any client can post work.
+func (o *observers) startTrace(path string, tr *trace.Tracer) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("-trace: %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	o.traceFile, o.traceSub, o.traceStop, o.traceDone = f, tr.Subscribe(trace.Filter{}), cancel, make(chan error, 1)
+	go func() { o.traceDone <- trace.WriteJSON(ctx, o.traceSub, f) }()
+	return nil
+}
+
+func (o *observers) serve(l net.Listener) {
+	// The monitor's streams (/api/trace) last as long as their client, so
+	// there is no write timeout; a slow header is a hostile one.
+	s := &http.Server{Handler: o.mon.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	o.servers = append(o.servers, s)
+	o.serving.Add(1)
+	go func() {
+		defer o.serving.Done()
+		if err := s.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			o.log.Error("monitor stopped serving", "addr", l.Addr(), "err", err)
+		}
+	}()
+}
+
+// tick runs every second: it makes what was captured so far readable,
+// for a tshark that reads the capture while the daemon runs, and says
+// when the trace file lost events (its writer cannot keep up with a NIC
+// at full speed; the ring holds trace.DefaultRing events).
+func (o *observers) tick() {
+	if o.capture != nil {
+		if err := o.capture.Flush(); err != nil {
+			o.log.Error("capture", "err", err)
+		}
+	}
+	if o.traceSub != nil {
+		o.reportLost()
+	}
+}
+
+func (o *observers) reportLost() {
+	if lost := o.traceSub.Lost(); lost > o.traceLost {
+		o.log.Warn("trace file: events lost, the writer fell behind", "lost", lost-o.traceLost, "total", lost)
+		o.traceLost = lost
+	}
+}
+
+// stopServing closes the monitor's ports and their open streams; the
+// unix listener removes its socket as it closes.
+func (o *observers) stopServing() {
+	for _, s := range o.servers {
+		s.Close()
+	}
+	o.serving.Wait()
+	if o.mon != nil {
+		o.mon.Close()
+	}
+}
+
+// close ends the capture and the trace file once the device has
+// stopped, so that they hold its last packets and events.
+func (o *observers) close() {
+	if o.capture != nil {
+		o.dev.SetCapture(nil)
+		st := o.capture.Stats()
+		if err := o.capture.Close(); err != nil {
+			o.log.Error("capture", "err", err)
+		}
+		o.log.Info("capture closed", "packets", st.Packets, "files", st.Files, "errors", st.Errors)
+	}
+	if o.traceFile != nil {
+		o.traceStop()
+		if err := <-o.traceDone; err != nil {
+			o.log.Error("trace", "err", err)
+		}
+		o.reportLost()
+		o.traceSub.Close()
+		if err := o.traceFile.Close(); err != nil {
+			o.log.Error("trace", "err", err)
+		}
+	}
+}
