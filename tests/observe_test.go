@@ -34,7 +34,7 @@ import (
 // daemon tests).
 func TestObserveDaemons(t *testing.T) {
 	tshark := debtool.Ensure(t, "tshark", "tshark")
-	rnic := buildRnic(t)
+	rnic := filepath.Join(binDir, "rnic")
 	dir := t.TempDir()
 	files := func(name string) (tr, pc string) {
 		return filepath.Join(dir, name+".trace.json"), filepath.Join(dir, name+".pcap")

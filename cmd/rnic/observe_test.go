@@ -117,7 +117,7 @@ func TestStat(t *testing.T) {
 		t.Errorf("link line: %s", lines[0])
 	}
 	q := a.Dev.QPInfo()[0]
-	want := fmt.Sprintf("qp rnic0 %#x RC RTS sq_psn %#06x una_psn %#06x rq_psn %#06x dest 127.5.20.2", q.QPN, q.SQPSN, q.UnaPSN, q.RQPSN)
+	want := fmt.Sprintf("qp rnic0 %#x RC RTS sq_psn %#06x una_psn %#06x rq_psn %#06x dest 127.6.20.2", q.QPN, q.SQPSN, q.UnaPSN, q.RQPSN)
 	if !strings.HasPrefix(lines[1], want) {
 		t.Errorf("qp line\n got %s\nwant %s...", lines[1], want)
 	}

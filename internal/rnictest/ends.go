@@ -28,8 +28,9 @@ type End struct {
 // MemVA is the address each End's buffer answers to.
 const MemVA = 0x10000
 
-// NewEnds opens two devices on 127.5.k.1 and 127.5.k.2 (each test its own k), named rnic0 and
-// rnic1, sharing tracer tr, with one RC QP each connected to the other.
+// NewEnds opens two devices on 127.6.k.1 and 127.6.k.2 (each test its
+// own k; nothing else uses 127.6.0.0/16), named rnic0 and rnic1, sharing
+// tracer tr, with one RC QP each connected to the other.
 func NewEnds(t testing.TB, k byte, tr *trace.Tracer) (a, b *End) {
 	t.Helper()
 	open := func(addr netip.Addr, name string) *End {
@@ -56,8 +57,8 @@ func NewEnds(t testing.TB, k byte, tr *trace.Tracer) (a, b *End) {
 		}
 		return e
 	}
-	a = open(netip.AddrFrom4([4]byte{127, 5, k, 1}), "rnic0")
-	b = open(netip.AddrFrom4([4]byte{127, 5, k, 2}), "rnic1")
+	a = open(netip.AddrFrom4([4]byte{127, 6, k, 1}), "rnic0")
+	b = open(netip.AddrFrom4([4]byte{127, 6, k, 2}), "rnic1")
 	connect := func(x, y *End) {
 		steps := []struct {
 			a    qpmgr.Attr
