@@ -150,9 +150,21 @@ func (d *Device) QueryQP(qp *QP) QPAttr {
 
 // DestroyQP destroys a QP (ibv_destroy_qp).
 func (d *Device) DestroyQP(qp *QP) error {
+	d.awaitReceiveBatch()
 	qp.Destroy()
 	d.qps.Remove(qp.QPN)
 	return nil
+}
+
+// awaitReceiveBatch returns once the receive batch in progress, if any,
+// has ended. A batch pushes its completions before it sends the ACKs they
+// owe (rx.Handler.Flush, one per QP at the batch's end), so an application
+// may poll a receive completion and destroy the QP while the ACK is still
+// to leave; without the wait the peer retries, against nobody, a message
+// the application saw complete.
+func (d *Device) awaitReceiveBatch() {
+	d.recvMu.Lock()
+	d.recvMu.Unlock()
 }
 
 // PostSend posts send WRs and rings the doorbell (ibv_post_send). It checks

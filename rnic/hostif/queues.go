@@ -302,6 +302,10 @@ func (c *conn) queryQP(b Body, _ []int) (Body, []int, error) {
 // first so that their WQEs are flushed (rxe does the same on close).
 func (c *conn) destroyQP(q *qpObj, flush bool) {
 	if flush {
+		// A client that exits without destroying its QPs may have polled
+		// a completion whose ACK the receive batch has yet to send, and
+		// ERR would stop it: let the batch end first (Fence waits for it).
+		c.s.dev.Fence()
 		q.qp.Lock()
 		q.qp.EnterError()
 		q.qp.Unlock()
