@@ -21,6 +21,16 @@ import (
 )
 
 // scrape returns /metrics as metric line -> value.
+// matches reports whether every metric of want has its value in got.
+func matches(got, want map[string]float64) bool {
+	for k, v := range want {
+		if g, ok := got[k]; !ok || g != v {
+			return false
+		}
+	}
+	return true
+}
+
 func scrape(t *testing.T, url string) map[string]float64 {
 	t.Helper()
 	resp, err := http.Get(url + "/metrics")
@@ -64,7 +74,6 @@ func TestMetrics(t *testing.T) {
 
 	a.Faulty.SetTX(ibudp.Faults{FilterQPN: true, QPN: b.QP.QPN, DropNth: 2})
 	rnictest.Write(t, a, b, 1, 3*1024)
-	got := scrape(t, srv.URL)
 	psn := 0x1000 + a.QP.QPN
 	want := map[string]float64{
 		`rnicd_sent_pkts_total{device="rnic0"}`:                                                 5, // three, then the lost one and the last again
@@ -90,6 +99,14 @@ func TestMetrics(t *testing.T) {
 		fmt.Sprintf(`rnicd_qp_rq_psn{device="rnic1",qpn="%#x",type="RC"}`, b.QP.QPN):            float64(psn + 3),
 		fmt.Sprintf(`rnicd_qp_sq_used{device="rnic0",qpn="%#x",type="RC"}`, a.QP.QPN):           0,
 		fmt.Sprintf(`rnicd_qp_state{device="rnic0",qpn="%#x",state="RTS",type="RC"}`, a.QP.QPN): 1,
+	}
+	// The port adds a batch to its counters when the send system call
+	// returns, which may be after the peer's ACK completed the WRITE: the
+	// counters settle a moment after the completion.
+	got := scrape(t, srv.URL)
+	for deadline := time.Now().Add(5 * time.Second); !matches(got, want) && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+		got = scrape(t, srv.URL)
 	}
 	for k, v := range want {
 		g, ok := got[k]
