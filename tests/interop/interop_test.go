@@ -1,0 +1,559 @@
+// Package interop runs rnicd against real Linux Soft-RoCE: a qemu VM with
+// Debian's kernel, rdma_rxe and rdma-core's perftest and ibverbs-utils
+// (vm.sh), on a tap in a network namespace, rnicd on the bridge beside it.
+// Each case runs a real rdma-core tool in the VM against the same rnic tool
+// on the host, with rxe as client and as server; every packet rnicd sends
+// is captured on the tap and its ICRC checked by this package's own code,
+// and rnicd runs in packet mode, checking the ICRC of every packet rxe
+// sends.
+//
+//	sudo RNICD_INTEROP=1 go test -v -timeout 30m ./tests/interop/
+//
+// It writes last-run.md, the table of the last run.
+package interop
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rnicd/rnicd/verbs"
+)
+
+// The VM is 198.18.0.2 on tap0, rnicd 198.18.0.1 on the bridge.
+const (
+	hostAddr = "198.18.0.1"
+	vmAddr   = "198.18.0.2"
+	device   = "rnio0"
+)
+
+// tcase is one tool run; the harness runs it with rxe as client and as
+// server.
+type tcase struct {
+	tool string   // perftest or ibverbs-utils name
+	args []string // size, iterations, connection type...
+	loss bool     // also run under 3% loss each way
+}
+
+func (c tcase) name() string { return c.tool + " " + strings.Join(c.args, " ") }
+
+// isPingpong tells rdma-core's pingpong (-g for the GID index) from
+// perftest (-x).
+func (c tcase) isPingpong() bool { return strings.HasPrefix(c.tool, "ibv_") }
+
+func matrix(ibMTU int) []tcase {
+	sizes := []string{"1", strconv.Itoa(ibMTU), strconv.Itoa(ibMTU + 1), "1048576"}
+	var cs []tcase
+	for _, tool := range []string{"ib_write_bw", "ib_read_bw", "ib_send_bw"} {
+		for _, s := range sizes {
+			n := "50"
+			if s == "1048576" {
+				n = "8"
+			}
+			cs = append(cs, tcase{tool: tool, args: []string{"-s", s, "-n", n}, loss: ibMTU == 1024 && s == "1048576"})
+		}
+	}
+	if ibMTU == 4096 {
+		return append(cs, tcase{tool: "ibv_rc_pingpong", args: []string{"-s", "8192", "-n", "20", "--chk"}})
+	}
+	cs = append(cs,
+		tcase{tool: "ib_send_bw", args: []string{"-c", "UC", "-s", "1", "-n", "50"}},
+		tcase{tool: "ib_send_bw", args: []string{"-c", "UC", "-s", strconv.Itoa(ibMTU + 1), "-n", "50"}},
+		tcase{tool: "ib_write_bw", args: []string{"-c", "UC", "-s", "65536", "-n", "20"}},
+		tcase{tool: "ib_send_bw", args: []string{"-c", "UD", "-s", "1", "-n", "50"}},
+		tcase{tool: "ib_send_bw", args: []string{"-c", "UD", "-s", strconv.Itoa(ibMTU), "-n", "50"}},
+		tcase{tool: "ib_atomic_bw", args: []string{"-A", "FETCH_AND_ADD", "-n", "50"}},
+		tcase{tool: "ib_atomic_bw", args: []string{"-A", "CMP_AND_SWAP", "-n", "50"}},
+		tcase{tool: "ib_send_lat", args: []string{"-s", "1", "-n", "50"}},
+		tcase{tool: "ib_send_lat", args: []string{"-s", strconv.Itoa(ibMTU + 1), "-n", "50"}},
+		tcase{tool: "ib_write_lat", args: []string{"-s", "1", "-n", "50"}},
+		tcase{tool: "ib_write_lat", args: []string{"-s", strconv.Itoa(ibMTU + 1), "-n", "50"}},
+		tcase{tool: "ib_read_lat", args: []string{"-s", "1", "-n", "50"}},
+		tcase{tool: "ib_read_lat", args: []string{"-s", strconv.Itoa(ibMTU + 1), "-n", "50"}},
+		tcase{tool: "ibv_rc_pingpong", args: []string{"-s", "4096", "-n", "50", "--chk"}},
+		tcase{tool: "ibv_ud_pingpong", args: []string{"-s", "512", "-n", "50", "--chk"}},
+		tcase{tool: "ibv_srq_pingpong", args: []string{"-s", "4096", "-n", "50", "-q", "4", "--chk"}},
+	)
+	return cs
+}
+
+// result is one line of the summary table.
+type result struct {
+	c        tcase
+	rxeRole  string // "server" or "client"
+	mtu      int
+	loss     bool
+	ok       bool
+	detail   string
+	counters string
+}
+
+func TestRxeInterop(t *testing.T) {
+	if os.Getenv("RNICD_INTEROP") != "1" {
+		t.Skip("the rxe interop suite runs with RNICD_INTEROP=1 as root: sudo RNICD_INTEROP=1 go test -v -timeout 30m ./tests/interop/")
+	}
+	if os.Geteuid() != 0 {
+		t.Fatal("RNICD_INTEROP=1 needs root (network namespaces, tap, qemu)")
+	}
+	ensurePackages(t)
+	bin := t.TempDir()
+	build := exec.Command("go", "build", "-o", bin, "../../cmd/rnicd", "../../cmd/rnic")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	cache := os.Getenv("RNICD_INTEROP_CACHE")
+	if cache == "" {
+		home, _ := os.UserHomeDir()
+		cache = filepath.Join(home, ".cache", "rnicd-interop")
+	}
+	img := filepath.Join(cache, "img")
+	if out, err := exec.Command("./vm.sh", "image", img).CombinedOutput(); err != nil {
+		t.Fatalf("VM image: %v\n%s", err, out)
+	}
+	var results []result
+	for _, link := range []struct{ linkMTU, ibMTU int }{{1500, 1024}, {9000, 4096}} {
+		rs := runLink(t, bin, img, link.linkMTU, link.ibMTU)
+		results = append(results, rs...)
+	}
+	writeTable(t, results)
+	for _, r := range results {
+		if !r.ok {
+			t.Errorf("%s, rxe %s, MTU %d, loss %v: %s", r.c.name(), r.rxeRole, r.mtu, r.loss, r.detail)
+		}
+	}
+}
+
+// ensurePackages installs what the suite runs from Debian's packages.
+func ensurePackages(t *testing.T) {
+	need := map[string]string{"qemu-system-x86_64": "qemu-system-x86", "busybox": "busybox-static", "cpio": "cpio",
+		"depmod": "kmod", "tcpdump": "tcpdump", "nft": "nftables", "ip": "iproute2", "rdma": "iproute2"}
+	var pkgs []string
+	for cmd, pkg := range need {
+		if _, err := exec.LookPath(cmd); err != nil {
+			pkgs = append(pkgs, pkg)
+		}
+	}
+	if len(pkgs) == 0 {
+		return
+	}
+	sort.Strings(pkgs)
+	cmd := exec.Command("sh", "-c", "apt-get update -qq && apt-get install -y -qq --no-install-recommends "+strings.Join(pkgs, " "))
+	cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("install %v: %v\n%s", pkgs, err, out)
+	}
+}
+
+// netns is the namespace of one link MTU: a bridge with rnicd's address
+// and a tap for the VM.
+type netns struct {
+	name string
+}
+
+func sh(t *testing.T, args ...string) {
+	t.Helper()
+	if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
+		t.Fatalf("%v: %v\n%s", args, err, out)
+	}
+}
+
+func newNetns(t *testing.T, name string, mtu int) *netns {
+	exec.Command("ip", "netns", "del", name).Run()
+	n := &netns{name: name}
+	m := strconv.Itoa(mtu)
+	sh(t, "ip", "netns", "add", name)
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", name).Run() })
+	sh(t, "ip", "-n", name, "link", "set", "lo", "up")
+	sh(t, "ip", "-n", name, "link", "add", "br0", "mtu", m, "type", "bridge")
+	sh(t, "ip", "-n", name, "addr", "add", hostAddr+"/24", "dev", "br0")
+	sh(t, "ip", "-n", name, "tuntap", "add", "dev", "tap0", "mode", "tap")
+	sh(t, "ip", "-n", name, "link", "set", "tap0", "mtu", m, "master", "br0", "up")
+	sh(t, "ip", "-n", name, "link", "set", "br0", "up")
+	return n
+}
+
+func (n *netns) command(ctx context.Context, env []string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", n.name}, args...)...)
+	cmd.Env = append(os.Environ(), env...)
+	return cmd
+}
+
+// loss drops pct% of RoCE packets each way on the tap, or none with 0.
+func (n *netns) loss(t *testing.T, pct int) {
+	exec.Command("ip", "netns", "exec", n.name, "nft", "delete", "table", "netdev", "rnio").Run()
+	if pct == 0 {
+		return
+	}
+	rules := fmt.Sprintf(`table netdev rnio {
+  chain in { type filter hook ingress device tap0 priority 0; udp dport 4791 numgen random mod 100 < %d counter drop; }
+  chain out { type filter hook egress device tap0 priority 0; udp dport 4791 numgen random mod 100 < %d counter drop; }
+}
+`, pct, pct)
+	cmd := exec.Command("ip", "netns", "exec", n.name, "nft", "-f", "-")
+	cmd.Stdin = strings.NewReader(rules)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("nft: %v\n%s", err, out)
+	}
+}
+
+// phase is a set of cases run the same way: rxe as client or server,
+// with or without loss. Each case gets its own TCP port.
+type phase struct {
+	rxeRole string
+	loss    bool
+	cases   []tcase
+	ports   []int
+}
+
+// vmCommand is the rdma-core command line of c in the VM.
+func vmCommand(c tcase, port int, client bool) string {
+	gid := "-x 1"
+	if c.isPingpong() {
+		gid = "-g 1"
+	}
+	cmd := fmt.Sprintf("%s -d rxe0 %s -p %d %s", c.tool, gid, port, strings.Join(c.args, " "))
+	if client {
+		cmd += " " + hostAddr
+	}
+	return cmd
+}
+
+// hostArgs is the rnic command line of c on the host.
+func hostArgs(c tcase, port int, client bool) []string {
+	gid := []string{"-x", "1"}
+	if c.isPingpong() {
+		gid = []string{"-g", "1"}
+	}
+	args := append([]string{c.tool, "-d", device}, gid...)
+	args = append(args, "-p", strconv.Itoa(port))
+	args = append(args, c.args...)
+	if client {
+		args = append(args, vmAddr)
+	}
+	return args
+}
+
+// vmScript runs each phase's cases in order: a client retries until the
+// host's server listens; a server waits for the host's client.
+func vmScript(phases []phase) string {
+	var b strings.Builder
+	for pi, ph := range phases {
+		for i, c := range ph.cases {
+			if ph.rxeRole == "client" {
+				// Retry only while the host's server is not listening yet.
+				fmt.Fprintf(&b, "i=0; while :; do %s > /tmp/out 2>&1; rc=$?; [ $rc -eq 0 ] && break; "+
+					"grep -q \"Couldn't connect\" /tmp/out || break; i=$((i+1)); [ $i -ge 300 ] && break; sleep 1; done\n",
+					vmCommand(c, ph.ports[i], true))
+			} else {
+				fmt.Fprintf(&b, "%s > /tmp/out 2>&1; rc=$?\n", vmCommand(c, ph.ports[i], false))
+			}
+			fmt.Fprintf(&b, "{ sed 's/^/=== out %d %d /' /tmp/out; echo \"=== case %d %d rc=$rc\"; } > /dev/ttyS1\n", pi, i, pi, i)
+		}
+	}
+	return b.String()
+}
+
+func runLink(t *testing.T, bin, img string, linkMTU, ibMTU int) []result {
+	ns := newNetns(t, fmt.Sprintf("rnio-%d", linkMTU), linkMTU)
+	dir := t.TempDir()
+	env := []string{"RNICD_DIR=" + dir}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+
+	cap := filepath.Join(dir, "tap0.pcap")
+	dump := ns.command(ctx, nil, "tcpdump", "-i", "tap0", "-s", "0", "-U", "-w", cap, "udp", "port", "4791", "and", "src", "host", hostAddr)
+	if err := dump.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// rnicd checks every rxe packet's ICRC, all 32 bits, in packet mode.
+	d := ns.command(ctx, env, filepath.Join(bin, "rnicd"), "-d", device, "-addr", hostAddr, "-mode", "packet")
+	var dout bytes.Buffer
+	d.Stdout, d.Stderr = &dout, &dout
+	if err := d.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer d.Process.Kill()
+	waitSocket(t, filepath.Join(dir, device+".sock"))
+	t.Setenv("RNICD_DIR", dir)
+
+	cases := matrix(ibMTU)
+	var lossy []tcase
+	for _, c := range cases {
+		if c.loss {
+			lossy = append(lossy, c)
+		}
+	}
+	port := 20000
+	mk := func(role string, loss bool, cs []tcase) phase {
+		ph := phase{rxeRole: role, loss: loss, cases: cs}
+		for range cs {
+			ph.ports = append(ph.ports, port)
+			port++
+		}
+		return ph
+	}
+	phases := []phase{mk("client", false, cases), mk("server", false, cases)}
+	if len(lossy) > 0 {
+		phases = append(phases, mk("client", true, lossy), mk("server", true, lossy))
+	}
+	script := filepath.Join(dir, "case.sh")
+	if err := os.WriteFile(script, []byte(vmScript(phases)), 0o755); err != nil {
+		t.Fatal(err)
+	}
+
+	// The VM writes each case's output and verdict to its second serial
+	// port, a file here; the console only shows the boot.
+	verdicts := filepath.Join(dir, "verdicts")
+	vm := exec.CommandContext(ctx, "./vm.sh", "boot", img, ns.name, "tap0", vmAddr, strconv.Itoa(linkMTU), script, verdicts)
+	var console bytes.Buffer
+	vm.Stdout, vm.Stderr = &console, &console
+	if err := vm.Start(); err != nil {
+		t.Fatal(err)
+	}
+	vmDone := make(chan struct{})
+	go func() { vm.Wait(); close(vmDone) }()
+	var mu sync.Mutex // vmRC, vmOut
+	vmRC := map[[2]int]int{}
+	vmOut := map[[2]int]*strings.Builder{}
+	caseRE := regexp.MustCompile(`^=== case (\d+) (\d+) rc=(\d+)`)
+	outRE := regexp.MustCompile(`^=== out (\d+) (\d+) (.*)`)
+	// readVerdicts parses the whole file again: it is small.
+	readVerdicts := func() {
+		data, _ := os.ReadFile(verdicts)
+		mu.Lock()
+		defer mu.Unlock()
+		clear(vmOut)
+		for _, line := range strings.Split(strings.ReplaceAll(string(data), "\r", ""), "\n") {
+			if m := caseRE.FindStringSubmatch(line); m != nil {
+				p, _ := strconv.Atoi(m[1])
+				i, _ := strconv.Atoi(m[2])
+				rc, _ := strconv.Atoi(m[3])
+				vmRC[[2]int{p, i}] = rc
+			} else if m := outRE.FindStringSubmatch(line); m != nil {
+				p, _ := strconv.Atoi(m[1])
+				i, _ := strconv.Atoi(m[2])
+				k := [2]int{p, i}
+				if vmOut[k] == nil {
+					vmOut[k] = &strings.Builder{}
+				}
+				vmOut[k].WriteString(m[3] + "\n")
+			}
+		}
+	}
+	go func() {
+		for {
+			readVerdicts()
+			select {
+			case <-vmDone:
+				return
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	}()
+
+	var results []result
+	for pi, ph := range phases {
+		ns.loss(t, map[bool]int{false: 0, true: 3}[ph.loss])
+		before := counters(t)
+		hostRC := make([]error, len(ph.cases))
+		hostOut := make([]string, len(ph.cases))
+		if ph.rxeRole == "client" {
+			// Every server listens at once; the VM's clients come in turn.
+			var wg sync.WaitGroup
+			for i, c := range ph.cases {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					cctx, ccancel := context.WithTimeout(ctx, 10*time.Minute)
+					defer ccancel()
+					// A server whose client failed would wait for ever:
+					// it gets 20 s after the VM's verdict on the case.
+					go func() {
+						for {
+							mu.Lock()
+							_, seen := vmRC[[2]int{pi, i}]
+							mu.Unlock()
+							if seen {
+								select {
+								case <-time.After(20 * time.Second):
+									ccancel()
+								case <-cctx.Done():
+								}
+								return
+							}
+							select {
+							case <-time.After(200 * time.Millisecond):
+							case <-cctx.Done():
+								return
+							}
+						}
+					}()
+					out, err := ns.command(cctx, env, append([]string{filepath.Join(bin, "rnic")}, hostArgs(c, ph.ports[i], false)...)...).CombinedOutput()
+					hostRC[i], hostOut[i] = err, string(out)
+				}()
+			}
+			wg.Wait()
+		} else {
+			for i, c := range ph.cases {
+				var out []byte
+				var err error
+				for try := 0; try < 600; try++ {
+					cctx, ccancel := context.WithTimeout(ctx, 5*time.Minute)
+					out, err = ns.command(cctx, env, append([]string{filepath.Join(bin, "rnic")}, hostArgs(c, ph.ports[i], true)...)...).CombinedOutput()
+					ccancel()
+					if err == nil || !refused(out) {
+						break
+					}
+					time.Sleep(500 * time.Millisecond)
+				}
+				hostRC[i], hostOut[i] = err, string(out)
+			}
+		}
+		// The VM's side of the last case may still be printing.
+		deadline := time.Now().Add(2 * time.Minute)
+		for {
+			mu.Lock()
+			_, done := vmRC[[2]int{pi, len(ph.cases) - 1}]
+			mu.Unlock()
+			if done || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		delta := diff(before, counters(t))
+		mu.Lock()
+		for i, c := range ph.cases {
+			r := result{c: c, rxeRole: ph.rxeRole, mtu: ibMTU, loss: ph.loss, counters: delta}
+			rc, seen := vmRC[[2]int{pi, i}]
+			vo := ""
+			if b := vmOut[[2]int{pi, i}]; b != nil {
+				vo = b.String()
+			}
+			switch {
+			case hostRC[i] != nil:
+				r.detail = fmt.Sprintf("rnic: %v\n%s\nrxe said:\n%s", hostRC[i], tail(hostOut[i]), tail(vo))
+			case !seen:
+				r.detail = "the VM gave no verdict; its output so far:\n" + tail(vo)
+			case rc != 0:
+				r.detail = fmt.Sprintf("rxe's %s exited %d:\n%s\nrnic said:\n%s", c.tool, rc, tail(vo), tail(hostOut[i]))
+			default:
+				r.ok, r.detail = true, "both sides exit 0"
+			}
+			results = append(results, r)
+		}
+		mu.Unlock()
+	}
+	ns.loss(t, 0)
+	select {
+	case <-vmDone:
+	case <-time.After(2 * time.Minute):
+		t.Errorf("MTU %d: the VM did not power off; console:\n%s", ibMTU, tail(console.String()))
+	}
+	d.Process.Signal(os.Interrupt)
+	d.Wait()
+	dump.Process.Signal(os.Interrupt)
+	dump.Wait()
+
+	st, err := checkCapture(cap, ibMTU)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("MTU %d: capture of tap0: ICRC good %v, bad %v, GSO super-frames %d", ibMTU, st.good, st.bad, st.oversized)
+	if st.good[hostAddr] == 0 || st.bad[hostAddr] != 0 {
+		t.Errorf("MTU %d: rnicd's packets on the wire: %d with a good ICRC, %d bad", ibMTU, st.good[hostAddr], st.bad[hostAddr])
+	}
+	if st.oversized != 0 {
+		t.Errorf("MTU %d: %d packets on the tap larger than the MTU", ibMTU, st.oversized)
+	}
+	if !strings.Contains(dout.String(), "rnicd: counters") {
+		t.Errorf("rnicd did not stop cleanly:\n%s", tail(dout.String()))
+	}
+	return results
+}
+
+// refused tells a client that found no server yet from a failed run.
+func refused(out []byte) bool {
+	s := string(out)
+	return strings.Contains(s, "connection refused") || strings.Contains(s, "Couldn't connect") || strings.Contains(s, "connect:")
+}
+
+func waitSocket(t *testing.T, path string) {
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if _, err := os.Stat(path); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("rnicd made no socket %s", path)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// counters reads rnicd's counters through its control socket (a unix
+// socket is reachable from outside the namespace).
+func counters(t *testing.T) map[string]uint64 {
+	c, err := verbs.Open(device)
+	if err != nil {
+		t.Fatalf("open %s: %v", device, err)
+	}
+	defer c.Close()
+	m, err := c.Counters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// diff lists the counters that moved, as name=delta.
+func diff(before, after map[string]uint64) string {
+	var parts []string
+	for k, v := range after {
+		if strings.HasPrefix(k, "hostif_") || v == before[k] {
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("%s=%d", k, v-before[k]))
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, " ")
+}
+
+func tail(s string) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > 15 {
+		lines = lines[len(lines)-15:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// writeTable records the run in last-run.md.
+func writeTable(t *testing.T, rs []result) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# Last run of the rxe interop suite\n\n%s, `RNICD_INTEROP=1 go test ./tests/interop/`: rnicd (`-mode packet`) on the host side of a bridge, Debian 12's rxe in qemu on a tap.\n"+
+		"Counters are rnicd's, moved over the whole phase (all cases of one role, MTU and loss).\n\n", time.Now().UTC().Format("2006-01-02 15:04 MST"))
+	b.WriteString("| test | rxe is | MTU | loss | result | rnicd counters (phase) |\n|---|---|---|---|---|---|\n")
+	for _, r := range rs {
+		res := "ok"
+		if !r.ok {
+			res = "FAIL"
+		}
+		loss := "0"
+		if r.loss {
+			loss = "3% each way"
+		}
+		fmt.Fprintf(&b, "| `%s` | %s | %d | %s | %s | %s |\n", r.c.name(), r.rxeRole, r.mtu, loss, res, r.counters)
+	}
+	if err := os.WriteFile("last-run.md", []byte(b.String()), 0o644); err != nil {
+		t.Error(err)
+	}
+}
