@@ -92,7 +92,7 @@ type result struct {
 	c        tcase
 	rxeRole  string // "server" or "client"
 	mtu      int
-	loss     bool
+	impair   string // "", lossName or corruptName
 	ok       bool
 	detail   string
 	counters string
@@ -129,7 +129,7 @@ func TestRxeInterop(t *testing.T) {
 	writeTable(t, results)
 	for _, r := range results {
 		if !r.ok {
-			t.Errorf("%s, rxe %s, MTU %d, loss %v: %s", r.c.name(), r.rxeRole, r.mtu, r.loss, r.detail)
+			t.Errorf("%s, rxe %s, MTU %d, %q: %s", r.c.name(), r.rxeRole, r.mtu, r.impair, r.detail)
 		}
 	}
 }
@@ -189,17 +189,33 @@ func (n *netns) command(ctx context.Context, env []string, args ...string) *exec
 	return cmd
 }
 
-// loss drops pct% of RoCE packets each way on the tap, or none with 0.
-func (n *netns) loss(t *testing.T, pct int) {
+// The impairments nftables puts on the tap (this kernel has no netem).
+const (
+	lossName    = "3% loss each way"
+	corruptName = "2% of rxe's packets corrupted"
+)
+
+// impair sets the tap's impairment: none, lossName or corruptName. The
+// corruption sets the last byte of the BTH (the PSN's low byte) to 0xff,
+// which the ICRC covers: rnicd must drop such a packet and count it.
+func (n *netns) impair(t *testing.T, kind string) {
 	exec.Command("ip", "netns", "exec", n.name, "nft", "delete", "table", "netdev", "rnio").Run()
-	if pct == 0 {
+	var rules string
+	switch kind {
+	case "":
 		return
-	}
-	rules := fmt.Sprintf(`table netdev rnio {
-  chain in { type filter hook ingress device tap0 priority 0; udp dport 4791 numgen random mod 100 < %d counter drop; }
-  chain out { type filter hook egress device tap0 priority 0; udp dport 4791 numgen random mod 100 < %d counter drop; }
+	case lossName:
+		rules = `table netdev rnio {
+  chain in { type filter hook ingress device tap0 priority 0; udp dport 4791 numgen random mod 100 < 3 counter drop; }
+  chain out { type filter hook egress device tap0 priority 0; udp dport 4791 numgen random mod 100 < 3 counter drop; }
 }
-`, pct, pct)
+`
+	case corruptName:
+		rules = `table netdev rnio {
+  chain in { type filter hook ingress device tap0 priority 0; udp dport 4791 numgen random mod 100 < 2 @th,152,8 set 0xff counter; }
+}
+`
+	}
 	cmd := exec.Command("ip", "netns", "exec", n.name, "nft", "-f", "-")
 	cmd.Stdin = strings.NewReader(rules)
 	if out, err := cmd.CombinedOutput(); err != nil {
@@ -208,10 +224,10 @@ func (n *netns) loss(t *testing.T, pct int) {
 }
 
 // phase is a set of cases run the same way: rxe as client or server,
-// with or without loss. Each case gets its own TCP port.
+// with an impairment or none. Each case gets its own TCP port.
 type phase struct {
 	rxeRole string
-	loss    bool
+	impair  string
 	cases   []tcase
 	ports   []int
 }
@@ -295,17 +311,18 @@ func runLink(t *testing.T, bin, img string, linkMTU, ibMTU int) []result {
 		}
 	}
 	port := 20000
-	mk := func(role string, loss bool, cs []tcase) phase {
-		ph := phase{rxeRole: role, loss: loss, cases: cs}
+	mk := func(role string, impair string, cs []tcase) phase {
+		ph := phase{rxeRole: role, impair: impair, cases: cs}
 		for range cs {
 			ph.ports = append(ph.ports, port)
 			port++
 		}
 		return ph
 	}
-	phases := []phase{mk("client", false, cases), mk("server", false, cases)}
+	phases := []phase{mk("client", "", cases), mk("server", "", cases)}
 	if len(lossy) > 0 {
-		phases = append(phases, mk("client", true, lossy), mk("server", true, lossy))
+		phases = append(phases, mk("client", lossName, lossy), mk("server", lossName, lossy),
+			mk("client", corruptName, []tcase{{tool: "ib_write_bw", args: []string{"-s", "65536", "-n", "20"}}}))
 	}
 	script := filepath.Join(dir, "case.sh")
 	if err := os.WriteFile(script, []byte(vmScript(phases)), 0o755); err != nil {
@@ -356,6 +373,7 @@ func runLink(t *testing.T, bin, img string, linkMTU, ibMTU int) []result {
 			readVerdicts()
 			select {
 			case <-vmDone:
+				readVerdicts() // what it wrote before it powered off
 				return
 			case <-time.After(200 * time.Millisecond):
 			}
@@ -364,7 +382,7 @@ func runLink(t *testing.T, bin, img string, linkMTU, ibMTU int) []result {
 
 	var results []result
 	for pi, ph := range phases {
-		ns.loss(t, map[bool]int{false: 0, true: 3}[ph.loss])
+		ns.impair(t, ph.impair)
 		before := counters(t)
 		hostRC := make([]error, len(ph.cases))
 		hostOut := make([]string, len(ph.cases))
@@ -423,6 +441,7 @@ func runLink(t *testing.T, bin, img string, linkMTU, ibMTU int) []result {
 		// The VM's side of the last case may still be printing.
 		deadline := time.Now().Add(2 * time.Minute)
 		for {
+			readVerdicts()
 			mu.Lock()
 			_, done := vmRC[[2]int{pi, len(ph.cases) - 1}]
 			mu.Unlock()
@@ -431,10 +450,21 @@ func runLink(t *testing.T, bin, img string, linkMTU, ibMTU int) []result {
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
-		delta := diff(before, counters(t))
+		moved := diff(before, counters(t))
+		delta := format(moved)
+		// Under an impairment rnicd's counters must show the recovery.
+		var want string
+		switch {
+		case ph.impair == lossName && ph.rxeRole == "client" && moved["out_of_seq_request"] == 0:
+			want = "out_of_seq_request moved (rnicd saw rxe's gaps)"
+		case ph.impair == lossName && ph.rxeRole == "server" && moved["retransmitted_pkts"] == 0:
+			want = "retransmitted_pkts moved (rnicd went back)"
+		case ph.impair == corruptName && moved["icrc_errors"] == 0:
+			want = "icrc_errors moved (rnicd dropped rxe's corrupted packets)"
+		}
 		mu.Lock()
 		for i, c := range ph.cases {
-			r := result{c: c, rxeRole: ph.rxeRole, mtu: ibMTU, loss: ph.loss, counters: delta}
+			r := result{c: c, rxeRole: ph.rxeRole, mtu: ibMTU, impair: ph.impair, counters: delta}
 			rc, seen := vmRC[[2]int{pi, i}]
 			vo := ""
 			if b := vmOut[[2]int{pi, i}]; b != nil {
@@ -447,6 +477,8 @@ func runLink(t *testing.T, bin, img string, linkMTU, ibMTU int) []result {
 				r.detail = "the VM gave no verdict; its output so far:\n" + tail(vo)
 			case rc != 0:
 				r.detail = fmt.Sprintf("rxe's %s exited %d:\n%s\nrnic said:\n%s", c.tool, rc, tail(vo), tail(hostOut[i]))
+			case want != "":
+				r.detail = "both sides exit 0, but rnicd's counters do not show the recovery: want " + want
 			default:
 				r.ok, r.detail = true, "both sides exit 0"
 			}
@@ -454,7 +486,7 @@ func runLink(t *testing.T, bin, img string, linkMTU, ibMTU int) []result {
 		}
 		mu.Unlock()
 	}
-	ns.loss(t, 0)
+	ns.impair(t, "")
 	select {
 	case <-vmDone:
 	case <-time.After(2 * time.Minute):
@@ -515,14 +547,22 @@ func counters(t *testing.T) map[string]uint64 {
 	return m
 }
 
-// diff lists the counters that moved, as name=delta.
-func diff(before, after map[string]uint64) string {
-	var parts []string
+// diff is the counters that moved, by how much.
+func diff(before, after map[string]uint64) map[string]uint64 {
+	m := map[string]uint64{}
 	for k, v := range after {
-		if strings.HasPrefix(k, "hostif_") || v == before[k] {
-			continue
+		if !strings.HasPrefix(k, "hostif_") && v != before[k] {
+			m[k] = v - before[k]
 		}
-		parts = append(parts, fmt.Sprintf("%s=%d", k, v-before[k]))
+	}
+	return m
+}
+
+// format lists counters as name=value, sorted.
+func format(m map[string]uint64) string {
+	var parts []string
+	for k, v := range m {
+		parts = append(parts, fmt.Sprintf("%s=%d", k, v))
 	}
 	sort.Strings(parts)
 	return strings.Join(parts, " ")
@@ -540,18 +580,18 @@ func tail(s string) string {
 func writeTable(t *testing.T, rs []result) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Last run of the rxe interop suite\n\n%s, `RNICD_INTEROP=1 go test ./tests/interop/`: rnicd (`-mode packet`) on the host side of a bridge, Debian 12's rxe in qemu on a tap.\n"+
-		"Counters are rnicd's, moved over the whole phase (all cases of one role, MTU and loss).\n\n", time.Now().UTC().Format("2006-01-02 15:04 MST"))
-	b.WriteString("| test | rxe is | MTU | loss | result | rnicd counters (phase) |\n|---|---|---|---|---|---|\n")
+		"Counters are rnicd's, moved over the whole phase (all cases of one role, MTU and impairment).\n\n", time.Now().UTC().Format("2006-01-02 15:04 MST"))
+	b.WriteString("| test | rxe is | MTU | impairment | result | rnicd counters (phase) |\n|---|---|---|---|---|---|\n")
 	for _, r := range rs {
 		res := "ok"
 		if !r.ok {
 			res = "FAIL"
 		}
-		loss := "0"
-		if r.loss {
-			loss = "3% each way"
+		impair := r.impair
+		if impair == "" {
+			impair = "none"
 		}
-		fmt.Fprintf(&b, "| `%s` | %s | %d | %s | %s | %s |\n", r.c.name(), r.rxeRole, r.mtu, loss, res, r.counters)
+		fmt.Fprintf(&b, "| `%s` | %s | %d | %s | %s | %s |\n", r.c.name(), r.rxeRole, r.mtu, impair, res, r.counters)
 	}
 	if err := os.WriteFile("last-run.md", []byte(b.String()), 0o644); err != nil {
 		t.Error(err)

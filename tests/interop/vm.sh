@@ -103,7 +103,7 @@ boot() {
 	ip netns exec "$ns" qemu-system-x86_64 -accel tcg -m 512 -smp 1 -nographic -no-reboot \
 		-kernel "$dir/vmlinuz" -initrd "$tmp/initrd" \
 		-append "console=ttyS0 quiet panic=-1 peer_ip=$ip peer_mtu=$mtu" \
-		-chardev "file,id=out,path=$out" -device isa-serial,chardev=out \
+		-serial mon:stdio -serial "file:$out" \
 		-netdev "tap,id=n0,ifname=$tap,script=no,downscript=no" \
 		-device "virtio-net-pci,netdev=n0,mac=$mac" </dev/null | tr -d '\r'
 }
