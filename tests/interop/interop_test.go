@@ -63,9 +63,6 @@ func matrix(ibMTU int) []tcase {
 			cs = append(cs, tcase{tool: tool, args: []string{"-s", s, "-n", n}, loss: ibMTU == 1024 && s == "1048576"})
 		}
 	}
-	if ibMTU == 4096 {
-		return append(cs, tcase{tool: "ibv_rc_pingpong", args: []string{"-s", "8192", "-n", "20", "--chk"}})
-	}
 	cs = append(cs,
 		tcase{tool: "ib_send_bw", args: []string{"-c", "UC", "-s", "1", "-n", "50"}},
 		tcase{tool: "ib_send_bw", args: []string{"-c", "UC", "-s", strconv.Itoa(ibMTU + 1), "-n", "50"}},
