@@ -7,8 +7,9 @@
 // The package owns:
 //
 //   - the port (Port, opened with Open): batches of packets in and out with
-//     sendmmsg and recvmmsg, through Go's poller so that Close wakes a
-//     blocked Recv; buffers with Headroom in front of the RoCE part for the
+//     sendmmsg and recvmmsg, waiting in Go's poller or, for a daemon's one
+//     port, in poll(2) (Config.WaitInKernel), and Close wakes a blocked Recv
+//     either way; buffers with Headroom in front of the RoCE part for the
 //     headers (Buf, Pool); no allocation per packet;
 //   - the ICRC: Send seals every packet for the headers it will carry; Recv
 //     verifies every packet and drops, counting, those that fail, along with

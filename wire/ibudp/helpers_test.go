@@ -212,3 +212,11 @@ func sealEnvelope(e *bth.Envelope, roce []byte) {
 	var h [bth.MaxEnvelopeLen]byte
 	sealICRC(h[:e.Put(h[:], len(roce))], roce)
 }
+
+// eachWait runs test with the port waiting in the runtime's poller and
+// in poll(2) (Config.WaitInKernel), one after the other.
+func eachWait(t *testing.T, test func(t *testing.T, waitInKernel bool)) {
+	t.Helper()
+	t.Run("poller", func(t *testing.T) { test(t, false) })
+	t.Run("kernel", func(t *testing.T) { test(t, true) })
+}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"syscall"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -96,11 +95,12 @@ func (m *mmsgs) received(i int) (n int, flags int, name, ctrl []byte) {
 	return int(h.Len), int(h.Hdr.Flags), name, ctrl
 }
 
-// batchIO runs sendmmsg or recvmmsg on a non-blocking socket through the Go
-// runtime poller, so that a blocked call parks the goroutine and Close wakes
-// it. The callbacks are bound once so that a call does not allocate.
+// batchIO runs sendmmsg or recvmmsg on a non-blocking socket; a call that
+// finds nothing to do waits in the runtime's poller, or in poll(2) for a
+// port that waits in the kernel (rawIO, kfd), and Close wakes it either
+// way. The callbacks are bound once so that a call does not allocate.
 type batchIO struct {
-	rc syscall.RawConn
+	rc rawIO
 	m  *mmsgs
 
 	// Arguments and results of the call in progress.
@@ -111,7 +111,7 @@ type batchIO struct {
 	recvFn, sendFn func(fd uintptr) bool
 }
 
-func newBatchIO(rc syscall.RawConn, m *mmsgs) *batchIO {
+func newBatchIO(rc rawIO, m *mmsgs) *batchIO {
 	b := &batchIO{rc: rc, m: m}
 	b.recvFn = b.doRecv
 	b.sendFn = b.doSend

@@ -5,9 +5,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
-	"os"
 	"sync/atomic"
 	"syscall"
 
@@ -31,9 +31,9 @@ type packetPort struct {
 	scope  uint32
 	ipid   atomic.Uint32
 	holder *net.UDPConn
-	rxFile *os.File // AF_PACKET, SOCK_DGRAM
-	txFile *os.File // AF_INET(6), SOCK_RAW, IPPROTO_RAW
-	runs   *runs    // UDP_SEGMENT runs seen before the kernel cut them (runs_linux.go)
+	rxSock io.Closer // AF_PACKET, SOCK_DGRAM
+	txSock io.Closer // AF_INET(6), SOCK_RAW, IPPROTO_RAW
+	runs   *runs     // UDP_SEGMENT runs seen before the kernel cut them (runs_linux.go)
 }
 
 func openPacket(cfg Config, ifc Interface, mtu int) (_ *packetPort, err error) {
@@ -66,19 +66,12 @@ func openPacket(cfg Config, ifc Interface, mtu int) (_ *packetPort, err error) {
 		}
 		ifindexes = append(ifindexes, lo)
 	}
-	if p.rxFile, err = openPacketRx(cfg, ifindexes); err != nil {
+	var rrc, trc rawIO
+	if rrc, p.rxSock, err = openPacketRx(cfg, ifindexes); err != nil {
 		return nil, err
 	}
-	if p.txFile, err = openRawTx(cfg, p.scope); err != nil {
+	if trc, p.txSock, err = openRawTx(cfg, p.scope); err != nil {
 		return nil, err
-	}
-	rrc, err := p.rxFile.SyscallConn()
-	if err != nil {
-		return nil, fmt.Errorf("ibudp: AF_PACKET socket: %w", err)
-	}
-	trc, err := p.txFile.SyscallConn()
-	if err != nil {
-		return nil, fmt.Errorf("ibudp: raw IP socket: %w", err)
 	}
 	// Two iovecs per received message: its Buf, then room for the rest of
 	// a frame that holds a whole run.
@@ -115,10 +108,10 @@ func openHolder(cfg Config) (*net.UDPConn, error) {
 // openPacketRx opens the AF_PACKET socket: all interfaces, cooked
 // (SOCK_DGRAM: from the network header on), with the port's filter attached
 // before it is bound so that nothing else is ever queued.
-func openPacketRx(cfg Config, ifindexes []int) (*os.File, error) {
+func openPacketRx(cfg Config, ifindexes []int) (rawIO, io.Closer, error) {
 	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return nil, fmt.Errorf("ibudp: AF_PACKET socket (needs CAP_NET_RAW): %w", err)
+		return nil, nil, fmt.Errorf("ibudp: AF_PACKET socket (needs CAP_NET_RAW): %w", err)
 	}
 	prog, err := packetFilter(cfg.Addr, cfg.Port, ifindexes)
 	if err == nil {
@@ -137,14 +130,18 @@ func openPacketRx(cfg Config, ifindexes []int) (*os.File, error) {
 	}
 	if err != nil {
 		unix.Close(fd)
-		return nil, fmt.Errorf("ibudp: AF_PACKET socket: %w", err)
+		return nil, nil, fmt.Errorf("ibudp: AF_PACKET socket: %w", err)
 	}
-	return os.NewFile(uintptr(fd), "ibudp-packet-rx"), nil
+	rc, c, err := socketIO(fd, cfg.WaitInKernel, "ibudp-packet-rx")
+	if err != nil {
+		return nil, nil, fmt.Errorf("ibudp: AF_PACKET socket: %w", err)
+	}
+	return rc, c, nil
 }
 
 // openRawTx opens the raw IP socket Send writes whole IP datagrams to. It
 // is bound to Addr so that the kernel routes from there.
-func openRawTx(cfg Config, scope uint32) (*os.File, error) {
+func openRawTx(cfg Config, scope uint32) (rawIO, io.Closer, error) {
 	family, level, opt := unix.AF_INET6, unix.IPPROTO_IPV6, unix.IPV6_HDRINCL
 	var sa unix.Sockaddr = &unix.SockaddrInet6{Addr: cfg.Addr.As16(), ZoneId: scope}
 	if cfg.Addr.Is4() {
@@ -153,7 +150,7 @@ func openRawTx(cfg Config, scope uint32) (*os.File, error) {
 	}
 	fd, err := unix.Socket(family, unix.SOCK_RAW|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, unix.IPPROTO_RAW)
 	if err != nil {
-		return nil, fmt.Errorf("ibudp: raw IP socket (needs CAP_NET_RAW): %w", err)
+		return nil, nil, fmt.Errorf("ibudp: raw IP socket (needs CAP_NET_RAW): %w", err)
 	}
 	err = unix.SetsockoptInt(fd, level, opt, 1)
 	if err == nil {
@@ -168,9 +165,13 @@ func openRawTx(cfg Config, scope uint32) (*os.File, error) {
 	}
 	if err != nil {
 		unix.Close(fd)
-		return nil, fmt.Errorf("ibudp: raw IP socket: %w", err)
+		return nil, nil, fmt.Errorf("ibudp: raw IP socket: %w", err)
 	}
-	return os.NewFile(uintptr(fd), "ibudp-packet-tx"), nil
+	rc, c, err := socketIO(fd, cfg.WaitInKernel, "ibudp-packet-tx")
+	if err != nil {
+		return nil, nil, fmt.Errorf("ibudp: raw IP socket: %w", err)
+	}
+	return rc, c, nil
 }
 
 func htons(v uint16) uint16 {
@@ -183,11 +184,11 @@ func (p *packetPort) Close() error { return p.close(p.closeAll) }
 
 func (p *packetPort) closeAll() error {
 	var errs []error
-	if p.rxFile != nil {
-		errs = append(errs, p.rxFile.Close())
+	if p.rxSock != nil {
+		errs = append(errs, p.rxSock.Close())
 	}
-	if p.txFile != nil {
-		errs = append(errs, p.txFile.Close())
+	if p.txSock != nil {
+		errs = append(errs, p.txSock.Close())
 	}
 	if p.holder != nil {
 		errs = append(errs, p.holder.Close())

@@ -16,10 +16,12 @@ import (
 // Two ModePacket ports exchange batches both ways: byte for byte, ICRC
 // verified over the real IP header, per-packet source port honoured,
 // incrementing IPv4 IDs, TOS carried.
-func TestPacketExchange(t *testing.T) {
+func TestPacketExchange(t *testing.T) { eachWait(t, testPacketExchange) }
+
+func testPacketExchange(t *testing.T, waitInKernel bool) {
 	needRoot(t)
-	a := openPort(t, Config{Addr: addr("127.0.2.1"), Mode: ModePacket})
-	b := openPort(t, Config{Addr: addr("127.0.2.2"), Mode: ModePacket})
+	a := openPort(t, Config{Addr: addr("127.0.2.1"), Mode: ModePacket, WaitInKernel: waitInKernel})
+	b := openPort(t, Config{Addr: addr("127.0.2.2"), Mode: ModePacket, WaitInKernel: waitInKernel})
 	ra, rb := startReceiver(a), startReceiver(b)
 
 	sent := sendBatch(t, a, b.Addr(), 64, 100, testSizes, 0xc121, 0x03)
@@ -223,7 +225,9 @@ func TestUDPAcceptsNonzeroID(t *testing.T) {
 
 func TestPacketCloseUnblocksRecv(t *testing.T) {
 	needRoot(t)
-	testCloseUnblocks(t, openPort(t, Config{Addr: addr("127.0.4.5"), Mode: ModePacket}))
+	eachWait(t, func(t *testing.T, waitInKernel bool) {
+		testCloseUnblocks(t, openPort(t, Config{Addr: addr("127.0.4.5"), Mode: ModePacket, WaitInKernel: waitInKernel}))
+	})
 }
 
 // rawInject sends whole IPv4 datagrams with a raw socket, as rxe would.

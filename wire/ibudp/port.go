@@ -91,6 +91,14 @@ type Config struct {
 	// RcvBuf and SndBuf are socket buffer sizes in bytes; 0 takes the
 	// defaults. Above net.core.[rw]mem_max they need CAP_NET_ADMIN.
 	RcvBuf, SndBuf int
+	// WaitInKernel makes the port's calls wait for their socket in
+	// poll(2), on the calling thread, instead of in the Go runtime's
+	// poller: one thread wake-up per arriving packet instead of two or
+	// three (package kwait), for a process with one port, as rnicd is. A
+	// waiting thread keeps its P, so with several such ports in one
+	// process (two devices in a test) they would starve the goroutines
+	// that feed them; the zero value uses the runtime's poller.
+	WaitInKernel bool
 }
 
 // withDefaults checks cfg and fills in the zero values.

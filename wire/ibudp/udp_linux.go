@@ -1,11 +1,10 @@
 package ibudp
 
 import (
-	"context"
 	"fmt"
-	"net"
+	"io"
 	"net/netip"
-	"syscall"
+	"os"
 
 	"golang.org/x/sys/unix"
 
@@ -18,7 +17,7 @@ import (
 // ICRC is sealed for.
 type udpPort struct {
 	sockPort
-	conn  *net.UDPConn
+	sock  io.Closer
 	v6    bool
 	scope uint32 // sin6_scope_id for link-local peers
 	// gso sends runs of packets as one UDP_SEGMENT message (gso_linux.go);
@@ -42,33 +41,21 @@ func openUDP(cfg Config, ifc Interface, mtu int) (*udpPort, error) {
 	if u.v6 && cfg.Addr.IsLinkLocalUnicast() {
 		u.scope = uint32(ifc.Index)
 	}
-	network := "udp4"
-	if u.v6 {
-		network = "udp6"
-	}
-	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
-		var serr error
-		err := c.Control(func(fd uintptr) {
-			u.gso = !cfg.NoGSO && gsoSupported(int(fd))
-			serr = setUDPOptions(int(fd), u.v6, !u.gso, cfg)
-			u.gro = serr == nil && !cfg.NoGSO && enableGRO(int(fd))
-		})
-		if err != nil {
-			return err
-		}
-		return serr
-	}}
-	bind := netip.AddrPortFrom(cfg.Addr, cfg.Port).String()
-	pc, err := lc.ListenPacket(context.Background(), network, bind)
+	bind := netip.AddrPortFrom(cfg.Addr, cfg.Port)
+	fd, err := openUDPSocket(bind, u.scope, func(fd int) error {
+		u.gso = !cfg.NoGSO && gsoSupported(fd)
+		err := setUDPOptions(fd, u.v6, !u.gso, cfg)
+		u.gro = err == nil && !cfg.NoGSO && enableGRO(fd)
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("ibudp: opening UDP %s: %w", bind, err)
 	}
-	u.conn = pc.(*net.UDPConn)
-	rc, err := u.conn.SyscallConn()
+	rc, closer, err := socketIO(fd, cfg.WaitInKernel, "ibudp-udp")
 	if err != nil {
-		u.conn.Close()
 		return nil, fmt.Errorf("ibudp: UDP %s: %w", bind, err)
 	}
+	u.sock = closer
 	u.tx = newBatchIO(rc, newMmsgs(cfg.Batch, txCtrlLen))
 	u.segs = make([]int, cfg.Batch)
 	u.rx = newBatchIO(rc, newMmsgs(cfg.Batch, ctrlLen))
@@ -80,6 +67,38 @@ func openUDP(cfg Config, ifc Interface, mtu int) (*udpPort, error) {
 		u.counted = make([]bool, cfg.Batch)
 	}
 	return u, nil
+}
+
+// openUDPSocket opens a non-blocking UDP socket, sets its options with
+// setup and binds it to addr, as net.ListenPacket would but without
+// handing it to the runtime's poller (see kfd).
+func openUDPSocket(addr netip.AddrPort, scope uint32, setup func(fd int) error) (int, error) {
+	family := unix.AF_INET6
+	var sa unix.Sockaddr = &unix.SockaddrInet6{Addr: addr.Addr().As16(), Port: int(addr.Port()), ZoneId: scope}
+	if addr.Addr().Is4() {
+		family = unix.AF_INET
+		sa = &unix.SockaddrInet4{Addr: addr.Addr().As4(), Port: int(addr.Port())}
+	}
+	fd, err := unix.Socket(family, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, unix.IPPROTO_UDP)
+	if err != nil {
+		return -1, os.NewSyscallError("socket", err)
+	}
+	if family == unix.AF_INET6 {
+		err = unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_V6ONLY, 1)
+	}
+	if err == nil {
+		err = setup(fd)
+	}
+	if err == nil {
+		if err = unix.Bind(fd, sa); err != nil {
+			err = os.NewSyscallError("bind", err)
+		}
+	}
+	if err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	return fd, nil
 }
 
 // setUDPOptions makes a UDP socket send with DF (hence IPv4 ID 0) and, for
@@ -115,7 +134,7 @@ func setUDPOptions(fd int, v6, noCheck bool, cfg Config) error {
 	return setBuffers(fd, cfg.RcvBuf, cfg.SndBuf)
 }
 
-func (u *udpPort) Close() error { return u.close(u.conn.Close) }
+func (u *udpPort) Close() error { return u.close(u.sock.Close) }
 
 func (u *udpPort) Send(bufs []*Buf) error {
 	if u.gso {

@@ -15,9 +15,11 @@ var testSizes = []int{0, 1, 2, 3, 256, 1024, 1500, 4096}
 
 // Two ModeUDP ports exchange batches both ways; every packet arrives byte
 // for byte, with its ICRC verified, the peer's address and port, and TOS.
-func TestUDPExchange(t *testing.T) {
-	a := openPort(t, Config{Addr: addr("127.0.3.1"), Mode: ModeUDP})
-	b := openPort(t, Config{Addr: addr("127.0.3.2"), Mode: ModeUDP})
+func TestUDPExchange(t *testing.T) { eachWait(t, testUDPExchange) }
+
+func testUDPExchange(t *testing.T, waitInKernel bool) {
+	a := openPort(t, Config{Addr: addr("127.0.3.1"), Mode: ModeUDP, WaitInKernel: waitInKernel})
+	b := openPort(t, Config{Addr: addr("127.0.3.2"), Mode: ModeUDP, WaitInKernel: waitInKernel})
 	if a.MTU() != 4096 {
 		t.Errorf("MTU on lo = %d, want 4096", a.MTU())
 	}
@@ -70,8 +72,10 @@ func TestUDPExchangeIPv6(t *testing.T) {
 }
 
 // Recv returns net.ErrClosed promptly after Close, and Send fails after it.
-func TestUDPCloseUnblocksRecv(t *testing.T) {
-	p := openPort(t, Config{Addr: addr("127.0.1.1"), Mode: ModeUDP})
+func TestUDPCloseUnblocksRecv(t *testing.T) { eachWait(t, testUDPCloseUnblocksRecv) }
+
+func testUDPCloseUnblocksRecv(t *testing.T, waitInKernel bool) {
+	p := openPort(t, Config{Addr: addr("127.0.1.1"), Mode: ModeUDP, WaitInKernel: waitInKernel})
 	testCloseUnblocks(t, p)
 }
 
