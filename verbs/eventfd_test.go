@@ -2,26 +2,64 @@ package verbs
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 )
 
-// A deadline left on the eventfd by an earlier wait (its context ended as
-// its read succeeded) must not end a later wait: the write is seen.
-func TestEventFDStaleDeadline(t *testing.T) {
+// A wait sleeps in poll(2) until another thread writes the eventfd.
+func TestEventFDWakes(t *testing.T) {
 	e, err := newEventFD()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer e.f.Close()
-	e.f.SetReadDeadline(time.Unix(1, 0))
-	var one = [8]byte{1}
-	if _, err := e.f.Write(one[:]); err != nil {
+	defer e.close()
+	done := make(chan error, 1)
+	go func() { done <- e.wait(context.Background()) }()
+	select {
+	case err := <-done:
+		t.Fatalf("wait returned %v with nothing written", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	e.add()
+	if err := <-done; err != nil {
+		t.Fatalf("wait: %v", err)
+	}
+	// The event was taken: the next wait sleeps until its context ends.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if err := e.wait(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("second wait: %v, want the deadline", err)
+	}
+}
+
+// Cancelling a wait's context and closing the eventfd both end a wait
+// sleeping in poll(2).
+func TestEventFDCancelAndClose(t *testing.T) {
+	e, err := newEventFD()
+	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := e.wait(ctx); err != nil {
-		t.Fatalf("wait after a stale deadline: %v", err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.wait(ctx) }()
+	time.Sleep(20 * time.Millisecond)
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) && err != nil {
+		t.Fatalf("cancelled wait: %v", err)
+	}
+	go func() { done <- e.wait(context.Background()) }()
+	time.Sleep(20 * time.Millisecond)
+	if err := e.close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil && !errors.Is(err, ErrClosed) {
+		t.Fatalf("wait on a closed eventfd: %v", err)
+	}
+	if err := e.wait(context.Background()); !errors.Is(err, ErrClosed) {
+		t.Fatalf("wait after close: %v, want ErrClosed", err)
+	}
+	if err := e.close(); err != nil {
+		t.Fatalf("second close: %v", err)
 	}
 }
