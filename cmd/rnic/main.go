@@ -13,6 +13,8 @@ import (
 	"io"
 	"os"
 	"sort"
+
+	"github.com/rnicd/rnicd/internal/kwait"
 )
 
 // command is one subcommand. run gets the arguments after its name and
@@ -35,6 +37,7 @@ func commands() []command {
 }
 
 func main() {
+	kwait.AtLeastTwo()
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 

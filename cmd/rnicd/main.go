@@ -34,6 +34,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
+	"github.com/rnicd/rnicd/internal/kwait"
 	"github.com/rnicd/rnicd/rnic"
 	"github.com/rnicd/rnicd/rnic/hostif"
 	"github.com/rnicd/rnicd/rnic/trace"
@@ -42,6 +43,7 @@ import (
 )
 
 func main() {
+	kwait.AtLeastTwo()
 	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "rnicd:", err)
 		os.Exit(1)
@@ -175,7 +177,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	port, err := ibudp.Open(ibudp.Config{Addr: c.addr, Mode: c.mode, MTU: c.mtu})
+	port, err := ibudp.Open(ibudp.Config{Addr: c.addr, Mode: c.mode, MTU: c.mtu, WaitInKernel: true})
 	if err != nil {
 		l.Close()
 		os.Remove(path)
