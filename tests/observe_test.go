@@ -77,14 +77,7 @@ func TestObserveDaemons(t *testing.T) {
 	connect(t, b, a, verbs.QPTypeRC, 7, 14)
 
 	// One WRITE of three packets at MTU 1024.
-	data := pattern(3000, 9)
-	copy(a.mr.Buf, data)
-	post(t, a, verbs.SendWR{WRID: 0x51, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
-		SGL: []verbs.SGE{a.mr.SGE(0, 3000)}, RemoteAddr: b.mr.Addr + 64, RKey: b.mr.RKey})
-	wantWC(t, pollN(t, a.cq, 1)[0], verbs.WC{WRID: 0x51, Opcode: 1, ByteLen: 3000, QPNum: a.qp.QPN})
-	if !bytes.Equal(b.mr.Buf[64:3064], data) {
-		t.Fatal("WRITE data differs at the peer")
-	}
+	writeAndCheck(t, a, b, 0x51, 3000, 64, 9, "WRITE")
 
 	checkWriteTrace(t, trC, trD, a.qp.QPN, b.qp.QPN, 0x51)
 
@@ -159,14 +152,7 @@ func TestObserveDaemons(t *testing.T) {
 	if out := runTool(t, rnic, "inject", "-d", "rnicC", "off"); out != "rnicC tx: off\nrnicC rx: off\n" {
 		t.Errorf("rnic inject off printed %q", out)
 	}
-	data = pattern(2000, 33)
-	copy(a.mr.Buf, data)
-	post(t, a, verbs.SendWR{WRID: 0x53, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
-		SGL: []verbs.SGE{a.mr.SGE(0, 2000)}, RemoteAddr: b.mr.Addr + 8192, RKey: b.mr.RKey})
-	wantWC(t, pollN(t, a.cq, 1)[0], verbs.WC{WRID: 0x53, Opcode: 1, ByteLen: 2000, QPNum: a.qp.QPN})
-	if !bytes.Equal(b.mr.Buf[8192:10192], data) {
-		t.Fatal("WRITE after inject off: data differs at the peer")
-	}
+	writeAndCheck(t, a, b, 0x53, 2000, 8192, 33, "WRITE after inject off")
 	c2, d2 := scrape(t, mC, "rnicC"), scrape(t, mD, "rnicD")
 	if c2[`fault_dropped{dir="tx"}`] != c1[`fault_dropped{dir="tx"}`] || c2["sent_pkts"]-c1["sent_pkts"] != 2 {
 		t.Errorf("after inject off: dropped %v → %v, sent_pkts grew by %v (want 2)",
@@ -209,6 +195,20 @@ type traceEvent struct {
 	Opcode  string `json:"opcode"`
 	WROp    string `json:"wr_opcode"`
 	Arg     uint32 `json:"arg"`
+}
+
+// writeAndCheck WRITEs n bytes of a pattern from the start of a's MR to
+// offset off of b's, and checks the completion and the bytes at the peer.
+func writeAndCheck(t *testing.T, a, b *end, wrid uint64, n, off int, seed byte, what string) {
+	t.Helper()
+	data := pattern(n, seed)
+	copy(a.mr.Buf, data)
+	post(t, a, verbs.SendWR{WRID: wrid, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+		SGL: []verbs.SGE{a.mr.SGE(0, n)}, RemoteAddr: b.mr.Addr + uint64(off), RKey: b.mr.RKey})
+	wantWC(t, pollN(t, a.cq, 1)[0], verbs.WC{WRID: wrid, Opcode: 1, ByteLen: uint32(n), QPNum: a.qp.QPN})
+	if !bytes.Equal(b.mr.Buf[off:off+n], data) {
+		t.Fatalf("%s: data differs at the peer", what)
+	}
 }
 
 func (e traceEvent) String() string {

@@ -2,7 +2,6 @@ package verbs
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -406,11 +405,7 @@ func newEventFD() (*eventFD, error) {
 }
 
 // add adds one to the counter, waking a wait; fd must be open.
-func (e *eventFD) add() {
-	var one [8]byte
-	binary.NativeEndian.PutUint64(one[:], 1)
-	unix.Write(e.fd, one[:])
-}
+func (e *eventFD) add() { kwait.Signal(e.fd) }
 
 // interrupt wakes a wait, if the eventfd is still open.
 func (e *eventFD) interrupt() {

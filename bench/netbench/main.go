@@ -31,12 +31,11 @@ const (
 )
 
 type config struct {
-	bin      string        // directory with rnicd, rnic and udprr
-	secs     int           // seconds per throughput run
-	out      string        // BENCHMARKS.md
-	soak     time.Duration // memory soak with 1024 QPs; 0 skips it
-	quick    bool
-	describe string
+	bin   string        // directory with rnicd, rnic and udprr
+	secs  int           // seconds per throughput run
+	out   string        // BENCHMARKS.md
+	soak  time.Duration // memory soak with 1024 QPs; 0 skips it
+	quick bool
 }
 
 func main() {

@@ -20,6 +20,7 @@
 package kwait
 
 import (
+	"encoding/binary"
 	"os"
 	"runtime"
 
@@ -37,6 +38,13 @@ func Wait(fd int, events int16, stop int) error {
 		return os.NewSyscallError("poll", err)
 	}
 	return nil
+}
+
+// Signal adds one to the counter of eventfd fd, waking whoever waits on it.
+func Signal(fd int) {
+	var one [8]byte
+	binary.NativeEndian.PutUint64(one[:], 1)
+	unix.Write(fd, one[:])
 }
 
 // AtLeastTwo raises GOMAXPROCS to 2 unless the GOMAXPROCS environment

@@ -39,16 +39,10 @@ func (c *icrc) sealEnvelope(e *bth.Envelope, roce []byte) {
 	c.seal(c.h[:e.Put(c.h[:], len(roce))], roce)
 }
 
-// checkEnvelope reports whether roce's ICRC is right for the headers e
-// describes.
-func (c *icrc) checkEnvelope(e *bth.Envelope, roce []byte) bool {
-	return c.check(c.h[:e.Put(c.h[:], len(roce))], roce)
-}
-
 // checkEnvelopeAnyID checks roce under the headers e describes with any
 // IPv4 ID, with one pass of the CRC: it reports whether the ICRC is right,
 // and if so the ID that makes it so and whether that is e.ID. For IPv6 it
-// is checkEnvelope.
+// is a plain check under e's headers.
 func (c *icrc) checkEnvelopeAnyID(e *bth.Envelope, roce []byte) (id uint16, exact, ok bool) {
 	n := e.Put(c.h[:], len(roce))
 	d := c.compute(c.h[:n], roce) ^ binary.LittleEndian.Uint32(roce[len(roce)-bth.ICRCLen:])

@@ -1,7 +1,6 @@
 package ibudp
 
 import (
-	"encoding/binary"
 	"io"
 	"net"
 	"os"
@@ -90,9 +89,7 @@ func (k *kfd) Close() error {
 	if k.closed.Swap(true) {
 		return nil
 	}
-	var one [8]byte
-	binary.NativeEndian.PutUint64(one[:], 1)
-	unix.Write(k.stop, one[:])
+	kwait.Signal(k.stop)
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	err := unix.Close(k.fd)
