@@ -192,7 +192,10 @@ func (n *node) connect(qp *rnic.QP, peer *node, pqp *rnic.QP, o pairOpts, access
 	}
 }
 
-// poll waits for want completions on n's CQ.
+// poll waits for want completions on n's CQ. It fails when timeout passes
+// with no completion at all: a hang, not a slow machine (under -race on
+// two shared cores, a round of TestLossRecovery's go-back-N retries can
+// take a minute while it keeps completing).
 func (n *node) poll(want int, timeout time.Duration) []rnic.WC {
 	n.t.Helper()
 	out := make([]rnic.WC, 0, want)
@@ -203,16 +206,33 @@ func (n *node) poll(want int, timeout time.Duration) []rnic.WC {
 		k := n.cq.Poll(buf[:min(len(buf), want-len(out))])
 		out = append(out, buf[:k]...)
 		if k > 0 {
+			deadline.Reset(timeout)
 			continue
 		}
 		select {
 		case <-n.cq.Ready():
 		case <-deadline.C:
-			n.t.Fatalf("got %d of %d completions in %v; counters %v", len(out), want, timeout, n.dev.Counters())
+			n.logQPs()
+			n.t.Fatalf("got %d of %d completions, none in the last %v; counters %v", len(out), want, timeout, n.dev.Counters())
 		}
 	}
 	n.fence()
 	return out
+}
+
+// logQPs logs the requester and completer state of n's QPs, for a poll
+// that gave up.
+func (n *node) logQPs() {
+	for _, q := range n.dev.QPs() {
+		q.Lock()
+		n.t.Logf("QP %#x %v: comp %+v req %+v SQ head %d next %d tail %d, backoff %d, timer fired %v",
+			q.QPN, q.State(), q.Comp, q.Req, q.SQ.Head, q.SQ.Next, q.SQ.Tail, q.Backoff, q.TimerFired.Load())
+		if q.SQ.Head < q.SQ.Tail {
+			w := q.SQ.At(q.SQ.Head)
+			n.t.Logf("QP %#x head WQE: %v %v PSN %d..%d, %d bytes", q.QPN, w.WR.Opcode, w.State, w.FirstPSN, w.LastPSN, w.Len)
+		}
+		q.Unlock()
+	}
 }
 
 // fence makes what both devices wrote into memory visible to the test, and
