@@ -244,9 +244,11 @@ type QP struct {
 	TimerFired atomic.Bool
 	timer      *time.Timer
 	timerArmed bool
-	// Backoff doubles the timeout per timeout in a row without progress
-	// (at most 2^8), so that retransmissions on a starved host do not
-	// feed on themselves; progress resets it.
+	// Backoff doubles the timeout per timeout in a row without progress,
+	// at most MaxBackoff times, so that retransmissions on a starved host
+	// do not feed on themselves; progress resets it. rxe and the IBTA use
+	// a fixed timeout; a large cap would let a message that is unlucky a
+	// few times in a row (likely at 5% loss) wait seconds for its retry.
 	Backoff   uint8
 	destroyed bool
 }
@@ -505,10 +507,19 @@ func (qp *QP) Destroy() {
 // Destroyed reports whether the QP was destroyed.
 func (qp *QP) Destroyed() bool { return qp.destroyed }
 
+// RetryTimeout is how long the retransmission timer waits: the local ACK
+// timeout, doubled per Backoff up to MaxBackoff times; 0 if the QP has none.
+func (qp *QP) RetryTimeout() time.Duration {
+	return qp.ACKTimeout() << min(qp.Backoff, MaxBackoff)
+}
+
+// MaxBackoff is the most doublings of the ACK timeout (QP.Backoff): 8x.
+const MaxBackoff = 3
+
 // ArmTimer starts the retransmission timer if it is not running (rxe
 // arms it when a packet goes out and no timer is pending).
 func (qp *QP) ArmTimer() {
-	d := qp.ACKTimeout() << min(qp.Backoff, 8)
+	d := qp.RetryTimeout()
 	if d == 0 || qp.destroyed || qp.timerArmed {
 		return
 	}
