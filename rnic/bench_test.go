@@ -88,6 +88,63 @@ func BenchmarkRCWriteLat(b *testing.B) {
 	}
 }
 
+// BenchmarkRCSendPingPong is ib_send_lat's loop between two devices: a
+// SENDs, b receives and SENDs back, each side taking its send completion
+// before it goes on; one op is a round trip. "held" delays the ACKs of
+// the ping-pong QPs (rnic.Config.AckHold), "at-once" sends them as rxe.
+func BenchmarkRCSendPingPong(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		hold time.Duration
+	}{{"at-once", -1}, {"held", 0}} {
+		b.Run(c.name, func(b *testing.B) {
+			p := newPair(b, pairOpts{retry: 7, timeout: 14, ackHold: c.hold})
+			var wcs [2]rnic.WC
+			waitFor := func(n *node, want int) {
+				got := 0
+				for got < want {
+					k := n.cq.Poll(wcs[got:want])
+					for _, wc := range wcs[got : got+k] {
+						if wc.Status != qpmgr.WCSuccess {
+							b.Fatalf("completion %v", &wc)
+						}
+					}
+					if got += k; got < want {
+						<-n.cq.Ready()
+					}
+				}
+			}
+			send := func(n *node, qp *rnic.QP) {
+				mustPost(b, n, qp, rnic.SendWR{Opcode: qpmgr.WRSend, Flags: qpmgr.SendSignaled, SGL: []rnic.SGE{sge(n, 0, 8)}})
+			}
+			recv := func(n *node, qp *rnic.QP) {
+				mustRecv(b, n, qp, rnic.RecvWR{SGL: []rnic.SGE{sge(n, 64, 8)}})
+			}
+			done := make(chan struct{})
+			go func() { // b: receive, answer, take the send completion
+				defer close(done)
+				for range b.N {
+					waitFor(p.b, 1)
+					recv(p.b, p.qb)
+					send(p.b, p.qb)
+					waitFor(p.b, 1)
+				}
+			}()
+			for range 4 {
+				recv(p.a, p.qa)
+				recv(p.b, p.qb)
+			}
+			b.ResetTimer()
+			for range b.N {
+				send(p.a, p.qa)
+				waitFor(p.a, 2) // the send and the answer
+				recv(p.a, p.qa)
+			}
+			<-done
+		})
+	}
+}
+
 func runLat(b *testing.B, o pairOpts) {
 	o.retry = 7
 	p := newPair(b, o)

@@ -59,7 +59,7 @@ func openNode(t testing.TB, addr netip.Addr, o pairOpts, seed int64, name string
 		n.faulty = ibudp.NewFaulty(port, seed)
 		p = n.faulty
 	}
-	n.dev, err = rnic.Open(rnic.Config{Port: p, Name: name, Trace: o.trace, Window: o.window})
+	n.dev, err = rnic.Open(rnic.Config{Port: p, Name: name, Trace: o.trace, Window: o.window, AckHold: o.ackHold})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,6 +100,7 @@ type pairOpts struct {
 	noConnectB bool
 	noGSO      bool          // ports send one packet per message (ibudp.Config.NoGSO)
 	window     int           // rnic.Config.Window
+	ackHold    time.Duration // rnic.Config.AckHold
 	trace      *trace.Tracer // shared by both devices, named rnic0 and rnic1
 }
 

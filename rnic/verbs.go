@@ -138,6 +138,7 @@ func (d *Device) CreateQP(a QPInitAttr) (*QP, error) {
 // ModifyQP changes a QP's state and attributes (ibv_modify_qp). A wrong
 // transition or attribute changes nothing.
 func (d *Device) ModifyQP(qp *QP, attr *QPAttr, mask AttrMask) error {
+	d.sendHeldAck(qp) // owed for a message the application may have seen complete
 	return qp.Modify(attr, mask)
 }
 
@@ -151,6 +152,7 @@ func (d *Device) QueryQP(qp *QP) QPAttr {
 // DestroyQP destroys a QP (ibv_destroy_qp).
 func (d *Device) DestroyQP(qp *QP) error {
 	d.awaitReceiveBatch()
+	d.sendHeldAck(qp)
 	qp.Destroy()
 	d.qps.Remove(qp.QPN)
 	return nil
@@ -161,7 +163,7 @@ func (d *Device) DestroyQP(qp *QP) error {
 // owe (rx.Handler.Flush, one per QP at the batch's end), so an application
 // may poll a receive completion and destroy the QP while the ACK is still
 // to leave; without the wait the peer retries, against nobody, a message
-// the application saw complete.
+// the application saw complete. A delayed ACK (sendHeldAck) is owed too.
 func (d *Device) awaitReceiveBatch() {
 	d.recvMu.Lock()
 	d.recvMu.Unlock()

@@ -306,9 +306,7 @@ func (c *conn) destroyQP(q *qpObj, flush bool) {
 		// a completion whose ACK the receive batch has yet to send, and
 		// ERR would stop it: let the batch end first (Fence waits for it).
 		c.s.dev.Fence()
-		q.qp.Lock()
-		q.qp.EnterError()
-		q.qp.Unlock()
+		c.s.dev.EnterError(q.qp)
 	}
 	c.s.dev.DestroyQP(q.qp)
 	c.s.qps.Delete(q.qp.QPN)

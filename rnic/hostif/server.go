@@ -119,9 +119,7 @@ func (s *Server) Shutdown() {
 		c.handling.Unlock()
 	}
 	for _, qp := range s.dev.QPs() {
-		qp.Lock()
-		qp.EnterError()
-		qp.Unlock()
+		s.dev.EnterError(qp)
 	}
 }
 

@@ -206,6 +206,15 @@ type RespState struct {
 	// the end of the batch (ACK coalescing).
 	AckPending bool
 	AckPSN     uint32
+	// Delayed ACK (see rx.Handler.AckHold). PingPong is set when the QP's
+	// requester sent within the hold time of an ACK going out, and cleared
+	// when a held ACK had to go alone; AckHeld says the ACK for AckPSN is
+	// kept back until AckHoldUntil at the latest; AckSentAt is when the
+	// last ACK went alone.
+	PingPong     bool
+	AckHeld      bool
+	AckHoldUntil time.Time
+	AckSentAt    time.Time
 	// Resources is the READ/atomic replay ring, max_dest_rd_atomic long.
 	Resources []RespResource
 	NextRes   int

@@ -2,6 +2,7 @@ package rx
 
 import (
 	"net/netip"
+	"time"
 
 	"github.com/rnicd/rnicd/rnic/dma"
 	"github.com/rnicd/rnicd/rnic/qpmgr"
@@ -11,7 +12,7 @@ import (
 )
 
 // Handler is the RX packet handler of one device. It is used by the
-// receive pipeline goroutine only.
+// receive pipeline goroutine only, but for ReleaseAck and ExpireAck.
 type Handler struct {
 	DMA      *dma.Table
 	QPs      *qpmgr.Table
@@ -21,6 +22,13 @@ type Handler struct {
 	LocalAddr netip.Addr
 	// Trace is the device's trace probe, nil when it traces nothing.
 	Trace *trace.Probe
+	// AckHold turns on delayed ACKs for QPs that answer what they receive
+	// (ping-pong QPs, see Flush); 0 sends every ACK at the end of its batch.
+	AckHold time.Duration
+	// Hold is told, with the QP locked, of each ACK Flush holds back and
+	// the time by which it must go; the device sends it with ReleaseAck
+	// or, from that time on, ExpireAck.
+	Hold func(qp *qpmgr.QP, until time.Time)
 
 	acks []*qpmgr.QP // QPs with a coalesced ACK to send at Flush
 }
@@ -150,17 +158,109 @@ func (h *Handler) traceDMAWrite(qp *qpmgr.QP, p bth.Packet, wrID uint64, n, off 
 
 // Flush sends the ACKs coalesced over a receive batch: one per QP, for the
 // newest PSN that asked for one.
+//
+// A ping-pong QP's ACK is held back instead, to go out just before the
+// QP's next request (ReleaseAck), as TCP delays the ACK of an interactive
+// connection (RFC 1122 4.2.3.2; the IBTA lets a responder coalesce ACKs,
+// 9.7.5.1.1). On a SEND ping-pong this spares the peer wake-ups: its NIC
+// takes the ACK and the reply in one receive, and its application finds
+// both completions at once. A hold that runs out
+// (ExpireAck) sends the ACK alone and ends the QP's ping-pong mode. The
+// hold is at most an eighth of the QP's own ACK timeout: the peer's
+// requester, which must not time out waiting, most likely uses the same.
 func (h *Handler) Flush(tx qpmgr.TX) {
 	for i, qp := range h.acks {
 		qp.Lock()
-		if qp.Resp.AckPending && !qp.Destroyed() && qp.State() != qpmgr.StateErr {
-			h.sendAck(qp, tx, bth.ACK(bth.CreditsInvalid), qp.Resp.AckPSN)
+		r := &qp.Resp
+		if r.AckPending && !qp.Destroyed() && qp.State() != qpmgr.StateErr {
+			switch {
+			case r.AckHeld:
+				// Still held: the newer AckPSN goes with the request.
+			case h.AckHold > 0 && r.PingPong && h.Hold != nil:
+				r.AckHeld, r.AckHoldUntil = true, time.Now().Add(h.holdFor(qp))
+				h.Hold(qp, r.AckHoldUntil)
+			default:
+				h.sendAck(qp, tx, bth.ACK(bth.CreditsInvalid), r.AckPSN)
+				if h.AckHold > 0 {
+					r.AckSentAt = time.Now()
+				}
+			}
 		}
-		qp.Resp.AckPending = false
+		r.AckPending = false
 		qp.Unlock()
 		h.acks[i] = nil
 	}
 	h.acks = h.acks[:0]
+}
+
+// ReleaseAck is called, with qp locked, before qp's requester sends: an ACK
+// held for it goes first, into the same batch. A request that follows an
+// ACK within the hold time marks the QP ping-pong. It reports whether it sent a
+// held ACK. Unlike the rest of the Handler it may run on any goroutine.
+func (h *Handler) ReleaseAck(qp *qpmgr.QP, tx qpmgr.TX) bool {
+	r := &qp.Resp
+	if r.AckHeld {
+		r.AckHeld = false
+		if qp.Destroyed() || qp.State() == qpmgr.StateErr {
+			return true
+		}
+		h.Counters.Inc(qpmgr.AckHeld)
+		h.sendAck(qp, tx, bth.ACK(bth.CreditsInvalid), r.AckPSN)
+		return true
+	}
+	if h.AckHold > 0 && !r.PingPong && !r.AckSentAt.IsZero() && time.Since(r.AckSentAt) < h.holdFor(qp) {
+		r.PingPong = true
+	}
+	return false
+}
+
+// SendHeldAck sends qp's held ACK alone now, if it holds one, and reports
+// whether it did: the QP is about to be destroyed or modified. Call with
+// qp locked; it may run on any goroutine.
+func (h *Handler) SendHeldAck(qp *qpmgr.QP, tx qpmgr.TX) bool {
+	r := &qp.Resp
+	if !r.AckHeld {
+		return false
+	}
+	r.AckHeld = false
+	if qp.Destroyed() || qp.State() == qpmgr.StateErr {
+		return true
+	}
+	h.Counters.Inc(qpmgr.AckHoldExpired)
+	h.sendAck(qp, tx, bth.ACK(bth.CreditsInvalid), r.AckPSN)
+	r.AckSentAt = time.Now()
+	return true
+}
+
+// holdFor is how long qp's ACK may be held: AckHold, at most an eighth of
+// the QP's ACK timeout.
+func (h *Handler) holdFor(qp *qpmgr.QP) time.Duration {
+	if t := qp.ACKTimeout(); t > 0 {
+		return min(h.AckHold, t/8)
+	}
+	return h.AckHold
+}
+
+// ExpireAck is called, with qp locked, when an ACK may have been held for
+// as long as it may: if so, it goes alone and the QP leaves ping-pong
+// mode. It reports whether qp still holds an ACK. It may run on any
+// goroutine.
+func (h *Handler) ExpireAck(qp *qpmgr.QP, tx qpmgr.TX, now time.Time) bool {
+	r := &qp.Resp
+	if !r.AckHeld {
+		return false
+	}
+	if now.Before(r.AckHoldUntil) {
+		return true
+	}
+	r.AckHeld, r.PingPong = false, false
+	if qp.Destroyed() || qp.State() == qpmgr.StateErr {
+		return false
+	}
+	h.Counters.Inc(qpmgr.AckHoldExpired)
+	h.sendAck(qp, tx, bth.ACK(bth.CreditsInvalid), r.AckPSN)
+	r.AckSentAt = now
+	return false
 }
 
 // deferAck asks for an ACK of psn at the end of the batch.

@@ -1,0 +1,148 @@
+package rnic
+
+import (
+	"os"
+	"sync"
+	"time"
+
+	"github.com/rnicd/rnicd/rnic/qpmgr"
+)
+
+// heldAcks are the QPs whose ACK the RX packet handler held back for their
+// next request (rx.Handler.Flush), and the timer that sends those nobody
+// came for. The timer is armed while an ACK is held, for the earliest
+// hold's end, and then for the next one still held.
+type heldAcks struct {
+	mu     sync.Mutex
+	qps    map[*qpmgr.QP]uint64 // the hold's generation
+	gen    uint64
+	timer  *time.Timer
+	next   time.Time // when the timer fires; zero: not armed
+	closed bool
+	expire func() // the timer's work: Device.expireAcks
+}
+
+// holdAck is rx.Handler.Hold: qp (locked) holds an ACK until at most until.
+func (d *Device) holdAck(qp *qpmgr.QP, until time.Time) {
+	h := &d.held
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return
+	}
+	if h.qps == nil {
+		h.qps = make(map[*qpmgr.QP]uint64)
+	}
+	h.gen++
+	h.qps[qp] = h.gen
+	if os.Getenv("NOTIMER") == "" {
+		h.arm(until)
+	}
+}
+
+// arm makes the timer fire by t.
+func (h *heldAcks) arm(t time.Time) {
+	if !h.next.IsZero() && !t.Before(h.next) {
+		return
+	}
+	h.next = t
+	if h.timer == nil {
+		h.timer = time.AfterFunc(time.Until(t), h.expire)
+		return
+	}
+	h.timer.Reset(time.Until(t))
+}
+
+// remove forgets qp, whose held ACK went out with a request. The timer
+// is left to fire: on a ping-pong another hold comes before it does, and
+// stopping and arming it for each one costs the runtime a wake-up each.
+func (h *heldAcks) remove(qp *qpmgr.QP) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.qps, qp)
+}
+
+// stop stops the timer for good (the device is closing).
+func (h *heldAcks) stop() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.closed = true
+	if h.timer != nil {
+		h.timer.Stop()
+	}
+	clear(h.qps)
+}
+
+// expireAcks sends the ACKs whose hold ran out alone, and arms the timer
+// for the earliest hold left.
+func (d *Device) expireAcks() {
+	h := &d.held
+	type hold struct {
+		qp  *qpmgr.QP
+		gen uint64
+	}
+	h.mu.Lock()
+	h.next = time.Time{} // a hold from now on arms the timer again
+	holds := make([]hold, 0, len(h.qps))
+	for qp, gen := range h.qps {
+		holds = append(holds, hold{qp, gen})
+	}
+	h.mu.Unlock()
+
+	d.sendMu.Lock()
+	now := time.Now()
+	var next time.Time
+	gone := holds[:0]
+	for _, x := range holds {
+		x.qp.Lock()
+		if d.rx.ExpireAck(x.qp, d.sendTX, now) {
+			if until := x.qp.Resp.AckHoldUntil; next.IsZero() || until.Before(next) {
+				next = until
+			}
+		} else {
+			gone = append(gone, x)
+		}
+		x.qp.Unlock()
+	}
+	d.sendTX.flush()
+	d.sendMu.Unlock()
+
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return
+	}
+	for _, x := range gone {
+		if h.qps[x.qp] == x.gen { // not held again since
+			delete(h.qps, x.qp)
+		}
+	}
+	if !next.IsZero() {
+		h.arm(next)
+	}
+}
+
+// sendHeldAck sends qp's held ACK now, if it holds one: its application is
+// about to destroy it or change its state, and the peer waits for the ACK
+// of a message the application has seen complete.
+func (d *Device) sendHeldAck(qp *qpmgr.QP) {
+	d.sendMu.Lock()
+	qp.Lock()
+	sent := d.rx.SendHeldAck(qp, d.sendTX)
+	qp.Unlock()
+	d.sendTX.flush()
+	d.sendMu.Unlock()
+	if sent {
+		d.held.remove(qp)
+	}
+}
+
+// EnterError moves qp to ERR, its WQEs flushed, once any ACK it holds is
+// sent: the application may have seen that message complete, and the
+// peer would retry it against a QP that answers no more.
+func (d *Device) EnterError(qp *qpmgr.QP) {
+	d.sendHeldAck(qp)
+	qp.Lock()
+	qp.EnterError()
+	qp.Unlock()
+}
