@@ -57,10 +57,11 @@ type config struct {
 	mode     ibudp.Mode
 	mtu      int
 	window   int
-	trace    string // file for the trace's JSON lines
-	pcap     string // first capture file
-	pcapSize int64  // rotate captures at this size; 0: one file
-	http     string // TCP address of the monitor
+	ackHold  time.Duration // 0: every ACK at once
+	trace    string        // file for the trace's JSON lines
+	pcap     string        // first capture file
+	pcapSize int64         // rotate captures at this size; 0: one file
+	http     string        // TCP address of the monitor
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -71,6 +72,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	mode := fs.String("mode", "udp", "how the port reaches the wire: udp (unprivileged) or packet (AF_PACKET, needs CAP_NET_RAW)")
 	mtu := fs.Int("mtu", 0, "cap on the active IB MTU: 256, 512, 1024, 2048 or 4096 (0: from the interface)")
 	window := fs.Int("window", 0, "most unacknowledged PSNs per RC QP (0: rxe's 128)")
+	ackHold := fs.Duration("ack-hold", rnic.DefaultAckHold, "longest a ping-pong QP's ACK waits to go out with its next request (0: ACK at once, as rxe)")
 	traceFile := fs.String("trace", "", "write every trace event to `FILE` as JSON lines")
 	pcapFile := fs.String("pcap", "", "capture every packet sent and received into `FILE` (pcap, for tshark)")
 	pcapSize := fs.Int64("pcap-size", 0, "start a new capture file (FILE.1, FILE.2, ...) before one grows past `BYTES` (0: one file)")
@@ -81,12 +83,15 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if fs.NArg() != 0 {
 		return config{}, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	c := config{name: *name, mtu: *mtu, window: *window, trace: *traceFile, pcap: *pcapFile, pcapSize: *pcapSize, http: *httpAddr}
+	c := config{name: *name, mtu: *mtu, window: *window, ackHold: *ackHold, trace: *traceFile, pcap: *pcapFile, pcapSize: *pcapSize, http: *httpAddr}
 	if c.name == "" || len(c.name) > 64 || c.name != filepath.Base(c.name) || c.name[0] == '.' {
 		return c, fmt.Errorf("-d %q: want a plain device name", c.name)
 	}
 	if c.window < 0 {
 		return c, fmt.Errorf("-window %d: want 0 or more", c.window)
+	}
+	if c.ackHold < 0 || c.ackHold > time.Second {
+		return c, fmt.Errorf("-ack-hold %v: want 0 to 1s", c.ackHold)
 	}
 	if c.pcapSize < 0 || (c.pcapSize > 0 && c.pcap == "") {
 		return c, fmt.Errorf("-pcap-size %d: want 0 or more, with -pcap", c.pcapSize)
@@ -187,7 +192,11 @@ func run(args []string, stdout, stderr io.Writer) error {
 	// the tracer records only while someone reads it.
 	faulty := ibudp.NewFaulty(port, time.Now().UnixNano())
 	tr := trace.New(0)
-	dev, err := rnic.Open(rnic.Config{Port: faulty, Name: c.name, Trace: tr, Window: c.window})
+	ackHold := c.ackHold
+	if ackHold == 0 {
+		ackHold = -1 // rnic.Config's zero value is the default hold
+	}
+	dev, err := rnic.Open(rnic.Config{Port: faulty, Name: c.name, Trace: tr, Window: c.window, AckHold: ackHold})
 	if err != nil {
 		faulty.Close()
 		l.Close()

@@ -19,6 +19,8 @@ func TestFlags(t *testing.T) {
 		{[]string{"-addr", "127.0.0.1", "extra"}, "unexpected arguments"},
 		{[]string{"-addr", "127.0.0.1", "-mtu", "1000"}, "MTU 1000"},
 		{[]string{"-addr", "127.0.0.1", "-window", "-1"}, "-window -1"},
+		{[]string{"-addr", "127.0.0.1", "-ack-hold", "-1us"}, "-ack-hold -1"},
+		{[]string{"-addr", "127.0.0.1", "-ack-hold", "2s"}, "-ack-hold 2s"},
 		{[]string{"-addr", "127.0.0.1", "-pcap-size", "1000"}, "with -pcap"},
 		{[]string{"-addr", "127.0.0.1", "-pcap", "x.pcap", "-pcap-size", "-5"}, "-pcap-size -5"},
 	} {
