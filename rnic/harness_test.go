@@ -214,6 +214,10 @@ func (n *node) poll(want int, timeout time.Duration) []rnic.WC {
 		case <-n.cq.Ready():
 		case <-deadline.C:
 			n.logQPs()
+			if n.peer != nil {
+				n.t.Logf("peer: counters %v", n.peer.dev.Counters())
+				n.peer.logQPs()
+			}
 			n.t.Fatalf("got %d of %d completions, none in the last %v; counters %v", len(out), want, timeout, n.dev.Counters())
 		}
 	}
@@ -226,8 +230,10 @@ func (n *node) poll(want int, timeout time.Duration) []rnic.WC {
 func (n *node) logQPs() {
 	for _, q := range n.dev.QPs() {
 		q.Lock()
-		n.t.Logf("QP %#x %v: comp %+v req %+v SQ head %d next %d tail %d, backoff %d, timer fired %v",
-			q.QPN, q.State(), q.Comp, q.Req, q.SQ.Head, q.SQ.Next, q.SQ.Tail, q.Backoff, q.TimerFired.Load())
+		r := &q.Resp
+		n.t.Logf("QP %#x %v: comp %+v req %+v SQ head %d next %d tail %d, backoff %d, timer fired %v; resp EPSN %d MSN %d NAKSent %v InMsg %v AckHeld %v",
+			q.QPN, q.State(), q.Comp, q.Req, q.SQ.Head, q.SQ.Next, q.SQ.Tail, q.Backoff, q.TimerFired.Load(),
+			r.EPSN, r.MSN, r.NAKSent, r.InMsg, r.AckHeld)
 		if q.SQ.Head < q.SQ.Tail {
 			w := q.SQ.At(q.SQ.Head)
 			n.t.Logf("QP %#x head WQE: %v %v PSN %d..%d, %d bytes", q.QPN, w.WR.Opcode, w.State, w.FirstPSN, w.LastPSN, w.Len)
