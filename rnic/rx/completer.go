@@ -112,7 +112,12 @@ func (h *Handler) ackUpTo(qp *qpmgr.QP, psn uint32, implied bool) {
 			}
 			break
 		}
-		if bth.PSNDiff(psn, w.LastPSN) < 0 || w.State != qpmgr.WQESent {
+		// An ACK up to the last PSN completes the WQE even while a retry
+		// is sending it again (WQEStarted after a rewind): that ACK answers
+		// the first transmission. Moving Comp.PSN past the WQE without
+		// completing it would leave it for ever, its later ACKs taken for
+		// duplicates.
+		if bth.PSNDiff(psn, w.LastPSN) < 0 {
 			if d := bth.PSNAdd(psn, 1); bth.PSNDiff(d, qp.Comp.PSN) > 0 {
 				qp.Comp.PSN = d
 				progress = true

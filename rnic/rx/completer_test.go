@@ -2,6 +2,7 @@ package rx_test
 
 import (
 	"net/netip"
+	"sync/atomic"
 	"testing"
 
 	"github.com/rnicd/rnicd/rnic/dma"
@@ -27,10 +28,21 @@ func ackFor(qpn, psn, msn uint32) []byte {
 	return buf
 }
 
-// An ACK wakes the requester only when it has something left to send: on
-// a ping-pong, a wake-up for nothing costs the send pipeline a hand-off
-// and makes the next post wait for it.
-func TestACKKicksOnlyWithSendWork(t *testing.T) {
+// rcQP is an RC QP in RTS at PSN 0x10, MTU 1024, in a handler's table,
+// with an 4 KiB region at 0x1000; kicks counts its doorbells.
+type rcQP struct {
+	h     *rx.Handler
+	qp    *qpmgr.QP
+	cq    *qpmgr.CQ
+	tab   *dma.Table
+	mr    *dma.MR
+	peer  netip.Addr
+	kicks atomic.Int32 // the retransmission timer kicks from its own goroutine
+}
+
+func newRCQP(t *testing.T) *rcQP {
+	t.Helper()
+	r := &rcQP{}
 	tab := dma.NewTable()
 	mem := make([]byte, 4096)
 	mr, err := tab.Register(1, mem, 0x1000, dma.AccessLocalWrite)
@@ -39,12 +51,11 @@ func TestACKKicksOnlyWithSendWork(t *testing.T) {
 	}
 	var counters qpmgr.Counters
 	h := &rx.Handler{DMA: tab, QPs: qpmgr.NewTable(), Counters: &counters, LocalAddr: netip.MustParseAddr("127.0.0.2")}
-	kicks := 0
 	cq := qpmgr.NewCQ(64)
 	qpn, _ := h.QPs.Alloc()
 	qp, err := qpmgr.New(qpmgr.Config{QPN: qpn, Type: qpmgr.TypeRC, PD: 1, SendCQ: cq, RecvCQ: cq, PortMTU: 1024,
 		Caps: qpmgr.Caps{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}, Counters: &counters,
-		Kick: func(*qpmgr.QP) { kicks++ }})
+		Kick: func(*qpmgr.QP) { r.kicks.Add(1) }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,46 +75,93 @@ func TestACKKicksOnlyWithSendWork(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	write := func(id uint64) qpmgr.SendWQE {
-		return qpmgr.SendWQE{Len: 8, WR: qpmgr.SendWR{WRID: id, Opcode: qpmgr.WRRDMAWrite, Flags: qpmgr.SendSignaled,
-			SGL: []qpmgr.SGE{{Addr: 0x1000, Length: 8, LKey: mr.LKey}}, RemoteAddr: 0x2000, RKey: 5}}
+	r.h, r.qp, r.cq, r.tab, r.mr, r.peer = h, qp, cq, tab, mr, peer
+	return r
+}
+
+// write is a signaled WRITE of n bytes from the region.
+func (r *rcQP) write(id uint64, n int) qpmgr.SendWQE {
+	return qpmgr.SendWQE{Len: n, WR: qpmgr.SendWR{WRID: id, Opcode: qpmgr.WRRDMAWrite, Flags: qpmgr.SendSignaled,
+		SGL: []qpmgr.SGE{{Addr: 0x1000, Length: uint32(n), LKey: r.mr.LKey}}, RemoteAddr: 0x2000, RKey: 5}}
+}
+
+// ack hands the handler an ACK for psn from the peer, and ends the batch.
+func (r *rcQP) ack(t *testing.T, tx *sent, psn, msn uint32) {
+	t.Helper()
+	b := ibudp.NewBuf()
+	if !b.SetRoCE(ackFor(r.qp.QPN, psn, msn)) {
+		t.Fatal("ACK does not parse")
 	}
+	b.Peer = r.peer
+	r.h.Receive(b, tx)
+	r.h.Flush(tx)
+}
+
+// An ACK wakes the requester only when it has something left to send: on
+// a ping-pong, a wake-up for nothing costs the send pipeline a hand-off
+// and makes the next post wait for it.
+func TestACKKicksOnlyWithSendWork(t *testing.T) {
+	r := newRCQP(t)
+	qp, cq := r.qp, r.cq
 	// A window of one PSN: the second WRITE waits for the first's ACK.
-	req := wqe.Engine{DMA: tab, Window: 1}
-	if _, err := qp.PostSend([]qpmgr.SendWQE{write(1), write(2)}); err != nil {
+	req := wqe.Engine{DMA: r.tab, Window: 1}
+	if _, err := qp.PostSend([]qpmgr.SendWQE{r.write(1, 8), r.write(2, 8)}); err != nil {
 		t.Fatal(err)
 	}
 	var tx sent
 	if n := req.Run(qp, &tx, 16); n != 1 {
 		t.Fatalf("requester sent %d packets, want 1 (window)", n)
 	}
-	ack := func(psn, msn uint32) {
-		t.Helper()
-		b := ibudp.NewBuf()
-		if !b.SetRoCE(ackFor(qpn, psn, msn)) {
-			t.Fatal("ACK does not parse")
-		}
-		b.Peer = peer
-		h.Receive(b, &tx)
-		h.Flush(&tx)
-	}
-	kicks = 0
-	ack(0x10, 1)
-	if kicks != 1 {
-		t.Fatalf("ACK with a WRITE waiting for the window: %d kicks, want 1", kicks)
+	r.kicks.Store(0)
+	r.ack(t, &tx, 0x10, 1)
+	if r.kicks.Load() != 1 {
+		t.Fatalf("ACK with a WRITE waiting for the window: %d kicks, want 1", r.kicks.Load())
 	}
 	if n := req.Run(qp, &tx, 16); n != 1 {
 		t.Fatalf("requester sent %d packets after the ACK, want 1", n)
 	}
-	kicks = 0
-	ack(0x11, 2)
-	if kicks != 0 {
-		t.Fatalf("ACK with nothing left to send: %d kicks, want 0", kicks)
+	r.kicks.Store(0)
+	r.ack(t, &tx, 0x11, 2)
+	if r.kicks.Load() != 0 {
+		t.Fatalf("ACK with nothing left to send: %d kicks, want 0", r.kicks.Load())
 	}
 	for id := uint64(1); id <= 2; id++ {
 		var wc [1]qpmgr.WC
 		if cq.Poll(wc[:]) != 1 || wc[0].WRID != id || wc[0].Status != qpmgr.WCSuccess || wc[0].Opcode != qpmgr.WCRDMAWrite {
 			t.Fatalf("completion %d: %+v", id, wc[0])
 		}
+	}
+}
+
+// TestLateACKDuringRetry: a WRITE of three packets times out, and while
+// the retry is sending it again the ACK of its first transmission
+// arrives. The ACK completes the WRITE (TestLossRecovery once stalled for
+// a minute here: Comp.PSN moved past a WQE that stayed outstanding, and
+// every later ACK of it looked like a duplicate).
+func TestLateACKDuringRetry(t *testing.T) {
+	r := newRCQP(t)
+	qp := r.qp
+	req := wqe.Engine{DMA: r.tab}
+	if _, err := qp.PostSend([]qpmgr.SendWQE{r.write(7, 3000)}); err != nil {
+		t.Fatal(err)
+	}
+	var tx sent
+	if n := req.Run(qp, &tx, 16); n != 3 {
+		t.Fatalf("requester sent %d packets, want 3", n)
+	}
+	r.h.Timeout(qp)
+	if n := req.Run(qp, &tx, 1); n != 1 {
+		t.Fatalf("retry sent %d packets with a budget of 1", n)
+	}
+	r.ack(t, &tx, 0x12, 1)
+	var wc [2]qpmgr.WC
+	if n := r.cq.Poll(wc[:]); n != 1 || wc[0] != (qpmgr.WC{WRID: 7, Status: qpmgr.WCSuccess, Opcode: qpmgr.WCRDMAWrite, ByteLen: 3000, QPNum: qp.QPN}) {
+		t.Fatalf("after the late ACK: %d completions, first %+v", n, wc[0])
+	}
+	if qp.Outstanding() || qp.Comp.PSN != 0x13 {
+		t.Fatalf("after the late ACK: outstanding %v, Comp.PSN %#x, want false, 0x13", qp.Outstanding(), qp.Comp.PSN)
+	}
+	if n := req.Run(qp, &tx, 16); n != 0 {
+		t.Fatalf("requester sent %d more packets of a completed WRITE", n)
 	}
 }
