@@ -1,7 +1,6 @@
 package rnic
 
 import (
-	"os"
 	"sync"
 	"time"
 
@@ -19,7 +18,6 @@ type heldAcks struct {
 	timer  *time.Timer
 	next   time.Time // when the timer fires; zero: not armed
 	closed bool
-	expire func() // the timer's work: Device.expireAcks
 }
 
 // holdAck is rx.Handler.Hold: qp (locked) holds an ACK until at most until.
@@ -35,19 +33,18 @@ func (d *Device) holdAck(qp *qpmgr.QP, until time.Time) {
 	}
 	h.gen++
 	h.qps[qp] = h.gen
-	if os.Getenv("NOTIMER") == "" {
-		h.arm(until)
-	}
+	d.armHeld(until)
 }
 
-// arm makes the timer fire by t.
-func (h *heldAcks) arm(t time.Time) {
+// armHeld makes the timer fire by t; d.held.mu is held.
+func (d *Device) armHeld(t time.Time) {
+	h := &d.held
 	if !h.next.IsZero() && !t.Before(h.next) {
 		return
 	}
 	h.next = t
 	if h.timer == nil {
-		h.timer = time.AfterFunc(time.Until(t), h.expire)
+		h.timer = time.AfterFunc(time.Until(t), d.expireAcks)
 		return
 	}
 	h.timer.Reset(time.Until(t))
@@ -118,7 +115,7 @@ func (d *Device) expireAcks() {
 		}
 	}
 	if !next.IsZero() {
-		h.arm(next)
+		d.armHeld(next)
 	}
 }
 

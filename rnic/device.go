@@ -116,7 +116,6 @@ func Open(cfg Config) (*Device, error) {
 		d.rx.AckHold = cfg.AckHold
 	}
 	d.rx.Hold = d.holdAck
-	d.held.expire = d.expireAcks
 	d.tap.probe = d.probe
 	d.updateTap()
 	d.wg.Add(2)

@@ -164,19 +164,19 @@ func (h *Handler) traceDMAWrite(qp *qpmgr.QP, p bth.Packet, wrID uint64, n, off 
 // connection (RFC 1122 4.2.3.2; the IBTA lets a responder coalesce ACKs,
 // 9.7.5.1.1). On a SEND ping-pong this spares the peer wake-ups: its NIC
 // takes the ACK and the reply in one receive, and its application finds
-// both completions at once. A hold that runs out
-// (ExpireAck) sends the ACK alone and ends the QP's ping-pong mode. The
-// hold is at most an eighth of the QP's own ACK timeout: the peer's
-// requester, which must not time out waiting, most likely uses the same.
+// both completions at once. A hold that runs out (ExpireAck) sends the
+// ACK alone and ends the QP's ping-pong mode. The hold is at most an
+// eighth of the QP's own ACK timeout: the peer's requester, which must
+// not time out waiting, most likely uses the same.
 func (h *Handler) Flush(tx qpmgr.TX) {
 	for i, qp := range h.acks {
 		qp.Lock()
 		r := &qp.Resp
-		if r.AckPending && !qp.Destroyed() && qp.State() != qpmgr.StateErr {
+		if r.AckPending && answers(qp) {
 			switch {
 			case r.AckHeld:
 				// Still held: the newer AckPSN goes with the request.
-			case h.AckHold > 0 && r.PingPong && h.Hold != nil:
+			case r.PingPong && h.Hold != nil:
 				r.AckHeld, r.AckHoldUntil = true, time.Now().Add(h.holdFor(qp))
 				h.Hold(qp, r.AckHoldUntil)
 			default:
@@ -195,17 +195,12 @@ func (h *Handler) Flush(tx qpmgr.TX) {
 
 // ReleaseAck is called, with qp locked, before qp's requester sends: an ACK
 // held for it goes first, into the same batch. A request that follows an
-// ACK within the hold time marks the QP ping-pong. It reports whether it sent a
-// held ACK. Unlike the rest of the Handler it may run on any goroutine.
+// ACK within the hold time marks the QP ping-pong. It reports whether qp
+// held an ACK. Unlike the rest of the Handler it may run on any goroutine.
 func (h *Handler) ReleaseAck(qp *qpmgr.QP, tx qpmgr.TX) bool {
 	r := &qp.Resp
 	if r.AckHeld {
-		r.AckHeld = false
-		if qp.Destroyed() || qp.State() == qpmgr.StateErr {
-			return true
-		}
-		h.Counters.Inc(qpmgr.AckHeld)
-		h.sendAck(qp, tx, bth.ACK(bth.CreditsInvalid), r.AckPSN)
+		h.sendHeld(qp, tx, qpmgr.AckHeld)
 		return true
 	}
 	if h.AckHold > 0 && !r.PingPong && !r.AckSentAt.IsZero() && time.Since(r.AckSentAt) < h.holdFor(qp) {
@@ -218,27 +213,11 @@ func (h *Handler) ReleaseAck(qp *qpmgr.QP, tx qpmgr.TX) bool {
 // whether it did: the QP is about to be destroyed or modified. Call with
 // qp locked; it may run on any goroutine.
 func (h *Handler) SendHeldAck(qp *qpmgr.QP, tx qpmgr.TX) bool {
-	r := &qp.Resp
-	if !r.AckHeld {
+	if !qp.Resp.AckHeld {
 		return false
 	}
-	r.AckHeld = false
-	if qp.Destroyed() || qp.State() == qpmgr.StateErr {
-		return true
-	}
-	h.Counters.Inc(qpmgr.AckHoldExpired)
-	h.sendAck(qp, tx, bth.ACK(bth.CreditsInvalid), r.AckPSN)
-	r.AckSentAt = time.Now()
+	h.sendHeld(qp, tx, qpmgr.AckHoldExpired)
 	return true
-}
-
-// holdFor is how long qp's ACK may be held: AckHold, at most an eighth of
-// the QP's ACK timeout.
-func (h *Handler) holdFor(qp *qpmgr.QP) time.Duration {
-	if t := qp.ACKTimeout(); t > 0 {
-		return min(h.AckHold, t/8)
-	}
-	return h.AckHold
 }
 
 // ExpireAck is called, with qp locked, when an ACK may have been held for
@@ -253,14 +232,34 @@ func (h *Handler) ExpireAck(qp *qpmgr.QP, tx qpmgr.TX, now time.Time) bool {
 	if now.Before(r.AckHoldUntil) {
 		return true
 	}
-	r.AckHeld, r.PingPong = false, false
-	if qp.Destroyed() || qp.State() == qpmgr.StateErr {
-		return false
-	}
-	h.Counters.Inc(qpmgr.AckHoldExpired)
-	h.sendAck(qp, tx, bth.ACK(bth.CreditsInvalid), r.AckPSN)
-	r.AckSentAt = now
+	r.PingPong = false
+	h.sendHeld(qp, tx, qpmgr.AckHoldExpired)
 	return false
+}
+
+// sendHeld sends qp's held ACK, counted as c, unless the QP answers no
+// more.
+func (h *Handler) sendHeld(qp *qpmgr.QP, tx qpmgr.TX, c qpmgr.Counter) {
+	r := &qp.Resp
+	r.AckHeld = false
+	if !answers(qp) {
+		return
+	}
+	h.Counters.Inc(c)
+	h.sendAck(qp, tx, bth.ACK(bth.CreditsInvalid), r.AckPSN)
+	r.AckSentAt = time.Now()
+}
+
+// answers reports whether qp still sends the ACKs it owes.
+func answers(qp *qpmgr.QP) bool { return !qp.Destroyed() && qp.State() != qpmgr.StateErr }
+
+// holdFor is how long qp's ACK may be held: AckHold, at most an eighth of
+// the QP's ACK timeout.
+func (h *Handler) holdFor(qp *qpmgr.QP) time.Duration {
+	if t := qp.ACKTimeout(); t > 0 {
+		return min(h.AckHold, t/8)
+	}
+	return h.AckHold
 }
 
 // deferAck asks for an ACK of psn at the end of the batch.
