@@ -46,7 +46,7 @@ func (u *udpPort) copySeg(dst []byte, s *groSeg) int {
 
 // Recv with GRO: like sockPort.recv, with two iovecs per message and the
 // packets of coalesced datagrams handed out after the batch's own.
-func (u *udpPort) recvGRO(bufs []*Buf) (int, error) {
+func (u *udpPort) recvGRO(bufs []*Buf, wait bool) (int, error) {
 	if len(bufs) == 0 {
 		return 0, nil
 	}
@@ -67,10 +67,13 @@ func (u *udpPort) recvGRO(bufs []*Buf) (int, error) {
 			m.iovs[2*i+1].SetLen(len(u.runs.over[i]))
 			m.setv(i, 2*i, 2, nameLen, ctrlLen)
 		}
-		n, err := u.rx.recv(vlen)
+		n, err := u.rx.recv(vlen, wait)
 		m.release(2 * vlen)
 		if err != nil {
 			return 0, closedError("recv", u.closed.Load(), err)
+		}
+		if n == 0 {
+			return 0, nil
 		}
 		u.groSegs, u.dgrams = u.groSegs[:0], u.dgrams[:0]
 		u.accept(bufs[:n], u.check)

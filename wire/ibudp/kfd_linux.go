@@ -18,6 +18,9 @@ import (
 type rawIO interface {
 	Read(f func(fd uintptr) bool) error
 	Write(f func(fd uintptr) bool) error
+	// Control runs f once, never waiting; unlike Read it does not
+	// serialize with a Read that waits (Port.TryRecv beside WaitRecv).
+	Control(f func(fd uintptr)) error
 }
 
 // kfd is a socket kept out of the runtime's poller, for a port opened with
@@ -67,6 +70,16 @@ func newKFD(fd int) (*kfd, error) {
 
 func (k *kfd) Read(f func(fd uintptr) bool) error  { return k.wait(f, unix.POLLIN) }
 func (k *kfd) Write(f func(fd uintptr) bool) error { return k.wait(f, unix.POLLOUT) }
+
+func (k *kfd) Control(f func(fd uintptr)) error {
+	k.mu.RLock()
+	defer k.mu.RUnlock()
+	if k.closed.Load() {
+		return net.ErrClosed
+	}
+	f(uintptr(k.fd))
+	return nil
+}
 
 func (k *kfd) wait(f func(fd uintptr) bool, events int16) error {
 	k.mu.RLock()

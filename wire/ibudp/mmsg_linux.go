@@ -108,13 +108,16 @@ type batchIO struct {
 	n        int
 	errno    unix.Errno
 
-	recvFn, sendFn func(fd uintptr) bool
+	recvFn, sendFn, peekFn func(fd uintptr) bool
+	recvOnceFn             func(fd uintptr)
 }
 
 func newBatchIO(rc rawIO, m *mmsgs) *batchIO {
 	b := &batchIO{rc: rc, m: m}
 	b.recvFn = b.doRecv
 	b.sendFn = b.doSend
+	b.peekFn = doPeek
+	b.recvOnceFn = b.doRecvOnce
 	return b
 }
 
@@ -133,6 +136,28 @@ func (b *batchIO) doRecv(fd uintptr) bool {
 			return false // wait until readable
 		}
 		b.n, b.errno = 0, e
+		return true
+	}
+}
+
+// doRecvOnce is doRecv that takes EAGAIN for an empty result.
+func (b *batchIO) doRecvOnce(fd uintptr) {
+	if !b.doRecv(fd) {
+		b.n, b.errno = 0, 0
+	}
+}
+
+// doPeek reports whether a datagram (or an error to report) waits on the
+// socket, without taking it: a zero-length MSG_PEEK.
+func doPeek(fd uintptr) bool {
+	for {
+		_, _, e := unix.Syscall6(unix.SYS_RECVFROM, fd, 0, 0, unix.MSG_PEEK|unix.MSG_DONTWAIT, 0, 0)
+		switch e {
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			return false
+		}
 		return true
 	}
 }
@@ -156,18 +181,25 @@ func (b *batchIO) doSend(fd uintptr) bool {
 	}
 }
 
-// recv receives up to vlen messages into the prepared m.hdrs[:vlen],
-// blocking until there is at least one. Errors that concern one datagram
-// or a passing condition (ENOBUFS, an ICMP error) are retried.
-func (b *batchIO) recv(vlen int) (int, error) {
+// recv receives up to vlen messages into the prepared m.hdrs[:vlen]. If
+// wait, it blocks until there is at least one; if not, it returns 0 when
+// there is none. Errors that concern one datagram or a passing condition
+// (ENOBUFS, an ICMP error) are retried.
+func (b *batchIO) recv(vlen int, wait bool) (int, error) {
 	for {
 		b.from, b.to = 0, vlen
-		if err := b.rc.Read(b.recvFn); err != nil {
+		var err error
+		if wait {
+			err = b.rc.Read(b.recvFn)
+		} else {
+			err = b.rc.Control(b.recvOnceFn)
+		}
+		if err != nil {
 			return 0, err
 		}
 		switch b.errno {
 		case 0:
-			if b.n > 0 {
+			if b.n > 0 || !wait {
 				return b.n, nil
 			}
 		case unix.ENOBUFS, unix.ENOMEM, unix.ECONNREFUSED, unix.EHOSTUNREACH,
@@ -177,6 +209,10 @@ func (b *batchIO) recv(vlen int) (int, error) {
 		}
 	}
 }
+
+// waitReadable blocks until a datagram waits on the socket, without
+// taking it and without serializing with recv(vlen, false).
+func (b *batchIO) waitReadable() error { return b.rc.Read(b.peekFn) }
 
 // send sends m.hdrs[from:to], blocking while the socket buffer is full. It
 // returns how many messages went out; if that is 0, errno is why the

@@ -263,7 +263,7 @@ func (p *packetPort) Recv(bufs []*Buf) (int, error) {
 			m.iovs[2*i+1].SetLen(len(p.runs.over[i]))
 			m.setv(i, 2*i, 2, nameLen, ctrlLen)
 		}
-		n, err := p.rx.recv(vlen)
+		n, err := p.rx.recv(vlen, true)
 		m.release(2 * vlen)
 		if err != nil {
 			return 0, closedError("recv", p.closed.Load(), err)

@@ -39,6 +39,26 @@ type Port interface {
 	Close() error
 }
 
+// Poller is a Port whose receive side can be polled, so that the NIC's
+// receive pipeline can run in whichever goroutine finds packets waiting:
+// its own, which sleeps in WaitRecv, or an application's that busy-polls
+// (rnic.Device.PollRx), as Linux's busy polling runs a driver's NAPI poll
+// in the thread of a socket's reader. ModeUDP ports are Pollers.
+type Poller interface {
+	Port
+	// TryRecv is Recv that does not wait: it returns 0 at once when no
+	// packet is there.
+	TryRecv(bufs []*Buf) (n int, err error)
+	// WaitRecv blocks until a packet may be there, without taking it and
+	// without keeping a TryRecv of another goroutine waiting. After Close
+	// it returns an error wrapping net.ErrClosed.
+	WaitRecv() error
+	// Pending reports whether packets already taken off the socket (the
+	// rest of a GRO datagram that did not fit) wait for the next TryRecv:
+	// WaitRecv does not see them, so whoever polls takes them first.
+	Pending() bool
+}
+
 // Mode says how a port reaches the wire.
 type Mode int
 

@@ -127,8 +127,8 @@ type rxInfo struct {
 // verifies it and fills in its Buf (counting a drop in t if not). Each
 // datagram lands front bytes before Headroom, room for headers the socket
 // delivers in front of the RoCE part. The good Bufs are moved to the front
-// of bufs.
-func (s *sockPort) recv(bufs []*Buf, front int, check func(b *Buf, d rxInfo, t *tally) bool) (int, error) {
+// of bufs. Unless wait, it returns 0 when nothing waits on the socket.
+func (s *sockPort) recv(bufs []*Buf, front int, wait bool, check func(b *Buf, d rxInfo, t *tally) bool) (int, error) {
 	if len(bufs) == 0 {
 		return 0, nil
 	}
@@ -143,10 +143,13 @@ func (s *sockPort) recv(bufs []*Buf, front int, check func(b *Buf, d rxInfo, t *
 		for i, b := range bufs[:vlen] {
 			m.set(i, b.Data[Headroom-front:], nameLen, ctrlLen)
 		}
-		n, err := s.rx.recv(vlen)
+		n, err := s.rx.recv(vlen, wait)
 		m.release(vlen)
 		if err != nil {
 			return 0, closedError("recv", s.closed.Load(), err)
+		}
+		if n == 0 {
+			return 0, nil
 		}
 		if good := s.accept(bufs[:n], check); good > 0 {
 			return good, nil

@@ -171,11 +171,33 @@ func (u *udpPort) prepare(b *Buf, k int) bool {
 	return true
 }
 
-func (u *udpPort) Recv(bufs []*Buf) (int, error) {
-	if u.gro {
-		return u.recvGRO(bufs)
+func (u *udpPort) Recv(bufs []*Buf) (int, error) { return u.recvWait(bufs, true) }
+
+// TryRecv is Recv that does not wait (Poller).
+func (u *udpPort) TryRecv(bufs []*Buf) (int, error) { return u.recvWait(bufs, false) }
+
+// WaitRecv waits, without holding the receive side, until a datagram is
+// there (Poller).
+func (u *udpPort) WaitRecv() error {
+	if err := u.rx.waitReadable(); err != nil {
+		return closedError("wait", u.closed.Load(), err)
 	}
-	return u.recv(bufs, 0, u.check)
+	return nil
+}
+
+// Pending reports whether packets of a coalesced datagram wait for the
+// next TryRecv (Poller).
+func (u *udpPort) Pending() bool {
+	u.rxMu.Lock()
+	defer u.rxMu.Unlock()
+	return u.gro && u.runs.waiting()
+}
+
+func (u *udpPort) recvWait(bufs []*Buf, wait bool) (int, error) {
+	if u.gro {
+		return u.recvGRO(bufs, wait)
+	}
+	return u.recv(bufs, 0, wait, u.check)
 }
 
 // check verifies one received datagram and fills in b, counting a drop in
