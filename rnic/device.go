@@ -69,6 +69,10 @@ type Device struct {
 	// pipeline and a doorbell that runs the requester itself share.
 	sendMu, recvMu sync.Mutex
 	sendTX         *txBatch
+	// recvBufs and recvTX are the receive pipeline's, under recvMu: its
+	// own goroutine and an application's busy poll (PollRx) share them.
+	recvBufs []*ibudp.Buf
+	recvTX   *txBatch
 
 	held heldAcks
 
@@ -108,6 +112,9 @@ func Open(cfg Config) (*Device, error) {
 	}
 	d.req = wqe.Engine{DMA: d.dma, Trace: d.probe, Window: min(cfg.Window, 1<<22)}
 	d.sendTX = d.newTX()
+	d.recvTX = d.newTX()
+	d.recvBufs = make([]*ibudp.Buf, d.batch)
+	d.pool.GetBatch(d.recvBufs)
 	d.rx = rx.Handler{DMA: d.dma, QPs: d.qps, Counters: &d.counters, LocalAddr: cfg.Port.Addr(), Trace: d.probe}
 	switch {
 	case cfg.AckHold == 0:
@@ -244,32 +251,105 @@ func (d *Device) Fence() {
 }
 
 // recvPipeline takes packets off the port in batches and runs the RX
-// packet handler on each.
+// packet handler on each. A port that can be polled is polled, so that an
+// application's busy poll can run the pipeline too (PollRx).
 func (d *Device) recvPipeline() {
 	defer d.wg.Done()
-	tx := d.newTX()
-	bufs := make([]*ibudp.Buf, d.batch)
-	d.pool.GetBatch(bufs)
+	if p, ok := d.port.(ibudp.Poller); ok {
+		d.pollPipeline(p)
+		return
+	}
+	// Without PollRx the buffers are this goroutine's alone, and Recv,
+	// which blocks, runs outside recvMu (Fence takes it).
 	for {
-		n, err := d.port.Recv(bufs)
+		n, err := d.port.Recv(d.recvBufs)
 		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
+			if d.portGone(err) {
 				return
 			}
-			select {
-			case <-d.done:
-				return
-			default:
-				continue
-			}
+			continue
 		}
 		d.recvMu.Lock()
-		for _, b := range bufs[:n] {
-			d.rx.Receive(b, tx)
-		}
-		d.rx.Flush(tx)
-		tx.flush()
+		d.handle(n)
 		d.recvMu.Unlock()
+	}
+}
+
+// pollPipeline is the receive pipeline on a Poller: take what is there,
+// and sleep in WaitRecv, outside recvMu, when nothing is.
+func (d *Device) pollPipeline(p ibudp.Poller) {
+	for {
+		d.recvMu.Lock()
+		n, err := d.receive(p.TryRecv)
+		d.recvMu.Unlock()
+		if err != nil && d.portGone(err) {
+			return
+		}
+		if n == 0 && err == nil {
+			if err := p.WaitRecv(); err != nil && d.portGone(err) {
+				return
+			}
+		}
+	}
+}
+
+// PollRx runs the receive pipeline once in the caller's goroutine: it
+// takes the packets waiting on the port, without blocking, and handles
+// them. An application that spins on a CQ calls it (through verbs) so
+// that a message's packets are handled on the thread that waits for it,
+// with no wake-up of the pipeline's goroutine on the way: busy polling,
+// as Linux runs a driver's NAPI poll in a busy-polling socket reader. It
+// returns how many packets it handled: 0 if none was there, if the port
+// cannot be polled, or if the pipeline is at work already.
+func (d *Device) PollRx() int {
+	p, ok := d.port.(ibudp.Poller)
+	if !ok || !d.recvMu.TryLock() {
+		return 0
+	}
+	defer d.recvMu.Unlock()
+	total := 0
+	for {
+		n, err := d.receive(p.TryRecv)
+		total += n
+		// Packets the port holds are invisible to the pipeline's
+		// WaitRecv: take them all before leaving.
+		if n == 0 || err != nil || !p.Pending() {
+			return total
+		}
+	}
+}
+
+// receive runs recv, which must not block, once into recvBufs and the RX
+// packet handler on what it returns; recvMu is held.
+func (d *Device) receive(recv func([]*ibudp.Buf) (int, error)) (int, error) {
+	n, err := recv(d.recvBufs)
+	if err != nil {
+		return 0, err
+	}
+	d.handle(n)
+	return n, nil
+}
+
+// handle runs the RX packet handler on recvBufs[:n]; recvMu is held.
+func (d *Device) handle(n int) {
+	for _, b := range d.recvBufs[:n] {
+		d.rx.Receive(b, d.recvTX)
+	}
+	d.rx.Flush(d.recvTX)
+	d.recvTX.flush()
+}
+
+// portGone reports whether a receive error means the pipeline is over:
+// the port is closed or the device is closing. Other errors are passing.
+func (d *Device) portGone(err error) bool {
+	if errors.Is(err, net.ErrClosed) {
+		return true
+	}
+	select {
+	case <-d.done:
+		return true
+	default:
+		return false
 	}
 }
 

@@ -55,6 +55,9 @@ func openNode(t testing.TB, addr netip.Addr, o pairOpts, seed int64, name string
 	}
 	n := &node{t: t}
 	var p ibudp.Port = port
+	if o.pollOnly {
+		p = &pollOnlyPort{Poller: port.(ibudp.Poller), closed: make(chan struct{})}
+	}
 	if faulty {
 		n.faulty = ibudp.NewFaulty(port, seed)
 		p = n.faulty
@@ -102,6 +105,8 @@ type pairOpts struct {
 	window     int           // rnic.Config.Window
 	ackHold    time.Duration // rnic.Config.AckHold
 	trace      *trace.Tracer // shared by both devices, named rnic0 and rnic1
+	pollOnly   bool          // the device's own receive goroutine never receives: only PollRx does
+	pollOnlyB  bool          // pollOnly for b only
 }
 
 func newPair(t testing.TB, o pairOpts) *pair {
@@ -122,7 +127,9 @@ func newPair(t testing.TB, o pairOpts) *pair {
 		o.sendWR = 1024
 	}
 	aa, ab := nextPair()
-	p := &pair{a: openNode(t, aa, o, 1, "rnic0"), b: openNode(t, ab, o, 2, "rnic1")}
+	ob := o
+	ob.pollOnly = o.pollOnly || o.pollOnlyB
+	p := &pair{a: openNode(t, aa, o, 1, "rnic0"), b: openNode(t, ab, ob, 2, "rnic1")}
 	p.a.peer, p.b.peer = p.b, p.a
 	p.qa = p.a.createQP(o)
 	p.qb = p.b.createQP(o)
