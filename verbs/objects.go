@@ -43,6 +43,7 @@ type Context struct {
 type localNIC struct {
 	dev  *rnic.Device
 	conn *net.UnixConn // the server's end of the socketpair
+	srv  *hostif.Local // serves conn; doorbells are calls
 	done chan struct{} // closed when the server has torn the client down
 }
 
@@ -149,10 +150,10 @@ func OpenLocal(cfg LocalConfig) (*Context, error) {
 		d.Close()
 		return nil, fmt.Errorf("verbs: open local %s: %w", cfg.Name, err)
 	}
-	l := &localNIC{dev: d, conn: srvEnd, done: make(chan struct{})}
 	srv := hostif.NewServer(hostif.Config{Device: d, Name: cfg.Name})
+	l := &localNIC{dev: d, conn: srvEnd, srv: srv.NewLocal(srvEnd), done: make(chan struct{})}
 	go func() {
-		srv.ServeConn(srvEnd)
+		l.srv.Serve()
 		close(l.done)
 	}()
 	return &Context{name: cfg.Name, cl: hostif.NewClient(cliEnd), local: l}, nil
@@ -207,6 +208,15 @@ func (c *Context) call(k hostif.Kind, req hostif.Body, fds []int, reply hostif.B
 		return nil, err
 	}
 	return c.cl.Call(k, req, fds, reply)
+}
+
+// doorbell rings the doorbell of queue q of the QP or SRQ h: a message to
+// a daemon, a call into an in-process NIC.
+func (c *Context) doorbell(h uint32, q uint8) error {
+	if c.local != nil {
+		return c.local.srv.Doorbell(h, q)
+	}
+	return c.cl.Send(hostif.KindDoorbell, &hostif.DoorbellReq{H: h, Queue: q})
 }
 
 // QueryDevice returns the device's attributes (ibv_query_device).
@@ -615,8 +625,35 @@ func mapRing(fds []int, d hostif.RingDesc) ([]byte, *hostif.Ring, error) {
 }
 
 // Poll moves up to len(wcs) completions into wcs and returns how many
-// (ibv_poll_cq). It never blocks and makes no system call.
+// (ibv_poll_cq). It never blocks. With a daemon it makes no system call;
+// with an in-process NIC (OpenLocal) a Poll that finds the CQ empty busy
+// polls (Context.BusyPoll) and looks again.
 func (cq *CQ) Poll(wcs []WC) int {
+	if n := cq.poll(wcs); n > 0 || cq.ctx.BusyPoll() == 0 {
+		return n
+	}
+	return cq.poll(wcs)
+}
+
+// BusyPoll lends the caller's goroutine to an in-process NIC (OpenLocal):
+// it takes the packets waiting on the NIC's port, without blocking, and
+// handles them here (rnic.Device.PollRx), so that a spinning application
+// sees a message complete with no wake-up of the NIC's own goroutine in
+// between. It returns how many packets it handled; with a daemon it does
+// nothing. CQ.Poll calls it when the CQ is empty; an application that
+// spins on memory a peer writes calls it in its loop.
+func (c *Context) BusyPoll() int {
+	if c.local == nil {
+		return 0
+	}
+	return c.local.dev.PollRx()
+}
+
+// Local reports whether the Context's NIC runs in this process
+// (OpenLocal): polling then drives it, and spinning pays.
+func (c *Context) Local() bool { return c.local != nil }
+
+func (cq *CQ) poll(wcs []WC) int {
 	cq.mu.Lock()
 	defer cq.mu.Unlock()
 	if cq.ring == nil {
@@ -762,7 +799,7 @@ func (s *SRQ) PostRecv(wrs []RecvWR) error {
 		return ErrClosed
 	}
 	err := postRecv(s.ring, &s.prod, s.maxSGE, wrs)
-	if err2 := s.pd.ctx.cl.Send(hostif.KindDoorbell, &hostif.DoorbellReq{H: s.h, Queue: hostif.DoorbellRecv}); err == nil {
+	if err2 := s.pd.ctx.doorbell(s.h, hostif.DoorbellRecv); err == nil {
 		err = err2
 	}
 	return err
@@ -918,7 +955,7 @@ func (qp *QP) PostSend(wrs []SendWR) error {
 	if !qp.sq.RingBell() {
 		return bad // the daemon's next fetch takes these too
 	}
-	if err := qp.pd.ctx.cl.Send(hostif.KindDoorbell, &hostif.DoorbellReq{H: qp.h, Queue: hostif.DoorbellSend}); err != nil && bad == nil {
+	if err := qp.pd.ctx.doorbell(qp.h, hostif.DoorbellSend); err != nil && bad == nil {
 		bad = err
 	}
 	return bad
@@ -939,7 +976,7 @@ func (qp *QP) PostRecv(wrs []RecvWR) error {
 		return fmt.Errorf("verbs: post recv in RESET: %w", rnic.ErrQPState)
 	}
 	err := postRecv(qp.rq, &qp.rqProd, qp.Cap.MaxRecvSGE, wrs)
-	if err2 := qp.pd.ctx.cl.Send(hostif.KindDoorbell, &hostif.DoorbellReq{H: qp.h, Queue: hostif.DoorbellRecv}); err == nil {
+	if err2 := qp.pd.ctx.doorbell(qp.h, hostif.DoorbellRecv); err == nil {
 		err = err2
 	}
 	return err

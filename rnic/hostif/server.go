@@ -77,13 +77,22 @@ func (s *Server) Serve(l *net.UnixListener) error {
 
 // ServeConn serves one client until it hangs up, then destroys everything
 // the client created.
-func (s *Server) ServeConn(uc *net.UnixConn) {
+func (s *Server) ServeConn(uc *net.UnixConn) { s.newConn(uc).run() }
+
+// newConn registers a client's connection.
+func (s *Server) newConn(uc *net.UnixConn) *conn {
 	c := &conn{s: s, uc: uc, objs: make(map[uint32]any), next: 1}
 	c.identify()
 	s.mu.Lock()
 	s.conns[c] = struct{}{}
 	s.mu.Unlock()
 	s.log.Info("client connected", "pid", c.pid, "comm", c.comm)
+	return c
+}
+
+// run serves c until the client hangs up, then destroys what it created.
+func (c *conn) run() {
+	s, uc := c.s, c.uc
 	c.serve()
 	c.teardown()
 	uc.Close()
@@ -91,6 +100,34 @@ func (s *Server) ServeConn(uc *net.UnixConn) {
 	delete(s.conns, c)
 	s.mu.Unlock()
 	s.log.Info("client gone", "pid", c.pid, "comm", c.comm)
+}
+
+// Local is the server's end of a client in the server's own process
+// (verbs.OpenLocal). Besides the control protocol it takes doorbells as
+// calls, so that a post runs the NIC's requester in the poster's
+// goroutine, as rxe's post_send runs it in the caller's system call, with
+// no hand-off to the connection's goroutine on the way.
+type Local struct{ c *conn }
+
+// NewLocal registers the server's end of an in-process client's
+// connection; Serve serves it.
+func (s *Server) NewLocal(uc *net.UnixConn) *Local { return &Local{c: s.newConn(uc)} }
+
+// Serve serves the connection as ServeConn does.
+func (l *Local) Serve() { l.c.run() }
+
+// Doorbell rings the doorbell of queue (DoorbellSend or DoorbellRecv) of
+// the QP or SRQ with handle h, as a KindDoorbell message would; the error
+// is the one a daemon would send back as an asynchronous error.
+func (l *Local) Doorbell(h uint32, queue uint8) error {
+	c := l.c
+	c.handling.Lock()
+	defer c.handling.Unlock()
+	if _, _, err := c.doorbell(&DoorbellReq{H: h, Queue: queue}, nil); err != nil {
+		c.s.badRequests.Add(1)
+		return fmt.Errorf("hostif: doorbell: %w", err)
+	}
+	return nil
 }
 
 // Shutdown is the daemon's exit: every QP of every client goes to ERR,
