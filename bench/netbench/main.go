@@ -21,6 +21,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -174,6 +175,22 @@ func measure(cfg config, linkMTU int) ([]row, error) {
 				return rows, err
 			}
 		}
+		// The same tools with the NIC in their own process: the data path
+		// without a daemon's wake-ups, the application's thread running
+		// the NIC (verbs.Context.BusyPoll). The daemons hold UDP 4791.
+		stopA()
+		stopB()
+		for _, tool := range []string{"ib_send_lat", "ib_write_lat"} {
+			what := tool + " 2 B, NIC in the tool (--local)"
+			res, err := perftestLocal(cfg, tool, []string{"-s", "2", "-n", "20000"})
+			if err != nil {
+				rows = append(rows, row{what: what, note: "failed: " + firstLine(err.Error())})
+				continue
+			}
+			rows = append(rows,
+				row{what: what + ", median", value: res.median, unit: "us", baseline: "UDP ping-pong", ratio: res.median / rr},
+				row{what: what + ", p99", value: res.p99, unit: "us"})
+		}
 	}
 	return rows, nil
 }
@@ -285,7 +302,8 @@ func startDaemon(cfg config, ns, addr, name string) (func(), error) {
 	sock := filepath.Join(dir, name+".sock")
 	for i := 0; i < 100; i++ {
 		if _, err := os.Stat(sock); err == nil {
-			return func() { c.Process.Signal(os.Interrupt); c.Wait() }, nil
+			var once sync.Once
+			return func() { once.Do(func() { c.Process.Signal(os.Interrupt); c.Wait() }) }, nil
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -303,10 +321,20 @@ type result struct {
 // perftest runs tool as server in B and client in A and parses the
 // client's result line.
 func perftest(cfg config, tool string, args []string) (result, error) {
+	return runPerftest(cfg, tool, args, []string{"-d", "rnbb"}, []string{"-d", "rnba"})
+}
+
+// perftestLocal is perftest with the NIC in each tool's process
+// (--local on the namespace's address), no daemon in between.
+func perftestLocal(cfg config, tool string, args []string) (result, error) {
+	return runPerftest(cfg, tool, args, []string{"--local", addrB}, []string{"--local", addrA})
+}
+
+func runPerftest(cfg config, tool string, args, srvNIC, cliNIC []string) (result, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(3*cfg.secs+120)*time.Second)
 	defer cancel()
 	rnic := filepath.Join(cfg.bin, "rnic")
-	sargs := append([]string{tool, "-d", "rnbb"}, args...)
+	sargs := append(append([]string{tool}, srvNIC...), args...)
 	srv := inNS(ctx, nsB, []string{"RNICD_DIR=" + filepath.Join(os.TempDir(), "netbench-rnbb")}, rnic, sargs...)
 	var sout bytes.Buffer
 	srv.Stdout, srv.Stderr = &sout, &sout
@@ -314,7 +342,7 @@ func perftest(cfg config, tool string, args []string) (result, error) {
 		return result{}, err
 	}
 	time.Sleep(500 * time.Millisecond)
-	cargs := append([]string{tool, "-d", "rnba"}, args...)
+	cargs := append(append([]string{tool}, cliNIC...), args...)
 	cargs = append(cargs, addrB)
 	out, err := inNS(ctx, nsA, []string{"RNICD_DIR=" + filepath.Join(os.TempDir(), "netbench-rnba")}, rnic, cargs...).CombinedOutput()
 	serr := srv.Wait()
