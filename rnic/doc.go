@@ -9,5 +9,9 @@
 //     the RX packet handler (package rx) on them, then sends the ACKs it
 //     coalesced over the batch.
 //
-// Both hand their packets to the port (package ibudp) in batches.
+// Both hand their packets to the port (package ibudp) in batches. Either
+// may also run in an application's goroutine: a post whose send pipeline
+// is idle runs the requester itself, and PollRx runs the receive pipeline
+// for an application that busy-polls, so that a message needs no wake-up
+// of the device's goroutines on its way.
 package rnic
