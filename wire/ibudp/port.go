@@ -119,6 +119,15 @@ type Config struct {
 	// process (two devices in a test) they would starve the goroutines
 	// that feed them; the zero value uses the runtime's poller.
 	WaitInKernel bool
+	// Steered opens a ModeUDP port's socket in a SO_REUSEPORT group whose
+	// datagrams the kernel steers by destination QPN (Steering, which
+	// SteeringOf returns): the port takes QPN block 0, and lends sockets
+	// for the others. It needs CAP_BPF.
+	Steered bool
+	// SocketFD, if above 0, is a socket some port's Steering lent (passed
+	// to this process over a unix socket): a ModeUDP port takes it over
+	// instead of opening one. Addr and Port must be those it is bound to.
+	SocketFD int
 }
 
 // withDefaults checks cfg and fills in the zero values.
@@ -135,6 +144,12 @@ func (cfg Config) withDefaults() (Config, error) {
 	}
 	if cfg.Mode != ModeUDP && cfg.Mode != ModePacket {
 		return cfg, fmt.Errorf("ibudp: config: unknown %v", cfg.Mode)
+	}
+	if (cfg.Steered || cfg.SocketFD > 0) && cfg.Mode != ModeUDP {
+		return cfg, fmt.Errorf("ibudp: config: steering needs ModeUDP, have %v", cfg.Mode)
+	}
+	if cfg.Steered && cfg.SocketFD > 0 {
+		return cfg, errors.New("ibudp: config: a lent socket cannot lend sockets")
 	}
 	if cfg.MTU != 0 && !validIBMTU(cfg.MTU) {
 		return cfg, fmt.Errorf("ibudp: config: MTU %d is not 256, 512, 1024, 2048 or 4096", cfg.MTU)

@@ -24,6 +24,8 @@ type udpPort struct {
 	// segs is how many packets each message of a batch carries.
 	gso  bool
 	segs []int
+	// steer, with Config.Steered, lends sockets of the port's group.
+	steer *Steering
 	// gro receives runs the kernel coalesced (gro_linux.go): the slots'
 	// overflow room and the held packets are in runs, the packets of this
 	// batch's runs in groSegs.
@@ -42,17 +44,38 @@ func openUDP(cfg Config, ifc Interface, mtu int) (*udpPort, error) {
 		u.scope = uint32(ifc.Index)
 	}
 	bind := netip.AddrPortFrom(cfg.Addr, cfg.Port)
-	fd, err := openUDPSocket(bind, u.scope, func(fd int) error {
+	setup := func(fd int) error {
 		u.gso = !cfg.NoGSO && gsoSupported(fd)
 		err := setUDPOptions(fd, u.v6, !u.gso, cfg)
 		u.gro = err == nil && !cfg.NoGSO && enableGRO(fd)
 		return err
-	})
+	}
+	fd, err := cfg.SocketFD, error(nil)
+	if fd > 0 {
+		// A lent socket: bound, its buffers sized by the lender, which
+		// may do what this process may not (SO_RCVBUFFORCE).
+		cfg.RcvBuf, cfg.SndBuf = 0, 0
+		if err = setup(fd); err != nil {
+			unix.Close(fd)
+		}
+	} else {
+		fd, err = openUDPSocket(bind, u.scope, cfg.Steered, setup)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("ibudp: opening UDP %s: %w", bind, err)
 	}
+	if cfg.Steered {
+		lendSetup := func(fd int) error { return setUDPOptions(fd, u.v6, !u.gso, cfg) }
+		if u.steer, err = newSteering(fd, bind, u.scope, lendSetup); err != nil {
+			unix.Close(fd)
+			return nil, err
+		}
+	}
 	rc, closer, err := socketIO(fd, cfg.WaitInKernel, "ibudp-udp")
 	if err != nil {
+		if u.steer != nil {
+			u.steer.close()
+		}
 		return nil, fmt.Errorf("ibudp: UDP %s: %w", bind, err)
 	}
 	u.sock = closer
@@ -72,7 +95,7 @@ func openUDP(cfg Config, ifc Interface, mtu int) (*udpPort, error) {
 // openUDPSocket opens a non-blocking UDP socket, sets its options with
 // setup and binds it to addr, as net.ListenPacket would but without
 // handing it to the runtime's poller (see kfd).
-func openUDPSocket(addr netip.AddrPort, scope uint32, setup func(fd int) error) (int, error) {
+func openUDPSocket(addr netip.AddrPort, scope uint32, reusePort bool, setup func(fd int) error) (int, error) {
 	family := unix.AF_INET6
 	var sa unix.Sockaddr = &unix.SockaddrInet6{Addr: addr.Addr().As16(), Port: int(addr.Port()), ZoneId: scope}
 	if addr.Addr().Is4() {
@@ -85,6 +108,9 @@ func openUDPSocket(addr netip.AddrPort, scope uint32, setup func(fd int) error) 
 	}
 	if family == unix.AF_INET6 {
 		err = unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_V6ONLY, 1)
+	}
+	if err == nil && reusePort {
+		err = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEPORT, 1)
 	}
 	if err == nil {
 		err = setup(fd)
@@ -134,7 +160,12 @@ func setUDPOptions(fd int, v6, noCheck bool, cfg Config) error {
 	return setBuffers(fd, cfg.RcvBuf, cfg.SndBuf)
 }
 
-func (u *udpPort) Close() error { return u.close(u.sock.Close) }
+func (u *udpPort) Close() error {
+	if u.steer != nil {
+		u.steer.close()
+	}
+	return u.close(u.sock.Close)
+}
 
 func (u *udpPort) Send(bufs []*Buf) error {
 	if u.gso {

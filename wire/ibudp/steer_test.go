@@ -1,0 +1,103 @@
+package ibudp
+
+import (
+	"testing"
+	"time"
+
+	"github.com/rnicd/rnicd/wire/bth"
+)
+
+// sendTo sends one packet to qpn at peer and returns its PSN.
+func sendTo(t *testing.T, p Port, peer Port, qpn, psn uint32) uint32 {
+	t.Helper()
+	b := NewBuf()
+	fillPacket(t, b, qpn, psn, 64)
+	b.Peer = peer.Addr()
+	if err := p.Send([]*Buf{b}); err != nil {
+		t.Fatal(err)
+	}
+	return psn
+}
+
+// gotQPN checks that r receives exactly one packet, to qpn with psn.
+func gotQPN(t *testing.T, r *receiver, what string, qpn, psn uint32) {
+	t.Helper()
+	g := r.get(t, 1, 3*time.Second)[0]
+	h := bth.BTH(g.roce)
+	if h.DestQP() != qpn || h.PSN() != psn {
+		t.Fatalf("%s: got a packet to QP %#x PSN %d, want QP %#x PSN %d", what, h.DestQP(), h.PSN(), qpn, psn)
+	}
+}
+
+// The kernel steers each datagram to the socket of its destination QP's
+// block: a lent block's to the lent socket, every other to the port's,
+// and a released block's to the port's again.
+func TestSteering(t *testing.T) {
+	needRoot(t)
+	port := openPort(t, Config{Addr: addr("127.0.12.1"), Mode: ModeUDP, Steered: true})
+	s := SteeringOf(port)
+	if s == nil {
+		t.Fatal("a Steered port has no Steering")
+	}
+	block, fd, err := s.Lend()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if block != 1 {
+		t.Fatalf("first lent block %d, want 1", block)
+	}
+	lent := openPort(t, Config{Addr: addr("127.0.12.1"), Mode: ModeUDP, SocketFD: fd})
+	if SteeringOf(lent) != nil {
+		t.Fatal("a lent socket's port has a Steering")
+	}
+	peer := openPort(t, Config{Addr: addr("127.0.12.2"), Mode: ModeUDP})
+	rPort, rLent := startReceiver(port), startReceiver(lent)
+
+	first, last := SteerBlockQPNs(block)
+	for i, qpn := range []uint32{first, first | 0x1234, last} {
+		gotQPN(t, rLent, "lent block", qpn, sendTo(t, peer, port, qpn, uint32(100+i)))
+	}
+	for i, qpn := range []uint32{0x11, 0xffff, 9<<16 | 5, bth.QPNMask} {
+		gotQPN(t, rPort, "port's own or unlent block", qpn, sendTo(t, peer, port, qpn, uint32(200+i)))
+	}
+	rLent.none(t, 50*time.Millisecond)
+
+	block2, fd2, err := s.Lend()
+	if err != nil || block2 != 2 {
+		t.Fatalf("second Lend: block %d, %v; want 2", block2, err)
+	}
+	lent2 := openPort(t, Config{Addr: addr("127.0.12.1"), Mode: ModeUDP, SocketFD: fd2})
+	rLent2 := startReceiver(lent2)
+	first2, _ := SteerBlockQPNs(block2)
+	gotQPN(t, rLent2, "second lent block", first2|7, sendTo(t, peer, port, first2|7, 300))
+
+	if err := s.Release(block); err != nil {
+		t.Fatal(err)
+	}
+	gotQPN(t, rPort, "released block", first|0x1234, sendTo(t, peer, port, first|0x1234, 400))
+	gotQPN(t, rLent2, "block lent still", first2|7, sendTo(t, peer, port, first2|7, 401))
+	rLent.none(t, 50*time.Millisecond)
+	if err := s.Release(block); err == nil {
+		t.Fatal("a second Release of a block succeeded")
+	}
+	if b, fd3, err := s.Lend(); err != nil || b != block {
+		t.Fatalf("Lend after Release: block %d, %v; want the released %d", b, err, block)
+	} else {
+		openPort(t, Config{Addr: addr("127.0.12.1"), Mode: ModeUDP, SocketFD: fd3})
+	}
+}
+
+// A port that is not Steered keeps UDP 4791 to itself, and the steering
+// options need ModeUDP.
+func TestSteeringConfig(t *testing.T) {
+	openPort(t, Config{Addr: addr("127.0.12.3"), Mode: ModeUDP})
+	if _, err := Open(Config{Addr: addr("127.0.12.3"), Mode: ModeUDP}); err == nil {
+		t.Fatal("a second port bound the address of an unsteered one")
+	}
+	if _, err := Open(Config{Addr: addr("127.0.12.4"), Mode: ModePacket, Steered: true}); err == nil {
+		t.Fatal("a Steered ModePacket port opened")
+	}
+	if _, err := Open(Config{Addr: addr("127.0.12.4"), Mode: ModeUDP, Steered: true, SocketFD: 5}); err == nil {
+		t.Fatal("a Steered port on a lent socket opened")
+	}
+}
