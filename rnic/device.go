@@ -1,6 +1,7 @@
 package rnic
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net"
@@ -12,6 +13,7 @@ import (
 	"github.com/rnicd/rnicd/rnic/rx"
 	"github.com/rnicd/rnicd/rnic/trace"
 	"github.com/rnicd/rnicd/rnic/wqe"
+	"github.com/rnicd/rnicd/wire/bth"
 	"github.com/rnicd/rnicd/wire/ibudp"
 )
 
@@ -36,6 +38,11 @@ type Config struct {
 	// request to go out with it (rx.Handler.Flush); 0 takes DefaultAckHold,
 	// a negative value sends every ACK at once, as rxe does.
 	AckHold time.Duration
+	// QPNFirst and QPNLast bound the QPNs the device hands out, as a
+	// NIC's are bounded by its QP context memory: a steered port's daemon
+	// and each client it lends a socket take one block (ibudp.Steering).
+	// Zero values: every QPN from qpmgr.FirstQPN.
+	QPNFirst, QPNLast uint32
 }
 
 // DefaultAckHold is the delayed-ACK hold time: longer than an application
@@ -105,7 +112,7 @@ func Open(cfg Config) (*Device, error) {
 		batch:  cfg.Batch,
 		pool:   ibudp.NewPool(4*cfg.Batch, 64*cfg.Batch),
 		dma:    dma.NewTable(),
-		qps:    qpmgr.NewTable(),
+		qps:    qpmgr.NewTableRange(cfg.QPNFirst, cmp.Or(cfg.QPNLast, bth.QPNMask)),
 		nextPD: 1,
 		bell:   make(chan struct{}, 1),
 		done:   make(chan struct{}),

@@ -14,23 +14,31 @@ const FirstQPN = 0x11
 // Table maps QPNs to QPs. It is safe for concurrent use: the receive
 // pipeline looks QPs up for every packet.
 type Table struct {
-	mu   sync.RWMutex
-	qps  map[uint32]*QP
-	next uint32
+	mu          sync.RWMutex
+	qps         map[uint32]*QP
+	first, last uint32 // the QPNs Alloc hands out
+	next        uint32
 }
 
-// NewTable returns an empty table.
-func NewTable() *Table { return &Table{qps: make(map[uint32]*QP), next: FirstQPN} }
+// NewTable returns an empty table handing out every QPN from FirstQPN.
+func NewTable() *Table { return NewTableRange(FirstQPN, bth.QPNMask) }
+
+// NewTableRange returns an empty table handing out QPNs first..last
+// (a steering block's, ibudp.Steering), clamped to FirstQPN..2^24-1.
+func NewTableRange(first, last uint32) *Table {
+	first, last = max(first, FirstQPN), min(last, bth.QPNMask)
+	return &Table{qps: make(map[uint32]*QP), first: first, last: last, next: first}
+}
 
 // Alloc reserves a fresh QPN.
 func (t *Table) Alloc() (uint32, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for range bth.QPNMask {
+	for n := int64(t.last) - int64(t.first) + 1; n > 0; n-- {
 		qpn := t.next
 		t.next++
-		if t.next > bth.QPNMask {
-			t.next = FirstQPN
+		if t.next > t.last {
+			t.next = t.first
 		}
 		if _, used := t.qps[qpn]; !used {
 			t.qps[qpn] = nil
