@@ -32,6 +32,9 @@ const (
 	KindCounters       Kind = 17
 	// KindDoorbell has no reply unless it is malformed (see Doorbell).
 	KindDoorbell Kind = 18
+	// KindLendPort asks for a socket of the daemon's port, steered to a
+	// block of QPNs, for the client to run its own data path (see LendReply).
+	KindLendPort Kind = 19
 )
 
 // Header flags.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/rnicd/rnicd/rnic"
 	"github.com/rnicd/rnicd/rnic/dma"
+	"github.com/rnicd/rnicd/wire/ibudp"
 )
 
 // Config says what a Server serves.
@@ -21,14 +22,18 @@ type Config struct {
 	Device *rnic.Device
 	Name   string       // the device's name, for QueryPort
 	Log    *slog.Logger // nil: no logs
+	// Steering, if set, is the steering of the device's port: a client
+	// may then borrow a socket of it (KindLendPort).
+	Steering *ibudp.Steering
 }
 
 // Server is the host interface of one device: it serves the control
 // protocol to any number of clients, one goroutine per connection.
 type Server struct {
-	dev  *rnic.Device
-	name string
-	log  *slog.Logger
+	dev   *rnic.Device
+	name  string
+	log   *slog.Logger
+	steer *ibudp.Steering // nil: no sockets to lend
 
 	mu    sync.Mutex
 	conns map[*conn]struct{}
@@ -55,7 +60,7 @@ func NewServer(cfg Config) *Server {
 	if name == "" {
 		name = "rnic0"
 	}
-	return &Server{dev: cfg.Device, name: name, log: log, conns: make(map[*conn]struct{})}
+	return &Server{dev: cfg.Device, name: name, log: log, steer: cfg.Steering, conns: make(map[*conn]struct{})}
 }
 
 // Serve accepts connections on l until l is closed.
@@ -232,6 +237,7 @@ func init() {
 		KindListQPs:        {"list_qps", 0, func() Body { return &ListQPsReq{} }, (*conn).listQPs, false},
 		KindCounters:       {"counters", 0, func() Body { return &Empty{} }, (*conn).counters, false},
 		KindDoorbell:       {"doorbell", 0, func() Body { return &DoorbellReq{} }, (*conn).doorbell, true},
+		KindLendPort:       {"lend_port", 0, func() Body { return &Empty{} }, (*conn).lendPort, false},
 	}
 }
 
@@ -285,6 +291,11 @@ type conn struct {
 	// handling is held while a request runs, so that Shutdown can fetch
 	// a client's rings between two of its requests.
 	handling sync.Mutex
+
+	// lent says the client borrowed the port's socket of QPN block
+	// block (KindLendPort); teardown releases it.
+	lent  bool
+	block uint8
 }
 
 // identify learns the client's pid and process name from its credentials.
@@ -472,6 +483,25 @@ type chanObj struct {
 func (c *conn) queryPort(Body, []int) (Body, []int, error) {
 	p := c.s.dev.QueryPort()
 	return &PortReply{Name: c.s.name, Addr: p.Addr.As16(), GID: p.GID, ActiveMTU: uint32(p.ActiveMTU)}, nil, nil
+}
+
+// lendPort lends the client a socket of the port, steered to a block of
+// QPNs, one per client.
+func (c *conn) lendPort(Body, []int) (Body, []int, error) {
+	if c.s.steer == nil {
+		return nil, nil, errf(CodeFailed, "lend_port: this daemon's port is not steered (rnicd -lend, CAP_BPF)")
+	}
+	if c.lent {
+		return nil, nil, errf(CodeBusy, "lend_port: block %d is lent to this client already", c.block)
+	}
+	b, fd, err := c.s.steer.Lend()
+	if err != nil {
+		return nil, nil, errf(CodeFailed, "lend_port: %v", err)
+	}
+	c.lent, c.block = true, b
+	first, last := ibudp.SteerBlockQPNs(b)
+	c.s.log.Info("socket lent", "pid", c.pid, "comm", c.comm, "qpns", fmt.Sprintf("%#x..%#x", first, last))
+	return &LendReply{QPNFirst: first, QPNLast: last}, []int{fd}, nil
 }
 
 func (c *conn) allocPD(Body, []int) (Body, []int, error) {
@@ -691,5 +721,11 @@ func (c *conn) teardown() {
 		if ch, ok := o.(*chanObj); ok {
 			unix.Close(ch.fd)
 		}
+	}
+	if c.lent {
+		if err := c.s.steer.Release(c.block); err != nil {
+			c.s.log.Warn("release a lent socket", "err", err)
+		}
+		c.lent = false
 	}
 }

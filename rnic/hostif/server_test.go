@@ -24,10 +24,13 @@ type nic struct {
 	addr netip.Addr
 }
 
-func newNIC(t *testing.T, addr string) *nic {
+func newNIC(t *testing.T, addr string) *nic { return openNIC(t, addr, false) }
+
+// openNIC is newNIC, with a steered port that lends sockets if steered.
+func openNIC(t *testing.T, addr string, steered bool) *nic {
 	t.Helper()
 	a := netip.MustParseAddr(addr)
-	p, err := ibudp.Open(ibudp.Config{Addr: a, MTU: 1024})
+	p, err := ibudp.Open(ibudp.Config{Addr: a, MTU: 1024, Steered: steered})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,7 +39,7 @@ func newNIC(t *testing.T, addr string) *nic {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { d.Close() })
-	return &nic{dev: d, srv: NewServer(Config{Device: d}), addr: a}
+	return &nic{dev: d, srv: NewServer(Config{Device: d, Steering: ibudp.SteeringOf(p)}), addr: a}
 }
 
 // client connects a new client over a socketpair.
@@ -571,5 +574,54 @@ func TestDoorbellCoalescing(t *testing.T) {
 	}
 	if !q.sq.RingBell() {
 		t.Fatal("after the fetch, a post must ring the doorbell again")
+	}
+}
+
+// lend_port: refused by a daemon whose port is not steered; with
+// steering, one socket per client (a second ask is refused, the first
+// socket kept), and the client's exit returns its block.
+func TestLendPort(t *testing.T) {
+	n := newNIC(t, "127.4.1.10")
+	c := n.client(t)
+	_, err := c.Call(KindLendPort, &Empty{}, nil, &LendReply{})
+	wantCode(t, "lend_port without steering", err, CodeFailed)
+
+	if os.Geteuid() != 0 {
+		t.Skip("skipped: steering loads an eBPF program, which needs root (CAP_BPF); CI runs as root")
+	}
+	sn := openNIC(t, "127.4.1.11", true)
+	lend := func(c *Client) LendReply {
+		t.Helper()
+		var r LendReply
+		fds := call(t, c, KindLendPort, &Empty{}, nil, &r)
+		if len(fds) != 1 {
+			t.Fatalf("lend_port reply carries %d descriptors", len(fds))
+		}
+		if dom, err := unix.GetsockoptInt(fds[0], unix.SOL_SOCKET, unix.SO_DOMAIN); err != nil || dom != unix.AF_INET {
+			t.Fatalf("lent descriptor: domain %d, %v", dom, err)
+		}
+		unix.Close(fds[0])
+		return r
+	}
+	c1 := sn.client(t)
+	if r := lend(c1); r.QPNFirst != 1<<16 || r.QPNLast != 1<<16|0xffff {
+		t.Fatalf("first lend: QPNs %#x..%#x, want block 1", r.QPNFirst, r.QPNLast)
+	}
+	_, err = c1.Call(KindLendPort, &Empty{}, nil, &LendReply{})
+	wantCode(t, "a second lend_port", err, CodeBusy)
+	c2 := sn.client(t)
+	if r := lend(c2); r.QPNFirst != 2<<16 {
+		t.Fatalf("second client: QPNs from %#x, want block 2", r.QPNFirst)
+	}
+	c1.Close()
+	for i := 0; ; i++ { // the server releases block 1 when it sees the hang-up
+		c3 := sn.client(t)
+		if r := lend(c3); r.QPNFirst == 1<<16 {
+			break
+		}
+		if i == 100 {
+			t.Fatal("block 1 never came back after its client left")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
