@@ -33,6 +33,9 @@ type Context struct {
 	// local is the NIC of OpenLocal, served in this process over a
 	// socketpair: the same protocol and rings as a daemon's.
 	local *localNIC
+	// lender, for OpenDirect, is the connection to the daemon whose
+	// socket local runs on; closing it returns the socket.
+	lender *hostif.Client
 
 	mem allocs
 
@@ -140,15 +143,26 @@ func OpenLocal(cfg LocalConfig) (*Context, error) {
 			return nil, fmt.Errorf("verbs: open local %s: %w", cfg.Name, err)
 		}
 	}
-	d, err := rnic.Open(rnic.Config{Port: p, Name: cfg.Name})
+	c, err := openNIC(rnic.Config{Port: p, Name: cfg.Name})
 	if err != nil {
-		p.Close()
 		return nil, fmt.Errorf("verbs: open local %s: %w", cfg.Name, err)
+	}
+	return c, nil
+}
+
+// openNIC starts a NIC on cfg.Port in this process, served over a
+// socketpair as a daemon serves its clients, and opens it. The NIC owns
+// the port, even on error.
+func openNIC(cfg rnic.Config) (*Context, error) {
+	d, err := rnic.Open(cfg)
+	if err != nil {
+		cfg.Port.Close()
+		return nil, err
 	}
 	srvEnd, cliEnd, err := hostif.Socketpair()
 	if err != nil {
 		d.Close()
-		return nil, fmt.Errorf("verbs: open local %s: %w", cfg.Name, err)
+		return nil, err
 	}
 	srv := hostif.NewServer(hostif.Config{Device: d, Name: cfg.Name})
 	l := &localNIC{dev: d, conn: srvEnd, srv: srv.NewLocal(srvEnd), done: make(chan struct{})}
@@ -157,6 +171,56 @@ func OpenLocal(cfg LocalConfig) (*Context, error) {
 		close(l.done)
 	}()
 	return &Context{name: cfg.Name, cl: hostif.NewClient(cliEnd), local: l}, nil
+}
+
+// OpenDirect connects to the running rnicd serving device name, as Open
+// does, and borrows a socket of its port: this Context's QPs then run in
+// this process, on a NIC of its own (as OpenLocal's, polled by the
+// application's thread), at the daemon's address, with QPNs the kernel
+// steers to the borrowed socket (ibudp.Steering). Nothing passes through
+// the daemon, which keeps the rest of its port; closing the Context
+// returns the socket. The daemon must run with steering (rnicd -lend, as
+// root); its trace, capture and counters do not see this Context's QPs.
+func OpenDirect(name string) (*Context, error) {
+	lender, err := hostif.Dial(SocketPath(name))
+	if err != nil {
+		return nil, fmt.Errorf("verbs: open %s direct: %w", name, err)
+	}
+	c, err := openDirect(name, lender)
+	if err != nil {
+		lender.Close()
+		return nil, fmt.Errorf("verbs: open %s direct: %w", name, err)
+	}
+	return c, nil
+}
+
+func openDirect(name string, lender *hostif.Client) (*Context, error) {
+	var port hostif.PortReply
+	if _, err := lender.Call(hostif.KindQueryPort, &hostif.Empty{}, nil, &port); err != nil {
+		return nil, err
+	}
+	var lent hostif.LendReply
+	fds, err := lender.Call(hostif.KindLendPort, &hostif.Empty{}, nil, &lent)
+	if err != nil {
+		return nil, err
+	}
+	if len(fds) != 1 {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+		return nil, fmt.Errorf("lend_port reply carries %d descriptors, want a socket", len(fds))
+	}
+	addr := netip.AddrFrom16(port.Addr).Unmap()
+	p, err := ibudp.Open(ibudp.Config{Addr: addr, MTU: int(port.ActiveMTU), SocketFD: fds[0]})
+	if err != nil {
+		return nil, err
+	}
+	c, err := openNIC(rnic.Config{Port: p, Name: name, QPNFirst: lent.QPNFirst, QPNLast: lent.QPNLast})
+	if err != nil {
+		return nil, err
+	}
+	c.lender = lender
+	return c, nil
 }
 
 // Name is the device's name (ibv_get_device_name).
@@ -177,6 +241,9 @@ func (c *Context) Close() error {
 			err = e
 		}
 	}
+	if c.lender != nil {
+		c.lender.Close()
+	}
 	c.mem.releaseAll()
 	return err
 }
@@ -196,7 +263,7 @@ func (c *Context) fatal() error {
 	if err := c.check(); err != nil {
 		return err
 	}
-	if c.cl.HungUp() {
+	if c.cl.HungUp() || c.lender != nil && c.lender.HungUp() {
 		return fmt.Errorf("%w: the rnicd of %s hung up", ErrDeviceFatal, c.name)
 	}
 	return nil

@@ -1,0 +1,158 @@
+package verbs_test
+
+import (
+	"bytes"
+	"net"
+	"net/netip"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/rnicd/rnicd/rnic"
+	"github.com/rnicd/rnicd/rnic/hostif"
+	"github.com/rnicd/rnicd/verbs"
+	"github.com/rnicd/rnicd/wire/ibudp"
+)
+
+// startSteeredDaemon serves device name on addr in this process as rnicd
+// does with -lend: a steered port, the device in QPN block 0, sockets
+// lent to clients.
+func startSteeredDaemon(t *testing.T, name, addr string) *rnic.Device {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("skipped: steering loads an eBPF program, which needs root (CAP_BPF); CI runs as root")
+	}
+	t.Setenv("RNICD_DIR", t.TempDir())
+	port, err := ibudp.Open(ibudp.Config{Addr: netip.MustParseAddr(addr), MTU: 1024, Steered: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, last := ibudp.SteerBlockQPNs(0)
+	dev, err := rnic.Open(rnic.Config{Port: port, Name: name, QPNLast: last})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dev.Close() })
+	srv := hostif.NewServer(hostif.Config{Device: dev, Name: name, Steering: ibudp.SteeringOf(port)})
+	l, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: verbs.SocketPath(name), Net: "unixpacket"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go srv.Serve(l)
+	return dev
+}
+
+// A Context opened direct runs its QPs in this process at the daemon's
+// address: WRITE and SEND both ways with a NIC elsewhere, none of it
+// through the daemon's device, while a client of the daemon itself is
+// served beside it; closing the Context returns its QPN block.
+func TestOpenDirect(t *testing.T) {
+	dev := startSteeredDaemon(t, "rnd", "127.3.1.1")
+	a, err := verbs.OpenDirect("rnd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if !a.Local() {
+		t.Fatal("a direct Context's NIC is not in this process")
+	}
+	if pa, err := a.QueryPort(); err != nil || pa.Addr != netip.MustParseAddr("127.3.1.1") {
+		t.Fatalf("direct port address %v, %v; want the daemon's", pa.Addr, err)
+	}
+	b := openLocal(t, "127.3.1.2")
+	qa, ma, qb, mb := connectedPair(t, a, b, 1)
+
+	write(t, qa, ma, mb, 64, "to the peer, from a borrowed socket", nil)
+
+	if err := qa.PostRecv([]verbs.RecvWR{{WRID: 2, SGL: []verbs.SGE{ma.mr.SGE(1024, 100)}}}); err != nil {
+		t.Fatal(err)
+	}
+	copy(mb.mr.Buf[2048:], "back to the direct QP")
+	send := verbs.SendWR{WRID: 3, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: []verbs.SGE{mb.mr.SGE(2048, 21)}}
+	if err := qb.PostSend([]verbs.SendWR{send}); err != nil {
+		t.Fatal(err)
+	}
+	if wc := pollOne(t, mb.cq); wc.Status != verbs.WCSuccess || wc.WRID != 3 {
+		t.Fatalf("SEND completion %v", &wc)
+	}
+	if wc := pollOne(t, ma.cq); wc.Status != verbs.WCSuccess || wc.WRID != 2 || wc.ByteLen != 21 || wc.QPNum != qa.QPN {
+		t.Fatalf("receive completion %v", &wc)
+	}
+	if got := ma.mr.Buf[1024 : 1024+21]; string(got) != "back to the direct QP" {
+		t.Fatalf("received %q", got)
+	}
+	if n := dev.Counters()["rcvd_pkts"] + dev.Counters()["sent_pkts"]; n != 0 {
+		t.Fatalf("the daemon's device moved %d packets of the direct QP", n)
+	}
+
+	// The daemon's own client, beside the direct one: block 0 is its.
+	c, err := verbs.Open("rnd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_, mc, qb2, mb2 := connectedPair(t, c, b, 0)
+	write(t, qb2, mb2, mc, 0, "to the daemon's QP", dev.Fence)
+	if dev.Counters()["rcvd_pkts"] == 0 {
+		t.Fatal("the daemon's device received nothing for its own QP")
+	}
+
+	// Closing the direct Context returns block 1 for the next one.
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var again *verbs.Context
+	for range 100 { // the daemon releases the block when it sees the hang-up
+		if again, err = verbs.OpenDirect("rnd"); err != nil {
+			t.Fatal(err)
+		}
+		q, _ := rcQP(t, again)
+		if ibudp.SteerBlock(q.QPN) == 1 {
+			break
+		}
+		again.Close()
+		again = nil
+		time.Sleep(10 * time.Millisecond)
+	}
+	if again == nil {
+		t.Fatal("block 1 never came back after its Context closed")
+	}
+	again.Close()
+}
+
+// write WRITEs msg from the start of from's buffer to offset off of to's,
+// checks the completion and, after fence if the target NIC needs one,
+// the bytes.
+func write(t *testing.T, qp *verbs.QP, from, to side, off int, msg string, fence func()) {
+	t.Helper()
+	copy(from.mr.Buf, msg)
+	wr := verbs.SendWR{WRID: 1, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+		SGL: []verbs.SGE{from.mr.SGE(0, len(msg))}, RemoteAddr: to.mr.Addr + uint64(off), RKey: to.mr.RKey}
+	if err := qp.PostSend([]verbs.SendWR{wr}); err != nil {
+		t.Fatal(err)
+	}
+	if wc := pollOne(t, from.cq); wc.Status != verbs.WCSuccess || wc.WRID != 1 || wc.QPNum != qp.QPN {
+		t.Fatalf("WRITE completion %v", &wc)
+	}
+	if fence != nil {
+		fence()
+	}
+	if got := to.mr.Buf[off : off+len(msg)]; !bytes.Equal(got, []byte(msg)) {
+		t.Fatalf("target memory %q, want %q", got, msg)
+	}
+}
+
+// connectedPair makes an RC QP on a, whose QPN must be in steering block
+// block, and one on b, and connects them.
+func connectedPair(t *testing.T, a, b *verbs.Context, block uint8) (*verbs.QP, side, *verbs.QP, side) {
+	t.Helper()
+	qa, ma := rcQP(t, a)
+	qb, mb := rcQP(t, b)
+	if ibudp.SteerBlock(qa.QPN) != block {
+		t.Fatalf("QPN %#x is not in steering block %d", qa.QPN, block)
+	}
+	connect(t, qa, qb, b)
+	connect(t, qb, qa, a)
+	return qa, ma, qb, mb
+}
