@@ -32,14 +32,16 @@ func ibvCommands() []command {
 // devFlags are how every tool of this family finds its NIC: -d names an
 // rnicd device, --local starts one inside the tool instead.
 type devFlags struct {
-	name  string
-	local string
+	name   string
+	local  string
+	direct bool
 }
 
 // register adds --local to fs; -d is added by each tool because its help
 // text and long name differ between rdma-core's tools.
 func (d *devFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&d.local, "local", "", "run an in-process NIC on this IP address instead of using rnicd")
+	fs.BoolVar(&d.direct, "direct", false, "run the QPs in this process, on a socket of rnicd's port (rnicd -lend)")
 }
 
 // open returns the one device a tool runs on.
@@ -48,7 +50,7 @@ func (d *devFlags) open() (*verbs.Context, error) {
 	if err != nil {
 		return nil, err
 	}
-	return openDevice(d.name, local)
+	return openDevice(d.name, local, d.direct)
 }
 
 func (d *devFlags) localAddr() (netip.Addr, error) {
@@ -65,8 +67,12 @@ func (d *devFlags) localAddr() (netip.Addr, error) {
 // openDevice opens the NIC a tool runs on: with local, an in-process NIC
 // on that address; else the rnicd serving name; else the first rnicd
 // running, as rdma-core's tools take the first device of
-// ibv_get_device_list.
-func openDevice(name string, local netip.Addr) (*verbs.Context, error) {
+// ibv_get_device_list. With direct, the rnicd lends a socket of its port
+// and the NIC runs in the tool (verbs.OpenDirect).
+func openDevice(name string, local netip.Addr, direct bool) (*verbs.Context, error) {
+	if local.IsValid() && direct {
+		return nil, errors.New("--local and --direct: choose one")
+	}
 	if local.IsValid() {
 		c, err := verbs.OpenLocal(verbs.LocalConfig{Name: name, Addr: local})
 		if err != nil {
@@ -81,7 +87,11 @@ func openDevice(name string, local netip.Addr) (*verbs.Context, error) {
 		}
 		name = names[0]
 	}
-	c, err := verbs.Open(name)
+	open := verbs.Open
+	if direct {
+		open = verbs.OpenDirect
+	}
+	c, err := open(name)
 	if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ECONNREFUSED) {
 		return nil, fmt.Errorf("no rnicd serves %s: start one with `rnicd -d %s` (no live control socket %s)", name, name, verbs.SocketPath(name))
 	}
@@ -115,7 +125,7 @@ func (d *devFlags) deviceList() ([]*verbs.Context, error) {
 	}
 	var ctxs []*verbs.Context
 	for _, n := range names {
-		c, err := openDevice(n, local)
+		c, err := openDevice(n, local, false)
 		if err != nil {
 			ibvCloseAll(ctxs)
 			return nil, err

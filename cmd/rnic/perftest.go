@@ -26,5 +26,5 @@ func perftestCommands() []command {
 // tool of rnic does: --local's in-process NIC, -d's rnicd, or the first
 // rnicd running.
 func openPerftestDevice(p *perftest.Params) (*verbs.Context, error) {
-	return openDevice(p.Device, p.Local)
+	return openDevice(p.Device, p.Local, p.Direct)
 }

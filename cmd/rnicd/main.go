@@ -62,6 +62,7 @@ type config struct {
 	pcap     string        // first capture file
 	pcapSize int64         // rotate captures at this size; 0: one file
 	http     string        // TCP address of the monitor
+	lend     bool          // steer the port by QPN and lend clients sockets
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -76,6 +77,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	traceFile := fs.String("trace", "", "write every trace event to `FILE` as JSON lines")
 	pcapFile := fs.String("pcap", "", "capture every packet sent and received into `FILE` (pcap, for tshark)")
 	pcapSize := fs.Int64("pcap-size", 0, "start a new capture file (FILE.1, FILE.2, ...) before one grows past `BYTES` (0: one file)")
+	lend := fs.Bool("lend", true, "lend clients sockets of the port, steered by QPN in the kernel, for their own data path (verbs.OpenDirect, the tools' --direct); needs CAP_BPF and -mode udp, else the daemon runs without")
 	httpAddr := fs.String("http", "", "also serve the monitor (web view, /metrics, /api/...) on this TCP `ADDR`ess, host:port")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
@@ -83,7 +85,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if fs.NArg() != 0 {
 		return config{}, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	c := config{name: *name, mtu: *mtu, window: *window, ackHold: *ackHold, trace: *traceFile, pcap: *pcapFile, pcapSize: *pcapSize, http: *httpAddr}
+	c := config{name: *name, mtu: *mtu, window: *window, ackHold: *ackHold, trace: *traceFile, pcap: *pcapFile, pcapSize: *pcapSize, http: *httpAddr, lend: *lend}
 	if c.name == "" || len(c.name) > 64 || c.name != filepath.Base(c.name) || c.name[0] == '.' {
 		return c, fmt.Errorf("-d %q: want a plain device name", c.name)
 	}
@@ -182,7 +184,14 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	port, err := ibudp.Open(ibudp.Config{Addr: c.addr, Mode: c.mode, MTU: c.mtu, WaitInKernel: true})
+	pcfg := ibudp.Config{Addr: c.addr, Mode: c.mode, MTU: c.mtu, WaitInKernel: true}
+	pcfg.Steered = c.lend && c.mode == ibudp.ModeUDP
+	port, err := ibudp.Open(pcfg)
+	if err != nil && pcfg.Steered {
+		log.Warn("port without steering: no sockets to lend", "err", err)
+		pcfg.Steered = false
+		port, err = ibudp.Open(pcfg)
+	}
 	if err != nil {
 		l.Close()
 		os.Remove(path)
@@ -196,7 +205,12 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if ackHold == 0 {
 		ackHold = -1 // rnic.Config's zero value is the default hold
 	}
-	dev, err := rnic.Open(rnic.Config{Port: faulty, Name: c.name, Trace: tr, Window: c.window, AckHold: ackHold})
+	steer := ibudp.SteeringOf(port)
+	var qpnLast uint32 // 0: every QPN
+	if steer != nil {
+		_, qpnLast = ibudp.SteerBlockQPNs(0) // the port's own block
+	}
+	dev, err := rnic.Open(rnic.Config{Port: faulty, Name: c.name, Trace: tr, Window: c.window, AckHold: ackHold, QPNLast: qpnLast})
 	if err != nil {
 		faulty.Close()
 		l.Close()
@@ -210,11 +224,11 @@ func run(args []string, stdout, stderr io.Writer) error {
 		os.Remove(path)
 		return err
 	}
-	srv := hostif.NewServer(hostif.Config{Device: dev, Name: c.name, Log: log})
+	srv := hostif.NewServer(hostif.Config{Device: dev, Name: c.name, Log: log, Steering: steer})
 	go srv.Serve(l)
 	pa := dev.QueryPort()
 	log.Info("device up", "name", c.name, "addr", pa.Addr, "mode", c.mode, "gid", pa.GID, "active_mtu", pa.ActiveMTU,
-		"socket", path, "monitor", verbs.MonitorSocketPath(c.name))
+		"socket", path, "monitor", verbs.MonitorSocketPath(c.name), "lends_sockets", steer != nil)
 	ready := fmt.Sprintf("rnicd: port %v mode %v gid %v active_mtu %d", pa.Addr, c.mode, pa.GID, pa.ActiveMTU)
 	if obs.httpAddr != nil {
 		ready += fmt.Sprintf(" http %v", obs.httpAddr)

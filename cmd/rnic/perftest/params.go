@@ -97,6 +97,7 @@ type Params struct {
 	Tool       Tool
 	Device     string     // -d; rnicd device name, "" for the first one running
 	Local      netip.Addr // --local: an in-process NIC on this address instead of rnicd
+	Direct     bool       // --direct: the QPs' data path in this process, on a socket rnicd lends
 	ServerName string     // the positional argument: client if set
 	Port       int        // -p: TCP port of the exchange
 
@@ -241,6 +242,7 @@ func (p *Params) options() []option {
 			return nil
 		}},
 		{0, "report_gbits", false, func(p *Params, _ string) error { p.ReportGbits = true; return nil }},
+		{0, "direct", false, func(p *Params, _ string) error { p.Direct = true; return nil }},
 		{0, "local", true, func(p *Params, v string) error {
 			a, err := netip.ParseAddr(v)
 			if err != nil {
