@@ -158,16 +158,7 @@ func measure(cfg config, linkMTU int) ([]row, error) {
 			return rows, err
 		}
 		rows = append(rows, row{what: "UDP ping-pong 2 B, median one way", value: rr, unit: "us"})
-		for _, tool := range []string{"ib_send_lat", "ib_write_lat"} {
-			res, err := perftest(cfg, tool, []string{"-s", "2", "-n", "20000"})
-			if err != nil {
-				rows = append(rows, row{what: tool + " 2 B", note: "failed: " + firstLine(err.Error())})
-				continue
-			}
-			rows = append(rows,
-				row{what: tool + " 2 B, median", value: res.median, unit: "us", baseline: "UDP ping-pong", ratio: res.median / rr},
-				row{what: tool + " 2 B, p99", value: res.p99, unit: "us"})
-		}
+		rows = append(rows, latRows(cfg, rr, "", perftest)...)
 		if cfg.soak > 0 {
 			r, err := soak(cfg, stopB)
 			rows = append(rows, r...)
@@ -175,24 +166,38 @@ func measure(cfg config, linkMTU int) ([]row, error) {
 				return rows, err
 			}
 		}
-		// The same tools with the NIC in their own process: the data path
-		// without a daemon's wake-ups, the application's thread running
-		// the NIC (verbs.Context.BusyPoll). The daemons hold UDP 4791.
+		// The same tools running their QPs themselves: first on sockets
+		// the daemons lend (--direct: the kernel steers the QPs' packets
+		// to the tools), then with a NIC of their own after the daemons
+		// stop (--local). Either way the tool's thread runs the NIC
+		// (verbs.Context.BusyPoll) and no daemon wakes on the way.
+		rows = append(rows, latRows(cfg, rr, "rnicd lends the socket (--direct)", perftestDirect)...)
 		stopA()
 		stopB()
-		for _, tool := range []string{"ib_send_lat", "ib_write_lat"} {
-			what := tool + " 2 B, NIC in the tool (--local)"
-			res, err := perftestLocal(cfg, tool, []string{"-s", "2", "-n", "20000"})
-			if err != nil {
-				rows = append(rows, row{what: what, note: "failed: " + firstLine(err.Error())})
-				continue
-			}
-			rows = append(rows,
-				row{what: what + ", median", value: res.median, unit: "us", baseline: "UDP ping-pong", ratio: res.median / rr},
-				row{what: what + ", p99", value: res.p99, unit: "us"})
-		}
+		rows = append(rows, latRows(cfg, rr, "NIC in the tool (--local)", perftestLocal)...)
 	}
 	return rows, nil
+}
+
+// latRows runs ib_send_lat and ib_write_lat with run and gives their
+// median, against the UDP ping-pong rr, and p99.
+func latRows(cfg config, rr float64, how string, run func(config, string, []string) (result, error)) []row {
+	var rows []row
+	for _, tool := range []string{"ib_send_lat", "ib_write_lat"} {
+		what := tool + " 2 B"
+		if how != "" {
+			what += ", " + how
+		}
+		res, err := run(cfg, tool, []string{"-s", "2", "-n", "20000"})
+		if err != nil {
+			rows = append(rows, row{what: what, note: "failed: " + firstLine(err.Error())})
+			continue
+		}
+		rows = append(rows,
+			row{what: what + ", median", value: res.median, unit: "us", baseline: "UDP ping-pong", ratio: res.median / rr},
+			row{what: what + ", p99", value: res.p99, unit: "us"})
+	}
+	return rows
 }
 
 // setup makes the two namespaces and the veth pair at the given MTU.
@@ -328,6 +333,12 @@ func perftest(cfg config, tool string, args []string) (result, error) {
 // (--local on the namespace's address), no daemon in between.
 func perftestLocal(cfg config, tool string, args []string) (result, error) {
 	return runPerftest(cfg, tool, args, []string{"--local", addrB}, []string{"--local", addrA})
+}
+
+// perftestDirect is perftest with each tool's QPs in its own process, on
+// a socket its daemon lends (--direct).
+func perftestDirect(cfg config, tool string, args []string) (result, error) {
+	return runPerftest(cfg, tool, args, []string{"-d", "rnbb", "--direct"}, []string{"-d", "rnba", "--direct"})
 }
 
 func runPerftest(cfg config, tool string, args, srvNIC, cliNIC []string) (result, error) {
