@@ -1,6 +1,7 @@
 package ibudp
 
 import (
+	"os"
 	"testing"
 	"time"
 
@@ -87,12 +88,23 @@ func TestSteering(t *testing.T) {
 	}
 }
 
-// A port that is not Steered keeps UDP 4791 to itself, and the steering
-// options need ModeUDP.
+// A port keeps UDP 4791 on its address to itself, steered or not: a
+// second port there fails, whichever kind. The steering options need
+// ModeUDP.
 func TestSteeringConfig(t *testing.T) {
 	openPort(t, Config{Addr: addr("127.0.12.3"), Mode: ModeUDP})
-	if _, err := Open(Config{Addr: addr("127.0.12.3"), Mode: ModeUDP}); err == nil {
-		t.Fatal("a second port bound the address of an unsteered one")
+	for _, steered := range []bool{false, true} {
+		if _, err := Open(Config{Addr: addr("127.0.12.3"), Mode: ModeUDP, Steered: steered}); err == nil {
+			t.Fatalf("a second port (steered %v) bound the address of an unsteered one", steered)
+		}
+	}
+	if os.Geteuid() == 0 {
+		openPort(t, Config{Addr: addr("127.0.12.5"), Mode: ModeUDP, Steered: true})
+		for _, steered := range []bool{false, true} {
+			if _, err := Open(Config{Addr: addr("127.0.12.5"), Mode: ModeUDP, Steered: steered}); err == nil {
+				t.Fatalf("a second port (steered %v) bound the address of a steered one", steered)
+			}
+		}
 	}
 	if _, err := Open(Config{Addr: addr("127.0.12.4"), Mode: ModePacket, Steered: true}); err == nil {
 		t.Fatal("a Steered ModePacket port opened")

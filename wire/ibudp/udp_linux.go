@@ -59,6 +59,16 @@ func openUDP(cfg Config, ifc Interface, mtu int) (*udpPort, error) {
 			unix.Close(fd)
 		}
 	} else {
+		if cfg.Steered {
+			// A reuseport bind would join another steered port's group
+			// on this address, as a second rnicd would: make sure the
+			// address is free, as a plain bind does.
+			probe, perr := openUDPSocket(bind, u.scope, false, func(int) error { return nil })
+			if perr != nil {
+				return nil, fmt.Errorf("ibudp: opening UDP %s: %w", bind, perr)
+			}
+			unix.Close(probe)
+		}
 		fd, err = openUDPSocket(bind, u.scope, cfg.Steered, setup)
 	}
 	if err != nil {
