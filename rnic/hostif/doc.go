@@ -36,4 +36,11 @@
 // outstanding than the queue holds. Completions go straight from the
 // engine's CQ into the completion ring (qpmgr.CQ's sink); an armed CQ
 // writes its channel's eventfd; a full ring sets the overrun flag.
+//
+// Lent sockets. A daemon whose port is steered (ibudp.Steering) lends a
+// client that asks (KindLendPort) a socket of the port and a block of
+// QPNs the kernel steers to it; the client runs a NIC of its own on it
+// (verbs.OpenDirect), and its hang-up returns the block. In a client's
+// own process (verbs.OpenLocal, OpenDirect) the server's end is a Local,
+// whose doorbells are calls.
 package hostif

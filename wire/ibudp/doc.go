@@ -23,7 +23,14 @@
 //     (GIDTable, GID);
 //   - counters (Stats, named as rxe names its counters where it has them);
 //   - a fault injector (Faulty) that drops, duplicates, reorders, delays and
-//     corrupts packets, in place of netem.
+//     corrupts packets, in place of netem;
+//   - receive steering (Steering, Config.Steered): the port's UDP 4791 as a
+//     SO_REUSEPORT group in which an eBPF program hands each datagram to
+//     the socket of its destination QPN's block, as a multi-queue NIC
+//     steers flows to queues; the port lends those sockets (Lend) to
+//     processes that run their QPs themselves (Config.SocketFD);
+//   - polling (Poller): a receive that never waits and a wait that takes
+//     nothing, so that whichever goroutine finds packets handles them.
 //
 // It does not own Ethernet addressing or neighbour resolution (the kernel
 // routes every packet, in both modes), nor anything above the BTH: PSNs,
