@@ -51,8 +51,9 @@ func FuzzDecodeReply(f *testing.F) {
 	f.Add(encodeReply(KindListQPs, 1, &ListQPsReply{Rows: []QPRow{{QPN: 17, Comm: "x"}}, More: true, Next: 18})[HeaderLen:])
 	f.Add(encodeReply(KindCounters, 1, &CountersReply{Counters: map[string]uint64{"a": 1}})[HeaderLen:])
 	f.Add(encodeError(KindAllocPD, 1, CodeInvalid, "no")[HeaderLen:])
+	f.Add(encodeReply(KindLendPort, 1, &LendReply{QPNFirst: 1 << 16, QPNLast: 1<<16 | 0xffff})[HeaderLen:])
 	f.Fuzz(func(t *testing.T, body []byte) {
-		for _, b := range []Body{&PortReply{}, &RegMRReply{}, &RingReply{}, &QPAttrReply{}, &ListQPsReply{}, &CountersReply{}, &Handle{}} {
+		for _, b := range []Body{&PortReply{}, &RegMRReply{}, &RingReply{}, &QPAttrReply{}, &ListQPsReply{}, &CountersReply{}, &Handle{}, &LendReply{}} {
 			DecodeReply(KindQueryPort, body, b)
 		}
 	})
