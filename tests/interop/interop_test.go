@@ -30,22 +30,33 @@ import (
 	"github.com/rnicd/rnicd/verbs"
 )
 
-// The VM is 198.18.0.2 on tap0, rnicd 198.18.0.1 on the bridge.
+// The VM is 198.18.0.2 on tap0, rnicd 198.18.0.1 on the bridge; a second
+// rnicd, in UDP mode and lending sockets, 198.18.0.3, for the --direct
+// cases (packet mode has no steering).
 const (
-	hostAddr = "198.18.0.1"
-	vmAddr   = "198.18.0.2"
-	device   = "rnio0"
+	hostAddr     = "198.18.0.1"
+	vmAddr       = "198.18.0.2"
+	device       = "rnio0"
+	directAddr   = "198.18.0.3"
+	directDevice = "rnio1"
 )
 
 // tcase is one tool run; the harness runs it with rxe as client and as
 // server.
 type tcase struct {
-	tool string   // perftest or ibverbs-utils name
-	args []string // size, iterations, connection type...
-	loss bool     // also run under 3% loss each way
+	tool   string   // perftest or ibverbs-utils name
+	args   []string // size, iterations, connection type...
+	loss   bool     // also run under 3% loss each way
+	direct bool     // rnic runs the QPs itself on a socket rnicd lends (--direct)
 }
 
-func (c tcase) name() string { return c.tool + " " + strings.Join(c.args, " ") }
+func (c tcase) name() string {
+	n := c.tool + " " + strings.Join(c.args, " ")
+	if c.direct {
+		n += " (rnic --direct)"
+	}
+	return n
+}
 
 // isPingpong tells rdma-core's pingpong (-g for the GID index) from
 // perftest (-x).
@@ -80,6 +91,11 @@ func matrix(ibMTU int) []tcase {
 		tcase{tool: "ibv_rc_pingpong", args: []string{"-s", "4096", "-n", "50", "--chk"}},
 		tcase{tool: "ibv_ud_pingpong", args: []string{"-s", "512", "-n", "50", "--chk"}},
 		tcase{tool: "ibv_srq_pingpong", args: []string{"-s", "4096", "-n", "50", "-q", "4", "--chk"}},
+		// On the wire a lent socket's QPs are rnicd's; only their QPNs
+		// (block 1 and up) tell them apart.
+		tcase{tool: "ib_write_bw", args: []string{"-s", "65536", "-n", "20"}, direct: true},
+		tcase{tool: "ib_send_lat", args: []string{"-s", strconv.Itoa(ibMTU + 1), "-n", "50"}, direct: true},
+		tcase{tool: "ibv_rc_pingpong", args: []string{"-s", "4096", "-n", "50", "--chk"}, direct: true},
 	)
 	return cs
 }
@@ -174,6 +190,7 @@ func newNetns(t *testing.T, name string, mtu int) *netns {
 	sh(t, "ip", "-n", name, "link", "set", "lo", "up")
 	sh(t, "ip", "-n", name, "link", "add", "br0", "mtu", m, "type", "bridge")
 	sh(t, "ip", "-n", name, "addr", "add", hostAddr+"/24", "dev", "br0")
+	sh(t, "ip", "-n", name, "addr", "add", directAddr+"/24", "dev", "br0")
 	sh(t, "ip", "-n", name, "tuntap", "add", "dev", "tap0", "mode", "tap")
 	// A long queue: the VM under TCG drains the tap slowly, and a burst of
 	// unreliable (UC, UD) packets the queue drops is a message lost for
@@ -251,8 +268,15 @@ func hostArgs(c tcase, port int, client bool) []string {
 	if c.isPingpong() {
 		gid = []string{"-g", "1"}
 	}
-	args := append([]string{c.tool, "-d", device}, gid...)
+	dev := device
+	if c.direct {
+		dev = directDevice
+	}
+	args := append([]string{c.tool, "-d", dev}, gid...)
 	args = append(args, "-p", strconv.Itoa(port))
+	if c.direct {
+		args = append(args, "--direct")
+	}
 	args = append(args, c.args...)
 	if client {
 		args = append(args, vmAddr)
@@ -308,6 +332,14 @@ func runLink(t *testing.T, bin, img string, linkMTU, ibMTU int) []result {
 	}
 	defer d.Process.Kill()
 	waitSocket(t, filepath.Join(dir, device+".sock"))
+	dd := ns.command(ctx, env, filepath.Join(bin, "rnicd"), "-d", directDevice, "-addr", directAddr)
+	var ddout bytes.Buffer
+	dd.Stdout, dd.Stderr = &ddout, &ddout
+	if err := dd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer dd.Process.Kill()
+	waitSocket(t, filepath.Join(dir, directDevice+".sock"))
 	t.Setenv("RNICD_DIR", dir)
 
 	cases := matrix(ibMTU)
@@ -622,7 +654,7 @@ func tail(s string) string {
 // writeTable records the run in last-run.md.
 func writeTable(t *testing.T, rs []result) {
 	var b strings.Builder
-	fmt.Fprintf(&b, "# Last run of the rxe interop suite\n\n%s, `RNICD_INTEROP=1 go test ./tests/interop/`: rnicd (`-mode packet`) on the host side of a bridge, Debian 12's rxe in qemu on a tap.\n"+
+	fmt.Fprintf(&b, "# Last run of the rxe interop suite\n\n%s, `RNICD_INTEROP=1 go test ./tests/interop/`: rnicd (`-mode packet`) on the host side of a bridge, Debian 12's rxe in qemu on a tap; the `--direct` cases run on sockets a second rnicd (UDP mode, 198.18.0.3) lends.\n"+
 		"Counters are rnicd's, moved over the whole phase (all cases of one role, MTU and impairment).\n\n", time.Now().UTC().Format("2006-01-02 15:04 MST"))
 	b.WriteString("| test | rxe is | MTU | impairment | result | rnicd counters (phase) |\n|---|---|---|---|---|---|\n")
 	for _, r := range rs {
