@@ -1,6 +1,10 @@
 package ibudp
 
-import "fmt"
+import (
+	"fmt"
+
+	"golang.org/x/sys/unix"
+)
 
 func open(cfg Config) (Port, error) {
 	ifc, err := InterfaceOf(cfg.Addr)
@@ -8,6 +12,9 @@ func open(cfg Config) (Port, error) {
 		// A UDP socket does not need the interface; only its MTU, which the
 		// configuration can give instead.
 		if cfg.Mode == ModePacket || cfg.MTU == 0 {
+			if cfg.SocketFD > 0 {
+				unix.Close(cfg.SocketFD)
+			}
 			return nil, fmt.Errorf("ibudp: opening %v port on %v: %w", cfg.Mode, cfg.Addr, err)
 		}
 	}

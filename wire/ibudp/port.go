@@ -126,7 +126,8 @@ type Config struct {
 	Steered bool
 	// SocketFD, if above 0, is a socket some port's Steering lent (passed
 	// to this process over a unix socket): a ModeUDP port takes it over
-	// instead of opening one. Addr and Port must be those it is bound to.
+	// instead of opening one, and Open closes it if it fails. Addr and
+	// Port must be those it is bound to.
 	SocketFD int
 }
 
@@ -169,10 +170,14 @@ func (cfg Config) withDefaults() (Config, error) {
 	return cfg, nil
 }
 
-// Open opens a port as cfg says.
+// Open opens a port as cfg says. A cfg.SocketFD is the port's from the
+// call on: closed with the port, or by Open if it fails.
 func Open(cfg Config) (Port, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
+		if cfg.SocketFD > 0 {
+			syscall.Close(cfg.SocketFD)
+		}
 		return nil, err
 	}
 	return open(cfg)

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/rnicd/rnicd/wire/bth"
 )
 
@@ -111,5 +113,28 @@ func TestSteeringConfig(t *testing.T) {
 	}
 	if _, err := Open(Config{Addr: addr("127.0.12.4"), Mode: ModeUDP, Steered: true, SocketFD: 5}); err == nil {
 		t.Fatal("a Steered port on a lent socket opened")
+	}
+}
+
+// A lent socket is the port's from Open on: a failed Open closes it.
+func TestSocketFDClosedOnFailure(t *testing.T) {
+	for _, cfg := range []Config{
+		{Addr: addr("127.0.12.6"), Mode: ModeUDP, MTU: 1234},    // refused by the config check
+		{Addr: addr("127.0.12.6"), Mode: ModePacket, MTU: 1024}, // packet mode cannot take one
+		{Addr: addr("192.0.2.1"), Mode: ModeUDP},                // no interface, no MTU given
+	} {
+		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.SocketFD = fd
+		if p, err := Open(cfg); err == nil {
+			p.Close()
+			t.Fatalf("Open(%+v) succeeded", cfg)
+		}
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err != unix.EBADF {
+			unix.Close(fd)
+			t.Fatalf("Open(%+v) failed and left the socket open (%v)", cfg, err)
+		}
 	}
 }
