@@ -95,3 +95,19 @@ func TestPollRxNotPoller(t *testing.T) {
 		t.Fatalf("PollRx on a fault injector's port = %d", n)
 	}
 }
+
+// An application that stops busy polling leaves nothing behind: the
+// pipeline's own goroutine takes the packets that come after.
+func TestPollRxThenStop(t *testing.T) {
+	p := newPair(t, pairOpts{ackHold: -1})
+	a, b := p.a, p.b
+	for i := range 20 {
+		b.dev.PollRx()
+		fill(a.mem[:3000], i)
+		mustPost(t, a, p.qa, rnic.SendWR{WRID: uint64(i), Opcode: qpmgr.WRRDMAWrite, Flags: qpmgr.SendSignaled,
+			SGL: []rnic.SGE{sge(a, 0, 3000)}, RemoteAddr: memVA + 8192, RKey: b.mr.RKey})
+		checkWC(t, a.poll(1, 5*time.Second)[0], rnic.WC{WRID: uint64(i), Opcode: qpmgr.WCRDMAWrite, ByteLen: 3000, QPNum: p.qa.QPN})
+		b.fence()
+		sameBytes(t, "WRITE after a busy poll", b.mem[8192:8192+3000], a.mem[:3000])
+	}
+}
