@@ -111,7 +111,12 @@ func TestSteeringConfig(t *testing.T) {
 	if _, err := Open(Config{Addr: addr("127.0.12.4"), Mode: ModePacket, Steered: true}); err == nil {
 		t.Fatal("a Steered ModePacket port opened")
 	}
-	if _, err := Open(Config{Addr: addr("127.0.12.4"), Mode: ModeUDP, Steered: true, SocketFD: 5}); err == nil {
+	// (A lent socket that Open refuses is closed: see the next test.)
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(Config{Addr: addr("127.0.12.4"), Mode: ModeUDP, Steered: true, SocketFD: fd}); err == nil {
 		t.Fatal("a Steered port on a lent socket opened")
 	}
 }
