@@ -145,6 +145,12 @@ func measure(cfg config, linkMTU int) ([]row, error) {
 		}
 		rows = append(rows, row{what: what, value: res.bw, unit: "Gbit/s", baseline: base, ratio: res.bw / udp})
 	}
+	what := fmt.Sprintf("RC write_bw 64 KiB, MTU %d, 1 QP, rnicd lends the socket (--direct)", ib)
+	if res, err := perftestDirect(cfg, "ib_write_bw", []string{"-s", "65536", "-D", strconv.Itoa(cfg.secs), "--report_gbits"}); err != nil {
+		rows = append(rows, row{what: what, note: "failed: " + firstLine(err.Error())})
+	} else {
+		rows = append(rows, row{what: what, value: res.bw, unit: "Gbit/s", baseline: base, ratio: res.bw / udp})
+	}
 	res, err := perftest(cfg, "ib_write_bw", []string{"-s", "64", "-n", iters})
 	if err == nil {
 		rows = append(rows, row{what: fmt.Sprintf("RC write 64 B message rate, MTU %d", ib), value: res.mpps, unit: "Mpps"})
