@@ -9,6 +9,10 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/rnicd/rnicd/rnic"
+	"github.com/rnicd/rnicd/rnic/hostif"
+	"github.com/rnicd/rnicd/wire/ibudp"
 )
 
 // When the daemon goes away (here: the in-process server's end of the
@@ -101,5 +105,62 @@ func TestEventFDWaitAfterRacingCancel(t *testing.T) {
 		if err := e.wait(context.Background()); err != nil {
 			t.Fatalf("round %d: wait with an event pending: %v", i, err)
 		}
+	}
+}
+
+// A post or a request to a daemon that has gone gets ErrDeviceFatal too,
+// not the socket's broken pipe: a killed rnicd looks the same to an
+// application whether it was waiting or posting.
+func TestPostToGoneDaemonIsFatal(t *testing.T) {
+	port, err := ibudp.Open(ibudp.Config{Addr: netip.MustParseAddr("127.3.0.12"), MTU: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev, err := rnic.Open(rnic.Config{Port: port})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	srvEnd, cliEnd, err := hostif.Socketpair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan struct{})
+	go func() { hostif.NewServer(hostif.Config{Device: dev}).ServeConn(srvEnd); close(served) }()
+	c := &Context{name: "gone", cl: hostif.NewClient(cliEnd)} // a daemon's client: doorbells are messages
+	defer c.Close()
+	pd, err := c.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cq, err := c.CreateCQ(16, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	qp, err := pd.CreateQP(QPInitAttr{Type: QPTypeRC, SendCQ: cq, RecvCQ: cq,
+		Cap: QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := qp.Modify(&QPAttr{State: QPSInit, PortNum: 1}, AttrState|AttrPKeyIndex|AttrPort|AttrAccessFlags); err != nil {
+		t.Fatal(err)
+	}
+	if err := qp.PostRecv([]RecvWR{{WRID: 1}}); err != nil {
+		t.Fatalf("PostRecv with the daemon up: %v", err)
+	}
+
+	srvEnd.Close()
+	<-served
+	for deadline := time.Now().Add(10 * time.Second); !c.cl.HungUp(); {
+		if time.Now().After(deadline) {
+			t.Fatal("the client never saw the hang-up")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if err := qp.PostRecv([]RecvWR{{WRID: 2}}); !errors.Is(err, ErrDeviceFatal) {
+		t.Fatalf("PostRecv after the daemon went: %v, want ErrDeviceFatal", err)
+	}
+	if _, err := c.AllocPD(); !errors.Is(err, ErrDeviceFatal) {
+		t.Fatalf("AllocPD after the daemon went: %v, want ErrDeviceFatal", err)
 	}
 }

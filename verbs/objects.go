@@ -274,7 +274,8 @@ func (c *Context) call(k hostif.Kind, req hostif.Body, fds []int, reply hostif.B
 	if err := c.check(); err != nil {
 		return nil, err
 	}
-	return c.cl.Call(k, req, fds, reply)
+	rfds, err := c.cl.Call(k, req, fds, reply)
+	return rfds, c.hungUp(err)
 }
 
 // doorbell rings the doorbell of queue q of the QP or SRQ h: a message to
@@ -283,7 +284,17 @@ func (c *Context) doorbell(h uint32, q uint8) error {
 	if c.local != nil {
 		return c.local.srv.Doorbell(h, q)
 	}
-	return c.cl.Send(hostif.KindDoorbell, &hostif.DoorbellReq{H: h, Queue: q})
+	return c.hungUp(c.cl.Send(hostif.KindDoorbell, &hostif.DoorbellReq{H: h, Queue: q}))
+}
+
+// hungUp turns the error of a message to a daemon that has gone (killed
+// while the application posted) into the device's fatal error, as a wait
+// on a ring reports it.
+func (c *Context) hungUp(err error) error {
+	if err != nil && c.cl.HungUp() {
+		return fmt.Errorf("%w: the rnicd of %s hung up (%v)", ErrDeviceFatal, c.name, err)
+	}
+	return err
 }
 
 // QueryDevice returns the device's attributes (ibv_query_device).
