@@ -323,23 +323,26 @@ func runLink(t *testing.T, bin, img string, linkMTU, ibMTU int) []result {
 	if err := dump.Start(); err != nil {
 		t.Fatal(err)
 	}
+	startRnicd := func(name, addr string, args ...string) (*exec.Cmd, *bytes.Buffer) {
+		c := ns.command(ctx, env, append([]string{filepath.Join(bin, "rnicd"), "-d", name, "-addr", addr}, args...)...)
+		out := new(bytes.Buffer)
+		c.Stdout, c.Stderr = out, out
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		waitSocket(t, filepath.Join(dir, name+".sock"))
+		return c, out
+	}
 	// rnicd checks every rxe packet's ICRC, all 32 bits, in packet mode.
-	d := ns.command(ctx, env, filepath.Join(bin, "rnicd"), "-d", device, "-addr", hostAddr, "-mode", "packet")
-	var dout bytes.Buffer
-	d.Stdout, d.Stderr = &dout, &dout
-	if err := d.Start(); err != nil {
-		t.Fatal(err)
-	}
+	d, dout := startRnicd(device, hostAddr, "-mode", "packet")
 	defer d.Process.Kill()
-	waitSocket(t, filepath.Join(dir, device+".sock"))
-	dd := ns.command(ctx, env, filepath.Join(bin, "rnicd"), "-d", directDevice, "-addr", directAddr)
-	var ddout bytes.Buffer
-	dd.Stdout, dd.Stderr = &ddout, &ddout
-	if err := dd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	dd, ddout := startRnicd(directDevice, directAddr)
 	defer dd.Process.Kill()
-	waitSocket(t, filepath.Join(dir, directDevice+".sock"))
+	defer func() {
+		if t.Failed() {
+			t.Logf("the lending rnicd said:\n%s", tail(ddout.String()))
+		}
+	}()
 	t.Setenv("RNICD_DIR", dir)
 
 	cases := matrix(ibMTU)

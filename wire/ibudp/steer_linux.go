@@ -211,7 +211,10 @@ func newSteering(fd int, addr netip.AddrPort, scope uint32, setup func(fd int) e
 
 // put sets the socket of block b; mu is held.
 func (s *Steering) put(b uint8, fd int) error {
-	return s.elem(unix.BPF_MAP_UPDATE_ELEM, b, fd)
+	if err := s.elem(unix.BPF_MAP_UPDATE_ELEM, b, fd); err != nil {
+		return fmt.Errorf("ibudp: steer block %d: %w", b, os.NewSyscallError("bpf", err))
+	}
+	return nil
 }
 
 // elem updates or deletes the map element of block b; mu is held.
@@ -254,7 +257,7 @@ func (s *Steering) Lend() (block uint8, fd int, err error) {
 	}
 	if err := s.put(uint8(b), fd); err != nil {
 		unix.Close(fd)
-		return 0, -1, fmt.Errorf("ibudp: steer block %d: %w", b, os.NewSyscallError("bpf", err))
+		return 0, -1, err
 	}
 	s.lent[b] = true
 	return uint8(b), fd, nil
