@@ -45,8 +45,8 @@ func TestObserveDaemons(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// rnicD's capture rotates at 8 KiB: several files.
-	dd, err := startDaemon(dir, "rnicD", "127.0.0.4", "-trace", trD, "-pcap", pcD, "-pcap-size", "8192", "-http", "127.0.0.4:0")
+	// rnicD's capture rotates at 8 KiB, every file kept: several files.
+	dd, err := startDaemon(dir, "rnicD", "127.0.0.4", "-trace", trD, "-pcap", pcD, "-pcap-size", "8192", "-pcap-files", "0", "-http", "127.0.0.4:0")
 	if err != nil {
 		dc.stop()
 		t.Fatal(err)

@@ -8,8 +8,9 @@
 // SocketDir()/NAME.http, which `rnic stat|trace|inject -d NAME` use;
 // --http ADDR serves it on a TCP port too, for a browser or Prometheus.
 // --trace FILE writes every trace event as JSON lines, --pcap FILE every
-// packet as the wire had it. Its port is always behind a fault injector,
-// a pass-through until `rnic inject` sets a fault.
+// packet as the wire had it, both in files rotated by size and count
+// (10 files of 100 MiB kept by default; limits.go). Its port is always
+// behind a fault injector, a pass-through until `rnic inject` sets a fault.
 //
 // On SIGINT or SIGTERM it moves every QP to ERR, so that each client's
 // outstanding work requests complete with WR_FLUSH_ERR, removes its
@@ -60,7 +61,8 @@ type config struct {
 	ackHold  time.Duration // 0: every ACK at once
 	trace    string        // file for the trace's JSON lines
 	pcap     string        // first capture file
-	pcapSize int64         // rotate captures at this size; 0: one file
+	traceLim fileLimit     // how much of the trace is kept on disk
+	pcapLim  fileLimit     // how much of the capture is kept on disk
 	http     string        // TCP address of the monitor
 	lend     bool          // steer the port by QPN and lend clients sockets
 }
@@ -74,9 +76,13 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	mtu := fs.Int("mtu", 0, "cap on the active IB MTU: 256, 512, 1024, 2048 or 4096 (0: from the interface)")
 	window := fs.Int("window", 0, "most unacknowledged PSNs per RC QP (0: rxe's 128)")
 	ackHold := fs.Duration("ack-hold", rnic.DefaultAckHold, "longest a ping-pong QP's ACK waits to go out with its next request (0: ACK at once, as rxe)")
-	traceFile := fs.String("trace", "", "write every trace event to `FILE` as JSON lines")
-	pcapFile := fs.String("pcap", "", "capture every packet sent and received into `FILE` (pcap, for tshark)")
-	pcapSize := fs.Int64("pcap-size", 0, "start a new capture file (FILE.1, FILE.2, ...) before one grows past `BYTES` (0: one file)")
+	traceFile := fs.String("trace", "", "write every trace event to `FILE` as JSON lines (FILE.1, FILE.2, ... as it rotates; see -trace-size)")
+	pcapFile := fs.String("pcap", "", "capture every packet sent and received into `FILE` (pcap, for tshark; FILE.1, FILE.2, ... as it rotates; see -pcap-size)")
+	c := config{traceLim: defaultFileLimit, pcapLim: defaultFileLimit}
+	fs.Var(&c.traceLim.size, "trace-size", "start a new trace file before one grows past `BYTES` (suffix K, M or G: KiB, MiB, GiB; 0: one file, unbounded)")
+	fs.IntVar(&c.traceLim.files, "trace-files", c.traceLim.files, "keep the newest `N` trace files, removing older ones (0: keep all, unbounded)")
+	fs.Var(&c.pcapLim.size, "pcap-size", "start a new capture file before one grows past `BYTES` (suffix K, M or G: KiB, MiB, GiB; 0: one file, unbounded)")
+	fs.IntVar(&c.pcapLim.files, "pcap-files", c.pcapLim.files, "keep the newest `N` capture files, removing older ones, as tcpdump -W (0: keep all, unbounded)")
 	lend := fs.Bool("lend", true, "lend clients sockets of the port, steered by QPN in the kernel, for their own data path (verbs.OpenDirect, the tools' --direct); needs CAP_BPF and -mode udp, else the daemon runs without")
 	httpAddr := fs.String("http", "", "also serve the monitor (web view, /metrics, /api/...) on this TCP `ADDR`ess, host:port")
 	if err := fs.Parse(args); err != nil {
@@ -85,7 +91,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if fs.NArg() != 0 {
 		return config{}, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	c := config{name: *name, mtu: *mtu, window: *window, ackHold: *ackHold, trace: *traceFile, pcap: *pcapFile, pcapSize: *pcapSize, http: *httpAddr, lend: *lend}
+	c.name, c.mtu, c.window, c.ackHold, c.trace, c.pcap, c.http, c.lend = *name, *mtu, *window, *ackHold, *traceFile, *pcapFile, *httpAddr, *lend
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if c.name == "" || len(c.name) > 64 || c.name != filepath.Base(c.name) || c.name[0] == '.' {
 		return c, fmt.Errorf("-d %q: want a plain device name", c.name)
 	}
@@ -95,8 +103,11 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if c.ackHold < 0 || c.ackHold > time.Second {
 		return c, fmt.Errorf("-ack-hold %v: want 0 to 1s", c.ackHold)
 	}
-	if c.pcapSize < 0 || (c.pcapSize > 0 && c.pcap == "") {
-		return c, fmt.Errorf("-pcap-size %d: want 0 or more, with -pcap", c.pcapSize)
+	if err := c.traceLim.check("trace", c.trace, set); err != nil {
+		return c, err
+	}
+	if err := c.pcapLim.check("pcap", c.pcap, set); err != nil {
+		return c, err
 	}
 	var err error
 	if *addr == "" {

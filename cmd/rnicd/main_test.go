@@ -21,13 +21,45 @@ func TestFlags(t *testing.T) {
 		{[]string{"-addr", "127.0.0.1", "-window", "-1"}, "-window -1"},
 		{[]string{"-addr", "127.0.0.1", "-ack-hold", "-1us"}, "-ack-hold -1"},
 		{[]string{"-addr", "127.0.0.1", "-ack-hold", "2s"}, "-ack-hold 2s"},
-		{[]string{"-addr", "127.0.0.1", "-pcap-size", "1000"}, "with -pcap"},
-		{[]string{"-addr", "127.0.0.1", "-pcap", "x.pcap", "-pcap-size", "-5"}, "-pcap-size -5"},
+		{[]string{"-addr", "127.0.0.1", "-pcap-size", "100000"}, "-pcap-size without -pcap"},
+		{[]string{"-addr", "127.0.0.1", "-pcap-files", "3"}, "-pcap-files without -pcap"},
+		{[]string{"-addr", "127.0.0.1", "-trace-size", "1M"}, "-trace-size without -trace"},
+		{[]string{"-addr", "127.0.0.1", "-trace-files", "3"}, "-trace-files without -trace"},
+		{[]string{"-addr", "127.0.0.1", "-pcap", "x.pcap", "-pcap-size", "-5"}, `"-5": want bytes`},
+		{[]string{"-addr", "127.0.0.1", "-pcap", "x.pcap", "-pcap-size", "2X"}, `"2X": want bytes`},
+		{[]string{"-addr", "127.0.0.1", "-pcap", "x.pcap", "-pcap-size", "1000"}, "-pcap-size 1000: want 0 (unbounded) or at least 8192"},
+		{[]string{"-addr", "127.0.0.1", "-trace", "x.json", "-trace-files", "-1"}, "-trace-files -1"},
 	} {
 		var out, errw bytes.Buffer
 		err := run(tc.args, &out, &errw)
 		if err == nil || !strings.Contains(err.Error(), tc.err) {
 			t.Errorf("run %q: error %v, want one mentioning %q", tc.args, err, tc.err)
+		}
+	}
+}
+
+// TestFileLimitFlags checks the bounds --trace and --pcap get: 10 files of
+// 100 MiB by default (under 1 GiB), what -pcap-size always took (plain
+// bytes) and sizes with a suffix.
+func TestFileLimitFlags(t *testing.T) {
+	t.Setenv("RNICD_DIR", t.TempDir())
+	var errw bytes.Buffer
+	c, err := parseFlags([]string{"-addr", "127.0.0.1", "-trace", "t.json", "-pcap", "p.pcap"}, &errw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range []fileLimit{c.traceLim, c.pcapLim} {
+		if l.size != 100<<20 || l.files != 10 || l.bound() > 1<<30 || l.String() != "10 files of 100M" {
+			t.Fatalf("default limit %+v (%v), want 10 files of 100 MiB, under 1 GiB", l, l)
+		}
+	}
+	for _, tc := range []struct {
+		arg  string
+		want int64
+	}{{"100000000", 100000000}, {"64K", 64 << 10}, {"64KiB", 64 << 10}, {"100M", 100 << 20}, {"2G", 2 << 30}, {"0", 0}} {
+		c, err := parseFlags([]string{"-addr", "127.0.0.1", "-pcap", "p", "-pcap-size", tc.arg, "-pcap-files", "0"}, &errw)
+		if err != nil || int64(c.pcapLim.size) != tc.want || c.pcapLim.files != 0 || c.pcapLim.bound() != 0 {
+			t.Errorf("-pcap-size %s -pcap-files 0: %+v, %v; want %d bytes, unbounded", tc.arg, c.pcapLim, err, tc.want)
 		}
 	}
 }

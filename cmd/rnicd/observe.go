@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rnicd/rnicd/internal/rotate"
 	"github.com/rnicd/rnicd/rnic"
 	"github.com/rnicd/rnicd/rnic/monitor"
 	"github.com/rnicd/rnicd/rnic/trace"
@@ -26,7 +27,7 @@ type observers struct {
 	log *slog.Logger
 	dev *rnic.Device
 
-	traceFile *os.File
+	traceFile *rotate.Files
 	traceSub  *trace.Sub
 	traceStop context.CancelFunc
 	traceDone chan error
@@ -52,17 +53,19 @@ func startObservers(c config, dev *rnic.Device, faulty *ibudp.Faulty, tr *trace.
 		}
 	}()
 	if c.trace != "" {
-		if err := o.startTrace(c.trace, tr); err != nil {
+		if err := o.startTrace(c.trace, c.traceLim, tr); err != nil {
 			return nil, err
 		}
+		log.Info("trace file", "path", c.trace, "keeps", c.traceLim, "at_most_bytes", c.traceLim.bound())
 	}
 	if c.pcap != "" {
-		w, err := pcap.Create(pcap.Config{Path: c.pcap, MaxBytes: c.pcapSize})
+		w, err := pcap.Create(pcap.Config{Path: c.pcap, MaxBytes: int64(c.pcapLim.size), MaxFiles: c.pcapLim.files})
 		if err != nil {
 			return nil, err
 		}
 		o.capture = w
 		dev.SetCapture(w)
+		log.Info("capture", "path", c.pcap, "keeps", c.pcapLim, "at_most_bytes", c.pcapLim.bound())
 	}
 	if o.mon, err = monitor.New(monitor.Config{Devices: []monitor.Device{{Dev: dev, Faulty: faulty}}, Tracer: tr}); err != nil {
 		return nil, err
@@ -90,10 +93,12 @@ func startObservers(c config, dev *rnic.Device, faulty *ibudp.Faulty, tr *trace.
 	return o, nil
 }
 
-// startTrace writes every event of tr to path as JSON lines, from a
-// reader subscribed now, before any client can post work.
-func (o *observers) startTrace(path string, tr *trace.Tracer) error {
-	f, err := os.Create(path)
+// startTrace writes every event of tr to path as JSON lines, in files
+// rotated within lim, from a reader subscribed now, before any client can
+// post work.
+func (o *observers) startTrace(path string, lim fileLimit, tr *trace.Tracer) error {
+	// The buffer is what WriteJSON flushes after each batch it reads.
+	f, err := rotate.Create(rotate.Config{Path: path, MaxBytes: int64(lim.size), MaxFiles: lim.files, BufSize: 64 << 10})
 	if err != nil {
 		return fmt.Errorf("-trace: %w", err)
 	}

@@ -194,14 +194,25 @@ func lookup(names []string, s string) (int, bool) {
 }
 
 // WriteJSON drains s into w as JSON lines until ctx is done or w fails,
-// flushing after every batch read. It is what `rnicd --trace FILE` runs.
+// flushing after every batch read (and flushing w too if it has a Flush
+// method, as a bufio.Writer does). Every Write to w holds whole lines, so
+// a w that starts a new file between Writes (package rotate, as `rnicd
+// --trace FILE` runs it) leaves each file JSON lines of its own.
 func WriteJSON(ctx context.Context, s *Sub, w io.Writer) error {
 	bw := bufio.NewWriter(w)
+	fl, _ := w.(interface{ Flush() error })
 	buf := make([]Event, 256)
 	var line []byte
 	write := func(evs []Event) error {
 		for i := range evs {
 			line = append(evs[i].AppendJSON(line[:0]), '\n')
+			// A line that does not fit what is left of the buffer would
+			// be split between two writes: write out the buffer first.
+			if len(line) > bw.Available() && bw.Buffered() > 0 {
+				if err := bw.Flush(); err != nil {
+					return fmt.Errorf("trace: writing JSON: %w", err)
+				}
+			}
 			if _, err := bw.Write(line); err != nil {
 				return fmt.Errorf("trace: writing JSON: %w", err)
 			}
@@ -225,6 +236,11 @@ func WriteJSON(ctx context.Context, s *Sub, w io.Writer) error {
 		}
 		if ferr := bw.Flush(); ferr != nil {
 			return fmt.Errorf("trace: writing JSON: %w", ferr)
+		}
+		if fl != nil {
+			if ferr := fl.Flush(); ferr != nil {
+				return fmt.Errorf("trace: writing JSON: %w", ferr)
+			}
 		}
 		if err != nil {
 			if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {

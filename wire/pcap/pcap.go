@@ -2,8 +2,9 @@
 // port sends and receives into pcap files that Wireshark and tshark read,
 // as Ethernet frames carrying the packet's IPv4 or IPv6 and UDP headers
 // and its RoCE part (BTH through ICRC), so that their RoCEv2 dissector
-// decodes it. It owns the capture files and their rotation by size (FILE,
-// FILE.1, FILE.2, ...).
+// decodes it. Its files rotate by size and count (FILE, FILE.1, FILE.2,
+// ..., the newest MaxFiles kept; package rotate), each a capture of its
+// own, with its header and whole records.
 //
 // What is synthesized: the Ethernet header always (the kernel holds the
 // real MAC addresses; the capture puts locally administered ones made
@@ -15,18 +16,17 @@
 package pcap
 
 import (
-	"bufio"
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"os"
 	"sync"
 	"time"
 
-	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
 	"github.com/gopacket/gopacket/pcapgo"
 
+	"github.com/rnicd/rnicd/internal/rotate"
 	"github.com/rnicd/rnicd/wire/ibudp"
 )
 
@@ -37,11 +37,12 @@ type Config struct {
 	// MaxBytes starts a new file before one would grow past it; 0 means
 	// one file. A file always takes at least one packet.
 	MaxBytes int64
+	// MaxFiles is how many files are kept, the newest; 0 keeps all.
+	MaxFiles int
 }
 
 // pcap file layout.
 const (
-	fileHeaderLen   = 24
 	recordHeaderLen = 16
 	ethHeaderLen    = 14
 	snapLen         = ethHeaderLen + 60 + 8 + ibudp.MaxRoCELen // Ethernet, IP with options, UDP, RoCE
@@ -51,21 +52,16 @@ const (
 type Stats struct {
 	Packets uint64 // frames written
 	Bytes   uint64 // bytes written, headers included
-	Files   int    // files opened
+	Files   int    // files opened; only the newest Config.MaxFiles are kept
 	Errors  uint64 // frames lost to write errors
 }
 
 // Writer writes captured packets; it is an ibudp.Tap, to hang on a port
 // (rnic.Device.SetCapture). It is safe for concurrent use.
 type Writer struct {
-	cfg Config
-
 	mu    sync.Mutex
-	f     *os.File
-	bw    *bufio.Writer
-	pw    *pcapgo.Writer
-	size  int64 // bytes in the current file
-	frame [snapLen]byte
+	files *rotate.Files // nil once closed
+	rec   [recordHeaderLen + snapLen]byte
 	stats Stats
 	err   error // the first write error; capture stops there
 }
@@ -75,62 +71,20 @@ func Create(cfg Config) (*Writer, error) {
 	if cfg.Path == "" {
 		return nil, errors.New("pcap: no file name")
 	}
-	if cfg.MaxBytes < 0 {
-		return nil, fmt.Errorf("pcap: MaxBytes %d is negative", cfg.MaxBytes)
+	var hdr bytes.Buffer
+	if err := pcapgo.NewWriterNanos(&hdr).WriteFileHeader(snapLen, layers.LinkTypeEthernet); err != nil {
+		return nil, fmt.Errorf("pcap: %w", err)
 	}
-	w := &Writer{cfg: cfg}
-	if err := w.open(cfg.Path); err != nil {
-		return nil, err
+	files, err := rotate.Create(rotate.Config{Path: cfg.Path, MaxBytes: cfg.MaxBytes, MaxFiles: cfg.MaxFiles,
+		Header: hdr.Bytes(), BufSize: 256 << 10})
+	if err != nil {
+		return nil, fmt.Errorf("pcap: %w", err)
 	}
-	return w, nil
+	return &Writer{files: files, stats: Stats{Files: 1}}, nil
 }
 
 // FileName is the name of the i-th file of a capture (0: path itself).
-func FileName(path string, i int) string {
-	if i == 0 {
-		return path
-	}
-	return fmt.Sprintf("%s.%d", path, i)
-}
-
-func (w *Writer) open(name string) error {
-	f, err := os.Create(name)
-	if err != nil {
-		return fmt.Errorf("pcap: %w", err)
-	}
-	bw := bufio.NewWriterSize(f, 256<<10)
-	pw := pcapgo.NewWriterNanos(bw)
-	if err := pw.WriteFileHeader(snapLen, layers.LinkTypeEthernet); err != nil {
-		f.Close()
-		return fmt.Errorf("pcap: writing the header of %s: %w", name, err)
-	}
-	w.f, w.bw, w.pw, w.size = f, bw, pw, fileHeaderLen
-	w.stats.Files++
-	return nil
-}
-
-// rotate closes the current file and opens the next.
-func (w *Writer) rotate() error {
-	if err := w.closeFile(); err != nil {
-		return err
-	}
-	return w.open(FileName(w.cfg.Path, w.stats.Files))
-}
-
-func (w *Writer) closeFile() error {
-	if w.f == nil {
-		return nil
-	}
-	err := w.bw.Flush()
-	if cerr := w.f.Close(); err == nil {
-		err = cerr
-	}
-	w.f = nil
-	if err != nil {
-		return fmt.Errorf("pcap: %w", err)
-	}
-	return nil
-}
+func FileName(path string, i int) string { return rotate.Name(path, i) }
 
 // Packet writes one packet the port sent or received (ibudp.Tap). Packets
 // the fault injector dropped never were on the wire and are not written.
@@ -145,31 +99,30 @@ func (w *Writer) Packet(at ibudp.TapPoint, hdr, roce []byte, _ ibudp.ICRCStatus)
 	now := time.Now()
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.err != nil || w.f == nil {
+	if w.err != nil || w.files == nil {
 		w.stats.Errors++
 		return
 	}
-	frame := w.frame[:n]
+	// One record, header and frame, in one write: rotation never splits
+	// it. The record header is pcap's, nanosecond variant, little-endian
+	// as pcapgo writes the file header.
+	rec := w.rec[:recordHeaderLen+n]
+	binary.LittleEndian.PutUint32(rec[0:], uint32(now.Unix()))
+	binary.LittleEndian.PutUint32(rec[4:], uint32(now.Nanosecond()))
+	binary.LittleEndian.PutUint32(rec[8:], uint32(n))
+	binary.LittleEndian.PutUint32(rec[12:], uint32(n))
+	frame := rec[recordHeaderLen:]
 	putEthernet(frame, hdr)
 	copy(frame[ethHeaderLen:], hdr)
 	copy(frame[ethHeaderLen+len(hdr):], roce)
-	rec := int64(recordHeaderLen + n)
-	if w.cfg.MaxBytes > 0 && w.size > fileHeaderLen && w.size+rec > w.cfg.MaxBytes {
-		if err := w.rotate(); err != nil {
-			w.err = err
-			w.stats.Errors++
-			return
-		}
-	}
-	ci := gopacket.CaptureInfo{Timestamp: now, CaptureLength: n, Length: n}
-	if err := w.pw.WritePacket(ci, frame); err != nil {
+	if _, err := w.files.Write(rec); err != nil {
 		w.err = fmt.Errorf("pcap: %w", err)
 		w.stats.Errors++
 		return
 	}
-	w.size += rec
+	w.stats.Files = w.files.Stats().Files
 	w.stats.Packets++
-	w.stats.Bytes += uint64(rec)
+	w.stats.Bytes += uint64(len(rec))
 }
 
 // putEthernet writes an Ethernet header for the IP datagram starting with
@@ -195,10 +148,10 @@ func putEthernet(frame, hdr []byte) {
 func (w *Writer) Flush() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.f == nil {
+	if w.files == nil {
 		return nil
 	}
-	if err := w.bw.Flush(); err != nil {
+	if err := w.files.Flush(); err != nil {
 		return fmt.Errorf("pcap: %w", err)
 	}
 	return nil
@@ -216,9 +169,16 @@ func (w *Writer) Stats() Stats {
 func (w *Writer) Close() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	err := w.closeFile()
+	var err error
+	if w.files != nil {
+		err = w.files.Close()
+		w.files = nil
+	}
 	if w.err != nil {
 		return w.err
 	}
-	return err
+	if err != nil {
+		return fmt.Errorf("pcap: %w", err)
+	}
+	return nil
 }

@@ -182,3 +182,58 @@ func TestCaptureStops(t *testing.T) {
 		t.Fatal("no file name accepted")
 	}
 }
+
+// TestCaptureBounded writes 2,000 packets of about 1 KB into files of
+// 64 KiB, keeping 3: what is left on disk is 3 files, each within the
+// bound and each a capture on its own (pcap header, whole records), and
+// together the newest packets, none missing between them.
+func TestCaptureBounded(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "b.pcap")
+	const maxBytes, maxFiles, count = 64 << 10, 3, 2000
+	w, err := pcap.Create(pcap.Config{Path: path, MaxBytes: maxBytes, MaxFiles: maxFiles})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hdr := make([]byte, 28)
+	hdr[0] = 0x45
+	roce := make([]byte, 1000)
+	for i := range count {
+		binary.BigEndian.PutUint32(roce, uint32(i))
+		w.Packet(ibudp.TapSent, hdr, roce, ibudp.ICRCUnchecked)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	st := w.Stats()
+	if st.Packets != count || st.Errors != 0 || st.Files <= maxFiles {
+		t.Fatalf("stats %+v: want %d packets over more than %d files", st, count, maxFiles)
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var total int64
+	for _, e := range ents {
+		fi, _ := e.Info()
+		total += fi.Size()
+	}
+	if len(ents) != maxFiles || total > maxBytes*maxFiles {
+		t.Fatalf("%d files of %d bytes in all on disk, want %d of at most %d", len(ents), total, maxFiles, maxBytes*maxFiles)
+	}
+	next := -1
+	for i := st.Files - maxFiles; i < st.Files; i++ {
+		name := pcap.FileName(path, i)
+		for _, f := range readCapture(t, name, 1, maxBytes) {
+			k := int(binary.BigEndian.Uint32(f.roce))
+			if next >= 0 && k != next {
+				t.Fatalf("%s: packet %d after %d", name, k, next-1)
+			}
+			next = k + 1
+		}
+	}
+	if next != count {
+		t.Fatalf("newest packet kept is %d, want %d", next-1, count-1)
+	}
+	t.Logf("%d packets, %d files opened, %d kept: %d bytes on disk", count, st.Files, len(ents), total)
+}
