@@ -35,9 +35,18 @@ func BenchmarkPort(b *testing.B) {
 				}
 				a := openPort(b, Config{Addr: netip.AddrFrom4([4]byte{127, 0, 7, byte(1 + 4*i + 2*int(mode))}), Mode: mode})
 				z := openPort(b, Config{Addr: netip.AddrFrom4([4]byte{127, 0, 7, byte(2 + 4*i + 2*int(mode))}), Mode: mode})
-				benchPort(b, a, z, payload)
+				benchPort(b, a, z, payload, NotECT)
 			})
 		}
+	}
+	// Every packet ECT(0), as data leaves with DCQCN on: a TOS control
+	// message per sendmmsg message, which the default (TOS 0) goes without.
+	for i, payload := range benchPayloads {
+		b.Run(fmt.Sprintf("udp-ect0/%dB", payload+58), func(b *testing.B) {
+			a := openPort(b, Config{Addr: netip.AddrFrom4([4]byte{127, 0, 7, byte(9 + 2*i)}), Mode: ModeUDP})
+			z := openPort(b, Config{Addr: netip.AddrFrom4([4]byte{127, 0, 7, byte(10 + 2*i)}), Mode: ModeUDP})
+			benchPort(b, a, z, payload, ECT0)
+		})
 	}
 	for i, payload := range benchPayloads {
 		b.Run(fmt.Sprintf("plainUDP/%dB", payload+58), func(b *testing.B) { benchPlainUDP(b, i, payload) })
@@ -86,13 +95,14 @@ func (f *flow) give(got, credited *int) {
 	}
 }
 
-func benchPort(b *testing.B, a, z Port, payload int) {
+func benchPort(b *testing.B, a, z Port, payload int, ecn ECN) {
 	bufs := make([]*Buf, benchBatch)
 	for i := range bufs {
 		bufs[i] = NewBuf()
 		fillPacket(b, bufs[i], 0x11, uint32(i), payload)
 		bufs[i].Peer = z.Addr()
 		bufs[i].SrcPort = 0xc121
+		bufs[i].SetECN(ecn)
 	}
 	f := newFlow()
 	var received atomic.Int64

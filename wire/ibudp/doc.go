@@ -15,8 +15,11 @@
 //     verifies every packet and drops, counting, those that fail, along with
 //     anything that is not a well-formed RoCEv2 packet (short, truncated,
 //     transport headers bth.Parse refuses); nothing from the wire panics;
-//   - TOS and ECN in both directions, and the UDP source port where the
-//     mode allows it (see SourcePortFlow and SourcePortQPN for rxe's);
+//   - TOS and ECN in both directions (Buf.TOS, Buf.ECN, Buf.SetECN: the
+//     codepoint a packet arrived with, read from IP_RECVTOS /
+//     IPV6_RECVTCLASS or the IP header; the one to send, per packet), and
+//     the UDP source port where the mode allows it (see SourcePortFlow and
+//     SourcePortQPN for rxe's);
 //   - the facts of the interface the port runs on, from netlink: which
 //     interface holds an address (InterfaceOf), its MTU and the IB MTU rxe
 //     would run on it (ActiveMTU), and the GID table rxe would build for it

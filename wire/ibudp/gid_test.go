@@ -129,9 +129,9 @@ func TestInterfaceOfLoopback(t *testing.T) {
 
 // On a veth pair in namespaces: the interface that holds an address, its
 // MTU and active MTU at 1500 and 9000, the GID table with the default GID
-// from the veth's MAC at 0 and ::ffff:198.18.0.1 at 1 (as the golden
-// captures show for rxe0); ports opened there report the active MTU and
-// exchange packets over the veth in both modes.
+// from the veth's MAC at 0, ::ffff:198.18.0.1 at 1 (as the golden captures
+// show for rxe0) and 2001:db8::1 at 2; ports opened there report the active
+// MTU and exchange packets over the veth in both modes and both families.
 func TestNetnsVeth(t *testing.T) {
 	withNetns(t, func(ns *testNetns) {
 		ns.run(t, ns.a, func() error {
@@ -154,7 +154,10 @@ func TestNetnsVeth(t *testing.T) {
 			if len(tab) < 2 || tab[0].GID != def || tab[1].GID.Addr() != addr(nsAddrA) || tab[1].GID.String() != "0000:0000:0000:0000:0000:ffff:c612:0001" {
 				t.Errorf("GID table %+v", tab)
 			}
-			if ll, ok := linkLocal(vethA); ok && GIDFromAddr(ll) == def && len(tab) != 2 {
+			if len(tab) < 3 || tab[2].GID.Addr() != addr(nsAddr6A) || tab[2].GID.String() != "2001:0db8:0000:0000:0000:0000:0000:0001" {
+				t.Errorf("GID table %+v: want %s at index 2", tab, nsAddr6A)
+			}
+			if ll, ok := linkLocal(vethA); ok && GIDFromAddr(ll) == def && len(tab) != 3 {
 				t.Errorf("the EUI-64 link-local address is the default GID, yet the table is %+v", tab)
 			}
 			seen := map[GID]bool{}
@@ -168,6 +171,9 @@ func TestNetnsVeth(t *testing.T) {
 		})
 		for _, mode := range []Mode{ModeUDP, ModePacket} {
 			t.Run(mode.String()+"-1500", func(t *testing.T) { vethExchange(t, ns, mode, 1024) })
+			t.Run(mode.String()+"-1500-ipv6", func(t *testing.T) {
+				vethExchangeAddrs(t, ns, mode, 1024, addr(nsAddr6A), addr(nsAddr6B))
+			})
 		}
 		ns.run(t, ns.a, func() error { return setMTU(vethA, 9000) })
 		ns.run(t, ns.b, func() error { return setMTU(vethB, 9000) })

@@ -18,6 +18,17 @@ import (
 // The kernel gives the segments of a run IPv4 IDs counting up from the
 // run's (0 for a DF datagram of an unconnected socket), and the ICRC
 // covers the ID, so packet k of a run is sealed for ID k.
+//
+// A run's segments also share one TOS / traffic class: the kernel copies
+// the message's IP header, which an IP_TOS / IPV6_TCLASS control message
+// sets, to each. So the ECN codepoint (Buf.SetECN) goes per message, and a
+// change of TOS ends a run (gsoRun). That keeps runs whole where it
+// matters: DCQCN marks every data packet of a QP ECT(0) and only ACKs and
+// CNPs Not-ECT, and those are single packets between runs, never inside
+// one. Setting IP_TOS on the socket instead would cost a setsockopt per
+// change and race with the other messages of the batch; a control message
+// is 24 bytes the kernel parses per message, and is not written when TOS
+// is 0 (BenchmarkPort/udp-ect0 measures it).
 const (
 	maxGSOSegs  = 64    // UDP_MAX_SEGMENTS
 	maxGSOBytes = 65507 // the most UDP payload an IPv4 datagram holds

@@ -18,16 +18,19 @@ import (
 var errMsgSize = unix.EMSGSIZE
 
 // testNetns is a pair of network namespaces joined by a veth pair:
-// va 198.18.0.1/24 in a, vb 198.18.0.2/24 in b, MTU 1500, both up.
+// va 198.18.0.1/24 and 2001:db8::1/64 in a, vb 198.18.0.2/24 and
+// 2001:db8::2/64 in b, MTU 1500, both up.
 type testNetns struct {
 	a, b netns.NsHandle
 }
 
 const (
-	vethA   = "ibudp-va"
-	vethB   = "ibudp-vb"
-	nsAddrA = "198.18.0.1"
-	nsAddrB = "198.18.0.2"
+	vethA    = "ibudp-va"
+	vethB    = "ibudp-vb"
+	nsAddrA  = "198.18.0.1"
+	nsAddrB  = "198.18.0.2"
+	nsAddr6A = "2001:db8::1"
+	nsAddr6B = "2001:db8::2"
 )
 
 // withNetns creates the namespaces, runs f and removes them.
@@ -53,9 +56,9 @@ func withNetns(t *testing.T, f func(ns *testNetns)) {
 		if err := netlink.LinkAdd(veth); err != nil {
 			return fmt.Errorf("adding veth: %w", err)
 		}
-		return upWithAddr(vethA, nsAddrA+"/24")
+		return upWithAddr(vethA, nsAddrA+"/24", nsAddr6A+"/64")
 	})
-	ns.run(t, ns.b, func() error { return upWithAddr(vethB, nsAddrB+"/24") })
+	ns.run(t, ns.b, func() error { return upWithAddr(vethB, nsAddrB+"/24", nsAddr6B+"/64") })
 	if t.Failed() {
 		t.FailNow()
 	}
@@ -96,9 +99,9 @@ func (ns *testNetns) run(t *testing.T, h netns.NsHandle, f func() error) {
 	}
 }
 
-// upWithAddr brings lo and the link up and gives the link an address. DAD
-// is off, so that the IPv6 link-local address is usable at once.
-func upWithAddr(name, cidr string) error {
+// upWithAddr brings lo and the link up and gives the link its addresses.
+// DAD is off, so that IPv6 addresses are usable at once.
+func upWithAddr(name string, cidrs ...string) error {
 	if err := os.WriteFile("/proc/sys/net/ipv6/conf/"+name+"/accept_dad", []byte("0"), 0); err != nil && !os.IsNotExist(err) {
 		return fmt.Errorf("turning DAD off: %w", err)
 	}
@@ -113,12 +116,15 @@ func upWithAddr(name, cidr string) error {
 	if err != nil {
 		return err
 	}
-	a, err := netlink.ParseAddr(cidr)
-	if err != nil {
-		return err
-	}
-	if err := netlink.AddrAdd(l, a); err != nil {
-		return fmt.Errorf("adding %s to %s: %w", cidr, name, err)
+	for _, cidr := range cidrs {
+		a, err := netlink.ParseAddr(cidr)
+		if err != nil {
+			return err
+		}
+		a.Flags |= unix.IFA_F_NODAD
+		if err := netlink.AddrAdd(l, a); err != nil {
+			return fmt.Errorf("adding %s to %s: %w", cidr, name, err)
+		}
 	}
 	return netlink.LinkSetUp(l)
 }
