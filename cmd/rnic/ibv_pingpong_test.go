@@ -447,7 +447,7 @@ func TestPingpongQPAttributes(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer ctx.Close()
-			p := &pingpong{cfg: cfg, ctx: ctx, pageSize: os.Getpagesize()}
+			p := newPingpong(cfg, ctx)
 			if err := p.init(); err != nil {
 				t.Fatal(err)
 			}
@@ -480,8 +480,9 @@ func TestPingpongQPAttributes(t *testing.T) {
 				switch tc.kind {
 				case ppUD:
 					want.QKey = ppUDQKey
-					if p.ah.DGID != rem.GID || p.ah.HopLimit != 1 {
-						t.Errorf("AH %+v, want DGID %v hop limit 1", p.ah, rem.GID)
+					ud := p.transport.(*udTransport)
+					if ud.ah.DGID != rem.GID || ud.ah.HopLimit != 1 || ud.qpn != rems[0].QPN {
+						t.Errorf("AH %+v to QPN %#x, want DGID %v hop limit 1 to QPN %#x", ud.ah, ud.qpn, rem.GID, rems[0].QPN)
 					}
 				case ppUC:
 					want.PathMTU, want.DestQPN, want.RQPSN = verbs.MTU512, rems[i].QPN, rem.PSN

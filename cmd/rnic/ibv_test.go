@@ -107,7 +107,8 @@ func TestResLine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &pingpong{cfg: cfg, ctx: c, pageSize: 4096}
+	p := newPingpong(cfg, c)
+	p.pageSize = 4096
 	if err := p.init(); err != nil {
 		t.Fatal(err)
 	}
