@@ -55,7 +55,7 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&cfg.depth, "t", cfg.depth, "work requests in flight (tx depth)")
 	fs.DurationVar(&cfg.timeout, "timeout", cfg.timeout, "give up on a completion after this long")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return parseExit(err)
 	}
 	if err := demo(cfg, stdout); err != nil {
 		fmt.Fprintf(stderr, "demo: %v\n", err)

@@ -142,7 +142,7 @@ func runDevices(args []string, stdout, stderr io.Writer) int {
 	var dev devFlags
 	dev.register(fs)
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return parseExit(err)
 	}
 	ctxs, err := dev.deviceList()
 	if err != nil {
@@ -190,7 +190,11 @@ func runDevinfo(args []string, stdout, stderr io.Writer) int {
 	for _, n := range []string{"l", "list"} {
 		fs.BoolVar(&list, n, false, "print only the device names")
 	}
-	if err := fs.Parse(args); err != nil || fs.NArg() > 0 || port < 0 {
+	if err := fs.Parse(args); err != nil {
+		return parseExit(err)
+	}
+	if fs.NArg() > 0 || port < 0 {
+		fs.Usage()
 		return 2
 	}
 	ctxs, err := dev.deviceList()
@@ -371,7 +375,7 @@ func runRes(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&dev.name, "d", "", "device `name` (default every rnicd running)")
 	fs.BoolVar(&verbose, "v", false, "add peer, MTU, ring depths and per-QP counters")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return parseExit(err)
 	}
 	// `rdma res show qp` and `rdma res` are both accepted, as rdma takes them.
 	rest := fs.Args()

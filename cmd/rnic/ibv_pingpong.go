@@ -52,9 +52,11 @@ func pingpongCommand(k ppKind) func([]string, io.Writer, io.Writer) int {
 	return func(args []string, stdout, stderr io.Writer) int {
 		cfg, err := parsePingpong(k, args, stderr)
 		if err != nil {
-			if !errors.Is(err, flag.ErrHelp) {
-				fmt.Fprintf(stderr, "%s: %v\n", k.tool(), err)
+			if errors.Is(err, flag.ErrHelp) {
+				ppUsage(stdout, k)
+				return 0
 			}
+			fmt.Fprintf(stderr, "%s: %v\n", k.tool(), err)
 			ppUsage(stdout, k)
 			return 1
 		}

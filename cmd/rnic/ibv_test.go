@@ -134,3 +134,31 @@ func TestResLine(t *testing.T) {
 		t.Errorf("res printed\n%q\nwant\n%q", b.String(), want)
 	}
 }
+
+// TestHelpExitsZero checks that asking for help is not an error: `rnic
+// -h` and `rnic TOOL -h` print their usage and exit 0, for every tool,
+// while a bad flag or no command at all is still a usage error.
+func TestHelpExitsZero(t *testing.T) {
+	var out, errb bytes.Buffer
+	for _, args := range [][]string{{"-h"}, {"--help"}, {"help"}} {
+		out.Reset()
+		if code := run(args, &out, &errb); code != 0 || !strings.Contains(out.String(), "usage: rnic COMMAND") {
+			t.Errorf("rnic %v: exit %d, printed %q", args, code, out.String())
+		}
+	}
+	if code := run(nil, &out, &errb); code != 2 {
+		t.Errorf("rnic with no command: exit %d, want 2", code)
+	}
+	for _, c := range commands() {
+		for _, h := range []string{"-h", "--help"} {
+			out.Reset()
+			errb.Reset()
+			if code := run([]string{c.name, h}, &out, &errb); code != 0 || out.Len()+errb.Len() == 0 {
+				t.Errorf("rnic %s %s: exit %d, printed %d bytes, want 0 and its usage", c.name, h, code, out.Len()+errb.Len())
+			}
+		}
+		if code := run([]string{c.name, "--no-such-flag"}, &out, &errb); code == 0 {
+			t.Errorf("rnic %s --no-such-flag: exit 0", c.name)
+		}
+	}
+}

@@ -9,6 +9,8 @@
 package main
 
 import (
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -43,9 +45,13 @@ func main() {
 
 func run(args []string, stdout, stderr io.Writer) int {
 	cmds := commands()
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	if len(args) == 0 {
 		usage(stderr, cmds)
 		return 2
+	}
+	if args[0] == "-h" || args[0] == "-help" || args[0] == "--help" || args[0] == "help" {
+		usage(stdout, cmds) // asked for: not an error
+		return 0
 	}
 	for _, c := range cmds {
 		if c.name == args[0] {
@@ -63,4 +69,14 @@ func usage(w io.Writer, cmds []command) {
 	for _, c := range cmds {
 		fmt.Fprintf(w, "  %-18s %s\n", c.name, c.short)
 	}
+}
+
+// parseExit is the exit status of a tool whose flags did not parse: 0
+// for -h (help was asked for and printed), 2 for a usage error, as Go's
+// flag package exits.
+func parseExit(err error) int {
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	return 2
 }

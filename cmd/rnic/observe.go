@@ -128,7 +128,7 @@ func (m *monitorClient) getJSON(ctx context.Context, path string, v any) error {
 func runStat(args []string, stdout, stderr io.Writer) int {
 	fs, o := observeFlags("stat", stderr)
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return parseExit(err)
 	}
 	m, err := o.connect()
 	if err != nil {
@@ -178,7 +178,7 @@ func runTrace(args []string, stdout, stderr io.Writer) int {
 	count := fs.Int("n", 0, "stop after this many events (0: until interrupted)")
 	asJSON := fs.Bool("json", false, "print JSON lines instead of the timeline")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return parseExit(err)
 	}
 	q := url.Values{}
 	if *qp != "" {
@@ -235,7 +235,40 @@ func runTrace(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// runInject sets impairments on a device's port:
+// showFaults prints the impairments in force on each device o reaches,
+// in the words `rnic inject` takes.
+func showFaults(o *observeOpts, stdout, stderr io.Writer) int {
+	m, err := o.connect()
+	var st monitor.State
+	if err == nil {
+		err = m.getJSON(context.Background(), "/api/state", &st)
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "rnic inject:", err)
+		fmt.Fprintln(stderr, "usage: rnic inject [-d NAME] [--tx|--rx] [--qp N] drop P% | dup P% | reorder P% | corrupt P% | delay D | jitter D | off")
+		return 1
+	}
+	found := false
+	for _, d := range st.Devices {
+		if m.dev != "" && d.Name != m.dev {
+			continue
+		}
+		found = true
+		if d.FaultCfg == nil {
+			fmt.Fprintf(stdout, "%s: no fault injector\n", d.Name)
+			continue
+		}
+		fmt.Fprintf(stdout, "%s tx: %s\n%s rx: %s\n", d.Name, d.FaultCfg["tx"], d.Name, d.FaultCfg["rx"])
+	}
+	if !found {
+		fmt.Fprintf(stderr, "rnic inject: no device %q\n", m.dev)
+		return 1
+	}
+	return 0
+}
+
+// runInject sets impairments on a device's port, or with no action
+// prints those in force:
 //
 //	rnic inject -d rnic0 [--tx|--rx] [--qp N] drop 2%
 func runInject(args []string, stdout, stderr io.Writer) int {
@@ -244,11 +277,11 @@ func runInject(args []string, stdout, stderr io.Writer) int {
 	rx := fs.Bool("rx", false, "impair received packets only")
 	qp := fs.String("qp", "", "impair only packets for this QP (the BTH destination QP)")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return parseExit(err)
 	}
 	if fs.NArg() == 0 {
-		fmt.Fprintln(stderr, "usage: rnic inject [-d NAME] [--tx|--rx] [--qp N] drop P% | dup P% | reorder P% | corrupt P% | delay D | jitter D | off")
-		return 2
+		// No action: say what is in force, as `tc qdisc show` does.
+		return showFaults(o, stdout, stderr)
 	}
 	req := monitor.InjectRequest{TX: *tx, RX: *rx, Spec: strings.Join(fs.Args(), " ")}
 	if *qp != "" {

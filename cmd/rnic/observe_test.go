@@ -138,6 +138,23 @@ func TestInjectCommand(t *testing.T) {
 	if !strings.Contains(out.String(), "rnic0 rx: reorder 5% (qp 0x11)") {
 		t.Errorf("inject printed %q", out.String())
 	}
+	// No action: the faults in force, per device and direction.
+	for _, args := range [][]string{{"-d", "rnic0"}, {}} {
+		out.Reset()
+		if code := run(append([]string{"inject", "-http", addr}, args...), &out, &errb); code != 0 {
+			t.Fatalf("rnic inject %v: exit %d %s", args, code, errb.String())
+		}
+		want := "rnic0 tx: off\nrnic0 rx: reorder 5% (qp 0x11)\n"
+		if len(args) == 0 { // every device of the monitor
+			want += "rnic1 tx: off\nrnic1 rx: off\n"
+		}
+		if out.String() != want {
+			t.Errorf("rnic inject %v printed %q, want %q", args, out.String(), want)
+		}
+	}
+	if code := run([]string{"inject", "-http", addr, "-d", "nosuch"}, &out, &errb); code != 1 {
+		t.Errorf("rnic inject -d nosuch: exit %d", code)
+	}
 	for _, args := range [][]string{{"drop"}, {"drop", "lots"}, {"explode", "1%"}} {
 		errb.Reset()
 		if code := run(append([]string{"inject", "-http", addr, "-d", "rnic0"}, args...), &out, &errb); code != 2 {

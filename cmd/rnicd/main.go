@@ -46,6 +46,9 @@ import (
 func main() {
 	kwait.AtLeastTwo()
 	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return // -h: the usage was asked for, and printed
+		}
 		fmt.Fprintln(os.Stderr, "rnicd:", err)
 		os.Exit(1)
 	}
@@ -199,9 +202,14 @@ func run(args []string, stdout, stderr io.Writer) error {
 	pcfg.Steered = c.lend && c.mode == ibudp.ModeUDP
 	port, err := ibudp.Open(pcfg)
 	if err != nil && pcfg.Steered {
-		log.Warn("port without steering: no sockets to lend", "err", err)
+		// Without steering (no CAP_BPF, say) the port still works; say
+		// so only if it does, so that a port that cannot open at all
+		// (address in use, not ours) is one error, said once.
+		steerErr := err
 		pcfg.Steered = false
-		port, err = ibudp.Open(pcfg)
+		if port, err = ibudp.Open(pcfg); err == nil {
+			log.Warn("port without steering: no sockets to lend (-lend=false to not try)", "err", steerErr)
+		}
 	}
 	if err != nil {
 		l.Close()

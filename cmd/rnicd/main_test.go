@@ -2,6 +2,9 @@ package main
 
 import (
 	"bytes"
+	"errors"
+	"flag"
+	"net"
 	"strings"
 	"testing"
 )
@@ -61,5 +64,36 @@ func TestFileLimitFlags(t *testing.T) {
 		if err != nil || int64(c.pcapLim.size) != tc.want || c.pcapLim.files != 0 || c.pcapLim.bound() != 0 {
 			t.Errorf("-pcap-size %s -pcap-files 0: %+v, %v; want %d bytes, unbounded", tc.arg, c.pcapLim, err, tc.want)
 		}
+	}
+}
+
+// TestHelp checks that -h is not an error: run says so with flag.ErrHelp,
+// which main turns into exit 0, after the usage on stderr.
+func TestHelp(t *testing.T) {
+	var out, errw bytes.Buffer
+	if err := run([]string{"-h"}, &out, &errw); !errors.Is(err, flag.ErrHelp) || !strings.Contains(errw.String(), "-pcap-files") {
+		t.Fatalf("-h: %v, usage %q", err, errw.String())
+	}
+}
+
+// TestPortInUseOneError starts rnicd on an address whose UDP 4791 is
+// taken: the start fails with that error, said once, and no warning about
+// steering repeats it (issue 19: every failed start logged the real error
+// twice, once as a steering warning).
+func TestPortInUseOneError(t *testing.T) {
+	t.Setenv("RNICD_DIR", t.TempDir())
+	const addr = "127.0.19.1"
+	c, err := net.ListenPacket("udp4", addr+":4791")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var out, errw bytes.Buffer
+	err = run([]string{"-addr", addr}, &out, &errw)
+	if err == nil || !strings.Contains(err.Error(), "address already in use") {
+		t.Fatalf("start on a taken port: %v", err)
+	}
+	if strings.Contains(errw.String(), "in use") || strings.Contains(errw.String(), "steering") {
+		t.Fatalf("the failed start logged more than its error:\n%s", errw.String())
 	}
 }

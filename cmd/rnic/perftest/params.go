@@ -167,16 +167,22 @@ func (p *Params) options() []option {
 			return nil
 		}},
 		{'s', "size", true, func(p *Params, v string) error {
-			f := 1
+			arg, f := v, 1
 			switch {
 			case strings.HasSuffix(v, "K"):
 				f, v = 1024, strings.TrimSuffix(v, "K")
 			case strings.HasSuffix(v, "M"):
 				f, v = 1024*1024, strings.TrimSuffix(v, "M")
 			}
+			// perftest takes K and M only; a G (or k, m) is a suffix it
+			// does not know, which deserves a message saying so rather
+			// than one about the range.
+			if n := len(v); n > 0 && (v[n-1] < '0' || v[n-1] > '9') && !strings.HasPrefix(v, "0x") {
+				return fmt.Errorf("message size %q: suffix %q is not supported, only K and M as perftest takes them (1024M is 1 GiB)", arg, v[n-1:])
+			}
 			n, err := strconv.ParseInt(v, 0, 64)
 			if err != nil || n < 1 || n*int64(f) > maxSizeSetByUser {
-				return fmt.Errorf("message size should be between 1 and %d, not %q", maxSizeSetByUser, v)
+				return fmt.Errorf("message size should be between 1 and %d, not %q", maxSizeSetByUser, arg)
 			}
 			p.Size, p.SizeSet = int(n)*f, true
 			return nil
