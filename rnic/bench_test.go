@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rnicd/rnicd/ib"
 	"github.com/rnicd/rnicd/rnic"
-	"github.com/rnicd/rnicd/rnic/qpmgr"
 )
 
 // Bandwidth and latency between two devices over loopback UDP. Compare
@@ -17,11 +17,11 @@ const (
 	benchDepth = 16 // outstanding work requests, as perftest's tx_depth
 )
 
-func BenchmarkRCWriteBW(b *testing.B) { benchBW(b, qpmgr.WRRDMAWrite) }
-func BenchmarkRCSendBW(b *testing.B)  { benchBW(b, qpmgr.WRSend) }
-func BenchmarkRCReadBW(b *testing.B)  { benchBW(b, qpmgr.WRRDMARead) }
+func BenchmarkRCWriteBW(b *testing.B) { benchBW(b, ib.WRRDMAWrite) }
+func BenchmarkRCSendBW(b *testing.B)  { benchBW(b, ib.WRSend) }
+func BenchmarkRCReadBW(b *testing.B)  { benchBW(b, ib.WRRDMARead) }
 
-func benchBW(b *testing.B, op qpmgr.WROpcode) {
+func benchBW(b *testing.B, op ib.WROpcode) {
 	for _, c := range []struct {
 		mtu int
 		gso bool
@@ -38,10 +38,10 @@ func benchBW(b *testing.B, op qpmgr.WROpcode) {
 
 // runBW streams 64 KiB operations between a pair made with o (its MTU;
 // memory, retries and queue depth are set here), benchDepth at a time.
-func runBW(b *testing.B, op qpmgr.WROpcode, o pairOpts) {
+func runBW(b *testing.B, op ib.WROpcode, o pairOpts) {
 	o.memLen, o.retry, o.sendWR = 4<<20, 7, 2*benchDepth
 	p := newPair(b, o)
-	wr := rnic.SendWR{Opcode: op, Flags: qpmgr.SendSignaled, SGL: []rnic.SGE{sge(p.a, 0, benchMsg)},
+	wr := rnic.SendWR{Opcode: op, Flags: ib.SendSignaled, SGL: []rnic.SGE{sge(p.a, 0, benchMsg)},
 		RemoteAddr: memVA + 2<<20, RKey: p.b.mr.RKey}
 	recv := rnic.RecvWR{SGL: []rnic.SGE{sge(p.b, 0, benchMsg)}}
 	wcs := make([]rnic.WC, benchDepth)
@@ -50,7 +50,7 @@ func runBW(b *testing.B, op qpmgr.WROpcode, o pairOpts) {
 	posted, done := 0, 0
 	for done < b.N {
 		for posted < b.N && posted-done < benchDepth {
-			if op == qpmgr.WRSend {
+			if op == ib.WRSend {
 				mustRecv(b, p.b, p.qb, recv)
 			}
 			mustPost(b, p.a, p.qa, wr)
@@ -65,12 +65,12 @@ func runBW(b *testing.B, op qpmgr.WROpcode, o pairOpts) {
 			}
 		}
 		for _, wc := range wcs[:n] {
-			if wc.Status != qpmgr.WCSuccess {
+			if wc.Status != ib.WCSuccess {
 				b.Fatalf("completion %v", &wc)
 			}
 		}
 		done += n
-		if op == qpmgr.WRSend {
+		if op == ib.WRSend {
 			for p.b.cq.Poll(wcs) > 0 {
 			}
 		}
@@ -105,7 +105,7 @@ func BenchmarkRCSendPingPong(b *testing.B) {
 				for got < want {
 					k := n.cq.Poll(wcs[got:want])
 					for _, wc := range wcs[got : got+k] {
-						if wc.Status != qpmgr.WCSuccess {
+						if wc.Status != ib.WCSuccess {
 							b.Fatalf("completion %v", &wc)
 						}
 					}
@@ -115,7 +115,7 @@ func BenchmarkRCSendPingPong(b *testing.B) {
 				}
 			}
 			send := func(n *node, qp *rnic.QP) {
-				mustPost(b, n, qp, rnic.SendWR{Opcode: qpmgr.WRSend, Flags: qpmgr.SendSignaled, SGL: []rnic.SGE{sge(n, 0, 8)}})
+				mustPost(b, n, qp, rnic.SendWR{Opcode: ib.WRSend, Flags: ib.SendSignaled, SGL: []rnic.SGE{sge(n, 0, 8)}})
 			}
 			recv := func(n *node, qp *rnic.QP) {
 				mustRecv(b, n, qp, rnic.RecvWR{SGL: []rnic.SGE{sge(n, 64, 8)}})
@@ -148,7 +148,7 @@ func BenchmarkRCSendPingPong(b *testing.B) {
 func runLat(b *testing.B, o pairOpts) {
 	o.retry = 7
 	p := newPair(b, o)
-	wr := rnic.SendWR{Opcode: qpmgr.WRRDMAWrite, Flags: qpmgr.SendSignaled, SGL: []rnic.SGE{sge(p.a, 0, 8)},
+	wr := rnic.SendWR{Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled, SGL: []rnic.SGE{sge(p.a, 0, 8)},
 		RemoteAddr: memVA, RKey: p.b.mr.RKey}
 	var wc [1]rnic.WC
 	b.ResetTimer()
@@ -157,7 +157,7 @@ func runLat(b *testing.B, o pairOpts) {
 		for p.a.cq.Poll(wc[:]) == 0 {
 			<-p.a.cq.Ready()
 		}
-		if wc[0].Status != qpmgr.WCSuccess {
+		if wc[0].Status != ib.WCSuccess {
 			b.Fatalf("completion %v", &wc[0])
 		}
 	}

@@ -16,9 +16,9 @@ import (
 
 	"github.com/gopacket/gopacket/pcapgo"
 
+	"github.com/rnicd/rnicd/ib"
 	"github.com/rnicd/rnicd/internal/debtool"
 	"github.com/rnicd/rnicd/rnic"
-	"github.com/rnicd/rnicd/rnic/qpmgr"
 	"github.com/rnicd/rnicd/wire/bth"
 	"github.com/rnicd/rnicd/wire/pcap"
 )
@@ -45,18 +45,18 @@ func TestCaptureTshark(t *testing.T) {
 	a.fence()
 	mustRecv(t, b, p.qb, rnic.RecvWR{WRID: 9, SGL: []rnic.SGE{sge(b, 32768, 4096)}})
 	mustPost(t, a, p.qa,
-		rnic.SendWR{WRID: 1, Opcode: qpmgr.WRRDMAWrite, Flags: qpmgr.SendSignaled, SGL: []rnic.SGE{sge(a, 0, 3000)},
+		rnic.SendWR{WRID: 1, Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled, SGL: []rnic.SGE{sge(a, 0, 3000)},
 			RemoteAddr: memVA, RKey: b.mr.RKey},
-		rnic.SendWR{WRID: 2, Opcode: qpmgr.WRRDMARead, Flags: qpmgr.SendSignaled, SGL: []rnic.SGE{sge(a, 16384, 2500)},
+		rnic.SendWR{WRID: 2, Opcode: ib.WRRDMARead, Flags: ib.SendSignaled, SGL: []rnic.SGE{sge(a, 16384, 2500)},
 			RemoteAddr: memVA + 8192, RKey: b.mr.RKey},
-		rnic.SendWR{WRID: 3, Opcode: qpmgr.WRSend, Flags: qpmgr.SendSignaled, SGL: []rnic.SGE{sge(a, 0, 100)}},
-		rnic.SendWR{WRID: 4, Opcode: qpmgr.WRAtomicFetchAdd, Flags: qpmgr.SendSignaled, SGL: []rnic.SGE{sge(a, 24576, 8)},
+		rnic.SendWR{WRID: 3, Opcode: ib.WRSend, Flags: ib.SendSignaled, SGL: []rnic.SGE{sge(a, 0, 100)}},
+		rnic.SendWR{WRID: 4, Opcode: ib.WRAtomicFetchAdd, Flags: ib.SendSignaled, SGL: []rnic.SGE{sge(a, 24576, 8)},
 			RemoteAddr: memVA + 40960, RKey: b.mr.RKey, CompareAdd: 5},
-		rnic.SendWR{WRID: 5, Opcode: qpmgr.WRAtomicCmpAndSwp, Flags: qpmgr.SendSignaled, SGL: []rnic.SGE{sge(a, 24584, 8)},
+		rnic.SendWR{WRID: 5, Opcode: ib.WRAtomicCmpAndSwp, Flags: ib.SendSignaled, SGL: []rnic.SGE{sge(a, 24584, 8)},
 			RemoteAddr: memVA + 40960, RKey: b.mr.RKey, CompareAdd: 5, Swap: 7},
 	)
 	for i, wc := range a.poll(5, 30*time.Second) {
-		if wc.Status != qpmgr.WCSuccess || wc.WRID != uint64(i+1) {
+		if wc.Status != ib.WCSuccess || wc.WRID != uint64(i+1) {
 			t.Fatalf("completion %d: %v", i, &wc)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rnicd/rnicd/ib"
 	"github.com/rnicd/rnicd/rnic/dma"
 	"github.com/rnicd/rnicd/rnic/qpmgr"
 	"github.com/rnicd/rnicd/rnic/rx"
@@ -96,7 +97,7 @@ func Open(cfg Config) (*Device, error) {
 	if cfg.Port == nil {
 		return nil, errors.New("rnic: config has no port")
 	}
-	if qpmgr.MTUFromBytes(cfg.Port.MTU()) == 0 {
+	if ib.MTUFromBytes(cfg.Port.MTU()) == 0 {
 		return nil, fmt.Errorf("rnic: port MTU %d is not an IB MTU", cfg.Port.MTU())
 	}
 	if cfg.Batch <= 0 {

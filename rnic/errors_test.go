@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rnicd/rnicd/ib"
 	"github.com/rnicd/rnicd/rnic"
-	"github.com/rnicd/rnicd/rnic/dma"
 	"github.com/rnicd/rnicd/rnic/qpmgr"
 	"github.com/rnicd/rnicd/wire/ibudp"
 )
@@ -14,47 +14,47 @@ import (
 // expectFatal posts a bad WR and two good ones behind it, and checks the
 // bad one completes with status, the others flush, and both QPs end in ERR
 // with their receive WQEs flushed.
-func expectFatal(t *testing.T, p *pair, bad rnic.SendWR, status qpmgr.WCStatus) {
+func expectFatal(t *testing.T, p *pair, bad rnic.SendWR, status ib.WCStatus) {
 	t.Helper()
 	a, b := p.a, p.b
 	mustRecv(t, b, p.qb, rnic.RecvWR{WRID: 500, SGL: []rnic.SGE{sge(b, 0, 64)}})
-	bad.WRID, bad.Flags = 1, bad.Flags|qpmgr.SendSignaled
-	good := rnic.SendWR{WRID: 2, Opcode: qpmgr.WRRDMAWrite, SGL: []rnic.SGE{sge(a, 0, 8)}, RemoteAddr: memVA, RKey: b.mr.RKey}
+	bad.WRID, bad.Flags = 1, bad.Flags|ib.SendSignaled
+	good := rnic.SendWR{WRID: 2, Opcode: ib.WRRDMAWrite, SGL: []rnic.SGE{sge(a, 0, 8)}, RemoteAddr: memVA, RKey: b.mr.RKey}
 	mustPost(t, a, p.qa, bad, good, good)
 	wcs := a.poll(3, 5*time.Second)
 	checkWC(t, wcs[0], rnic.WC{WRID: 1, Status: status, Opcode: wcOpcode(bad.Opcode), QPNum: p.qa.QPN})
 	for _, wc := range wcs[1:] {
-		checkWC(t, wc, rnic.WC{WRID: 2, Status: qpmgr.WCWRFlushErr, Opcode: qpmgr.WCRDMAWrite, QPNum: p.qa.QPN})
+		checkWC(t, wc, rnic.WC{WRID: 2, Status: ib.WCWRFlushErr, Opcode: ib.WCRDMAWrite, QPNum: p.qa.QPN})
 	}
-	if st := a.dev.QueryQP(p.qa).State; st != qpmgr.StateErr {
+	if st := a.dev.QueryQP(p.qa).State; st != ib.QPSErr {
 		t.Fatalf("requester QP in %v after %v", st, status)
 	}
 	// The responder's side of a class B/C error is ERR too: its receive
 	// WQE comes back flushed.
-	checkWC(t, b.poll(1, 5*time.Second)[0], rnic.WC{WRID: 500, Status: qpmgr.WCWRFlushErr, Opcode: qpmgr.WCRecv, QPNum: p.qb.QPN})
+	checkWC(t, b.poll(1, 5*time.Second)[0], rnic.WC{WRID: 500, Status: ib.WCWRFlushErr, Opcode: ib.WCRecv, QPNum: p.qb.QPN})
 	// A WR posted in ERR completes at once, flushed.
-	mustPost(t, a, p.qa, rnic.SendWR{WRID: 3, Opcode: qpmgr.WRSend})
-	checkWC(t, a.poll(1, time.Second)[0], rnic.WC{WRID: 3, Status: qpmgr.WCWRFlushErr, Opcode: qpmgr.WCSend, QPNum: p.qa.QPN})
+	mustPost(t, a, p.qa, rnic.SendWR{WRID: 3, Opcode: ib.WRSend})
+	checkWC(t, a.poll(1, time.Second)[0], rnic.WC{WRID: 3, Status: ib.WCWRFlushErr, Opcode: ib.WCSend, QPNum: p.qa.QPN})
 }
 
-func wcOpcode(op qpmgr.WROpcode) qpmgr.WCOpcode {
+func wcOpcode(op ib.WROpcode) ib.WCOpcode {
 	switch op {
-	case qpmgr.WRRDMAWrite, qpmgr.WRRDMAWriteWithImm:
-		return qpmgr.WCRDMAWrite
-	case qpmgr.WRRDMARead:
-		return qpmgr.WCRDMARead
-	case qpmgr.WRAtomicCmpAndSwp:
-		return qpmgr.WCCompSwap
-	case qpmgr.WRAtomicFetchAdd:
-		return qpmgr.WCFetchAdd
+	case ib.WRRDMAWrite, ib.WRRDMAWriteWithImm:
+		return ib.WCRDMAWrite
+	case ib.WRRDMARead:
+		return ib.WCRDMARead
+	case ib.WRAtomicCmpAndSwp:
+		return ib.WCCompSwap
+	case ib.WRAtomicFetchAdd:
+		return ib.WCFetchAdd
 	}
-	return qpmgr.WCSend
+	return ib.WCSend
 }
 
 func TestBadRKey(t *testing.T) {
 	p := newPair(t, pairOpts{})
-	expectFatal(t, p, rnic.SendWR{Opcode: qpmgr.WRRDMAWrite, SGL: []rnic.SGE{sge(p.a, 0, 100)},
-		RemoteAddr: memVA, RKey: p.b.mr.RKey ^ 0x100}, qpmgr.WCRemAccessErr)
+	expectFatal(t, p, rnic.SendWR{Opcode: ib.WRRDMAWrite, SGL: []rnic.SGE{sge(p.a, 0, 100)},
+		RemoteAddr: memVA, RKey: p.b.mr.RKey ^ 0x100}, ib.WCRemAccessErr)
 	if c := counter(p.b, "naks_sent"); c != 1 {
 		t.Fatalf("naks_sent = %d, want 1", c)
 	}
@@ -63,18 +63,18 @@ func TestBadRKey(t *testing.T) {
 func TestOutOfBounds(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		op   qpmgr.WROpcode
+		op   ib.WROpcode
 		va   uint64
 		n    int
 	}{
-		{"write past end", qpmgr.WRRDMAWrite, memVA + 1<<20 - 10, 11},
-		{"write before start", qpmgr.WRRDMAWrite, memVA - 1, 4},
-		{"read past end", qpmgr.WRRDMARead, memVA + 1<<20 - 4096, 4097},
-		{"write wrapping", qpmgr.WRRDMAWrite, ^uint64(0) - 2, 8},
+		{"write past end", ib.WRRDMAWrite, memVA + 1<<20 - 10, 11},
+		{"write before start", ib.WRRDMAWrite, memVA - 1, 4},
+		{"read past end", ib.WRRDMARead, memVA + 1<<20 - 4096, 4097},
+		{"write wrapping", ib.WRRDMAWrite, ^uint64(0) - 2, 8},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := newPair(t, pairOpts{})
-			expectFatal(t, p, rnic.SendWR{Opcode: tc.op, SGL: []rnic.SGE{sge(p.a, 0, tc.n)}, RemoteAddr: tc.va, RKey: p.b.mr.RKey}, qpmgr.WCRemAccessErr)
+			expectFatal(t, p, rnic.SendWR{Opcode: tc.op, SGL: []rnic.SGE{sge(p.a, 0, tc.n)}, RemoteAddr: tc.va, RKey: p.b.mr.RKey}, ib.WCRemAccessErr)
 		})
 	}
 }
@@ -85,37 +85,37 @@ func TestOutOfBounds(t *testing.T) {
 func TestAccessFlags(t *testing.T) {
 	t.Run("mr", func(t *testing.T) {
 		p := newPair(t, pairOpts{})
-		ro, err := p.b.dev.RegMR(p.b.pd, make([]byte, 4096), 0x9000, dma.AccessRemoteRead)
+		ro, err := p.b.dev.RegMR(p.b.pd, make([]byte, 4096), 0x9000, ib.AccessRemoteRead)
 		if err != nil {
 			t.Fatal(err)
 		}
-		expectFatal(t, p, rnic.SendWR{Opcode: qpmgr.WRRDMAWrite, SGL: []rnic.SGE{sge(p.a, 0, 16)}, RemoteAddr: 0x9000, RKey: ro.RKey}, qpmgr.WCRemAccessErr)
+		expectFatal(t, p, rnic.SendWR{Opcode: ib.WRRDMAWrite, SGL: []rnic.SGE{sge(p.a, 0, 16)}, RemoteAddr: 0x9000, RKey: ro.RKey}, ib.WCRemAccessErr)
 	})
 	t.Run("qp", func(t *testing.T) {
-		p := newPair(t, pairOpts{accessB: dma.AccessRemoteWrite})
-		expectFatal(t, p, rnic.SendWR{Opcode: qpmgr.WRRDMARead, SGL: []rnic.SGE{sge(p.a, 0, 16)}, RemoteAddr: memVA, RKey: p.b.mr.RKey}, qpmgr.WCRemInvReqErr)
+		p := newPair(t, pairOpts{accessB: ib.AccessRemoteWrite})
+		expectFatal(t, p, rnic.SendWR{Opcode: ib.WRRDMARead, SGL: []rnic.SGE{sge(p.a, 0, 16)}, RemoteAddr: memVA, RKey: p.b.mr.RKey}, ib.WCRemInvReqErr)
 	})
 	t.Run("other pd", func(t *testing.T) {
 		p := newPair(t, pairOpts{})
 		other := p.b.dev.AllocPD()
-		mr, err := p.b.dev.RegMR(other, make([]byte, 4096), 0x9000, dma.AccessLocalWrite|dma.AccessRemoteWrite)
+		mr, err := p.b.dev.RegMR(other, make([]byte, 4096), 0x9000, ib.AccessLocalWrite|ib.AccessRemoteWrite)
 		if err != nil {
 			t.Fatal(err)
 		}
-		expectFatal(t, p, rnic.SendWR{Opcode: qpmgr.WRRDMAWrite, SGL: []rnic.SGE{sge(p.a, 0, 16)}, RemoteAddr: 0x9000, RKey: mr.RKey}, qpmgr.WCRemAccessErr)
+		expectFatal(t, p, rnic.SendWR{Opcode: ib.WRRDMAWrite, SGL: []rnic.SGE{sge(p.a, 0, 16)}, RemoteAddr: 0x9000, RKey: mr.RKey}, ib.WCRemAccessErr)
 	})
 	t.Run("local lkey", func(t *testing.T) {
 		p := newPair(t, pairOpts{})
-		bad := rnic.SendWR{Opcode: qpmgr.WRRDMAWrite, SGL: []rnic.SGE{{Addr: memVA, Length: 16, LKey: p.a.mr.LKey + 0x100}}, RemoteAddr: memVA, RKey: p.b.mr.RKey}
+		bad := rnic.SendWR{Opcode: ib.WRRDMAWrite, SGL: []rnic.SGE{{Addr: memVA, Length: 16, LKey: p.a.mr.LKey + 0x100}}, RemoteAddr: memVA, RKey: p.b.mr.RKey}
 		mustPost(t, p.a, p.qa, bad)
-		bad.WRID, bad.Flags = 1, qpmgr.SendSignaled
-		checkWC(t, p.a.poll(1, 5*time.Second)[0], rnic.WC{Status: qpmgr.WCLocProtErr, Opcode: qpmgr.WCRDMAWrite, QPNum: p.qa.QPN})
+		bad.WRID, bad.Flags = 1, ib.SendSignaled
+		checkWC(t, p.a.poll(1, 5*time.Second)[0], rnic.WC{Status: ib.WCLocProtErr, Opcode: ib.WCRDMAWrite, QPNum: p.qa.QPN})
 	})
 }
 
 func TestMisalignedAtomic(t *testing.T) {
 	p := newPair(t, pairOpts{})
-	expectFatal(t, p, rnic.SendWR{Opcode: qpmgr.WRAtomicFetchAdd, SGL: []rnic.SGE{sge(p.a, 0, 8)}, RemoteAddr: memVA + 4, RKey: p.b.mr.RKey, CompareAdd: 1}, qpmgr.WCRemInvReqErr)
+	expectFatal(t, p, rnic.SendWR{Opcode: ib.WRAtomicFetchAdd, SGL: []rnic.SGE{sge(p.a, 0, 8)}, RemoteAddr: memVA + 4, RKey: p.b.mr.RKey, CompareAdd: 1}, ib.WCRemInvReqErr)
 	for _, b := range p.b.mem[:16] {
 		if b != 0 {
 			t.Fatal("a misaligned atomic changed remote memory")
@@ -127,8 +127,8 @@ func TestMisalignedAtomic(t *testing.T) {
 // with rnr_retry 0 completes with RNR_RETRY_EXC_ERR.
 func TestRNRRetryZero(t *testing.T) {
 	p := newPair(t, pairOpts{rnrRetry: 0})
-	mustPost(t, p.a, p.qa, rnic.SendWR{WRID: 1, Opcode: qpmgr.WRSend, Flags: qpmgr.SendSignaled, SGL: []rnic.SGE{sge(p.a, 0, 10)}})
-	checkWC(t, p.a.poll(1, 5*time.Second)[0], rnic.WC{WRID: 1, Status: qpmgr.WCRNRRetryExcErr, Opcode: qpmgr.WCSend, QPNum: p.qa.QPN})
+	mustPost(t, p.a, p.qa, rnic.SendWR{WRID: 1, Opcode: ib.WRSend, Flags: ib.SendSignaled, SGL: []rnic.SGE{sge(p.a, 0, 10)}})
+	checkWC(t, p.a.poll(1, 5*time.Second)[0], rnic.WC{WRID: 1, Status: ib.WCRNRRetryExcErr, Opcode: ib.WCSend, QPNum: p.qa.QPN})
 	for n, name := range map[*node]string{p.a: "rcvd_rnr_err", p.b: "send_rnr_err"} {
 		if c := counter(n, name); c != 1 {
 			t.Errorf("%s = %d, want 1", name, c)
@@ -144,11 +144,11 @@ func TestRNRRetryZero(t *testing.T) {
 func TestRNRWait(t *testing.T) {
 	p := newPair(t, pairOpts{rnrRetry: 7, minRNR: 1}) // timer code 1: 0.01 ms
 	fill(p.a.mem[:3000], 5)
-	mustPost(t, p.a, p.qa, rnic.SendWR{WRID: 1, Opcode: qpmgr.WRSend, Flags: qpmgr.SendSignaled, SGL: []rnic.SGE{sge(p.a, 0, 3000)}})
+	mustPost(t, p.a, p.qa, rnic.SendWR{WRID: 1, Opcode: ib.WRSend, Flags: ib.SendSignaled, SGL: []rnic.SGE{sge(p.a, 0, 3000)}})
 	time.Sleep(30 * time.Millisecond)
 	mustRecv(t, p.b, p.qb, rnic.RecvWR{WRID: 9, SGL: []rnic.SGE{sge(p.b, 0, 3000)}})
-	checkWC(t, p.a.poll(1, 5*time.Second)[0], rnic.WC{WRID: 1, Opcode: qpmgr.WCSend, ByteLen: 3000, QPNum: p.qa.QPN})
-	checkWC(t, p.b.poll(1, 5*time.Second)[0], rnic.WC{WRID: 9, Opcode: qpmgr.WCRecv, ByteLen: 3000, QPNum: p.qb.QPN})
+	checkWC(t, p.a.poll(1, 5*time.Second)[0], rnic.WC{WRID: 1, Opcode: ib.WCSend, ByteLen: 3000, QPNum: p.qa.QPN})
+	checkWC(t, p.b.poll(1, 5*time.Second)[0], rnic.WC{WRID: 9, Opcode: ib.WCRecv, ByteLen: 3000, QPNum: p.qb.QPN})
 	sameBytes(t, "after RNR", p.b.mem[:3000], p.a.mem[:3000])
 	if c := counter(p.a, "rcvd_rnr_err"); c < 2 {
 		t.Errorf("rcvd_rnr_err = %d, want several in 30 ms", c)
@@ -162,17 +162,17 @@ func TestRetryExceeded(t *testing.T) {
 	p := newPair(t, pairOpts{faulty: true, retry: 3, timeout: 8}) // 1 ms
 	p.a.faulty.SetTX(ibudp.Faults{Drop: 1})
 	mustPost(t, p.a, p.qa,
-		rnic.SendWR{WRID: 1, Opcode: qpmgr.WRRDMAWrite, SGL: []rnic.SGE{sge(p.a, 0, 5000)}, RemoteAddr: memVA, RKey: p.b.mr.RKey},
-		rnic.SendWR{WRID: 2, Opcode: qpmgr.WRSend, Flags: qpmgr.SendSignaled, SGL: []rnic.SGE{sge(p.a, 0, 5)}})
+		rnic.SendWR{WRID: 1, Opcode: ib.WRRDMAWrite, SGL: []rnic.SGE{sge(p.a, 0, 5000)}, RemoteAddr: memVA, RKey: p.b.mr.RKey},
+		rnic.SendWR{WRID: 2, Opcode: ib.WRSend, Flags: ib.SendSignaled, SGL: []rnic.SGE{sge(p.a, 0, 5)}})
 	wcs := p.a.poll(2, 5*time.Second)
-	checkWC(t, wcs[0], rnic.WC{WRID: 1, Status: qpmgr.WCRetryExcErr, Opcode: qpmgr.WCRDMAWrite, QPNum: p.qa.QPN})
-	checkWC(t, wcs[1], rnic.WC{WRID: 2, Status: qpmgr.WCWRFlushErr, Opcode: qpmgr.WCSend, QPNum: p.qa.QPN})
+	checkWC(t, wcs[0], rnic.WC{WRID: 1, Status: ib.WCRetryExcErr, Opcode: ib.WCRDMAWrite, QPNum: p.qa.QPN})
+	checkWC(t, wcs[1], rnic.WC{WRID: 2, Status: ib.WCWRFlushErr, Opcode: ib.WCSend, QPNum: p.qa.QPN})
 	for name, want := range map[string]uint64{"local_ack_timeout_err": 4, "completer_retry_err": 3, "retry_exceeded_err": 1, "sent_pkts": 4 * 6} {
 		if c := counter(p.a, name); c != want {
 			t.Errorf("%s = %d, want %d", name, c, want)
 		}
 	}
-	if st := p.a.dev.QueryQP(p.qa).State; st != qpmgr.StateErr {
+	if st := p.a.dev.QueryQP(p.qa).State; st != ib.QPSErr {
 		t.Fatalf("QP in %v, want ERR", st)
 	}
 }
@@ -182,47 +182,47 @@ func TestRetryExceeded(t *testing.T) {
 func TestWrongState(t *testing.T) {
 	aa, _ := nextPair()
 	n := newNode(t, aa, 1024, 4096, false, 0)
-	qp := n.createQP(pairOpts{typ: qpmgr.TypeRC, sendWR: 16})
+	qp := n.createQP(pairOpts{typ: ib.QPTypeRC, sendWR: 16})
 	if err := n.dev.PostRecv(qp, []rnic.RecvWR{{WRID: 1}}); !errors.Is(err, rnic.ErrQPState) {
 		t.Fatalf("PostRecv in RESET: %v", err)
 	}
 	// RESET -> RTS skips INIT and RTR.
-	err := n.dev.ModifyQP(qp, &qpmgr.Attr{State: qpmgr.StateRTS}, qpmgr.AttrState|qpmgr.AttrSQPSN)
+	err := n.dev.ModifyQP(qp, &ib.QPAttr{State: ib.QPSRTS}, ib.AttrState|ib.AttrSQPSN)
 	var te *qpmgr.TransitionError
 	if !errors.As(err, &te) || !te.Invalid {
 		t.Fatalf("RESET->RTS: %v", err)
 	}
 	// RESET -> INIT without the port.
-	err = n.dev.ModifyQP(qp, &qpmgr.Attr{State: qpmgr.StateInit}, qpmgr.AttrState|qpmgr.AttrPKeyIndex|qpmgr.AttrAccessFlags)
-	if !errors.As(err, &te) || te.Missing != qpmgr.AttrPort {
+	err = n.dev.ModifyQP(qp, &ib.QPAttr{State: ib.QPSInit}, ib.AttrState|ib.AttrPKeyIndex|ib.AttrAccessFlags)
+	if !errors.As(err, &te) || te.Missing != ib.AttrPort {
 		t.Fatalf("RESET->INIT without PORT: %v", err)
 	}
-	if st := n.dev.QueryQP(qp).State; st != qpmgr.StateReset {
+	if st := n.dev.QueryQP(qp).State; st != ib.QPSReset {
 		t.Fatalf("failed modifies left the QP in %v", st)
 	}
-	init := qpmgr.Attr{State: qpmgr.StateInit, PortNum: 1}
-	if err := n.dev.ModifyQP(qp, &init, qpmgr.AttrState|qpmgr.AttrPKeyIndex|qpmgr.AttrPort|qpmgr.AttrAccessFlags); err != nil {
+	init := ib.QPAttr{State: ib.QPSInit, PortNum: 1}
+	if err := n.dev.ModifyQP(qp, &init, ib.AttrState|ib.AttrPKeyIndex|ib.AttrPort|ib.AttrAccessFlags); err != nil {
 		t.Fatal(err)
 	}
-	if err := n.dev.PostSend(qp, []rnic.SendWR{{WRID: 1, Opcode: qpmgr.WRSend}}); !errors.Is(err, rnic.ErrQPState) {
+	if err := n.dev.PostSend(qp, []rnic.SendWR{{WRID: 1, Opcode: ib.WRSend}}); !errors.Is(err, rnic.ErrQPState) {
 		t.Fatalf("PostSend in INIT: %v", err)
 	}
 	// A bad attribute value fails the whole modify.
-	rtr := qpmgr.Attr{State: qpmgr.StateRTR, PathMTU: qpmgr.MTU4096, AH: qpmgr.AH{DGID: ibudp.GIDFromAddr(aa)}}
-	if err := n.dev.ModifyQP(qp, &rtr, qpmgr.AttrState|qpmgr.AttrAV|qpmgr.AttrPathMTU|qpmgr.AttrDestQPN|qpmgr.AttrRQPSN|qpmgr.AttrMaxDestRdAtomic|qpmgr.AttrMinRNRTimer); err == nil {
+	rtr := ib.QPAttr{State: ib.QPSRTR, PathMTU: ib.MTU4096, AH: ib.AH{DGID: ibudp.GIDFromAddr(aa)}}
+	if err := n.dev.ModifyQP(qp, &rtr, ib.AttrState|ib.AttrAV|ib.AttrPathMTU|ib.AttrDestQPN|ib.AttrRQPSN|ib.AttrMaxDestRdAtomic|ib.AttrMinRNRTimer); err == nil {
 		t.Fatal("path MTU 4096 above the port's 1024 was accepted")
 	}
-	if st := n.dev.QueryQP(qp).State; st != qpmgr.StateInit {
+	if st := n.dev.QueryQP(qp).State; st != ib.QPSInit {
 		t.Fatalf("failed modify left the QP in %v", st)
 	}
 	// Receive WRs posted in INIT flush when the QP goes to ERR.
 	mustRecv(t, n, qp, rnic.RecvWR{WRID: 7}, rnic.RecvWR{WRID: 8})
-	if err := n.dev.ModifyQP(qp, &qpmgr.Attr{State: qpmgr.StateErr}, qpmgr.AttrState); err != nil {
+	if err := n.dev.ModifyQP(qp, &ib.QPAttr{State: ib.QPSErr}, ib.AttrState); err != nil {
 		t.Fatal(err)
 	}
 	wcs := n.poll(2, time.Second)
 	for i, wc := range wcs {
-		checkWC(t, wc, rnic.WC{WRID: uint64(7 + i), Status: qpmgr.WCWRFlushErr, Opcode: qpmgr.WCRecv, QPNum: qp.QPN})
+		checkWC(t, wc, rnic.WC{WRID: uint64(7 + i), Status: ib.WCWRFlushErr, Opcode: ib.WCRecv, QPNum: qp.QPN})
 	}
 }
 
@@ -233,7 +233,7 @@ func TestWindow(t *testing.T) {
 	for _, w := range []int{0, 300} {
 		p := newPair(t, pairOpts{faulty: true, retry: 1, timeout: 14, memLen: 2 << 20, window: w}) // 67 ms
 		p.a.faulty.SetTX(ibudp.Faults{Drop: 1})
-		mustPost(t, p.a, p.qa, rnic.SendWR{WRID: 1, Opcode: qpmgr.WRRDMAWrite, Flags: qpmgr.SendSignaled,
+		mustPost(t, p.a, p.qa, rnic.SendWR{WRID: 1, Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled,
 			SGL: []rnic.SGE{sge(p.a, 0, 1<<20)}, RemoteAddr: memVA, RKey: p.b.mr.RKey}) // 1024 packets
 		time.Sleep(30 * time.Millisecond) // under the ACK timeout
 		want := uint64(qpmgr.MaxUnackedPSNs)

@@ -8,9 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rnicd/rnicd/ib"
 	"github.com/rnicd/rnicd/rnic"
-	"github.com/rnicd/rnicd/rnic/dma"
-	"github.com/rnicd/rnicd/rnic/qpmgr"
 	"github.com/rnicd/rnicd/rnic/trace"
 	"github.com/rnicd/rnicd/wire/ibudp"
 )
@@ -74,7 +73,7 @@ func openNode(t testing.TB, addr netip.Addr, o pairOpts, seed int64, name string
 	}
 	n.mem = make([]byte, memLen)
 	n.mr, err = n.dev.RegMR(n.pd, n.mem, memVA,
-		dma.AccessLocalWrite|dma.AccessRemoteWrite|dma.AccessRemoteRead|dma.AccessRemoteAtomic)
+		ib.AccessLocalWrite|ib.AccessRemoteWrite|ib.AccessRemoteRead|ib.AccessRemoteAtomic)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +87,7 @@ type pair struct {
 }
 
 type pairOpts struct {
-	typ        qpmgr.Type
+	typ        ib.QPType
 	mtu        int
 	memLen     int
 	faulty     bool
@@ -99,7 +98,7 @@ type pairOpts struct {
 	srq        bool
 	sendWR     int
 	maxInline  int
-	accessB    dma.Access // the responder QP's remote access; 0 = all
+	accessB    ib.Access // the responder QP's remote access; 0 = all
 	noConnectB bool
 	noGSO      bool          // ports send one packet per message (ibudp.Config.NoGSO)
 	window     int           // rnic.Config.Window
@@ -112,7 +111,7 @@ type pairOpts struct {
 func newPair(t testing.TB, o pairOpts) *pair {
 	t.Helper()
 	if o.typ == 0 {
-		o.typ = qpmgr.TypeRC
+		o.typ = ib.QPTypeRC
 	}
 	if o.mtu == 0 {
 		o.mtu = 1024
@@ -137,7 +136,7 @@ func newPair(t testing.TB, o pairOpts) *pair {
 	if !o.noConnectB {
 		accB := o.accessB
 		if accB == 0 {
-			accB = dma.AccessRemoteWrite | dma.AccessRemoteRead | dma.AccessRemoteAtomic
+			accB = ib.AccessRemoteWrite | ib.AccessRemoteRead | ib.AccessRemoteAtomic
 		}
 		p.b.connect(p.qb, p.a, p.qa, o, accB)
 	}
@@ -154,7 +153,7 @@ func (n *node) createQP(o pairOpts) *rnic.QP {
 		}
 	}
 	qp, err := n.dev.CreateQP(rnic.QPInitAttr{PD: n.pd, Type: o.typ, SendCQ: n.cq, RecvCQ: n.cq, SRQ: srq,
-		Caps: qpmgr.Caps{MaxSendWR: o.sendWR, MaxRecvWR: 4096, MaxSendSGE: 4, MaxRecvSGE: 4, MaxInlineData: o.maxInline}})
+		Caps: ib.QPCap{MaxSendWR: o.sendWR, MaxRecvWR: 4096, MaxSendSGE: 4, MaxRecvSGE: 4, MaxInlineData: o.maxInline}})
 	if err != nil {
 		n.t.Fatal(err)
 	}
@@ -165,33 +164,33 @@ const qkey = 0x11111111
 
 // connect brings qp through INIT and RTR to RTS towards peer's QP, with
 // the masks ibv_rc_pingpong uses.
-func (n *node) connect(qp *rnic.QP, peer *node, pqp *rnic.QP, o pairOpts, access dma.Access) {
+func (n *node) connect(qp *rnic.QP, peer *node, pqp *rnic.QP, o pairOpts, access ib.Access) {
 	n.t.Helper()
 	if access == 0 {
-		access = dma.AccessRemoteWrite | dma.AccessRemoteRead | dma.AccessRemoteAtomic
+		access = ib.AccessRemoteWrite | ib.AccessRemoteRead | ib.AccessRemoteAtomic
 	}
 	gid := ibudp.GIDFromAddr(peer.dev.QueryPort().Addr)
 	steps := []struct {
-		a    qpmgr.Attr
-		mask qpmgr.AttrMask
+		a    ib.QPAttr
+		mask ib.AttrMask
 	}{
-		{qpmgr.Attr{State: qpmgr.StateInit, PortNum: 1, AccessFlags: access, QKey: qkey},
-			qpmgr.AttrState | qpmgr.AttrPKeyIndex | qpmgr.AttrPort | qpmgr.AttrAccessFlags},
-		{qpmgr.Attr{State: qpmgr.StateRTR, PathMTU: qpmgr.MTUFromBytes(o.mtu), DestQPN: pqp.QPN, RQPSN: 0x100 + pqp.QPN,
-			MaxDestRdAtomic: 16, MinRNRTimer: o.minRNR, AH: qpmgr.AH{DGID: gid, HopLimit: 64}},
-			qpmgr.AttrState | qpmgr.AttrAV | qpmgr.AttrPathMTU | qpmgr.AttrDestQPN | qpmgr.AttrRQPSN | qpmgr.AttrMaxDestRdAtomic | qpmgr.AttrMinRNRTimer},
-		{qpmgr.Attr{State: qpmgr.StateRTS, SQPSN: 0x100 + qp.QPN, Timeout: o.timeout, RetryCnt: o.retry, RNRRetry: o.rnrRetry, MaxRdAtomic: 16},
-			qpmgr.AttrState | qpmgr.AttrTimeout | qpmgr.AttrRetryCnt | qpmgr.AttrRNRRetry | qpmgr.AttrSQPSN | qpmgr.AttrMaxQPRdAtomic},
+		{ib.QPAttr{State: ib.QPSInit, PortNum: 1, AccessFlags: access, QKey: qkey},
+			ib.AttrState | ib.AttrPKeyIndex | ib.AttrPort | ib.AttrAccessFlags},
+		{ib.QPAttr{State: ib.QPSRTR, PathMTU: ib.MTUFromBytes(o.mtu), DestQPN: pqp.QPN, RQPSN: 0x100 + pqp.QPN,
+			MaxDestRdAtomic: 16, MinRNRTimer: o.minRNR, AH: ib.AH{DGID: gid, HopLimit: 64}},
+			ib.AttrState | ib.AttrAV | ib.AttrPathMTU | ib.AttrDestQPN | ib.AttrRQPSN | ib.AttrMaxDestRdAtomic | ib.AttrMinRNRTimer},
+		{ib.QPAttr{State: ib.QPSRTS, SQPSN: 0x100 + qp.QPN, Timeout: o.timeout, RetryCnt: o.retry, RNRRetry: o.rnrRetry, MaxRdAtomic: 16},
+			ib.AttrState | ib.AttrTimeout | ib.AttrRetryCnt | ib.AttrRNRRetry | ib.AttrSQPSN | ib.AttrMaxQPRdAtomic},
 	}
 	switch o.typ {
-	case qpmgr.TypeUC:
-		steps[1].mask &^= qpmgr.AttrMaxDestRdAtomic | qpmgr.AttrMinRNRTimer
-		steps[2].mask = qpmgr.AttrState | qpmgr.AttrSQPSN
-		steps[0].a.AccessFlags &^= dma.AccessRemoteRead | dma.AccessRemoteAtomic
-	case qpmgr.TypeUD:
-		steps[0].mask = qpmgr.AttrState | qpmgr.AttrPKeyIndex | qpmgr.AttrPort | qpmgr.AttrQKey
-		steps[1].mask = qpmgr.AttrState
-		steps[2].mask = qpmgr.AttrState | qpmgr.AttrSQPSN
+	case ib.QPTypeUC:
+		steps[1].mask &^= ib.AttrMaxDestRdAtomic | ib.AttrMinRNRTimer
+		steps[2].mask = ib.AttrState | ib.AttrSQPSN
+		steps[0].a.AccessFlags &^= ib.AccessRemoteRead | ib.AccessRemoteAtomic
+	case ib.QPTypeUD:
+		steps[0].mask = ib.AttrState | ib.AttrPKeyIndex | ib.AttrPort | ib.AttrQKey
+		steps[1].mask = ib.AttrState
+		steps[2].mask = ib.AttrState | ib.AttrSQPSN
 	}
 	for _, s := range steps {
 		if err := n.dev.ModifyQP(qp, &s.a, s.mask); err != nil {

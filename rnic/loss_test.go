@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rnicd/rnicd/ib"
 	"github.com/rnicd/rnicd/rnic"
-	"github.com/rnicd/rnicd/rnic/qpmgr"
 	"github.com/rnicd/rnicd/wire/ibudp"
 )
 
@@ -45,7 +45,7 @@ func TestLossRecovery(t *testing.T) {
 	rng := rand.New(rand.NewSource(1))
 	var addSum uint64
 	type op struct {
-		kind   qpmgr.WROpcode
+		kind   ib.WROpcode
 		size   int
 		rOff   int
 		add    uint64
@@ -61,27 +61,27 @@ func TestLossRecovery(t *testing.T) {
 			if rng.Intn(3) == 0 {
 				o.size = rng.Intn(64) // plenty of one-packet messages
 			}
-			wr := rnic.SendWR{WRID: uint64(i), Flags: qpmgr.SendSignaled}
+			wr := rnic.SendWR{WRID: uint64(i), Flags: ib.SendSignaled}
 			switch rng.Intn(4) {
 			case 0:
-				o.kind = qpmgr.WRRDMAWrite
+				o.kind = ib.WRRDMAWrite
 				fill(a.mem[aSrc+k*slot:aSrc+k*slot+o.size], i)
 				wr.SGL = []rnic.SGE{sge(a, aSrc+k*slot, o.size)}
 				wr.RemoteAddr, wr.RKey = memVA+uint64(bWDst+k*slot), b.mr.RKey
 			case 1:
-				o.kind = qpmgr.WRRDMARead
+				o.kind = ib.WRRDMARead
 				o.rOff = rng.Intn(1<<20 - slot)
 				clear(a.mem[aRDst+k*slot : aRDst+(k+1)*slot])
 				wr.SGL = []rnic.SGE{sge(a, aRDst+k*slot, o.size)}
 				wr.RemoteAddr, wr.RKey = memVA+uint64(bRSrc+o.rOff), b.mr.RKey
 			case 2:
-				o.kind = qpmgr.WRSend
+				o.kind = ib.WRSend
 				fill(a.mem[aSrc+k*slot:aSrc+k*slot+o.size], i)
 				wr.SGL = []rnic.SGE{sge(a, aSrc+k*slot, o.size)}
 				o.recvID = uint64(1e6 + i)
 				recvs = append(recvs, rnic.RecvWR{WRID: o.recvID, SGL: []rnic.SGE{sge(b, bRecv+k*slot, slot)}})
 			case 3:
-				o.kind, o.size = qpmgr.WRAtomicFetchAdd, 8
+				o.kind, o.size = ib.WRAtomicFetchAdd, 8
 				o.add = uint64(i + 1)
 				addSum += o.add
 				wr.SGL = []rnic.SGE{sge(a, aAtom+8*k, 8)}
@@ -101,11 +101,11 @@ func TestLossRecovery(t *testing.T) {
 			checkWC(t, wc, rnic.WC{WRID: uint64(i), Opcode: wcOpcode(o.kind), ByteLen: uint32(o.size), QPNum: p.qa.QPN})
 			what := fmt.Sprintf("op %d (%v, %d bytes)", i, o.kind, o.size)
 			switch o.kind {
-			case qpmgr.WRRDMAWrite:
+			case ib.WRRDMAWrite:
 				sameBytes(t, what, b.mem[bWDst+k*slot:bWDst+k*slot+o.size], a.mem[aSrc+k*slot:aSrc+k*slot+o.size])
-			case qpmgr.WRRDMARead:
+			case ib.WRRDMARead:
 				sameBytes(t, what, a.mem[aRDst+k*slot:aRDst+k*slot+o.size], b.mem[bRSrc+o.rOff:bRSrc+o.rOff+o.size])
-			case qpmgr.WRSend:
+			case ib.WRSend:
 				sameBytes(t, what, b.mem[bRecv+k*slot:bRecv+k*slot+o.size], a.mem[aSrc+k*slot:aSrc+k*slot+o.size])
 			}
 		}
@@ -113,8 +113,8 @@ func TestLossRecovery(t *testing.T) {
 		rwcs := b.poll(len(recvs), 5*time.Second)
 		j := 0
 		for _, o := range batch {
-			if o.kind == qpmgr.WRSend {
-				checkWC(t, rwcs[j], rnic.WC{WRID: o.recvID, Opcode: qpmgr.WCRecv, ByteLen: uint32(o.size), QPNum: p.qb.QPN})
+			if o.kind == ib.WRSend {
+				checkWC(t, rwcs[j], rnic.WC{WRID: o.recvID, Opcode: ib.WCRecv, ByteLen: uint32(o.size), QPNum: p.qb.QPN})
 				j++
 			}
 		}

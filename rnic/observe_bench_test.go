@@ -2,11 +2,10 @@ package rnic_test
 
 import (
 	"context"
+	"github.com/rnicd/rnicd/ib"
+	"github.com/rnicd/rnicd/rnic/trace"
 	"io"
 	"testing"
-
-	"github.com/rnicd/rnicd/rnic/qpmgr"
-	"github.com/rnicd/rnicd/rnic/trace"
 )
 
 // BenchmarkObserveWriteBW is BenchmarkRCWriteBW at MTU 1024 with the
@@ -15,11 +14,11 @@ import (
 // `rnic trace` to attach to); both, which is rnicd nobody watches; and a
 // tracer a reader drains, which is tracing on (rnicd --trace).
 func BenchmarkObserveWriteBW(b *testing.B) {
-	b.Run("bare", func(b *testing.B) { runBW(b, qpmgr.WRRDMAWrite, pairOpts{mtu: 1024}) })
-	b.Run("faulty-off", func(b *testing.B) { runBW(b, qpmgr.WRRDMAWrite, pairOpts{mtu: 1024, faulty: true}) })
-	b.Run("tracer-idle", func(b *testing.B) { runBW(b, qpmgr.WRRDMAWrite, pairOpts{mtu: 1024, trace: trace.New(0)}) })
+	b.Run("bare", func(b *testing.B) { runBW(b, ib.WRRDMAWrite, pairOpts{mtu: 1024}) })
+	b.Run("faulty-off", func(b *testing.B) { runBW(b, ib.WRRDMAWrite, pairOpts{mtu: 1024, faulty: true}) })
+	b.Run("tracer-idle", func(b *testing.B) { runBW(b, ib.WRRDMAWrite, pairOpts{mtu: 1024, trace: trace.New(0)}) })
 	b.Run("rnicd-idle", func(b *testing.B) {
-		runBW(b, qpmgr.WRRDMAWrite, pairOpts{mtu: 1024, faulty: true, trace: trace.New(0)})
+		runBW(b, ib.WRRDMAWrite, pairOpts{mtu: 1024, faulty: true, trace: trace.New(0)})
 	})
 	b.Run("tracer-on", func(b *testing.B) {
 		tr := trace.New(0)
@@ -35,7 +34,7 @@ func BenchmarkObserveWriteBW(b *testing.B) {
 				}
 			}
 		}()
-		runBW(b, qpmgr.WRRDMAWrite, pairOpts{mtu: 1024, trace: tr})
+		runBW(b, ib.WRRDMAWrite, pairOpts{mtu: 1024, trace: tr})
 		cancel()
 		<-done
 		sub.Close()
@@ -47,7 +46,7 @@ func BenchmarkObserveWriteBW(b *testing.B) {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() { done <- trace.WriteJSON(ctx, sub, io.Discard) }()
-		runBW(b, qpmgr.WRRDMAWrite, pairOpts{mtu: 1024, faulty: true, trace: tr})
+		runBW(b, ib.WRRDMAWrite, pairOpts{mtu: 1024, faulty: true, trace: tr})
 		cancel()
 		if err := <-done; err != nil {
 			b.Fatal(err)

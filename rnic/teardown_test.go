@@ -4,8 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rnicd/rnicd/ib"
 	"github.com/rnicd/rnicd/rnic"
-	"github.com/rnicd/rnicd/rnic/qpmgr"
 )
 
 // The responder owes an ACK for a message whose completion the
@@ -15,7 +15,7 @@ import (
 // send that ACK, or the requester retries against nobody and its last
 // SEND never completes.
 func TestDestroyAfterReceiveStillAcks(t *testing.T) {
-	o := pairOpts{typ: qpmgr.TypeRC, mtu: 1024, sendWR: 16, timeout: 14, retry: 1} // 67 ms, one retry: a lost ACK is RETRY_EXC_ERR
+	o := pairOpts{typ: ib.QPTypeRC, mtu: 1024, sendWR: 16, timeout: 14, retry: 1} // 67 ms, one retry: a lost ACK is RETRY_EXC_ERR
 	p := newPair(t, o)
 	a, b := p.a, p.b
 	for i := range 40 {
@@ -23,7 +23,7 @@ func TestDestroyAfterReceiveStillAcks(t *testing.T) {
 		a.connect(qa, b, qb, o, 0)
 		b.connect(qb, a, qa, o, 0)
 		mustRecv(t, b, qb, rnic.RecvWR{WRID: 7, SGL: []rnic.SGE{sge(b, 0, 64)}})
-		mustPost(t, a, qa, rnic.SendWR{WRID: uint64(i), Opcode: qpmgr.WRSend, Flags: qpmgr.SendSignaled,
+		mustPost(t, a, qa, rnic.SendWR{WRID: uint64(i), Opcode: ib.WRSend, Flags: ib.SendSignaled,
 			SGL: []rnic.SGE{sge(a, 0, 64)}})
 		// Spin, so as to destroy as early as an application could.
 		var wc [1]rnic.WC
@@ -35,11 +35,11 @@ func TestDestroyAfterReceiveStillAcks(t *testing.T) {
 		if err := b.dev.DestroyQP(qb); err != nil {
 			t.Fatal(err)
 		}
-		if wc[0].WRID != 7 || wc[0].Status != qpmgr.WCSuccess {
+		if wc[0].WRID != 7 || wc[0].Status != ib.WCSuccess {
 			t.Fatalf("round %d: receive completion %v", i, &wc[0])
 		}
 		got := a.poll(1, 10*time.Second)[0]
-		if got.WRID != uint64(i) || got.Status != qpmgr.WCSuccess || got.Opcode != qpmgr.WCSend {
+		if got.WRID != uint64(i) || got.Status != ib.WCSuccess || got.Opcode != ib.WCSend {
 			t.Fatalf("round %d: send completion %v, want SUCCESS (counters %v)", i, &got, a.dev.Counters())
 		}
 		if err := a.dev.DestroyQP(qa); err != nil {

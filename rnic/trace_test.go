@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rnicd/rnicd/ib"
 	"github.com/rnicd/rnicd/rnic"
-	"github.com/rnicd/rnicd/rnic/qpmgr"
 	"github.com/rnicd/rnicd/rnic/trace"
 	"github.com/rnicd/rnicd/wire/bth"
 	"github.com/rnicd/rnicd/wire/ibudp"
@@ -60,10 +60,10 @@ func TestTraceWriteWithLoss(t *testing.T) {
 	const n, wrid = 3 * 1024, 0x77
 	fill(a.mem[:n], 5)
 	a.fence()
-	mustPost(t, a, p.qa, rnic.SendWR{WRID: wrid, Opcode: qpmgr.WRRDMAWrite, Flags: qpmgr.SendSignaled,
+	mustPost(t, a, p.qa, rnic.SendWR{WRID: wrid, Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled,
 		SGL: []rnic.SGE{sge(a, 0, n)}, RemoteAddr: memVA + 4096, RKey: b.mr.RKey})
 	wc := a.poll(1, 30*time.Second)
-	checkWC(t, wc[0], rnic.WC{WRID: wrid, Opcode: qpmgr.WCRDMAWrite, ByteLen: n, QPNum: p.qa.QPN})
+	checkWC(t, wc[0], rnic.WC{WRID: wrid, Opcode: ib.WCRDMAWrite, ByteLen: n, QPNum: p.qa.QPN})
 	sameBytes(t, "written data", b.mem[4096:4096+n], a.mem[:n])
 
 	// Read the trace up to the completion (the ACK it follows came last).
@@ -133,7 +133,7 @@ func TestTraceWriteWithLoss(t *testing.T) {
 		{nic: "rnic1", step: trace.StepDMAWrite, psn: at(2), hasPSN: true, arg: 2048, hasArg: true},
 		{nic: "rnic1", step: trace.StepAckSent, psn: at(2), hasPSN: true, arg: uint32(bth.ACK(bth.CreditsInvalid)), hasArg: true},
 		{nic: "rnic0", step: trace.StepAckRecv, psn: at(2), hasPSN: true, arg: uint32(bth.ACK(bth.CreditsInvalid)), hasArg: true},
-		{nic: "rnic0", step: trace.StepComplete, arg: uint32(qpmgr.WCSuccess), hasArg: true, flags: trace.FlagCQE, wrid: wrid},
+		{nic: "rnic0", step: trace.StepComplete, arg: uint32(ib.WCSuccess), hasArg: true, flags: trace.FlagCQE, wrid: wrid},
 	}
 	i := 0
 	for _, w := range seq {

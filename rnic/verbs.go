@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 
+	"github.com/rnicd/rnicd/ib"
 	"github.com/rnicd/rnicd/rnic/dma"
 	"github.com/rnicd/rnicd/rnic/qpmgr"
 	"github.com/rnicd/rnicd/wire/ibudp"
@@ -17,12 +18,12 @@ type (
 	CQ       = qpmgr.CQ
 	SRQ      = qpmgr.RecvQueue
 	QP       = qpmgr.QP
-	QPAttr   = qpmgr.Attr
-	SendWR   = qpmgr.SendWR
-	RecvWR   = qpmgr.RecvWR
-	WC       = qpmgr.WC
-	SGE      = qpmgr.SGE
-	AttrMask = qpmgr.AttrMask
+	QPAttr   = ib.QPAttr
+	SendWR   = ib.SendWR
+	RecvWR   = ib.RecvWR
+	WC       = ib.WC
+	SGE      = ib.SGE
+	AttrMask = ib.AttrMask
 )
 
 // Device limits (ibv_query_device).
@@ -72,7 +73,7 @@ func (d *Device) AllocPD() PD {
 // RegMR registers buf as a memory region answering to addresses va ..
 // va+len(buf)-1 (ibv_reg_mr: va is the address the application uses in
 // SGEs and hands its peer with the rkey).
-func (d *Device) RegMR(pd PD, buf []byte, va uint64, access dma.Access) (*MR, error) {
+func (d *Device) RegMR(pd PD, buf []byte, va uint64, access ib.Access) (*MR, error) {
 	return d.dma.Register(pd, buf, va, access)
 }
 
@@ -89,7 +90,7 @@ func (d *Device) CreateCQ(n int) (*CQ, error) {
 
 // CreateSRQ creates a shared receive queue (ibv_create_srq).
 func (d *Device) CreateSRQ(pd PD, maxWR, maxSGE int) (*SRQ, error) {
-	if maxWR < 1 || maxWR > qpmgr.MaxQPWR || maxSGE < 1 || maxSGE > qpmgr.MaxSGE {
+	if maxWR < 1 || maxWR > ib.MaxQPWR || maxSGE < 1 || maxSGE > ib.MaxSGE {
 		return nil, fmt.Errorf("rnic: SRQ of %d WRs x %d SGEs outside the device limits", maxWR, maxSGE)
 	}
 	return qpmgr.NewRecvQueue(maxWR, maxSGE), nil
@@ -106,11 +107,11 @@ func (d *Device) PostSRQRecv(srq *SRQ, wrs []RecvWR) error {
 // QPInitAttr is what CreateQP needs (ibv_qp_init_attr).
 type QPInitAttr struct {
 	PD     PD
-	Type   qpmgr.Type
+	Type   ib.QPType
 	SendCQ *CQ
 	RecvCQ *CQ
 	SRQ    *SRQ
-	Caps   qpmgr.Caps
+	Caps   ib.QPCap
 	SigAll bool
 }
 
@@ -202,32 +203,18 @@ func (d *Device) PostSend(qp *QP, wrs []SendWR) error {
 }
 
 // checkSend validates one send WR and makes the NIC's copy of it.
-func (d *Device) checkSend(qp *QP, st qpmgr.State, wr *SendWR) (qpmgr.SendWQE, error) {
+func (d *Device) checkSend(qp *QP, st ib.QPState, wr *SendWR) (qpmgr.SendWQE, error) {
 	switch st {
-	case qpmgr.StateRTS, qpmgr.StateSQD, qpmgr.StateErr:
+	case ib.QPSRTS, ib.QPSSQD, ib.QPSErr:
 	default:
 		return qpmgr.SendWQE{}, fmt.Errorf("%w: post send in %v", ErrQPState, st)
 	}
-	ok := false
-	switch qp.Type {
-	case qpmgr.TypeUD:
-		ok = wr.Opcode == qpmgr.WRSend || wr.Opcode == qpmgr.WRSendWithImm
-	case qpmgr.TypeUC:
-		ok = wr.Opcode == qpmgr.WRSend || wr.Opcode == qpmgr.WRSendWithImm ||
-			wr.Opcode == qpmgr.WRRDMAWrite || wr.Opcode == qpmgr.WRRDMAWriteWithImm
-	case qpmgr.TypeRC:
-		switch wr.Opcode {
-		case qpmgr.WRSend, qpmgr.WRSendWithImm, qpmgr.WRSendWithInv, qpmgr.WRRDMAWrite,
-			qpmgr.WRRDMAWriteWithImm, qpmgr.WRRDMARead, qpmgr.WRAtomicCmpAndSwp, qpmgr.WRAtomicFetchAdd:
-			ok = true
-		}
-	}
-	if !ok {
+	if !qp.Type.Supports(wr.Opcode) {
 		return qpmgr.SendWQE{}, fmt.Errorf("rnic: %v not supported on a %v QP", wr.Opcode, qp.Type)
 	}
 	w := qpmgr.SendWQE{WR: *wr}
-	if wr.Flags&qpmgr.SendInline != 0 {
-		if wr.Opcode == qpmgr.WRRDMARead || wr.Opcode.IsAtomic() {
+	if wr.Flags&ib.SendInline != 0 {
+		if wr.Opcode == ib.WRRDMARead || wr.Opcode.IsAtomic() {
 			return w, fmt.Errorf("rnic: %v cannot be inline", wr.Opcode)
 		}
 		if len(wr.InlineData) > qp.Caps.MaxInlineData {
@@ -247,13 +234,13 @@ func (d *Device) checkSend(qp *QP, st qpmgr.State, wr *SendWR) (qpmgr.SendWQE, e
 		}
 	}
 	switch {
-	case w.Len > qpmgr.MaxMsgSize:
-		return w, fmt.Errorf("rnic: message of %d bytes exceeds %d", w.Len, qpmgr.MaxMsgSize)
+	case w.Len > ib.MaxMsgSize:
+		return w, fmt.Errorf("rnic: message of %d bytes exceeds %d", w.Len, ib.MaxMsgSize)
 	case wr.Opcode.IsAtomic() && w.Len != 8:
 		return w, fmt.Errorf("rnic: atomic needs one 8-byte buffer, has %d bytes", w.Len)
-	case qp.Type == qpmgr.TypeUD && w.Len > qp.MTU():
+	case qp.Type == ib.QPTypeUD && w.Len > qp.MTU():
 		return w, fmt.Errorf("rnic: UD message of %d bytes exceeds the MTU %d", w.Len, qp.MTU())
-	case qp.Type == qpmgr.TypeUD && (wr.AH == nil || !wr.AH.Addr().IsValid()):
+	case qp.Type == ib.QPTypeUD && (wr.AH == nil || !wr.AH.Addr().IsValid()):
 		return w, errors.New("rnic: UD send needs an address handle")
 	}
 	if wr.AH != nil {
@@ -270,7 +257,7 @@ func (d *Device) PostRecv(qp *QP, wrs []RecvWR) error {
 	}
 	qp.Lock()
 	defer qp.Unlock()
-	if qp.State() == qpmgr.StateReset {
+	if qp.State() == ib.QPSReset {
 		return fmt.Errorf("%w: post recv in RESET", ErrQPState)
 	}
 	i, err := qp.RQ.Post(wrs)
@@ -288,7 +275,7 @@ func (d *Device) PostRecv(qp *QP, wrs []RecvWR) error {
 // count among them.
 func (d *Device) Counters() map[string]uint64 {
 	m := d.counters.Snapshot()
-	m[qpmgr.ICRCErrors.String()] = d.port.Stats().RxICRCErrors
+	m[ib.ICRCErrors.String()] = d.port.Stats().RxICRCErrors
 	return m
 }
 

@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rnicd/rnicd/ib"
 	"github.com/rnicd/rnicd/internal/kwait"
 	"github.com/rnicd/rnicd/rnic"
 	"github.com/rnicd/rnicd/rnic/hostif"
@@ -304,10 +305,10 @@ func (c *Context) QueryDevice() (DeviceAttr, error) {
 		return DeviceAttr{}, err
 	}
 	return DeviceAttr{
-		Name: c.name, NodeGUID: NodeGUID(p.Addr), FWVer: "0.1", MaxQP: 1 << 16, MaxQPWR: qpmgr.MaxQPWR, MaxSGE: qpmgr.MaxSGE,
+		Name: c.name, NodeGUID: NodeGUID(p.Addr), FWVer: "0.1", MaxQP: 1 << 16, MaxQPWR: ib.MaxQPWR, MaxSGE: ib.MaxSGE,
 		MaxCQ: 1 << 16, MaxCQE: rnic.MaxCQE, MaxMR: 1 << 16, MaxMRSize: 1 << 40, MaxPD: 1 << 16,
-		MaxQPRdAtom: qpmgr.MaxRdAtomic, MaxQPInitRdAtom: qpmgr.MaxRdAtomic, MaxSRQ: 1 << 16,
-		MaxSRQWR: qpmgr.MaxQPWR, MaxInlineData: qpmgr.MaxInlineData, AtomicCap: "ATOMIC_HCA",
+		MaxQPRdAtom: ib.MaxRdAtomic, MaxQPInitRdAtom: ib.MaxRdAtomic, MaxSRQ: 1 << 16,
+		MaxSRQWR: ib.MaxQPWR, MaxInlineData: ib.MaxInlineData, AtomicCap: "ATOMIC_HCA",
 	}, nil
 }
 
@@ -336,9 +337,9 @@ func (c *Context) QueryPort() (PortAttr, error) {
 	if _, err := c.call(hostif.KindQueryPort, &hostif.Empty{}, nil, &r); err != nil {
 		return PortAttr{}, err
 	}
-	mtu := qpmgr.MTUFromBytes(int(r.ActiveMTU))
+	mtu := ib.MTUFromBytes(int(r.ActiveMTU))
 	return PortAttr{
-		State: "PORT_ACTIVE", MaxMTU: qpmgr.MTU4096, ActiveMTU: mtu, LinkLayer: "Ethernet",
+		State: "PORT_ACTIVE", MaxMTU: ib.MTU4096, ActiveMTU: mtu, LinkLayer: "Ethernet",
 		// rxe lays an IPv4 address out as two GIDs, RoCE v1 at index 0
 		// and v2 at index 1 (on an interface without IPv6), and RDMA users
 		// pass -g 1 / -x 1 out of habit; rnicd speaks v2 only, so both

@@ -17,92 +17,90 @@ package verbs
 
 import (
 	"errors"
+	"github.com/rnicd/rnicd/ib"
+	"github.com/rnicd/rnicd/wire/ibudp"
 	"net/netip"
 	"unsafe"
-
-	"github.com/rnicd/rnicd/rnic/dma"
-	"github.com/rnicd/rnicd/rnic/qpmgr"
-	"github.com/rnicd/rnicd/wire/ibudp"
 )
 
 // The types of work requests, completions and attributes are the NIC's own,
 // under libibverbs' names.
 type (
-	SendWR    = qpmgr.SendWR
-	RecvWR    = qpmgr.RecvWR
-	SGE       = qpmgr.SGE
-	WC        = qpmgr.WC
-	AH        = qpmgr.AH
-	QPAttr    = qpmgr.Attr
-	QPCap     = qpmgr.Caps
-	QPType    = qpmgr.Type
-	QPState   = qpmgr.State
-	AttrMask  = qpmgr.AttrMask
-	MTU       = qpmgr.MTU
-	Access    = dma.Access
-	WROpcode  = qpmgr.WROpcode
-	SendFlags = qpmgr.SendFlags
-	WCStatus  = qpmgr.WCStatus
-	WCOpcode  = qpmgr.WCOpcode
+	SendWR    = ib.SendWR
+	RecvWR    = ib.RecvWR
+	SGE       = ib.SGE
+	WC        = ib.WC
+	AH        = ib.AH
+	QPAttr    = ib.QPAttr
+	QPCap     = ib.QPCap
+	QPType    = ib.QPType
+	QPState   = ib.QPState
+	AttrMask  = ib.AttrMask
+	MTU       = ib.MTU
+	Access    = ib.Access
+	WROpcode  = ib.WROpcode
+	SendFlags = ib.SendFlags
+	WCStatus  = ib.WCStatus
+	WCOpcode  = ib.WCOpcode
 	GID       = ibudp.GID
 )
 
 // QP types, states, access flags and the rest, as libibverbs names them.
 const (
-	QPTypeRC = qpmgr.TypeRC
-	QPTypeUC = qpmgr.TypeUC
-	QPTypeUD = qpmgr.TypeUD
+	QPTypeRC = ib.QPTypeRC
+	QPTypeUC = ib.QPTypeUC
+	QPTypeUD = ib.QPTypeUD
 
-	QPSReset = qpmgr.StateReset
-	QPSInit  = qpmgr.StateInit
-	QPSRTR   = qpmgr.StateRTR
-	QPSRTS   = qpmgr.StateRTS
-	QPSSQD   = qpmgr.StateSQD
-	QPSErr   = qpmgr.StateErr
+	QPSReset = ib.QPSReset
+	QPSInit  = ib.QPSInit
+	QPSRTR   = ib.QPSRTR
+	QPSRTS   = ib.QPSRTS
+	QPSSQD   = ib.QPSSQD
+	QPSErr   = ib.QPSErr
 
-	AccessLocalWrite   = dma.AccessLocalWrite
-	AccessRemoteWrite  = dma.AccessRemoteWrite
-	AccessRemoteRead   = dma.AccessRemoteRead
-	AccessRemoteAtomic = dma.AccessRemoteAtomic
-	AccessZeroBased    = dma.AccessZeroBased
+	AccessLocalWrite   = ib.AccessLocalWrite
+	AccessRemoteWrite  = ib.AccessRemoteWrite
+	AccessRemoteRead   = ib.AccessRemoteRead
+	AccessRemoteAtomic = ib.AccessRemoteAtomic
+	AccessZeroBased    = ib.AccessZeroBased
 
-	MTU256  = qpmgr.MTU256
-	MTU512  = qpmgr.MTU512
-	MTU1024 = qpmgr.MTU1024
-	MTU2048 = qpmgr.MTU2048
-	MTU4096 = qpmgr.MTU4096
+	MTU256  = ib.MTU256
+	MTU512  = ib.MTU512
+	MTU1024 = ib.MTU1024
+	MTU2048 = ib.MTU2048
+	MTU4096 = ib.MTU4096
 
-	WRRDMAWrite        = qpmgr.WRRDMAWrite
-	WRRDMAWriteWithImm = qpmgr.WRRDMAWriteWithImm
-	WRSend             = qpmgr.WRSend
-	WRSendWithImm      = qpmgr.WRSendWithImm
-	WRRDMARead         = qpmgr.WRRDMARead
-	WRAtomicCmpAndSwp  = qpmgr.WRAtomicCmpAndSwp
-	WRAtomicFetchAdd   = qpmgr.WRAtomicFetchAdd
+	WRRDMAWrite        = ib.WRRDMAWrite
+	WRRDMAWriteWithImm = ib.WRRDMAWriteWithImm
+	WRSend             = ib.WRSend
+	WRSendWithImm      = ib.WRSendWithImm
+	WRRDMARead         = ib.WRRDMARead
+	WRAtomicCmpAndSwp  = ib.WRAtomicCmpAndSwp
+	WRAtomicFetchAdd   = ib.WRAtomicFetchAdd
 
-	SendFence     = qpmgr.SendFence
-	SendSignaled  = qpmgr.SendSignaled
-	SendSolicited = qpmgr.SendSolicited
-	SendInline    = qpmgr.SendInline
+	SendFence     = ib.SendFence
+	SendSignaled  = ib.SendSignaled
+	SendSolicited = ib.SendSolicited
+	SendInline    = ib.SendInline
 
-	WCSuccess = qpmgr.WCSuccess
+	WCSuccess = ib.WCSuccess
 
-	AttrState           = qpmgr.AttrState
-	AttrAccessFlags     = qpmgr.AttrAccessFlags
-	AttrPKeyIndex       = qpmgr.AttrPKeyIndex
-	AttrPort            = qpmgr.AttrPort
-	AttrQKey            = qpmgr.AttrQKey
-	AttrAV              = qpmgr.AttrAV
-	AttrPathMTU         = qpmgr.AttrPathMTU
-	AttrTimeout         = qpmgr.AttrTimeout
-	AttrRetryCnt        = qpmgr.AttrRetryCnt
-	AttrRNRRetry        = qpmgr.AttrRNRRetry
-	AttrRQPSN           = qpmgr.AttrRQPSN
-	AttrMaxQPRdAtomic   = qpmgr.AttrMaxQPRdAtomic
-	AttrMinRNRTimer     = qpmgr.AttrMinRNRTimer
-	AttrSQPSN           = qpmgr.AttrSQPSN
-	AttrMaxDestRdAtomic = qpmgr.AttrMaxDestRdAtomic
-	AttrDestQPN         = qpmgr.AttrDestQPN
+	AttrState           = ib.AttrState
+	AttrAccessFlags     = ib.AttrAccessFlags
+	AttrPKeyIndex       = ib.AttrPKeyIndex
+	AttrPort            = ib.AttrPort
+	AttrQKey            = ib.AttrQKey
+	AttrAV              = ib.AttrAV
+	AttrPathMTU         = ib.AttrPathMTU
+	AttrTimeout         = ib.AttrTimeout
+	AttrRetryCnt        = ib.AttrRetryCnt
+	AttrRNRRetry        = ib.AttrRNRRetry
+	AttrRQPSN           = ib.AttrRQPSN
+	AttrMaxQPRdAtomic   = ib.AttrMaxQPRdAtomic
+	AttrMinRNRTimer     = ib.AttrMinRNRTimer
+	AttrSQPSN           = ib.AttrSQPSN
+	AttrMaxDestRdAtomic = ib.AttrMaxDestRdAtomic
+	AttrDestQPN         = ib.AttrDestQPN
 )
 
 // Errors common to both paths.

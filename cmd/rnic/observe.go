@@ -16,8 +16,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/rnicd/rnicd/ib"
 	"github.com/rnicd/rnicd/rnic/monitor"
-	"github.com/rnicd/rnicd/rnic/qpmgr"
 	"github.com/rnicd/rnicd/rnic/trace"
 	"github.com/rnicd/rnicd/verbs"
 	"github.com/rnicd/rnicd/wire/ibudp"
@@ -147,7 +147,7 @@ func runStat(args []string, stdout, stderr io.Writer) int {
 		}
 		found = true
 		fmt.Fprintf(stdout, "link %s/1", d.Name)
-		for k := qpmgr.Counter(0); k < qpmgr.NumCounters; k++ {
+		for k := ib.Counter(0); k < ib.NumCounters; k++ {
 			fmt.Fprintf(stdout, " %s %d", k, d.Counters[k.String()])
 		}
 		fmt.Fprintln(stdout)

@@ -8,9 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rnicd/rnicd/ib"
 	"github.com/rnicd/rnicd/rnic"
-	"github.com/rnicd/rnicd/rnic/dma"
-	"github.com/rnicd/rnicd/rnic/qpmgr"
 	"github.com/rnicd/rnicd/rnic/trace"
 	"github.com/rnicd/rnicd/wire/ibudp"
 )
@@ -48,11 +47,11 @@ func NewEnds(t testing.TB, k byte, tr *trace.Tracer) (a, b *End) {
 			t.Fatal(err)
 		}
 		e.Mem = make([]byte, 1<<20)
-		if e.MR, err = e.Dev.RegMR(pd, e.Mem, MemVA, dma.AccessLocalWrite|dma.AccessRemoteWrite|dma.AccessRemoteRead); err != nil {
+		if e.MR, err = e.Dev.RegMR(pd, e.Mem, MemVA, ib.AccessLocalWrite|ib.AccessRemoteWrite|ib.AccessRemoteRead); err != nil {
 			t.Fatal(err)
 		}
-		if e.QP, err = e.Dev.CreateQP(rnic.QPInitAttr{PD: pd, Type: qpmgr.TypeRC, SendCQ: e.CQ, RecvCQ: e.CQ,
-			Caps: qpmgr.Caps{MaxSendWR: 256, MaxRecvWR: 256, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
+		if e.QP, err = e.Dev.CreateQP(rnic.QPInitAttr{PD: pd, Type: ib.QPTypeRC, SendCQ: e.CQ, RecvCQ: e.CQ,
+			Caps: ib.QPCap{MaxSendWR: 256, MaxRecvWR: 256, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
 			t.Fatal(err)
 		}
 		return e
@@ -61,16 +60,16 @@ func NewEnds(t testing.TB, k byte, tr *trace.Tracer) (a, b *End) {
 	b = open(netip.AddrFrom4([4]byte{127, 6, k, 2}), "rnic1")
 	connect := func(x, y *End) {
 		steps := []struct {
-			a    qpmgr.Attr
-			mask qpmgr.AttrMask
+			a    ib.QPAttr
+			mask ib.AttrMask
 		}{
-			{qpmgr.Attr{State: qpmgr.StateInit, PortNum: 1, AccessFlags: dma.AccessRemoteWrite | dma.AccessRemoteRead},
-				qpmgr.AttrState | qpmgr.AttrPKeyIndex | qpmgr.AttrPort | qpmgr.AttrAccessFlags},
-			{qpmgr.Attr{State: qpmgr.StateRTR, PathMTU: qpmgr.MTU1024, DestQPN: y.QP.QPN, RQPSN: 0x1000 + y.QP.QPN, MaxDestRdAtomic: 4,
-				AH: qpmgr.AH{DGID: ibudp.GIDFromAddr(y.Dev.QueryPort().Addr), HopLimit: 64}},
-				qpmgr.AttrState | qpmgr.AttrAV | qpmgr.AttrPathMTU | qpmgr.AttrDestQPN | qpmgr.AttrRQPSN | qpmgr.AttrMaxDestRdAtomic | qpmgr.AttrMinRNRTimer},
-			{qpmgr.Attr{State: qpmgr.StateRTS, SQPSN: 0x1000 + x.QP.QPN, Timeout: 17, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 4},
-				qpmgr.AttrState | qpmgr.AttrTimeout | qpmgr.AttrRetryCnt | qpmgr.AttrRNRRetry | qpmgr.AttrSQPSN | qpmgr.AttrMaxQPRdAtomic},
+			{ib.QPAttr{State: ib.QPSInit, PortNum: 1, AccessFlags: ib.AccessRemoteWrite | ib.AccessRemoteRead},
+				ib.AttrState | ib.AttrPKeyIndex | ib.AttrPort | ib.AttrAccessFlags},
+			{ib.QPAttr{State: ib.QPSRTR, PathMTU: ib.MTU1024, DestQPN: y.QP.QPN, RQPSN: 0x1000 + y.QP.QPN, MaxDestRdAtomic: 4,
+				AH: ib.AH{DGID: ibudp.GIDFromAddr(y.Dev.QueryPort().Addr), HopLimit: 64}},
+				ib.AttrState | ib.AttrAV | ib.AttrPathMTU | ib.AttrDestQPN | ib.AttrRQPSN | ib.AttrMaxDestRdAtomic | ib.AttrMinRNRTimer},
+			{ib.QPAttr{State: ib.QPSRTS, SQPSN: 0x1000 + x.QP.QPN, Timeout: 17, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 4},
+				ib.AttrState | ib.AttrTimeout | ib.AttrRetryCnt | ib.AttrRNRRetry | ib.AttrSQPSN | ib.AttrMaxQPRdAtomic},
 		}
 		for _, s := range steps {
 			if err := x.Dev.ModifyQP(x.QP, &s.a, s.mask); err != nil {
@@ -94,7 +93,7 @@ func Write(t testing.TB, a, b *End, wrid uint64, n int) {
 
 // TryWrite is Write for goroutines other than the test's.
 func TryWrite(a, b *End, wrid uint64, n int) error {
-	err := a.Dev.PostSend(a.QP, []rnic.SendWR{{WRID: wrid, Opcode: qpmgr.WRRDMAWrite, Flags: qpmgr.SendSignaled,
+	err := a.Dev.PostSend(a.QP, []rnic.SendWR{{WRID: wrid, Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled,
 		SGL: []rnic.SGE{{Addr: MemVA, Length: uint32(n), LKey: a.MR.LKey}}, RemoteAddr: MemVA + 1<<19, RKey: b.MR.RKey}})
 	if err != nil {
 		return err
@@ -108,7 +107,7 @@ func TryWrite(a, b *End, wrid uint64, n int) error {
 			return fmt.Errorf("no completion for wr_id %d; %v", wrid, a.Dev.Counters())
 		}
 	}
-	if wc[0].Status != qpmgr.WCSuccess || wc[0].WRID != wrid {
+	if wc[0].Status != ib.WCSuccess || wc[0].WRID != wrid {
 		return fmt.Errorf("completion %v", &wc[0])
 	}
 	return nil

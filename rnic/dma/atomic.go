@@ -1,6 +1,10 @@
 package dma
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+
+	"github.com/rnicd/rnicd/ib"
+)
 
 // The atomics operate on the 8 bytes at va in host byte order
 // (binary.NativeEndian), as rxe does with a plain *(u64 *) access: the
@@ -20,7 +24,7 @@ const atomicLen = 8
 // 8-byte aligned address, else ErrAlign) and returns the 8 bytes. Caller
 // holds t.mu.RLock.
 func (t *Table) atomicWord(pd PD, rkey uint32, va uint64) ([]byte, error) {
-	r, off, err := t.checkRemote(pd, rkey, va, atomicLen, AccessRemoteAtomic)
+	r, off, err := t.checkRemote(pd, rkey, va, atomicLen, ib.AccessRemoteAtomic)
 	if err != nil {
 		return nil, err
 	}

@@ -5,6 +5,8 @@ import (
 	"math"
 	"sync"
 	"testing"
+
+	"github.com/rnicd/rnicd/ib"
 )
 
 func TestAtomicCompareSwap(t *testing.T) {
@@ -54,7 +56,7 @@ func TestAtomicErrors(t *testing.T) {
 	tab := NewTable()
 	const pd, va = 2, 0x4000
 	mr := mustRegister(t, tab, pd, 16, va, allRemote, 0)
-	noAtomic := mustRegister(t, tab, pd, 16, va, AccessLocalWrite|AccessRemoteWrite|AccessRemoteRead, 0)
+	noAtomic := mustRegister(t, tab, pd, 16, va, ib.AccessLocalWrite|ib.AccessRemoteWrite|ib.AccessRemoteRead, 0)
 	odd := mustRegister(t, tab, pd, 16, va+4, allRemote, 0)
 	other := mustRegister(t, tab, pd+1, 16, va, allRemote, 0)
 	for _, c := range []struct {

@@ -3,6 +3,8 @@ package dma
 import (
 	"fmt"
 	"testing"
+
+	"github.com/rnicd/rnicd/ib"
 )
 
 // hotPathFixture is one MR, and SGLs of 1 and 3 SGEs over it, as the
@@ -10,8 +12,8 @@ import (
 type hotPathFixture struct {
 	tab  *Table
 	mr   *MR
-	sgl1 []SGE
-	sgl3 []SGE
+	sgl1 []ib.SGE
+	sgl3 []ib.SGE
 }
 
 const hotPD = 1
@@ -21,14 +23,14 @@ func newHotPath(tb testing.TB) *hotPathFixture {
 	tab := NewTable()
 	// A few other MRs so the table is not trivially small.
 	for range 100 {
-		mustRegister(tb, tab, hotPD, 64, 0, AccessLocalWrite, 0)
+		mustRegister(tb, tab, hotPD, 64, 0, ib.AccessLocalWrite, 0)
 	}
 	mr := mustRegister(tb, tab, hotPD, 3*8192, 0x100000, allRemote, 0)
 	return &hotPathFixture{
 		tab:  tab,
 		mr:   mr,
-		sgl1: []SGE{{0x100000, 3 * 8192, mr.LKey}},
-		sgl3: []SGE{{0x100000, 1500, mr.LKey}, {0x102000, 1000, mr.LKey}, {0x104000, 8192, mr.LKey}},
+		sgl1: []ib.SGE{{Addr: 0x100000, Length: 3 * 8192, LKey: mr.LKey}},
+		sgl3: []ib.SGE{{Addr: 0x100000, Length: 1500, LKey: mr.LKey}, {Addr: 0x102000, Length: 1000, LKey: mr.LKey}, {Addr: 0x104000, Length: 8192, LKey: mr.LKey}},
 	}
 }
 
@@ -46,12 +48,12 @@ func TestHotPathNoAlloc(t *testing.T) {
 			return err
 		},
 		"Remote": func() error {
-			mem, err := fx.tab.Remote(hotPD, fx.mr.RKey, 0x100000+8, 4096, AccessRemoteWrite)
+			mem, err := fx.tab.Remote(hotPD, fx.mr.RKey, 0x100000+8, 4096, ib.AccessRemoteWrite)
 			copy(mem, buf)
 			return err
 		},
 		"Remote zero length": func() error {
-			_, err := fx.tab.Remote(hotPD, 0, 0, 0, AccessRemoteWrite)
+			_, err := fx.tab.Remote(hotPD, 0, 0, 0, ib.AccessRemoteWrite)
 			return err
 		},
 		"FetchAdd": func() error {
@@ -127,7 +129,7 @@ func BenchmarkRemote(b *testing.B) {
 	fx := newHotPath(b)
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := fx.tab.Remote(hotPD, fx.mr.RKey, 0x100000+64, 4096, AccessRemoteWrite); err != nil {
+		if _, err := fx.tab.Remote(hotPD, fx.mr.RKey, 0x100000+64, 4096, ib.AccessRemoteWrite); err != nil {
 			b.Fatal(err)
 		}
 	}

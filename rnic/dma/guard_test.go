@@ -5,6 +5,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/rnicd/rnicd/ib"
 )
 
 // The guard tests register a region that is a sub-slice of a larger buffer,
@@ -54,7 +56,7 @@ func newGuardFixture(t testing.TB) *guardFixture {
 		t.Fatal(err)
 	}
 	fx.afterVA = guardVA + regionLen
-	fx.after, err = fx.tab.Register(guardPD, fx.backing[guardLen+regionLen:], fx.afterVA, AccessRemoteRead)
+	fx.after, err = fx.tab.Register(guardPD, fx.backing[guardLen+regionLen:], fx.afterVA, ib.AccessRemoteRead)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,14 +99,14 @@ type hostile struct {
 	va      uint64
 	length  uint32
 	off     int
-	sge2    SGE
+	sge2    ib.SGE
 	payload byte
 }
 
 func (fx *guardFixture) attack(t testing.TB, h hostile) {
 	t.Helper()
 	tab := fx.tab
-	if mem, err := tab.Remote(guardPD, h.rkey, h.va, h.length, AccessRemoteWrite); err == nil {
+	if mem, err := tab.Remote(guardPD, h.rkey, h.va, h.length, ib.AccessRemoteWrite); err == nil {
 		fx.accepted++
 		if len(mem) != int(h.length) {
 			t.Fatalf("Remote(%#x, %#x, %d) returned %d bytes", h.rkey, h.va, h.length, len(mem))
@@ -120,7 +122,7 @@ func (fx *guardFixture) attack(t testing.TB, h hostile) {
 
 	// The first SGE uses the attacker's key and address; the second
 	// comes from the inputs too.
-	sgl := []SGE{{Addr: h.va, Length: h.length, LKey: h.rkey}, h.sge2}
+	sgl := []ib.SGE{{Addr: h.va, Length: h.length, LKey: h.rkey}, h.sge2}
 	n := int(h.length%(2*regionLen)) + 1
 	src := bytes.Repeat([]byte{h.payload}, n)
 	if tab.Scatter(guardPD, sgl, h.off, src) == nil {
@@ -169,7 +171,7 @@ func TestGuardHostile(t *testing.T) {
 			va:      pick(),
 			length:  pickLen(),
 			off:     offs[rng.IntN(len(offs))] + rng.IntN(5) - 2,
-			sge2:    SGE{Addr: pick(), Length: pickLen(), LKey: pickKey()},
+			sge2:    ib.SGE{Addr: pick(), Length: pickLen(), LKey: pickKey()},
 			payload: byte(i),
 		}
 		fx.attack(t, h)
@@ -205,7 +207,7 @@ func FuzzRemote(f *testing.F) {
 			va:      guardVA + vaDelta,
 			length:  length,
 			off:     int(off),
-			sge2:    SGE{Addr: guardVA + va2Delta, Length: len2, LKey: key(key2Sel, rawKey)},
+			sge2:    ib.SGE{Addr: guardVA + va2Delta, Length: len2, LKey: key(key2Sel, rawKey)},
 			payload: byte(vaDelta) ^ 0x5a,
 		}
 		fx.attack(t, h)

@@ -3,6 +3,8 @@ package dma
 import (
 	"errors"
 	"testing"
+
+	"github.com/rnicd/rnicd/ib"
 )
 
 // pattern fills b with a position-dependent byte pattern starting at seed, so
@@ -14,7 +16,7 @@ func pattern(b []byte, seed byte) {
 }
 
 // mustRegister registers a fresh n-byte buffer filled with pattern(seed).
-func mustRegister(t testing.TB, tab *Table, pd PD, n int, va uint64, access Access, seed byte) *MR {
+func mustRegister(t testing.TB, tab *Table, pd PD, n int, va uint64, access ib.Access, seed byte) *MR {
 	t.Helper()
 	buf := make([]byte, n)
 	pattern(buf, seed)
@@ -39,4 +41,4 @@ func wantErr(t testing.TB, what string, err, want error) {
 	}
 }
 
-const allRemote = AccessLocalWrite | AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic
+const allRemote = ib.AccessLocalWrite | ib.AccessRemoteWrite | ib.AccessRemoteRead | ib.AccessRemoteAtomic

@@ -1,13 +1,17 @@
 package dma
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/rnicd/rnicd/ib"
+)
 
 // checkRemote checks a remote access of length bytes at va through rkey, in
 // the order rxe's responder checks: key, PD, state, access, then (atomics
 // only) alignment, then bounds. need is the remote flag the operation
 // requires. Caller holds t.mu.
-func (t *Table) checkRemote(pd PD, rkey uint32, va, length uint64, need Access) (*region, uint64, error) {
-	if need == 0 || need&^accessRemote != 0 {
+func (t *Table) checkRemote(pd PD, rkey uint32, va, length uint64, need ib.Access) (*region, uint64, error) {
+	if need == 0 || need&^ib.AccessRemote != 0 {
 		// A caller bug, not a packet's; refuse rather than let it through.
 		return nil, 0, fmt.Errorf("dma: rkey %#x: remote access needs a REMOTE_* flag, asked %v: %w", rkey, need, ErrAccess)
 	}
@@ -24,7 +28,7 @@ func (t *Table) checkRemote(pd PD, rkey uint32, va, length uint64, need Access) 
 	if r.access&need != need {
 		return nil, 0, fmt.Errorf("dma: rkey %#x: needs %v, mr has %v: %w", rkey, need, r.access, ErrAccess)
 	}
-	if need == AccessRemoteAtomic && va%atomicLen != 0 {
+	if need == ib.AccessRemoteAtomic && va%atomicLen != 0 {
 		return nil, 0, fmt.Errorf("dma: rkey %#x: atomic va %#x: %w", rkey, va, ErrAlign)
 	}
 	off, ok := r.offset(va, length)
@@ -48,7 +52,7 @@ func (t *Table) checkRemote(pd PD, rkey uint32, va, length uint64, need Access) 
 // The slice aliases registered memory; the caller copies the packet payload
 // into it (WRITE) or out of it (READ) before handling its next packet, and
 // must not keep it: after Deregister the memory is the application's again.
-func (t *Table) Remote(pd PD, rkey uint32, va uint64, length uint32, need Access) ([]byte, error) {
+func (t *Table) Remote(pd PD, rkey uint32, va uint64, length uint32, need ib.Access) ([]byte, error) {
 	if length == 0 {
 		return nil, nil
 	}

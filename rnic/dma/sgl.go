@@ -3,22 +3,13 @@ package dma
 import (
 	"fmt"
 	"math"
-)
 
-// SGE is a scatter/gather element, as libibverbs' struct ibv_sge: Length
-// bytes at Addr in the MR named by LKey.
-//
-// An SGE with Length 0 names no memory and is not checked (its LKey may be
-// anything), the same rule IBTA applies to a zero-length RDMA operation.
-type SGE struct {
-	Addr   uint64
-	Length uint32
-	LKey   uint32
-}
+	"github.com/rnicd/rnicd/ib"
+)
 
 // checkSGE checks one SGE for local access; it returns the region and the
 // offset of Addr in it. Caller holds t.mu.
-func (t *Table) checkSGE(pd PD, sge *SGE, write bool) (*region, uint64, error) {
+func (t *Table) checkSGE(pd PD, sge *ib.SGE, write bool) (*region, uint64, error) {
 	r := t.lookup(sge.LKey)
 	if r == nil {
 		return nil, 0, fmt.Errorf("lkey %#x: %w", sge.LKey, ErrBadKey)
@@ -26,7 +17,7 @@ func (t *Table) checkSGE(pd PD, sge *SGE, write bool) (*region, uint64, error) {
 	if r.pd != pd {
 		return nil, 0, fmt.Errorf("lkey %#x: pd %d, mr pd %d: %w", sge.LKey, pd, r.pd, ErrPD)
 	}
-	if write && r.access&AccessLocalWrite == 0 {
+	if write && r.access&ib.AccessLocalWrite == 0 {
 		return nil, 0, fmt.Errorf("lkey %#x: write needs LOCAL_WRITE, mr has %v: %w", sge.LKey, r.access, ErrAccess)
 	}
 	off, ok := r.offset(sge.Addr, uint64(sge.Length))
@@ -42,7 +33,7 @@ func (t *Table) checkSGE(pd PD, sge *SGE, write bool) (*region, uint64, error) {
 // destination) and returns the total length of the message the SGL describes.
 // The transport engines call it when a WQE is posted or fetched, so bad work
 // requests fail before any packet is built.
-func (t *Table) CheckSGL(pd PD, sgl []SGE, write bool) (total int, err error) {
+func (t *Table) CheckSGL(pd PD, sgl []ib.SGE, write bool) (total int, err error) {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	var sum uint64
@@ -67,7 +58,7 @@ func (t *Table) CheckSGL(pd PD, sgl []SGE, write bool) (total int, err error) {
 // A local read needs no access flag; key, PD and bounds are checked for every
 // SGE the range touches. It is an error if off+len(dst) goes past the end of
 // the message.
-func (t *Table) Gather(pd PD, sgl []SGE, off int, dst []byte) error {
+func (t *Table) Gather(pd PD, sgl []ib.SGE, off int, dst []byte) error {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	return t.transfer(pd, sgl, off, dst, false)
@@ -78,7 +69,7 @@ func (t *Table) Gather(pd PD, sgl []SGE, off int, dst []byte) error {
 // the completer placing a READ response. Every MR touched needs LOCAL_WRITE.
 // The whole range is checked before the first byte is written, so a failed
 // Scatter writes nothing.
-func (t *Table) Scatter(pd PD, sgl []SGE, off int, src []byte) error {
+func (t *Table) Scatter(pd PD, sgl []ib.SGE, off int, src []byte) error {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	return t.transfer(pd, sgl, off, src, true)
@@ -90,7 +81,7 @@ func (t *Table) Scatter(pd PD, sgl []SGE, off int, src []byte) error {
 // deregistered in between, so the second pass cannot fail; this is what makes
 // a failed Scatter write nothing. Two walks over a short SGL cost less than
 // collecting the checked slices, which would need a buffer of unbounded size.
-func (t *Table) transfer(pd PD, sgl []SGE, off int, p []byte, write bool) error {
+func (t *Table) transfer(pd PD, sgl []ib.SGE, off int, p []byte, write bool) error {
 	if off < 0 {
 		return fmt.Errorf("dma: negative message offset %d: %w", off, ErrBounds)
 	}
@@ -104,7 +95,7 @@ func (t *Table) transfer(pd PD, sgl []SGE, off int, p []byte, write bool) error 
 // covers; with copyNow false it only checks, with copyNow true it also moves
 // the bytes (from the region into p for a gather, from p into the region for a
 // scatter).
-func (t *Table) walk(pd PD, sgl []SGE, off uint64, p []byte, write, copyNow bool) error {
+func (t *Table) walk(pd PD, sgl []ib.SGE, off uint64, p []byte, write, copyNow bool) error {
 	// pos is the message offset of the start of sgl[i]; all in uint64, where
 	// 2^32 SGEs of 2^32 bytes cannot overflow.
 	var pos uint64

@@ -4,41 +4,43 @@ import (
 	"bytes"
 	"math"
 	"testing"
+
+	"github.com/rnicd/rnicd/ib"
 )
 
 func TestCheckSGL(t *testing.T) {
 	tab := NewTable()
-	rw := mustRegister(t, tab, 1, 100, 0x1000, AccessLocalWrite, 0)
-	ro := mustRegister(t, tab, 1, 100, 0x5000, AccessRemoteRead, 0)
-	otherPD := mustRegister(t, tab, 2, 100, 0x1000, AccessLocalWrite, 0)
-	top := mustRegister(t, tab, 1, 16, math.MaxUint64-15, AccessLocalWrite, 0)
+	rw := mustRegister(t, tab, 1, 100, 0x1000, ib.AccessLocalWrite, 0)
+	ro := mustRegister(t, tab, 1, 100, 0x5000, ib.AccessRemoteRead, 0)
+	otherPD := mustRegister(t, tab, 2, 100, 0x1000, ib.AccessLocalWrite, 0)
+	top := mustRegister(t, tab, 1, 16, math.MaxUint64-15, ib.AccessLocalWrite, 0)
 
 	for _, c := range []struct {
 		name  string
-		sgl   []SGE
+		sgl   []ib.SGE
 		write bool
 		total int
 		want  error
 	}{
 		{"empty", nil, true, 0, nil},
-		{"one", []SGE{{0x1000, 100, rw.LKey}}, true, 100, nil},
-		{"three", []SGE{{0x1000, 10, rw.LKey}, {0x5000, 20, ro.LKey}, {0x1010, 30, rw.LKey}}, false, 60, nil},
-		{"last byte", []SGE{{0x1063, 1, rw.LKey}}, true, 1, nil},
-		{"one past end", []SGE{{0x1064, 1, rw.LKey}}, true, 0, ErrBounds},
-		{"one too long", []SGE{{0x1000, 101, rw.LKey}}, true, 0, ErrBounds},
-		{"one before start", []SGE{{0xfff, 1, rw.LKey}}, true, 0, ErrBounds},
-		{"addr+len overflows", []SGE{{math.MaxUint64 - 1, 4, rw.LKey}}, true, 0, ErrBounds},
-		{"huge length", []SGE{{0x1000, math.MaxUint32, rw.LKey}}, true, 0, ErrBounds},
-		{"top of address space", []SGE{{math.MaxUint64 - 15, 16, top.LKey}}, true, 16, nil},
-		{"top of address space + 1", []SGE{{math.MaxUint64 - 15, 17, top.LKey}}, true, 0, ErrBounds},
-		{"top of address space wrap", []SGE{{math.MaxUint64, 2, top.LKey}}, true, 0, ErrBounds},
-		{"bad key", []SGE{{0x1000, 1, 0xabcdef00}}, false, 0, ErrBadKey},
-		{"stale key8", []SGE{{0x1000, 1, rw.LKey ^ 1}}, false, 0, ErrBadKey},
-		{"bad key in 2nd", []SGE{{0x1000, 1, rw.LKey}, {0x1000, 1, 7}}, false, 0, ErrBadKey},
-		{"other pd", []SGE{{0x1000, 1, otherPD.LKey}}, false, 0, ErrPD},
-		{"write needs local write", []SGE{{0x5000, 1, ro.LKey}}, true, 0, ErrAccess},
-		{"read needs nothing", []SGE{{0x5000, 1, ro.LKey}}, false, 1, nil},
-		{"zero length not checked", []SGE{{0, 0, 0xdeadbeef}, {0x1000, 5, rw.LKey}}, true, 5, nil},
+		{"one", []ib.SGE{{Addr: 0x1000, Length: 100, LKey: rw.LKey}}, true, 100, nil},
+		{"three", []ib.SGE{{Addr: 0x1000, Length: 10, LKey: rw.LKey}, {Addr: 0x5000, Length: 20, LKey: ro.LKey}, {Addr: 0x1010, Length: 30, LKey: rw.LKey}}, false, 60, nil},
+		{"last byte", []ib.SGE{{Addr: 0x1063, Length: 1, LKey: rw.LKey}}, true, 1, nil},
+		{"one past end", []ib.SGE{{Addr: 0x1064, Length: 1, LKey: rw.LKey}}, true, 0, ErrBounds},
+		{"one too long", []ib.SGE{{Addr: 0x1000, Length: 101, LKey: rw.LKey}}, true, 0, ErrBounds},
+		{"one before start", []ib.SGE{{Addr: 0xfff, Length: 1, LKey: rw.LKey}}, true, 0, ErrBounds},
+		{"addr+len overflows", []ib.SGE{{Addr: math.MaxUint64 - 1, Length: 4, LKey: rw.LKey}}, true, 0, ErrBounds},
+		{"huge length", []ib.SGE{{Addr: 0x1000, Length: math.MaxUint32, LKey: rw.LKey}}, true, 0, ErrBounds},
+		{"top of address space", []ib.SGE{{Addr: math.MaxUint64 - 15, Length: 16, LKey: top.LKey}}, true, 16, nil},
+		{"top of address space + 1", []ib.SGE{{Addr: math.MaxUint64 - 15, Length: 17, LKey: top.LKey}}, true, 0, ErrBounds},
+		{"top of address space wrap", []ib.SGE{{Addr: math.MaxUint64, Length: 2, LKey: top.LKey}}, true, 0, ErrBounds},
+		{"bad key", []ib.SGE{{Addr: 0x1000, Length: 1, LKey: 0xabcdef00}}, false, 0, ErrBadKey},
+		{"stale key8", []ib.SGE{{Addr: 0x1000, Length: 1, LKey: rw.LKey ^ 1}}, false, 0, ErrBadKey},
+		{"bad key in 2nd", []ib.SGE{{Addr: 0x1000, Length: 1, LKey: rw.LKey}, {Addr: 0x1000, Length: 1, LKey: 7}}, false, 0, ErrBadKey},
+		{"other pd", []ib.SGE{{Addr: 0x1000, Length: 1, LKey: otherPD.LKey}}, false, 0, ErrPD},
+		{"write needs local write", []ib.SGE{{Addr: 0x5000, Length: 1, LKey: ro.LKey}}, true, 0, ErrAccess},
+		{"read needs nothing", []ib.SGE{{Addr: 0x5000, Length: 1, LKey: ro.LKey}}, false, 1, nil},
+		{"zero length not checked", []ib.SGE{{Addr: 0, Length: 0, LKey: 0xdeadbeef}, {Addr: 0x1000, Length: 5, LKey: rw.LKey}}, true, 5, nil},
 	} {
 		total, err := tab.CheckSGL(1, c.sgl, c.write)
 		wantErr(t, c.name, err, c.want)
@@ -54,9 +56,9 @@ func TestCheckSGL(t *testing.T) {
 func TestGatherScatterAcrossSGEs(t *testing.T) {
 	tab := NewTable()
 	const pd = 9
-	a := mustRegister(t, tab, pd, 64, 0x10000, AccessLocalWrite, 1)
-	b := mustRegister(t, tab, pd, 64, 0, AccessLocalWrite|AccessZeroBased, 2)
-	sgl := []SGE{
+	a := mustRegister(t, tab, pd, 64, 0x10000, ib.AccessLocalWrite, 1)
+	b := mustRegister(t, tab, pd, 64, 0, ib.AccessLocalWrite|ib.AccessZeroBased, 2)
+	sgl := []ib.SGE{
 		{Addr: 0x10000 + 3, Length: 5, LKey: a.LKey},
 		{Addr: 0, Length: 0, LKey: 0}, // zero-length: skipped
 		{Addr: 60, Length: 4, LKey: b.LKey},
@@ -125,14 +127,14 @@ func TestGatherScatterAcrossSGEs(t *testing.T) {
 func TestGatherScatterErrors(t *testing.T) {
 	tab := NewTable()
 	const pd = 1
-	rw := mustRegister(t, tab, pd, 32, 0x1000, AccessLocalWrite, 0)
-	ro := mustRegister(t, tab, pd, 32, 0x2000, AccessRemoteRead, 0)
-	other := mustRegister(t, tab, pd+1, 32, 0x3000, AccessLocalWrite, 0)
-	good := []SGE{{0x1000, 16, rw.LKey}, {0x1010, 16, rw.LKey}}
+	rw := mustRegister(t, tab, pd, 32, 0x1000, ib.AccessLocalWrite, 0)
+	ro := mustRegister(t, tab, pd, 32, 0x2000, ib.AccessRemoteRead, 0)
+	other := mustRegister(t, tab, pd+1, 32, 0x3000, ib.AccessLocalWrite, 0)
+	good := []ib.SGE{{Addr: 0x1000, Length: 16, LKey: rw.LKey}, {Addr: 0x1010, Length: 16, LKey: rw.LKey}}
 
 	for _, c := range []struct {
 		name        string
-		sgl         []SGE
+		sgl         []ib.SGE
 		off, n      int
 		gather, sct error
 	}{
@@ -145,16 +147,16 @@ func TestGatherScatterErrors(t *testing.T) {
 		{"min int offset", good, math.MinInt, 1, ErrBounds, ErrBounds},
 		{"huge offset", good, math.MaxInt - 3, 1, ErrBounds, ErrBounds},
 		{"empty sgl", nil, 0, 1, ErrBounds, ErrBounds},
-		{"read-only mr", []SGE{{0x2000, 32, ro.LKey}}, 0, 8, nil, ErrAccess},
-		{"other pd", []SGE{{0x3000, 32, other.LKey}}, 0, 8, ErrPD, ErrPD},
-		{"bad key", []SGE{{0x1000, 32, 0x4200}}, 0, 8, ErrBadKey, ErrBadKey},
-		{"sge outside mr", []SGE{{0x1010, 17, rw.LKey}}, 0, 1, ErrBounds, ErrBounds},
+		{"read-only mr", []ib.SGE{{Addr: 0x2000, Length: 32, LKey: ro.LKey}}, 0, 8, nil, ErrAccess},
+		{"other pd", []ib.SGE{{Addr: 0x3000, Length: 32, LKey: other.LKey}}, 0, 8, ErrPD, ErrPD},
+		{"bad key", []ib.SGE{{Addr: 0x1000, Length: 32, LKey: 0x4200}}, 0, 8, ErrBadKey, ErrBadKey},
+		{"sge outside mr", []ib.SGE{{Addr: 0x1010, Length: 17, LKey: rw.LKey}}, 0, 1, ErrBounds, ErrBounds},
 		// The second SGE is bad and the range reaches it: nothing may be
 		// written to the first.
-		{"bad 2nd sge", []SGE{{0x1000, 8, rw.LKey}, {0x2000, 8, ro.LKey}}, 4, 8, nil, ErrAccess},
-		{"2nd sge overflows", []SGE{{0x1000, 8, rw.LKey}, {math.MaxUint64, 8, rw.LKey}}, 0, 9, ErrBounds, ErrBounds},
+		{"bad 2nd sge", []ib.SGE{{Addr: 0x1000, Length: 8, LKey: rw.LKey}, {Addr: 0x2000, Length: 8, LKey: ro.LKey}}, 4, 8, nil, ErrAccess},
+		{"2nd sge overflows", []ib.SGE{{Addr: 0x1000, Length: 8, LKey: rw.LKey}, {Addr: math.MaxUint64, Length: 8, LKey: rw.LKey}}, 0, 9, ErrBounds, ErrBounds},
 		// A bad SGE the range does not touch is not looked at.
-		{"bad sge untouched", []SGE{{0x1000, 8, rw.LKey}, {0, 8, 0x999}}, 0, 8, nil, nil},
+		{"bad sge untouched", []ib.SGE{{Addr: 0x1000, Length: 8, LKey: rw.LKey}, {Addr: 0, Length: 8, LKey: 0x999}}, 0, 8, nil, nil},
 	} {
 		pattern(rw.Bytes(), 0)
 		before := bytes.Clone(rw.Bytes())

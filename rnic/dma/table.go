@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+
+	"github.com/rnicd/rnicd/ib"
 )
 
 // PD is a protection domain handle. 0 is invalid: no caller allocates it, so
@@ -52,7 +54,7 @@ func makeKey(index uint32, key8 uint8) uint32 {
 type MR struct {
 	LKey, RKey uint32
 	PD         PD
-	Access     Access
+	Access     ib.Access
 	VA         uint64 // address the region answers to: the application's virtual address, or 0 if ZeroBased
 	Len        uint64
 
@@ -80,7 +82,7 @@ func (m *MR) String() string {
 type region struct {
 	key    uint32
 	pd     PD
-	access Access
+	access ib.Access
 	va     uint64
 	buf    []byte // len == cap == region length
 
@@ -148,14 +150,14 @@ func (t *Table) Len() int {
 // REMOTE_WRITE or REMOTE_ATOMIC without LOCAL_WRITE, or an unknown flag, is
 // ErrBadAccess; pd 0 is ErrPD; a region that would wrap the 64-bit address
 // space is ErrBounds.
-func (t *Table) Register(pd PD, buf []byte, va uint64, access Access) (*MR, error) {
+func (t *Table) Register(pd PD, buf []byte, va uint64, access ib.Access) (*MR, error) {
 	if pd == 0 {
 		return nil, fmt.Errorf("dma: register: pd 0: %w", ErrPD)
 	}
 	if !validRegAccess(access) {
 		return nil, fmt.Errorf("dma: register: access %v: %w", access, ErrBadAccess)
 	}
-	if access&AccessZeroBased != 0 {
+	if access&ib.AccessZeroBased != 0 {
 		va = 0
 	}
 	n := uint64(len(buf))

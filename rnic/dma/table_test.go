@@ -2,26 +2,9 @@ package dma
 
 import (
 	"testing"
-)
 
-func TestAccessString(t *testing.T) {
-	for _, c := range []struct {
-		a    Access
-		want string
-	}{
-		{0, "0"},
-		{AccessLocalWrite, "LOCAL_WRITE"},
-		{AccessLocalWrite | AccessRemoteRead, "LOCAL_WRITE|REMOTE_READ"},
-		{allRemote, "LOCAL_WRITE|REMOTE_WRITE|REMOTE_READ|REMOTE_ATOMIC"},
-		{AccessMWBind | AccessZeroBased | AccessOnDemand, "MW_BIND|ZERO_BASED|ON_DEMAND"},
-		{AccessRemoteRead | 0x300, "REMOTE_READ|0x300"},
-		{0x80, "0x80"},
-	} {
-		if got := c.a.String(); got != c.want {
-			t.Errorf("Access(%#x).String() = %q, want %q", uint32(c.a), got, c.want)
-		}
-	}
-}
+	"github.com/rnicd/rnicd/ib"
+)
 
 func TestRegisterErrors(t *testing.T) {
 	tab := NewTable()
@@ -31,20 +14,20 @@ func TestRegisterErrors(t *testing.T) {
 		pd     PD
 		buf    []byte
 		va     uint64
-		access Access
+		access ib.Access
 		want   error
 	}{
 		{"ok local", 1, buf, 0x1000, 0, nil},
-		{"ok all", 1, buf, 0x1000, allRemote | AccessMWBind | AccessOnDemand, nil},
-		{"ok remote read only", 1, buf, 0x1000, AccessRemoteRead, nil},
-		{"ok empty", 1, nil, 0x1000, AccessLocalWrite, nil},
-		{"pd 0", 0, buf, 0x1000, AccessLocalWrite, ErrPD},
-		{"remote write without local write", 1, buf, 0x1000, AccessRemoteWrite, ErrBadAccess},
-		{"remote atomic without local write", 1, buf, 0x1000, AccessRemoteAtomic | AccessRemoteRead, ErrBadAccess},
-		{"unknown flag", 1, buf, 0x1000, AccessLocalWrite | 0x80, ErrBadAccess},
-		{"wraps address space", 1, buf, ^uint64(0) - 62, AccessLocalWrite, ErrBounds},
-		{"ends at top of address space", 1, buf, ^uint64(0) - 63, AccessLocalWrite, nil},
-		{"zero based ignores va", 1, buf, ^uint64(0), AccessLocalWrite | AccessZeroBased, nil},
+		{"ok all", 1, buf, 0x1000, allRemote | ib.AccessMWBind | ib.AccessOnDemand, nil},
+		{"ok remote read only", 1, buf, 0x1000, ib.AccessRemoteRead, nil},
+		{"ok empty", 1, nil, 0x1000, ib.AccessLocalWrite, nil},
+		{"pd 0", 0, buf, 0x1000, ib.AccessLocalWrite, ErrPD},
+		{"remote write without local write", 1, buf, 0x1000, ib.AccessRemoteWrite, ErrBadAccess},
+		{"remote atomic without local write", 1, buf, 0x1000, ib.AccessRemoteAtomic | ib.AccessRemoteRead, ErrBadAccess},
+		{"unknown flag", 1, buf, 0x1000, ib.AccessLocalWrite | 0x80, ErrBadAccess},
+		{"wraps address space", 1, buf, ^uint64(0) - 62, ib.AccessLocalWrite, ErrBounds},
+		{"ends at top of address space", 1, buf, ^uint64(0) - 63, ib.AccessLocalWrite, nil},
+		{"zero based ignores va", 1, buf, ^uint64(0), ib.AccessLocalWrite | ib.AccessZeroBased, nil},
 	} {
 		mr, err := tab.Register(c.pd, c.buf, c.va, c.access)
 		wantErr(t, c.name, err, c.want)
@@ -55,7 +38,7 @@ func TestRegisterErrors(t *testing.T) {
 			continue
 		}
 		wantVA := c.va
-		if c.access&AccessZeroBased != 0 {
+		if c.access&ib.AccessZeroBased != 0 {
 			wantVA = 0
 		}
 		if mr.LKey != mr.RKey || mr.PD != c.pd || mr.Access != c.access || mr.VA != wantVA || mr.Len != uint64(len(c.buf)) {
@@ -72,7 +55,7 @@ func TestKeysAndLookup(t *testing.T) {
 	seen := map[uint32]bool{}
 	var mrs []*MR
 	for i := range 10 {
-		mr := mustRegister(t, tab, 1, 16, uint64(i)*0x1000, AccessLocalWrite, 0)
+		mr := mustRegister(t, tab, 1, 16, uint64(i)*0x1000, ib.AccessLocalWrite, 0)
 		if mr.LKey>>8 == 0 {
 			t.Fatalf("key %#x uses index 0", mr.LKey)
 		}
@@ -130,12 +113,12 @@ func TestKeyReuse(t *testing.T) {
 			if _, ok := tab.Lookup(old); ok {
 				t.Fatalf("stale key %#x still found", old)
 			}
-			_, err := tab.Remote(pd, old, 0x1000, 8, AccessRemoteRead)
+			_, err := tab.Remote(pd, old, 0x1000, 8, ib.AccessRemoteRead)
 			wantErr(t, "remote with stale rkey", err, ErrBadKey)
-			err = tab.Gather(pd, []SGE{{Addr: 0x1000, Length: 8, LKey: old}}, 0, make([]byte, 8))
+			err = tab.Gather(pd, []ib.SGE{{Addr: 0x1000, Length: 8, LKey: old}}, 0, make([]byte, 8))
 			wantErr(t, "gather with stale lkey", err, ErrBadKey)
 		}
-		if _, err := tab.Remote(pd, mr.RKey, 0x1000, 8, AccessRemoteRead); err != nil {
+		if _, err := tab.Remote(pd, mr.RKey, 0x1000, 8, ib.AccessRemoteRead); err != nil {
 			t.Fatalf("fresh key %#x: %v", mr.RKey, err)
 		}
 		stale = append(stale, mr.LKey)
@@ -154,14 +137,14 @@ func TestDeregister(t *testing.T) {
 	if _, ok := tab.Lookup(a.LKey); ok {
 		t.Error("deregistered MR still found")
 	}
-	_, err := tab.Remote(1, a.RKey, 0x1000, 1, AccessRemoteWrite)
+	_, err := tab.Remote(1, a.RKey, 0x1000, 1, ib.AccessRemoteWrite)
 	wantErr(t, "remote after deregister", err, ErrBadKey)
 	_, err = tab.AtomicFetchAdd(1, a.RKey, 0x1000, 1)
 	wantErr(t, "atomic after deregister", err, ErrBadKey)
-	_, err = tab.CheckSGL(1, []SGE{{Addr: 0x1000, Length: 1, LKey: a.LKey}}, false)
+	_, err = tab.CheckSGL(1, []ib.SGE{{Addr: 0x1000, Length: 1, LKey: a.LKey}}, false)
 	wantErr(t, "sgl after deregister", err, ErrBadKey)
 	// The other MR is untouched.
-	if _, err := tab.Remote(1, b.RKey, 0x1000, 64, AccessRemoteWrite); err != nil {
+	if _, err := tab.Remote(1, b.RKey, 0x1000, 64, ib.AccessRemoteWrite); err != nil {
 		t.Errorf("other MR: %v", err)
 	}
 	if tab.Len() != 1 {
@@ -184,7 +167,7 @@ func TestInvalidate(t *testing.T) {
 	if !mr.Invalidated() {
 		t.Fatal("not invalidated")
 	}
-	for _, need := range []Access{AccessRemoteWrite, AccessRemoteRead} {
+	for _, need := range []ib.Access{ib.AccessRemoteWrite, ib.AccessRemoteRead} {
 		_, err := tab.Remote(5, mr.RKey, 0x2000, 8, need)
 		wantErr(t, "remote "+need.String()+" after invalidate", err, ErrInvalidated)
 	}
@@ -194,13 +177,13 @@ func TestInvalidate(t *testing.T) {
 	wantErr(t, "faa after invalidate", err, ErrInvalidated)
 	// PD is checked before the invalid state: a QP of another PD learns
 	// nothing about this MR.
-	_, err = tab.Remote(6, mr.RKey, 0x2000, 8, AccessRemoteRead)
+	_, err = tab.Remote(6, mr.RKey, 0x2000, 8, ib.AccessRemoteRead)
 	wantErr(t, "remote other pd after invalidate", err, ErrPD)
 	// Local access is unaffected.
 	wantErr(t, "local scatter after invalidate",
-		tab.Scatter(5, []SGE{{Addr: 0x2000, Length: 8, LKey: mr.LKey}}, 0, make([]byte, 8)), nil)
+		tab.Scatter(5, []ib.SGE{{Addr: 0x2000, Length: 8, LKey: mr.LKey}}, 0, make([]byte, 8)), nil)
 	// Other MRs are unaffected.
-	if _, err := tab.Remote(5, other.RKey, 0x2000, 8, AccessRemoteRead); err != nil {
+	if _, err := tab.Remote(5, other.RKey, 0x2000, 8, ib.AccessRemoteRead); err != nil {
 		t.Errorf("other MR: %v", err)
 	}
 	// Deregistering an invalidated MR works.
@@ -211,12 +194,12 @@ func TestInvalidate(t *testing.T) {
 // grants nothing.
 func TestMRFieldsNotTrusted(t *testing.T) {
 	tab := NewTable()
-	mr := mustRegister(t, tab, 1, 16, 0x1000, AccessLocalWrite, 0)
+	mr := mustRegister(t, tab, 1, 16, 0x1000, ib.AccessLocalWrite, 0)
 	mr.Access = allRemote
 	mr.Len = 1 << 20
 	mr.PD = 2
-	_, err := tab.Remote(1, mr.RKey, 0x1000, 8, AccessRemoteWrite)
+	_, err := tab.Remote(1, mr.RKey, 0x1000, 8, ib.AccessRemoteWrite)
 	wantErr(t, "remote write after editing Access", err, ErrAccess)
-	err = tab.Scatter(1, []SGE{{Addr: 0x1000, Length: 32, LKey: mr.LKey}}, 0, make([]byte, 32))
+	err = tab.Scatter(1, []ib.SGE{{Addr: 0x1000, Length: 32, LKey: mr.LKey}}, 0, make([]byte, 32))
 	wantErr(t, "scatter after editing Len", err, ErrBounds)
 }

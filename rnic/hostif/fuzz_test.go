@@ -5,13 +5,13 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/rnicd/rnicd/rnic/qpmgr"
+	"github.com/rnicd/rnicd/ib"
 )
 
 // seedRequests are well-formed requests of every kind.
 func seedRequests() [][]byte {
-	var a qpmgr.Attr
-	a.State, a.AH.DGID[15] = qpmgr.StateRTR, 1
+	var a ib.QPAttr
+	a.State, a.AH.DGID[15] = ib.QPSRTR, 1
 	return [][]byte{
 		Encode(KindQueryPort, 0, 1, &Empty{}),
 		Encode(KindAllocPD, 0, 2, &Empty{}),
@@ -19,9 +19,9 @@ func seedRequests() [][]byte {
 		Encode(KindRegMR, 0, 4, &RegMRReq{PD: 1, Access: 7, Offset: 4096, Length: 100, IOVA: 0x7f00}),
 		Encode(KindCreateCQ, 0, 5, &CreateCQReq{CQE: 16, Channel: 2}),
 		Encode(KindCreateSRQ, 0, 6, &CreateSRQReq{PD: 1, MaxWR: 8, MaxSGE: 1}),
-		Encode(KindCreateQP, 0, 7, &CreateQPReq{PD: 1, SendCQ: 2, RecvCQ: 2, Type: qpmgr.TypeRC,
-			Caps: qpmgr.Caps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}}),
-		Encode(KindModifyQP, 0, 8, &ModifyQPReq{H: 3, Mask: qpmgr.AttrState, Attr: a}),
+		Encode(KindCreateQP, 0, 7, &CreateQPReq{PD: 1, SendCQ: 2, RecvCQ: 2, Type: ib.QPTypeRC,
+			Caps: ib.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}}),
+		Encode(KindModifyQP, 0, 8, &ModifyQPReq{H: 3, Mask: ib.AttrState, Attr: a}),
 		Encode(KindListQPs, 0, 9, &ListQPsReq{From: 17}),
 		Encode(KindDoorbell, 0, 10, &DoorbellReq{H: 3, Queue: DoorbellRecv}),
 	}
@@ -59,7 +59,7 @@ func FuzzDecodeReply(f *testing.F) {
 	})
 }
 
-func sendSlot(wr *qpmgr.SendWR, maxSGE, maxInline int) []byte {
+func sendSlot(wr *ib.SendWR, maxSGE, maxInline int) []byte {
 	slot := make([]byte, SendSlotBytes(maxSGE, maxInline))
 	if err := EncodeSendWQE(slot, wr); err != nil {
 		panic(err)
@@ -71,9 +71,9 @@ func sendSlot(wr *qpmgr.SendWR, maxSGE, maxInline int) []byte {
 // to an error; never a panic, never more SGEs or inline bytes than the
 // caps allow.
 func FuzzDecodeSendWQE(f *testing.F) {
-	f.Add(sendSlot(&qpmgr.SendWR{WRID: 1, Opcode: qpmgr.WRRDMAWrite, SGL: []qpmgr.SGE{{Addr: 1, Length: 2, LKey: 3}}}, 2, 16), 2, 16)
-	f.Add(sendSlot(&qpmgr.SendWR{WRID: 2, Opcode: qpmgr.WRSend, Flags: qpmgr.SendInline, InlineData: []byte("abc")}, 1, 16), 1, 16)
-	f.Add(sendSlot(&qpmgr.SendWR{WRID: 3, Opcode: qpmgr.WRSend, AH: &qpmgr.AH{HopLimit: 64}, RemoteQPN: 5}, 1, 0), 1, 0)
+	f.Add(sendSlot(&ib.SendWR{WRID: 1, Opcode: ib.WRRDMAWrite, SGL: []ib.SGE{{Addr: 1, Length: 2, LKey: 3}}}, 2, 16), 2, 16)
+	f.Add(sendSlot(&ib.SendWR{WRID: 2, Opcode: ib.WRSend, Flags: ib.SendInline, InlineData: []byte("abc")}, 1, 16), 1, 16)
+	f.Add(sendSlot(&ib.SendWR{WRID: 3, Opcode: ib.WRSend, AH: &ib.AH{HopLimit: 64}, RemoteQPN: 5}, 1, 0), 1, 0)
 	f.Fuzz(func(t *testing.T, slot []byte, maxSGE, maxInline int) {
 		wr, err := DecodeSendWQE(slot, maxSGE, maxInline)
 		if err != nil {
@@ -88,7 +88,7 @@ func FuzzDecodeSendWQE(f *testing.F) {
 // FuzzDecodeRecvWQE: the same for receive slots.
 func FuzzDecodeRecvWQE(f *testing.F) {
 	slot := make([]byte, RecvSlotBytes(2))
-	EncodeRecvWQE(slot, &qpmgr.RecvWR{WRID: 9, SGL: []qpmgr.SGE{{Addr: 1, Length: 2, LKey: 3}}})
+	EncodeRecvWQE(slot, &ib.RecvWR{WRID: 9, SGL: []ib.SGE{{Addr: 1, Length: 2, LKey: 3}}})
 	f.Add(slot, 2)
 	f.Fuzz(func(t *testing.T, slot []byte, maxSGE int) {
 		wr, err := DecodeRecvWQE(slot, maxSGE)
@@ -100,14 +100,14 @@ func FuzzDecodeRecvWQE(f *testing.F) {
 
 // Send and receive WQEs survive the slot format field by field.
 func TestWQESlotRoundTrip(t *testing.T) {
-	wrs := []qpmgr.SendWR{
-		{WRID: 1 << 60, Opcode: qpmgr.WRAtomicCmpAndSwp, Flags: qpmgr.SendSignaled | qpmgr.SendFence,
-			SGL: []qpmgr.SGE{{Addr: 0x7f0000001000, Length: 8, LKey: 0x1234}}, RemoteAddr: 0xdead0000, RKey: 0x99,
+	wrs := []ib.SendWR{
+		{WRID: 1 << 60, Opcode: ib.WRAtomicCmpAndSwp, Flags: ib.SendSignaled | ib.SendFence,
+			SGL: []ib.SGE{{Addr: 0x7f0000001000, Length: 8, LKey: 0x1234}}, RemoteAddr: 0xdead0000, RKey: 0x99,
 			CompareAdd: 5, Swap: 9},
-		{WRID: 2, Opcode: qpmgr.WRSendWithImm, Flags: qpmgr.SendInline | qpmgr.SendSolicited, Imm: 0xabcdef01,
-			InlineData: bytes.Repeat([]byte{7}, 64), AH: &qpmgr.AH{DGID: [16]byte{15: 2}, FlowLabel: 0xfffff,
+		{WRID: 2, Opcode: ib.WRSendWithImm, Flags: ib.SendInline | ib.SendSolicited, Imm: 0xabcdef01,
+			InlineData: bytes.Repeat([]byte{7}, 64), AH: &ib.AH{DGID: [16]byte{15: 2}, FlowLabel: 0xfffff,
 				HopLimit: 3, TrafficClass: 4, SGIDIndex: 1}, RemoteQPN: 0x11, RemoteQKey: 0x22},
-		{WRID: 3, Opcode: qpmgr.WRSendWithInv, InvRKey: 0x55, SGL: []qpmgr.SGE{{Addr: 1, Length: 2, LKey: 3}, {Addr: 4, Length: 5, LKey: 6}}},
+		{WRID: 3, Opcode: ib.WRSendWithInv, InvRKey: 0x55, SGL: []ib.SGE{{Addr: 1, Length: 2, LKey: 3}, {Addr: 4, Length: 5, LKey: 6}}},
 	}
 	for _, wr := range wrs {
 		got, err := DecodeSendWQE(sendSlot(&wr, 2, 64), 2, 64)
@@ -122,7 +122,7 @@ func TestWQESlotRoundTrip(t *testing.T) {
 		}
 	}
 	slot := make([]byte, RecvSlotBytes(2))
-	rwr := qpmgr.RecvWR{WRID: 77, SGL: []qpmgr.SGE{{Addr: 10, Length: 20, LKey: 30}, {Addr: 40, Length: 50, LKey: 60}}}
+	rwr := ib.RecvWR{WRID: 77, SGL: []ib.SGE{{Addr: 10, Length: 20, LKey: 30}, {Addr: 40, Length: 50, LKey: 60}}}
 	if err := EncodeRecvWQE(slot, &rwr); err != nil {
 		t.Fatal(err)
 	}

@@ -1,8 +1,7 @@
 package hostif
 
 import (
-	"github.com/rnicd/rnicd/rnic/dma"
-	"github.com/rnicd/rnicd/rnic/qpmgr"
+	"github.com/rnicd/rnicd/ib"
 	"github.com/rnicd/rnicd/wire/bth"
 )
 
@@ -89,7 +88,7 @@ type RingReply struct {
 	QPN uint32 // QPs only
 	// Caps are the sizes the object got (a CQ's depth in MaxSendWR; an
 	// SRQ's in MaxRecvWR/MaxRecvSGE).
-	Caps qpmgr.Caps
+	Caps ib.QPCap
 	// Rings: the send (or completion) ring and the receive ring; Size 0
 	// for a ring the object does not have.
 	Send, Recv RingDesc
@@ -111,13 +110,13 @@ func (r *RingDesc) decode(d *decoder) {
 	r.Offset, r.Size, r.Slots, r.SlotBytes = d.u32(), d.u32(), d.u32(), d.u32()
 }
 
-func encodeCaps(e *encoder, c *qpmgr.Caps) {
+func encodeCaps(e *encoder, c *ib.QPCap) {
 	for _, v := range []int{c.MaxSendWR, c.MaxRecvWR, c.MaxSendSGE, c.MaxRecvSGE, c.MaxInlineData} {
 		e.u32(uint32(v))
 	}
 }
 
-func decodeCaps(d *decoder, c *qpmgr.Caps) {
+func decodeCaps(d *decoder, c *ib.QPCap) {
 	for _, p := range []*int{&c.MaxSendWR, &c.MaxRecvWR, &c.MaxSendSGE, &c.MaxRecvSGE, &c.MaxInlineData} {
 		v := d.u32()
 		if v > 1<<24 {
@@ -158,9 +157,9 @@ func (m *CreateSRQReq) decode(d *decoder) {
 // CreateQPReq asks for a QP in RESET (ibv_create_qp); SRQ 0 is none.
 type CreateQPReq struct {
 	PD, SendCQ, RecvCQ, SRQ uint32
-	Type                    qpmgr.Type
+	Type                    ib.QPType
 	SigAll                  bool
-	Caps                    qpmgr.Caps
+	Caps                    ib.QPCap
 }
 
 func (m *CreateQPReq) encode(e *encoder) {
@@ -175,7 +174,7 @@ func (m *CreateQPReq) encode(e *encoder) {
 
 func (m *CreateQPReq) decode(d *decoder) {
 	m.PD, m.SendCQ, m.RecvCQ, m.SRQ = d.u32(), d.u32(), d.u32(), d.u32()
-	m.Type = qpmgr.Type(d.u8())
+	m.Type = ib.QPType(d.u8())
 	m.SigAll = u2b(d, d.u8())
 	decodeCaps(d, &m.Caps)
 }
@@ -197,11 +196,11 @@ func u2b(d *decoder, v uint8) bool {
 // ModifyQPReq changes a QP (ibv_modify_qp): the attributes Mask names.
 type ModifyQPReq struct {
 	H    uint32
-	Mask qpmgr.AttrMask
-	Attr qpmgr.Attr
+	Mask ib.AttrMask
+	Attr ib.QPAttr
 }
 
-func encodeAttr(e *encoder, a *qpmgr.Attr) {
+func encodeAttr(e *encoder, a *ib.QPAttr) {
 	e.u8(uint8(a.State))
 	e.u8(uint8(a.PathMTU))
 	e.u32(a.QKey)
@@ -221,11 +220,11 @@ func encodeAttr(e *encoder, a *qpmgr.Attr) {
 	}
 }
 
-func decodeAttr(d *decoder, a *qpmgr.Attr) {
-	a.State = qpmgr.State(d.u8())
-	a.PathMTU = qpmgr.MTU(d.u8())
+func decodeAttr(d *decoder, a *ib.QPAttr) {
+	a.State = ib.QPState(d.u8())
+	a.PathMTU = ib.MTU(d.u8())
 	a.QKey, a.RQPSN, a.SQPSN, a.DestQPN = d.u32(), d.u32(), d.u32(), d.u32()
-	a.AccessFlags = dma.Access(d.u32())
+	a.AccessFlags = ib.Access(d.u32())
 	a.PKeyIndex = d.u16()
 	a.PortNum = d.u8()
 	d.bytes(a.AH.DGID[:])
@@ -244,12 +243,12 @@ func (m *ModifyQPReq) encode(e *encoder) {
 
 func (m *ModifyQPReq) decode(d *decoder) {
 	m.H = d.u32()
-	m.Mask = qpmgr.AttrMask(d.u32())
+	m.Mask = ib.AttrMask(d.u32())
 	decodeAttr(d, &m.Attr)
 }
 
 // QPAttrReply answers KindQueryQP.
-type QPAttrReply struct{ Attr qpmgr.Attr }
+type QPAttrReply struct{ Attr ib.QPAttr }
 
 func (m *QPAttrReply) encode(e *encoder) { encodeAttr(e, &m.Attr) }
 func (m *QPAttrReply) decode(d *decoder) { decodeAttr(d, &m.Attr) }
@@ -263,9 +262,9 @@ func (m *ListQPsReq) decode(d *decoder) { m.From = d.u32() }
 // QPRow is one QP of ListQPsReply.
 type QPRow struct {
 	QPN, SQPSN, RQPSN, DestQPN uint32
-	Type                       qpmgr.Type
-	State                      qpmgr.State
-	PathMTU                    qpmgr.MTU
+	Type                       ib.QPType
+	State                      ib.QPState
+	PathMTU                    ib.MTU
 	Dest                       [16]byte
 	SQDepth, RQDepth           uint32
 	PID                        uint32 // owner's; 0 for the daemon's own
@@ -314,7 +313,7 @@ func (m *ListQPsReply) decode(d *decoder) {
 	for i := range m.Rows {
 		r := &m.Rows[i]
 		r.QPN, r.SQPSN, r.RQPSN, r.DestQPN = d.u32(), d.u32(), d.u32(), d.u32()
-		r.Type, r.State, r.PathMTU = qpmgr.Type(d.u8()), qpmgr.State(d.u8()), qpmgr.MTU(d.u8())
+		r.Type, r.State, r.PathMTU = ib.QPType(d.u8()), ib.QPState(d.u8()), ib.MTU(d.u8())
 		d.bytes(r.Dest[:])
 		r.SQDepth, r.RQDepth, r.PID = d.u32(), d.u32(), d.u32()
 		r.Comm = d.str()

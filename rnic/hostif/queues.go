@@ -8,6 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rnicd/rnicd/ib"
 	"github.com/rnicd/rnicd/rnic"
 	"github.com/rnicd/rnicd/rnic/qpmgr"
 )
@@ -60,13 +61,13 @@ func (c *conn) createCQ(b Body, fds []int) (Body, []int, error) {
 		ch.refs++
 	}
 	h := c.add(o)
-	return &RingReply{H: h, Caps: qpmgr.Caps{MaxSendWR: int(r.CQE)},
+	return &RingReply{H: h, Caps: ib.QPCap{MaxSendWR: int(r.CQE)},
 		Send: RingDesc{Size: uint32(len(mem)), Slots: r.CQE, SlotBytes: CQESlotBytes}}, []int{fd}, nil
 }
 
 // sink writes one completion into the ring; the CQ's lock is held, and
 // for a send completion the QP's too.
-func (o *cqObj) sink(wc *qpmgr.WC, solicited bool) error {
+func (o *cqObj) sink(wc *ib.WC, solicited bool) error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.dead {
@@ -86,7 +87,7 @@ func (o *cqObj) sink(wc *qpmgr.WC, solicited bool) error {
 	PutCQE(o.ring.slot(o.prod), wc)
 	o.prod++
 	o.ring.SetProducer(o.prod)
-	if a := o.ring.Armed(); a == ArmAny || (a == ArmSolicited && (solicited || wc.Status != qpmgr.WCSuccess)) {
+	if a := o.ring.Armed(); a == ArmAny || (a == ArmSolicited && (solicited || wc.Status != ib.WCSuccess)) {
 		if o.ring.disarm(a) {
 			o.ring.addEvent()
 			if o.ch != nil {
@@ -127,7 +128,7 @@ func (c *conn) createSRQ(b Body, _ []int) (Body, []int, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	if r.MaxWR < 1 || r.MaxWR > qpmgr.MaxQPWR || r.MaxSGE < 1 || r.MaxSGE > qpmgr.MaxSGE || r.Limit > r.MaxWR {
+	if r.MaxWR < 1 || r.MaxWR > ib.MaxQPWR || r.MaxSGE < 1 || r.MaxSGE > ib.MaxSGE || r.Limit > r.MaxWR {
 		return nil, nil, errf(CodeInvalid, "create_srq: %d WRs x %d SGEs, limit %d", r.MaxWR, r.MaxSGE, r.Limit)
 	}
 	s, err := c.s.dev.CreateSRQ(pd.pd, int(r.MaxWR), int(r.MaxSGE))
@@ -148,7 +149,7 @@ func (c *conn) createSRQ(b Body, _ []int) (Body, []int, error) {
 	s.SetFetch(feed.pull)
 	pd.refs++
 	h := c.add(&srqObj{pd: pd, srq: s, maxSGE: int(r.MaxSGE), mem: mem, feed: feed})
-	return &RingReply{H: h, Caps: qpmgr.Caps{MaxRecvWR: int(r.MaxWR), MaxRecvSGE: int(r.MaxSGE)},
+	return &RingReply{H: h, Caps: ib.QPCap{MaxRecvWR: int(r.MaxWR), MaxRecvSGE: int(r.MaxSGE)},
 		Recv: RingDesc{Size: uint32(len(mem)), Slots: r.MaxWR, SlotBytes: slot}}, []int{fd}, nil
 }
 
@@ -179,8 +180,8 @@ type qpObj struct {
 // consumer becomes Head+1 (plus the WQEs the host interface completed
 // itself): unsignaled WQEs before it are retired with it, as rxe's
 // completer retires them.
-func (q *qpObj) completed(wc *qpmgr.WC) {
-	if wc.Opcode&qpmgr.WCRecv == 0 {
+func (q *qpObj) completed(wc *ib.WC) {
+	if wc.Opcode&ib.WCRecv == 0 {
 		if !q.injecting {
 			q.sq.SetConsumer(uint32(q.qp.SQ.Head) + 1 + q.sqSkipped)
 		}
@@ -273,7 +274,7 @@ func (c *conn) modifyQP(b Body, _ []int) (Body, []int, error) {
 	if err := c.s.dev.ModifyQP(q.qp, &r.Attr, r.Mask); err != nil {
 		return nil, nil, errf(CodeInvalid, "modify_qp: %v", err)
 	}
-	if r.Mask&qpmgr.AttrState != 0 && r.Attr.State == qpmgr.StateReset {
+	if r.Mask&ib.AttrState != 0 && r.Attr.State == ib.QPSReset {
 		// RESET empties the queues without completions: the rings
 		// start again from 0, on both sides.
 		q.qp.Lock()
@@ -409,7 +410,7 @@ func (c *conn) fetchSend(q *qpObj) error {
 		c.failQP(q)
 		return errf(CodeInvalid, "doorbell: QP %#x send queue: %v", qp.QPN, err)
 	}
-	wrs := make([]qpmgr.SendWR, 0, n)
+	wrs := make([]ib.SendWR, 0, n)
 	var bad []error // per WR: why it is malformed
 	for i := range n {
 		wr, err := DecodeSendWQE(q.sq.slot(q.sqFetched+i), qp.Caps.MaxSendSGE, qp.Caps.MaxInlineData)
@@ -454,33 +455,19 @@ func (c *conn) fetchSend(q *qpObj) error {
 
 // completeSendInError completes a WQE the engine never saw: LOC_QP_OP_ERR
 // for the first, WR_FLUSH_ERR once the QP is in ERR.
-func (c *conn) completeSendInError(q *qpObj, wr *qpmgr.SendWR) {
+func (c *conn) completeSendInError(q *qpObj, wr *ib.SendWR) {
 	qp := q.qp
 	qp.Lock()
 	defer qp.Unlock()
-	st := qpmgr.WCLocQPOpErr
-	if qp.State() == qpmgr.StateErr {
-		st = qpmgr.WCWRFlushErr
+	st := ib.WCLocQPOpErr
+	if qp.State() == ib.QPSErr {
+		st = ib.WCWRFlushErr
 	}
 	qp.EnterError()
 	q.injecting = true
 	q.sqSkipped++
-	qp.SendCQ.Push(qpmgr.WC{WRID: wr.WRID, Status: st, Opcode: wcOpcodeOf(wr.Opcode), QPNum: qp.QPN}, false)
+	qp.SendCQ.Push(ib.WC{WRID: wr.WRID, Status: st, Opcode: wr.Opcode.WCOpcode(), QPNum: qp.QPN}, false)
 	q.injecting = false
-}
-
-func wcOpcodeOf(op qpmgr.WROpcode) qpmgr.WCOpcode {
-	switch op {
-	case qpmgr.WRRDMAWrite, qpmgr.WRRDMAWriteWithImm:
-		return qpmgr.WCRDMAWrite
-	case qpmgr.WRRDMARead:
-		return qpmgr.WCRDMARead
-	case qpmgr.WRAtomicCmpAndSwp:
-		return qpmgr.WCCompSwap
-	case qpmgr.WRAtomicFetchAdd:
-		return qpmgr.WCFetchAdd
-	}
-	return qpmgr.WCSend
 }
 
 // failQP moves a QP to ERR for a fault of its rings.
@@ -517,7 +504,7 @@ func newRecvFeed(ring *Ring, maxSGE int) *recvFeed { return &recvFeed{ring: ring
 
 // pull decodes up to room new WQEs. A malformed one is retired (its slot
 // counted done) and left for the doorbell to report.
-func (f *recvFeed) pull(room int) []qpmgr.RecvWR {
+func (f *recvFeed) pull(room int) []ib.RecvWR {
 	n, err := newWQEs(f.ring, f.fetched, f.done.Load)
 	if err != nil {
 		f.mu.Lock()
@@ -525,7 +512,7 @@ func (f *recvFeed) pull(room int) []qpmgr.RecvWR {
 		f.mu.Unlock()
 		return nil
 	}
-	var out []qpmgr.RecvWR
+	var out []ib.RecvWR
 	for n > 0 && len(out) < room {
 		wr, err := DecodeRecvWQE(f.ring.slot(f.fetched), f.maxSGE)
 		f.fetched++
@@ -574,15 +561,15 @@ func (c *conn) fetchRecv(q *qpObj) error {
 	defer qp.Unlock()
 	for _, b := range bad {
 		c.s.badWQEs.Add(1)
-		st := qpmgr.WCLocQPOpErr
-		if qp.State() == qpmgr.StateErr {
-			st = qpmgr.WCWRFlushErr
+		st := ib.WCLocQPOpErr
+		if qp.State() == ib.QPSErr {
+			st = ib.WCWRFlushErr
 		}
 		qp.EnterError()
 		// The slot is already retired: the completion must not count
 		// it again.
 		q.injecting = true
-		qp.RecvCQ.Push(qpmgr.WC{WRID: b.wrid, Status: st, Opcode: qpmgr.WCRecv, QPNum: qp.QPN}, false)
+		qp.RecvCQ.Push(ib.WC{WRID: b.wrid, Status: st, Opcode: ib.WCRecv, QPNum: qp.QPN}, false)
 		q.injecting = false
 	}
 	qp.Flush() // in ERR, what was just fetched completes flushed

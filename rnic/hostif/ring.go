@@ -6,7 +6,7 @@ import (
 	"sync/atomic"
 	"unsafe"
 
-	"github.com/rnicd/rnicd/rnic/qpmgr"
+	"github.com/rnicd/rnicd/ib"
 )
 
 // Ring layout. Every ring (a QP's send queue, a QP's or SRQ's receive
@@ -166,8 +166,8 @@ var le = binary.LittleEndian
 
 // EncodeSendWQE writes wr into a send slot. The caller (the client)
 // checked wr against the QP's caps; a WR that does not fit is an error.
-func EncodeSendWQE(slot []byte, wr *qpmgr.SendWR) error {
-	inline := wr.Flags&qpmgr.SendInline != 0
+func EncodeSendWQE(slot []byte, wr *ib.SendWR) error {
+	inline := wr.Flags&ib.SendInline != 0
 	nsge := len(wr.SGL)
 	if inline {
 		nsge = 0
@@ -210,14 +210,14 @@ func EncodeSendWQE(slot []byte, wr *qpmgr.SendWR) error {
 	return nil
 }
 
-func putSGE(b []byte, s qpmgr.SGE) {
+func putSGE(b []byte, s ib.SGE) {
 	le.PutUint64(b[0:], s.Addr)
 	le.PutUint32(b[8:], s.Length)
 	le.PutUint32(b[12:], s.LKey)
 }
 
-func getSGE(b []byte) qpmgr.SGE {
-	return qpmgr.SGE{Addr: le.Uint64(b[0:]), Length: le.Uint32(b[8:]), LKey: le.Uint32(b[12:])}
+func getSGE(b []byte) ib.SGE {
+	return ib.SGE{Addr: le.Uint64(b[0:]), Length: le.Uint32(b[8:]), LKey: le.Uint32(b[12:])}
 }
 
 // DecodeSendWQE reads a send slot the client wrote, trusting nothing: the
@@ -225,8 +225,8 @@ func getSGE(b []byte) qpmgr.SGE {
 // and the slot, the opcode and flags must be known. It copies what it
 // keeps, as the client may rewrite the slot at any time. An error is a
 // malformed WQE: the WQE completes with LOC_QP_OP_ERR.
-func DecodeSendWQE(slot []byte, maxSGE, maxInline int) (qpmgr.SendWR, error) {
-	var wr qpmgr.SendWR
+func DecodeSendWQE(slot []byte, maxSGE, maxInline int) (ib.SendWR, error) {
+	var wr ib.SendWR
 	maxSGE, maxInline = max(maxSGE, 0), max(maxInline, 0)
 	if len(slot) < sendFixed {
 		return wr, fmt.Errorf("hostif: send slot of %d bytes", len(slot))
@@ -234,14 +234,11 @@ func DecodeSendWQE(slot []byte, maxSGE, maxInline int) (qpmgr.SendWR, error) {
 	s := make([]byte, len(slot)) // one read of the shared memory
 	copy(s, slot)
 	wr.WRID = le.Uint64(s[0:])
-	wr.Opcode, wr.Flags = qpmgr.WROpcode(s[8]), qpmgr.SendFlags(s[9])
-	switch wr.Opcode {
-	case qpmgr.WRRDMAWrite, qpmgr.WRRDMAWriteWithImm, qpmgr.WRSend, qpmgr.WRSendWithImm, qpmgr.WRRDMARead,
-		qpmgr.WRAtomicCmpAndSwp, qpmgr.WRAtomicFetchAdd, qpmgr.WRSendWithInv:
-	default:
+	wr.Opcode, wr.Flags = ib.WROpcode(s[8]), ib.SendFlags(s[9])
+	if !wr.Opcode.Valid() {
 		return wr, fmt.Errorf("hostif: WQE opcode %d", s[8])
 	}
-	if wr.Flags&^(qpmgr.SendFence|qpmgr.SendSignaled|qpmgr.SendSolicited|qpmgr.SendInline) != 0 {
+	if wr.Flags&^ib.SendFlagsKnown != 0 {
 		return wr, fmt.Errorf("hostif: WQE send flags %#x", s[9])
 	}
 	nsge, inl := int(s[10]), le.Uint32(s[12:])
@@ -252,12 +249,12 @@ func DecodeSendWQE(slot []byte, maxSGE, maxInline int) (qpmgr.SendWR, error) {
 	wr.RemoteAddr, wr.RKey = le.Uint64(s[24:]), le.Uint32(s[32:])
 	wr.RemoteQPN, wr.RemoteQKey = le.Uint32(s[36:]), le.Uint32(s[40:])
 	if s[11] == 1 {
-		ah := &qpmgr.AH{HopLimit: s[44], TrafficClass: s[45], SGIDIndex: s[46], FlowLabel: le.Uint32(s[48:])}
+		ah := &ib.AH{HopLimit: s[44], TrafficClass: s[45], SGIDIndex: s[46], FlowLabel: le.Uint32(s[48:])}
 		copy(ah.DGID[:], s[72:88])
 		wr.AH = ah
 	}
 	wr.CompareAdd, wr.Swap = le.Uint64(s[56:]), le.Uint64(s[64:])
-	if wr.Flags&qpmgr.SendInline != 0 {
+	if wr.Flags&ib.SendInline != 0 {
 		if nsge != 0 || inl > uint32(maxInline) || uint64(sendFixed)+uint64(inl) > uint64(len(s)) {
 			return wr, fmt.Errorf("hostif: WQE of %d inline bytes and %d SGEs; QP allows %d inline", inl, nsge, maxInline)
 		}
@@ -267,7 +264,7 @@ func DecodeSendWQE(slot []byte, maxSGE, maxInline int) (qpmgr.SendWR, error) {
 	if inl != 0 || nsge > maxSGE || sendFixed+sgeBytes*nsge > len(s) {
 		return wr, fmt.Errorf("hostif: WQE of %d SGEs (QP allows %d), inline length %d without IBV_SEND_INLINE", nsge, maxSGE, inl)
 	}
-	wr.SGL = make([]qpmgr.SGE, nsge)
+	wr.SGL = make([]ib.SGE, nsge)
 	for i := range wr.SGL {
 		wr.SGL[i] = getSGE(s[sendFixed+sgeBytes*i:])
 	}
@@ -275,7 +272,7 @@ func DecodeSendWQE(slot []byte, maxSGE, maxInline int) (qpmgr.SendWR, error) {
 }
 
 // EncodeRecvWQE writes wr into a receive slot.
-func EncodeRecvWQE(slot []byte, wr *qpmgr.RecvWR) error {
+func EncodeRecvWQE(slot []byte, wr *ib.RecvWR) error {
 	if 16+sgeBytes*len(wr.SGL) > len(slot) {
 		return fmt.Errorf("hostif: receive WR of %d SGEs does not fit a %d-byte slot", len(wr.SGL), len(slot))
 	}
@@ -289,8 +286,8 @@ func EncodeRecvWQE(slot []byte, wr *qpmgr.RecvWR) error {
 }
 
 // DecodeRecvWQE reads a receive slot the client wrote, trusting nothing.
-func DecodeRecvWQE(slot []byte, maxSGE int) (qpmgr.RecvWR, error) {
-	var wr qpmgr.RecvWR
+func DecodeRecvWQE(slot []byte, maxSGE int) (ib.RecvWR, error) {
+	var wr ib.RecvWR
 	maxSGE = max(maxSGE, 0)
 	if len(slot) < 16 {
 		return wr, fmt.Errorf("hostif: receive slot of %d bytes", len(slot))
@@ -300,7 +297,7 @@ func DecodeRecvWQE(slot []byte, maxSGE int) (qpmgr.RecvWR, error) {
 	if n > uint32(maxSGE) || 16+uint64(sgeBytes)*uint64(n) > uint64(len(slot)) {
 		return wr, fmt.Errorf("hostif: receive WQE of %d SGEs; queue allows %d", n, maxSGE)
 	}
-	wr.SGL = make([]qpmgr.SGE, n)
+	wr.SGL = make([]ib.SGE, n)
 	for i := range wr.SGL {
 		wr.SGL[i] = getSGE(slot[16+sgeBytes*i:])
 	}
@@ -308,7 +305,7 @@ func DecodeRecvWQE(slot []byte, maxSGE int) (qpmgr.RecvWR, error) {
 }
 
 // PutCQE writes a completion into a CQE slot.
-func PutCQE(slot []byte, wc *qpmgr.WC) {
+func PutCQE(slot []byte, wc *ib.WC) {
 	le.PutUint64(slot[0:], wc.WRID)
 	slot[8], slot[9], slot[10], slot[11] = uint8(wc.Status), uint8(wc.Opcode), uint8(wc.WCFlags), 0
 	le.PutUint32(slot[12:], wc.ByteLen)
@@ -320,10 +317,10 @@ func PutCQE(slot []byte, wc *qpmgr.WC) {
 }
 
 // GetCQE reads a completion from a CQE slot.
-func GetCQE(slot []byte, wc *qpmgr.WC) {
-	*wc = qpmgr.WC{
-		WRID: le.Uint64(slot[0:]), Status: qpmgr.WCStatus(slot[8]), Opcode: qpmgr.WCOpcode(slot[9]),
-		WCFlags: qpmgr.WCFlags(slot[10]), ByteLen: le.Uint32(slot[12:]), Imm: le.Uint32(slot[16:]),
+func GetCQE(slot []byte, wc *ib.WC) {
+	*wc = ib.WC{
+		WRID: le.Uint64(slot[0:]), Status: ib.WCStatus(slot[8]), Opcode: ib.WCOpcode(slot[9]),
+		WCFlags: ib.WCFlags(slot[10]), ByteLen: le.Uint32(slot[12:]), Imm: le.Uint32(slot[16:]),
 		QPNum: le.Uint32(slot[20:]), SrcQP: le.Uint32(slot[24:]), PKeyIndex: le.Uint16(slot[28:]),
 	}
 }

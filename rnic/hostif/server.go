@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rnicd/rnicd/ib"
 	"github.com/rnicd/rnicd/rnic"
 	"github.com/rnicd/rnicd/rnic/dma"
 	"github.com/rnicd/rnicd/wire/ibudp"
@@ -534,8 +535,8 @@ func (c *conn) regMR(b Body, fds []int) (Body, []int, error) {
 	if r.Length == 0 || r.Length > maxMR || r.Offset > uint64(st.Size) || r.Length > uint64(st.Size)-r.Offset {
 		return nil, nil, errf(CodeInvalid, "reg_mr: %d bytes at offset %d of a %d-byte memfd", r.Length, r.Offset, st.Size)
 	}
-	if dma.Access(r.Access)&^(dma.AccessLocalWrite|dma.AccessRemoteWrite|dma.AccessRemoteRead|
-		dma.AccessRemoteAtomic|dma.AccessMWBind|dma.AccessZeroBased|dma.AccessOnDemand) != 0 {
+	if ib.Access(r.Access)&^(ib.AccessLocalWrite|ib.AccessRemoteWrite|ib.AccessRemoteRead|
+		ib.AccessRemoteAtomic|ib.AccessMWBind|ib.AccessZeroBased|ib.AccessOnDemand) != 0 {
 		return nil, nil, errf(CodeInvalid, "reg_mr: access flags %#x", r.Access)
 	}
 	page := uint64(os.Getpagesize())
@@ -545,7 +546,7 @@ func (c *conn) regMR(b Body, fds []int) (Body, []int, error) {
 		return nil, nil, errf(CodeFailed, "reg_mr: mmap %d bytes: %v", r.Length, err)
 	}
 	buf := mem[r.Offset-start:]
-	mr, err := c.s.dev.RegMR(pd.pd, buf, r.IOVA, dma.Access(r.Access))
+	mr, err := c.s.dev.RegMR(pd.pd, buf, r.IOVA, ib.Access(r.Access))
 	if err != nil {
 		unix.Munmap(mem)
 		return nil, nil, errf(CodeInvalid, "reg_mr: %v", err)

@@ -10,9 +10,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rnicd/rnicd/ib"
 	"github.com/rnicd/rnicd/rnic"
-	"github.com/rnicd/rnicd/rnic/dma"
-	"github.com/rnicd/rnicd/rnic/qpmgr"
 	"github.com/rnicd/rnicd/wire/ibudp"
 )
 
@@ -147,7 +146,7 @@ func TestHostileRequests(t *testing.T) {
 	raw("bad handle", Encode(KindDeallocPD, 0, 8, &Handle{H: 9999}), nil, CodeNoHandle)
 	raw("handle 0", Encode(KindDestroyQP, 0, 8, &Handle{H: 0}), nil, CodeNoHandle)
 	raw("PD handle as a CQ", Encode(KindCreateQP, 0, 9, &CreateQPReq{PD: pd.H, SendCQ: pd.H, RecvCQ: pd.H,
-		Type: qpmgr.TypeRC, Caps: qpmgr.Caps{MaxSendWR: 1, MaxRecvWR: 1}}), nil, CodeNoHandle)
+		Type: ib.QPTypeRC, Caps: ib.QPCap{MaxSendWR: 1, MaxRecvWR: 1}}), nil, CodeNoHandle)
 	raw("doorbell of no QP", Encode(KindDoorbell, 0, 10, &DoorbellReq{H: pd.H}), nil, CodeNoHandle)
 	db := Encode(KindDoorbell, 0, 10, &DoorbellReq{H: pd.H})
 	db[len(db)-1] = 7
@@ -234,7 +233,7 @@ func TestRegMRDescriptors(t *testing.T) {
 		{"an offset that wraps", sealedMemfd(t, 4096, true), RegMRReq{Offset: ^uint64(0), Length: 2}},
 		{"zero length", sealedMemfd(t, 4096, true), RegMRReq{Length: 0}},
 	} {
-		tc.req.PD, tc.req.Access = pd.H, uint32(dma.AccessLocalWrite)
+		tc.req.PD, tc.req.Access = pd.H, uint32(ib.AccessLocalWrite)
 		_, err := c.Call(KindRegMR, &tc.req, []int{tc.fd}, &RegMRReply{})
 		wantCode(t, tc.name, err, CodeInvalid)
 		if got := n.srv.Objects(); !maps.Equal(got, base) {
@@ -295,22 +294,22 @@ func connectedQP(t *testing.T, n *nic, c *Client, pd uint32, dest netip.Addr) *r
 	var cq RingReply
 	q.cq = ringOf(t, mapFD(t, call(t, c, KindCreateCQ, &CreateCQReq{CQE: 64}, []int{eventfd(t)}, &cq)), cq.Send)
 	var r RingReply
-	mem := mapFD(t, call(t, c, KindCreateQP, &CreateQPReq{PD: pd, SendCQ: cq.H, RecvCQ: cq.H, Type: qpmgr.TypeRC,
-		Caps: qpmgr.Caps{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 2, MaxRecvSGE: 2, MaxInlineData: 32}}, nil, &r))
+	mem := mapFD(t, call(t, c, KindCreateQP, &CreateQPReq{PD: pd, SendCQ: cq.H, RecvCQ: cq.H, Type: ib.QPTypeRC,
+		Caps: ib.QPCap{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 2, MaxRecvSGE: 2, MaxInlineData: 32}}, nil, &r))
 	q.h, q.qpn = r.H, r.QPN
 	q.sq, q.rq = ringOf(t, mem, r.Send), ringOf(t, mem, r.Recv)
 	steps := []struct {
-		a    qpmgr.Attr
-		mask qpmgr.AttrMask
+		a    ib.QPAttr
+		mask ib.AttrMask
 	}{
-		{qpmgr.Attr{State: qpmgr.StateInit, PortNum: 1, AccessFlags: 0xe},
-			qpmgr.AttrState | qpmgr.AttrPKeyIndex | qpmgr.AttrPort | qpmgr.AttrAccessFlags},
-		{qpmgr.Attr{State: qpmgr.StateRTR, PathMTU: qpmgr.MTU1024, DestQPN: q.qpn, AH: qpmgr.AH{DGID: dest.As16()},
-			MaxDestRdAtomic: 1}, qpmgr.AttrState | qpmgr.AttrAV | qpmgr.AttrPathMTU | qpmgr.AttrDestQPN |
-			qpmgr.AttrRQPSN | qpmgr.AttrMaxDestRdAtomic | qpmgr.AttrMinRNRTimer},
-		{qpmgr.Attr{State: qpmgr.StateRTS, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 1},
-			qpmgr.AttrState | qpmgr.AttrSQPSN | qpmgr.AttrTimeout | qpmgr.AttrRetryCnt | qpmgr.AttrRNRRetry |
-				qpmgr.AttrMaxQPRdAtomic},
+		{ib.QPAttr{State: ib.QPSInit, PortNum: 1, AccessFlags: 0xe},
+			ib.AttrState | ib.AttrPKeyIndex | ib.AttrPort | ib.AttrAccessFlags},
+		{ib.QPAttr{State: ib.QPSRTR, PathMTU: ib.MTU1024, DestQPN: q.qpn, AH: ib.AH{DGID: dest.As16()},
+			MaxDestRdAtomic: 1}, ib.AttrState | ib.AttrAV | ib.AttrPathMTU | ib.AttrDestQPN |
+			ib.AttrRQPSN | ib.AttrMaxDestRdAtomic | ib.AttrMinRNRTimer},
+		{ib.QPAttr{State: ib.QPSRTS, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 1},
+			ib.AttrState | ib.AttrSQPSN | ib.AttrTimeout | ib.AttrRetryCnt | ib.AttrRNRRetry |
+				ib.AttrMaxQPRdAtomic},
 	}
 	for _, s := range steps {
 		call(t, c, KindModifyQP, &ModifyQPReq{H: q.h, Mask: s.mask, Attr: s.a}, nil, &Empty{})
@@ -320,7 +319,7 @@ func connectedQP(t *testing.T, n *nic, c *Client, pd uint32, dest netip.Addr) *r
 
 // post writes wr into the next send slot, lets mangle spoil it, and
 // rings the doorbell.
-func (q *rawQP) post(t *testing.T, c *Client, wr *qpmgr.SendWR, mangle func(slot []byte)) {
+func (q *rawQP) post(t *testing.T, c *Client, wr *ib.SendWR, mangle func(slot []byte)) {
 	t.Helper()
 	q.write(t, wr, mangle)
 	if err := c.Send(KindDoorbell, &DoorbellReq{H: q.h, Queue: DoorbellSend}); err != nil {
@@ -329,7 +328,7 @@ func (q *rawQP) post(t *testing.T, c *Client, wr *qpmgr.SendWR, mangle func(slot
 }
 
 // write writes wr into the next send slot without ringing the doorbell.
-func (q *rawQP) write(t *testing.T, wr *qpmgr.SendWR, mangle func(slot []byte)) {
+func (q *rawQP) write(t *testing.T, wr *ib.SendWR, mangle func(slot []byte)) {
 	t.Helper()
 	p := q.sq.Producer()
 	slot := q.sq.Slot(p)
@@ -343,7 +342,7 @@ func (q *rawQP) write(t *testing.T, wr *qpmgr.SendWR, mangle func(slot []byte)) 
 }
 
 // poll waits for the next CQE of the ring; the deadline guards a hang.
-func poll(t *testing.T, r *Ring, cons *uint32) qpmgr.WC {
+func poll(t *testing.T, r *Ring, cons *uint32) ib.WC {
 	t.Helper()
 	for deadline := time.Now().Add(20 * time.Second); r.Producer() == *cons; {
 		if time.Now().After(deadline) {
@@ -351,14 +350,14 @@ func poll(t *testing.T, r *Ring, cons *uint32) qpmgr.WC {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	var wc qpmgr.WC
+	var wc ib.WC
 	GetCQE(r.Slot(*cons), &wc)
 	*cons++
 	r.SetConsumer(*cons)
 	return wc
 }
 
-func qpState(t *testing.T, c *Client, h uint32) qpmgr.State {
+func qpState(t *testing.T, c *Client, h uint32) ib.QPState {
 	t.Helper()
 	var a QPAttrReply
 	call(t, c, KindQueryQP, &Handle{H: h}, nil, &a)
@@ -379,55 +378,55 @@ func TestHostileWQEs(t *testing.T) {
 	call(t, c, KindRegMR, &RegMRReq{PD: otherPD.H, Access: 0xf, Length: 4096, IOVA: 0x90000},
 		[]int{sealedMemfd(t, 4096, true)}, &other)
 
-	write := func(q *rawQP, id uint64, sge qpmgr.SGE) *qpmgr.SendWR {
-		return &qpmgr.SendWR{WRID: id, Opcode: qpmgr.WRRDMAWrite, Flags: qpmgr.SendSignaled,
-			SGL: []qpmgr.SGE{sge}, RemoteAddr: 0x18000, RKey: q.mr.RKey}
+	write := func(q *rawQP, id uint64, sge ib.SGE) *ib.SendWR {
+		return &ib.SendWR{WRID: id, Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled,
+			SGL: []ib.SGE{sge}, RemoteAddr: 0x18000, RKey: q.mr.RKey}
 	}
 	for _, tc := range []struct {
 		name   string
-		sge    func(q *rawQP) qpmgr.SGE
+		sge    func(q *rawQP) ib.SGE
 		mangle func([]byte)
-		status qpmgr.WCStatus
+		status ib.WCStatus
 		badWQE bool // refused at fetch (counted) rather than by the DMA engine
 	}{
-		{"opcode 7", nil, func(s []byte) { s[8] = 7 }, qpmgr.WCLocQPOpErr, true},
-		{"unknown send flag", nil, func(s []byte) { s[9] = 0x80 }, qpmgr.WCLocQPOpErr, true},
-		{"num_sge past the QP's", nil, func(s []byte) { s[10] = 3 }, qpmgr.WCLocQPOpErr, true},
-		{"num_sge 255", nil, func(s []byte) { s[10] = 255 }, qpmgr.WCLocQPOpErr, true},
+		{"opcode 7", nil, func(s []byte) { s[8] = 7 }, ib.WCLocQPOpErr, true},
+		{"unknown send flag", nil, func(s []byte) { s[9] = 0x80 }, ib.WCLocQPOpErr, true},
+		{"num_sge past the QP's", nil, func(s []byte) { s[10] = 3 }, ib.WCLocQPOpErr, true},
+		{"num_sge 255", nil, func(s []byte) { s[10] = 255 }, ib.WCLocQPOpErr, true},
 		{"inline length past max_inline", nil, func(s []byte) {
-			s[9] |= uint8(qpmgr.SendInline)
+			s[9] |= uint8(ib.SendInline)
 			s[10] = 0
 			le.PutUint32(s[12:], 1<<30)
-		}, qpmgr.WCLocQPOpErr, true},
-		{"has_ah 9", nil, func(s []byte) { s[11] = 9 }, qpmgr.WCLocQPOpErr, true},
-		{"atomic of 4 bytes", nil, func(s []byte) { s[8] = uint8(qpmgr.WRAtomicFetchAdd); le.PutUint32(s[96+8:], 4) }, qpmgr.WCLocQPOpErr, true},
-		{"length past the largest message", func(q *rawQP) qpmgr.SGE {
-			return qpmgr.SGE{Addr: 0x10000, Length: 0xffffffff, LKey: q.mr.LKey}
-		}, nil, qpmgr.WCLocQPOpErr, true},
-		{"address past the MR", func(q *rawQP) qpmgr.SGE {
-			return qpmgr.SGE{Addr: 0x10000 + 65000, Length: 1000, LKey: q.mr.LKey}
-		}, nil, qpmgr.WCLocProtErr, false},
-		{"lkey of another PD", func(*rawQP) qpmgr.SGE { return qpmgr.SGE{Addr: 0x90000, Length: 8, LKey: other.LKey} }, nil, qpmgr.WCLocProtErr, false},
-		{"lkey nobody has", func(*rawQP) qpmgr.SGE { return qpmgr.SGE{Addr: 0x10000, Length: 8, LKey: 0xdead00} }, nil, qpmgr.WCLocProtErr, false},
+		}, ib.WCLocQPOpErr, true},
+		{"has_ah 9", nil, func(s []byte) { s[11] = 9 }, ib.WCLocQPOpErr, true},
+		{"atomic of 4 bytes", nil, func(s []byte) { s[8] = uint8(ib.WRAtomicFetchAdd); le.PutUint32(s[96+8:], 4) }, ib.WCLocQPOpErr, true},
+		{"length past the largest message", func(q *rawQP) ib.SGE {
+			return ib.SGE{Addr: 0x10000, Length: 0xffffffff, LKey: q.mr.LKey}
+		}, nil, ib.WCLocQPOpErr, true},
+		{"address past the MR", func(q *rawQP) ib.SGE {
+			return ib.SGE{Addr: 0x10000 + 65000, Length: 1000, LKey: q.mr.LKey}
+		}, nil, ib.WCLocProtErr, false},
+		{"lkey of another PD", func(*rawQP) ib.SGE { return ib.SGE{Addr: 0x90000, Length: 8, LKey: other.LKey} }, nil, ib.WCLocProtErr, false},
+		{"lkey nobody has", func(*rawQP) ib.SGE { return ib.SGE{Addr: 0x10000, Length: 8, LKey: 0xdead00} }, nil, ib.WCLocProtErr, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			q := loopQP(t, n, c, pd.H)
 			var cons uint32
 			before := n.srv.badWQEs.Load()
-			sge := qpmgr.SGE{Addr: 0x10000, Length: 8, LKey: q.mr.LKey}
+			sge := ib.SGE{Addr: 0x10000, Length: 8, LKey: q.mr.LKey}
 			if tc.sge != nil {
 				sge = tc.sge(q)
 			}
 			q.post(t, c, write(q, 1, sge), tc.mangle)
-			q.post(t, c, write(q, 2, qpmgr.SGE{Addr: 0x10000, Length: 8, LKey: q.mr.LKey}), nil)
+			q.post(t, c, write(q, 2, ib.SGE{Addr: 0x10000, Length: 8, LKey: q.mr.LKey}), nil)
 			wc := poll(t, q.cq, &cons)
 			if wc.WRID != 1 || wc.Status != tc.status || wc.QPNum != q.qpn {
 				t.Fatalf("first completion %v, want wr_id 1 %v", &wc, tc.status)
 			}
-			if wc = poll(t, q.cq, &cons); wc.WRID != 2 || wc.Status != qpmgr.WCWRFlushErr {
+			if wc = poll(t, q.cq, &cons); wc.WRID != 2 || wc.Status != ib.WCWRFlushErr {
 				t.Fatalf("second completion %v, want wr_id 2 WR_FLUSH_ERR", &wc)
 			}
-			if st := qpState(t, c, q.h); st != qpmgr.StateErr {
+			if st := qpState(t, c, q.h); st != ib.QPSErr {
 				t.Fatalf("QP in %v, want ERR", st)
 			}
 			err := asyncErr(t, c)
@@ -449,7 +448,7 @@ func TestHostileWQEs(t *testing.T) {
 		q.sq.SetProducer(1 << 30)
 		c.Send(KindDoorbell, &DoorbellReq{H: q.h, Queue: DoorbellSend})
 		wantCode(t, "doorbell's error reply", asyncErr(t, c), CodeInvalid)
-		if st := qpState(t, c, q.h); st != qpmgr.StateErr {
+		if st := qpState(t, c, q.h); st != ib.QPSErr {
 			t.Fatalf("QP in %v, want ERR", st)
 		}
 		if q.cq.Producer() != 0 {
@@ -461,20 +460,20 @@ func TestHostileWQEs(t *testing.T) {
 		q.rq.SetProducer(^uint32(0))
 		c.Send(KindDoorbell, &DoorbellReq{H: q.h, Queue: DoorbellRecv})
 		wantCode(t, "doorbell's error reply", asyncErr(t, c), CodeInvalid)
-		if st := qpState(t, c, q.h); st != qpmgr.StateErr {
+		if st := qpState(t, c, q.h); st != ib.QPSErr {
 			t.Fatalf("QP in %v, want ERR", st)
 		}
 	})
 	t.Run("malformed receive WQE", func(t *testing.T) {
 		q := loopQP(t, n, c, pd.H)
 		slot := q.rq.Slot(0)
-		EncodeRecvWQE(slot, &qpmgr.RecvWR{WRID: 5})
+		EncodeRecvWQE(slot, &ib.RecvWR{WRID: 5})
 		le.PutUint32(slot[8:], 1000) // num_sge
 		q.rq.SetProducer(1)
 		c.Send(KindDoorbell, &DoorbellReq{H: q.h, Queue: DoorbellRecv})
 		wantCode(t, "doorbell's error reply", asyncErr(t, c), CodeInvalid)
 		var cons uint32
-		if wc := poll(t, q.cq, &cons); wc.WRID != 5 || wc.Status != qpmgr.WCLocQPOpErr || wc.Opcode != qpmgr.WCRecv {
+		if wc := poll(t, q.cq, &cons); wc.WRID != 5 || wc.Status != ib.WCLocQPOpErr || wc.Opcode != ib.WCRecv {
 			t.Fatalf("completion %v, want wr_id 5 LOC_QP_OP_ERR RECV", &wc)
 		}
 		if q.rq.Consumer() != 1 {
@@ -499,8 +498,8 @@ func TestCQOverrun(t *testing.T) {
 			}
 			time.Sleep(time.Millisecond)
 		}
-		q.post(t, c, &qpmgr.SendWR{WRID: uint64(i), Opcode: qpmgr.WRRDMAWrite, Flags: qpmgr.SendSignaled,
-			SGL: []qpmgr.SGE{{Addr: 0x10000, Length: 8, LKey: q.mr.LKey}}, RemoteAddr: 0x18000, RKey: q.mr.RKey}, nil)
+		q.post(t, c, &ib.SendWR{WRID: uint64(i), Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled,
+			SGL: []ib.SGE{{Addr: 0x10000, Length: 8, LKey: q.mr.LKey}}, RemoteAddr: 0x18000, RKey: q.mr.RKey}, nil)
 	}
 	for deadline := time.Now().Add(20 * time.Second); !q.cq.Overrun(); {
 		if time.Now().After(deadline) {
@@ -510,7 +509,7 @@ func TestCQOverrun(t *testing.T) {
 	}
 	var cons uint32
 	for i := range 64 {
-		if wc := poll(t, q.cq, &cons); wc.WRID != uint64(i) || wc.Status != qpmgr.WCSuccess {
+		if wc := poll(t, q.cq, &cons); wc.WRID != uint64(i) || wc.Status != ib.WCSuccess {
 			t.Fatalf("completion %d: %v", i, &wc)
 		}
 	}
@@ -531,17 +530,17 @@ func TestShutdownFlushesUnrungWQEs(t *testing.T) {
 	// Nobody answers at 127.4.1.9: nothing completes before Shutdown.
 	q := connectedQP(t, n, c, pd.H, netip.MustParseAddr("127.4.1.9"))
 	for id := range uint64(3) {
-		q.write(t, &qpmgr.SendWR{WRID: id, Opcode: qpmgr.WRRDMAWrite, Flags: qpmgr.SendSignaled,
-			SGL: []qpmgr.SGE{{Addr: 0x10000, Length: 8, LKey: q.mr.LKey}}, RemoteAddr: 0x18000, RKey: q.mr.RKey}, nil)
+		q.write(t, &ib.SendWR{WRID: id, Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled,
+			SGL: []ib.SGE{{Addr: 0x10000, Length: 8, LKey: q.mr.LKey}}, RemoteAddr: 0x18000, RKey: q.mr.RKey}, nil)
 	}
 	n.srv.Shutdown()
 	var cons uint32
 	for id := range uint64(3) {
-		if wc := poll(t, q.cq, &cons); wc.WRID != id || wc.Status != qpmgr.WCWRFlushErr || wc.QPNum != q.qpn {
+		if wc := poll(t, q.cq, &cons); wc.WRID != id || wc.Status != ib.WCWRFlushErr || wc.QPNum != q.qpn {
 			t.Fatalf("completion %v, want wr_id %d WR_FLUSH_ERR on QP %#x", &wc, id, q.qpn)
 		}
 	}
-	if st := qpState(t, c, q.h); st != qpmgr.StateErr {
+	if st := qpState(t, c, q.h); st != ib.QPSErr {
 		t.Fatalf("QP in %v, want ERR", st)
 	}
 }
@@ -557,8 +556,8 @@ func TestDoorbellCoalescing(t *testing.T) {
 	call(t, c, KindAllocPD, &Empty{}, nil, &pd)
 	q := loopQP(t, n, c, pd.H)
 	for id := range uint64(3) {
-		q.write(t, &qpmgr.SendWR{WRID: id, Opcode: qpmgr.WRRDMAWrite, Flags: qpmgr.SendSignaled,
-			SGL: []qpmgr.SGE{{Addr: 0x10000 + id*8, Length: 8, LKey: q.mr.LKey}}, RemoteAddr: 0x18000 + id*8, RKey: q.mr.RKey}, nil)
+		q.write(t, &ib.SendWR{WRID: id, Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled,
+			SGL: []ib.SGE{{Addr: 0x10000 + id*8, Length: 8, LKey: q.mr.LKey}}, RemoteAddr: 0x18000 + id*8, RKey: q.mr.RKey}, nil)
 		if got, want := q.sq.RingBell(), id == 0; got != want {
 			t.Fatalf("post %d: RingBell %v, want %v", id, got, want)
 		}
@@ -568,7 +567,7 @@ func TestDoorbellCoalescing(t *testing.T) {
 	}
 	var cons uint32
 	for id := range uint64(3) {
-		if wc := poll(t, q.cq, &cons); wc.WRID != id || wc.Status != qpmgr.WCSuccess || wc.Opcode != qpmgr.WCRDMAWrite {
+		if wc := poll(t, q.cq, &cons); wc.WRID != id || wc.Status != ib.WCSuccess || wc.Opcode != ib.WCRDMAWrite {
 			t.Fatalf("completion %v, want wr_id %d RDMA_WRITE SUCCESS", &wc, id)
 		}
 	}

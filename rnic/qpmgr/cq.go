@@ -3,6 +3,8 @@ package qpmgr
 import (
 	"errors"
 	"sync"
+
+	"github.com/rnicd/rnicd/ib"
 )
 
 // ErrCQOverrun is returned when a completion does not fit in its CQ. The
@@ -14,7 +16,7 @@ var ErrCQOverrun = errors.New("qpmgr: completion queue overrun")
 // write and the application polls. It is safe for concurrent use.
 type CQ struct {
 	mu      sync.Mutex
-	ring    []WC
+	ring    []ib.WC
 	head, n int
 	armed   bool // ReqNotify called and no event since
 	solOnly bool
@@ -28,14 +30,14 @@ type CQ struct {
 	// sink, when set, takes every completion instead of the ring: the
 	// host interface writes it straight into a completion ring in host
 	// memory, as a NIC's CQE DMA does, with no goroutine in between.
-	sink func(wc *WC, solicited bool) error
+	sink func(wc *ib.WC, solicited bool) error
 }
 
 // SetSink makes every later completion go to sink instead of the CQ's own
 // ring, with the CQ's lock held (so calls are serialized and in order);
 // arming, events and Poll are then the sink's business. An error from the
 // sink (its ring is full) is returned by Push as ErrCQOverrun is.
-func (c *CQ) SetSink(sink func(wc *WC, solicited bool) error) {
+func (c *CQ) SetSink(sink func(wc *ib.WC, solicited bool) error) {
 	c.mu.Lock()
 	c.sink = sink
 	c.mu.Unlock()
@@ -46,7 +48,7 @@ func NewCQ(n int) *CQ {
 	if n < 1 {
 		n = 1
 	}
-	return &CQ{ring: make([]WC, n), ready: make(chan struct{}, 1), event: make(chan struct{}, 1)}
+	return &CQ{ring: make([]ib.WC, n), ready: make(chan struct{}, 1), event: make(chan struct{}, 1)}
 }
 
 // Cap is the number of completions the CQ holds.
@@ -54,7 +56,7 @@ func (c *CQ) Cap() int { return len(c.ring) }
 
 // Push appends a completion. solicited marks a receive completion of a
 // message whose sender set the solicited event bit.
-func (c *CQ) Push(wc WC, solicited bool) error {
+func (c *CQ) Push(wc ib.WC, solicited bool) error {
 	c.mu.Lock()
 	if c.sink != nil {
 		err := c.sink(&wc, solicited)
@@ -67,7 +69,7 @@ func (c *CQ) Push(wc WC, solicited bool) error {
 	}
 	c.ring[(c.head+c.n)%len(c.ring)] = wc
 	c.n++
-	fire := c.armed && (!c.solOnly || solicited || wc.Status != WCSuccess)
+	fire := c.armed && (!c.solOnly || solicited || wc.Status != ib.WCSuccess)
 	if fire {
 		c.armed = false
 	}
@@ -88,7 +90,7 @@ func signal(ch chan struct{}) {
 
 // Poll moves up to len(wcs) completions, oldest first, into wcs and
 // returns how many (ibv_poll_cq).
-func (c *CQ) Poll(wcs []WC) int {
+func (c *CQ) Poll(wcs []ib.WC) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	k := 0

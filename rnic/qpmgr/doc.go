@@ -4,6 +4,11 @@
 // the completion queues, the retransmission and RNR timers, and the
 // device's counters.
 //
+// The names it works with (work requests, completions, QP types, states
+// and attributes, MTUs, counter names) are the NIC's shared vocabulary in
+// package ib; qpmgr holds the state behind them and the rules that need it
+// (the ModifyQP transition table, IBTA 11.2.4.2).
+//
 // The engines work on a QP with its lock held: the WQE engine (package
 // wqe) from the send pipeline, the responder and completer (package rx)
 // from the receive pipeline, and the verbs from the application's

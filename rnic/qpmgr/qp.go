@@ -7,70 +7,28 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rnicd/rnicd/ib"
 	"github.com/rnicd/rnicd/rnic/dma"
 	"github.com/rnicd/rnicd/wire/bth"
 	"github.com/rnicd/rnicd/wire/ibudp"
 )
 
-// MTU is a path MTU in the verbs encoding (ibv_mtu).
-type MTU uint8
-
+// Limits of the requester, as rxe sets them (the device's limits an
+// application sees are in package ib).
 const (
-	MTU256  MTU = 1
-	MTU512  MTU = 2
-	MTU1024 MTU = 3
-	MTU2048 MTU = 4
-	MTU4096 MTU = 5
-)
-
-// Bytes is the MTU in bytes, 0 if m is not a valid MTU.
-func (m MTU) Bytes() int {
-	if m < MTU256 || m > MTU4096 {
-		return 0
-	}
-	return 128 << m
-}
-
-func (m MTU) String() string { return fmt.Sprintf("%d", m.Bytes()) }
-
-// MTUFromBytes is the MTU of n bytes, 0 if n is not 256..4096 in powers of two.
-func MTUFromBytes(n int) MTU {
-	for m := MTU256; m <= MTU4096; m++ {
-		if m.Bytes() == n {
-			return m
-		}
-	}
-	return 0
-}
-
-// Limits of the device (ibv_query_device), as rxe gives them where rxe has
-// one.
-const (
-	MaxQPWR        = 16384
-	MaxSGE         = 32
-	MaxInlineData  = 1024
-	MaxRdAtomic    = 128 // rxe: max_qp_rd_atom
 	MaxUnackedPSNs = 128 // rxe: RXE_MAX_UNACKED_PSNS
 	MaxPktsPerAck  = 64  // rxe: RXE_MAX_PKT_PER_ACK
-	MaxMsgSize     = 1 << 31
 )
-
-// Caps are the sizes of a QP's queues (ibv_qp_cap).
-type Caps struct {
-	MaxSendWR, MaxRecvWR   int
-	MaxSendSGE, MaxRecvSGE int
-	MaxInlineData          int
-}
 
 // Config is what CreateQP needs (ibv_qp_init_attr).
 type Config struct {
 	QPN    uint32
-	Type   Type
+	Type   ib.QPType
 	PD     dma.PD
 	SendCQ *CQ
 	RecvCQ *CQ
 	SRQ    *RecvQueue // nil: the QP has its own RQ
-	Caps   Caps
+	Caps   ib.QPCap
 	// SigAll makes every send WR signaled (sq_sig_all).
 	SigAll bool
 	// PortMTU is the port's active MTU in bytes: a UD QP's MTU, and the
@@ -81,26 +39,6 @@ type Config struct {
 	// Kick schedules the QP on the send pipeline (the doorbell). It must
 	// not block.
 	Kick func(*QP)
-}
-
-// Attr are a QP's attributes (ibv_qp_attr) as ModifyQP sets them.
-type Attr struct {
-	State           State
-	PathMTU         MTU
-	QKey            uint32
-	RQPSN           uint32
-	SQPSN           uint32
-	DestQPN         uint32
-	AccessFlags     dma.Access // remote access the QP allows
-	PKeyIndex       uint16
-	PortNum         uint8
-	AH              AH
-	Timeout         uint8 // local ACK timeout: 4.096 us * 2^Timeout, 0 = none
-	RetryCnt        uint8 // 7 = retry forever
-	RNRRetry        uint8 // 7 = retry forever
-	MinRNRTimer     uint8 // timer code the responder puts in its RNR NAKs
-	MaxRdAtomic     uint8 // outstanding READ/atomic as requester
-	MaxDestRdAtomic uint8 // outstanding READ/atomic as responder
 }
 
 // WQEState is where a send WQE is in the requester.
@@ -115,10 +53,10 @@ const (
 
 // SendWQE is a send work request as the NIC holds it.
 type SendWQE struct {
-	WR     SendWR
+	WR     ib.SendWR
 	Len    int // message length in bytes
 	State  WQEState
-	Status WCStatus
+	Status ib.WCStatus
 
 	FirstPSN, LastPSN uint32
 	// Offset is the message offset of the next byte to send, PSN the PSN
@@ -130,7 +68,7 @@ type SendWQE struct {
 }
 
 // NumPkts is the number of PSNs the message takes at path MTU mtu.
-func NumPkts(op WROpcode, length, mtu int) int {
+func NumPkts(op ib.WROpcode, length, mtu int) int {
 	if op.IsAtomic() || length == 0 {
 		return 1
 	}
@@ -197,7 +135,7 @@ type RespState struct {
 	// The message being received.
 	InMsg     bth.Flags // FlagSend or FlagWrite while a multi-packet message is open
 	HaveWQE   bool
-	WQE       RecvWR
+	WQE       ib.RecvWR
 	Offset    int // bytes received
 	WriteVA   uint64
 	WriteRKey uint32
@@ -227,19 +165,19 @@ type QP struct {
 	mu sync.Mutex
 
 	QPN      uint32
-	Type     Type
+	Type     ib.QPType
 	PD       dma.PD
 	SendCQ   *CQ
 	RecvCQ   *CQ
 	SRQ      *RecvQueue
 	RQ       *RecvQueue // the QP's own receive queue, nil with an SRQ
-	Caps     Caps
+	Caps     ib.QPCap
 	SigAll   bool
 	Counters *Counters
 	PortMTU  int
 
-	state State
-	Attr  Attr
+	state ib.QPState
+	Attr  ib.QPAttr
 	SQ    SendQueue
 	Req   ReqState
 	Comp  CompState
@@ -265,17 +203,17 @@ type QP struct {
 // New makes a QP in RESET.
 func New(cfg Config) (*QP, error) {
 	switch cfg.Type {
-	case TypeRC, TypeUC, TypeUD:
+	case ib.QPTypeRC, ib.QPTypeUC, ib.QPTypeUD:
 	default:
 		return nil, fmt.Errorf("qpmgr: QP type %d not supported", cfg.Type)
 	}
 	c := cfg.Caps
-	if c.MaxSendWR < 1 || c.MaxSendWR > MaxQPWR || c.MaxSendSGE < 0 || c.MaxSendSGE > MaxSGE ||
-		c.MaxRecvSGE < 0 || c.MaxRecvSGE > MaxSGE || c.MaxInlineData < 0 || c.MaxInlineData > MaxInlineData ||
-		(cfg.SRQ == nil && (c.MaxRecvWR < 1 || c.MaxRecvWR > MaxQPWR)) {
+	if c.MaxSendWR < 1 || c.MaxSendWR > ib.MaxQPWR || c.MaxSendSGE < 0 || c.MaxSendSGE > ib.MaxSGE ||
+		c.MaxRecvSGE < 0 || c.MaxRecvSGE > ib.MaxSGE || c.MaxInlineData < 0 || c.MaxInlineData > ib.MaxInlineData ||
+		(cfg.SRQ == nil && (c.MaxRecvWR < 1 || c.MaxRecvWR > ib.MaxQPWR)) {
 		return nil, fmt.Errorf("qpmgr: QP caps %+v outside the device limits", c)
 	}
-	if MTUFromBytes(cfg.PortMTU) == 0 {
+	if ib.MTUFromBytes(cfg.PortMTU) == 0 {
 		return nil, fmt.Errorf("qpmgr: port MTU %d is not an IB MTU", cfg.PortMTU)
 	}
 	if cfg.SendCQ == nil || cfg.RecvCQ == nil || cfg.Counters == nil || cfg.Kick == nil {
@@ -299,11 +237,11 @@ func (qp *QP) Lock()   { qp.mu.Lock() }
 func (qp *QP) Unlock() { qp.mu.Unlock() }
 
 // State is the QP's state; call with the lock held.
-func (qp *QP) State() State { return qp.state }
+func (qp *QP) State() ib.QPState { return qp.state }
 
 // MTU is the path MTU in bytes; UD datagrams go at the port's MTU.
 func (qp *QP) MTU() int {
-	if qp.Type == TypeUD || qp.Attr.PathMTU == 0 {
+	if qp.Type == ib.QPTypeUD || qp.Attr.PathMTU == 0 {
 		return qp.PortMTU
 	}
 	return qp.Attr.PathMTU.Bytes()
@@ -329,7 +267,7 @@ func (qp *QP) Dest() netip.Addr { return qp.Attr.AH.Addr() }
 
 // SrcPort is the UDP source port of the QP's packets, as rxe picks it.
 func (qp *QP) SrcPort() uint16 {
-	if qp.Type == TypeUD {
+	if qp.Type == ib.QPTypeUD {
 		return ibudp.SourcePortQPN(qp.QPN)
 	}
 	return ibudp.SourcePortFlow(qp.Attr.AH.FlowLabel, qp.QPN, qp.Attr.DestQPN)
@@ -350,14 +288,14 @@ func (qp *QP) ACKTimeout() time.Duration {
 
 // Modify applies ModifyQP: it checks the transition and the attribute
 // values first and changes nothing if either is wrong (IBTA 11.2.4.2).
-func (qp *QP) Modify(a *Attr, mask AttrMask) error {
+func (qp *QP) Modify(a *ib.QPAttr, mask ib.AttrMask) error {
 	qp.mu.Lock()
 	defer qp.mu.Unlock()
 	if qp.destroyed {
 		return fmt.Errorf("qpmgr: QP %#x destroyed", qp.QPN)
 	}
 	next := qp.state
-	if mask&AttrState != 0 {
+	if mask&ib.AttrState != 0 {
 		next = a.State
 	}
 	if err := CheckModify(qp.Type, qp.state, next, mask); err != nil {
@@ -373,78 +311,78 @@ func (qp *QP) Modify(a *Attr, mask AttrMask) error {
 	return nil
 }
 
-func checkAttr(a *Attr, mask AttrMask, portMTU int) error {
+func checkAttr(a *ib.QPAttr, mask ib.AttrMask, portMTU int) error {
 	switch {
-	case mask&AttrPathMTU != 0 && (a.PathMTU.Bytes() == 0 || a.PathMTU.Bytes() > portMTU):
+	case mask&ib.AttrPathMTU != 0 && (a.PathMTU.Bytes() == 0 || a.PathMTU.Bytes() > portMTU):
 		return fmt.Errorf("path MTU %d: need 256..%d", a.PathMTU.Bytes(), portMTU)
-	case mask&AttrTimeout != 0 && a.Timeout > 31:
+	case mask&ib.AttrTimeout != 0 && a.Timeout > 31:
 		return fmt.Errorf("timeout %d > 31", a.Timeout)
-	case mask&AttrRetryCnt != 0 && a.RetryCnt > 7:
+	case mask&ib.AttrRetryCnt != 0 && a.RetryCnt > 7:
 		return fmt.Errorf("retry_cnt %d > 7", a.RetryCnt)
-	case mask&AttrRNRRetry != 0 && a.RNRRetry > 7:
+	case mask&ib.AttrRNRRetry != 0 && a.RNRRetry > 7:
 		return fmt.Errorf("rnr_retry %d > 7", a.RNRRetry)
-	case mask&AttrMinRNRTimer != 0 && a.MinRNRTimer > 31:
+	case mask&ib.AttrMinRNRTimer != 0 && a.MinRNRTimer > 31:
 		return fmt.Errorf("min_rnr_timer %d > 31", a.MinRNRTimer)
-	case mask&AttrMaxQPRdAtomic != 0 && a.MaxRdAtomic > MaxRdAtomic:
-		return fmt.Errorf("max_rd_atomic %d > %d", a.MaxRdAtomic, MaxRdAtomic)
-	case mask&AttrMaxDestRdAtomic != 0 && a.MaxDestRdAtomic > MaxRdAtomic:
-		return fmt.Errorf("max_dest_rd_atomic %d > %d", a.MaxDestRdAtomic, MaxRdAtomic)
-	case mask&AttrSQPSN != 0 && a.SQPSN > bth.PSNMask:
+	case mask&ib.AttrMaxQPRdAtomic != 0 && a.MaxRdAtomic > ib.MaxRdAtomic:
+		return fmt.Errorf("max_rd_atomic %d > %d", a.MaxRdAtomic, ib.MaxRdAtomic)
+	case mask&ib.AttrMaxDestRdAtomic != 0 && a.MaxDestRdAtomic > ib.MaxRdAtomic:
+		return fmt.Errorf("max_dest_rd_atomic %d > %d", a.MaxDestRdAtomic, ib.MaxRdAtomic)
+	case mask&ib.AttrSQPSN != 0 && a.SQPSN > bth.PSNMask:
 		return fmt.Errorf("sq_psn %#x has more than 24 bits", a.SQPSN)
-	case mask&AttrRQPSN != 0 && a.RQPSN > bth.PSNMask:
+	case mask&ib.AttrRQPSN != 0 && a.RQPSN > bth.PSNMask:
 		return fmt.Errorf("rq_psn %#x has more than 24 bits", a.RQPSN)
-	case mask&AttrDestQPN != 0 && a.DestQPN > bth.QPNMask:
+	case mask&ib.AttrDestQPN != 0 && a.DestQPN > bth.QPNMask:
 		return fmt.Errorf("dest_qp_num %#x has more than 24 bits", a.DestQPN)
-	case mask&AttrAccessFlags != 0 && a.AccessFlags&^(dma.AccessLocalWrite|dma.AccessRemoteWrite|dma.AccessRemoteRead|dma.AccessRemoteAtomic) != 0:
+	case mask&ib.AttrAccessFlags != 0 && a.AccessFlags&^(ib.AccessLocalWrite|ib.AccessRemoteWrite|ib.AccessRemoteRead|ib.AccessRemoteAtomic) != 0:
 		return fmt.Errorf("qp_access_flags %v not allowed on a QP", a.AccessFlags)
-	case mask&AttrAV != 0 && !a.AH.Addr().IsValid():
+	case mask&ib.AttrAV != 0 && !a.AH.Addr().IsValid():
 		return fmt.Errorf("address vector has no usable DGID")
-	case mask&AttrPKeyIndex != 0 && a.PKeyIndex != 0:
+	case mask&ib.AttrPKeyIndex != 0 && a.PKeyIndex != 0:
 		return fmt.Errorf("pkey_index %d: the port has one P_Key", a.PKeyIndex)
 	}
 	return nil
 }
 
-func (qp *QP) apply(a *Attr, mask AttrMask) {
+func (qp *QP) apply(a *ib.QPAttr, mask ib.AttrMask) {
 	t := &qp.Attr
-	set := func(bit AttrMask, f func()) {
+	set := func(bit ib.AttrMask, f func()) {
 		if mask&bit != 0 {
 			f()
 		}
 	}
-	set(AttrPathMTU, func() { t.PathMTU = a.PathMTU })
-	set(AttrQKey, func() { t.QKey = a.QKey })
-	set(AttrRQPSN, func() { t.RQPSN = a.RQPSN })
-	set(AttrSQPSN, func() { t.SQPSN = a.SQPSN })
-	set(AttrDestQPN, func() { t.DestQPN = a.DestQPN })
-	set(AttrAccessFlags, func() { t.AccessFlags = a.AccessFlags })
-	set(AttrPKeyIndex, func() { t.PKeyIndex = a.PKeyIndex })
-	set(AttrPort, func() { t.PortNum = a.PortNum })
-	set(AttrAV, func() { t.AH = a.AH })
-	set(AttrTimeout, func() { t.Timeout = a.Timeout })
-	set(AttrRetryCnt, func() { t.RetryCnt = a.RetryCnt; qp.Comp.RetryCnt = a.RetryCnt })
-	set(AttrRNRRetry, func() { t.RNRRetry = a.RNRRetry; qp.Comp.RNRRetry = a.RNRRetry })
-	set(AttrMinRNRTimer, func() { t.MinRNRTimer = a.MinRNRTimer })
-	set(AttrMaxQPRdAtomic, func() { t.MaxRdAtomic = a.MaxRdAtomic })
-	set(AttrMaxDestRdAtomic, func() {
+	set(ib.AttrPathMTU, func() { t.PathMTU = a.PathMTU })
+	set(ib.AttrQKey, func() { t.QKey = a.QKey })
+	set(ib.AttrRQPSN, func() { t.RQPSN = a.RQPSN })
+	set(ib.AttrSQPSN, func() { t.SQPSN = a.SQPSN })
+	set(ib.AttrDestQPN, func() { t.DestQPN = a.DestQPN })
+	set(ib.AttrAccessFlags, func() { t.AccessFlags = a.AccessFlags })
+	set(ib.AttrPKeyIndex, func() { t.PKeyIndex = a.PKeyIndex })
+	set(ib.AttrPort, func() { t.PortNum = a.PortNum })
+	set(ib.AttrAV, func() { t.AH = a.AH })
+	set(ib.AttrTimeout, func() { t.Timeout = a.Timeout })
+	set(ib.AttrRetryCnt, func() { t.RetryCnt = a.RetryCnt; qp.Comp.RetryCnt = a.RetryCnt })
+	set(ib.AttrRNRRetry, func() { t.RNRRetry = a.RNRRetry; qp.Comp.RNRRetry = a.RNRRetry })
+	set(ib.AttrMinRNRTimer, func() { t.MinRNRTimer = a.MinRNRTimer })
+	set(ib.AttrMaxQPRdAtomic, func() { t.MaxRdAtomic = a.MaxRdAtomic })
+	set(ib.AttrMaxDestRdAtomic, func() {
 		t.MaxDestRdAtomic = a.MaxDestRdAtomic
 		qp.Resp.Resources = make([]RespResource, max(int(a.MaxDestRdAtomic), 1))
 		qp.Resp.NextRes = 0
 	})
-	set(AttrRQPSN, func() { qp.Resp.EPSN = a.RQPSN })
-	set(AttrSQPSN, func() { qp.Req.PSN, qp.Comp.PSN = a.SQPSN, a.SQPSN })
+	set(ib.AttrRQPSN, func() { qp.Resp.EPSN = a.RQPSN })
+	set(ib.AttrSQPSN, func() { qp.Req.PSN, qp.Comp.PSN = a.SQPSN, a.SQPSN })
 }
 
 // enter moves the QP to state s, doing what the state asks on entry.
-func (qp *QP) enter(s State) {
+func (qp *QP) enter(s ib.QPState) {
 	qp.state = s
 	qp.Attr.State = s
 	switch s {
-	case StateReset:
+	case ib.QPSReset:
 		qp.reset()
-	case StateRTS:
+	case ib.QPSRTS:
 		qp.Kick()
-	case StateErr:
+	case ib.QPSErr:
 		qp.flush()
 	}
 }
@@ -452,8 +390,8 @@ func (qp *QP) enter(s State) {
 // reset empties the queues without completions, as modify to RESET does.
 func (qp *QP) reset() {
 	qp.stopTimer()
-	qp.state = StateReset
-	qp.Attr = Attr{}
+	qp.state = ib.QPSReset
+	qp.Attr = ib.QPAttr{}
 	qp.SQ.Head, qp.SQ.Next, qp.SQ.Tail = 0, 0, 0
 	clear(qp.SQ.ring)
 	if qp.RQ != nil {
@@ -466,8 +404,8 @@ func (qp *QP) reset() {
 // EnterError moves the QP to ERR and flushes its queues. Call with the lock
 // held.
 func (qp *QP) EnterError() {
-	if qp.state != StateErr && qp.state != StateReset {
-		qp.enter(StateErr)
+	if qp.state != ib.QPSErr && qp.state != ib.QPSReset {
+		qp.enter(ib.QPSErr)
 	}
 }
 
@@ -478,7 +416,7 @@ func (qp *QP) flush() {
 	for qp.SQ.Head < qp.SQ.Tail {
 		w := qp.SQ.At(qp.SQ.Head)
 		if w.State != WQEDone {
-			qp.completeSend(w, WCWRFlushErr)
+			qp.completeSend(w, ib.WCWRFlushErr)
 		}
 		qp.SQ.Head++
 	}
@@ -494,13 +432,13 @@ func (qp *QP) flush() {
 	}
 }
 
-func (qp *QP) completeRecvFlush(wr RecvWR) {
-	qp.pushRecv(WC{WRID: wr.WRID, Status: WCWRFlushErr, Opcode: WCRecv, QPNum: qp.QPN}, false)
+func (qp *QP) completeRecvFlush(wr ib.RecvWR) {
+	qp.pushRecv(ib.WC{WRID: wr.WRID, Status: ib.WCWRFlushErr, Opcode: ib.WCRecv, QPNum: qp.QPN}, false)
 }
 
 // Flush completes, with WR_FLUSH_ERR, any WQE posted while in ERR.
 func (qp *QP) Flush() {
-	if qp.state == StateErr {
+	if qp.state == ib.QPSErr {
 		qp.flush()
 	}
 }
@@ -580,7 +518,7 @@ func (qp *QP) KickAfter(d time.Duration) { time.AfterFunc(d, func() { qp.kick(qp
 
 // CompleteSend retires the WQE at the head of the send queue with status st:
 // a completion goes to the send CQ if the WR was signaled or failed.
-func (qp *QP) CompleteSend(st WCStatus) {
+func (qp *QP) CompleteSend(st ib.WCStatus) {
 	w := qp.SQ.At(qp.SQ.Head)
 	qp.completeSend(w, st)
 	qp.SQ.Head++
@@ -589,32 +527,32 @@ func (qp *QP) CompleteSend(st WCStatus) {
 	}
 }
 
-func (qp *QP) completeSend(w *SendWQE, st WCStatus) {
+func (qp *QP) completeSend(w *SendWQE, st ib.WCStatus) {
 	w.State, w.Status = WQEDone, st
-	if st == WCSuccess && w.WR.Flags&SendSignaled == 0 && !qp.SigAll {
+	if st == ib.WCSuccess && w.WR.Flags&ib.SendSignaled == 0 && !qp.SigAll {
 		return
 	}
-	wc := WC{WRID: w.WR.WRID, Status: st, Opcode: w.WR.Opcode.wcOpcode(), QPNum: qp.QPN}
-	if st == WCSuccess {
+	wc := ib.WC{WRID: w.WR.WRID, Status: st, Opcode: w.WR.Opcode.WCOpcode(), QPNum: qp.QPN}
+	if st == ib.WCSuccess {
 		wc.ByteLen = uint32(w.Len)
-		if w.WR.Opcode == WRSendWithImm || w.WR.Opcode == WRRDMAWriteWithImm {
-			wc.WCFlags = WCFlagWithImm
+		if w.WR.Opcode == ib.WRSendWithImm || w.WR.Opcode == ib.WRRDMAWriteWithImm {
+			wc.WCFlags = ib.WCFlagWithImm
 		}
 	}
 	if err := qp.SendCQ.Push(wc, false); err != nil {
-		qp.Counters.Inc(SendErr)
+		qp.Counters.Inc(ib.SendErr)
 	}
 }
 
 // CompleteRecv posts a receive completion.
-func (qp *QP) CompleteRecv(wc WC, solicited bool) {
+func (qp *QP) CompleteRecv(wc ib.WC, solicited bool) {
 	wc.QPNum = qp.QPN
 	qp.pushRecv(wc, solicited)
 }
 
-func (qp *QP) pushRecv(wc WC, solicited bool) {
+func (qp *QP) pushRecv(wc ib.WC, solicited bool) {
 	if err := qp.RecvCQ.Push(wc, solicited); err != nil {
-		qp.Counters.Inc(SendErr)
+		qp.Counters.Inc(ib.SendErr)
 	}
 }
 

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+
+	"github.com/rnicd/rnicd/ib"
 )
 
 // ErrQueueFull is returned when a work request does not fit in its queue.
@@ -14,7 +16,7 @@ var ErrQueueFull = errors.New("qpmgr: work queue full")
 // the responder consumes.
 type RecvQueue struct {
 	mu     sync.Mutex
-	ring   []RecvWR
+	ring   []ib.RecvWR
 	head   int
 	n      int
 	maxSGE int
@@ -27,11 +29,11 @@ type RecvQueue struct {
 	// shares with the application: the queue calls it, with its lock
 	// held, when it runs empty, so that a message never finds the queue
 	// empty while WQEs sit in host memory whose doorbell is on its way.
-	fetch func(room int) []RecvWR
+	fetch func(room int) []ib.RecvWR
 }
 
 // SetFetch installs fetch (see the field); it must not call the queue.
-func (q *RecvQueue) SetFetch(fetch func(room int) []RecvWR) {
+func (q *RecvQueue) SetFetch(fetch func(room int) []ib.RecvWR) {
 	q.mu.Lock()
 	q.fetch = fetch
 	q.mu.Unlock()
@@ -56,12 +58,12 @@ func (q *RecvQueue) refill() {
 
 // NewRecvQueue returns a queue of maxWR requests of at most maxSGE SGEs.
 func NewRecvQueue(maxWR, maxSGE int) *RecvQueue {
-	return &RecvQueue{ring: make([]RecvWR, maxWR), maxSGE: maxSGE}
+	return &RecvQueue{ring: make([]ib.RecvWR, maxWR), maxSGE: maxSGE}
 }
 
 // Post appends receive WRs in order; it stops at the first that does not
 // fit and returns its index with the error, like ibv_post_recv's bad_wr.
-func (q *RecvQueue) Post(wrs []RecvWR) (int, error) {
+func (q *RecvQueue) Post(wrs []ib.RecvWR) (int, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for i := range wrs {
@@ -72,7 +74,7 @@ func (q *RecvQueue) Post(wrs []RecvWR) (int, error) {
 			return i, fmt.Errorf("qpmgr: recv WR %d has %d SGEs, max %d", wrs[i].WRID, len(wrs[i].SGL), q.maxSGE)
 		}
 		wr := wrs[i]
-		wr.SGL = append([]SGE(nil), wr.SGL...) // the WR is the NIC's now
+		wr.SGL = append([]ib.SGE(nil), wr.SGL...) // the WR is the NIC's now
 		q.ring[(q.head+q.n)%len(q.ring)] = wr
 		q.n++
 	}
@@ -80,17 +82,17 @@ func (q *RecvQueue) Post(wrs []RecvWR) (int, error) {
 }
 
 // Pop takes the oldest receive WR.
-func (q *RecvQueue) Pop() (RecvWR, bool) {
+func (q *RecvQueue) Pop() (ib.RecvWR, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.n == 0 {
 		q.refill()
 	}
 	if q.n == 0 {
-		return RecvWR{}, false
+		return ib.RecvWR{}, false
 	}
 	wr := q.ring[q.head]
-	q.ring[q.head] = RecvWR{}
+	q.ring[q.head] = ib.RecvWR{}
 	q.head = (q.head + 1) % len(q.ring)
 	q.n--
 	if q.limit > 0 && q.n < q.limit {
@@ -100,8 +102,8 @@ func (q *RecvQueue) Pop() (RecvWR, bool) {
 }
 
 // Drain removes and returns every receive WR, oldest first.
-func (q *RecvQueue) Drain() []RecvWR {
-	var out []RecvWR
+func (q *RecvQueue) Drain() []ib.RecvWR {
+	var out []ib.RecvWR
 	for {
 		wr, ok := q.Pop()
 		if !ok {

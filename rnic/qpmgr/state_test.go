@@ -3,102 +3,103 @@ package qpmgr
 import (
 	"errors"
 	"fmt"
-	"strings"
 	"testing"
+
+	"github.com/rnicd/rnicd/ib"
 )
 
 // stateTestAllStates and stateTestAllTypes list every state and type.
 var (
-	stateTestAllStates = []State{StateReset, StateInit, StateRTR, StateRTS, StateSQD, StateSQE, StateErr}
-	stateTestAllTypes  = []Type{TypeRC, TypeUC, TypeUD}
+	stateTestAllStates = []ib.QPState{ib.QPSReset, ib.QPSInit, ib.QPSRTR, ib.QPSRTS, ib.QPSSQD, ib.QPSSQE, ib.QPSErr}
+	stateTestAllTypes  = []ib.QPType{ib.QPTypeRC, ib.QPTypeUC, ib.QPTypeUD}
 )
 
 // stateTestKnownBits is every attribute bit libibverbs defines.
-const stateTestKnownBits = AttrState | AttrCurState | AttrEnSQDAsyncNotify |
-	AttrAccessFlags | AttrPKeyIndex | AttrPort | AttrQKey | AttrAV |
-	AttrPathMTU | AttrTimeout | AttrRetryCnt | AttrRNRRetry | AttrRQPSN |
-	AttrMaxQPRdAtomic | AttrAltPath | AttrMinRNRTimer | AttrSQPSN |
-	AttrMaxDestRdAtomic | AttrPathMigState | AttrCap | AttrDestQPN |
-	AttrRateLimit
+const stateTestKnownBits = ib.AttrState | ib.AttrCurState | ib.AttrEnSQDAsyncNotify |
+	ib.AttrAccessFlags | ib.AttrPKeyIndex | ib.AttrPort | ib.AttrQKey | ib.AttrAV |
+	ib.AttrPathMTU | ib.AttrTimeout | ib.AttrRetryCnt | ib.AttrRNRRetry | ib.AttrRQPSN |
+	ib.AttrMaxQPRdAtomic | ib.AttrAltPath | ib.AttrMinRNRTimer | ib.AttrSQPSN |
+	ib.AttrMaxDestRdAtomic | ib.AttrPathMigState | ib.AttrCap | ib.AttrDestQPN |
+	ib.AttrRateLimit
 
 // stateTestValid is written out independently of stateTable: every valid
 // (type, from, to) with its required and optional attributes (AttrState
 // not included), from IBTA 11.2.4.2 as Linux's qp_state_table has it, plus
 // RESET->ERR, which the spec allows and Linux does not.
 var stateTestValid = func() []struct {
-	t        Type
-	from, to State
-	req, opt AttrMask
+	t        ib.QPType
+	from, to ib.QPState
+	req, opt ib.AttrMask
 } {
 	type row = struct {
-		t        Type
-		from, to State
-		req, opt AttrMask
+		t        ib.QPType
+		from, to ib.QPState
+		req, opt ib.AttrMask
 	}
 	var rows []row
 	// any -> RESET and any -> ERR, every type, no attributes.
 	for _, t := range stateTestAllTypes {
 		for _, s := range stateTestAllStates {
-			rows = append(rows, row{t: t, from: s, to: StateReset})
-			rows = append(rows, row{t: t, from: s, to: StateErr})
+			rows = append(rows, row{t: t, from: s, to: ib.QPSReset})
+			rows = append(rows, row{t: t, from: s, to: ib.QPSErr})
 		}
 	}
 	const (
-		rcInit  = AttrPKeyIndex | AttrPort | AttrAccessFlags
-		udInit  = AttrPKeyIndex | AttrPort | AttrQKey
-		ucRTR   = AttrAV | AttrPathMTU | AttrDestQPN | AttrRQPSN
-		rcRTR   = ucRTR | AttrMaxDestRdAtomic | AttrMinRNRTimer
-		cRTROpt = AttrAltPath | AttrAccessFlags | AttrPKeyIndex
-		rcRTS   = AttrTimeout | AttrRetryCnt | AttrRNRRetry | AttrSQPSN | AttrMaxQPRdAtomic
-		ucToRTS = AttrCurState | AttrAltPath | AttrAccessFlags | AttrPathMigState
-		rcToRTS = ucToRTS | AttrMinRNRTimer
-		udToRTS = AttrCurState | AttrQKey
+		rcInit  = ib.AttrPKeyIndex | ib.AttrPort | ib.AttrAccessFlags
+		udInit  = ib.AttrPKeyIndex | ib.AttrPort | ib.AttrQKey
+		ucRTR   = ib.AttrAV | ib.AttrPathMTU | ib.AttrDestQPN | ib.AttrRQPSN
+		rcRTR   = ucRTR | ib.AttrMaxDestRdAtomic | ib.AttrMinRNRTimer
+		cRTROpt = ib.AttrAltPath | ib.AttrAccessFlags | ib.AttrPKeyIndex
+		rcRTS   = ib.AttrTimeout | ib.AttrRetryCnt | ib.AttrRNRRetry | ib.AttrSQPSN | ib.AttrMaxQPRdAtomic
+		ucToRTS = ib.AttrCurState | ib.AttrAltPath | ib.AttrAccessFlags | ib.AttrPathMigState
+		rcToRTS = ucToRTS | ib.AttrMinRNRTimer
+		udToRTS = ib.AttrCurState | ib.AttrQKey
 	)
 	rows = append(rows,
-		row{TypeRC, StateReset, StateInit, rcInit, 0},
-		row{TypeUC, StateReset, StateInit, rcInit, 0},
-		row{TypeUD, StateReset, StateInit, udInit, 0},
+		row{ib.QPTypeRC, ib.QPSReset, ib.QPSInit, rcInit, 0},
+		row{ib.QPTypeUC, ib.QPSReset, ib.QPSInit, rcInit, 0},
+		row{ib.QPTypeUD, ib.QPSReset, ib.QPSInit, udInit, 0},
 
-		row{TypeRC, StateInit, StateInit, 0, rcInit},
-		row{TypeUC, StateInit, StateInit, 0, rcInit},
-		row{TypeUD, StateInit, StateInit, 0, udInit},
+		row{ib.QPTypeRC, ib.QPSInit, ib.QPSInit, 0, rcInit},
+		row{ib.QPTypeUC, ib.QPSInit, ib.QPSInit, 0, rcInit},
+		row{ib.QPTypeUD, ib.QPSInit, ib.QPSInit, 0, udInit},
 
-		row{TypeRC, StateInit, StateRTR, rcRTR, cRTROpt},
-		row{TypeUC, StateInit, StateRTR, ucRTR, cRTROpt},
-		row{TypeUD, StateInit, StateRTR, 0, AttrPKeyIndex | AttrQKey},
+		row{ib.QPTypeRC, ib.QPSInit, ib.QPSRTR, rcRTR, cRTROpt},
+		row{ib.QPTypeUC, ib.QPSInit, ib.QPSRTR, ucRTR, cRTROpt},
+		row{ib.QPTypeUD, ib.QPSInit, ib.QPSRTR, 0, ib.AttrPKeyIndex | ib.AttrQKey},
 
-		row{TypeRC, StateRTR, StateRTS, rcRTS, rcToRTS},
-		row{TypeUC, StateRTR, StateRTS, AttrSQPSN, ucToRTS},
-		row{TypeUD, StateRTR, StateRTS, AttrSQPSN, udToRTS},
+		row{ib.QPTypeRC, ib.QPSRTR, ib.QPSRTS, rcRTS, rcToRTS},
+		row{ib.QPTypeUC, ib.QPSRTR, ib.QPSRTS, ib.AttrSQPSN, ucToRTS},
+		row{ib.QPTypeUD, ib.QPSRTR, ib.QPSRTS, ib.AttrSQPSN, udToRTS},
 
-		row{TypeRC, StateRTS, StateRTS, 0, rcToRTS},
-		row{TypeUC, StateRTS, StateRTS, 0, ucToRTS},
-		row{TypeUD, StateRTS, StateRTS, 0, udToRTS},
+		row{ib.QPTypeRC, ib.QPSRTS, ib.QPSRTS, 0, rcToRTS},
+		row{ib.QPTypeUC, ib.QPSRTS, ib.QPSRTS, 0, ucToRTS},
+		row{ib.QPTypeUD, ib.QPSRTS, ib.QPSRTS, 0, udToRTS},
 
-		row{TypeRC, StateRTS, StateSQD, 0, AttrEnSQDAsyncNotify},
-		row{TypeUC, StateRTS, StateSQD, 0, AttrEnSQDAsyncNotify},
-		row{TypeUD, StateRTS, StateSQD, 0, AttrEnSQDAsyncNotify},
+		row{ib.QPTypeRC, ib.QPSRTS, ib.QPSSQD, 0, ib.AttrEnSQDAsyncNotify},
+		row{ib.QPTypeUC, ib.QPSRTS, ib.QPSSQD, 0, ib.AttrEnSQDAsyncNotify},
+		row{ib.QPTypeUD, ib.QPSRTS, ib.QPSSQD, 0, ib.AttrEnSQDAsyncNotify},
 
-		row{TypeRC, StateSQD, StateRTS, 0, rcToRTS},
-		row{TypeUC, StateSQD, StateRTS, 0, ucToRTS},
-		row{TypeUD, StateSQD, StateRTS, 0, udToRTS},
+		row{ib.QPTypeRC, ib.QPSSQD, ib.QPSRTS, 0, rcToRTS},
+		row{ib.QPTypeUC, ib.QPSSQD, ib.QPSRTS, 0, ucToRTS},
+		row{ib.QPTypeUD, ib.QPSSQD, ib.QPSRTS, 0, udToRTS},
 
-		row{TypeRC, StateSQD, StateSQD, 0, AttrPort | AttrAV | AttrTimeout |
-			AttrRetryCnt | AttrRNRRetry | AttrMaxQPRdAtomic | AttrMaxDestRdAtomic |
-			AttrAltPath | AttrAccessFlags | AttrPKeyIndex | AttrMinRNRTimer |
-			AttrPathMigState},
-		row{TypeUC, StateSQD, StateSQD, 0, AttrAV | AttrAltPath | AttrAccessFlags |
-			AttrPKeyIndex | AttrPathMigState},
-		row{TypeUD, StateSQD, StateSQD, 0, AttrPKeyIndex | AttrQKey},
+		row{ib.QPTypeRC, ib.QPSSQD, ib.QPSSQD, 0, ib.AttrPort | ib.AttrAV | ib.AttrTimeout |
+			ib.AttrRetryCnt | ib.AttrRNRRetry | ib.AttrMaxQPRdAtomic | ib.AttrMaxDestRdAtomic |
+			ib.AttrAltPath | ib.AttrAccessFlags | ib.AttrPKeyIndex | ib.AttrMinRNRTimer |
+			ib.AttrPathMigState},
+		row{ib.QPTypeUC, ib.QPSSQD, ib.QPSSQD, 0, ib.AttrAV | ib.AttrAltPath | ib.AttrAccessFlags |
+			ib.AttrPKeyIndex | ib.AttrPathMigState},
+		row{ib.QPTypeUD, ib.QPSSQD, ib.QPSSQD, 0, ib.AttrPKeyIndex | ib.AttrQKey},
 
-		row{TypeRC, StateSQE, StateRTS, 0, 0},
-		row{TypeUC, StateSQE, StateRTS, 0, AttrCurState | AttrAccessFlags},
-		row{TypeUD, StateSQE, StateRTS, 0, udToRTS},
+		row{ib.QPTypeRC, ib.QPSSQE, ib.QPSRTS, 0, 0},
+		row{ib.QPTypeUC, ib.QPSSQE, ib.QPSRTS, 0, ib.AttrCurState | ib.AttrAccessFlags},
+		row{ib.QPTypeUD, ib.QPSSQE, ib.QPSRTS, 0, udToRTS},
 	)
 	return rows
 }()
 
-func stateTestCheck(t *testing.T, typ Type, from, to State, mask AttrMask) *TransitionError {
+func stateTestCheck(t *testing.T, typ ib.QPType, from, to ib.QPState, mask ib.AttrMask) *TransitionError {
 	t.Helper()
 	err := CheckModify(typ, from, to, mask)
 	if err == nil {
@@ -120,26 +121,26 @@ func TestCheckModifyValidTransitions(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			// Exactly the required attributes, with and without the
 			// optional ones.
-			for _, m := range []AttrMask{AttrState | r.req, AttrState | r.req | r.opt} {
+			for _, m := range []ib.AttrMask{ib.AttrState | r.req, ib.AttrState | r.req | r.opt} {
 				if err := CheckModify(r.t, r.from, r.to, m); err != nil {
 					t.Errorf("mask %v: %v", m, err)
 				}
 			}
 			// Each optional bit on its own.
-			for b := AttrMask(1); b != 0; b <<= 1 {
+			for b := ib.AttrMask(1); b != 0; b <<= 1 {
 				if r.opt&b == 0 {
 					continue
 				}
-				if err := CheckModify(r.t, r.from, r.to, AttrState|r.req|b); err != nil {
+				if err := CheckModify(r.t, r.from, r.to, ib.AttrState|r.req|b); err != nil {
 					t.Errorf("optional %v: %v", b, err)
 				}
 			}
 			// Each required bit removed.
-			for b := AttrMask(1); b != 0; b <<= 1 {
+			for b := ib.AttrMask(1); b != 0; b <<= 1 {
 				if r.req&b == 0 {
 					continue
 				}
-				m := AttrState | (r.req &^ b) | r.opt
+				m := ib.AttrState | (r.req &^ b) | r.opt
 				te := stateTestCheck(t, r.t, r.from, r.to, m)
 				if te == nil {
 					t.Errorf("without %v: allowed, want Missing", b)
@@ -150,11 +151,11 @@ func TestCheckModifyValidTransitions(t *testing.T) {
 				}
 			}
 			// Each bit the transition does not allow, known or not.
-			for b := AttrMask(1); b != 0; b <<= 1 {
-				if (AttrState|r.req|r.opt)&b != 0 {
+			for b := ib.AttrMask(1); b != 0; b <<= 1 {
+				if (ib.AttrState|r.req|r.opt)&b != 0 {
 					continue
 				}
-				te := stateTestCheck(t, r.t, r.from, r.to, AttrState|r.req|b)
+				te := stateTestCheck(t, r.t, r.from, r.to, ib.AttrState|r.req|b)
 				if te == nil {
 					t.Errorf("extra %v: allowed, want Excess", b)
 					continue
@@ -182,7 +183,7 @@ func TestCheckModifyInvalidTransitions(t *testing.T) {
 					continue
 				}
 				n++
-				for _, m := range []AttrMask{AttrState, stateTestKnownBits} {
+				for _, m := range []ib.AttrMask{ib.AttrState, stateTestKnownBits} {
 					te := stateTestCheck(t, typ, from, to, m)
 					if te == nil || !te.Invalid {
 						t.Errorf("%v %v->%v mask %v: got %v, want Invalid", typ, from, to, m, te)
@@ -198,22 +199,22 @@ func TestCheckModifyInvalidTransitions(t *testing.T) {
 
 func TestCheckModifyNamedInvalid(t *testing.T) {
 	for _, c := range []struct {
-		typ      Type
-		from, to State
+		typ      ib.QPType
+		from, to ib.QPState
 	}{
-		{TypeRC, StateReset, StateRTS},
-		{TypeRC, StateReset, StateRTR},
-		{TypeRC, StateInit, StateRTS},
-		{TypeRC, StateRTR, StateInit},
-		{TypeRC, StateRTR, StateRTR},
-		{TypeRC, StateRTS, StateRTR},
-		{TypeUC, StateRTS, StateSQE},
-		{TypeUD, StateErr, StateRTS},
-		{TypeUD, StateErr, StateInit},
-		{TypeUD, StateSQD, StateSQE},
-		{TypeUC, StateSQE, StateSQD},
+		{ib.QPTypeRC, ib.QPSReset, ib.QPSRTS},
+		{ib.QPTypeRC, ib.QPSReset, ib.QPSRTR},
+		{ib.QPTypeRC, ib.QPSInit, ib.QPSRTS},
+		{ib.QPTypeRC, ib.QPSRTR, ib.QPSInit},
+		{ib.QPTypeRC, ib.QPSRTR, ib.QPSRTR},
+		{ib.QPTypeRC, ib.QPSRTS, ib.QPSRTR},
+		{ib.QPTypeUC, ib.QPSRTS, ib.QPSSQE},
+		{ib.QPTypeUD, ib.QPSErr, ib.QPSRTS},
+		{ib.QPTypeUD, ib.QPSErr, ib.QPSInit},
+		{ib.QPTypeUD, ib.QPSSQD, ib.QPSSQE},
+		{ib.QPTypeUC, ib.QPSSQE, ib.QPSSQD},
 	} {
-		te := stateTestCheck(t, c.typ, c.from, c.to, AttrState)
+		te := stateTestCheck(t, c.typ, c.from, c.to, ib.AttrState)
 		if te == nil || !te.Invalid {
 			t.Errorf("%v %v->%v: got %v, want Invalid", c.typ, c.from, c.to, te)
 		}
@@ -223,23 +224,23 @@ func TestCheckModifyNamedInvalid(t *testing.T) {
 func TestCheckModifyApplicationMasks(t *testing.T) {
 	// The masks perftest and ibv_rc_pingpong pass to ibv_modify_qp.
 	for _, c := range []struct {
-		typ      Type
-		from, to State
-		mask     AttrMask
+		typ      ib.QPType
+		from, to ib.QPState
+		mask     ib.AttrMask
 	}{
-		{TypeRC, StateReset, StateInit, AttrState | AttrPKeyIndex | AttrPort | AttrAccessFlags},
-		{TypeUC, StateReset, StateInit, AttrState | AttrPKeyIndex | AttrPort | AttrAccessFlags},
-		{TypeRC, StateInit, StateRTR, AttrState | AttrAV | AttrPathMTU | AttrDestQPN |
-			AttrRQPSN | AttrMaxDestRdAtomic | AttrMinRNRTimer},
-		{TypeUC, StateInit, StateRTR, AttrState | AttrAV | AttrPathMTU | AttrDestQPN | AttrRQPSN},
-		{TypeRC, StateRTR, StateRTS, AttrState | AttrTimeout | AttrRetryCnt | AttrRNRRetry |
-			AttrSQPSN | AttrMaxQPRdAtomic},
-		{TypeUC, StateRTR, StateRTS, AttrState | AttrSQPSN},
-		{TypeUD, StateReset, StateInit, AttrState | AttrPKeyIndex | AttrPort | AttrQKey},
-		{TypeUD, StateInit, StateRTR, AttrState},
-		{TypeUD, StateRTR, StateRTS, AttrState | AttrSQPSN},
-		{TypeRC, StateRTS, StateErr, AttrState},
-		{TypeRC, StateErr, StateReset, AttrState},
+		{ib.QPTypeRC, ib.QPSReset, ib.QPSInit, ib.AttrState | ib.AttrPKeyIndex | ib.AttrPort | ib.AttrAccessFlags},
+		{ib.QPTypeUC, ib.QPSReset, ib.QPSInit, ib.AttrState | ib.AttrPKeyIndex | ib.AttrPort | ib.AttrAccessFlags},
+		{ib.QPTypeRC, ib.QPSInit, ib.QPSRTR, ib.AttrState | ib.AttrAV | ib.AttrPathMTU | ib.AttrDestQPN |
+			ib.AttrRQPSN | ib.AttrMaxDestRdAtomic | ib.AttrMinRNRTimer},
+		{ib.QPTypeUC, ib.QPSInit, ib.QPSRTR, ib.AttrState | ib.AttrAV | ib.AttrPathMTU | ib.AttrDestQPN | ib.AttrRQPSN},
+		{ib.QPTypeRC, ib.QPSRTR, ib.QPSRTS, ib.AttrState | ib.AttrTimeout | ib.AttrRetryCnt | ib.AttrRNRRetry |
+			ib.AttrSQPSN | ib.AttrMaxQPRdAtomic},
+		{ib.QPTypeUC, ib.QPSRTR, ib.QPSRTS, ib.AttrState | ib.AttrSQPSN},
+		{ib.QPTypeUD, ib.QPSReset, ib.QPSInit, ib.AttrState | ib.AttrPKeyIndex | ib.AttrPort | ib.AttrQKey},
+		{ib.QPTypeUD, ib.QPSInit, ib.QPSRTR, ib.AttrState},
+		{ib.QPTypeUD, ib.QPSRTR, ib.QPSRTS, ib.AttrState | ib.AttrSQPSN},
+		{ib.QPTypeRC, ib.QPSRTS, ib.QPSErr, ib.AttrState},
+		{ib.QPTypeRC, ib.QPSErr, ib.QPSReset, ib.AttrState},
 	} {
 		if err := CheckModify(c.typ, c.from, c.to, c.mask); err != nil {
 			t.Errorf("%v %v->%v %v: %v", c.typ, c.from, c.to, c.mask, err)
@@ -251,22 +252,22 @@ func TestCheckModifyWithoutState(t *testing.T) {
 	// Without AttrState the call modifies attributes in the current
 	// state; next is ignored.
 	for _, c := range []struct {
-		typ     Type
-		cur     State
-		mask    AttrMask
+		typ     ib.QPType
+		cur     ib.QPState
+		mask    ib.AttrMask
 		invalid bool
-		excess  AttrMask
+		excess  ib.AttrMask
 	}{
-		{typ: TypeRC, cur: StateInit, mask: AttrAccessFlags},
-		{typ: TypeUD, cur: StateInit, mask: AttrQKey | AttrPKeyIndex},
-		{typ: TypeRC, cur: StateRTS, mask: AttrMinRNRTimer | AttrCurState},
-		{typ: TypeUD, cur: StateRTS, mask: AttrQKey},
-		{typ: TypeRC, cur: StateSQD, mask: AttrTimeout | AttrAV},
-		{typ: TypeRC, cur: StateReset, mask: 0},
-		{typ: TypeRC, cur: StateRTS, mask: AttrTimeout, excess: AttrTimeout},
-		{typ: TypeUC, cur: StateRTS, mask: AttrMinRNRTimer, excess: AttrMinRNRTimer},
-		{typ: TypeRC, cur: StateRTR, mask: AttrAccessFlags, invalid: true},
-		{typ: TypeUD, cur: StateSQE, mask: AttrQKey, invalid: true},
+		{typ: ib.QPTypeRC, cur: ib.QPSInit, mask: ib.AttrAccessFlags},
+		{typ: ib.QPTypeUD, cur: ib.QPSInit, mask: ib.AttrQKey | ib.AttrPKeyIndex},
+		{typ: ib.QPTypeRC, cur: ib.QPSRTS, mask: ib.AttrMinRNRTimer | ib.AttrCurState},
+		{typ: ib.QPTypeUD, cur: ib.QPSRTS, mask: ib.AttrQKey},
+		{typ: ib.QPTypeRC, cur: ib.QPSSQD, mask: ib.AttrTimeout | ib.AttrAV},
+		{typ: ib.QPTypeRC, cur: ib.QPSReset, mask: 0},
+		{typ: ib.QPTypeRC, cur: ib.QPSRTS, mask: ib.AttrTimeout, excess: ib.AttrTimeout},
+		{typ: ib.QPTypeUC, cur: ib.QPSRTS, mask: ib.AttrMinRNRTimer, excess: ib.AttrMinRNRTimer},
+		{typ: ib.QPTypeRC, cur: ib.QPSRTR, mask: ib.AttrAccessFlags, invalid: true},
+		{typ: ib.QPTypeUD, cur: ib.QPSSQE, mask: ib.AttrQKey, invalid: true},
 	} {
 		for _, next := range stateTestAllStates {
 			err := CheckModify(c.typ, c.cur, next, c.mask)
@@ -292,30 +293,30 @@ func TestCheckModifyCurState(t *testing.T) {
 	// CUR_STATE is accepted only out of RTR, RTS, SQD and SQE, and only
 	// where the transition lists it.
 	for _, c := range []struct {
-		typ      Type
-		from, to State
+		typ      ib.QPType
+		from, to ib.QPState
 		ok       bool
 	}{
-		{TypeRC, StateRTR, StateRTS, true},
-		{TypeRC, StateRTS, StateRTS, true},
-		{TypeRC, StateSQD, StateRTS, true},
-		{TypeUD, StateSQE, StateRTS, true},
-		{TypeUC, StateSQE, StateRTS, true},
-		{TypeRC, StateSQE, StateRTS, false},
-		{TypeRC, StateReset, StateInit, false},
-		{TypeRC, StateInit, StateInit, false},
-		{TypeRC, StateInit, StateRTR, false},
-		{TypeRC, StateRTS, StateSQD, false},
-		{TypeRC, StateSQD, StateSQD, false},
-		{TypeRC, StateRTS, StateErr, false},
+		{ib.QPTypeRC, ib.QPSRTR, ib.QPSRTS, true},
+		{ib.QPTypeRC, ib.QPSRTS, ib.QPSRTS, true},
+		{ib.QPTypeRC, ib.QPSSQD, ib.QPSRTS, true},
+		{ib.QPTypeUD, ib.QPSSQE, ib.QPSRTS, true},
+		{ib.QPTypeUC, ib.QPSSQE, ib.QPSRTS, true},
+		{ib.QPTypeRC, ib.QPSSQE, ib.QPSRTS, false},
+		{ib.QPTypeRC, ib.QPSReset, ib.QPSInit, false},
+		{ib.QPTypeRC, ib.QPSInit, ib.QPSInit, false},
+		{ib.QPTypeRC, ib.QPSInit, ib.QPSRTR, false},
+		{ib.QPTypeRC, ib.QPSRTS, ib.QPSSQD, false},
+		{ib.QPTypeRC, ib.QPSSQD, ib.QPSSQD, false},
+		{ib.QPTypeRC, ib.QPSRTS, ib.QPSErr, false},
 	} {
-		var req AttrMask
+		var req ib.AttrMask
 		for _, r := range stateTestValid {
 			if r.t == c.typ && r.from == c.from && r.to == c.to {
 				req = r.req
 			}
 		}
-		err := CheckModify(c.typ, c.from, c.to, AttrState|AttrCurState|req)
+		err := CheckModify(c.typ, c.from, c.to, ib.AttrState|ib.AttrCurState|req)
 		if (err == nil) != c.ok {
 			t.Errorf("%v %v->%v with CUR_STATE: %v, want ok=%v", c.typ, c.from, c.to, err, c.ok)
 		}
@@ -323,12 +324,12 @@ func TestCheckModifyCurState(t *testing.T) {
 }
 
 func TestCheckModifyMissingAndExcess(t *testing.T) {
-	te := stateTestCheck(t, TypeRC, StateInit, StateRTR,
-		AttrState|AttrAV|AttrPathMTU|AttrMaxDestRdAtomic|AttrMinRNRTimer|AttrCap|AttrSQPSN)
+	te := stateTestCheck(t, ib.QPTypeRC, ib.QPSInit, ib.QPSRTR,
+		ib.AttrState|ib.AttrAV|ib.AttrPathMTU|ib.AttrMaxDestRdAtomic|ib.AttrMinRNRTimer|ib.AttrCap|ib.AttrSQPSN)
 	if te == nil {
 		t.Fatal("allowed")
 	}
-	if te.Missing != AttrDestQPN|AttrRQPSN || te.Excess != AttrSQPSN|AttrCap || te.Invalid {
+	if te.Missing != ib.AttrDestQPN|ib.AttrRQPSN || te.Excess != ib.AttrSQPSN|ib.AttrCap || te.Invalid {
 		t.Errorf("got %+v", *te)
 	}
 	const want = "qpmgr: modify RC QP INIT->RTR: missing required attributes RQ_PSN|DEST_QPN; attributes not allowed SQ_PSN|CAP"
@@ -339,18 +340,18 @@ func TestCheckModifyMissingAndExcess(t *testing.T) {
 
 func TestCheckModifyBadTypeAndState(t *testing.T) {
 	for _, c := range []struct {
-		typ      Type
-		from, to State
+		typ      ib.QPType
+		from, to ib.QPState
 	}{
-		{Type(0), StateReset, StateInit},
-		{Type(1), StateReset, StateInit},
-		{Type(5), StateReset, StateInit},
-		{Type(255), StateReset, StateErr},
-		{TypeRC, State(7), StateReset},
-		{TypeRC, StateReset, State(7)},
-		{TypeUD, State(255), State(255)},
+		{ib.QPType(0), ib.QPSReset, ib.QPSInit},
+		{ib.QPType(1), ib.QPSReset, ib.QPSInit},
+		{ib.QPType(5), ib.QPSReset, ib.QPSInit},
+		{ib.QPType(255), ib.QPSReset, ib.QPSErr},
+		{ib.QPTypeRC, ib.QPState(7), ib.QPSReset},
+		{ib.QPTypeRC, ib.QPSReset, ib.QPState(7)},
+		{ib.QPTypeUD, ib.QPState(255), ib.QPState(255)},
 	} {
-		te := stateTestCheck(t, c.typ, c.from, c.to, AttrState)
+		te := stateTestCheck(t, c.typ, c.from, c.to, ib.AttrState)
 		if te == nil || !te.Invalid {
 			t.Errorf("%v %v->%v: got %v, want Invalid", c.typ, c.from, c.to, te)
 		}
@@ -362,17 +363,17 @@ func TestTransitionErrorStrings(t *testing.T) {
 		err  error
 		want string
 	}{
-		{CheckModify(TypeRC, StateReset, StateRTS, AttrState),
+		{CheckModify(ib.QPTypeRC, ib.QPSReset, ib.QPSRTS, ib.AttrState),
 			"qpmgr: modify RC QP: transition RESET->RTS is not allowed"},
-		{CheckModify(TypeUD, StateRTR, StateRTR, AttrQKey),
+		{CheckModify(ib.QPTypeUD, ib.QPSRTR, ib.QPSRTR, ib.AttrQKey),
 			"qpmgr: modify UD QP: attributes cannot be modified in state RTR"},
-		{CheckModify(Type(9), StateReset, StateInit, AttrState),
+		{CheckModify(ib.QPType(9), ib.QPSReset, ib.QPSInit, ib.AttrState),
 			"qpmgr: modify QP: unsupported QP type Type(9)"},
-		{CheckModify(TypeRC, StateRTR, StateRTS, AttrState|AttrTimeout|AttrRetryCnt|AttrRNRRetry|AttrMaxQPRdAtomic),
+		{CheckModify(ib.QPTypeRC, ib.QPSRTR, ib.QPSRTS, ib.AttrState|ib.AttrTimeout|ib.AttrRetryCnt|ib.AttrRNRRetry|ib.AttrMaxQPRdAtomic),
 			"qpmgr: modify RC QP RTR->RTS: missing required attributes SQ_PSN"},
-		{CheckModify(TypeUD, StateReset, StateInit, AttrState|AttrPKeyIndex|AttrPort|AttrQKey|AttrAccessFlags),
+		{CheckModify(ib.QPTypeUD, ib.QPSReset, ib.QPSInit, ib.AttrState|ib.AttrPKeyIndex|ib.AttrPort|ib.AttrQKey|ib.AttrAccessFlags),
 			"qpmgr: modify UD QP RESET->INIT: attributes not allowed ACCESS_FLAGS"},
-		{CheckModify(TypeUC, StateRTS, StateErr, AttrState|AttrRateLimit|1<<22),
+		{CheckModify(ib.QPTypeUC, ib.QPSRTS, ib.QPSErr, ib.AttrState|ib.AttrRateLimit|1<<22),
 			"qpmgr: modify UC QP RTS->ERR: attributes not allowed RATE_LIMIT|0x400000"},
 	} {
 		if c.err == nil {
@@ -381,76 +382,6 @@ func TestTransitionErrorStrings(t *testing.T) {
 		}
 		if got := c.err.Error(); got != c.want {
 			t.Errorf("Error() = %q\nwant      %q", got, c.want)
-		}
-	}
-}
-
-func TestStateString(t *testing.T) {
-	want := []string{"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR"}
-	for i, s := range stateTestAllStates {
-		if int(s) != i {
-			t.Errorf("%v = %d, want %d (ibv_qp_state)", s, s, i)
-		}
-		if got := s.String(); got != want[i] {
-			t.Errorf("State(%d).String() = %q, want %q", i, got, want[i])
-		}
-	}
-	if got := State(7).String(); got != "State(7)" {
-		t.Errorf("State(7).String() = %q", got)
-	}
-}
-
-func TestTypeString(t *testing.T) {
-	for _, c := range []struct {
-		t    Type
-		v    uint8
-		want string
-	}{
-		{TypeRC, 2, "RC"}, {TypeUC, 3, "UC"}, {TypeUD, 4, "UD"}, {Type(8), 8, "Type(8)"},
-	} {
-		if uint8(c.t) != c.v || c.t.String() != c.want {
-			t.Errorf("Type %d: %q, want %d %q", uint8(c.t), c.t.String(), c.v, c.want)
-		}
-	}
-}
-
-func TestAttrMaskString(t *testing.T) {
-	for _, c := range []struct {
-		m    AttrMask
-		want string
-	}{
-		{0, "0"},
-		{AttrState, "STATE"},
-		{AttrState | AttrPathMTU, "STATE|PATH_MTU"},
-		{AttrState | AttrPKeyIndex | AttrPort | AttrAccessFlags, "STATE|ACCESS_FLAGS|PKEY_INDEX|PORT"},
-		{1 << 21, "0x200000"},
-		{AttrDestQPN | 1<<21 | 1<<31, "DEST_QPN|0x80200000"},
-		{stateTestKnownBits, "STATE|CUR_STATE|EN_SQD_ASYNC_NOTIFY|ACCESS_FLAGS|PKEY_INDEX|PORT|QKEY|AV|" +
-			"PATH_MTU|TIMEOUT|RETRY_CNT|RNR_RETRY|RQ_PSN|MAX_QP_RD_ATOMIC|ALT_PATH|MIN_RNR_TIMER|" +
-			"SQ_PSN|MAX_DEST_RD_ATOMIC|PATH_MIG_STATE|CAP|DEST_QPN|RATE_LIMIT"},
-	} {
-		if got := c.m.String(); got != c.want {
-			t.Errorf("AttrMask(%#x).String() = %q, want %q", uint32(c.m), got, c.want)
-		}
-	}
-	// The values are libibverbs' IBV_QP_* bits.
-	for _, c := range []struct {
-		m    AttrMask
-		name string
-		bit  uint
-	}{
-		{AttrState, "STATE", 0}, {AttrCurState, "CUR_STATE", 1},
-		{AttrEnSQDAsyncNotify, "EN_SQD_ASYNC_NOTIFY", 2}, {AttrAccessFlags, "ACCESS_FLAGS", 3},
-		{AttrPKeyIndex, "PKEY_INDEX", 4}, {AttrPort, "PORT", 5}, {AttrQKey, "QKEY", 6},
-		{AttrAV, "AV", 7}, {AttrPathMTU, "PATH_MTU", 8}, {AttrTimeout, "TIMEOUT", 9},
-		{AttrRetryCnt, "RETRY_CNT", 10}, {AttrRNRRetry, "RNR_RETRY", 11}, {AttrRQPSN, "RQ_PSN", 12},
-		{AttrMaxQPRdAtomic, "MAX_QP_RD_ATOMIC", 13}, {AttrAltPath, "ALT_PATH", 14},
-		{AttrMinRNRTimer, "MIN_RNR_TIMER", 15}, {AttrSQPSN, "SQ_PSN", 16},
-		{AttrMaxDestRdAtomic, "MAX_DEST_RD_ATOMIC", 17}, {AttrPathMigState, "PATH_MIG_STATE", 18},
-		{AttrCap, "CAP", 19}, {AttrDestQPN, "DEST_QPN", 20}, {AttrRateLimit, "RATE_LIMIT", 25},
-	} {
-		if c.m != 1<<c.bit || c.m.String() != c.name || strings.Contains(c.name, "|") {
-			t.Errorf("%s: value %#x name %q, want bit %d", c.name, uint32(c.m), c.m.String(), c.bit)
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"time"
 
+	"github.com/rnicd/rnicd/ib"
 	"github.com/rnicd/rnicd/rnic/qpmgr"
 	"github.com/rnicd/rnicd/rnic/trace"
 	"github.com/rnicd/rnicd/wire/bth"
@@ -16,7 +17,7 @@ func (h *Handler) complete(qp *qpmgr.QP, p bth.Packet) {
 	// Anything the requester has not sent yet, or older than the oldest
 	// unacknowledged PSN, answers nothing outstanding.
 	if bth.PSNDiff(psn, qp.Req.PSN) >= 0 {
-		h.Counters.Inc(qpmgr.DropUnexpectedResp)
+		h.Counters.Inc(ib.DropUnexpectedResp)
 		return
 	}
 	if bth.PSNDiff(psn, qp.Comp.PSN) < 0 {
@@ -44,14 +45,14 @@ func (h *Handler) ack(qp *qpmgr.QP, p bth.Packet) {
 	case syn.IsACK():
 		h.ackUpTo(qp, psn, true)
 	case syn.IsRNRNAK():
-		h.Counters.Inc(qpmgr.RcvdRNRErr)
+		h.Counters.Inc(ib.RcvdRNRErr)
 		h.ackUpTo(qp, bth.PSNAdd(psn, -1), false)
-		if qp.State() == qpmgr.StateErr || !qp.Outstanding() {
+		if qp.State() == ib.QPSErr || !qp.Outstanding() {
 			return
 		}
 		if qp.Comp.RNRRetry == 0 {
-			h.Counters.Inc(qpmgr.RetryRNRExceededErr)
-			h.completeSend(qp, qpmgr.WCRNRRetryExcErr)
+			h.Counters.Inc(ib.RetryRNRExceededErr)
+			h.completeSend(qp, ib.WCRNRRetryExcErr)
 			qp.EnterError()
 			return
 		}
@@ -67,9 +68,9 @@ func (h *Handler) ack(qp *qpmgr.QP, p bth.Packet) {
 		qp.RestartTimer() // the peer answered: the ACK timeout starts over
 		qp.KickAfter(d)
 	case syn == bth.NAKPSNSeqError:
-		h.Counters.Inc(qpmgr.RcvdSeqErr)
+		h.Counters.Inc(ib.RcvdSeqErr)
 		h.ackUpTo(qp, bth.PSNAdd(psn, -1), false)
-		if qp.State() == qpmgr.StateErr || !qp.Outstanding() {
+		if qp.State() == ib.QPSErr || !qp.Outstanding() {
 			return
 		}
 		h.retry(qp, trace.RetryNAK)
@@ -77,15 +78,15 @@ func (h *Handler) ack(qp *qpmgr.QP, p bth.Packet) {
 		// Invalid request, remote access or remote operational error:
 		// the WQE at psn failed and the QP goes to ERR (IBTA 9.7.5.1.4).
 		h.ackUpTo(qp, bth.PSNAdd(psn, -1), false)
-		if qp.State() == qpmgr.StateErr || !qp.Outstanding() {
+		if qp.State() == ib.QPSErr || !qp.Outstanding() {
 			return
 		}
-		st := qpmgr.WCRemOpErr
+		st := ib.WCRemOpErr
 		switch syn {
 		case bth.NAKInvalidRequest, bth.NAKInvalidRDRequest:
-			st = qpmgr.WCRemInvReqErr
+			st = ib.WCRemInvReqErr
 		case bth.NAKRemoteAccessError:
-			st = qpmgr.WCRemAccessErr
+			st = ib.WCRemAccessErr
 		}
 		h.completeSend(qp, st)
 		qp.EnterError()
@@ -125,8 +126,8 @@ func (h *Handler) ackUpTo(qp *qpmgr.QP, psn uint32, implied bool) {
 			break
 		}
 		qp.Comp.PSN = bth.PSNAdd(w.LastPSN, 1)
-		h.Counters.Inc(qpmgr.RDMASends) // before the CQE makes the completion visible
-		h.completeSend(qp, qpmgr.WCSuccess)
+		h.Counters.Inc(ib.RDMASends) // before the CQE makes the completion visible
+		h.completeSend(qp, ib.WCSuccess)
 		progress = true
 	}
 	if progress {
@@ -152,15 +153,15 @@ func (h *Handler) progress(qp *qpmgr.QP) {
 // RETRY_EXC_ERR when retry_cnt is used up (7 means forever).
 func (h *Handler) retry(qp *qpmgr.QP, why trace.RetryReason) {
 	if qp.Comp.RetryCnt == 0 {
-		h.Counters.Inc(qpmgr.RetryExceededErr)
-		h.completeSend(qp, qpmgr.WCRetryExcErr)
+		h.Counters.Inc(ib.RetryExceededErr)
+		h.completeSend(qp, ib.WCRetryExcErr)
 		qp.EnterError()
 		return
 	}
 	if qp.Comp.RetryCnt != 7 {
 		qp.Comp.RetryCnt--
 	}
-	h.Counters.Inc(qpmgr.CompleterRetryErr)
+	h.Counters.Inc(ib.CompleterRetryErr)
 	qp.Req.NeedRetry = true
 	if h.Trace.On() {
 		h.traceRetry(qp, why)
@@ -191,14 +192,14 @@ func (h *Handler) Timeout(qp *qpmgr.QP) {
 		return
 	}
 	switch qp.State() {
-	case qpmgr.StateRTS, qpmgr.StateSQD:
+	case ib.QPSRTS, ib.QPSSQD:
 	default:
 		return
 	}
-	h.Counters.Inc(qpmgr.LocalAckTimeoutErr)
+	h.Counters.Inc(ib.LocalAckTimeoutErr)
 	qp.Backoff++
 	h.retry(qp, trace.RetryTimeout)
-	if qp.State() != qpmgr.StateErr {
+	if qp.State() != ib.QPSErr {
 		qp.ArmTimer()
 	}
 }
@@ -225,8 +226,8 @@ func (h *Handler) headReadOrAtomic(qp *qpmgr.QP, psn uint32) *qpmgr.SendWQE {
 func (h *Handler) readResponse(qp *qpmgr.QP, p bth.Packet) {
 	psn := p.BTH().PSN()
 	w := h.headReadOrAtomic(qp, psn)
-	if w == nil || w.WR.Opcode != qpmgr.WRRDMARead {
-		h.Counters.Inc(qpmgr.DropUnexpectedResp)
+	if w == nil || w.WR.Opcode != ib.WRRDMARead {
+		h.Counters.Inc(ib.DropUnexpectedResp)
 		return
 	}
 	if bth.PSNDiff(psn, qp.Comp.PSN) > 0 {
@@ -239,11 +240,11 @@ func (h *Handler) readResponse(qp *qpmgr.QP, p bth.Packet) {
 	op := p.Opcode()
 	last := op.Is(bth.FlagLast) || op.Is(bth.FlagOnly)
 	if off+n > w.Len || (!last && n != mtu) || (last && off+n != w.Len) {
-		h.Counters.Inc(qpmgr.DropUnexpectedResp)
+		h.Counters.Inc(ib.DropUnexpectedResp)
 		return
 	}
 	if err := h.DMA.Scatter(qp.PD, w.WR.SGL, off, p.Payload()); err != nil {
-		h.completeSend(qp, qpmgr.WCLocProtErr)
+		h.completeSend(qp, ib.WCLocProtErr)
 		qp.EnterError()
 		return
 	}
@@ -252,8 +253,8 @@ func (h *Handler) readResponse(qp *qpmgr.QP, p bth.Packet) {
 	}
 	qp.Comp.PSN = bth.PSNAdd(psn, 1)
 	if last {
-		h.Counters.Inc(qpmgr.RDMASends) // before the CQE makes the completion visible
-		h.completeSend(qp, qpmgr.WCSuccess)
+		h.Counters.Inc(ib.RDMASends) // before the CQE makes the completion visible
+		h.completeSend(qp, ib.WCSuccess)
 	}
 	h.progress(qp)
 }
@@ -264,18 +265,18 @@ func (h *Handler) atomicAck(qp *qpmgr.QP, p bth.Packet) {
 	psn := p.BTH().PSN()
 	w := h.headReadOrAtomic(qp, psn)
 	if w == nil || !w.WR.Opcode.IsAtomic() || psn != qp.Comp.PSN {
-		h.Counters.Inc(qpmgr.DropUnexpectedResp)
+		h.Counters.Inc(ib.DropUnexpectedResp)
 		return
 	}
 	var orig [8]byte
 	binary.NativeEndian.PutUint64(orig[:], p.AtomicAckETH().OrigData())
 	if err := h.DMA.Scatter(qp.PD, w.WR.SGL, 0, orig[:]); err != nil {
-		h.completeSend(qp, qpmgr.WCLocProtErr)
+		h.completeSend(qp, ib.WCLocProtErr)
 		qp.EnterError()
 		return
 	}
 	qp.Comp.PSN = bth.PSNAdd(psn, 1)
-	h.Counters.Inc(qpmgr.RDMASends)
-	h.completeSend(qp, qpmgr.WCSuccess)
+	h.Counters.Inc(ib.RDMASends)
+	h.completeSend(qp, ib.WCSuccess)
 	h.progress(qp)
 }

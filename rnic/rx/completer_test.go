@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/rnicd/rnicd/ib"
 	"github.com/rnicd/rnicd/rnic/dma"
 	"github.com/rnicd/rnicd/rnic/qpmgr"
 	"github.com/rnicd/rnicd/rnic/rx"
@@ -45,7 +46,7 @@ func newRCQP(t *testing.T) *rcQP {
 	r := &rcQP{}
 	tab := dma.NewTable()
 	mem := make([]byte, 4096)
-	mr, err := tab.Register(1, mem, 0x1000, dma.AccessLocalWrite)
+	mr, err := tab.Register(1, mem, 0x1000, ib.AccessLocalWrite)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,8 +54,8 @@ func newRCQP(t *testing.T) *rcQP {
 	h := &rx.Handler{DMA: tab, QPs: qpmgr.NewTable(), Counters: &counters, LocalAddr: netip.MustParseAddr("127.0.0.2")}
 	cq := qpmgr.NewCQ(64)
 	qpn, _ := h.QPs.Alloc()
-	qp, err := qpmgr.New(qpmgr.Config{QPN: qpn, Type: qpmgr.TypeRC, PD: 1, SendCQ: cq, RecvCQ: cq, PortMTU: 1024,
-		Caps: qpmgr.Caps{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}, Counters: &counters,
+	qp, err := qpmgr.New(qpmgr.Config{QPN: qpn, Type: ib.QPTypeRC, PD: 1, SendCQ: cq, RecvCQ: cq, PortMTU: 1024,
+		Caps: ib.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}, Counters: &counters,
 		Kick: func(*qpmgr.QP) { r.kicks.Add(1) }})
 	if err != nil {
 		t.Fatal(err)
@@ -62,14 +63,14 @@ func newRCQP(t *testing.T) *rcQP {
 	h.QPs.Insert(qp)
 	peer := netip.MustParseAddr("127.0.0.1")
 	for _, s := range []struct {
-		a qpmgr.Attr
-		m qpmgr.AttrMask
+		a ib.QPAttr
+		m ib.AttrMask
 	}{
-		{qpmgr.Attr{State: qpmgr.StateInit, PortNum: 1}, qpmgr.AttrState | qpmgr.AttrPKeyIndex | qpmgr.AttrPort | qpmgr.AttrAccessFlags},
-		{qpmgr.Attr{State: qpmgr.StateRTR, PathMTU: qpmgr.MTU1024, DestQPN: 0x99, AH: qpmgr.AH{DGID: ibudp.GIDFromAddr(peer)}, MaxDestRdAtomic: 1},
-			qpmgr.AttrState | qpmgr.AttrAV | qpmgr.AttrPathMTU | qpmgr.AttrDestQPN | qpmgr.AttrRQPSN | qpmgr.AttrMaxDestRdAtomic | qpmgr.AttrMinRNRTimer},
-		{qpmgr.Attr{State: qpmgr.StateRTS, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 1, SQPSN: 0x10},
-			qpmgr.AttrState | qpmgr.AttrTimeout | qpmgr.AttrRetryCnt | qpmgr.AttrRNRRetry | qpmgr.AttrSQPSN | qpmgr.AttrMaxQPRdAtomic},
+		{ib.QPAttr{State: ib.QPSInit, PortNum: 1}, ib.AttrState | ib.AttrPKeyIndex | ib.AttrPort | ib.AttrAccessFlags},
+		{ib.QPAttr{State: ib.QPSRTR, PathMTU: ib.MTU1024, DestQPN: 0x99, AH: ib.AH{DGID: ibudp.GIDFromAddr(peer)}, MaxDestRdAtomic: 1},
+			ib.AttrState | ib.AttrAV | ib.AttrPathMTU | ib.AttrDestQPN | ib.AttrRQPSN | ib.AttrMaxDestRdAtomic | ib.AttrMinRNRTimer},
+		{ib.QPAttr{State: ib.QPSRTS, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 1, SQPSN: 0x10},
+			ib.AttrState | ib.AttrTimeout | ib.AttrRetryCnt | ib.AttrRNRRetry | ib.AttrSQPSN | ib.AttrMaxQPRdAtomic},
 	} {
 		if err := qp.Modify(&s.a, s.m); err != nil {
 			t.Fatal(err)
@@ -81,8 +82,8 @@ func newRCQP(t *testing.T) *rcQP {
 
 // write is a signaled WRITE of n bytes from the region.
 func (r *rcQP) write(id uint64, n int) qpmgr.SendWQE {
-	return qpmgr.SendWQE{Len: n, WR: qpmgr.SendWR{WRID: id, Opcode: qpmgr.WRRDMAWrite, Flags: qpmgr.SendSignaled,
-		SGL: []qpmgr.SGE{{Addr: 0x1000, Length: uint32(n), LKey: r.mr.LKey}}, RemoteAddr: 0x2000, RKey: 5}}
+	return qpmgr.SendWQE{Len: n, WR: ib.SendWR{WRID: id, Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled,
+		SGL: []ib.SGE{{Addr: 0x1000, Length: uint32(n), LKey: r.mr.LKey}}, RemoteAddr: 0x2000, RKey: 5}}
 }
 
 // ack hands the handler an ACK for psn from the peer, and ends the batch.
@@ -126,8 +127,8 @@ func TestACKKicksOnlyWithSendWork(t *testing.T) {
 		t.Fatalf("ACK with nothing left to send: %d kicks, want 0", r.kicks.Load())
 	}
 	for id := uint64(1); id <= 2; id++ {
-		var wc [1]qpmgr.WC
-		if cq.Poll(wc[:]) != 1 || wc[0].WRID != id || wc[0].Status != qpmgr.WCSuccess || wc[0].Opcode != qpmgr.WCRDMAWrite {
+		var wc [1]ib.WC
+		if cq.Poll(wc[:]) != 1 || wc[0].WRID != id || wc[0].Status != ib.WCSuccess || wc[0].Opcode != ib.WCRDMAWrite {
 			t.Fatalf("completion %d: %+v", id, wc[0])
 		}
 	}
@@ -154,8 +155,8 @@ func TestLateACKDuringRetry(t *testing.T) {
 		t.Fatalf("retry sent %d packets with a budget of 1", n)
 	}
 	r.ack(t, &tx, 0x12, 1)
-	var wc [2]qpmgr.WC
-	if n := r.cq.Poll(wc[:]); n != 1 || wc[0] != (qpmgr.WC{WRID: 7, Status: qpmgr.WCSuccess, Opcode: qpmgr.WCRDMAWrite, ByteLen: 3000, QPNum: qp.QPN}) {
+	var wc [2]ib.WC
+	if n := r.cq.Poll(wc[:]); n != 1 || wc[0] != (ib.WC{WRID: 7, Status: ib.WCSuccess, Opcode: ib.WCRDMAWrite, ByteLen: 3000, QPNum: qp.QPN}) {
 		t.Fatalf("after the late ACK: %d completions, first %+v", n, wc[0])
 	}
 	if qp.Outstanding() || qp.Comp.PSN != 0x13 {

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"testing"
 
+	"github.com/rnicd/rnicd/ib"
 	"github.com/rnicd/rnicd/rnic/dma"
 	"github.com/rnicd/rnicd/rnic/qpmgr"
 	"github.com/rnicd/rnicd/wire/bth"
@@ -40,7 +41,7 @@ func newFuzzRig(t testing.TB) *fuzzRig {
 	tab := dma.NewTable()
 	r.mem = bytes.Repeat([]byte{guardByte}, guardLen+fuzzLen+guardLen)
 	mr, err := tab.Register(1, r.mem[guardLen:guardLen+fuzzLen:guardLen+fuzzLen], fuzzVA,
-		dma.AccessLocalWrite|dma.AccessRemoteWrite|dma.AccessRemoteRead|dma.AccessRemoteAtomic)
+		ib.AccessLocalWrite|ib.AccessRemoteWrite|ib.AccessRemoteRead|ib.AccessRemoteAtomic)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,34 +49,34 @@ func newFuzzRig(t testing.TB) *fuzzRig {
 	var counters qpmgr.Counters
 	r.h = &Handler{DMA: tab, QPs: qpmgr.NewTable(), Counters: &counters, LocalAddr: netip.MustParseAddr("127.0.0.2")}
 	cq := qpmgr.NewCQ(1 << 16)
-	for _, typ := range []qpmgr.Type{qpmgr.TypeRC, qpmgr.TypeUC, qpmgr.TypeUD} {
+	for _, typ := range []ib.QPType{ib.QPTypeRC, ib.QPTypeUC, ib.QPTypeUD} {
 		qpn, _ := r.h.QPs.Alloc()
 		qp, err := qpmgr.New(qpmgr.Config{QPN: qpn, Type: typ, PD: 1, SendCQ: cq, RecvCQ: cq, PortMTU: 1024,
-			Caps: qpmgr.Caps{MaxSendWR: 16, MaxRecvWR: 1024, MaxSendSGE: 2, MaxRecvSGE: 2}, Counters: &counters, Kick: func(*qpmgr.QP) {}})
+			Caps: ib.QPCap{MaxSendWR: 16, MaxRecvWR: 1024, MaxSendSGE: 2, MaxRecvSGE: 2}, Counters: &counters, Kick: func(*qpmgr.QP) {}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		r.h.QPs.Insert(qp)
 		gid := ibudp.GIDFromAddr(r.peer)
 		steps := []struct {
-			a qpmgr.Attr
-			m qpmgr.AttrMask
+			a ib.QPAttr
+			m ib.AttrMask
 		}{
-			{qpmgr.Attr{State: qpmgr.StateInit, PortNum: 1, QKey: 7, AccessFlags: dma.AccessRemoteWrite | dma.AccessRemoteRead | dma.AccessRemoteAtomic},
-				qpmgr.AttrState | qpmgr.AttrPKeyIndex | qpmgr.AttrPort | qpmgr.AttrAccessFlags},
-			{qpmgr.Attr{State: qpmgr.StateRTR, PathMTU: qpmgr.MTU256, DestQPN: 0x99, AH: qpmgr.AH{DGID: gid}, MaxDestRdAtomic: 4},
-				qpmgr.AttrState | qpmgr.AttrAV | qpmgr.AttrPathMTU | qpmgr.AttrDestQPN | qpmgr.AttrRQPSN | qpmgr.AttrMaxDestRdAtomic | qpmgr.AttrMinRNRTimer},
-			{qpmgr.Attr{State: qpmgr.StateRTS, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 4},
-				qpmgr.AttrState | qpmgr.AttrTimeout | qpmgr.AttrRetryCnt | qpmgr.AttrRNRRetry | qpmgr.AttrSQPSN | qpmgr.AttrMaxQPRdAtomic},
+			{ib.QPAttr{State: ib.QPSInit, PortNum: 1, QKey: 7, AccessFlags: ib.AccessRemoteWrite | ib.AccessRemoteRead | ib.AccessRemoteAtomic},
+				ib.AttrState | ib.AttrPKeyIndex | ib.AttrPort | ib.AttrAccessFlags},
+			{ib.QPAttr{State: ib.QPSRTR, PathMTU: ib.MTU256, DestQPN: 0x99, AH: ib.AH{DGID: gid}, MaxDestRdAtomic: 4},
+				ib.AttrState | ib.AttrAV | ib.AttrPathMTU | ib.AttrDestQPN | ib.AttrRQPSN | ib.AttrMaxDestRdAtomic | ib.AttrMinRNRTimer},
+			{ib.QPAttr{State: ib.QPSRTS, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 4},
+				ib.AttrState | ib.AttrTimeout | ib.AttrRetryCnt | ib.AttrRNRRetry | ib.AttrSQPSN | ib.AttrMaxQPRdAtomic},
 		}
 		switch typ {
-		case qpmgr.TypeUC:
-			steps[1].m &^= qpmgr.AttrMaxDestRdAtomic | qpmgr.AttrMinRNRTimer
-			steps[2].m = qpmgr.AttrState | qpmgr.AttrSQPSN
-		case qpmgr.TypeUD:
-			steps[0].m = qpmgr.AttrState | qpmgr.AttrPKeyIndex | qpmgr.AttrPort | qpmgr.AttrQKey
-			steps[1].m = qpmgr.AttrState
-			steps[2].m = qpmgr.AttrState | qpmgr.AttrSQPSN
+		case ib.QPTypeUC:
+			steps[1].m &^= ib.AttrMaxDestRdAtomic | ib.AttrMinRNRTimer
+			steps[2].m = ib.AttrState | ib.AttrSQPSN
+		case ib.QPTypeUD:
+			steps[0].m = ib.AttrState | ib.AttrPKeyIndex | ib.AttrPort | ib.AttrQKey
+			steps[1].m = ib.AttrState
+			steps[2].m = ib.AttrState | ib.AttrSQPSN
 		}
 		for _, s := range steps {
 			if err := qp.Modify(&s.a, s.m); err != nil {
@@ -92,7 +93,7 @@ func newFuzzRig(t testing.TB) *fuzzRig {
 func (r *fuzzRig) feed(t *testing.T, pkt []byte) {
 	for _, qp := range r.qps {
 		if qp.RQ.Len() == 0 {
-			qp.RQ.Post([]qpmgr.RecvWR{{WRID: uint64(r.recvs), SGL: []qpmgr.SGE{{Addr: fuzzVA, Length: 600, LKey: r.rkey}, {Addr: fuzzVA + 4096, Length: 3000, LKey: r.rkey}}}})
+			qp.RQ.Post([]ib.RecvWR{{WRID: uint64(r.recvs), SGL: []ib.SGE{{Addr: fuzzVA, Length: 600, LKey: r.rkey}, {Addr: fuzzVA + 4096, Length: 3000, LKey: r.rkey}}}})
 			r.recvs++
 		}
 	}
@@ -186,7 +187,7 @@ func TestHostileWrites(t *testing.T) {
 		if landed != c.land {
 			t.Errorf("WRITE of %d at %#x: landed %v, want %v", c.n, c.va, landed, c.land)
 		}
-		if got := r.h.Counters.Get(qpmgr.NAKsSent); got != map[bool]uint64{true: 0, false: 1}[c.land] {
+		if got := r.h.Counters.Get(ib.NAKsSent); got != map[bool]uint64{true: 0, false: 1}[c.land] {
 			t.Errorf("WRITE of %d at %#x: %d NAKs", c.n, c.va, got)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/rnicd/rnicd/ib"
 	"github.com/rnicd/rnicd/rnic/dma"
 	"github.com/rnicd/rnicd/rnic/qpmgr"
 	"github.com/rnicd/rnicd/rnic/trace"
@@ -35,14 +36,14 @@ type Handler struct {
 
 // Receive handles one packet; packets it answers with go to tx.
 func (h *Handler) Receive(b *ibudp.Buf, tx qpmgr.TX) {
-	h.Counters.Inc(qpmgr.RcvdPkts)
+	h.Counters.Inc(ib.RcvdPkts)
 	if b.ICRC == ibudp.ICRCCorrupted {
-		h.drop(nil, bth.Packet{}, qpmgr.DropCorrupted)
+		h.drop(nil, bth.Packet{}, ib.DropCorrupted)
 		return
 	}
 	p, err := bth.Parse(b.RoCE())
 	if err != nil {
-		h.drop(nil, bth.Packet{}, qpmgr.DropMalformed)
+		h.drop(nil, bth.Packet{}, ib.DropMalformed)
 		return
 	}
 	op := p.Opcode()
@@ -51,70 +52,70 @@ func (h *Handler) Receive(b *ibudp.Buf, tx qpmgr.TX) {
 	}
 	qp := h.QPs.Lookup(p.BTH().DestQP())
 	if qp == nil {
-		h.drop(nil, p, qpmgr.DropUnknownQP)
+		h.drop(nil, p, ib.DropUnknownQP)
 		return
 	}
 	// A port has the one default P_Key; membership bit aside, it must match
 	// (IBTA 9.6.1.1).
 	if p.BTH().PKey()&0x7fff != bth.DefaultPKey&0x7fff {
-		h.drop(qp, p, qpmgr.DropBadPKey)
+		h.drop(qp, p, ib.DropBadPKey)
 		return
 	}
 	qp.Lock()
 	defer qp.Unlock()
 	if qp.Destroyed() {
-		h.drop(qp, p, qpmgr.DropUnknownQP)
+		h.drop(qp, p, ib.DropUnknownQP)
 		return
 	}
 	if !sameTransport(qp.Type, op) {
-		h.drop(qp, p, qpmgr.DropBadTransport)
+		h.drop(qp, p, ib.DropBadTransport)
 		return
 	}
-	if qp.Type != qpmgr.TypeUD && b.Peer.Unmap() != qp.Dest() {
+	if qp.Type != ib.QPTypeUD && b.Peer.Unmap() != qp.Dest() {
 		// rxe check_addr: a connected QP takes packets from its peer only.
-		h.drop(qp, p, qpmgr.DropBadAddress)
+		h.drop(qp, p, ib.DropBadAddress)
 		return
 	}
 	if op.Is(bth.FlagRequest) {
 		// IBTA 10.3.1: a QP responds from RTR on, until ERR.
 		switch qp.State() {
-		case qpmgr.StateRTR, qpmgr.StateRTS, qpmgr.StateSQD, qpmgr.StateSQE:
+		case ib.QPSRTR, ib.QPSRTS, ib.QPSSQD, ib.QPSSQE:
 		default:
-			h.drop(qp, p, qpmgr.DropQPState)
+			h.drop(qp, p, ib.DropQPState)
 			return
 		}
 		switch qp.Type {
-		case qpmgr.TypeRC:
+		case ib.QPTypeRC:
 			h.respondRC(qp, p, tx)
-		case qpmgr.TypeUC:
+		case ib.QPTypeUC:
 			h.respondUC(qp, p)
-		case qpmgr.TypeUD:
+		case ib.QPTypeUD:
 			h.respondUD(qp, p, b)
 		}
 		return
 	}
 	switch qp.State() {
-	case qpmgr.StateRTS, qpmgr.StateSQD, qpmgr.StateSQE:
+	case ib.QPSRTS, ib.QPSSQD, ib.QPSSQE:
 	default:
-		h.drop(qp, p, qpmgr.DropQPState)
+		h.drop(qp, p, ib.DropQPState)
 		return
 	}
 	h.complete(qp, p)
 }
 
-func sameTransport(t qpmgr.Type, op bth.Opcode) bool {
+func sameTransport(t ib.QPType, op bth.Opcode) bool {
 	switch t {
-	case qpmgr.TypeRC:
+	case ib.QPTypeRC:
 		return op.Transport() == bth.TransportRC
-	case qpmgr.TypeUC:
+	case ib.QPTypeUC:
 		return op.Transport() == bth.TransportUC
-	case qpmgr.TypeUD:
+	case ib.QPTypeUD:
 		return op.Transport() == bth.TransportUD
 	}
 	return false
 }
 
-func (h *Handler) drop(qp *qpmgr.QP, p bth.Packet, why qpmgr.Counter) {
+func (h *Handler) drop(qp *qpmgr.QP, p bth.Packet, why ib.Counter) {
 	h.Counters.Inc(why)
 	if h.Trace.On() {
 		e := trace.Event{Module: trace.ModRX, Step: trace.StepDrop, Arg: uint32(why)}
@@ -130,7 +131,7 @@ func (h *Handler) drop(qp *qpmgr.QP, p bth.Packet, why qpmgr.Counter) {
 
 // completeSend retires the WQE at the head of qp's send queue with status
 // st, telling the trace.
-func (h *Handler) completeSend(qp *qpmgr.QP, st qpmgr.WCStatus) {
+func (h *Handler) completeSend(qp *qpmgr.QP, st ib.WCStatus) {
 	if h.Trace.On() {
 		h.Trace.Emit(trace.SendCompletion(qp, st))
 	}
@@ -138,7 +139,7 @@ func (h *Handler) completeSend(qp *qpmgr.QP, st qpmgr.WCStatus) {
 }
 
 // completeRecv posts a receive completion, telling the trace.
-func (h *Handler) completeRecv(qp *qpmgr.QP, wc qpmgr.WC, solicited bool) {
+func (h *Handler) completeRecv(qp *qpmgr.QP, wc ib.WC, solicited bool) {
 	if h.Trace.On() {
 		h.Trace.Emit(trace.RecvCompletion(qp, &wc))
 	}
@@ -200,7 +201,7 @@ func (h *Handler) Flush(tx qpmgr.TX) {
 func (h *Handler) ReleaseAck(qp *qpmgr.QP, tx qpmgr.TX) bool {
 	r := &qp.Resp
 	if r.AckHeld {
-		h.sendHeld(qp, tx, qpmgr.AckHeld)
+		h.sendHeld(qp, tx, ib.AckHeld)
 		return true
 	}
 	if h.AckHold > 0 && !r.PingPong && !r.AckSentAt.IsZero() && time.Since(r.AckSentAt) < h.holdFor(qp) {
@@ -216,7 +217,7 @@ func (h *Handler) SendHeldAck(qp *qpmgr.QP, tx qpmgr.TX) bool {
 	if !qp.Resp.AckHeld {
 		return false
 	}
-	h.sendHeld(qp, tx, qpmgr.AckHoldExpired)
+	h.sendHeld(qp, tx, ib.AckHoldExpired)
 	return true
 }
 
@@ -233,13 +234,13 @@ func (h *Handler) ExpireAck(qp *qpmgr.QP, tx qpmgr.TX, now time.Time) bool {
 		return true
 	}
 	r.PingPong = false
-	h.sendHeld(qp, tx, qpmgr.AckHoldExpired)
+	h.sendHeld(qp, tx, ib.AckHoldExpired)
 	return false
 }
 
 // sendHeld sends qp's held ACK, counted as c, unless the QP answers no
 // more.
-func (h *Handler) sendHeld(qp *qpmgr.QP, tx qpmgr.TX, c qpmgr.Counter) {
+func (h *Handler) sendHeld(qp *qpmgr.QP, tx qpmgr.TX, c ib.Counter) {
 	r := &qp.Resp
 	r.AckHeld = false
 	if !answers(qp) {
@@ -251,7 +252,7 @@ func (h *Handler) sendHeld(qp *qpmgr.QP, tx qpmgr.TX, c qpmgr.Counter) {
 }
 
 // answers reports whether qp still sends the ACKs it owes.
-func answers(qp *qpmgr.QP) bool { return !qp.Destroyed() && qp.State() != qpmgr.StateErr }
+func answers(qp *qpmgr.QP) bool { return !qp.Destroyed() && qp.State() != ib.QPSErr }
 
 // holdFor is how long qp's ACK may be held: AckHold, at most an eighth of
 // the QP's ACK timeout.
@@ -268,7 +269,7 @@ func (h *Handler) deferAck(qp *qpmgr.QP, psn uint32) {
 		qp.Resp.AckPending = true
 		h.acks = append(h.acks, qp)
 	} else {
-		h.Counters.Inc(qpmgr.AckDeferred)
+		h.Counters.Inc(ib.AckDeferred)
 	}
 	qp.Resp.AckPSN = psn
 }
@@ -295,8 +296,8 @@ func (h *Handler) sendAck(qp *qpmgr.QP, tx qpmgr.TX, s bth.Syndrome, psn uint32)
 			Opcode: bth.RCAcknowledge, Arg: uint32(s), Aux: qp.Resp.MSN})
 	}
 	if !s.IsACK() {
-		qp.Counters.Inc(qpmgr.NAKsSent)
+		qp.Counters.Inc(ib.NAKsSent)
 	}
-	qp.Counters.Inc(qpmgr.SentPkts)
+	qp.Counters.Inc(ib.SentPkts)
 	tx.Send(b)
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 
+	"github.com/rnicd/rnicd/ib"
 	"github.com/rnicd/rnicd/rnic/dma"
 	"github.com/rnicd/rnicd/rnic/qpmgr"
 	"github.com/rnicd/rnicd/rnic/trace"
@@ -24,7 +25,7 @@ func (h *Handler) respondRC(qp *qpmgr.QP, p bth.Packet, tx qpmgr.TX) {
 	case d > 0:
 		// A gap: NAK it once, drop everything until the expected PSN
 		// comes (IBTA 9.7.5.1.2, C9-95).
-		h.Counters.Inc(qpmgr.OutOfSeqRequest)
+		h.Counters.Inc(ib.OutOfSeqRequest)
 		if !r.NAKSent {
 			r.NAKSent = true
 			h.sendAck(qp, tx, bth.NAKPSNSeqError, r.EPSN)
@@ -37,7 +38,7 @@ func (h *Handler) respondRC(qp *qpmgr.QP, p bth.Packet, tx qpmgr.TX) {
 	r.NAKSent = false
 	op := p.Opcode()
 	if syn, ok := h.checkRequest(qp, p); !ok {
-		h.fatal(qp, tx, syn, psn, qpmgr.WCRemInvReqErr)
+		h.fatal(qp, tx, syn, psn, ib.WCRemInvReqErr)
 		return
 	}
 	switch {
@@ -92,9 +93,9 @@ func (h *Handler) checkRequest(qp *qpmgr.QP, p bth.Packet) (bth.Syndrome, bool) 
 	}
 	acc := qp.Attr.AccessFlags
 	switch {
-	case op.Is(bth.FlagWrite) && acc&dma.AccessRemoteWrite == 0,
-		op.Is(bth.FlagRead) && acc&dma.AccessRemoteRead == 0,
-		op.Is(bth.FlagAtomic) && acc&dma.AccessRemoteAtomic == 0:
+	case op.Is(bth.FlagWrite) && acc&ib.AccessRemoteWrite == 0,
+		op.Is(bth.FlagRead) && acc&ib.AccessRemoteRead == 0,
+		op.Is(bth.FlagAtomic) && acc&ib.AccessRemoteAtomic == 0:
 		return bth.NAKInvalidRequest, false
 	}
 	n, mtu := p.PayloadLen(), qp.MTU()
@@ -112,10 +113,10 @@ func (h *Handler) checkRequest(qp *qpmgr.QP, p bth.Packet) (bth.Syndrome, bool) 
 // fatal answers a request the responder cannot carry out: a NAK, the
 // receive WQE in progress completed in error, and the QP to ERR (IBTA
 // 9.9.3.1, class B and C errors).
-func (h *Handler) fatal(qp *qpmgr.QP, tx qpmgr.TX, s bth.Syndrome, psn uint32, st qpmgr.WCStatus) {
+func (h *Handler) fatal(qp *qpmgr.QP, tx qpmgr.TX, s bth.Syndrome, psn uint32, st ib.WCStatus) {
 	h.sendAck(qp, tx, s, psn)
 	if qp.Resp.HaveWQE {
-		h.completeRecv(qp, qpmgr.WC{WRID: qp.Resp.WQE.WRID, Status: st, Opcode: qpmgr.WCRecv}, false)
+		h.completeRecv(qp, ib.WC{WRID: qp.Resp.WQE.WRID, Status: st, Opcode: ib.WCRecv}, false)
 		qp.Resp.HaveWQE = false
 	}
 	qp.EnterError()
@@ -130,7 +131,7 @@ func (h *Handler) takeWQE(qp *qpmgr.QP, tx qpmgr.TX, psn uint32) bool {
 	}
 	wr, ok := qp.Recv().Pop()
 	if !ok {
-		h.Counters.Inc(qpmgr.SendRNRErr)
+		h.Counters.Inc(ib.SendRNRErr)
 		if !r.NAKSent {
 			r.NAKSent = true // the rest of the message is part of this gap
 			h.sendAck(qp, tx, bth.RNRNAK(qp.Attr.MinRNRTimer), psn)
@@ -153,9 +154,9 @@ func (h *Handler) send(qp *qpmgr.QP, p bth.Packet, tx qpmgr.TX) bool {
 	}
 	payload := p.Payload()
 	if err := h.DMA.Scatter(qp.PD, r.WQE.SGL, r.Offset, payload); err != nil {
-		st, s := qpmgr.WCLocProtErr, bth.NAKRemoteOpError
+		st, s := ib.WCLocProtErr, bth.NAKRemoteOpError
 		if r.Offset+len(payload) > sglLen(r.WQE.SGL) {
-			st, s = qpmgr.WCLocLenErr, bth.NAKInvalidRequest // C9-49: message too long
+			st, s = ib.WCLocLenErr, bth.NAKInvalidRequest // C9-49: message too long
 		}
 		h.fatal(qp, tx, s, psn, st)
 		return false
@@ -168,20 +169,20 @@ func (h *Handler) send(qp *qpmgr.QP, p bth.Packet, tx qpmgr.TX) bool {
 		r.InMsg = bth.FlagSend
 	}
 	if op.Is(bth.FlagLast) || op.Is(bth.FlagOnly) {
-		wc := qpmgr.WC{WRID: r.WQE.WRID, Opcode: qpmgr.WCRecv, ByteLen: uint32(r.Offset)}
+		wc := ib.WC{WRID: r.WQE.WRID, Opcode: ib.WCRecv, ByteLen: uint32(r.Offset)}
 		if op.Is(bth.FlagImm) {
-			wc.WCFlags, wc.Imm = qpmgr.WCFlagWithImm, p.ImmDt().Imm()
+			wc.WCFlags, wc.Imm = ib.WCFlagWithImm, p.ImmDt().Imm()
 		}
 		if op.Is(bth.FlagInvalidate) {
 			rkey := p.IETH().RKey()
-			wc.WCFlags, wc.Imm = qpmgr.WCFlagWithInv, rkey
+			wc.WCFlags, wc.Imm = ib.WCFlagWithInv, rkey
 			if err := h.DMA.Invalidate(qp.PD, rkey); err != nil {
-				h.fatal(qp, tx, bth.NAKInvalidRequest, psn, qpmgr.WCRemInvReqErr)
+				h.fatal(qp, tx, bth.NAKInvalidRequest, psn, ib.WCRemInvReqErr)
 				return false
 			}
 		}
 		r.HaveWQE = false
-		h.Counters.Inc(qpmgr.RDMARecvs)
+		h.Counters.Inc(ib.RDMARecvs)
 		h.completeRecv(qp, wc, p.BTH().SolicitedEvent())
 	}
 	return true
@@ -198,20 +199,20 @@ func (h *Handler) write(qp *qpmgr.QP, p bth.Packet, tx qpmgr.TX) bool {
 	if op.Has(bth.HdrRETH) {
 		reth := p.RETH()
 		r.WriteVA, r.WriteRKey, r.WriteLen, r.Offset = reth.VA(), reth.RKey(), reth.DMALength(), 0
-		if _, err := h.DMA.Remote(qp.PD, r.WriteRKey, r.WriteVA, r.WriteLen, dma.AccessRemoteWrite); err != nil {
-			h.fatal(qp, tx, bth.NAKRemoteAccessError, psn, qpmgr.WCRemAccessErr)
+		if _, err := h.DMA.Remote(qp.PD, r.WriteRKey, r.WriteVA, r.WriteLen, ib.AccessRemoteWrite); err != nil {
+			h.fatal(qp, tx, bth.NAKRemoteAccessError, psn, ib.WCRemAccessErr)
 			return false
 		}
 	}
 	n := p.PayloadLen()
 	if uint64(r.Offset)+uint64(n) > uint64(r.WriteLen) || last && uint64(r.Offset+n) != uint64(r.WriteLen) {
-		h.fatal(qp, tx, bth.NAKInvalidRequest, psn, qpmgr.WCRemInvReqErr) // C9-49: length mismatch
+		h.fatal(qp, tx, bth.NAKInvalidRequest, psn, ib.WCRemInvReqErr) // C9-49: length mismatch
 		return false
 	}
 	if n > 0 {
-		dst, err := h.DMA.Remote(qp.PD, r.WriteRKey, r.WriteVA+uint64(r.Offset), uint32(n), dma.AccessRemoteWrite)
+		dst, err := h.DMA.Remote(qp.PD, r.WriteRKey, r.WriteVA+uint64(r.Offset), uint32(n), ib.AccessRemoteWrite)
 		if err != nil {
-			h.fatal(qp, tx, bth.NAKRemoteAccessError, psn, qpmgr.WCRemAccessErr)
+			h.fatal(qp, tx, bth.NAKRemoteAccessError, psn, ib.WCRemAccessErr)
 			return false
 		}
 		copy(dst, p.Payload())
@@ -225,9 +226,9 @@ func (h *Handler) write(qp *qpmgr.QP, p bth.Packet, tx qpmgr.TX) bool {
 	}
 	if last && op.Is(bth.FlagImm) {
 		r.HaveWQE = false
-		h.Counters.Inc(qpmgr.RDMARecvs)
-		h.completeRecv(qp, qpmgr.WC{WRID: r.WQE.WRID, Opcode: qpmgr.WCRecvRDMAWithImm, ByteLen: r.WriteLen,
-			WCFlags: qpmgr.WCFlagWithImm, Imm: p.ImmDt().Imm()}, p.BTH().SolicitedEvent())
+		h.Counters.Inc(ib.RDMARecvs)
+		h.completeRecv(qp, ib.WC{WRID: r.WQE.WRID, Opcode: ib.WCRecvRDMAWithImm, ByteLen: r.WriteLen,
+			WCFlags: ib.WCFlagWithImm, Imm: p.ImmDt().Imm()}, p.BTH().SolicitedEvent())
 	}
 	return true
 }
@@ -237,15 +238,15 @@ func (h *Handler) read(qp *qpmgr.QP, p bth.Packet, tx qpmgr.TX) {
 	r := &qp.Resp
 	psn, reth := p.BTH().PSN(), p.RETH()
 	va, rkey, n := reth.VA(), reth.RKey(), reth.DMALength()
-	if n > qpmgr.MaxMsgSize {
-		h.fatal(qp, tx, bth.NAKInvalidRequest, psn, qpmgr.WCRemInvReqErr)
+	if n > ib.MaxMsgSize {
+		h.fatal(qp, tx, bth.NAKInvalidRequest, psn, ib.WCRemInvReqErr)
 		return
 	}
-	if _, err := h.DMA.Remote(qp.PD, rkey, va, n, dma.AccessRemoteRead); err != nil {
-		h.fatal(qp, tx, bth.NAKRemoteAccessError, psn, qpmgr.WCRemAccessErr)
+	if _, err := h.DMA.Remote(qp.PD, rkey, va, n, ib.AccessRemoteRead); err != nil {
+		h.fatal(qp, tx, bth.NAKRemoteAccessError, psn, ib.WCRemAccessErr)
 		return
 	}
-	npkts := qpmgr.NumPkts(qpmgr.WRRDMARead, int(n), qp.MTU())
+	npkts := qpmgr.NumPkts(ib.WRRDMARead, int(n), qp.MTU())
 	r.MSN = (r.MSN + 1) & bth.PSNMask // the MSN counts the READ when it arrives
 	res := h.newResource(qp)
 	*res = qpmgr.RespResource{Valid: true, PSN: psn, LastPSN: bth.PSNAdd(psn, npkts-1),
@@ -279,9 +280,9 @@ func (h *Handler) readResponses(qp *qpmgr.QP, tx qpmgr.TX, res *qpmgr.RespResour
 		case last:
 			op = bth.RCRDMAReadResponseLast
 		}
-		src, err := h.DMA.Remote(qp.PD, res.RKey, va+uint64(off), k, dma.AccessRemoteRead)
+		src, err := h.DMA.Remote(qp.PD, res.RKey, va+uint64(off), k, ib.AccessRemoteRead)
 		if err != nil { // the region went away under the READ
-			h.fatal(qp, tx, bth.NAKRemoteAccessError, psn, qpmgr.WCRemAccessErr)
+			h.fatal(qp, tx, bth.NAKRemoteAccessError, psn, ib.WCRemAccessErr)
 			return
 		}
 		b, p := response(qp, tx, op, int(k), psn)
@@ -293,7 +294,7 @@ func (h *Handler) readResponses(qp *qpmgr.QP, tx qpmgr.TX, res *qpmgr.RespResour
 			h.Trace.Emit(trace.Event{Module: trace.ModDMA, Step: trace.StepDMARead, QPN: qp.QPN, PSN: psn,
 				Opcode: op, Len: k, Arg: off})
 		}
-		h.Counters.Inc(qpmgr.SentPkts)
+		h.Counters.Inc(ib.SentPkts)
 		tx.Send(b)
 		off += k
 		psn = bth.PSNAdd(psn, 1)
@@ -313,10 +314,10 @@ func (h *Handler) atomic(qp *qpmgr.QP, p bth.Packet, tx qpmgr.TX) {
 	}
 	switch {
 	case errors.Is(err, dma.ErrAlign):
-		h.fatal(qp, tx, bth.NAKInvalidRequest, psn, qpmgr.WCRemInvReqErr) // C9-76: misaligned atomic
+		h.fatal(qp, tx, bth.NAKInvalidRequest, psn, ib.WCRemInvReqErr) // C9-76: misaligned atomic
 		return
 	case err != nil:
-		h.fatal(qp, tx, bth.NAKRemoteAccessError, psn, qpmgr.WCRemAccessErr)
+		h.fatal(qp, tx, bth.NAKRemoteAccessError, psn, ib.WCRemAccessErr)
 		return
 	}
 	r.MSN = (r.MSN + 1) & bth.PSNMask
@@ -330,7 +331,7 @@ func sendAtomicAck(qp *qpmgr.QP, tx qpmgr.TX, res *qpmgr.RespResource) {
 	b, p := response(qp, tx, bth.RCAtomicAcknowledge, 0, res.PSN)
 	p.AETH().Encode(bth.ACK(bth.CreditsInvalid), res.MSN)
 	p.AtomicAckETH().Encode(res.OrigData)
-	qp.Counters.Inc(qpmgr.SentPkts)
+	qp.Counters.Inc(ib.SentPkts)
 	tx.Send(b)
 }
 
@@ -339,7 +340,7 @@ func sendAtomicAck(qp *qpmgr.QP, tx qpmgr.TX, res *qpmgr.RespResource) {
 // READs served again, atomics answered from the replay ring, never
 // executed twice.
 func (h *Handler) duplicate(qp *qpmgr.QP, p bth.Packet, tx qpmgr.TX) {
-	h.Counters.Inc(qpmgr.DuplicateRequest)
+	h.Counters.Inc(ib.DuplicateRequest)
 	psn := p.BTH().PSN()
 	op := p.Opcode()
 	if !op.Is(bth.FlagRead) && !op.Is(bth.FlagAtomic) {
@@ -371,7 +372,7 @@ func (h *Handler) duplicate(qp *qpmgr.QP, p bth.Packet, tx qpmgr.TX) {
 	}
 	// Too old to replay: the replay ring holds max_dest_rd_atomic
 	// requests. Dropped; the requester times out.
-	h.Counters.Inc(qpmgr.DropUnexpectedResp)
+	h.Counters.Inc(ib.DropUnexpectedResp)
 }
 
 // respondUC is the UC responder: like RC without ACKs, NAKs or replay; a
@@ -388,7 +389,7 @@ func (h *Handler) respondUC(qp *qpmgr.QP, p bth.Packet) {
 	}
 	r.EPSN = bth.PSNAdd(psn, 1)
 	if r.UCDrop {
-		h.Counters.Inc(qpmgr.DropUCMessage)
+		h.Counters.Inc(ib.DropUCMessage)
 		return
 	}
 	if start { // a new message; the previous one may have lost its end
@@ -403,7 +404,7 @@ func (h *Handler) respondUC(qp *qpmgr.QP, p bth.Packet) {
 		if !r.HaveWQE {
 			wr, ok := qp.Recv().Pop()
 			if !ok {
-				h.Counters.Inc(qpmgr.DropNoRecvWQE)
+				h.Counters.Inc(ib.DropNoRecvWQE)
 				h.ucDrop(qp, !last)
 				return
 			}
@@ -422,7 +423,7 @@ func (h *Handler) respondUC(qp *qpmgr.QP, p bth.Packet) {
 		err = dma.ErrBounds
 	} else if n > 0 {
 		var dst []byte
-		dst, err = h.DMA.Remote(qp.PD, r.WriteRKey, r.WriteVA+uint64(r.Offset), uint32(n), dma.AccessRemoteWrite)
+		dst, err = h.DMA.Remote(qp.PD, r.WriteRKey, r.WriteVA+uint64(r.Offset), uint32(n), ib.AccessRemoteWrite)
 		copy(dst, p.Payload())
 	}
 	if err != nil {
@@ -436,15 +437,15 @@ func (h *Handler) respondUC(qp *qpmgr.QP, p bth.Packet) {
 	}
 	r.InMsg = 0
 	if r.HaveWQE && (op.Is(bth.FlagSend) || op.Is(bth.FlagImm)) {
-		wc := qpmgr.WC{WRID: r.WQE.WRID, Opcode: qpmgr.WCRecv, ByteLen: uint32(r.Offset)}
+		wc := ib.WC{WRID: r.WQE.WRID, Opcode: ib.WCRecv, ByteLen: uint32(r.Offset)}
 		if op.Is(bth.FlagWrite) {
-			wc.Opcode, wc.ByteLen = qpmgr.WCRecvRDMAWithImm, r.WriteLen
+			wc.Opcode, wc.ByteLen = ib.WCRecvRDMAWithImm, r.WriteLen
 		}
 		if op.Is(bth.FlagImm) {
-			wc.WCFlags, wc.Imm = qpmgr.WCFlagWithImm, p.ImmDt().Imm()
+			wc.WCFlags, wc.Imm = ib.WCFlagWithImm, p.ImmDt().Imm()
 		}
 		r.HaveWQE = false
-		h.Counters.Inc(qpmgr.RDMARecvs)
+		h.Counters.Inc(ib.RDMARecvs)
 		h.completeRecv(qp, wc, p.BTH().SolicitedEvent())
 	}
 }
@@ -452,7 +453,7 @@ func (h *Handler) respondUC(qp *qpmgr.QP, p bth.Packet) {
 // ucDrop abandons the current UC message; the receive WQE stays for the
 // next one (rxe keeps it too).
 func (h *Handler) ucDrop(qp *qpmgr.QP, rest bool) {
-	h.Counters.Inc(qpmgr.DropUCMessage)
+	h.Counters.Inc(ib.DropUCMessage)
 	qp.Resp.InMsg, qp.Resp.Offset = 0, 0
 	qp.Resp.UCDrop = rest
 }
@@ -466,20 +467,20 @@ const grhLen = 40
 func (h *Handler) respondUD(qp *qpmgr.QP, p bth.Packet, b *ibudp.Buf) {
 	deth := p.DETH()
 	if deth.QKey() != qp.Attr.QKey {
-		h.Counters.Inc(qpmgr.DropBadQKey)
+		h.Counters.Inc(ib.DropBadQKey)
 		return
 	}
 	wr, ok := qp.Recv().Pop()
 	if !ok {
-		h.Counters.Inc(qpmgr.DropNoRecvWQE)
+		h.Counters.Inc(ib.DropNoRecvWQE)
 		return
 	}
 	var grh [grhLen]byte
 	putGRH(grh[:], b, h.LocalAddr)
-	wc := qpmgr.WC{WRID: wr.WRID, Opcode: qpmgr.WCRecv, ByteLen: uint32(grhLen + p.PayloadLen()),
-		SrcQP: deth.SrcQP(), WCFlags: qpmgr.WCFlagGRH}
+	wc := ib.WC{WRID: wr.WRID, Opcode: ib.WCRecv, ByteLen: uint32(grhLen + p.PayloadLen()),
+		SrcQP: deth.SrcQP(), WCFlags: ib.WCFlagGRH}
 	if p.Opcode().Is(bth.FlagImm) {
-		wc.WCFlags |= qpmgr.WCFlagWithImm
+		wc.WCFlags |= ib.WCFlagWithImm
 		wc.Imm = p.ImmDt().Imm()
 	}
 	err := h.DMA.Scatter(qp.PD, wr.SGL, 0, grh[:])
@@ -487,12 +488,12 @@ func (h *Handler) respondUD(qp *qpmgr.QP, p bth.Packet, b *ibudp.Buf) {
 		err = h.DMA.Scatter(qp.PD, wr.SGL, grhLen, p.Payload())
 	}
 	if err != nil {
-		wc.Status = qpmgr.WCLocProtErr
+		wc.Status = ib.WCLocProtErr
 		if grhLen+p.PayloadLen() > sglLen(wr.SGL) {
-			wc.Status = qpmgr.WCLocLenErr
+			wc.Status = ib.WCLocLenErr
 		}
 	}
-	h.Counters.Inc(qpmgr.RDMARecvs)
+	h.Counters.Inc(ib.RDMARecvs)
 	h.completeRecv(qp, wc, p.BTH().SolicitedEvent())
 }
 
@@ -535,7 +536,7 @@ func putGRH(g []byte, b *ibudp.Buf, local interface{ As16() [16]byte }) {
 }
 
 // sglLen is the length of the message an SGL describes.
-func sglLen(sgl []qpmgr.SGE) int {
+func sglLen(sgl []ib.SGE) int {
 	n := 0
 	for _, s := range sgl {
 		n += int(s.Length)

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/rnicd/rnicd/rnic/qpmgr"
+	"github.com/rnicd/rnicd/ib"
 	"github.com/rnicd/rnicd/wire/bth"
 	"github.com/rnicd/rnicd/wire/ibudp"
 )
@@ -141,9 +141,9 @@ type Event struct {
 	Module Module
 	Step   Step
 	Flags  Flags
-	Opcode bth.Opcode     // packet steps
-	WROp   qpmgr.WROpcode // work request steps
-	QPN    uint32         // the local QP; 0 where unknown (a packet sent, seen by the port)
+	Opcode bth.Opcode  // packet steps
+	WROp   ib.WROpcode // work request steps
+	QPN    uint32      // the local QP; 0 where unknown (a packet sent, seen by the port)
 	// DestQPN is the BTH destination QP of a packet the port sent or
 	// received.
 	DestQPN uint32
@@ -246,12 +246,12 @@ func (e *Event) Detail() string {
 		if e.Flags&FlagRecv == 0 {
 			op = e.WROp.String() + " "
 		}
-		return fmt.Sprintf("%s %s%s wr_id %#x %v %dB", cqe, op, kind, e.WRID, qpmgr.WCStatus(e.Arg), e.Len)
+		return fmt.Sprintf("%s %s%s wr_id %#x %v %dB", cqe, op, kind, e.WRID, ib.WCStatus(e.Arg), e.Len)
 	case StepDrop:
 		if e.Opcode != 0 || e.PSN != 0 {
-			return fmt.Sprintf("%s dropped: %v", e.OpName(), qpmgr.Counter(e.Arg))
+			return fmt.Sprintf("%s dropped: %v", e.OpName(), ib.Counter(e.Arg))
 		}
-		return fmt.Sprintf("dropped: %v", qpmgr.Counter(e.Arg))
+		return fmt.Sprintf("dropped: %v", ib.Counter(e.Arg))
 	case StepFaultDrop:
 		dir := "tx"
 		if e.Arg == 1 {

@@ -6,13 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/rnicd/rnicd/ib"
+	"github.com/rnicd/rnicd/wire/bth"
 	"io"
 	"strconv"
 	"time"
 	"unicode/utf8"
-
-	"github.com/rnicd/rnicd/rnic/qpmgr"
-	"github.com/rnicd/rnicd/wire/bth"
 )
 
 // jsonEvent is an Event as one JSON line: every field under a plain name,
@@ -178,7 +177,7 @@ func (e *Event) UnmarshalJSON(b []byte) error {
 	}
 	*e = Event{
 		Seq: j.Seq, Time: j.TimeNS, NIC: j.NIC, Module: Module(m), Step: Step(s), Flags: Flags(j.Flags),
-		Opcode: bth.Opcode(j.Op), WROp: qpmgr.WROpcode(j.WROpN), QPN: j.QPN, DestQPN: j.DestQPN,
+		Opcode: bth.Opcode(j.Op), WROp: ib.WROpcode(j.WROpN), QPN: j.QPN, DestQPN: j.DestQPN,
 		PSN: j.PSN, WRID: j.WRID, Len: j.Len, Arg: j.Arg, Aux: j.Aux,
 	}
 	return nil

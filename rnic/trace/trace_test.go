@@ -4,11 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/rnicd/rnicd/ib"
+	"github.com/rnicd/rnicd/wire/bth"
 	"strings"
 	"testing"
-
-	"github.com/rnicd/rnicd/rnic/qpmgr"
-	"github.com/rnicd/rnicd/wire/bth"
 )
 
 func TestProbeOff(t *testing.T) {
@@ -87,11 +86,11 @@ func TestJSONRoundTrip(t *testing.T) {
 	p := tr.Probe("rnic0")
 	s := tr.Subscribe(Filter{})
 	in := []Event{
-		{Module: ModVerbs, Step: StepPost, QPN: 0x11, WRID: 7, WROp: qpmgr.WRRDMAWrite, Len: 3072},
-		{Module: ModWQE, Step: StepFetch, QPN: 0x11, PSN: 0x111, WRID: 7, WROp: qpmgr.WRRDMAWrite, Len: 3072, Arg: 3},
+		{Module: ModVerbs, Step: StepPost, QPN: 0x11, WRID: 7, WROp: ib.WRRDMAWrite, Len: 3072},
+		{Module: ModWQE, Step: StepFetch, QPN: 0x11, PSN: 0x111, WRID: 7, WROp: ib.WRRDMAWrite, Len: 3072, Arg: 3},
 		{Module: ModWQE, Step: StepHeaders, QPN: 0x11, PSN: 0x111, Opcode: bth.RCRDMAWriteFirst, Len: 1024, Flags: FlagAckReq | FlagRetransmit},
 		{Module: ModRX, Step: StepPSNCheck, QPN: 0x11, PSN: 0x113, Opcode: bth.RCRDMAWriteLast, Arg: uint32(PSNOutOfOrder), Aux: 0x112},
-		{Module: ModCompleter, Step: StepComplete, QPN: 0x11, WRID: 7, WROp: qpmgr.WRRDMAWrite, Arg: uint32(qpmgr.WCSuccess), Flags: FlagCQE},
+		{Module: ModCompleter, Step: StepComplete, QPN: 0x11, WRID: 7, WROp: ib.WRRDMAWrite, Arg: uint32(ib.WCSuccess), Flags: FlagCQE},
 	}
 	for _, e := range in {
 		p.Emit(e)
@@ -132,8 +131,8 @@ func TestJSONRoundTrip(t *testing.T) {
 // for byte, for every kind of event and for names that need escaping.
 func TestAppendJSON(t *testing.T) {
 	evs := []Event{
-		{Module: ModVerbs, Step: StepPost, QPN: 0x11, WRID: 7, WROp: qpmgr.WRRDMAWrite, Len: 3072, NIC: "rnic0", Seq: 1, Time: 1700000000123456789},
-		{Module: ModWQE, Step: StepFetch, QPN: 0x11, PSN: 0x111, WRID: 1<<64 - 1, WROp: qpmgr.WRSend, Arg: 3},
+		{Module: ModVerbs, Step: StepPost, QPN: 0x11, WRID: 7, WROp: ib.WRRDMAWrite, Len: 3072, NIC: "rnic0", Seq: 1, Time: 1700000000123456789},
+		{Module: ModWQE, Step: StepFetch, QPN: 0x11, PSN: 0x111, WRID: 1<<64 - 1, WROp: ib.WRSend, Arg: 3},
 		{Module: ModPort, Step: StepTransmit, DestQPN: 0xffffff, PSN: 0xffffff, Opcode: bth.RCAcknowledge, Aux: 0x1f, Len: 48},
 		{Module: ModRX, Step: StepDrop, QPN: 0x12, Arg: 99999, Flags: 0xff},
 		{Module: Module(200), Step: Step(250), Time: -5},

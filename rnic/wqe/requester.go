@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/rnicd/rnicd/ib"
 	"github.com/rnicd/rnicd/rnic/dma"
 	"github.com/rnicd/rnicd/rnic/qpmgr"
 	"github.com/rnicd/rnicd/rnic/trace"
@@ -49,7 +50,7 @@ func (e *Engine) Run(qp *qpmgr.QP, tx qpmgr.TX, budget int) int {
 		if err := e.emit(qp, w, tx); err != nil {
 			// The local memory behind the WR went away or never
 			// was valid: a local protection error (IBTA 10.8.3).
-			e.completeSend(qp, qpmgr.WCLocProtErr)
+			e.completeSend(qp, ib.WCLocProtErr)
 			qp.EnterError()
 			break
 		}
@@ -68,8 +69,8 @@ func (e *Engine) nextWQE(qp *qpmgr.QP) (*qpmgr.SendWQE, bool) {
 	}
 	w := sq.At(sq.Next)
 	switch qp.State() {
-	case qpmgr.StateRTS:
-	case qpmgr.StateSQD:
+	case ib.QPSRTS:
+	case ib.QPSSQD:
 		// SQD: finish the messages already started, start none (IBTA 10.3.1.7).
 		if w.State == qpmgr.WQEPosted {
 			return nil, false
@@ -87,13 +88,13 @@ func (e *Engine) nextWQE(qp *qpmgr.QP) (*qpmgr.SendWQE, bool) {
 	if w.State == qpmgr.WQEPosted {
 		psn = qp.Req.PSN
 	}
-	if qp.Type == qpmgr.TypeRC && int(bth.PSNDiff(psn, qp.Comp.PSN)) >= e.window() {
+	if qp.Type == ib.QPTypeRC && int(bth.PSNDiff(psn, qp.Comp.PSN)) >= e.window() {
 		return nil, false
 	}
 	if w.State == qpmgr.WQEPosted {
-		if qp.Type == qpmgr.TypeRC {
+		if qp.Type == ib.QPTypeRC {
 			out := qp.OutstandingRdAtomic()
-			if w.WR.Flags&qpmgr.SendFence != 0 && out > 0 {
+			if w.WR.Flags&ib.SendFence != 0 && out > 0 {
 				return nil, false
 			}
 			if w.WR.Opcode.IsReadOrAtomic() && out >= max(int(qp.Attr.MaxRdAtomic), 1) {
@@ -153,7 +154,7 @@ func (e *Engine) emit(qp *qpmgr.QP, w *qpmgr.SendWQE, tx qpmgr.TX) error {
 	var n int // payload bytes
 	var last bool
 	switch {
-	case op == qpmgr.WRRDMARead || op.IsAtomic():
+	case op == ib.WRRDMARead || op.IsAtomic():
 		last = true
 	default:
 		n = min(mtu, w.Len-w.Offset)
@@ -172,10 +173,10 @@ func (e *Engine) emit(qp *qpmgr.QP, w *qpmgr.SendWQE, tx qpmgr.TX) error {
 	f := bth.BTHFields{
 		Opcode: opcode, PadCount: bth.PadFor(n), PKey: bth.DefaultPKey,
 		DestQP: qp.Attr.DestQPN, PSN: w.PSN,
-		SolicitedEvent: last && w.WR.Flags&qpmgr.SendSolicited != 0 && op != qpmgr.WRRDMAWrite,
+		SolicitedEvent: last && w.WR.Flags&ib.SendSolicited != 0 && op != ib.WRRDMAWrite,
 	}
 	b.Peer, b.SrcPort, b.TOS = qp.Dest(), qp.SrcPort(), qp.Attr.AH.TrafficClass
-	if qp.Type == qpmgr.TypeUD {
+	if qp.Type == ib.QPTypeUD {
 		f.DestQP = w.WR.RemoteQPN
 		b.Peer, b.TOS = w.WR.AH.Addr(), w.WR.AH.TrafficClass
 		qkey := w.WR.RemoteQKey
@@ -184,7 +185,7 @@ func (e *Engine) emit(qp *qpmgr.QP, w *qpmgr.SendWQE, tx qpmgr.TX) error {
 		}
 		p.DETH().Encode(qkey, qp.QPN)
 	}
-	if qp.Type == qpmgr.TypeRC {
+	if qp.Type == ib.QPTypeRC {
 		qp.Req.NoAckPkts++
 		if last || qp.Req.NoAckPkts > qpmgr.MaxPktsPerAck {
 			f.AckReq = true
@@ -194,12 +195,12 @@ func (e *Engine) emit(qp *qpmgr.QP, w *qpmgr.SendWQE, tx qpmgr.TX) error {
 	p.BTH().Encode(&f)
 	switch {
 	case opcode.Has(bth.HdrAtomicETH):
-		if op == qpmgr.WRAtomicFetchAdd {
+		if op == ib.WRAtomicFetchAdd {
 			p.AtomicETH().Encode(w.WR.RemoteAddr, w.WR.RKey, w.WR.CompareAdd, 0)
 		} else {
 			p.AtomicETH().Encode(w.WR.RemoteAddr, w.WR.RKey, w.WR.Swap, w.WR.CompareAdd)
 		}
-	case op == qpmgr.WRRDMARead:
+	case op == ib.WRRDMARead:
 		// A retried READ asks for the rest only (rxe: req_retry moves iova).
 		p.RETH().Encode(w.WR.RemoteAddr+uint64(w.Offset), w.WR.RKey, uint32(w.Len-w.Offset))
 	case opcode.Has(bth.HdrRETH):
@@ -213,7 +214,7 @@ func (e *Engine) emit(qp *qpmgr.QP, w *qpmgr.SendWQE, tx qpmgr.TX) error {
 	}
 	if n > 0 {
 		dst := p.Payload()
-		if w.WR.Flags&qpmgr.SendInline != 0 {
+		if w.WR.Flags&ib.SendInline != 0 {
 			copy(dst, w.WR.InlineData[w.Offset:w.Offset+n])
 		} else if err := e.DMA.Gather(qp.PD, w.WR.SGL, w.Offset, dst); err != nil {
 			return err
@@ -225,7 +226,7 @@ func (e *Engine) emit(qp *qpmgr.QP, w *qpmgr.SendWQE, tx qpmgr.TX) error {
 	b.N = p.Len()
 	retransmit := w.Retried
 	if retransmit {
-		qp.Counters.Inc(qpmgr.RetransmittedPkts)
+		qp.Counters.Inc(ib.RetransmittedPkts)
 	}
 	if e.Trace.On() {
 		fl := trace.Flags(0)
@@ -239,10 +240,10 @@ func (e *Engine) emit(qp *qpmgr.QP, w *qpmgr.SendWQE, tx qpmgr.TX) error {
 			Opcode: opcode, Len: uint32(n), Flags: fl})
 	}
 	tx.Send(b)
-	qp.Counters.Inc(qpmgr.SentPkts)
+	qp.Counters.Inc(ib.SentPkts)
 
 	// Advance the cursor.
-	if op == qpmgr.WRRDMARead {
+	if op == ib.WRRDMARead {
 		w.PSN = bth.PSNAdd(w.LastPSN, 1)
 		w.Offset = w.Len
 	} else {
@@ -252,25 +253,25 @@ func (e *Engine) emit(qp *qpmgr.QP, w *qpmgr.SendWQE, tx qpmgr.TX) error {
 	if last {
 		w.State, w.Retried = qpmgr.WQESent, false
 		qp.SQ.Next++
-		if qp.Type != qpmgr.TypeRC {
+		if qp.Type != ib.QPTypeRC {
 			// Unreliable services complete once the last packet is out.
-			e.completeSend(qp, qpmgr.WCSuccess)
+			e.completeSend(qp, ib.WCSuccess)
 		}
 	}
-	if qp.Type == qpmgr.TypeRC {
+	if qp.Type == ib.QPTypeRC {
 		qp.ArmTimer()
 	}
 	return nil
 }
 
 // requestOpcode picks the opcode of a request packet (IBTA tables 36-38).
-func requestOpcode(t qpmgr.Type, op qpmgr.WROpcode, first, last bool) bth.Opcode {
+func requestOpcode(t ib.QPType, op ib.WROpcode, first, last bool) bth.Opcode {
 	var base bth.Opcode
 	switch t {
-	case qpmgr.TypeUC:
+	case ib.QPTypeUC:
 		base = bth.TransportUC
-	case qpmgr.TypeUD:
-		if op == qpmgr.WRSendWithImm {
+	case ib.QPTypeUD:
+		if op == ib.WRSendWithImm {
 			return bth.UDSendOnlyImm
 		}
 		return bth.UDSendOnly
@@ -287,21 +288,21 @@ func requestOpcode(t qpmgr.Type, op qpmgr.WROpcode, first, last bool) bth.Opcode
 		return base | middle
 	}
 	switch op {
-	case qpmgr.WRSend:
+	case ib.WRSend:
 		return pick(bth.RCSendOnly, bth.RCSendFirst, bth.RCSendMiddle, bth.RCSendLast)
-	case qpmgr.WRSendWithImm:
+	case ib.WRSendWithImm:
 		return pick(bth.RCSendOnlyImm, bth.RCSendFirst, bth.RCSendMiddle, bth.RCSendLastImm)
-	case qpmgr.WRSendWithInv:
+	case ib.WRSendWithInv:
 		return pick(bth.RCSendOnlyInvalidate, bth.RCSendFirst, bth.RCSendMiddle, bth.RCSendLastInvalidate)
-	case qpmgr.WRRDMAWrite:
+	case ib.WRRDMAWrite:
 		return pick(bth.RCRDMAWriteOnly, bth.RCRDMAWriteFirst, bth.RCRDMAWriteMiddle, bth.RCRDMAWriteLast)
-	case qpmgr.WRRDMAWriteWithImm:
+	case ib.WRRDMAWriteWithImm:
 		return pick(bth.RCRDMAWriteOnlyImm, bth.RCRDMAWriteFirst, bth.RCRDMAWriteMiddle, bth.RCRDMAWriteLastImm)
-	case qpmgr.WRRDMARead:
+	case ib.WRRDMARead:
 		return bth.RCRDMAReadRequest
-	case qpmgr.WRAtomicCmpAndSwp:
+	case ib.WRAtomicCmpAndSwp:
 		return bth.RCCompareSwap
-	case qpmgr.WRAtomicFetchAdd:
+	case ib.WRAtomicFetchAdd:
 		return bth.RCFetchAdd
 	}
 	return 0
@@ -309,7 +310,7 @@ func requestOpcode(t qpmgr.Type, op qpmgr.WROpcode, first, last bool) bth.Opcode
 
 // completeSend retires the WQE at the head of qp's send queue with
 // status st, telling the trace.
-func (e *Engine) completeSend(qp *qpmgr.QP, st qpmgr.WCStatus) {
+func (e *Engine) completeSend(qp *qpmgr.QP, st ib.WCStatus) {
 	if e.Trace.On() {
 		e.Trace.Emit(trace.SendCompletion(qp, st))
 	}

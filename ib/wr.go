@@ -1,14 +1,20 @@
-package qpmgr
+package ib
 
 import (
 	"fmt"
 	"net/netip"
-
-	"github.com/rnicd/rnicd/rnic/dma"
 )
 
-// SGE is a scatter/gather element (ibv_sge).
-type SGE = dma.SGE
+// SGE is a scatter/gather element, as libibverbs' struct ibv_sge: Length
+// bytes at Addr in the memory region named by LKey.
+//
+// An SGE with Length 0 names no memory and is not checked (its LKey may be
+// anything), the same rule IBTA applies to a zero-length RDMA operation.
+type SGE struct {
+	Addr   uint64
+	Length uint32
+	LKey   uint32
+}
 
 // WROpcode is the operation of a send work request (ibv_wr_opcode values).
 type WROpcode uint8
@@ -102,71 +108,21 @@ type RecvWR struct {
 	SGL  []SGE
 }
 
-// WCStatus is a completion status (ibv_wc_status values).
-type WCStatus uint8
-
-const (
-	WCSuccess        WCStatus = 0
-	WCLocLenErr      WCStatus = 1
-	WCLocQPOpErr     WCStatus = 2
-	WCLocProtErr     WCStatus = 4
-	WCWRFlushErr     WCStatus = 5
-	WCBadRespErr     WCStatus = 7
-	WCLocAccessErr   WCStatus = 8
-	WCRemInvReqErr   WCStatus = 9
-	WCRemAccessErr   WCStatus = 10
-	WCRemOpErr       WCStatus = 11
-	WCRetryExcErr    WCStatus = 12
-	WCRNRRetryExcErr WCStatus = 13
-	WCFatalErr       WCStatus = 19
-	WCRespTimeoutErr WCStatus = 20
-	WCGeneralErr     WCStatus = 21
-)
-
-var wcStatusNames = map[WCStatus]string{
-	WCSuccess: "SUCCESS", WCLocLenErr: "LOC_LEN_ERR", WCLocQPOpErr: "LOC_QP_OP_ERR",
-	WCLocProtErr: "LOC_PROT_ERR", WCWRFlushErr: "WR_FLUSH_ERR", WCBadRespErr: "BAD_RESP_ERR",
-	WCLocAccessErr: "LOC_ACCESS_ERR", WCRemInvReqErr: "REM_INV_REQ_ERR",
-	WCRemAccessErr: "REM_ACCESS_ERR", WCRemOpErr: "REM_OP_ERR", WCRetryExcErr: "RETRY_EXC_ERR",
-	WCRNRRetryExcErr: "RNR_RETRY_EXC_ERR", WCFatalErr: "FATAL_ERR",
-	WCRespTimeoutErr: "RESP_TIMEOUT_ERR", WCGeneralErr: "GENERAL_ERR",
-}
-
-func (s WCStatus) String() string {
-	if n, ok := wcStatusNames[s]; ok {
-		return n
+// Valid reports whether o is an opcode rnicd implements (the ones above;
+// libibverbs' LOCAL_INV, BIND_MW, TSO and the masked atomics are not).
+func (o WROpcode) Valid() bool {
+	switch o {
+	case WRRDMAWrite, WRRDMAWriteWithImm, WRSend, WRSendWithImm, WRRDMARead,
+		WRAtomicCmpAndSwp, WRAtomicFetchAdd, WRSendWithInv:
+		return true
 	}
-	return fmt.Sprintf("WC_STATUS(%d)", uint8(s))
+	return false
 }
 
-// WCOpcode is the operation a completion reports (ibv_wc_opcode values).
-type WCOpcode uint8
-
-const (
-	WCSend            WCOpcode = 0
-	WCRDMAWrite       WCOpcode = 1
-	WCRDMARead        WCOpcode = 2
-	WCCompSwap        WCOpcode = 3
-	WCFetchAdd        WCOpcode = 4
-	WCRecv            WCOpcode = 128
-	WCRecvRDMAWithImm WCOpcode = 129
-)
-
-var wcOpcodeNames = map[WCOpcode]string{
-	WCSend: "SEND", WCRDMAWrite: "RDMA_WRITE", WCRDMARead: "RDMA_READ",
-	WCCompSwap: "COMP_SWAP", WCFetchAdd: "FETCH_ADD", WCRecv: "RECV",
-	WCRecvRDMAWithImm: "RECV_RDMA_WITH_IMM",
-}
-
-func (o WCOpcode) String() string {
-	if n, ok := wcOpcodeNames[o]; ok {
-		return n
-	}
-	return fmt.Sprintf("WC_OPCODE(%d)", uint8(o))
-}
-
-// wcOpcode maps a send opcode to the opcode of its completion.
-func (o WROpcode) wcOpcode() WCOpcode {
+// WCOpcode is the opcode of the completion of a WR of opcode o
+// (IBTA 11.4.2.1; libibverbs ibv_wc_opcode): the *_WITH_IMM and
+// SEND_WITH_INV variants complete as their plain operation.
+func (o WROpcode) WCOpcode() WCOpcode {
 	switch o {
 	case WRRDMAWrite, WRRDMAWriteWithImm:
 		return WCRDMAWrite
@@ -180,31 +136,20 @@ func (o WROpcode) wcOpcode() WCOpcode {
 	return WCSend
 }
 
-// WCFlags are ibv_wc_flags.
-type WCFlags uint8
-
-const (
-	WCFlagGRH     WCFlags = 1 << 0
-	WCFlagWithImm WCFlags = 1 << 1
-	WCFlagWithInv WCFlags = 1 << 3
-)
-
-// WC is a work completion (ibv_wc).
-type WC struct {
-	WRID    uint64
-	Status  WCStatus
-	Opcode  WCOpcode
-	ByteLen uint32
-	// Imm is the immediate data (host order) with WCFlagWithImm, or the
-	// invalidated rkey with WCFlagWithInv.
-	Imm       uint32
-	QPNum     uint32
-	SrcQP     uint32
-	WCFlags   WCFlags
-	PKeyIndex uint16
+// Supports reports whether a QP of type t may post a WR of opcode o
+// (IBTA 9.7 and 10.2.1, table "Service types and operations"): UD carries
+// only SENDs, UC adds RDMA WRITE, RC has every operation.
+func (t QPType) Supports(o WROpcode) bool {
+	switch t {
+	case QPTypeUD:
+		return o == WRSend || o == WRSendWithImm
+	case QPTypeUC:
+		return o == WRSend || o == WRSendWithImm || o == WRRDMAWrite || o == WRRDMAWriteWithImm
+	case QPTypeRC:
+		return o.Valid()
+	}
+	return false
 }
 
-func (wc *WC) String() string {
-	return fmt.Sprintf("wc{wr_id=%d status=%v opcode=%v byte_len=%d imm=%#x qp=%#x src_qp=%#x flags=%#x}",
-		wc.WRID, wc.Status, wc.Opcode, wc.ByteLen, wc.Imm, wc.QPNum, wc.SrcQP, uint8(wc.WCFlags))
-}
+// SendFlagsKnown is every send flag rnicd understands.
+const SendFlagsKnown = SendFence | SendSignaled | SendSolicited | SendInline

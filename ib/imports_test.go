@@ -1,0 +1,68 @@
+package ib_test
+
+import (
+	"bufio"
+	"bytes"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/rnicd/rnicd/"
+
+// TestImportGraph holds the project's dependency rule (cmd -> verbs ->
+// rnic -> wire, with ib the leaf everyone shares) so that it cannot regress
+// unnoticed: ib imports nothing of the project, nothing below cmd imports
+// verbs, and nothing under wire imports anything above it. It reads the
+// graph the go command computes, test files excluded (the end-to-end suites
+// under tests/ are applications and may use verbs).
+func TestImportGraph(t *testing.T) {
+	gocmd, err := exec.LookPath("go")
+	if err != nil {
+		gocmd = filepath.Join(runtime.GOROOT(), "bin", "go")
+	}
+	cmd := exec.Command(gocmd, "list", "-f", `{{.ImportPath}} {{join .Deps " "}}`, module+"...")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, stderr.Bytes())
+	}
+	deps := map[string][]string{} // package -> the project's packages it depends on, module prefix cut
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		pkg := strings.TrimPrefix(f[0], module)
+		deps[pkg] = nil
+		for _, d := range f[1:] {
+			if strings.HasPrefix(d, module) {
+				deps[pkg] = append(deps[pkg], strings.TrimPrefix(d, module))
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, must := range []string{"ib", "verbs", "rnic", "rnic/qpmgr", "wire/bth", "wire/ibudp"} {
+		if _, ok := deps[must]; !ok {
+			t.Fatalf("go list did not list %s; the rules below would check nothing", must)
+		}
+	}
+	for pkg, ds := range deps {
+		for _, d := range ds {
+			switch {
+			case pkg == "ib":
+				t.Errorf("ib imports %s: the vocabulary must import nothing of the project", d)
+			case d == "verbs" && !under(pkg, "cmd"):
+				t.Errorf("%s imports verbs: only applications (cmd/...) may", pkg)
+			case under(pkg, "wire") && !under(d, "wire") && d != "ib" && d != "internal/kwait":
+				t.Errorf("%s imports %s: wire may import only wire/..., ib and internal/kwait", pkg, d)
+			}
+		}
+	}
+}
+
+func under(pkg, dir string) bool { return pkg == dir || strings.HasPrefix(pkg, dir+"/") }
