@@ -6,8 +6,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/rnicd/rnicd/ib"
 	"github.com/rnicd/rnicd/internal/rotate"
-	"github.com/rnicd/rnicd/rnic/qpmgr"
 )
 
 // TestWriteJSONRotated writes 5,000 events through files of 16 KiB,
@@ -27,7 +27,7 @@ func TestWriteJSONRotated(t *testing.T) {
 	s := tr.Subscribe(Filter{})
 	defer s.Close()
 	for i := range count {
-		p.Emit(Event{Module: ModVerbs, Step: StepPost, QPN: 0x11, WRID: uint64(i), WROp: qpmgr.WRRDMAWrite, Len: 3072})
+		p.Emit(Event{Module: ModVerbs, Step: StepPost, QPN: 0x11, WRID: uint64(i), WROp: ib.WRRDMAWrite, Len: 3072})
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel() // WriteJSON drains what is there, then returns
