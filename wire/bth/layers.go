@@ -22,6 +22,17 @@ var LayerTypeRoCE = gopacket.RegisterLayerType(UDPPort, gopacket.LayerTypeMetada
 	Decoder: gopacket.DecodeFunc(decodeRoCE),
 })
 
+// LayerTypeGSI is what follows a UD SEND ONLY to QP1 when a whole packet
+// is decoded (gopacket.NewPacket): a 256-byte MAD of the General Services
+// Interface (IBTA 13.5). This package decodes it as a raw payload; wire/mad
+// installs its MAD decoder for this layer type when a program imports it,
+// so bth needs to know nothing of MADs. NextLayerType, which
+// DecodingLayerParser chains follow, still says Payload.
+var LayerTypeGSI = gopacket.RegisterLayerType(UDPPort+1, gopacket.LayerTypeMetadata{
+	Name:    "GSI",
+	Decoder: gopacket.DecodePayload,
+})
+
 func init() {
 	// UDP hands its payload to LayerTypeRoCE when either port is 4791.
 	layers.RegisterUDPPortLayerType(layers.UDPPort(UDPPort), LayerTypeRoCE)
@@ -136,6 +147,9 @@ func decodeRoCE(data []byte, p gopacket.PacketBuilder) error {
 		return err
 	}
 	p.AddLayer(r)
+	if r.BTH.Opcode == UDSendOnly && r.BTH.DestQP == 1 { // QP1 is the GSI (IBTA 10.2.4)
+		return p.NextDecoder(LayerTypeGSI)
+	}
 	return p.NextDecoder(gopacket.LayerTypePayload)
 }
 
