@@ -48,17 +48,32 @@ func (tb *toolBench) pair(t *testing.T, tool string, args ...string) (srv, cli s
 // would. Afterwards both daemons must hold no object of the tool's.
 func (tb *toolBench) pairOn(t *testing.T, srvDev, cliDev, tool string, args ...string) (srv, cli string) {
 	t.Helper()
+	return tb.pairRun(t, rnicTool, rnicTool, srvDev, cliDev, tool, args...)
+}
+
+// runner makes the command line of a tool: rnic's clone (rnicTool) or
+// another program of that name (the C library's tests run Debian's).
+type runner func(ctx context.Context, tool string, args ...string) *exec.Cmd
+
+func rnicTool(ctx context.Context, tool string, args ...string) *exec.Cmd {
+	return rnic(ctx, append([]string{tool}, args...)...)
+}
+
+// pairRun is pairOn with the server started by srvRun and the client by
+// cliRun.
+func (tb *toolBench) pairRun(t *testing.T, srvRun, cliRun runner, srvDev, cliDev, tool string, args ...string) (srv, cli string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	port := freePort(t)
 	cmdline := func(dev string, rest ...string) []string {
-		c := append([]string{tool, "-p", port}, args...)
+		c := append([]string{"-p", port}, args...)
 		if dev != "" {
 			c = append(c, "-d", dev)
 		}
 		return append(c, rest...)
 	}
-	server := rnic(ctx, cmdline(srvDev)...)
+	server := srvRun(ctx, tool, cmdline(srvDev)...)
 	var sout, serr bytes.Buffer
 	server.Stdout, server.Stderr = &sout, &serr
 	if err := server.Start(); err != nil {
@@ -69,10 +84,10 @@ func (tb *toolBench) pairOn(t *testing.T, srvDev, cliDev, tool string, args ...s
 	for {
 		cout.Reset()
 		cerr.Reset()
-		client := rnic(ctx, cmdline(cliDev, "127.0.0.1")...)
+		client := cliRun(ctx, tool, cmdline(cliDev, "127.0.0.1")...)
 		client.Stdout, client.Stderr = &cout, &cerr
 		clientErr = client.Run()
-		if clientErr == nil || !strings.Contains(cerr.String(), "connection refused") || ctx.Err() != nil {
+		if clientErr == nil || !notListening(cout.String()+cerr.String()) || ctx.Err() != nil {
 			break
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -87,6 +102,13 @@ func (tb *toolBench) pairOn(t *testing.T, srvDev, cliDev, tool string, args ...s
 	}
 	tb.idle(t)
 	return sout.String(), cout.String()
+}
+
+// notListening says a client's output is that of a failed connect to a
+// server that does not listen yet: rnic's tools say "connection refused",
+// rdma-core's and perftest's "Couldn't connect to".
+func notListening(out string) bool {
+	return strings.Contains(out, "connection refused") || strings.Contains(out, "Couldn't connect to")
 }
 
 // idle waits until both daemons hold no object but this test's two
