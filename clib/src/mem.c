@@ -1,0 +1,304 @@
+/*
+ * mem.c: how the NIC reaches a C program's memory.
+ *
+ * rnicd's host interface maps the memory of a region (RegMR hands it a
+ * memfd sealed against shrinking, which it maps: zero copies, and the
+ * pipelines' bounds checks against the region are the only gate). A C
+ * program registers ordinary memory: malloc, the stack, mmap. The choice
+ * made here is to move the registered pages onto a memfd the library
+ * shares with the daemon, in place: their contents are copied into the
+ * memfd and the memfd is mapped over them at the same address
+ * (MAP_FIXED), so the program sees the same bytes at the same addresses
+ * and the daemon maps the same pages.
+ *
+ * Why not the other way, the daemon reading and writing the program
+ * through process_vm_readv/writev: that is one system call per DMA in the
+ * daemon (every packet of a WRITE, every READ response), it cannot do an
+ * atomic compare-and-swap or fetch-and-add atomically against the
+ * program's own stores, and it would change rnic/dma, which every
+ * pipeline goes through. The memfd keeps the daemon exactly as it is for
+ * Go clients, atomics included, at full speed.
+ *
+ * One memfd serves the whole process, sized to the user address space
+ * and sparse: a page at virtual address A lives at offset A of the
+ * memfd. Two regions that share a page (two malloc'd buffers side by
+ * side, or the same buffer registered twice) then share its memfd page
+ * too, with no bookkeeping of which region brought it. Only the pages a
+ * registration covers are moved; a page is moved back to private
+ * anonymous memory when the last region covering it is deregistered, and
+ * its memfd page is freed (FALLOC_FL_PUNCH_HOLE).
+ *
+ * What it costs, and where it differs from a kernel driver:
+ *  - A page holds more than the region: a malloc'd buffer shares its
+ *    first and last page with other data. That data moves with the page
+ *    and stays where it is for the program; the daemon maps whole pages
+ *    but the region's bounds are byte-exact (rnic/dma), so nothing outside
+ *    a registered range is ever read or written by the NIC.
+ *  - The move is a copy then a remap: a store by another thread into the
+ *    page between the two is lost. Programs register at set-up, before
+ *    other threads use the buffers; a kernel driver pins pages instead.
+ *  - fork: the memfd pages are MAP_SHARED, so a child would share them
+ *    with its parent instead of getting a copy. The child handler of
+ *    pthread_atfork gives the child private copies of every moved page,
+ *    which is what a kernel with FOLL_PIN fork support does for pinned
+ *    pages (ibv_fork_init is not needed, ibv_is_fork_initialized says
+ *    IBV_FORK_UNNEEDED).
+ *  - Memory that is already a shared mapping (a file, shm) cannot be
+ *    moved without changing its meaning: such a registration fails with
+ *    EINVAL and says why.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "rnic.h"
+
+#define SPAN (1ull << 47) /* x86-64 user address space */
+#define MEMFD_NAME "rnicd-mr"
+
+/* A registered range, page-aligned. */
+struct range {
+	uintptr_t lo, hi;
+};
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static int memfd = -1;
+static struct range *regs;
+static size_t nregs, capregs;
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+static void atfork_prepare(void) { pthread_mutex_lock(&mu); }
+static void atfork_parent(void) { pthread_mutex_unlock(&mu); }
+static void atfork_child(void);
+
+static void init_once(void) { pthread_atfork(atfork_prepare, atfork_parent, atfork_child); }
+
+static uintptr_t page_down(uintptr_t a) { return a & ~(uintptr_t)(sysconf(_SC_PAGESIZE) - 1); }
+static uintptr_t page_up(uintptr_t a) { return page_down(a + sysconf(_SC_PAGESIZE) - 1); }
+
+/* vma is one line of /proc/self/maps cut to [lo, hi). */
+struct vma {
+	uintptr_t lo, hi;
+	int prot;
+	int shared; /* 's' */
+	int ours;   /* a mapping of the library's memfd */
+};
+
+/* vmas lists the mappings over [lo, hi) into v (at most max); it returns
+ * their count, or -1 if part of the range is not mapped. */
+static int vmas(uintptr_t lo, uintptr_t hi, struct vma *v, int max)
+{
+	FILE *f = fopen("/proc/self/maps", "re");
+	if (!f)
+		return -1;
+	char line[4352];
+	int n = 0;
+	uintptr_t next = lo;
+	while (next < hi && fgets(line, sizeof(line), f)) {
+		unsigned long a, b;
+		char perms[8], path[4096] = "";
+		if (sscanf(line, "%lx-%lx %7s %*s %*s %*s %4095[^\n]", &a, &b, perms, path) < 3)
+			continue;
+		if (b <= next || a >= hi)
+			continue;
+		if (a > next || n == max)
+			break; /* a hole, or too many pieces */
+		struct vma *x = &v[n++];
+		x->lo = next;
+		x->hi = b < hi ? b : hi;
+		x->prot = (perms[0] == 'r' ? PROT_READ : 0) | (perms[1] == 'w' ? PROT_WRITE : 0) |
+			  (perms[2] == 'x' ? PROT_EXEC : 0);
+		x->shared = perms[3] == 's';
+		x->ours = strstr(path, "/memfd:" MEMFD_NAME) != NULL;
+		next = x->hi;
+	}
+	fclose(f);
+	return next >= hi ? n : -1;
+}
+
+static int open_memfd(void)
+{
+	if (memfd >= 0)
+		return 0;
+	int fd = memfd_create(MEMFD_NAME, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (fd < 0)
+		return errno;
+	/* rnicd maps only memfds it knows cannot shrink under it. */
+	if (ftruncate(fd, SPAN) < 0 || fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) < 0) {
+		int err = errno;
+		close(fd);
+		return err;
+	}
+	memfd = fd;
+	return 0;
+}
+
+#define MAXV 64
+
+/* move_in moves [lo, hi), not yet on the memfd, onto it. */
+static int move_in(uintptr_t lo, uintptr_t hi)
+{
+	struct vma v[MAXV];
+	int n = vmas(lo, hi, v, MAXV);
+	if (n < 0) {
+		rnic_log("reg_mr: [%#lx, %#lx) is not all mapped memory", (unsigned long)lo, (unsigned long)hi);
+		return EFAULT;
+	}
+	for (int i = 0; i < n; i++) {
+		if (v[i].shared && !v[i].ours) {
+			rnic_log("reg_mr: [%#lx, %#lx) is a shared mapping (a file or shm); rnicd can register "
+				 "private memory only (malloc, stack, anonymous or private mmap)",
+				 (unsigned long)v[i].lo, (unsigned long)v[i].hi);
+			return EINVAL;
+		}
+		if (!(v[i].prot & PROT_READ)) {
+			rnic_log("reg_mr: [%#lx, %#lx) is not readable", (unsigned long)v[i].lo, (unsigned long)v[i].hi);
+			return EFAULT;
+		}
+	}
+	for (int i = 0; i < n; i++) {
+		size_t len = v[i].hi - v[i].lo;
+		for (size_t done = 0; done < len;) {
+			ssize_t w = pwrite(memfd, (void *)(v[i].lo + done), len - done, v[i].lo + done);
+			if (w < 0 && errno == EINTR)
+				continue;
+			if (w <= 0)
+				return w < 0 ? errno : EIO;
+			done += w;
+		}
+		if (mmap((void *)v[i].lo, len, v[i].prot, MAP_SHARED | MAP_FIXED, memfd, v[i].lo) == MAP_FAILED)
+			return errno;
+	}
+	return 0;
+}
+
+/* move_out gives [lo, hi) back to private anonymous memory with the same
+ * contents, where it is still the memfd's; keep says whether the memfd's
+ * pages stay (the child after fork shares them with its parent). */
+static void move_out(uintptr_t lo, uintptr_t hi, int keep)
+{
+	struct vma v[MAXV];
+	int n = vmas(lo, hi, v, MAXV);
+	if (n < 0)
+		n = 0; /* the program unmapped some of it; move what is left */
+	for (int i = 0; i < n; i++) {
+		if (!v[i].ours)
+			continue;
+		size_t len = v[i].hi - v[i].lo;
+		void *tmp = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (tmp == MAP_FAILED)
+			continue; /* it stays shared: still the same memory for the program */
+		memcpy(tmp, (void *)v[i].lo, len);
+		if (mmap((void *)v[i].lo, len, v[i].prot | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) !=
+		    MAP_FAILED) {
+			memcpy((void *)v[i].lo, tmp, len);
+			if (!(v[i].prot & PROT_WRITE))
+				mprotect((void *)v[i].lo, len, v[i].prot);
+		}
+		munmap(tmp, len);
+	}
+	if (!keep)
+		fallocate(memfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, lo, hi - lo);
+}
+
+/* gaps calls fn on every part of [lo, hi) no registered range covers. */
+static int gaps(uintptr_t lo, uintptr_t hi, int (*fn)(uintptr_t, uintptr_t))
+{
+	uintptr_t at = lo;
+	while (at < hi) {
+		/* The registered range covering at, if any, moves at past it;
+		 * else the gap runs to the next range's start. */
+		uintptr_t end = hi;
+		int covered = 0;
+		for (size_t i = 0; i < nregs; i++) {
+			if (regs[i].lo <= at && at < regs[i].hi) {
+				covered = 1;
+				if (regs[i].hi > at)
+					end = regs[i].hi < hi ? regs[i].hi : hi;
+				break;
+			}
+			if (regs[i].lo > at && regs[i].lo < end)
+				end = regs[i].lo;
+		}
+		if (!covered) {
+			int err = fn(at, end);
+			if (err)
+				return err;
+		}
+		at = end;
+	}
+	return 0;
+}
+
+static int out_and_free(uintptr_t lo, uintptr_t hi)
+{
+	move_out(lo, hi, 0);
+	return 0;
+}
+
+/* mem_share makes [addr, addr+len) reachable by the daemon: *fd and *off
+ * are the memfd and the offset of addr in it. */
+int mem_share(void *addr, size_t len, int *fd, uint64_t *off)
+{
+	pthread_once(&once, init_once);
+	uintptr_t lo = page_down((uintptr_t)addr), hi = page_up((uintptr_t)addr + len);
+	if (len == 0 || hi < lo || hi > SPAN)
+		return EINVAL;
+	pthread_mutex_lock(&mu);
+	int err = open_memfd();
+	if (!err && nregs == capregs) {
+		size_t c = capregs ? 2 * capregs : 16;
+		struct range *r = realloc(regs, c * sizeof(*r));
+		if (r) {
+			regs = r;
+			capregs = c;
+		} else {
+			err = ENOMEM;
+		}
+	}
+	if (!err)
+		err = gaps(lo, hi, move_in);
+	if (err) {
+		/* Pages moved before the failure go back. */
+		gaps(lo, hi, out_and_free);
+	} else {
+		regs[nregs++] = (struct range){lo, hi};
+		*fd = memfd;
+		*off = (uintptr_t)addr;
+	}
+	pthread_mutex_unlock(&mu);
+	return err;
+}
+
+/* mem_unshare is mem_share's undo, once the daemon dropped the region. */
+void mem_unshare(void *addr, size_t len)
+{
+	uintptr_t lo = page_down((uintptr_t)addr), hi = page_up((uintptr_t)addr + len);
+	pthread_mutex_lock(&mu);
+	for (size_t i = 0; i < nregs; i++) {
+		if (regs[i].lo == lo && regs[i].hi == hi) {
+			regs[i] = regs[--nregs];
+			gaps(lo, hi, out_and_free);
+			break;
+		}
+	}
+	pthread_mutex_unlock(&mu);
+}
+
+/* atfork_child runs in the child, single-threaded, with mu held: every
+ * moved page becomes a private copy, and the child has no regions (its
+ * parent's connections are not its own). */
+static void atfork_child(void)
+{
+	for (size_t i = 0; i < nregs; i++)
+		move_out(regs[i].lo, regs[i].hi, 1);
+	nregs = 0;
+	if (memfd >= 0)
+		close(memfd);
+	memfd = -1;
+	pthread_mutex_unlock(&mu);
+}

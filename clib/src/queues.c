@@ -1,0 +1,998 @@
+/*
+ * queues.c: PDs, MRs, completion channels, CQs, SRQs, QPs and AHs.
+ *
+ * Work requests and completions go through rings the daemon creates and
+ * both sides map (the layout is rnic/hostif/ring.go's): a post writes
+ * WQEs into the ring, stores the producer index and rings the doorbell,
+ * a poll reads CQEs and stores the consumer index. Polling makes no
+ * system call; a send doorbell is skipped while the previous one is still
+ * on its way (the ring's bell word), as the Go verbs package does. The
+ * daemon validates every WQE again: what this side checks is only what
+ * libibverbs reports at post time (a full queue, too many SGEs).
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "rnic.h"
+
+/* call is conn_call with a reply buffer of this thread's. */
+static __thread uint8_t reply_buf[MAX_MSG];
+
+static int call(struct ibv_context *ctx, int k, struct buf *req, int fd, struct buf *rep, int *rfd)
+{
+	int dummy;
+	rep->p = reply_buf;
+	rep->len = sizeof(reply_buf);
+	rep->off = 0;
+	rep->bad = 0;
+	int err = conn_call(&to_rctx(ctx)->conn, k, req, fd, rep, rfd ? rfd : &dummy);
+	if (!err && !rfd && dummy >= 0)
+		close(dummy);
+	if (!err && rep->bad)
+		err = EPROTO;
+	return err;
+}
+
+static int destroy(struct ibv_context *ctx, int k, uint32_t h)
+{
+	uint8_t b[4];
+	struct buf req = {.p = b, .len = 4}, rep;
+	put32(&req, h);
+	return call(ctx, k, &req, -1, &rep, NULL);
+}
+
+/* --- PD ---------------------------------------------------------------- */
+
+EXPORT struct ibv_pd *ibv_alloc_pd(struct ibv_context *ctx)
+{
+	struct buf rep;
+	struct ibv_pd *pd = calloc(1, sizeof(*pd));
+	if (!pd) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	int err = call(ctx, K_ALLOC_PD, NULL, -1, &rep, NULL);
+	if (err) {
+		free(pd);
+		errno = err;
+		return NULL;
+	}
+	pd->context = ctx;
+	pd->handle = get32(&rep);
+	return pd;
+}
+
+EXPORT int ibv_dealloc_pd(struct ibv_pd *pd)
+{
+	int err = destroy(pd->context, K_DEALLOC_PD, pd->handle);
+	if (!err)
+		free(pd);
+	return err;
+}
+
+/* --- MR ---------------------------------------------------------------- */
+
+static struct ibv_mr *reg_mr(struct ibv_pd *pd, void *addr, size_t len, uint64_t iova, unsigned access)
+{
+	int fd;
+	uint64_t off;
+	struct ibv_mr *mr = calloc(1, sizeof(*mr));
+	if (!mr) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	int err = mem_share(addr, len, &fd, &off);
+	if (err) {
+		free(mr);
+		errno = err;
+		return NULL;
+	}
+	uint8_t b[32];
+	struct buf req = {.p = b, .len = sizeof(b)}, rep;
+	put32(&req, pd->handle);
+	put32(&req, access & ~IBV_ACCESS_OPTIONAL_RANGE);
+	put64(&req, off);
+	put64(&req, len);
+	put64(&req, iova);
+	err = call(pd->context, K_REG_MR, &req, fd, &rep, NULL);
+	if (err) {
+		mem_unshare(addr, len);
+		free(mr);
+		errno = err;
+		return NULL;
+	}
+	mr->context = pd->context;
+	mr->pd = pd;
+	mr->addr = addr;
+	mr->length = len;
+	mr->handle = get32(&rep);
+	mr->lkey = get32(&rep);
+	mr->rkey = get32(&rep);
+	return mr;
+}
+
+#undef ibv_reg_mr
+EXPORT struct ibv_mr *ibv_reg_mr(struct ibv_pd *pd, void *addr, size_t len, int access)
+{
+	return reg_mr(pd, addr, len, (uintptr_t)addr, access);
+}
+
+#undef ibv_reg_mr_iova
+EXPORT struct ibv_mr *ibv_reg_mr_iova(struct ibv_pd *pd, void *addr, size_t len, uint64_t iova, int access)
+{
+	return reg_mr(pd, addr, len, iova, access);
+}
+
+EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t len, uint64_t iova, unsigned access)
+{
+	return reg_mr(pd, addr, len, iova, access);
+}
+
+EXPORT int ibv_dereg_mr(struct ibv_mr *mr)
+{
+	int err = destroy(mr->context, K_DEREG_MR, mr->handle);
+	if (err)
+		return err;
+	/* The daemon has unmapped the region: its pages may move back. */
+	mem_unshare(mr->addr, mr->length);
+	free(mr);
+	return 0;
+}
+
+/* --- completion channels and CQs --------------------------------------- */
+
+struct rcq;
+
+struct rchan {
+	struct ibv_comp_channel ch;
+	uint32_t h;
+	pthread_mutex_t mu;
+	struct rcq *cqs; /* the CQs reporting here */
+};
+
+struct rcq {
+	struct ibv_cq cq;
+	uint32_t h;
+	uint8_t *mem, *ring;
+	size_t memlen;
+	uint32_t slots;
+	pthread_spinlock_t lock;
+	uint32_t cons; /* under lock */
+	uint32_t seen; /* events taken by ibv_get_cq_event, under the channel's mu */
+	struct rcq *next;
+};
+
+EXPORT struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *ctx)
+{
+	struct rchan *c = calloc(1, sizeof(*c));
+	if (!c) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	/* The daemon writes the eventfd, which must be non-blocking so that
+	 * a saturated counter never stalls it. */
+	int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (fd < 0) {
+		free(c);
+		return NULL;
+	}
+	struct buf rep;
+	int err = call(ctx, K_CREATE_CHANNEL, NULL, fd, &rep, NULL);
+	if (err) {
+		close(fd);
+		free(c);
+		errno = err;
+		return NULL;
+	}
+	c->h = get32(&rep);
+	c->ch.context = ctx;
+	c->ch.fd = fd;
+	c->ch.refcnt = 0;
+	pthread_mutex_init(&c->mu, NULL);
+	return &c->ch;
+}
+
+EXPORT int ibv_destroy_comp_channel(struct ibv_comp_channel *ch)
+{
+	struct rchan *c = (struct rchan *)ch;
+	if (c->cqs)
+		return EBUSY;
+	int err = destroy(ch->context, K_DESTROY_CHANNEL, c->h);
+	if (err)
+		return err;
+	close(ch->fd);
+	free(c);
+	return 0;
+}
+
+/* map_ring maps the memfd of a create reply. */
+static uint8_t *map_ring(int fd, size_t *len)
+{
+	struct stat st;
+	if (fd < 0 || fstat(fd, &st) < 0 || st.st_size <= 0) {
+		if (fd >= 0)
+			close(fd);
+		return NULL;
+	}
+	void *m = mmap(NULL, st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	close(fd);
+	if (m == MAP_FAILED)
+		return NULL;
+	*len = st.st_size;
+	return m;
+}
+
+/* ring_reply is hostif.RingReply. */
+struct ring_desc {
+	uint32_t off, size, slots, slot_bytes;
+};
+struct ring_reply {
+	uint32_t h, qpn;
+	uint32_t max_send_wr, max_recv_wr, max_send_sge, max_recv_sge, max_inline;
+	struct ring_desc send, recv;
+};
+
+static void get_ring_reply(struct buf *b, struct ring_reply *r)
+{
+	r->h = get32(b);
+	r->qpn = get32(b);
+	r->max_send_wr = get32(b);
+	r->max_recv_wr = get32(b);
+	r->max_send_sge = get32(b);
+	r->max_recv_sge = get32(b);
+	r->max_inline = get32(b);
+	struct ring_desc *d[2] = {&r->send, &r->recv};
+	for (int i = 0; i < 2; i++) {
+		d[i]->off = get32(b);
+		d[i]->size = get32(b);
+		d[i]->slots = get32(b);
+		d[i]->slot_bytes = get32(b);
+	}
+}
+
+/* ring_ok checks a ring the daemon described lies in the memory mapped. */
+static int ring_ok(struct ring_desc *d, size_t memlen)
+{
+	return d->slots > 0 && (uint64_t)d->off + d->size <= memlen &&
+	       RING_HEADER + (uint64_t)d->slots * d->slot_bytes <= d->size;
+}
+
+/* create_rings makes an object with rings (request k, undone by dk):
+ * the reply's rings are mapped and checked to lie in the memory, the
+ * send ring (with slots of send_slot bytes, if not 0) if need_send, the
+ * receive ring if need_recv. On failure nothing is left behind. */
+static int create_rings(struct ibv_context *ctx, int k, int dk, struct buf *req, int fd, struct ring_reply *r,
+			uint8_t **mem, size_t *memlen, int need_send, uint32_t send_slot, int need_recv)
+{
+	struct buf rep;
+	int rfd = -1;
+	int err = call(ctx, k, req, fd, &rep, &rfd);
+	if (err)
+		return err;
+	get_ring_reply(&rep, r);
+	*mem = map_ring(rfd, memlen);
+	if (*mem && (!need_send || (ring_ok(&r->send, *memlen) && (!send_slot || r->send.slot_bytes == send_slot))) &&
+	    (!need_recv || ring_ok(&r->recv, *memlen)))
+		return 0;
+	if (*mem)
+		munmap(*mem, *memlen);
+	destroy(ctx, dk, r->h);
+	rnic_log("rnicd's reply to %s describes rings outside their memory", k == K_CREATE_QP ? "create_qp" : "create_cq/srq");
+	return EPROTO;
+}
+
+EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *ctx, int cqe, void *cq_context,
+				    struct ibv_comp_channel *channel, int comp_vector)
+{
+	(void)comp_vector;
+	if (cqe < 1) {
+		errno = EINVAL;
+		return NULL;
+	}
+	struct rcq *q = calloc(1, sizeof(*q));
+	int wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (!q || wake < 0) {
+		free(q);
+		if (wake >= 0)
+			close(wake);
+		errno = ENOMEM;
+		return NULL;
+	}
+	uint8_t b[8];
+	struct buf req = {.p = b, .len = 8};
+	put32(&req, cqe);
+	put32(&req, channel ? ((struct rchan *)channel)->h : 0);
+	/* The eventfd is for a client that sleeps in the ring's waiting
+	 * word; this library waits on the channel instead, so the daemon's
+	 * copy is the only one needed. */
+	struct ring_reply r;
+	int err = create_rings(ctx, K_CREATE_CQ, K_DESTROY_CQ, &req, wake, &r, &q->mem, &q->memlen, 1, CQE_BYTES, 0);
+	close(wake);
+	if (err) {
+		free(q);
+		errno = err;
+		return NULL;
+	}
+	q->h = r.h;
+	q->ring = q->mem + r.send.off;
+	q->slots = r.send.slots;
+	pthread_spin_init(&q->lock, PTHREAD_PROCESS_PRIVATE);
+	q->cq.context = ctx;
+	q->cq.channel = channel;
+	q->cq.cq_context = cq_context;
+	q->cq.handle = r.h;
+	q->cq.cqe = r.max_send_wr;
+	pthread_mutex_init(&q->cq.mutex, NULL);
+	pthread_cond_init(&q->cq.cond, NULL);
+	if (channel) {
+		struct rchan *c = (struct rchan *)channel;
+		pthread_mutex_lock(&c->mu);
+		q->next = c->cqs;
+		c->cqs = q;
+		q->seen = ring_load(q->ring, RING_EVENTS);
+		pthread_mutex_unlock(&c->mu);
+	}
+	return &q->cq;
+}
+
+EXPORT int ibv_destroy_cq(struct ibv_cq *cq)
+{
+	struct rcq *q = (struct rcq *)cq;
+	int err = destroy(cq->context, K_DESTROY_CQ, q->h);
+	if (err)
+		return err;
+	if (cq->channel) {
+		struct rchan *c = (struct rchan *)cq->channel;
+		pthread_mutex_lock(&c->mu);
+		for (struct rcq **p = &c->cqs; *p; p = &(*p)->next) {
+			if (*p == q) {
+				*p = q->next;
+				break;
+			}
+		}
+		pthread_mutex_unlock(&c->mu);
+	}
+	munmap(q->mem, q->memlen);
+	free(q);
+	return 0;
+}
+
+EXPORT int ibv_resize_cq(struct ibv_cq *cq, int cqe)
+{
+	(void)cq;
+	(void)cqe;
+	return EOPNOTSUPP;
+}
+
+static int poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
+{
+	struct rcq *q = (struct rcq *)cq;
+	pthread_spin_lock(&q->lock);
+	uint32_t prod = ring_load(q->ring, RING_PRODUCER);
+	int k = 0;
+	for (; k < n && q->cons != prod; k++, q->cons++) {
+		struct buf s = {.p = q->ring + RING_HEADER + (size_t)(q->cons % q->slots) * CQE_BYTES, .len = CQE_BYTES};
+		struct ibv_wc *w = &wc[k];
+		memset(w, 0, sizeof(*w));
+		w->wr_id = get64(&s);
+		w->status = get8(&s);
+		w->opcode = get8(&s);
+		w->wc_flags = get8(&s);
+		get8(&s);
+		w->byte_len = get32(&s);
+		uint32_t imm = get32(&s);
+		/* The ring carries the immediate in host order, the verbs
+		 * structure in network order; an invalidated rkey stays host. */
+		w->imm_data = (w->wc_flags & IBV_WC_WITH_IMM) ? htonl(imm) : imm;
+		w->qp_num = get32(&s);
+		w->src_qp = get32(&s);
+		w->pkey_index = get16(&s);
+	}
+	if (k > 0)
+		ring_store(q->ring, RING_CONSUMER, q->cons);
+	pthread_spin_unlock(&q->lock);
+	return k;
+}
+
+static int req_notify_cq(struct ibv_cq *cq, int solicited_only)
+{
+	ring_store(((struct rcq *)cq)->ring, RING_ARMED, solicited_only ? ARM_SOLICITED : ARM_ANY);
+	return 0;
+}
+
+EXPORT int ibv_get_cq_event(struct ibv_comp_channel *ch, struct ibv_cq **cq, void **cq_context)
+{
+	struct rchan *c = (struct rchan *)ch;
+	struct rctx *x = to_rctx(ch->context);
+	for (;;) {
+		pthread_mutex_lock(&c->mu);
+		for (struct rcq *q = c->cqs; q; q = q->next) {
+			if (ring_load(q->ring, RING_EVENTS) != q->seen) {
+				q->seen++;
+				*cq = &q->cq;
+				*cq_context = q->cq.cq_context;
+				pthread_mutex_unlock(&c->mu);
+				return 0;
+			}
+		}
+		pthread_mutex_unlock(&c->mu);
+		struct pollfd p[2] = {{.fd = ch->fd, .events = POLLIN}, {.fd = x->conn.fd, .events = POLLRDHUP}};
+		if (poll(p, 2, -1) < 0 && errno != EINTR)
+			return -1;
+		uint64_t v;
+		if (read(ch->fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+			return -1;
+		if (p[1].revents & (POLLRDHUP | POLLHUP | POLLERR)) {
+			/* Events the daemon sent before it went are taken first. */
+			int pending = 0;
+			pthread_mutex_lock(&c->mu);
+			for (struct rcq *q = c->cqs; q; q = q->next)
+				pending |= ring_load(q->ring, RING_EVENTS) != q->seen;
+			pthread_mutex_unlock(&c->mu);
+			if (!pending) {
+				rnic_log("get_cq_event: the rnicd of %s hung up", ch->context->device->name);
+				errno = EIO;
+				return -1;
+			}
+		}
+	}
+}
+
+EXPORT void ibv_ack_cq_events(struct ibv_cq *cq, unsigned int n)
+{
+	pthread_mutex_lock(&cq->mutex);
+	cq->comp_events_completed += n;
+	pthread_mutex_unlock(&cq->mutex);
+}
+
+/* --- receive rings (QPs and SRQs) --------------------------------------- */
+
+struct rring {
+	uint8_t *ring;
+	uint32_t slots, slot_bytes, prod;
+	uint32_t max_sge;
+};
+
+/* post_recv writes receive WRs into r; the caller holds its lock. */
+static int post_recv_ring(struct rring *r, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
+{
+	int err = 0;
+	for (; wr; wr = wr->next) {
+		if (r->prod - ring_load(r->ring, RING_CONSUMER) >= r->slots) {
+			err = ENOMEM;
+			break;
+		}
+		if (wr->num_sge < 0 || (uint32_t)wr->num_sge > r->max_sge ||
+		    16 + (size_t)SGE_BYTES * wr->num_sge > r->slot_bytes) {
+			err = EINVAL;
+			break;
+		}
+		struct buf s = {.p = r->ring + RING_HEADER + (size_t)(r->prod % r->slots) * r->slot_bytes,
+				.len = r->slot_bytes};
+		put64(&s, wr->wr_id);
+		put32(&s, wr->num_sge);
+		put32(&s, 0);
+		for (int i = 0; i < wr->num_sge; i++) {
+			put64(&s, wr->sg_list[i].addr);
+			put32(&s, wr->sg_list[i].length);
+			put32(&s, wr->sg_list[i].lkey);
+		}
+		r->prod++;
+	}
+	ring_store(r->ring, RING_PRODUCER, r->prod);
+	if (err)
+		*bad = wr;
+	return err;
+}
+
+/* --- SRQ --------------------------------------------------------------- */
+
+struct rsrq {
+	struct ibv_srq srq;
+	uint32_t h;
+	uint8_t *mem;
+	size_t memlen;
+	struct ibv_srq_attr attr;
+	pthread_spinlock_t lock;
+	struct rring rq;
+};
+
+EXPORT struct ibv_srq *ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *a)
+{
+	struct rsrq *s = calloc(1, sizeof(*s));
+	if (!s) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	uint8_t b[16];
+	struct buf req = {.p = b, .len = sizeof(b)};
+	put32(&req, pd->handle);
+	put32(&req, a->attr.max_wr);
+	put32(&req, a->attr.max_sge);
+	put32(&req, a->attr.srq_limit);
+	struct ring_reply r;
+	int err = create_rings(pd->context, K_CREATE_SRQ, K_DESTROY_SRQ, &req, -1, &r, &s->mem, &s->memlen, 0, 0, 1);
+	if (err) {
+		free(s);
+		errno = err;
+		return NULL;
+	}
+	s->h = r.h;
+	s->rq = (struct rring){s->mem + r.recv.off, r.recv.slots, r.recv.slot_bytes, 0, r.max_recv_sge};
+	a->attr.max_wr = r.max_recv_wr;
+	a->attr.max_sge = r.max_recv_sge;
+	s->attr = a->attr;
+	pthread_spin_init(&s->lock, PTHREAD_PROCESS_PRIVATE);
+	s->srq.context = pd->context;
+	s->srq.srq_context = a->srq_context;
+	s->srq.pd = pd;
+	s->srq.handle = r.h;
+	pthread_mutex_init(&s->srq.mutex, NULL);
+	pthread_cond_init(&s->srq.cond, NULL);
+	return &s->srq;
+}
+
+EXPORT int ibv_modify_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr, int mask)
+{
+	(void)srq;
+	(void)attr;
+	(void)mask;
+	return EOPNOTSUPP; /* no SRQ limit events or resizing in rnicd's host interface yet */
+}
+
+EXPORT int ibv_query_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr)
+{
+	*attr = ((struct rsrq *)srq)->attr;
+	return 0;
+}
+
+EXPORT int ibv_destroy_srq(struct ibv_srq *srq)
+{
+	struct rsrq *s = (struct rsrq *)srq;
+	int err = destroy(srq->context, K_DESTROY_SRQ, s->h);
+	if (err)
+		return err;
+	munmap(s->mem, s->memlen);
+	free(s);
+	return 0;
+}
+
+static int post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
+{
+	struct rsrq *s = (struct rsrq *)srq;
+	pthread_spin_lock(&s->lock);
+	int err = post_recv_ring(&s->rq, wr, bad);
+	pthread_spin_unlock(&s->lock);
+	int e2 = conn_doorbell(&to_rctx(srq->context)->conn, s->h, 1);
+	return err ? err : e2;
+}
+
+/* --- AH ---------------------------------------------------------------- */
+
+struct rah {
+	struct ibv_ah ah;
+	struct ibv_global_route grh;
+};
+
+EXPORT struct ibv_ah *ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)
+{
+	if (!attr->is_global) {
+		rnic_log("create_ah: RoCE needs a GRH (ah_attr.is_global and a GID; -g/-x in the tools)");
+		errno = EINVAL;
+		return NULL;
+	}
+	struct rah *a = calloc(1, sizeof(*a));
+	if (!a) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	a->ah.context = pd->context;
+	a->ah.pd = pd;
+	a->grh = attr->grh;
+	return &a->ah;
+}
+
+EXPORT int ibv_destroy_ah(struct ibv_ah *ah)
+{
+	free(ah);
+	return 0;
+}
+
+/* ibv_init_ah_from_wc answers a UD message: the sender's GID is in the
+ * 40 bytes the NIC put before the payload, an IPv4 header in the last 20
+ * for an IPv4 sender (RoCEv2), else an IPv6 header. */
+EXPORT int ibv_init_ah_from_wc(struct ibv_context *ctx, uint8_t port, struct ibv_wc *wc, struct ibv_grh *grh,
+			       struct ibv_ah_attr *ah)
+{
+	(void)ctx;
+	memset(ah, 0, sizeof(*ah));
+	if (!(wc->wc_flags & IBV_WC_GRH))
+		return -1;
+	const uint8_t *g = (const uint8_t *)grh;
+	ah->is_global = 1;
+	ah->port_num = port;
+	ah->grh.sgid_index = 1;
+	ah->grh.hop_limit = 64;
+	if ((g[20] >> 4) == 4) {
+		ah->grh.dgid.raw[10] = ah->grh.dgid.raw[11] = 0xff;
+		memcpy(ah->grh.dgid.raw + 12, g + 20 + 12, 4);
+	} else {
+		memcpy(ah->grh.dgid.raw, g + 8, 16);
+	}
+	ah->dlid = 0;
+	return 0;
+}
+
+EXPORT struct ibv_ah *ibv_create_ah_from_wc(struct ibv_pd *pd, struct ibv_wc *wc, struct ibv_grh *grh, uint8_t port)
+{
+	struct ibv_ah_attr a;
+	if (ibv_init_ah_from_wc(pd->context, port, wc, grh, &a)) {
+		errno = EINVAL;
+		return NULL;
+	}
+	return ibv_create_ah(pd, &a);
+}
+
+/* --- QP ---------------------------------------------------------------- */
+
+struct rqp {
+	struct ibv_qp_ex qpx; /* qp_base first: an ibv_qp */
+	uint32_t h;
+	uint8_t *mem;
+	size_t memlen;
+	struct ibv_qp_cap cap;
+	int sig_all;
+	pthread_spinlock_t slock, rlock;
+	uint8_t *sq;
+	uint32_t sq_slots, sq_slot_bytes, sq_prod;
+	struct rring rq; /* ring NULL with an SRQ */
+};
+
+static struct rqp *to_rqp(struct ibv_qp *qp) { return (struct rqp *)qp; }
+
+EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *a)
+{
+	if (a->qp_type != IBV_QPT_RC && a->qp_type != IBV_QPT_UC && a->qp_type != IBV_QPT_UD) {
+		rnic_log("create_qp: QP type %d; rnicd has RC, UC and UD", a->qp_type);
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	if (!a->send_cq || !a->recv_cq) {
+		errno = EINVAL;
+		return NULL;
+	}
+	struct rqp *q = calloc(1, sizeof(*q));
+	if (!q) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	uint8_t b[64];
+	struct buf req = {.p = b, .len = sizeof(b)};
+	put32(&req, pd->handle);
+	put32(&req, ((struct rcq *)a->send_cq)->h);
+	put32(&req, ((struct rcq *)a->recv_cq)->h);
+	put32(&req, a->srq ? ((struct rsrq *)a->srq)->h : 0);
+	put8(&req, a->qp_type);
+	put8(&req, a->sq_sig_all ? 1 : 0);
+	put32(&req, a->cap.max_send_wr);
+	put32(&req, a->srq ? 0 : a->cap.max_recv_wr);
+	put32(&req, a->cap.max_send_sge);
+	put32(&req, a->srq ? 0 : a->cap.max_recv_sge);
+	put32(&req, a->cap.max_inline_data);
+	struct ring_reply r;
+	int err = create_rings(pd->context, K_CREATE_QP, K_DESTROY_QP, &req, -1, &r, &q->mem, &q->memlen, 1, 0, !a->srq);
+	if (err) {
+		free(q);
+		errno = err;
+		return NULL;
+	}
+	q->h = r.h;
+	q->sq = q->mem + r.send.off;
+	q->sq_slots = r.send.slots;
+	q->sq_slot_bytes = r.send.slot_bytes;
+	if (!a->srq)
+		q->rq = (struct rring){q->mem + r.recv.off, r.recv.slots, r.recv.slot_bytes, 0, r.max_recv_sge};
+	q->cap = (struct ibv_qp_cap){r.max_send_wr, r.max_recv_wr, r.max_send_sge, r.max_recv_sge, r.max_inline};
+	a->cap = q->cap;
+	q->sig_all = a->sq_sig_all;
+	pthread_spin_init(&q->slock, PTHREAD_PROCESS_PRIVATE);
+	pthread_spin_init(&q->rlock, PTHREAD_PROCESS_PRIVATE);
+	struct ibv_qp *qp = &q->qpx.qp_base;
+	qp->context = pd->context;
+	qp->qp_context = a->qp_context;
+	qp->pd = pd;
+	qp->send_cq = a->send_cq;
+	qp->recv_cq = a->recv_cq;
+	qp->srq = a->srq;
+	qp->handle = r.h;
+	qp->qp_num = r.qpn;
+	qp->state = IBV_QPS_RESET;
+	qp->qp_type = a->qp_type;
+	pthread_mutex_init(&qp->mutex, NULL);
+	pthread_cond_init(&qp->cond, NULL);
+	return qp;
+}
+
+/* put_attr encodes ibv_qp_attr as hostif's encodeAttr. */
+static void put_attr(struct buf *b, struct ibv_qp_attr *a)
+{
+	put8(b, a->qp_state);
+	put8(b, a->path_mtu);
+	put32(b, a->qkey);
+	put32(b, a->rq_psn);
+	put32(b, a->sq_psn);
+	put32(b, a->dest_qp_num);
+	put32(b, a->qp_access_flags);
+	put16(b, a->pkey_index);
+	put8(b, a->port_num);
+	putn(b, a->ah_attr.grh.dgid.raw, 16);
+	put32(b, a->ah_attr.grh.flow_label);
+	put8(b, a->ah_attr.grh.sgid_index);
+	put8(b, a->ah_attr.grh.hop_limit);
+	put8(b, a->ah_attr.grh.traffic_class);
+	put8(b, a->timeout);
+	put8(b, a->retry_cnt);
+	put8(b, a->rnr_retry);
+	put8(b, a->min_rnr_timer);
+	put8(b, a->max_rd_atomic);
+	put8(b, a->max_dest_rd_atomic);
+}
+
+static void get_attr(struct buf *b, struct ibv_qp_attr *a)
+{
+	a->qp_state = get8(b);
+	a->path_mtu = get8(b);
+	a->qkey = get32(b);
+	a->rq_psn = get32(b);
+	a->sq_psn = get32(b);
+	a->dest_qp_num = get32(b);
+	a->qp_access_flags = get32(b);
+	a->pkey_index = get16(b);
+	a->port_num = get8(b);
+	getn(b, a->ah_attr.grh.dgid.raw, 16);
+	a->ah_attr.grh.flow_label = get32(b);
+	a->ah_attr.grh.sgid_index = get8(b);
+	a->ah_attr.grh.hop_limit = get8(b);
+	a->ah_attr.grh.traffic_class = get8(b);
+	a->ah_attr.is_global = 1;
+	a->ah_attr.port_num = a->port_num;
+	a->timeout = get8(b);
+	a->retry_cnt = get8(b);
+	a->rnr_retry = get8(b);
+	a->min_rnr_timer = get8(b);
+	a->max_rd_atomic = get8(b);
+	a->max_dest_rd_atomic = get8(b);
+}
+
+EXPORT int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask)
+{
+	struct rqp *q = to_rqp(qp);
+	if ((mask & IBV_QP_AV) && !attr->ah_attr.is_global) {
+		rnic_log("modify_qp: RoCE needs a GRH (ah_attr.is_global and a GID; -g/-x in the tools)");
+		return EINVAL;
+	}
+	uint8_t b[80];
+	struct buf req = {.p = b, .len = sizeof(b)}, rep;
+	put32(&req, q->h);
+	put32(&req, mask);
+	put_attr(&req, attr);
+	int err = call(qp->context, K_MODIFY_QP, &req, -1, &rep, NULL);
+	if (err)
+		return err;
+	if (mask & IBV_QP_STATE) {
+		pthread_spin_lock(&q->slock);
+		pthread_spin_lock(&q->rlock);
+		qp->state = attr->qp_state;
+		if (attr->qp_state == IBV_QPS_RESET)
+			q->sq_prod = q->rq.prod = 0; /* the daemon reset the rings too */
+		pthread_spin_unlock(&q->rlock);
+		pthread_spin_unlock(&q->slock);
+	}
+	return 0;
+}
+
+EXPORT int ibv_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask, struct ibv_qp_init_attr *init)
+{
+	(void)mask;
+	struct rqp *q = to_rqp(qp);
+	uint8_t b[4];
+	struct buf req = {.p = b, .len = 4}, rep;
+	put32(&req, q->h);
+	int err = call(qp->context, K_QUERY_QP, &req, -1, &rep, NULL);
+	if (err)
+		return err;
+	memset(attr, 0, sizeof(*attr));
+	get_attr(&rep, attr);
+	attr->cap = q->cap;
+	attr->cur_qp_state = attr->qp_state;
+	if (init) {
+		memset(init, 0, sizeof(*init));
+		init->qp_context = qp->qp_context;
+		init->send_cq = qp->send_cq;
+		init->recv_cq = qp->recv_cq;
+		init->srq = qp->srq;
+		init->cap = q->cap;
+		init->qp_type = qp->qp_type;
+		init->sq_sig_all = q->sig_all;
+	}
+	return 0;
+}
+
+EXPORT int ibv_destroy_qp(struct ibv_qp *qp)
+{
+	struct rqp *q = to_rqp(qp);
+	int err = destroy(qp->context, K_DESTROY_QP, q->h);
+	if (err)
+		return err;
+	munmap(q->mem, q->memlen);
+	free(q);
+	return 0;
+}
+
+/* encode_send writes one send WR into slot s (hostif's send WQE). */
+static int encode_send(struct rqp *q, struct ibv_send_wr *wr, uint8_t *slot)
+{
+	switch (wr->opcode) {
+	case IBV_WR_RDMA_WRITE:
+	case IBV_WR_RDMA_WRITE_WITH_IMM:
+	case IBV_WR_SEND:
+	case IBV_WR_SEND_WITH_IMM:
+	case IBV_WR_RDMA_READ:
+	case IBV_WR_ATOMIC_CMP_AND_SWP:
+	case IBV_WR_ATOMIC_FETCH_AND_ADD:
+	case IBV_WR_SEND_WITH_INV:
+		break;
+	default:
+		return EINVAL;
+	}
+	unsigned flags = wr->send_flags;
+	if (flags & ~(IBV_SEND_FENCE | IBV_SEND_SIGNALED | IBV_SEND_SOLICITED | IBV_SEND_INLINE))
+		return EINVAL;
+	int inl = flags & IBV_SEND_INLINE;
+	if (wr->num_sge < 0 || (!inl && (uint32_t)wr->num_sge > q->cap.max_send_sge))
+		return EINVAL;
+	size_t total = 0;
+	if (inl) {
+		for (int i = 0; i < wr->num_sge; i++)
+			total += wr->sg_list[i].length;
+		if (total > q->cap.max_inline_data || SEND_FIXED + total > q->sq_slot_bytes)
+			return EINVAL;
+	} else if (SEND_FIXED + (size_t)SGE_BYTES * wr->num_sge > q->sq_slot_bytes) {
+		return EINVAL;
+	}
+	struct buf s = {.p = slot, .len = q->sq_slot_bytes};
+	memset(slot, 0, SEND_FIXED);
+	put64(&s, wr->wr_id);
+	put8(&s, wr->opcode);
+	put8(&s, flags);
+	put8(&s, inl ? 0 : wr->num_sge);
+	struct rah *ah = NULL;
+	if (q->qpx.qp_base.qp_type == IBV_QPT_UD) {
+		if (!wr->wr.ud.ah)
+			return EINVAL;
+		ah = (struct rah *)wr->wr.ud.ah;
+	}
+	put8(&s, ah ? 1 : 0);
+	put32(&s, inl ? total : 0);
+	uint32_t imm = 0, inv = 0;
+	if (wr->opcode == IBV_WR_SEND_WITH_INV)
+		inv = wr->invalidate_rkey;
+	else if (wr->opcode == IBV_WR_SEND_WITH_IMM || wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM)
+		imm = ntohl(wr->imm_data);
+	put32(&s, imm);
+	put32(&s, inv);
+	int atomic = wr->opcode == IBV_WR_ATOMIC_CMP_AND_SWP || wr->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
+	put64(&s, atomic ? wr->wr.atomic.remote_addr : wr->wr.rdma.remote_addr);
+	put32(&s, atomic ? wr->wr.atomic.rkey : wr->wr.rdma.rkey);
+	if (ah) {
+		/* The union's ud member overlaps rdma's: write it only for UD. */
+		s.off = 36;
+		put32(&s, wr->wr.ud.remote_qpn);
+		put32(&s, wr->wr.ud.remote_qkey);
+		put8(&s, ah->grh.hop_limit);
+		put8(&s, ah->grh.traffic_class);
+		put8(&s, ah->grh.sgid_index);
+		put8(&s, 0);
+		put32(&s, ah->grh.flow_label);
+	}
+	s.off = 56;
+	if (atomic) {
+		put64(&s, wr->wr.atomic.compare_add);
+		put64(&s, wr->wr.atomic.swap);
+	}
+	if (ah) {
+		s.off = 72;
+		putn(&s, ah->grh.dgid.raw, 16);
+	}
+	s.off = SEND_FIXED;
+	for (int i = 0; i < wr->num_sge; i++) {
+		if (inl) {
+			putn(&s, (void *)(uintptr_t)wr->sg_list[i].addr, wr->sg_list[i].length);
+		} else {
+			put64(&s, wr->sg_list[i].addr);
+			put32(&s, wr->sg_list[i].length);
+			put32(&s, wr->sg_list[i].lkey);
+		}
+	}
+	return s.bad ? EINVAL : 0;
+}
+
+static int post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
+{
+	struct rqp *q = to_rqp(qp);
+	int err = 0;
+	pthread_spin_lock(&q->slock);
+	switch (qp->state) {
+	case IBV_QPS_RTS:
+	case IBV_QPS_SQD:
+	case IBV_QPS_ERR:
+		break;
+	default:
+		pthread_spin_unlock(&q->slock);
+		*bad = wr;
+		return EINVAL;
+	}
+	for (; wr; wr = wr->next) {
+		if (q->sq_prod - ring_load(q->sq, RING_CONSUMER) >= q->sq_slots) {
+			err = ENOMEM;
+			break;
+		}
+		err = encode_send(q, wr, q->sq + RING_HEADER + (size_t)(q->sq_prod % q->sq_slots) * q->sq_slot_bytes);
+		if (err)
+			break;
+		q->sq_prod++;
+	}
+	ring_store(q->sq, RING_PRODUCER, q->sq_prod);
+	/* One doorbell on its way is enough: the daemon clears the bell
+	 * before it reads the producer index (hostif.Ring.RingBell). */
+	int ring = __atomic_exchange_n((uint32_t *)(q->sq + RING_BELL), 1, __ATOMIC_SEQ_CST) == 0;
+	pthread_spin_unlock(&q->slock);
+	if (err)
+		*bad = wr;
+	if (ring) {
+		int e2 = conn_doorbell(&to_rctx(qp->context)->conn, q->h, 0);
+		if (!err)
+			err = e2;
+	}
+	return err;
+}
+
+static int post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
+{
+	struct rqp *q = to_rqp(qp);
+	if (!q->rq.ring || qp->state == IBV_QPS_RESET) {
+		*bad = wr;
+		return EINVAL;
+	}
+	pthread_spin_lock(&q->rlock);
+	int err = post_recv_ring(&q->rq, wr, bad);
+	pthread_spin_unlock(&q->rlock);
+	int e2 = conn_doorbell(&to_rctx(qp->context)->conn, q->h, 1);
+	return err ? err : e2;
+}
+
+EXPORT struct ibv_qp_ex *ibv_qp_to_qp_ex(struct ibv_qp *qp)
+{
+	(void)qp;
+	return NULL; /* the ibv_wr_* API is not covered yet (README) */
+}
+
+void fill_device_ops(struct rctx *c);
+
+void fill_ops(struct rctx *c)
+{
+	struct ibv_context_ops *o = &c->vctx.context.ops;
+	o->poll_cq = poll_cq;
+	o->req_notify_cq = req_notify_cq;
+	o->post_send = post_send;
+	o->post_recv = post_recv;
+	o->post_srq_recv = post_srq_recv;
+	fill_device_ops(c);
+}

@@ -1,0 +1,147 @@
+/*
+ * rnic.h: the library's own declarations, shared by its files.
+ *
+ * libibverbs for rnicd. A program linked against libibverbs.so.1 and
+ * started with LD_LIBRARY_PATH pointing here finds one device per running
+ * rnicd and drives it through the daemon's host interface (rnic/hostif):
+ * control requests over the daemon's SOCK_SEQPACKET socket, work requests
+ * and completions through rings in memory both map. The structures are
+ * the system's own <infiniband/verbs.h>, so the header's inline functions
+ * (ibv_post_send, ibv_poll_cq, ibv_query_device_ex, ...) call into the
+ * context ops this library fills in.
+ *
+ * One concern a file: proto.c speaks the control protocol, device.c finds
+ * and opens devices, mem.c makes registered memory reachable by the NIC,
+ * queues.c holds CQs, QPs and SRQs and their rings, misc.c the small
+ * helpers of the API (strings, rates, stubs for what rnicd does not do).
+ */
+#ifndef RNIC_H
+#define RNIC_H
+
+#include <infiniband/verbs.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define EXPORT __attribute__((visibility("default")))
+
+/* Request kinds of rnic/hostif/proto.go; values are the protocol. */
+enum rnic_kind {
+	K_QUERY_PORT = 1,
+	K_ALLOC_PD = 2,
+	K_DEALLOC_PD = 3,
+	K_REG_MR = 4,
+	K_DEREG_MR = 5,
+	K_CREATE_CHANNEL = 6,
+	K_DESTROY_CHANNEL = 7,
+	K_CREATE_CQ = 8,
+	K_DESTROY_CQ = 9,
+	K_CREATE_SRQ = 10,
+	K_DESTROY_SRQ = 11,
+	K_CREATE_QP = 12,
+	K_MODIFY_QP = 13,
+	K_QUERY_QP = 14,
+	K_DESTROY_QP = 15,
+	K_DOORBELL = 18,
+};
+
+#define HDR_LEN 16
+#define MAX_MSG (64 << 10)
+#define FLAG_REPLY 1
+
+/* Ring header words (rnic/hostif/ring.go). */
+#define RING_PRODUCER 0
+#define RING_ARMED 16
+#define RING_FLAGS 20
+#define RING_EVENTS 24
+#define RING_WAITING 28
+#define RING_BELL 32
+#define RING_CONSUMER 64
+#define RING_HEADER 128
+#define ARM_ANY 1
+#define ARM_SOLICITED 2
+#define SEND_FIXED 96
+#define SGE_BYTES 16
+#define CQE_BYTES 32
+
+/* A message being built or read: little-endian fields, as hostif's
+ * encoder and decoder. A read past the end sets bad. */
+struct buf {
+	uint8_t *p;
+	size_t len, off;
+	int bad;
+};
+
+void put8(struct buf *b, uint8_t v);
+void put16(struct buf *b, uint16_t v);
+void put32(struct buf *b, uint32_t v);
+void put64(struct buf *b, uint64_t v);
+void putn(struct buf *b, const void *v, size_t n);
+uint8_t get8(struct buf *b);
+uint16_t get16(struct buf *b);
+uint32_t get32(struct buf *b);
+uint64_t get64(struct buf *b);
+void getn(struct buf *b, void *v, size_t n);
+
+/* conn is one control connection to a daemon. */
+struct conn {
+	int fd;
+	pthread_mutex_t mu; /* one request and its reply at a time */
+	uint32_t id;        /* atomic: doorbells take ids without mu */
+};
+
+int conn_dial(struct conn *c, const char *path);
+void conn_close(struct conn *c);
+/* conn_call sends request kind k with body req (and fd if >= 0) and
+ * reads its reply body into rep (its buffer must hold MAX_MSG); *rfd
+ * gets the descriptor the reply carries, or -1. It returns 0 or an errno
+ * value, and prints the daemon's message for a refused request. */
+int conn_call(struct conn *c, int k, struct buf *req, int fd, struct buf *rep, int *rfd);
+int conn_doorbell(struct conn *c, uint32_t h, uint8_t queue);
+int conn_hung_up(struct conn *c);
+
+/* rdev is a device: one running rnicd. */
+struct rdev {
+	struct ibv_device dev;
+	char sock[108];
+	uint8_t gid[16];
+	uint32_t mtu; /* active MTU in bytes */
+	uint64_t guid; /* host order */
+};
+
+/* rctx is an open device: the verbs_context the header's inline
+ * functions reach, and the connection behind it. */
+struct rctx {
+	struct verbs_context vctx; /* its ibv_context is the last field */
+	struct rdev *dev;
+	struct conn conn;
+};
+
+static inline struct rctx *to_rctx(struct ibv_context *c)
+{
+	return (struct rctx *)((char *)c - offsetof(struct rctx, vctx.context));
+}
+
+struct rdev *rdev_query(const char *name, const char *sock);
+void fill_ops(struct rctx *c);
+enum ibv_mtu mtu_enum(uint32_t bytes);
+
+/* mem.c */
+int mem_share(void *addr, size_t len, int *fd, uint64_t *off);
+void mem_unshare(void *addr, size_t len);
+
+/* Ring access: sync/atomic on the Go side, acquire/release here. */
+static inline uint32_t ring_load(uint8_t *ring, int off)
+{
+	return __atomic_load_n((uint32_t *)(ring + off), __ATOMIC_ACQUIRE);
+}
+static inline void ring_store(uint8_t *ring, int off, uint32_t v)
+{
+	__atomic_store_n((uint32_t *)(ring + off), v, __ATOMIC_RELEASE);
+}
+
+/* rnic_log prints a message naming the library on stderr: a program
+ * that fails here says why, as rdma-core's providers do. */
+void rnic_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+#endif

@@ -1,0 +1,226 @@
+/*
+ * mrbounds: the memory rule, seen from a C program on rnicd.
+ *
+ * It opens two devices (the target's and the sender's: two rnicd), and
+ * on the target registers the middle of a malloc'd block, with guard
+ * bytes on both sides inside the same pages. The sender, with the
+ * region's rkey, then:
+ *   1. WRITEs the whole region: it lands, byte for byte;
+ *   2. WRITEs one byte just past the region's end: REM_ACCESS_ERR;
+ * and the guard bytes around the region must be unchanged throughout.
+ *
+ *   mrbounds TARGET_DEV SENDER_DEV         run the checks, exit 0 if all hold
+ *   mrbounds -hold DEV                     make a QP, CQ, PD and MR, print
+ *                                          "ready" and wait to be killed
+ */
+#include <infiniband/verbs.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define REGION 5000 /* bytes: crosses a page boundary, ends mid-page */
+#define GUARD 300
+
+static void die(const char *what)
+{
+	perror(what);
+	exit(2);
+}
+
+struct end {
+	struct ibv_context *ctx;
+	struct ibv_pd *pd;
+	struct ibv_cq *cq;
+	struct ibv_qp *qp;
+	union ibv_gid gid;
+};
+
+static struct ibv_context *open_dev(const char *name)
+{
+	int n;
+	struct ibv_device **list = ibv_get_device_list(&n);
+	if (!list)
+		die("ibv_get_device_list");
+	for (int i = 0; i < n; i++) {
+		if (strcmp(ibv_get_device_name(list[i]), name) == 0) {
+			struct ibv_context *c = ibv_open_device(list[i]);
+			ibv_free_device_list(list);
+			if (!c)
+				die("ibv_open_device");
+			return c;
+		}
+	}
+	fprintf(stderr, "no device %s among %d\n", name, n);
+	exit(2);
+}
+
+static void make_end(struct end *e, const char *dev)
+{
+	e->ctx = open_dev(dev);
+	if (!(e->pd = ibv_alloc_pd(e->ctx)))
+		die("ibv_alloc_pd");
+	if (!(e->cq = ibv_create_cq(e->ctx, 16, NULL, NULL, 0)))
+		die("ibv_create_cq");
+	struct ibv_qp_init_attr a = {.send_cq = e->cq, .recv_cq = e->cq, .qp_type = IBV_QPT_RC,
+				     .cap = {.max_send_wr = 8, .max_recv_wr = 8, .max_send_sge = 1, .max_recv_sge = 1}};
+	if (!(e->qp = ibv_create_qp(e->pd, &a)))
+		die("ibv_create_qp");
+	if (ibv_query_gid(e->ctx, 1, 1, &e->gid))
+		die("ibv_query_gid");
+}
+
+static void connect_qp(struct end *e, struct end *peer)
+{
+	struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .port_num = 1,
+				.qp_access_flags = IBV_ACCESS_REMOTE_WRITE};
+	if (ibv_modify_qp(e->qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
+		die("modify to INIT");
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTR;
+	a.path_mtu = IBV_MTU_1024;
+	a.dest_qp_num = peer->qp->qp_num;
+	a.rq_psn = 0x100;
+	a.max_dest_rd_atomic = 1;
+	a.min_rnr_timer = 12;
+	a.ah_attr.is_global = 1;
+	a.ah_attr.grh.dgid = peer->gid;
+	a.ah_attr.grh.sgid_index = 1;
+	a.ah_attr.grh.hop_limit = 64;
+	a.ah_attr.port_num = 1;
+	if (ibv_modify_qp(e->qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+					     IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
+		die("modify to RTR");
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTS;
+	a.sq_psn = 0x100;
+	a.timeout = 14;
+	a.retry_cnt = 7;
+	a.rnr_retry = 7;
+	a.max_rd_atomic = 1;
+	if (ibv_modify_qp(e->qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+					     IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC))
+		die("modify to RTS");
+}
+
+/* write posts one signaled WRITE and returns its completion's status. */
+static int write_wr(struct end *e, struct ibv_mr *src, size_t len, uint64_t raddr, uint32_t rkey)
+{
+	struct ibv_sge sge = {.addr = (uintptr_t)src->addr, .length = len, .lkey = src->lkey};
+	struct ibv_send_wr wr = {.wr_id = raddr, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE,
+				 .send_flags = IBV_SEND_SIGNALED}, *bad;
+	wr.wr.rdma.remote_addr = raddr;
+	wr.wr.rdma.rkey = rkey;
+	if (ibv_post_send(e->qp, &wr, &bad))
+		die("ibv_post_send");
+	struct ibv_wc wc;
+	time_t deadline = time(NULL) + 10;
+	while (ibv_poll_cq(e->cq, 1, &wc) == 0) {
+		if (time(NULL) > deadline) {
+			fprintf(stderr, "no completion in 10 s\n");
+			exit(2);
+		}
+	}
+	if (wc.wr_id != raddr || wc.opcode != IBV_WC_RDMA_WRITE) {
+		fprintf(stderr, "completion wr_id %#llx opcode %d\n", (unsigned long long)wc.wr_id, wc.opcode);
+		exit(2);
+	}
+	return wc.status;
+}
+
+static int check_guards(const unsigned char *block, const char *when)
+{
+	for (int i = 0; i < GUARD; i++) {
+		if (block[i] != 0xa5 || block[GUARD + REGION + i] != 0x5a) {
+			printf("FAIL: guard byte changed %s (offset %d before or after the region)\n", when, i);
+			return 1;
+		}
+	}
+	return 0;
+}
+
+static __attribute__((noreturn)) int hold(const char *dev)
+{
+	struct end e;
+	make_end(&e, dev);
+	char *buf = malloc(REGION);
+	if (!ibv_reg_mr(e.pd, buf, REGION, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE))
+		die("ibv_reg_mr");
+	printf("ready\n");
+	fflush(stdout);
+	for (;;)
+		pause();
+}
+
+int main(int argc, char **argv)
+{
+	if (argc == 3 && strcmp(argv[1], "-hold") == 0)
+		return hold(argv[2]);
+	if (argc != 3) {
+		fprintf(stderr, "usage: mrbounds TARGET_DEV SENDER_DEV | mrbounds -hold DEV\n");
+		return 2;
+	}
+	struct end t, s;
+	make_end(&t, argv[1]);
+	make_end(&s, argv[2]);
+	connect_qp(&t, &s);
+	connect_qp(&s, &t);
+
+	/* The region is the middle of a malloc'd block: the guards share
+	 * its first and last page. */
+	unsigned char *block = malloc(GUARD + REGION + GUARD);
+	memset(block, 0xa5, GUARD);
+	memset(block + GUARD, 0, REGION);
+	memset(block + GUARD + REGION, 0x5a, GUARD);
+	unsigned char *region = block + GUARD;
+	struct ibv_mr *mr = ibv_reg_mr(t.pd, region, REGION, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	if (!mr)
+		die("ibv_reg_mr of malloc'd memory");
+	if (mr->addr != region || mr->length != REGION) {
+		printf("FAIL: MR addr %p length %zu, want %p %d\n", mr->addr, mr->length, (void *)region, REGION);
+		return 1;
+	}
+	/* The program still owns its memory as before, guards included. */
+	if (check_guards(block, "by ibv_reg_mr"))
+		return 1;
+
+	unsigned char *src = malloc(REGION);
+	for (int i = 0; i < REGION; i++)
+		src[i] = (unsigned char)(i * 7 + 1);
+	struct ibv_mr *smr = ibv_reg_mr(s.pd, src, REGION, IBV_ACCESS_LOCAL_WRITE);
+	if (!smr)
+		die("ibv_reg_mr of the source");
+
+	int st = write_wr(&s, smr, REGION, (uintptr_t)region, mr->rkey);
+	if (st != IBV_WC_SUCCESS) {
+		printf("FAIL: WRITE of the whole region: %s\n", ibv_wc_status_str(st));
+		return 1;
+	}
+	if (memcmp(region, src, REGION) != 0) {
+		printf("FAIL: the region does not hold what was written\n");
+		return 1;
+	}
+	if (check_guards(block, "by a WRITE inside the region"))
+		return 1;
+	printf("WRITE of %d bytes inside the region: %s, data checked\n", REGION, ibv_wc_status_str(st));
+
+	st = write_wr(&s, smr, 1, (uintptr_t)region + REGION, mr->rkey);
+	if (st != IBV_WC_REM_ACCESS_ERR) {
+		printf("FAIL: WRITE one byte past the end: %s, want remote access error\n", ibv_wc_status_str(st));
+		return 1;
+	}
+	if (check_guards(block, "by a WRITE past the end") || memcmp(region, src, REGION) != 0)
+		return 1;
+	printf("WRITE one byte past the end: %s, guards unchanged\n", ibv_wc_status_str(st));
+
+	/* Deregistration gives the pages back as ordinary memory. */
+	if (ibv_dereg_mr(mr))
+		die("ibv_dereg_mr");
+	if (check_guards(block, "by ibv_dereg_mr") || memcmp(region, src, REGION) != 0)
+		return 1;
+	region[0] ^= 1;
+	block[0] ^= 1;
+	printf("PASS\n");
+	return 0;
+}
