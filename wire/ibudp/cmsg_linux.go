@@ -13,7 +13,7 @@ import (
 const (
 	cmsgHdrLen = unix.SizeofCmsghdr
 	cmsgAlign  = unix.SizeofPtr
-	ctrlLen    = 96 // per received message: TOS/TCLASS, SO_RXQ_OVFL and UDP_GRO, with room to spare
+	ctrlLen    = 96 // per received message: TOS/TCLASS, SO_RXQ_OVFL and UDP_GRO, or PACKET_AUXDATA, with room to spare
 	txCtrlLen  = 48 // per sent message: TOS/TCLASS and UDP_SEGMENT
 )
 
@@ -45,6 +45,11 @@ type rxCtrl struct {
 	drops     uint32 // SO_RXQ_OVFL: datagrams the socket dropped so far
 	haveDrops bool
 	gro       int // UDP_GRO: the datagram is a run of packets of this size
+	// PACKET_AUXDATA (ModePacket): the packet's UDP checksum is not there
+	// to check, because a local sender left it to an offload that never
+	// ran (TP_STATUS_CSUMNOTREADY), or the driver checked it already
+	// (TP_STATUS_CSUM_VALID).
+	csumDone bool
 }
 
 // parseRxCtrl walks the control messages in b, ignoring any it does not
@@ -66,6 +71,9 @@ func parseRxCtrl(b []byte) rxCtrl {
 			c.tos, c.haveTOS = uint8(binary.NativeEndian.Uint32(data)), true
 		case level == unix.SOL_SOCKET && typ == unix.SO_RXQ_OVFL && len(data) >= 4:
 			c.drops, c.haveDrops = binary.NativeEndian.Uint32(data), true
+		case level == unix.SOL_PACKET && typ == unix.PACKET_AUXDATA && len(data) >= 4:
+			st := binary.NativeEndian.Uint32(data) // tpacket_auxdata.tp_status
+			c.csumDone = st&(unix.TP_STATUS_CSUMNOTREADY|unix.TP_STATUS_CSUM_VALID) != 0
 		case level == unix.SOL_UDP && typ == unix.UDP_GRO && len(data) >= 2:
 			// An int on every kernel so far; its low 16 bits hold the size.
 			if len(data) >= 4 {

@@ -46,7 +46,8 @@
 // sees, so it works from what Linux is known to send: with IP_PMTUDISC_DO an
 // unconnected socket sends DF and IPv4 ID 0 (a test captures this off the
 // wire), and the ICRC is sealed for exactly that header. IPv4 UDP checksums
-// are 0, as rxe sends them.
+// are 0, as rxe sends them; over IPv6 the kernel computes the checksum,
+// which IPv6 requires, and the socket also takes rxe's zeros (csum.go).
 //
 // What it checks: the full 32-bit ICRC of a packet sent with IPv4 ID 0 and
 // DF (by rnicd in ModeUDP, or any unconnected Linux UDP socket) and of every
@@ -72,18 +73,18 @@
 // port checks rxe's packets fully. It sends on a raw IP socket with a header
 // it writes itself (IP_HDRINCL, or IPV6_HDRINCL for IPv6): the UDP source
 // port of each Buf, an IPv4 ID that increments per packet (never 0, which
-// the kernel would replace), DF, TTL 64, the Buf's TOS and UDP checksum 0,
-// with the ICRC sealed over exactly those bytes, built in place in the
-// headroom. The kernel still routes and resolves neighbours. An ordinary
+// the kernel would replace), DF, TTL 64, the Buf's TOS, IPv6 flow label 0
+// (as rxe sends it), and UDP checksum 0 over IPv4 (as rxe) but computed
+// over IPv6 (csum.go), with the ICRC sealed over exactly those bytes,
+// built in place in the headroom. An IPv6 packet's nonzero UDP checksum is
+// checked on receive, where the kernel has not already. The kernel still routes and resolves neighbours. An ordinary
 // UDP socket keeps the port bound, so the kernel sends no ICMP port
 // unreachable; a filter drops all it would receive.
 //
 // What it cannot: AF_PACKET sees a packet before netfilter's input hooks,
 // so a packet nftables would drop on input still reaches the port; packets
 // arriving on another interface than the one holding Addr (asymmetric
-// routing) are not seen; an IPv6 packet with extension headers is dropped;
-// IPv6 packets go out with UDP checksum 0, as rxe's do, which a receiver
-// must be told to accept (ModeUDP sets UDP_NO_CHECK6_RX).
+// routing) are not seen; an IPv6 packet with extension headers is dropped.
 //
 // Both modes bind one address; IPv4-mapped addresses are unmapped, and
 // IPv6 works in both (ModePacket needs Linux 4.5 for IPV6_HDRINCL).

@@ -3,6 +3,7 @@
 package ibudp
 
 import (
+	"encoding/binary"
 	"fmt"
 	"net/netip"
 	"os"
@@ -145,9 +146,13 @@ func TestECNRemarkedInFlight(t *testing.T) {
 
 // sendRaw sends roce under exactly the IP and UDP headers e describes
 // (UDP checksum 0), from a raw socket of the calling thread's namespace.
-func sendRaw(e *bth.Envelope, roce []byte) error {
+func sendRaw(e *bth.Envelope, roce []byte) error { return sendRawSum(e, roce, 0) }
+
+// sendRawSum is sendRaw with UDP checksum sum.
+func sendRawSum(e *bth.Envelope, roce []byte, sum uint16) error {
 	var hdr [bth.MaxEnvelopeLen]byte
 	n := e.Put(hdr[:], len(roce))
+	binary.BigEndian.PutUint16(hdr[n-2:], sum)
 	frame := append(hdr[:n:n], roce...)
 	family, level, opt := unix.AF_INET6, unix.IPPROTO_IPV6, unix.IPV6_HDRINCL
 	var sa unix.Sockaddr = &unix.SockaddrInet6{Addr: e.Dst.As16()}

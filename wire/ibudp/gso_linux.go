@@ -123,7 +123,7 @@ func (u *udpPort) sendGSO(bufs []*Buf) error {
 				u.txSum.sealEnvelope(&env, s.RoCE())
 				flipBit(s)
 				if t := u.tap.load(); t != nil {
-					t.Packet(TapSent, u.txHdr[:env.Put(u.txHdr[:], s.N)], s.RoCE(), ICRCUnchecked)
+					t.Packet(TapSent, u.sentHeader(&env, s.RoCE()), s.RoCE(), ICRCUnchecked)
 				}
 				m.iovs[iov+j].Base = &s.RoCE()[0]
 				m.iovs[iov+j].SetLen(s.N)

@@ -125,14 +125,16 @@ func TestGSOOnTheWire(t *testing.T) {
 		binary.BigEndian.PutUint16(pkt[4:], uint16(k))
 		binary.BigEndian.PutUint16(pkt[24:], uint16(8+len(seg)))
 		binary.BigEndian.PutUint16(pkt[10:], 0)
-		binary.BigEndian.PutUint16(pkt[10:], ^onesSum(pkt[:20]))
+		binary.BigEndian.PutUint16(pkt[10:], ^refOnesSum(pkt[:20]))
 		if _, err := bth.ParseIP(pkt); err != nil {
 			t.Errorf("packet %d of the run: %v", k, err)
 		}
 	}
 }
 
-func onesSum(b []byte) uint16 {
+// refOnesSum is the 16-bit ones' complement sum of b, word by word as RFC
+// 1071 writes it: the reference for the port's own sums.
+func refOnesSum(b []byte) uint16 {
 	var s uint32
 	for i := 0; i+1 < len(b); i += 2 {
 		s += uint32(binary.BigEndian.Uint16(b[i:]))

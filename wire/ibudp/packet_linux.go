@@ -122,6 +122,10 @@ func openPacketRx(cfg Config, ifindexes []int) (rawIO, io.Closer, error) {
 		_ = unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_IGNORE_OUTGOING, 1)
 		err = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RXQ_OVFL, 1)
 	}
+	if err == nil && cfg.Addr.Is6() {
+		// Whether a packet's UDP checksum can be checked (csum.go).
+		err = unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_AUXDATA, 1)
+	}
 	if err == nil {
 		err = setBuffers(fd, cfg.RcvBuf, 0)
 	}
@@ -229,7 +233,10 @@ func (p *packetPort) prepare(b *Buf, k int) bool {
 	frame := b.Data[Headroom-p.hl : Headroom+b.N]
 	env.Put(frame[:p.hl], b.N)
 	p.txSum.seal(frame[:p.hl], frame[p.hl:])
-	flipBit(b)
+	flipBit(b) // before the checksum: a corrupted packet reaches the peer's ICRC check
+	if p.v6 {
+		putUDP6Checksum(frame[:p.hl], frame[p.hl:]) // mandatory over IPv6 (csum.go)
+	}
 	if t := p.tap.load(); t != nil {
 		t.Packet(TapSent, frame[:p.hl], frame[p.hl:], ICRCUnchecked)
 	}
@@ -327,6 +334,10 @@ func (p *packetPort) check(b *Buf, d rxInfo, t *tally) bool {
 	roce := raw[h.hdrLen:h.end]
 	if len(roce) < minRoCELen {
 		t[cRxShort]++
+		return false
+	}
+	if p.v6 && !d.ctrl.csumDone && !udp6ChecksumOK(raw[:h.hdrLen], roce) {
+		t[cRxUDPChecksum]++
 		return false
 	}
 	if !p.onePacket(raw[:h.hdrLen], roce) {

@@ -208,6 +208,10 @@ type Stats struct {
 	RxTooLong    uint64 // rx_too_long: longer than MaxRoCELen
 	RxBadHeader  uint64 // rx_bad_header: IP/UDP header unusable (ModePacket), unreadable source address
 	RxOutgoing   uint64 // rx_outgoing: own outgoing copy (ModePacket, should be filtered in the kernel)
+	// RxUDPChecksum counts IPv6 datagrams with a wrong, nonzero UDP
+	// checksum (ModePacket; in ModeUDP the kernel drops them and counts
+	// them in UDP's InCsumErrors).
+	RxUDPChecksum uint64 // rx_udp_csum_err
 
 	// RxICRCAnyID counts packets accepted (not dropped) only by the
 	// 16-bit check for an unknown IPv4 ID (ModeUDP).
@@ -221,7 +225,7 @@ type Stats struct {
 // RxDropped is the number of datagrams Recv dropped, all reasons together
 // (kernel drops not included).
 func (s Stats) RxDropped() uint64 {
-	return s.RxICRCErrors + s.RxShort + s.RxMalformed + s.RxTooLong + s.RxBadHeader + s.RxOutgoing
+	return s.RxICRCErrors + s.RxShort + s.RxMalformed + s.RxTooLong + s.RxBadHeader + s.RxOutgoing + s.RxUDPChecksum
 }
 
 // Each calls f with the name and value of every counter, in a fixed order.
@@ -240,6 +244,7 @@ func (s Stats) Each(f func(name string, v uint64)) {
 	f("rx_too_long", s.RxTooLong)
 	f("rx_bad_header", s.RxBadHeader)
 	f("rx_outgoing", s.RxOutgoing)
+	f("rx_udp_csum_err", s.RxUDPChecksum)
 	f("icrc_any_id", s.RxICRCAnyID)
 	f("rx_kernel_drops", s.RxKernelDrops)
 }
@@ -279,6 +284,7 @@ const (
 	cRxTooLong
 	cRxBadHeader
 	cRxOutgoing
+	cRxUDPChecksum
 	cRxICRCAnyID
 	numCounters
 )
@@ -320,6 +326,7 @@ func (c *counters) snapshot() Stats {
 		RxTooLong:     g(cRxTooLong),
 		RxBadHeader:   g(cRxBadHeader),
 		RxOutgoing:    g(cRxOutgoing),
+		RxUDPChecksum: g(cRxUDPChecksum),
 		RxICRCAnyID:   g(cRxICRCAnyID),
 		RxKernelDrops: c.kernelDrops.Load(),
 	}

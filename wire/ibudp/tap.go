@@ -39,9 +39,10 @@ func (p TapPoint) String() string {
 // wire: hdr is its IP and UDP headers and roce its RoCE part, BTH through
 // ICRC. In ModePacket hdr is what the port wrote or received; in ModeUDP,
 // where the kernel writes and strips the headers, hdr is synthesized as
-// Linux writes them for the port's socket (DF, TTL 64, IPv4 ID 0 on send;
-// on receive the ID the ICRC check found, TTL 64), so that the ICRC in roce
-// checks against it. icrc says how a received packet's ICRC was checked.
+// Linux writes them for the port's socket (DF, TTL 64, IPv4 ID 0 on send,
+// the UDP checksum the kernel computes over IPv6; on receive the ID the
+// ICRC check found, TTL 64, UDP checksum 0 since the socket does not show
+// it), so that the ICRC in roce checks against it. icrc says how a received packet's ICRC was checked.
 //
 // Packet runs on the goroutine inside Send or Recv, with the port's lock
 // held: it must not keep the slices, call the port, or block for long.

@@ -200,7 +200,7 @@ func (u *udpPort) prepare(b *Buf, k int) bool {
 	u.txSum.sealEnvelope(&env, roce)
 	flipBit(b)
 	if t := u.tap.load(); t != nil {
-		t.Packet(TapSent, u.txHdr[:env.Put(u.txHdr[:], len(roce))], roce, ICRCUnchecked)
+		t.Packet(TapSent, u.sentHeader(&env, roce), roce, ICRCUnchecked)
 	}
 	m := u.tx.m
 	nl := putSockaddr(m.name(k), peer, u.cfg.RemotePort, u.scope)
@@ -320,6 +320,16 @@ func (u *udpPort) checkPacket(b *Buf, peer netip.Addr, peerPort uint16, tos uint
 	}
 	u.tapRecv(TapReceived, &env, b)
 	return true
+}
+
+// sentHeader is the IP and UDP header the kernel writes in front of roce,
+// for the tap: over IPv6 with the UDP checksum the kernel computes.
+func (u *udpPort) sentHeader(env *bth.Envelope, roce []byte) []byte {
+	h := u.txHdr[:env.Put(u.txHdr[:], len(roce))]
+	if u.v6 {
+		putUDP6Checksum(h, roce)
+	}
+	return h
 }
 
 // tapRecv shows a received datagram to the tap under the headers the
