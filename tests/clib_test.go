@@ -1,12 +1,15 @@
 package tests
 
 import (
+	"bufio"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/rnicd/rnicd/internal/debtool"
@@ -127,5 +130,138 @@ func TestCLibPingpong(t *testing.T) {
 			srv, cli := tb.pairRun(t, tc.srv, tc.cli, "rnicA", "rnicB", "ibv_rc_pingpong", append([]string{"-g", "1"}, tc.flags...)...)
 			checkPingpongOutput(t, 1, tc.size, tc.flags, srv, cli)
 		})
+	}
+	// The other transports, real against real.
+	for _, tc := range []struct {
+		tool  string
+		flags []string
+		size  int
+		qps   int
+	}{
+		{"ibv_uc_pingpong", []string{"-s", "2048", "-n", "50", "--chk"}, 2048, 1},
+		{"ibv_ud_pingpong", []string{"-s", "1024", "-n", "50", "--chk"}, 1024, 1},
+		{"ibv_srq_pingpong", []string{"-s", "5000", "-n", "60", "-q", "3", "--chk"}, 5000, 3},
+	} {
+		t.Run(tc.tool, func(t *testing.T) {
+			real := debianTool(t, tc.tool, "ibverbs-utils")
+			srv, cli := tb.pairRun(t, real, real, "rnicA", "rnicB", tc.tool, append([]string{"-g", "1"}, tc.flags...)...)
+			checkPingpongOutput(t, tc.qps, tc.size, tc.flags, srv, cli)
+		})
+	}
+}
+
+// TestCLibMemoryBounds runs the C test program mrbounds: a WRITE into a
+// malloc'd region lands byte for byte, a WRITE one byte past its end
+// with the right rkey completes with REM_ACCESS_ERR, and the bytes
+// around the region never change.
+func TestCLibMemoryBounds(t *testing.T) {
+	tb := newToolBench(t)
+	lib := clibDir(t)
+	cmd := exec.Command(filepath.Join(lib, "mrbounds"), "rnicA", "rnicB")
+	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+lib)
+	out := runOut(t, cmd)
+	want := "WRITE of 5000 bytes inside the region: success, data checked\n" +
+		"WRITE one byte past the end: remote access error, guards unchanged\nPASS\n"
+	if out != want {
+		t.Fatalf("mrbounds printed\n%s\nwant\n%s", out, want)
+	}
+	// The target's QP saw the access error; nothing else was refused.
+	tb.idle(t)
+}
+
+// TestCLibClientKilled: a C client holding a QP, a CQ, a PD and a
+// registered malloc'd buffer is SIGKILLed; its daemon destroys them all
+// (`rnic res` shows its QP before and nothing after).
+func TestCLibClientKilled(t *testing.T) {
+	tb := newToolBench(t)
+	lib := clibDir(t)
+	cmd := exec.Command(filepath.Join(lib, "mrbounds"), "-hold", "rnicA")
+	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+lib)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil || line != "ready\n" {
+		t.Fatalf("mrbounds -hold: %q, %v\n%s", line, err, stderr.String())
+	}
+	held := objects(t, tb.ca)
+	for _, k := range []string{"hostif_objects_qp", "hostif_objects_cq", "hostif_objects_pd", "hostif_objects_mr"} {
+		if held[k] != 1 {
+			t.Errorf("with the client up, %s is %d, want 1", k, held[k])
+		}
+	}
+	if res := rnicOutput(t, "res", "-d", "rnicA"); !strings.Contains(res, "mrbounds") {
+		t.Errorf("rnic res shows no QP of mrbounds:\n%s", res)
+	}
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Wait()
+	tb.idle(t)
+	if res := rnicOutput(t, "res", "-d", "rnicA"); res != "" {
+		t.Errorf("rnic res after the kill:\n%s", res)
+	}
+}
+
+// TestCLibPerftest runs Debian's perftest binaries on the C library
+// against themselves, and ib_write_bw, ib_read_bw and ib_send_lat
+// against rnic's clones in both roles; checkPerftest reads each side's
+// result line by value.
+func TestCLibPerftest(t *testing.T) {
+	tb := newToolBench(t)
+	const iters = "100"
+	cases := []struct {
+		tool  string
+		flags []string
+		size  string
+		clone bool // also against rnic's clone, both ways
+	}{
+		{"ib_write_bw", []string{"-c", "RC"}, "65536", true},
+		{"ib_write_bw", []string{"-c", "UC"}, "4096", false},
+		{"ib_read_bw", []string{"-c", "RC"}, "65536", true},
+		{"ib_send_bw", []string{"-c", "RC"}, "65536", true},
+		{"ib_send_bw", []string{"-c", "UD"}, "1024", false},
+		{"ib_atomic_bw", []string{"-A", "FETCH_AND_ADD"}, "8", false},
+		{"ib_atomic_bw", []string{"-A", "CMP_AND_SWAP"}, "8", false},
+		{"ib_send_lat", []string{"-c", "RC"}, "1025", true},
+		{"ib_send_lat", []string{"-c", "UD"}, "1024", false},
+		{"ib_write_lat", []string{"-c", "RC"}, "4096", true},
+		{"ib_read_lat", []string{"-c", "RC"}, "4096", false},
+	}
+	for _, c := range cases {
+		real := debianTool(t, c.tool, "perftest")
+		pairs := []struct {
+			name     string
+			srv, cli runner
+		}{{"real-real", real, real}}
+		if c.clone {
+			pairs = append(pairs, struct {
+				name     string
+				srv, cli runner
+			}{"real-rnic", real, rnicTool}, struct {
+				name     string
+				srv, cli runner
+			}{"rnic-real", rnicTool, real})
+		}
+		for _, p := range pairs {
+			t.Run(fmt.Sprintf("%s/%s/%s/%s", c.tool, c.flags[1], c.size, p.name), func(t *testing.T) {
+				args := append([]string{"-n", iters}, c.flags...)
+				if c.tool != "ib_atomic_bw" {
+					args = append(args, "-s", c.size)
+				}
+				srv, cli := tb.pairRun(t, p.srv, p.cli, "rnicA", "rnicB", c.tool, args...)
+				checkPerftest(t, "client", cli, "rnicB", "127:00:00:02", "127:00:00:01", c.size, iters)
+				if c.tool != "ib_read_lat" { // its server prints no result table
+					checkPerftest(t, "server", srv, "rnicA", "127:00:00:01", "127:00:00:02", c.size, iters)
+				}
+			})
+		}
 	}
 }
