@@ -66,6 +66,7 @@ type Monitor struct {
 
 	mu       sync.Mutex
 	packets  []Packet // ring of the newest keepPackets
+	peers    []farEnd // far ends seen, the diagram's lanes after the devices
 	nextSeq  uint64   // Seq of the next Packet
 	follow   context.CancelFunc
 	lastAsk  time.Time

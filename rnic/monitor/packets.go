@@ -3,9 +3,11 @@ package monitor
 import (
 	"context"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
+	"github.com/rnicd/rnicd/rnic"
 	"github.com/rnicd/rnicd/rnic/trace"
 	"github.com/rnicd/rnicd/wire/bth"
 )
@@ -19,7 +21,11 @@ type Packet struct {
 	Opcode string `json:"opcode"`
 	PSN    uint32 `json:"psn"`
 	QPN    uint32 `json:"dest_qpn"`
-	Len    uint32 `json:"len"`
+	// FromQPN and ToQPN are the QPs at either end, as far as the
+	// device's QP table tells (0: unknown, a UD peer say).
+	FromQPN uint32 `json:"from_qpn,omitempty"`
+	ToQPN   uint32 `json:"to_qpn,omitempty"`
+	Len     uint32 `json:"len"`
 	// Kind is "request", "response" (READ response, atomic ACK), "ack",
 	// "nak" or "rnr".
 	Kind       string `json:"kind"`
@@ -28,9 +34,17 @@ type Packet struct {
 	Lost       bool   `json:"lost,omitempty"` // dropped by the fault injector
 }
 
+// Lane is one end of the sequence diagram: a device of this monitor, or
+// the far end its QPs talk to, named by its address, with the QPs seen
+// there.
+type Lane struct {
+	Name   string `json:"name"`   // what Packet.From and To say
+	Detail string `json:"detail"` // "device", or "qp 0x12, 0x13"
+}
+
 // packetsReply is /api/packets.
 type packetsReply struct {
-	Lanes   []string `json:"lanes"`
+	Lanes   []Lane   `json:"lanes"`
 	Packets []Packet `json:"packets"`
 	Next    uint64   `json:"next"` // ask with after=Next-1 for newer ones
 	// Recording is false while the monitor was not following the trace
@@ -61,17 +75,133 @@ func (m *Monitor) Packets() []Packet {
 	return append([]Packet(nil), m.packets...)
 }
 
-// lanes are the ends of the diagram: the devices, and "peer" when one
-// device talks to the outside.
-func (m *Monitor) lanes() []string {
-	var l []string
+// unknownEnd names the far end of a packet whose QP the table does not
+// know (gone, or UD, whose peer is per work request).
+const unknownEnd = "other end"
+
+// lanes are the ends of the diagram: the devices, then the far ends
+// their packets went to or came from, by address, in the order first
+// seen; before any packet, the far ends of the devices' connected QPs,
+// so that a page opened on an idle NIC shows who it talks to. The caller
+// holds m.mu.
+func (m *Monitor) lanes() []Lane {
+	var l []Lane
 	for _, d := range m.cfg.Devices {
-		l = append(l, d.Dev.Name())
+		l = append(l, Lane{Name: d.Dev.Name(), Detail: "device"})
+	}
+	if len(m.cfg.Devices) >= 2 {
+		return l
+	}
+	if len(m.peers) == 0 {
+		for _, d := range m.cfg.Devices {
+			for _, q := range d.Dev.QPInfo() {
+				if q.Dest.IsValid() {
+					m.notePeer(q.Dest.String(), q.DestQPN)
+				}
+			}
+		}
+	}
+	for _, p := range m.peers {
+		d := "qp"
+		for i, q := range p.qpns {
+			if i > 0 {
+				d += ","
+			}
+			d += " " + "0x" + strconv.FormatUint(uint64(q), 16)
+		}
+		if p.more {
+			d += ", ..."
+		}
+		if len(p.qpns) == 0 {
+			d = "QPs unknown"
+		}
+		l = append(l, Lane{Name: p.name, Detail: d})
 	}
 	if len(l) < 2 {
-		l = append(l, "peer")
+		l = append(l, Lane{Name: unknownEnd, Detail: "no connected QP yet"})
 	}
 	return l
+}
+
+// farEnd is a lane of the diagram outside the monitor's devices.
+type farEnd struct {
+	name string   // the address
+	qpns []uint32 // its QPs seen, the first few
+	more bool     // more QPs than qpns holds
+}
+
+// maxPeers and maxPeerQPNs bound the lanes a hostile or busy NIC can
+// make the page draw.
+const maxPeers, maxPeerQPNs = 8, 4
+
+// notePeer records that QP qpn at the far end name was seen. The caller
+// holds m.mu.
+func (m *Monitor) notePeer(name string, qpn uint32) {
+	for i := range m.peers {
+		p := &m.peers[i]
+		if p.name != name {
+			continue
+		}
+		if qpn == 0 || slices.Contains(p.qpns, qpn) {
+			return
+		}
+		if len(p.qpns) < maxPeerQPNs {
+			p.qpns = append(p.qpns, qpn)
+		} else {
+			p.more = true
+		}
+		return
+	}
+	if len(m.peers) >= maxPeers {
+		return
+	}
+	p := farEnd{name: name}
+	if qpn != 0 {
+		p.qpns = []uint32{qpn}
+	}
+	m.peers = append(m.peers, p)
+}
+
+// qpBook finds a device's QP by its own QPN or by the QPN it sends to,
+// from the QP table, read again at most once per batch of events (a
+// read locks every QP).
+type qpBook struct {
+	devs     []Device
+	byLocal  map[qpKey]rnic.QPInfo
+	byRemote map[qpKey]rnic.QPInfo
+	fresh    bool // read during this batch
+}
+
+type qpKey struct {
+	nic string
+	qpn uint32
+}
+
+func (b *qpBook) refresh() {
+	b.byLocal, b.byRemote, b.fresh = map[qpKey]rnic.QPInfo{}, map[qpKey]rnic.QPInfo{}, true
+	for _, d := range b.devs {
+		for _, q := range d.Dev.QPInfo() {
+			b.byLocal[qpKey{d.Dev.Name(), q.QPN}] = q
+			if q.DestQPN != 0 {
+				b.byRemote[qpKey{d.Dev.Name(), q.DestQPN}] = q
+			}
+		}
+	}
+}
+
+// find returns device nic's QP whose own QPN (remote false) or
+// destination QPN (remote true) is qpn.
+func (b *qpBook) find(nic string, qpn uint32, remote bool) (rnic.QPInfo, bool) {
+	for {
+		m := b.byLocal
+		if remote {
+			m = b.byRemote
+		}
+		if q, ok := m[qpKey{nic, qpn}]; ok || b.fresh {
+			return q, ok
+		}
+		b.refresh()
+	}
 }
 
 // keepFollowing starts following the trace if it is not, and reports
@@ -106,16 +236,42 @@ func (m *Monitor) followTrace(ctx context.Context, sub *trace.Sub) {
 	retx := map[key]bool{}
 	buf := make([]trace.Event, 512)
 	multi := len(m.cfg.Devices) >= 2
-	other := func(nic string) string {
-		if !multi {
-			return "peer"
-		}
-		for _, d := range m.cfg.Devices {
-			if d.Dev.Name() != nic {
-				return d.Dev.Name()
+	book := &qpBook{devs: m.cfg.Devices}
+	mine := map[string]bool{}
+	for _, d := range m.cfg.Devices {
+		mine[d.Dev.Name()] = true
+	}
+	// far names the other end of a packet of device nic's QP q and says
+	// its QPN: the other device when the monitor has two, else the
+	// address the QP is connected to.
+	far := func(nic string, q rnic.QPInfo, known bool) (string, uint32) {
+		if multi {
+			for _, d := range m.cfg.Devices {
+				if d.Dev.Name() != nic {
+					return d.Dev.Name(), q.DestQPN
+				}
 			}
 		}
-		return "peer"
+		if !known || !q.Dest.IsValid() {
+			return unknownEnd, 0
+		}
+		return q.Dest.String(), q.DestQPN
+	}
+	// sent and rcvd make the arrow of a packet device nic sent to QP
+	// dest, or received for its QP local.
+	sent := func(nic string, dest uint32) Packet {
+		q, ok := book.find(nic, dest, true)
+		to, _ := far(nic, q, ok)
+		p := Packet{From: nic, To: to, ToQPN: dest}
+		if ok {
+			p.FromQPN = q.QPN
+		}
+		return p
+	}
+	rcvd := func(nic string, local uint32) Packet {
+		q, ok := book.find(nic, local, false)
+		from, qpn := far(nic, q, ok)
+		return Packet{From: from, To: nic, FromQPN: qpn, ToQPN: local}
 	}
 	for {
 		rctx, cancel := context.WithTimeout(ctx, packetIdle/4)
@@ -128,27 +284,33 @@ func (m *Monitor) followTrace(ctx context.Context, sub *trace.Sub) {
 			continue // no packets for a while
 		}
 		var out []Packet
+		book.fresh = false
 		for i := range buf[:n] {
 			e := &buf[i]
+			if !mine[e.NIC] { // a tracer shared with devices not shown
+				continue
+			}
 			var p Packet
 			switch {
 			case e.Step == trace.StepHeaders && e.Flags&trace.FlagRetransmit != 0:
 				retx[key{e.NIC, e.PSN, e.Opcode}] = true
 				continue
 			case e.Step == trace.StepTransmit:
-				p = Packet{From: e.NIC, To: other(e.NIC)}
+				p = sent(e.NIC, e.DestQPN)
 				k := key{e.NIC, e.PSN, e.Opcode}
 				p.Retransmit = retx[k]
 				delete(retx, k)
 			case e.Step == trace.StepFaultDrop && e.Arg == 0:
-				p = Packet{From: e.NIC, To: other(e.NIC), Lost: true}
+				p = sent(e.NIC, e.DestQPN)
+				p.Lost = true
 				k := key{e.NIC, e.PSN, e.Opcode}
 				p.Retransmit = retx[k]
 				delete(retx, k)
 			case e.Step == trace.StepFaultDrop:
-				p = Packet{From: other(e.NIC), To: e.NIC, Lost: true}
+				p = rcvd(e.NIC, e.QPN)
+				p.Lost = true
 			case e.Step == trace.StepReceive && !multi:
-				p = Packet{From: "peer", To: e.NIC}
+				p = rcvd(e.NIC, e.QPN)
 			default:
 				continue
 			}
@@ -199,6 +361,15 @@ func (m *Monitor) record(ps []Packet) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, p := range ps {
+		if len(m.cfg.Devices) == 1 {
+			if p.To == unknownEnd || p.From == unknownEnd {
+				m.notePeer(unknownEnd, 0)
+			} else if p.From == m.cfg.Devices[0].Dev.Name() {
+				m.notePeer(p.To, p.ToQPN)
+			} else {
+				m.notePeer(p.From, p.FromQPN)
+			}
+		}
 		p.Seq = m.nextSeq
 		m.nextSeq++
 		m.packets = append(m.packets, p)

@@ -136,6 +136,61 @@ func TestWebView(t *testing.T) {
 		}
 	}
 
+	// It opened on figures: the first drawing already had the port's
+	// rates measured, packets going out, and packets in the diagram.
+	opened, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[document.body.dataset.firstRates || "", document.body.dataset.firstPackets || ""]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rates := strings.Split(opened[0], "|") // tx and rx of each device
+	if len(rates) != 4 || opened[1] == "0" || opened[1] == "" {
+		t.Errorf("first drawing: port rates %q, %s packets; want 4 rates and packets", opened[0], opened[1])
+	}
+	for _, r := range rates {
+		if !strings.HasSuffix(r, "/s") || strings.HasSuffix(r, " 0/s") {
+			t.Errorf("first drawing: port rate %q, want one above 0 (traffic runs)", r)
+		}
+	}
+	checkBlocks(t, ctx)
+
+	// A monitor of one device, as rnicd serves it: the diagram's far end
+	// is b by its address and QPN, never an anonymous "peer".
+	m1, err := monitor.New(monitor.Config{Devices: []monitor.Device{{Dev: a.Dev, Faulty: a.Faulty}}, Tracer: tr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m1.Close()
+	srv1 := httptest.NewServer(m1.Handler())
+	defer srv1.Close()
+	ctx1, cancel1 := chromedp.NewContext(ctx) // a second tab
+	defer cancel1()
+	if err := chromedp.Do(ctx1, chromedp.Navigate(srv1.URL+"/")); err != nil {
+		t.Fatal(err)
+	}
+	wctx1, wcancel1 := context.WithTimeout(ctx1, 60*time.Second)
+	defer wcancel1()
+	if err := chromedp.Do(wctx1, chromedp.WaitVisible(`#seq g.pkt`)); err != nil {
+		t.Fatalf("one-device page never drew a packet: %v", err)
+	}
+	lanes, err := chromedp.Run(ctx1, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll("#seq g.lane")).map(g => g.textContent)`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantFar := fmt.Sprintf("%sqp 0x%x", b.Dev.QueryPort().Addr, b.QP.QPN)
+	if len(lanes) != 2 || lanes[0] != a.Dev.Name()+"device" || lanes[1] != wantFar {
+		t.Errorf("one-device lanes %q, want [%q %q]", lanes, a.Dev.Name()+"device", wantFar)
+	}
+	labels, err := chromedp.Run(ctx1, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll("#seq g.pkt text.label")).map(t => t.textContent)`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range labels {
+		if !strings.Contains(l, fmt.Sprintf(" qp 0x%x→0x%x", a.QP.QPN, b.QP.QPN)) && !strings.Contains(l, fmt.Sprintf(" qp 0x%x→0x%x", b.QP.QPN, a.QP.QPN)) {
+			t.Errorf("one-device arrow %q does not name the QPs at its ends", l)
+		}
+	}
+	cancel1()
+
 	// Stopped, the table must settle on the devices' real QPNs and PSNs.
 	stopTraffic()
 	if werr != nil {
@@ -152,6 +207,13 @@ func TestWebView(t *testing.T) {
 			}
 		}
 	}
+	// An impairment set: the port block is highlighted and says why.
+	b.Faulty.SetRX(ibudp.Faults{Delay: time.Microsecond})
+	why := fmt.Sprintf(`(() => { const e = document.querySelector('.device[data-name=%q] .block.busy[data-name="Port"] .why'); return !!e && e.textContent.includes("fault injector"); })()`, b.Dev.Name())
+	if _, err := chromedp.Run(wctx, chromedp.Poll[bool](why)); err != nil {
+		t.Fatalf("port block with a fault set never said why it is highlighted: %v", err)
+	}
+	checkBlocks(t, ctx)
 	shot, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 	if err != nil {
 		t.Fatal(err)
@@ -166,5 +228,50 @@ func TestWebView(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Logf("wrote %s", out)
+	}
+}
+
+// checkBlocks checks the blocks as drawn: every figure is in one of the
+// groups now, per second, since start, with rates (and only rates) per
+// second; every highlighted block says why, and no other block does.
+func checkBlocks(t *testing.T, ctx context.Context) {
+	t.Helper()
+	type block struct {
+		Name  string   `json:"name"`
+		Busy  bool     `json:"busy"`
+		Why   string   `json:"why"`
+		Title string   `json:"title"`
+		Loose int      `json:"loose"`
+		Rates []string `json:"rates"`
+		Total []string `json:"totals"`
+	}
+	bs, err := chromedp.Run(ctx, chromedp.Evaluate[[]block](`Array.from(document.querySelectorAll(".block")).map(b => ({
+		name: b.dataset.name, busy: b.classList.contains("busy"), why: (b.querySelector(".why") || {}).textContent || "",
+		title: b.title || "", loose: b.querySelectorAll(":scope > .fig").length,
+		rates: Array.from(b.querySelectorAll(".group.rates .fig")).map(e => e.textContent),
+		totals: Array.from(b.querySelectorAll(".group.totals .fig")).map(e => e.textContent)}))`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(bs) == 0 {
+		t.Fatal("no blocks drawn")
+	}
+	for _, b := range bs {
+		if b.Busy != (b.Why != "") || b.Busy != strings.HasPrefix(b.Title, "highlighted: ") {
+			t.Errorf("block %s: highlighted %v, why %q, title %q", b.Name, b.Busy, b.Why, b.Title)
+		}
+		if b.Loose != 0 {
+			t.Errorf("block %s: %d figures outside now/per second/since start", b.Name, b.Loose)
+		}
+		for _, r := range b.Rates {
+			if !strings.HasSuffix(r, "/s") {
+				t.Errorf("block %s: per-second figure %q is not a rate", b.Name, r)
+			}
+		}
+		for _, c := range b.Total {
+			if strings.Contains(c, "/s") {
+				t.Errorf("block %s: since-start figure %q is a rate", b.Name, c)
+			}
+		}
 	}
 }

@@ -9,16 +9,19 @@ let packets = [];       // recent packets for the diagram
 let lanes = [];
 const maxPackets = 60;
 
+// rate is how fast get(dev) grew since the previous state, per second;
+// null before there is a previous state to measure against.
 function rate(dev, get) {
-  if (!prev) return 0;
+  if (!prev) return null;
   const p = prev.devices.find(d => d.name === dev.name);
-  if (!p) return 0;
+  if (!p) return null;
   const dt = (state.time_ns - prev.time_ns) / 1e9;
-  return dt > 0 ? Math.max(0, (get(dev) - get(p)) / dt) : 0;
+  return dt > 0 ? Math.max(0, (get(dev) - get(p)) / dt) : null;
 }
 let state = null;
 
 function fmtRate(r) {
+  if (r === null) return "\u2013"; // not measured yet
   if (r >= 1e6) return (r / 1e6).toFixed(1) + "M/s";
   if (r >= 1e3) return (r / 1e3).toFixed(1) + "k/s";
   return r.toFixed(0) + "/s";
@@ -30,23 +33,50 @@ function drops(c) {
   return n;
 }
 
+// blocks draws the NIC's blocks left to right, each with three kinds of
+// figure kept apart: what it holds now, what passes per second (since
+// the previous poll), and what it has done since the daemon started. A
+// block is highlighted while it holds work or is in trouble now, and
+// says which.
 function blocks(dev) {
   const c = d => d.counters, pt = d => d.port;
   const sum = (f) => dev.qps.reduce((a, q) => a + f(q), 0);
   const rts = dev.qps.filter(q => q.state === "RTS").length;
+  const inflight = sum(q => q.sq_inflight);
+  const timeouts = rate(dev, d => c(d).local_ack_timeout_err);
+  const dropping = rate(dev, d => drops(c(d)));
+  const naks = rate(dev, d => c(d).rcvd_seq_err + c(d).rcvd_rnr_err);
   const list = [
-    ["Verbs / doorbell", [`doorbell queue ${dev.doorbell_depth}`, `SQ WQEs ${sum(q => q.sq_used)}`, `RQ WRs ${sum(q => q.rq_used)}`], dev.doorbell_depth > 0],
-    ["QP manager", [`${dev.qps.length} QPs, ${rts} RTS`, `timeouts ${fmtRate(rate(dev, d => c(d).local_ack_timeout_err))}`], false],
-    ["WQE engine", [`sent ${fmtRate(rate(dev, d => c(d).sent_pkts))}`, `in flight ${sum(q => q.sq_inflight)} WQE`, `retx ${fmtRate(rate(dev, d => c(d).retransmitted_pkts))}`], sum(q => q.sq_inflight) > 0],
-    ["DMA engine", [`out ${fmtRate(rate(dev, d => pt(d).sent_bytes))} B`, `in ${fmtRate(rate(dev, d => pt(d).rcvd_bytes))} B`], false],
-    ["RX handler", [`rcvd ${fmtRate(rate(dev, d => c(d).rcvd_pkts))}`, `drops ${drops(dev.counters)}`, `dup ${dev.counters.duplicate_request} oos ${dev.counters.out_of_seq_request}`], false],
-    ["Completer", [`done ${fmtRate(rate(dev, d => c(d).rdma_sends + c(d).rdma_recvs))}`, `NAKs rcvd ${dev.counters.rcvd_seq_err}`, `RNR ${dev.counters.rcvd_rnr_err}`], false],
-    ["Port", [`tx ${fmtRate(rate(dev, d => pt(d).sent_pkts))}`, `rx ${fmtRate(rate(dev, d => pt(d).rcvd_pkts))}`, `icrc err ${dev.port.icrc_err}`,
-      dev.fault ? `fault tx ${dev.fault_cfg.tx}` : "no injector"], false],
+    { name: "Verbs / doorbell", now: [`doorbell queue ${dev.doorbell_depth}`, `SQ WQEs ${sum(q => q.sq_used)}`, `RQ WRs ${sum(q => q.rq_used)}`],
+      why: dev.doorbell_depth > 0 ? `${dev.doorbell_depth} rung doorbell(s) not yet served` : "" },
+    { name: "QP manager", now: [`${dev.qps.length} QPs, ${rts} RTS`],
+      rates: [["ACK timeouts", timeouts]], totals: [["ACK timeouts", dev.counters.local_ack_timeout_err]],
+      why: timeouts > 0 ? "ACK timeouts now: the peer does not answer, or packets are lost" : "" },
+    { name: "WQE engine", now: [`in flight ${inflight} WQE`],
+      rates: [["sent", rate(dev, d => c(d).sent_pkts)], ["retx", rate(dev, d => c(d).retransmitted_pkts)]],
+      totals: [["sent", dev.counters.sent_pkts], ["retx", dev.counters.retransmitted_pkts]],
+      why: inflight > 0 ? `${inflight} WQE(s) sent and waiting for their ACK` : "" },
+    { name: "DMA engine", rates: [["out B", rate(dev, d => pt(d).sent_bytes)], ["in B", rate(dev, d => pt(d).rcvd_bytes)]],
+      totals: [["out B", dev.port.sent_bytes], ["in B", dev.port.rcvd_bytes]] },
+    { name: "RX handler", rates: [["rcvd", rate(dev, d => c(d).rcvd_pkts)], ["drops", dropping]],
+      totals: [["rcvd", dev.counters.rcvd_pkts], ["drops", drops(dev.counters)], ["dup", dev.counters.duplicate_request], ["out of seq", dev.counters.out_of_seq_request]],
+      why: dropping > 0 ? "dropping packets now (drop_* counters below)" : "" },
+    { name: "Completer", rates: [["done", rate(dev, d => c(d).rdma_sends + c(d).rdma_recvs)], ["NAKs", naks]],
+      totals: [["NAKs rcvd", dev.counters.rcvd_seq_err], ["RNR NAKs", dev.counters.rcvd_rnr_err]],
+      why: naks > 0 ? "NAKs arriving now: the peer saw a gap or had no receive posted" : "" },
+    { name: "Port", now: [dev.fault ? `fault tx: ${dev.fault_cfg.tx}` : "no injector", dev.fault ? `fault rx: ${dev.fault_cfg.rx}` : ""],
+      rates: [["tx", rate(dev, d => pt(d).sent_pkts)], ["rx", rate(dev, d => pt(d).rcvd_pkts)]],
+      totals: [["tx", dev.port.sent_pkts], ["rx", dev.port.rcvd_pkts], ["ICRC errors", dev.port.icrc_err]],
+      why: dev.fault && (dev.fault_cfg.tx !== "off" || dev.fault_cfg.rx !== "off") ? "the fault injector impairs packets" : "" },
   ];
-  return `<div class="blocks">` + list.map(([name, figs, busy]) =>
-    `<div class="block${busy ? " busy" : ""}"><div class="name">${name}</div>` +
-    figs.map(f => `<div class="fig">${f}</div>`).join("") + `</div>`).join("") + `</div>`;
+  const group = (cls, title, figs) => figs && figs.length ?
+    `<div class="group ${cls}"><div class="glabel">${title}</div>` + figs.join("") + `</div>` : "";
+  return `<div class="blocks">` + list.map(b =>
+    `<div class="block${b.why ? " busy" : ""}" data-name="${b.name}"${b.why ? ` title="highlighted: ${b.why}"` : ""}><div class="name">${b.name}</div>` +
+    group("now", "now", (b.now || []).filter(f => f).map(f => `<div class="fig">${f}</div>`)) +
+    group("rates", "per second", (b.rates || []).map(([k, v]) => `<div class="fig rate">${k} ${fmtRate(v)}</div>`)) +
+    group("totals", "since start", (b.totals || []).map(([k, v]) => `<div class="fig total">${k} ${v ?? 0}</div>`)) +
+    (b.why ? `<div class="why">&#x25B2; ${b.why}</div>` : "") + `</div>`).join("") + `</div>`;
 }
 
 function qpTable(dev) {
@@ -67,7 +97,7 @@ function drawDevices() {
   el.innerHTML = state.devices.map(dev =>
     `<div class="panel device" data-name="${dev.name}"><h3>${dev.name} <span class="sub">${dev.addr} &middot; gid ${dev.gid} &middot; active MTU ${dev.active_mtu}</span></h3>` +
     blocks(dev) + qpTable(dev) +
-    `<div class="counters">${Object.keys(dev.counters).sort().filter(k => dev.counters[k]).map(k => `${k} ${dev.counters[k]}`).join(" &middot; ")}</div></div>`
+    `<div class="counters"><b>since start:</b> ${Object.keys(dev.counters).sort().filter(k => dev.counters[k]).map(k => `${k} ${dev.counters[k]}`).join(" &middot; ")}</div></div>`
   ).join("");
 }
 
@@ -75,19 +105,25 @@ const colors = { request: "#2f6fd0", response: "#138a8a", ack: "#2e9d3a", nak: "
 
 function drawSequence() {
   const svg = document.getElementById("seq");
-  const width = 900, top = 30, step = 26;
+  const width = 900, top = 40, step = 26;
   const shown = packets.slice(-maxPackets);
-  const h = top + step * shown.length + 20;
+  const h = top + step * Math.max(shown.length, 1) + 20;
   svg.setAttribute("width", width);
   svg.setAttribute("height", h);
   const x = {};
-  lanes.forEach((l, i) => { x[l] = 150 + i * (width - 300) / Math.max(1, lanes.length - 1); });
+  lanes.forEach((l, i) => { x[l.name] = 150 + i * (width - 300) / Math.max(1, lanes.length - 1); });
   let out = "";
   out += `<defs><marker id="arr" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="7" markerHeight="7" orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" fill="context-stroke"/></marker></defs>`;
+  // Each lane: its name (a device, or the far end's address) and what is
+  // known of it (the far end's QPs).
   lanes.forEach(l => {
-    out += `<text x="${x[l]}" y="16" text-anchor="middle" font-weight="bold">${l}</text>`;
-    out += `<line x1="${x[l]}" y1="22" x2="${x[l]}" y2="${h}" stroke="#999" stroke-width="2"/>`;
+    out += `<g class="lane"><text class="lane-name" x="${x[l.name]}" y="12" text-anchor="middle" font-weight="bold">${l.name}</text>`;
+    out += `<text class="lane-detail" x="${x[l.name]}" y="24" text-anchor="middle" fill="#666">${l.detail}</text></g>`;
+    out += `<line x1="${x[l.name]}" y1="28" x2="${x[l.name]}" y2="${h}" stroke="#999" stroke-width="2"/>`;
   });
+  if (!shown.length) {
+    out += `<text class="empty" x="${width / 2}" y="${top + 20}" text-anchor="middle" fill="#666">no packet since this page opened: the trace records only while it is watched</text>`;
+  }
   shown.forEach((p, i) => {
     const y = top + i * step;
     const x1 = x[p.from] ?? 40, x2 = x[p.to] ?? width - 40;
@@ -100,6 +136,7 @@ function drawSequence() {
     if (p.lost) out += `<text x="${end}" y="${y + step - 4}" fill="${col}" text-anchor="middle" font-size="16">&#x2716;</text>`;
     let label = `${p.opcode} psn ${hex(p.psn, 6)}`;
     if (p.syndrome && p.kind !== "ack") label += ` ${p.syndrome}`;
+    if (p.from_qpn && p.to_qpn) label += ` qp ${hex(p.from_qpn)}\u2192${hex(p.to_qpn)}`;
     if (p.retransmit) label += " (retx)";
     if (p.lost) label += " LOST";
     const lx = (x1 + x2) / 2;
@@ -124,10 +161,31 @@ async function poll() {
     }
     drawDevices();
     drawSequence();
+    if (!document.body.dataset.firstRates) {
+      // What the page showed first, for whoever checks that it opens with
+      // figures rather than zeros and an empty diagram (its test does).
+      document.body.dataset.firstRates = Array.from(document.querySelectorAll(".block[data-name='Port'] .rate")).map(e => e.textContent).join("|");
+      document.body.dataset.firstPackets = String(packets.length);
+    }
     document.getElementById("status").textContent = "live " + new Date().toLocaleTimeString() + (pk.recording ? "" : " (starting trace)");
   } catch (e) {
     document.getElementById("status").textContent = "disconnected: " + e;
   }
   setTimeout(poll, 500);
 }
-poll();
+
+// start takes a first look before drawing anything: the counters, to
+// measure rates against, and the packets, which starts the trace the
+// diagram is drawn from. 300 ms later the first drawing has rates and,
+// on a busy NIC, packets, where it used to open on zeros and an empty
+// diagram.
+async function start() {
+  try {
+    state = await fetch("api/state").then(r => r.json());
+    await fetch("api/packets?after=0");
+  } catch (e) {
+    // poll says it
+  }
+  setTimeout(poll, 300);
+}
+start();
