@@ -1,0 +1,151 @@
+package interop
+
+// The cases: which tool runs with which arguments, how each side's command
+// line is made, and how cases are grouped into phases.
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// tcase is one tool run; the harness runs it with rxe as client and as
+// server.
+type tcase struct {
+	tool   string   // perftest or ibverbs-utils name
+	args   []string // size, iterations, connection type...
+	loss   bool     // also run under 3% loss each way
+	direct bool     // rnic runs the QPs itself on a socket rnicd lends (--direct)
+	// impair, if set, is installed on the tap for the case alone: the
+	// case runs in phases of its own, in both roles.
+	impair *impairment
+}
+
+func (c tcase) name() string {
+	n := c.tool + " " + strings.Join(c.args, " ")
+	if c.direct {
+		n += " (rnic --direct)"
+	}
+	return n
+}
+
+// isPingpong tells rdma-core's pingpong (-g for the GID index) from
+// perftest (-x).
+func (c tcase) isPingpong() bool { return strings.HasPrefix(c.tool, "ibv_") }
+
+func matrix(ibMTU int) []tcase {
+	sizes := []string{"1", strconv.Itoa(ibMTU), strconv.Itoa(ibMTU + 1), "1048576"}
+	var cs []tcase
+	for _, tool := range []string{"ib_write_bw", "ib_read_bw", "ib_send_bw"} {
+		for _, s := range sizes {
+			n := "50"
+			if s == "1048576" {
+				n = "8"
+			}
+			cs = append(cs, tcase{tool: tool, args: []string{"-s", s, "-n", n}, loss: ibMTU == 1024 && s == "1048576"})
+		}
+	}
+	cs = append(cs,
+		tcase{tool: "ib_send_bw", args: []string{"-c", "UC", "-s", "1", "-n", "50"}},
+		tcase{tool: "ib_send_bw", args: []string{"-c", "UC", "-s", strconv.Itoa(ibMTU + 1), "-n", "50"}},
+		tcase{tool: "ib_write_bw", args: []string{"-c", "UC", "-s", "65536", "-n", "20"}},
+		tcase{tool: "ib_send_bw", args: []string{"-c", "UD", "-s", "1", "-n", "50"}},
+		tcase{tool: "ib_send_bw", args: []string{"-c", "UD", "-s", strconv.Itoa(ibMTU), "-n", "50"}},
+		tcase{tool: "ib_atomic_bw", args: []string{"-A", "FETCH_AND_ADD", "-n", "50"}},
+		tcase{tool: "ib_atomic_bw", args: []string{"-A", "CMP_AND_SWAP", "-n", "50"}},
+		tcase{tool: "ib_send_lat", args: []string{"-s", "1", "-n", "50"}},
+		tcase{tool: "ib_send_lat", args: []string{"-s", strconv.Itoa(ibMTU + 1), "-n", "50"}},
+		tcase{tool: "ib_write_lat", args: []string{"-s", "1", "-n", "50"}},
+		tcase{tool: "ib_write_lat", args: []string{"-s", strconv.Itoa(ibMTU + 1), "-n", "50"}},
+		tcase{tool: "ib_read_lat", args: []string{"-s", "1", "-n", "50"}},
+		tcase{tool: "ib_read_lat", args: []string{"-s", strconv.Itoa(ibMTU + 1), "-n", "50"}},
+		tcase{tool: "ibv_rc_pingpong", args: []string{"-s", "4096", "-n", "50", "--chk"}},
+		tcase{tool: "ibv_ud_pingpong", args: []string{"-s", "512", "-n", "50", "--chk"}},
+		tcase{tool: "ibv_srq_pingpong", args: []string{"-s", "4096", "-n", "50", "-q", "4", "--chk"}},
+		// On the wire a lent socket's QPs are rnicd's; only their QPNs
+		// (block 1 and up) tell them apart.
+		tcase{tool: "ib_write_bw", args: []string{"-s", "65536", "-n", "20"}, direct: true},
+		tcase{tool: "ib_send_lat", args: []string{"-s", strconv.Itoa(ibMTU + 1), "-n", "50"}, direct: true},
+		tcase{tool: "ibv_rc_pingpong", args: []string{"-s", "4096", "-n", "50", "--chk"}, direct: true},
+	)
+	return cs
+}
+
+// phase is a set of cases run the same way: rxe as client or server,
+// under one impairment or none. Each case gets its own TCP port.
+type phase struct {
+	rxeRole string
+	impair  *impairment
+	cases   []tcase
+	ports   []int
+}
+
+// plan groups a link's cases into phases: all cases in both roles, the
+// loss cases under loss in both roles, one corruption case, and each case
+// with an impairment of its own in both roles. Ports count up from 20000.
+func plan(cases []tcase) []phase {
+	var plain, lossy, own []tcase
+	for _, c := range cases {
+		if c.impair != nil {
+			own = append(own, c)
+		} else {
+			plain = append(plain, c)
+		}
+		if c.loss {
+			lossy = append(lossy, c)
+		}
+	}
+	port := 20000
+	mk := func(role string, im *impairment, cs []tcase) phase {
+		ph := phase{rxeRole: role, impair: im, cases: cs}
+		for range cs {
+			ph.ports = append(ph.ports, port)
+			port++
+		}
+		return ph
+	}
+	phases := []phase{mk("client", nil, plain), mk("server", nil, plain)}
+	if len(lossy) > 0 {
+		phases = append(phases, mk("client", loss, lossy), mk("server", loss, lossy),
+			mk("client", corrupt, []tcase{{tool: "ib_write_bw", args: []string{"-s", "65536", "-n", "20"}}}))
+	}
+	for _, c := range own {
+		phases = append(phases, mk("client", c.impair, []tcase{c}), mk("server", c.impair, []tcase{c}))
+	}
+	return phases
+}
+
+// vmCommand is the rdma-core command line of c in the VM.
+func vmCommand(c tcase, port int, client bool) string {
+	gid := "-x 1"
+	if c.isPingpong() {
+		gid = "-g 1"
+	}
+	cmd := fmt.Sprintf("%s -d rxe0 %s -p %d %s", c.tool, gid, port, strings.Join(c.args, " "))
+	if client {
+		cmd += " " + hostAddr
+	}
+	return cmd
+}
+
+// hostArgs is the rnic command line of c on the host.
+func hostArgs(c tcase, port int, client bool) []string {
+	gid := []string{"-x", "1"}
+	if c.isPingpong() {
+		gid = []string{"-g", "1"}
+	}
+	dev := device
+	if c.direct {
+		dev = directDevice
+	}
+	args := append([]string{c.tool, "-d", dev}, gid...)
+	args = append(args, "-p", strconv.Itoa(port))
+	if c.direct {
+		args = append(args, "--direct")
+	}
+	args = append(args, c.args...)
+	if client {
+		args = append(args, vmAddr)
+	}
+	return args
+}

@@ -1,0 +1,250 @@
+package interop
+
+// One link MTU: its namespace, the two rnicd, the capture of the tap, the
+// VM, and the phases run across them.
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// link is the bench of one link MTU.
+type link struct {
+	t              *testing.T
+	bin            string // where rnicd and rnic are
+	linkMTU, ibMTU int
+	ns             *netns
+	dir            string   // rnicd's sockets, the capture, the VM's files
+	env            []string // RNICD_DIR for every command
+	ctx            context.Context
+	vm             *vm
+}
+
+// runLink runs every phase of one link MTU and returns its results.
+func runLink(t *testing.T, bin, img string, linkMTU, ibMTU int) []result {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	l := &link{t: t, bin: bin, linkMTU: linkMTU, ibMTU: ibMTU, ns: newNetns(t, linkMTU), dir: t.TempDir(), ctx: ctx}
+	l.env = []string{"RNICD_DIR=" + l.dir}
+
+	capture := filepath.Join(l.dir, "tap0.pcap")
+	dump := l.ns.command(ctx, nil, "tcpdump", "-i", "tap0", "-s", "0", "-U", "-w", capture, "udp", "port", "4791", "and", "src", "host", hostAddr)
+	if err := dump.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// rnicd checks every rxe packet's ICRC, all 32 bits, in packet mode.
+	d, dout := l.startRnicd(device, hostAddr, "-mode", "packet")
+	defer d.Process.Kill()
+	dd, ddout := l.startRnicd(directDevice, directAddr)
+	defer dd.Process.Kill()
+	defer func() {
+		if t.Failed() {
+			t.Logf("the lending rnicd said:\n%s", tail(ddout.String()))
+		}
+	}()
+	t.Setenv("RNICD_DIR", l.dir)
+
+	phases := plan(matrix(ibMTU))
+	script := filepath.Join(l.dir, "case.sh")
+	if err := os.WriteFile(script, []byte(vmScript(phases)), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	if l.vm, err = bootVM(ctx, img, l.ns, linkMTU, script, l.dir); err != nil {
+		t.Fatal(err)
+	}
+	var results []result
+	for pi, ph := range phases {
+		results = append(results, l.runPhase(pi, ph)...)
+	}
+	if !l.vm.poweredOff(2 * time.Minute) {
+		t.Errorf("MTU %d: the VM did not power off; console:\n%s", ibMTU, tail(l.vm.console.String()))
+	}
+	l.checkGIDs()
+	d.Process.Signal(os.Interrupt)
+	d.Wait()
+	dump.Process.Signal(os.Interrupt)
+	dump.Wait()
+
+	st, err := checkCapture(capture, ibMTU)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("MTU %d: capture of tap0: ICRC good %v, bad %v, GSO super-frames %d", ibMTU, st.good, st.bad, st.oversized)
+	if st.good[hostAddr] == 0 || st.bad[hostAddr] != 0 {
+		t.Errorf("MTU %d: rnicd's packets on the wire: %d with a good ICRC, %d bad", ibMTU, st.good[hostAddr], st.bad[hostAddr])
+	}
+	if st.oversized != 0 {
+		t.Errorf("MTU %d: %d packets on the tap larger than the MTU", ibMTU, st.oversized)
+	}
+	if !strings.Contains(dout.String(), "rnicd: counters") {
+		t.Errorf("rnicd did not stop cleanly:\n%s", tail(dout.String()))
+	}
+	return results
+}
+
+// startRnicd starts an rnicd in the namespace and waits for its socket.
+func (l *link) startRnicd(name, addr string, args ...string) (*exec.Cmd, *bytes.Buffer) {
+	c := l.ns.command(l.ctx, l.env, append([]string{filepath.Join(l.bin, "rnicd"), "-d", name, "-addr", addr}, args...)...)
+	out := new(bytes.Buffer)
+	c.Stdout, c.Stderr = out, out
+	if err := c.Start(); err != nil {
+		l.t.Fatal(err)
+	}
+	waitSocket(l.t, filepath.Join(l.dir, name+".sock"))
+	return c, out
+}
+
+// rnic runs the host's side of c, the server or the client.
+func (l *link) rnic(ctx context.Context, c tcase, port int, client bool) hostRun {
+	out, err := l.ns.command(ctx, l.env, append([]string{filepath.Join(l.bin, "rnic")}, hostArgs(c, port, client)...)...).CombinedOutput()
+	return hostRun{err: err, out: string(out)}
+}
+
+// runPhase runs the host's side of each case of phase pi under its
+// impairment, waits for the VM's side, and judges each case.
+func (l *link) runPhase(pi int, ph phase) []result {
+	remove := l.ns.impair(l.t, ph.impair)
+	before := counters(l.t)
+	var host []hostRun
+	if ph.rxeRole == "client" {
+		host = l.serve(pi, ph)
+	} else {
+		host = l.connect(pi, ph)
+	}
+	// The VM's side of the last case may still be printing.
+	l.vm.waitVerdict(caseID{pi, len(ph.cases) - 1}, 2*time.Minute)
+	remove()
+	moved := diff(before, counters(l.t))
+	var want, impair string
+	if ph.impair != nil {
+		impair = ph.impair.name
+		want = ph.impair.check(ph.rxeRole, moved)
+	}
+	var results []result
+	for i, c := range ph.cases {
+		r := result{c: c, rxeRole: ph.rxeRole, mtu: l.ibMTU, impair: impair, counters: format(moved)}
+		r.judge(host[i], l.vm.run(caseID{pi, i}), want)
+		results = append(results, r)
+	}
+	return results
+}
+
+// serve runs the host's servers of a phase where rxe is the client: every
+// server listens at once, the VM's clients come in turn.
+func (l *link) serve(pi int, ph phase) []hostRun {
+	host := make([]hostRun, len(ph.cases))
+	var wg sync.WaitGroup
+	for i, c := range ph.cases {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			id := caseID{pi, i}
+			ctx, cancel := context.WithTimeout(l.ctx, 10*time.Minute)
+			defer cancel()
+			// A server whose client failed would wait for ever: it gets
+			// 20 s after the VM's verdict on the case.
+			go func() {
+				for !l.vm.finished(id) {
+					select {
+					case <-time.After(200 * time.Millisecond):
+					case <-ctx.Done():
+						return
+					}
+				}
+				select {
+				case <-time.After(20 * time.Second):
+					cancel()
+				case <-ctx.Done():
+				}
+			}()
+			for attempt := 1; ; attempt++ {
+				host[i] = l.rnic(ctx, c, ph.ports[i], false)
+				if host[i].err == nil || attempt > 2 || !l.vm.retried(id, attempt) {
+					break
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return host
+}
+
+// connect runs the host's clients of a phase where rxe is the server, in
+// turn, each retrying until the VM's server listens.
+func (l *link) connect(pi int, ph phase) []hostRun {
+	host := make([]hostRun, len(ph.cases))
+	for i, c := range ph.cases {
+		var r hostRun
+		for attempt := 1; ; attempt++ {
+			for try := 0; try < 600; try++ {
+				ctx, cancel := context.WithTimeout(l.ctx, 5*time.Minute)
+				r = l.rnic(ctx, c, ph.ports[i], true)
+				cancel()
+				if r.err == nil || !refused(r.out) {
+					break
+				}
+				time.Sleep(500 * time.Millisecond)
+			}
+			if r.err == nil || attempt > 2 || !l.vm.retried(caseID{pi, i}, attempt) {
+				break
+			}
+		}
+		host[i] = r
+	}
+	return host
+}
+
+// checkGIDs checks rxe0's GID table as the VM reported it: index 1 is the
+// IPv4 GID every case uses (-x 1, -g 1), and the tap's IPv6 address has a
+// GID too, for the IPv6 cases.
+func (l *link) checkGIDs() {
+	gids := l.vm.gids()
+	if want := sysfsGID(netip.MustParseAddr(vmAddr)); gids[1] != want {
+		l.t.Errorf("MTU %d: rxe0's GID 1 is %q, want the IPv4 GID %s; table %v", l.ibMTU, gids[1], want, gids)
+	}
+	want6 := sysfsGID(netip.MustParseAddr(vmAddr6))
+	for _, g := range gids {
+		if g == want6 {
+			return
+		}
+	}
+	l.t.Errorf("MTU %d: rxe0 has no GID for %s (%s); table %v", l.ibMTU, vmAddr6, want6, gids)
+}
+
+// sysfsGID is the GID of addr as sysfs shows it: eight groups of four hex
+// digits, an IPv4 address mapped into IPv6.
+func sysfsGID(addr netip.Addr) string {
+	b := addr.As16()
+	var groups []string
+	for i := 0; i < 16; i += 2 {
+		groups = append(groups, fmt.Sprintf("%02x%02x", b[i], b[i+1]))
+	}
+	return strings.Join(groups, ":")
+}
+
+// refused tells a client that found no server yet from a failed run.
+func refused(out string) bool {
+	return strings.Contains(out, "connection refused") || strings.Contains(out, "Couldn't connect") || strings.Contains(out, "connect:")
+}
+
+func waitSocket(t *testing.T, path string) {
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if _, err := os.Stat(path); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("rnicd made no socket %s", path)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

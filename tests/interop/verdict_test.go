@@ -1,0 +1,123 @@
+package interop
+
+// The verdict on each case (both sides' exit codes, rnicd's counters) and
+// the summary table of a run.
+
+import (
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rnicd/rnicd/verbs"
+)
+
+// result is one line of the summary table.
+type result struct {
+	c        tcase
+	rxeRole  string // "server" or "client"
+	mtu      int
+	impair   string // the impairment's name, "" for none
+	ok       bool
+	detail   string
+	counters string
+}
+
+// hostRun is how the host's side of a case ended.
+type hostRun struct {
+	err error
+	out string
+}
+
+// vmRun is how the VM's side of a case ended, if it has.
+type vmRun struct {
+	rc       int
+	finished bool
+	out      string
+}
+
+// judge gives the verdict on one case of a phase: both sides must exit 0,
+// and under an impairment rnicd's counters, moved over the phase, must
+// show the recovery (want says what they lack, "" if nothing).
+func (r *result) judge(host hostRun, guest vmRun, want string) {
+	switch {
+	case host.err != nil:
+		r.detail = fmt.Sprintf("rnic: %v\n%s\nrxe said:\n%s", host.err, tail(host.out), tail(guest.out))
+	case !guest.finished:
+		r.detail = "the VM gave no verdict; its output so far:\n" + tail(guest.out)
+	case guest.rc != 0:
+		r.detail = fmt.Sprintf("rxe's %s exited %d:\n%s\nrnic said:\n%s", r.c.tool, guest.rc, tail(guest.out), tail(host.out))
+	case want != "":
+		r.detail = "both sides exit 0, but rnicd's counters do not show the recovery: want " + want
+	default:
+		r.ok, r.detail = true, "both sides exit 0"
+	}
+}
+
+// counters reads rnicd's counters through its control socket (a unix
+// socket is reachable from outside the namespace).
+func counters(t *testing.T) map[string]uint64 {
+	c, err := verbs.Open(device)
+	if err != nil {
+		t.Fatalf("open %s: %v", device, err)
+	}
+	defer c.Close()
+	m, err := c.Counters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// diff is the counters that moved, by how much.
+func diff(before, after map[string]uint64) map[string]uint64 {
+	m := map[string]uint64{}
+	for k, v := range after {
+		if !strings.HasPrefix(k, "hostif_") && v != before[k] {
+			m[k] = v - before[k]
+		}
+	}
+	return m
+}
+
+// format lists counters as name=value, sorted.
+func format(m map[string]uint64) string {
+	var parts []string
+	for k, v := range m {
+		parts = append(parts, fmt.Sprintf("%s=%d", k, v))
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, " ")
+}
+
+func tail(s string) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > 15 {
+		lines = lines[len(lines)-15:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// writeTable records the run in last-run.md.
+func writeTable(t *testing.T, rs []result) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# Last run of the rxe interop suite\n\n%s, `RNICD_INTEROP=1 go test ./tests/interop/`: rnicd (`-mode packet`) on the host side of a bridge, Debian 12's rxe in qemu on a tap; the `--direct` cases run on sockets a second rnicd (UDP mode, 198.18.0.3) lends.\n"+
+		"Counters are rnicd's, moved over the whole phase (all cases of one role, MTU and impairment).\n\n", time.Now().UTC().Format("2006-01-02 15:04 MST"))
+	b.WriteString("| test | rxe is | MTU | impairment | result | rnicd counters (phase) |\n|---|---|---|---|---|---|\n")
+	for _, r := range rs {
+		res := "ok"
+		if !r.ok {
+			res = "FAIL"
+		}
+		impair := r.impair
+		if impair == "" {
+			impair = "none"
+		}
+		fmt.Fprintf(&b, "| `%s` | %s | %d | %s | %s | %s |\n", r.c.name(), r.rxeRole, r.mtu, impair, res, r.counters)
+	}
+	if err := os.WriteFile("last-run.md", []byte(b.String()), 0o644); err != nil {
+		t.Error(err)
+	}
+}
