@@ -209,6 +209,7 @@ func (l *link) connect(pi int, ph phase) []hostRun {
 // GID too, for the IPv6 cases.
 func (l *link) checkGIDs() {
 	gids := l.vm.gids()
+	l.t.Logf("MTU %d: rxe0's GIDs: %v", l.ibMTU, gids)
 	if want := sysfsGID(netip.MustParseAddr(vmAddr)); gids[1] != want {
 		l.t.Errorf("MTU %d: rxe0's GID 1 is %q, want the IPv4 GID %s; table %v", l.ibMTU, gids[1], want, gids)
 	}
