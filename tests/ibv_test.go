@@ -17,24 +17,28 @@ var addrLine = regexp.MustCompile(`^  (local|remote) address: +LID 0x0000, QPN 0
 // byte count of the run, and under --chk find every byte as sent.
 func TestPingpongTools(t *testing.T) {
 	tb := newToolBench(t)
-	for _, tc := range []struct {
-		tool  string
-		flags []string
-		size  int
-		qps   int
-	}{
-		{"ibv_rc_pingpong", []string{"-s", "1", "-n", "20", "--chk"}, 1, 1},
-		{"ibv_rc_pingpong", []string{"-s", "3000", "-n", "50", "--chk"}, 3000, 1},
-		{"ibv_rc_pingpong", []string{"-s", "65536", "-n", "20", "--chk", "-e", "-m", "1024"}, 65536, 1},
-		{"ibv_uc_pingpong", []string{"-s", "2048", "-n", "50", "--chk"}, 2048, 1},
-		{"ibv_ud_pingpong", []string{"-s", "1024", "-n", "50", "--chk"}, 1024, 1},
-		{"ibv_srq_pingpong", []string{"-s", "5000", "-n", "60", "-q", "3", "--chk"}, 5000, 3},
-	} {
+	for _, tc := range pingpongCases {
 		t.Run(tc.tool+" "+strings.Join(tc.flags, " "), func(t *testing.T) {
 			srv, cli := tb.pair(t, tc.tool, append([]string{"-g", "1"}, tc.flags...)...)
 			checkPingpongOutput(t, tc.qps, tc.size, tc.flags, srv, cli)
 		})
 	}
+}
+
+// pingpongCases are the ibv_*_pingpong runs the tests make: the tool, its
+// flags, the message size and the number of QPs.
+var pingpongCases = []struct {
+	tool  string
+	flags []string
+	size  int
+	qps   int
+}{
+	{"ibv_rc_pingpong", []string{"-s", "1", "-n", "20", "--chk"}, 1, 1},
+	{"ibv_rc_pingpong", []string{"-s", "3000", "-n", "50", "--chk"}, 3000, 1},
+	{"ibv_rc_pingpong", []string{"-s", "65536", "-n", "20", "--chk", "-e", "-m", "1024"}, 65536, 1},
+	{"ibv_uc_pingpong", []string{"-s", "2048", "-n", "50", "--chk"}, 2048, 1},
+	{"ibv_ud_pingpong", []string{"-s", "1024", "-n", "50", "--chk"}, 1024, 1},
+	{"ibv_srq_pingpong", []string{"-s", "5000", "-n", "60", "-q", "3", "--chk"}, 5000, 3},
 }
 
 type ppLine struct{ qpn, psn, gid string }
@@ -43,6 +47,13 @@ type ppLine struct{ qpn, psn, gid string }
 // lines are the other's local lines, the GIDs are the NICs' addresses,
 // the QPNs are QPNs rnicd hands out (from 0x11), and the totals are right.
 func checkPingpongOutput(t *testing.T, nqp, size int, flags []string, srv, cli string) {
+	t.Helper()
+	checkPingpongGIDs(t, "::ffff:127.0.0.1", "::ffff:127.0.0.2", nqp, size, flags, srv, cli)
+}
+
+// checkPingpongGIDs is checkPingpongOutput for a server whose GID prints
+// as srvGID and a client's as cliGID.
+func checkPingpongGIDs(t *testing.T, srvGID, cliGID string, nqp, size int, flags []string, srv, cli string) {
 	t.Helper()
 	parse := func(out string) (local, remote []ppLine, tail []string) {
 		for _, l := range strings.Split(strings.TrimSuffix(out, "\n"), "\n") {
@@ -65,7 +76,7 @@ func checkPingpongOutput(t *testing.T, nqp, size int, flags []string, srv, cli s
 	}
 	for i := range sl {
 		q, _ := strconv.ParseUint(sl[i].qpn, 16, 32)
-		if sl[i].gid != "::ffff:127.0.0.1" || cl[i].gid != "::ffff:127.0.0.2" || q < 0x11 {
+		if sl[i].gid != srvGID || cl[i].gid != cliGID || q < 0x11 {
 			t.Errorf("QP %d: server %+v client %+v", i, sl[i], cl[i])
 		}
 	}

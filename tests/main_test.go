@@ -67,8 +67,17 @@ type daemon struct {
 // startDaemon starts rnicd -d name on addr with its socket in dir and
 // waits for its ready line.
 func startDaemon(dir, name, addr string, extra ...string) (*daemon, error) {
+	return startDaemonIn("", dir, name, addr, extra...)
+}
+
+// startDaemonIn is startDaemon in the network namespace at path (see
+// nsenter(1)), or this process's for "".
+func startDaemonIn(netns, dir, name, addr string, extra ...string) (*daemon, error) {
 	args := append([]string{"-d", name, "-addr", addr, "-mtu", "1024"}, extra...)
 	cmd := exec.Command(filepath.Join(binDir, "rnicd"), args...)
+	if netns != "" {
+		cmd = exec.Command("nsenter", append([]string{"--net=" + netns, "--", cmd.Path}, args...)...)
+	}
 	cmd.Env = append(os.Environ(), "RNICD_DIR="+dir)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {

@@ -21,6 +21,8 @@ import (
 type toolBench struct {
 	a, b   *daemon
 	ca, cb *verbs.Context
+	// host is where clients find the server: "" for 127.0.0.1.
+	host string
 }
 
 func newToolBench(t *testing.T) *toolBench {
@@ -84,7 +86,11 @@ func (tb *toolBench) pairRun(t *testing.T, srvRun, cliRun runner, srvDev, cliDev
 	for {
 		cout.Reset()
 		cerr.Reset()
-		client := cliRun(ctx, tool, cmdline(cliDev, "127.0.0.1")...)
+		host := tb.host
+		if host == "" {
+			host = "127.0.0.1"
+		}
+		client := cliRun(ctx, tool, cmdline(cliDev, host)...)
 		client.Stdout, client.Stderr = &cout, &cerr
 		clientErr = client.Run()
 		if clientErr == nil || !notListening(cout.String()+cerr.String()) || ctx.Err() != nil {

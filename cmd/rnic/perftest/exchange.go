@@ -41,9 +41,8 @@ func openExchange(p *Params, cfg Config, ctx *verbs.Context) (*exchange, error) 
 		fmt.Fprint(x.out, "\n************************************\n* Waiting for client to connect... *\n************************************\n")
 		ln := cfg.Listener
 		if ln == nil {
-			ln, err = net.Listen("tcp4", ":"+strconv.Itoa(p.Port))
-			if err != nil {
-				return nil, fmt.Errorf("perftest: couldn't listen to port %d: %w", p.Port, err)
+			if ln, err = Listen(p.Port); err != nil {
+				return nil, err
 			}
 		}
 		x.conn, err = Accept(ln)

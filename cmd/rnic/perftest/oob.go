@@ -124,13 +124,27 @@ type Conn struct {
 // NewConn wraps an established connection; client says which side we are.
 func NewConn(c net.Conn, client bool) *Conn { return &Conn{c: c, client: client} }
 
-// Dial connects to a perftest server (ethernet_client_connect).
+// Dial connects to a perftest server at host:port (ethernet_client_connect),
+// resolving the host as getaddrinfo with AF_UNSPEC does: an IPv4 or IPv6
+// literal (fe80::1%eth0 with its zone) or a name, trying each address.
 func Dial(addr string) (*Conn, error) {
-	c, err := net.Dial("tcp4", addr)
+	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("perftest: couldn't connect to %s: %w", addr, err)
 	}
 	return NewConn(c, true), nil
+}
+
+// Listen opens the server's listening socket on port
+// (ethernet_server_connect): every address of both families, one IPv6
+// socket that also takes IPv4 clients as mapped addresses, as a dual-stack
+// host answers either; on a host without IPv6, IPv4 only.
+func Listen(port int) (net.Listener, error) {
+	ln, err := net.Listen("tcp", ":"+strconv.Itoa(port))
+	if err != nil {
+		return nil, fmt.Errorf("perftest: couldn't listen to port %d: %w", port, err)
+	}
+	return ln, nil
 }
 
 // Accept waits for one client on ln (ethernet_server_connect) and closes
