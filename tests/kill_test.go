@@ -119,14 +119,14 @@ func TestClientKilledMidTransfer(t *testing.T) {
 	for i < len(wcs) && wcs[i].Status == verbs.WCSuccess {
 		i++
 	}
-	if i == len(wcs) || wcs[i].Status != verbs.WCStatus(12) {
+	if i == len(wcs) || wcs[i].Status != verbs.WCRetryExcErr {
 		t.Fatalf("after %d successes: %v, want RETRY_EXC_ERR", i, wcs[min(i, len(wcs)-1)].Status)
 	}
 	for j, wc := range wcs {
 		if wc.WRID != uint64(j+1) {
 			t.Fatalf("completion %d is wr_id %d", j, wc.WRID)
 		}
-		if j > i && wc.Status != verbs.WCStatus(5) {
+		if j > i && wc.Status != verbs.WCWRFlushErr {
 			t.Fatalf("completion %d after the error: %v, want WR_FLUSH_ERR", j, &wc)
 		}
 	}

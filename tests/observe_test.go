@@ -129,7 +129,7 @@ func TestObserveDaemons(t *testing.T) {
 	c0, d0 := scrape(t, mC, "rnicC"), scrape(t, mD, "rnicD")
 	post(t, a2, verbs.SendWR{WRID: 0x52, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
 		SGL: []verbs.SGE{a2.mr.SGE(0, 100)}, RemoteAddr: b2.mr.Addr, RKey: b2.mr.RKey})
-	if wc := pollN(t, a2.cq, 1)[0]; wc.Status != verbs.WCStatus(12) || wc.WRID != 0x52 {
+	if wc := pollN(t, a2.cq, 1)[0]; wc.Status != verbs.WCRetryExcErr || wc.WRID != 0x52 {
 		t.Fatalf("WRITE under 100%% loss: %v, want RETRY_EXC_ERR", &wc)
 	}
 	c1, d1 := scrape(t, mC, "rnicC"), scrape(t, mD, "rnicD")

@@ -39,13 +39,13 @@ func TestSIGTERMFlushes(t *testing.T) {
 	wcs := pollN(t, e.cq, 8)
 	sends, recvs := 0, 0
 	for _, wc := range wcs {
-		if wc.Status != verbs.WCStatus(5) || wc.QPNum != e.qp.QPN {
+		if wc.Status != verbs.WCWRFlushErr || wc.QPNum != e.qp.QPN {
 			t.Fatalf("completion %v, want WR_FLUSH_ERR on QP %#x", &wc, e.qp.QPN)
 		}
 		switch {
-		case wc.WRID < 100 && wc.WRID == uint64(sends) && wc.Opcode == 1:
+		case wc.WRID < 100 && wc.WRID == uint64(sends) && wc.Opcode == verbs.WCRDMAWrite:
 			sends++
-		case wc.WRID >= 100 && wc.WRID == uint64(100+recvs) && wc.Opcode == 128:
+		case wc.WRID >= 100 && wc.WRID == uint64(100+recvs) && wc.Opcode == verbs.WCRecv:
 			recvs++
 		default:
 			t.Fatalf("completion %v out of order", &wc)

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -21,7 +22,6 @@ import (
 	"github.com/rnicd/rnicd/internal/kwait"
 	"github.com/rnicd/rnicd/rnic"
 	"github.com/rnicd/rnicd/rnic/hostif"
-	"github.com/rnicd/rnicd/rnic/qpmgr"
 	"github.com/rnicd/rnicd/wire/ibudp"
 )
 
@@ -111,13 +111,25 @@ func stale(path string) bool {
 }
 
 // Open connects to the running rnicd serving device name
-// (ibv_open_device).
+// (ibv_open_device). With no daemon there, the error says how to start
+// one; it wraps the dial error (os.ErrNotExist or syscall.ECONNREFUSED).
 func Open(name string) (*Context, error) {
 	cl, err := hostif.Dial(SocketPath(name))
 	if err != nil {
-		return nil, fmt.Errorf("verbs: open %s: %w", name, err)
+		return nil, openError(name, "", err)
 	}
 	return &Context{name: name, cl: cl}, nil
+}
+
+// openError is the error of opening device name (how: "", or " direct")
+// when the dial to its daemon failed: a missing or dead socket says how
+// to start the daemon, as the rnic tools do.
+func openError(name, how string, err error) error {
+	if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ECONNREFUSED) {
+		return fmt.Errorf("verbs: open %s%s: no rnicd serves %s: start one with `rnicd -d %s` (no live control socket %s): %w",
+			name, how, name, name, SocketPath(name), err)
+	}
+	return fmt.Errorf("verbs: open %s%s: %w", name, how, err)
 }
 
 // LocalConfig says how OpenLocal builds its NIC.
@@ -185,7 +197,7 @@ func openNIC(cfg rnic.Config) (*Context, error) {
 func OpenDirect(name string) (*Context, error) {
 	lender, err := hostif.Dial(SocketPath(name))
 	if err != nil {
-		return nil, fmt.Errorf("verbs: open %s direct: %w", name, err)
+		return nil, openError(name, " direct", err)
 	}
 	c, err := openDirect(name, lender)
 	if err != nil {
@@ -276,6 +288,10 @@ func (c *Context) call(k hostif.Kind, req hostif.Body, fds []int, reply hostif.B
 		return nil, err
 	}
 	rfds, err := c.cl.Call(k, req, fds, reply)
+	var refused *hostif.Error
+	if errors.As(err, &refused) {
+		return rfds, &RequestError{Verb: refused.Kind.String(), Errno: refused.Code.Errno(), Msg: refused.Msg}
+	}
 	return rfds, c.hungUp(err)
 }
 
@@ -337,9 +353,9 @@ func (c *Context) QueryPort() (PortAttr, error) {
 	if _, err := c.call(hostif.KindQueryPort, &hostif.Empty{}, nil, &r); err != nil {
 		return PortAttr{}, err
 	}
-	mtu := ib.MTUFromBytes(int(r.ActiveMTU))
+	mtu := MTUFromBytes(int(r.ActiveMTU))
 	return PortAttr{
-		State: "PORT_ACTIVE", MaxMTU: ib.MTU4096, ActiveMTU: mtu, LinkLayer: "Ethernet",
+		State: "PORT_ACTIVE", MaxMTU: MTU4096, ActiveMTU: mtu, LinkLayer: "Ethernet",
 		// rxe lays an IPv4 address out as two GIDs, RoCE v1 at index 0
 		// and v2 at index 1 (on an interface without IPv6), and RDMA users
 		// pass -g 1 / -x 1 out of habit; rnicd speaks v2 only, so both
@@ -384,8 +400,8 @@ func (c *Context) QPs() ([]QPInfo, error) {
 				owner = row.Comm + "[" + strconv.Itoa(int(row.PID)) + "]"
 			}
 			out = append(out, QPInfo{
-				QPN: row.QPN, Type: row.Type, State: row.State, SQPSN: row.SQPSN, RQPSN: row.RQPSN,
-				DestQPN: row.DestQPN, Dest: netip.AddrFrom16(row.Dest).Unmap(), PathMTU: row.PathMTU,
+				QPN: row.QPN, Type: QPType(row.Type), State: QPState(row.State), SQPSN: row.SQPSN, RQPSN: row.RQPSN,
+				DestQPN: row.DestQPN, Dest: netip.AddrFrom16(row.Dest).Unmap(), PathMTU: MTU(row.PathMTU),
 				Owner: owner, SQDepth: int(row.SQDepth), RQDepth: int(row.RQDepth),
 			})
 		}
@@ -741,7 +757,9 @@ func (cq *CQ) poll(wcs []WC) int {
 	prod := cq.ring.Producer()
 	k := 0
 	for k < len(wcs) && cq.cons != prod {
-		hostif.GetCQE(cq.ring.Slot(cq.cons), &wcs[k])
+		var w ib.WC
+		hostif.GetCQE(cq.ring.Slot(cq.cons), &w)
+		wcs[k] = wcFromIB(&w)
 		cq.cons++
 		k++
 	}
@@ -891,14 +909,15 @@ func postRecv(ring *hostif.Ring, prod *uint32, maxSGE int, wrs []RecvWR) error {
 		var err error
 		switch {
 		case *prod-ring.Consumer() >= ring.Slots:
-			err = qpmgr.ErrQueueFull
+			err = ErrQueueFull
 		case len(wrs[i].SGL) > maxSGE:
 			err = fmt.Errorf("verbs: %d SGEs, queue allows %d", len(wrs[i].SGL), maxSGE)
 		default:
-			err = hostif.EncodeRecvWQE(ring.Slot(*prod), &wrs[i])
+			w := wrs[i].toIB()
+			err = hostif.EncodeRecvWQE(ring.Slot(*prod), &w)
 		}
 		if err != nil {
-			bad = &rnic.WRError{Index: i, WRID: wrs[i].WRID, Err: err}
+			bad = &WRError{Index: i, WRID: wrs[i].WRID, Err: err}
 			break
 		}
 		*prod++
@@ -944,7 +963,7 @@ func (pd *PD) CreateQP(a QPInitAttr) (*QP, error) {
 	if c.MaxSendWR < 0 || c.MaxRecvWR < 0 || c.MaxSendSGE < 0 || c.MaxRecvSGE < 0 || c.MaxInlineData < 0 {
 		return nil, fmt.Errorf("verbs: create QP: negative caps %+v", c)
 	}
-	req := &hostif.CreateQPReq{PD: pd.h, SendCQ: a.SendCQ.h, RecvCQ: a.RecvCQ.h, Type: a.Type, SigAll: a.SigAll, Caps: a.Cap}
+	req := &hostif.CreateQPReq{PD: pd.h, SendCQ: a.SendCQ.h, RecvCQ: a.RecvCQ.h, Type: ib.QPType(a.Type), SigAll: a.SigAll, Caps: ib.QPCap(a.Cap)}
 	if a.SRQ != nil {
 		req.SRQ = a.SRQ.h
 	}
@@ -958,7 +977,7 @@ func (pd *PD) CreateQP(a QPInitAttr) (*QP, error) {
 		pd.ctx.destroy(hostif.KindDestroyQP, r.H)
 		return nil, err
 	}
-	qp := &QP{pd: pd, h: r.H, QPN: r.QPN, Cap: r.Caps, typ: a.Type, mem: mem, sq: sq, state: QPSReset}
+	qp := &QP{pd: pd, h: r.H, QPN: r.QPN, Cap: QPCap(r.Caps), typ: a.Type, mem: mem, sq: sq, state: QPSReset}
 	if r.Recv.Size != 0 {
 		qp.rq, err = hostif.NewRing(mem[r.Recv.Offset:uint64(r.Recv.Offset)+uint64(r.Recv.Size)], r.Recv.Slots, r.Recv.SlotBytes)
 		if err != nil {
@@ -973,7 +992,7 @@ func (pd *PD) CreateQP(a QPInitAttr) (*QP, error) {
 func (qp *QP) Modify(attr *QPAttr, mask AttrMask) error {
 	qp.mu.Lock()
 	defer qp.mu.Unlock()
-	if _, err := qp.pd.ctx.call(hostif.KindModifyQP, &hostif.ModifyQPReq{H: qp.h, Mask: mask, Attr: *attr}, nil, &hostif.Empty{}); err != nil {
+	if _, err := qp.pd.ctx.call(hostif.KindModifyQP, &hostif.ModifyQPReq{H: qp.h, Mask: ib.AttrMask(mask), Attr: attr.toIB()}, nil, &hostif.Empty{}); err != nil {
 		return err
 	}
 	if mask&AttrState != 0 {
@@ -991,12 +1010,12 @@ func (qp *QP) Query() (QPAttr, error) {
 	if _, err := qp.pd.ctx.call(hostif.KindQueryQP, &hostif.Handle{H: qp.h}, nil, &r); err != nil {
 		return QPAttr{}, err
 	}
-	return r.Attr, nil
+	return qpAttrFromIB(&r.Attr), nil
 }
 
 // PostSend posts send WRs (ibv_post_send): it writes them into the send
 // ring and rings the doorbell. A WR that does not fit (the queue is full,
-// too many SGEs, too much inline data) is refused with an *rnic.WRError
+// too many SGEs, too much inline data) is refused with a *WRError
 // and the ones after it are not posted; errors the NIC finds when it
 // fetches a WQE come back as error completions.
 func (qp *QP) PostSend(wrs []SendWR) error {
@@ -1008,7 +1027,7 @@ func (qp *QP) PostSend(wrs []SendWR) error {
 	switch qp.state {
 	case QPSRTS, QPSSQD, QPSErr:
 	default:
-		return fmt.Errorf("verbs: post send in %v: %w", qp.state, rnic.ErrQPState)
+		return fmt.Errorf("verbs: post send in %v: %w", qp.state, ErrQPState)
 	}
 	var bad error
 	for i := range wrs {
@@ -1016,16 +1035,17 @@ func (qp *QP) PostSend(wrs []SendWR) error {
 		var err error
 		switch {
 		case qp.sqProd-qp.sq.Consumer() >= qp.sq.Slots:
-			err = qpmgr.ErrQueueFull
+			err = ErrQueueFull
 		case wr.Flags&SendInline != 0 && len(wr.InlineData) > qp.Cap.MaxInlineData:
 			err = fmt.Errorf("verbs: %d bytes inline, QP allows %d", len(wr.InlineData), qp.Cap.MaxInlineData)
 		case wr.Flags&SendInline == 0 && len(wr.SGL) > qp.Cap.MaxSendSGE:
 			err = fmt.Errorf("verbs: %d SGEs, QP allows %d", len(wr.SGL), qp.Cap.MaxSendSGE)
 		default:
-			err = hostif.EncodeSendWQE(qp.sq.Slot(qp.sqProd), wr)
+			w := wr.toIB()
+			err = hostif.EncodeSendWQE(qp.sq.Slot(qp.sqProd), &w)
 		}
 		if err != nil {
-			bad = &rnic.WRError{Index: i, WRID: wr.WRID, Err: err}
+			bad = &WRError{Index: i, WRID: wr.WRID, Err: err}
 			break
 		}
 		qp.sqProd++
@@ -1052,7 +1072,7 @@ func (qp *QP) PostRecv(wrs []RecvWR) error {
 		return errors.New("verbs: QP uses an SRQ; post to the SRQ")
 	}
 	if qp.state == QPSReset {
-		return fmt.Errorf("verbs: post recv in RESET: %w", rnic.ErrQPState)
+		return fmt.Errorf("verbs: post recv in RESET: %w", ErrQPState)
 	}
 	err := postRecv(qp.rq, &qp.rqProd, qp.Cap.MaxRecvSGE, wrs)
 	if err2 := qp.pd.ctx.doorbell(qp.h, hostif.DoorbellRecv); err == nil {

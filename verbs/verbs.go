@@ -8,6 +8,12 @@
 // process, for tests and the demo. Both give the same objects and the same
 // semantics.
 //
+// Everything an application needs is here under libibverbs' names: work
+// requests (SendWR, RecvWR, SGE), completions (WC with its WCStatus and
+// WCOpcode), QP types, states and attributes, access flags and errors
+// (ErrQPState, *WRError, *RequestError). No other package of rnicd is
+// needed to write one.
+//
 // Memory that the NIC reads or writes must come from Context.Alloc, which
 // returns memory the NIC can share; RegMR registers a slice of it. As in
 // libibverbs, the address of a buffer in an SGE, and the address a peer
@@ -17,90 +23,10 @@ package verbs
 
 import (
 	"errors"
-	"github.com/rnicd/rnicd/ib"
-	"github.com/rnicd/rnicd/wire/ibudp"
+	"fmt"
 	"net/netip"
+	"syscall"
 	"unsafe"
-)
-
-// The types of work requests, completions and attributes are the NIC's own,
-// under libibverbs' names.
-type (
-	SendWR    = ib.SendWR
-	RecvWR    = ib.RecvWR
-	SGE       = ib.SGE
-	WC        = ib.WC
-	AH        = ib.AH
-	QPAttr    = ib.QPAttr
-	QPCap     = ib.QPCap
-	QPType    = ib.QPType
-	QPState   = ib.QPState
-	AttrMask  = ib.AttrMask
-	MTU       = ib.MTU
-	Access    = ib.Access
-	WROpcode  = ib.WROpcode
-	SendFlags = ib.SendFlags
-	WCStatus  = ib.WCStatus
-	WCOpcode  = ib.WCOpcode
-	GID       = ibudp.GID
-)
-
-// QP types, states, access flags and the rest, as libibverbs names them.
-const (
-	QPTypeRC = ib.QPTypeRC
-	QPTypeUC = ib.QPTypeUC
-	QPTypeUD = ib.QPTypeUD
-
-	QPSReset = ib.QPSReset
-	QPSInit  = ib.QPSInit
-	QPSRTR   = ib.QPSRTR
-	QPSRTS   = ib.QPSRTS
-	QPSSQD   = ib.QPSSQD
-	QPSErr   = ib.QPSErr
-
-	AccessLocalWrite   = ib.AccessLocalWrite
-	AccessRemoteWrite  = ib.AccessRemoteWrite
-	AccessRemoteRead   = ib.AccessRemoteRead
-	AccessRemoteAtomic = ib.AccessRemoteAtomic
-	AccessZeroBased    = ib.AccessZeroBased
-
-	MTU256  = ib.MTU256
-	MTU512  = ib.MTU512
-	MTU1024 = ib.MTU1024
-	MTU2048 = ib.MTU2048
-	MTU4096 = ib.MTU4096
-
-	WRRDMAWrite        = ib.WRRDMAWrite
-	WRRDMAWriteWithImm = ib.WRRDMAWriteWithImm
-	WRSend             = ib.WRSend
-	WRSendWithImm      = ib.WRSendWithImm
-	WRRDMARead         = ib.WRRDMARead
-	WRAtomicCmpAndSwp  = ib.WRAtomicCmpAndSwp
-	WRAtomicFetchAdd   = ib.WRAtomicFetchAdd
-
-	SendFence     = ib.SendFence
-	SendSignaled  = ib.SendSignaled
-	SendSolicited = ib.SendSolicited
-	SendInline    = ib.SendInline
-
-	WCSuccess = ib.WCSuccess
-
-	AttrState           = ib.AttrState
-	AttrAccessFlags     = ib.AttrAccessFlags
-	AttrPKeyIndex       = ib.AttrPKeyIndex
-	AttrPort            = ib.AttrPort
-	AttrQKey            = ib.AttrQKey
-	AttrAV              = ib.AttrAV
-	AttrPathMTU         = ib.AttrPathMTU
-	AttrTimeout         = ib.AttrTimeout
-	AttrRetryCnt        = ib.AttrRetryCnt
-	AttrRNRRetry        = ib.AttrRNRRetry
-	AttrRQPSN           = ib.AttrRQPSN
-	AttrMaxQPRdAtomic   = ib.AttrMaxQPRdAtomic
-	AttrMinRNRTimer     = ib.AttrMinRNRTimer
-	AttrSQPSN           = ib.AttrSQPSN
-	AttrMaxDestRdAtomic = ib.AttrMaxDestRdAtomic
-	AttrDestQPN         = ib.AttrDestQPN
 )
 
 // Errors common to both paths.
@@ -114,7 +40,43 @@ var (
 	// once the daemon is gone (IBV_EVENT_DEVICE_FATAL): no completion
 	// will come any more.
 	ErrDeviceFatal = errors.New("verbs: device fatal error")
+	// ErrQPState is returned by a post to a QP whose state does not
+	// allow it: a send before RTS, a receive in RESET.
+	ErrQPState = errors.New("verbs: QP state does not allow this")
+	// ErrQueueFull is returned (in a *WRError) by a post to a queue that
+	// holds as many WRs as it can: poll completions first.
+	ErrQueueFull = errors.New("verbs: work queue full")
 )
+
+// WRError says which work request of a post was refused and why (what
+// libibverbs returns in bad_wr). The WRs before it were posted, it and
+// the ones after it were not. Unwrap gives the reason, e.g. ErrQueueFull.
+type WRError struct {
+	Index int    // position of the refused WR in the posted slice
+	WRID  uint64 // its WRID
+	Err   error
+}
+
+func (e *WRError) Error() string {
+	return fmt.Sprintf("verbs: work request %d (wr_id %d): %v", e.Index, e.WRID, e.Err)
+}
+
+func (e *WRError) Unwrap() error { return e.Err }
+
+// RequestError is a verb the NIC refused (a create, a modify, a
+// registration...), with the errno libibverbs would return:
+// errors.Is(err, syscall.EINVAL) works on it.
+type RequestError struct {
+	Verb  string        // the request, e.g. "modify_qp"
+	Errno syscall.Errno // EINVAL, ENOENT, EBUSY, EIO, ...
+	Msg   string        // the NIC's reason
+}
+
+func (e *RequestError) Error() string {
+	return fmt.Sprintf("rnicd: %s: %v: %s", e.Verb, e.Errno, e.Msg)
+}
+
+func (e *RequestError) Unwrap() error { return e.Errno }
 
 // Addr is the virtual address of b's first byte: what an SGE or a remote
 // peer uses for it. b must not be empty.

@@ -29,7 +29,7 @@ func TestLocalWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	wc := pollOne(t, ma.cq)
-	if wc.Status != verbs.WCSuccess || wc.WRID != 7 || wc.Opcode != 1 || wc.QPNum != qa.QPN {
+	if wc.Status != verbs.WCSuccess || wc.WRID != 7 || wc.Opcode != verbs.WCRDMAWrite || wc.QPNum != qa.QPN {
 		t.Fatalf("completion %v", &wc)
 	}
 	if got := mb.mr.Buf[:12]; !bytes.Equal(got, []byte("hello, rnicd")) {
@@ -42,7 +42,7 @@ type side struct {
 	mr *verbs.MR
 }
 
-func openLocal(t *testing.T, addr string) *verbs.Context {
+func openLocal(t testing.TB, addr string) *verbs.Context {
 	c, err := verbs.OpenLocal(verbs.LocalConfig{Addr: netip.MustParseAddr(addr), MTU: 1024})
 	if err != nil {
 		t.Fatal(err)
@@ -51,7 +51,7 @@ func openLocal(t *testing.T, addr string) *verbs.Context {
 	return c
 }
 
-func rcQP(t *testing.T, c *verbs.Context) (*verbs.QP, side) {
+func rcQP(t testing.TB, c *verbs.Context) (*verbs.QP, side) {
 	pd, err := c.AllocPD()
 	if err != nil {
 		t.Fatal(err)
@@ -76,7 +76,7 @@ func rcQP(t *testing.T, c *verbs.Context) (*verbs.QP, side) {
 	return qp, side{cq: cq, mr: mr}
 }
 
-func connect(t *testing.T, qp, peer *verbs.QP, peerCtx *verbs.Context) {
+func connect(t testing.TB, qp, peer *verbs.QP, peerCtx *verbs.Context) {
 	pa, err := peerCtx.QueryPort()
 	if err != nil {
 		t.Fatal(err)
@@ -102,7 +102,7 @@ func connect(t *testing.T, qp, peer *verbs.QP, peerCtx *verbs.Context) {
 	}
 }
 
-func pollOne(t *testing.T, cq *verbs.CQ) verbs.WC {
+func pollOne(t testing.TB, cq *verbs.CQ) verbs.WC {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	wcs := make([]verbs.WC, 1)

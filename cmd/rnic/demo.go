@@ -297,7 +297,7 @@ func demoSend(a, b *demoSide, cfg demoConfig) error {
 	}
 	received := 0
 	onRecv := func(wc verbs.WC) error {
-		if wc.Status != verbs.WCSuccess || wc.Opcode != verbs.WCOpcode(128) || int(wc.ByteLen) != cfg.size || wc.WRID >= uint64(slots) {
+		if wc.Status != verbs.WCSuccess || wc.Opcode != verbs.WCRecv || int(wc.ByteLen) != cfg.size || wc.WRID >= uint64(slots) {
 			return fmt.Errorf("receive completion %v", &wc)
 		}
 		slot := int(wc.WRID)

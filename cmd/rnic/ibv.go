@@ -6,11 +6,9 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
-	"os"
 	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 
 	"github.com/rnicd/rnicd/verbs"
 )
@@ -91,11 +89,7 @@ func openDevice(name string, local netip.Addr, direct bool) (*verbs.Context, err
 	if direct {
 		open = verbs.OpenDirect
 	}
-	c, err := open(name)
-	if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ECONNREFUSED) {
-		return nil, fmt.Errorf("no rnicd serves %s: start one with `rnicd -d %s` (no live control socket %s)", name, name, verbs.SocketPath(name))
-	}
-	return c, err
+	return open(name) // with no daemon, the error says how to start one
 }
 
 // daemonNames lists the running rnicd devices, or says how to start one.

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"syscall"
 )
 
 // Kind is a control message's kind. A reply carries its request's kind
@@ -113,6 +114,26 @@ const (
 	CodeBusy      Code = 5 // the object is still in use (EBUSY)
 	CodeFailed    Code = 6 // the device refused (EIO)
 )
+
+// Errno is the errno libibverbs returns for a request refused with c, as
+// the comments above give it; 0 for CodeOK.
+func (c Code) Errno() syscall.Errno {
+	switch c {
+	case CodeOK:
+		return 0
+	case CodeInvalid:
+		return syscall.EINVAL
+	case CodeNoHandle:
+		return syscall.ENOENT
+	case CodeMalformed:
+		return syscall.EPROTO
+	case CodeUnknown:
+		return syscall.ENOSYS
+	case CodeBusy:
+		return syscall.EBUSY
+	}
+	return syscall.EIO
+}
 
 var codeNames = map[Code]string{
 	CodeOK: "ok", CodeInvalid: "invalid", CodeNoHandle: "no such handle", CodeMalformed: "malformed",
