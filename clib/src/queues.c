@@ -165,6 +165,7 @@ struct rcq {
 	uint32_t slots;
 	pthread_spinlock_t lock;
 	uint32_t cons; /* under lock */
+	uint32_t empty; /* polls in a row that found nothing, under lock */
 	uint32_t seen; /* events taken by ibv_get_cq_event, under the channel's mu */
 	struct rcq *next;
 };
@@ -397,7 +398,20 @@ static int poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 	}
 	if (k > 0)
 		ring_store(q->ring, RING_CONSUMER, q->cons);
+	/* A program spinning on a CQ whose daemon was killed would spin
+	 * forever: every 2^16 empty polls in a row (a few milliseconds of
+	 * spinning) it looks whether the daemon hung up, and the poll fails
+	 * as on a device's fatal error. A SIGTERM's flushes come first. */
+	int dead = 0;
+	if (k > 0)
+		q->empty = 0;
+	else if (++q->empty % (1u << 16) == 0)
+		dead = conn_hung_up(&to_rctx(cq->context)->conn);
 	pthread_spin_unlock(&q->lock);
+	if (dead) {
+		rnic_log("poll_cq: the rnicd of %s hung up", cq->context->device->name);
+		return -1;
+	}
 	return k;
 }
 

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define REGION 5000 /* bytes: crosses a page boundary, ends mid-page */
@@ -213,6 +214,48 @@ int main(int argc, char **argv)
 	if (check_guards(block, "by a WRITE past the end") || memcmp(region, src, REGION) != 0)
 		return 1;
 	printf("WRITE one byte past the end: %s, guards unchanged\n", ibv_wc_status_str(st));
+
+	/* fork: the child gets its own copy of the registered pages, as
+	 * with a kernel driver; its stores do not reach the parent, and the
+	 * NIC's still do. */
+	fflush(stdout);
+	pid_t pid = fork();
+	if (pid < 0)
+		die("fork");
+	if (pid == 0) {
+		int same = memcmp(region, src, REGION) == 0 && !check_guards(block, "in the child");
+		memset(block, 0xee, GUARD + REGION + GUARD);
+		_exit(same ? 0 : 1);
+	}
+	int status;
+	if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+		printf("FAIL: the child did not see the parent's memory (status %#x)\n", status);
+		return 1;
+	}
+	if (check_guards(block, "by the child") || memcmp(region, src, REGION) != 0) {
+		printf("FAIL: the child's stores reached the parent\n");
+		return 1;
+	}
+	/* The QP moved to ERR with the access error: a new pair of QPs
+	 * carries the WRITE after the fork. */
+	struct end t2 = t, s2 = s;
+	struct ibv_qp_init_attr qa = {.send_cq = t.cq, .recv_cq = t.cq, .qp_type = IBV_QPT_RC,
+				      .cap = {.max_send_wr = 8, .max_recv_wr = 8, .max_send_sge = 1, .max_recv_sge = 1}};
+	if (!(t2.qp = ibv_create_qp(t.pd, &qa)))
+		die("ibv_create_qp");
+	qa.send_cq = qa.recv_cq = s.cq;
+	if (!(s2.qp = ibv_create_qp(s.pd, &qa)))
+		die("ibv_create_qp");
+	connect_qp(&t2, &s2);
+	connect_qp(&s2, &t2);
+	for (int i = 0; i < REGION; i++)
+		src[i] = (unsigned char)(i * 13 + 5);
+	st = write_wr(&s2, smr, REGION, (uintptr_t)region, mr->rkey);
+	if (st != IBV_WC_SUCCESS || memcmp(region, src, REGION) != 0 || check_guards(block, "after fork")) {
+		printf("FAIL: WRITE after fork: %s\n", ibv_wc_status_str(st));
+		return 1;
+	}
+	printf("after fork: the child had its own copy, a WRITE still lands in the parent\n");
 
 	/* Deregistration gives the pages back as ordinary memory. */
 	if (ibv_dereg_mr(mr))
