@@ -162,7 +162,8 @@ func TestCLibMemoryBounds(t *testing.T) {
 	out := runOut(t, cmd)
 	want := "WRITE of 5000 bytes inside the region: success, data checked\n" +
 		"WRITE one byte past the end: remote access error, guards unchanged\n" +
-		"after fork: the child had its own copy, a WRITE still lands in the parent\nPASS\n"
+		"after fork: the child had its own copy, a WRITE still lands in the parent\n" +
+		"ibv_wr_* API: an SGE WRITE and an inline WRITE in one batch landed\nPASS\n"
 	if out != want {
 		t.Fatalf("mrbounds printed\n%s\nwant\n%s", out, want)
 	}

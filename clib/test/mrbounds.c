@@ -257,11 +257,67 @@ int main(int argc, char **argv)
 	}
 	printf("after fork: the child had its own copy, a WRITE still lands in the parent\n");
 
+	/* The ibv_wr_* API: two WRITEs in one batch, one from an SGE, one
+	 * inline, published by ibv_wr_complete. */
+	struct ibv_qp_init_attr_ex xa = {.send_cq = s.cq, .recv_cq = s.cq, .qp_type = IBV_QPT_RC,
+					 .cap = {.max_send_wr = 8, .max_recv_wr = 8, .max_send_sge = 1,
+						 .max_recv_sge = 1, .max_inline_data = 64},
+					 .comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS, .pd = s.pd,
+					 .send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE};
+	struct end s3 = s, t3 = t;
+	if (!(s3.qp = ibv_create_qp_ex(s.ctx, &xa)))
+		die("ibv_create_qp_ex");
+	struct ibv_qp_ex *qx = ibv_qp_to_qp_ex(s3.qp);
+	qa.send_cq = qa.recv_cq = t.cq;
+	if (!qx || !(t3.qp = ibv_create_qp(t.pd, &qa)))
+		die("ibv_qp_to_qp_ex");
+	if (ibv_qp_to_qp_ex(t3.qp) != NULL) {
+		printf("FAIL: ibv_qp_to_qp_ex of a QP made by ibv_create_qp is not NULL\n");
+		return 1;
+	}
+	connect_qp(&t3, &s3);
+	connect_qp(&s3, &t3);
+	unsigned char inl[16];
+	memset(inl, 0x77, sizeof(inl));
+	ibv_wr_start(qx);
+	qx->wr_id = 1;
+	qx->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_rdma_write(qx, mr->rkey, (uintptr_t)region + 100);
+	ibv_wr_set_sge(qx, smr->lkey, (uintptr_t)src, 200);
+	qx->wr_id = 2;
+	ibv_wr_rdma_write(qx, mr->rkey, (uintptr_t)region + 1000);
+	ibv_wr_set_inline_data(qx, inl, sizeof(inl));
+	memset(inl, 0, sizeof(inl)); /* the setter copied it */
+	if (ibv_wr_complete(qx))
+		die("ibv_wr_complete");
+	struct ibv_wc wcs[2];
+	int got = 0;
+	time_t deadline = time(NULL) + 10;
+	while (got < 2 && time(NULL) <= deadline)
+		got += ibv_poll_cq(s.cq, 2 - got, wcs + got);
+	unsigned char want[REGION];
+	memcpy(want, src, REGION);
+	memcpy(want + 100, src, 200);
+	memset(want + 1000, 0x77, 16);
+	if (got != 2 || wcs[0].wr_id != 1 || wcs[1].wr_id != 2 || wcs[0].status || wcs[1].status ||
+	    memcmp(region, want, REGION) != 0 || check_guards(block, "by the ibv_wr_* WRITEs")) {
+		printf("FAIL: ibv_wr_* WRITEs: %d completions\n", got);
+		return 1;
+	}
+	xa.send_ops_flags = IBV_QP_EX_WITH_BIND_MW;
+	if (ibv_create_qp_ex(s.ctx, &xa) != NULL || errno != EOPNOTSUPP) {
+		printf("FAIL: a QP with memory-window binds was created\n");
+		return 1;
+	}
+	printf("ibv_wr_* API: an SGE WRITE and an inline WRITE in one batch landed\n");
+
 	/* Deregistration gives the pages back as ordinary memory. */
 	if (ibv_dereg_mr(mr))
 		die("ibv_dereg_mr");
-	if (check_guards(block, "by ibv_dereg_mr") || memcmp(region, src, REGION) != 0)
+	if (check_guards(block, "by ibv_dereg_mr") || memcmp(region, want, REGION) != 0) {
+		printf("FAIL: ibv_dereg_mr changed the region's bytes\n");
 		return 1;
+	}
 	region[0] ^= 1;
 	block[0] ^= 1;
 	printf("PASS\n");
