@@ -1,0 +1,72 @@
+package cm
+
+import (
+	"testing"
+	"time"
+
+	"github.com/rnicd/rnicd/wire/mad"
+)
+
+// Any MAD, in any of the states a connection passes through, is handled
+// without a panic, and the CM's state stays bounded and freeable.
+func FuzzHandleMAD(f *testing.F) {
+	// Seeds: every message of a connection's life.
+	w := newWorld(f, nil)
+	w.listen()
+	w.a.cm.Connect(rpingConnect())
+	for _, p := range w.deliver() {
+		f.Add(p.b, uint8(0))
+	}
+	w.b.events[0].ID.Accept(rpingAccept())
+	for _, p := range w.deliver() {
+		f.Add(p.b, uint8(1))
+	}
+	f.Add(make([]byte, 10), uint8(2))
+	f.Fuzz(func(t *testing.T, data []byte, stage uint8) {
+		w := newWorld(t, func(c *Config) { c.MaxIDs = 8 })
+		w.listen()
+		w.b.cm.Listen(udService, nil)
+		// Bring a connection to a stage, then throw data at both sides.
+		a, _ := w.a.cm.Connect(rpingConnect())
+		if stage%4 >= 1 {
+			w.deliver()
+		}
+		if stage%4 >= 2 && len(w.b.events) > 0 {
+			w.b.events[0].ID.Accept(rpingAccept())
+			w.deliver()
+		}
+		if stage%4 == 3 {
+			a.Disconnect(nil)
+		}
+		w.inject(w.a, data)
+		w.inject(w.b, data)
+		w.deliver()
+		w.inject(w.b, data)
+		for i := 0; i < 40; i++ {
+			w.advance(10 * time.Second)
+			w.deliver()
+			// Ask for no answer: the fuzz data may have started anything.
+			for _, n := range []*node{w.a, w.b} {
+				for _, e := range n.events {
+					if e.Type == EventConnectRequest && e.ID.State() != StateIdle {
+						e.ID.Reject(mad.RejConsumerDefined, nil)
+					}
+				}
+			}
+		}
+		for _, n := range []*node{w.a, w.b} {
+			if n.cm.NumIDs() > 8 {
+				t.Fatalf("%d IDs", n.cm.NumIDs())
+			}
+			// Whatever was started has ended: timers and TIMEWAIT ran out.
+			if n.cm.NumIDs() != 0 {
+				for _, id := range n.cm.ids {
+					if id.State() != StateEstablished && id.State() != StateREQRcvd && id.State() != StateMRAREQSent &&
+						id.State() != StateSIDRREQRcvd {
+						t.Fatalf("ID left in %v", id.State())
+					}
+				}
+			}
+		}
+	})
+}

@@ -1,0 +1,185 @@
+package cm
+
+import (
+	"fmt"
+
+	"github.com/rnicd/rnicd/ib"
+	"github.com/rnicd/rnicd/wire/mad"
+)
+
+// handleREQ is IBTA 12.9.6.2 on the passive side (Linux cm_req_handler).
+func (c *CM) handleREQ(from Dest, tid uint64, req mad.REQ) {
+	if dup := c.remote[remoteKey{req.LocalCommID(), req.LocalCAGUID()}]; dup != nil {
+		c.dupREQ(dup, tid)
+		return
+	}
+	l := c.listeners[req.ServiceID()]
+	switch {
+	case l == nil:
+		// Nobody listens: REJ "invalid service ID", which rdma_cm reports
+		// as connection refused. The REQ has no remote comm ID for us to
+		// echo: the REJ names only the sender's.
+		c.issueREJ(from, tid, req.LocalCommID(), 0, mad.RejInvalidServiceID, mad.MsgKindREQ)
+		return
+	case req.TransportType() > mad.TransportUC:
+		c.issueREJ(from, tid, req.LocalCommID(), 0, mad.RejInvalidTransportType, mad.MsgKindREQ)
+		return
+	case ib.MTU(req.PathMTU()).Bytes() == 0:
+		c.issueREJ(from, tid, req.LocalCommID(), 0, mad.RejInvalidMTU, mad.MsgKindREQ)
+		return
+	}
+	id, err := c.newID(StateREQRcvd)
+	if err != nil {
+		c.issueREJ(from, tid, req.LocalCommID(), 0, mad.RejNoResources, mad.MsgKindREQ)
+		return
+	}
+	id.listener, id.context = l, l.context
+	id.tid = tid
+	id.dest = from
+	id.localGID = req.PrimaryRemoteGID()
+	id.remoteID, id.remoteCAGUID = req.LocalCommID(), req.LocalCAGUID()
+	id.serviceID = req.ServiceID()
+	id.transport = req.TransportType()
+	id.remoteQPN = req.LocalQPN()
+	id.rqPSN = req.StartingPSN()
+	id.pathMTU = req.PathMTU()
+	// What the peer issues we must accept, and the other way round
+	// (cm_req_handler: initiator_depth = REQ responder resources).
+	id.respRes, id.initDepth = req.InitiatorDepth(), req.ResponderResources()
+	id.retryCount, id.rnrRetry = req.RetryCount(), req.RNRRetryCount()
+	id.ackTimeout = req.PrimaryLocalACKTimeout()
+	if id.ackTimeout == 0 {
+		id.ackTimeout = c.cfg.PacketLifeTime + 1
+	}
+	id.flowLabel, id.hopLimit, id.trafficClass = req.PrimaryFlowLabel(), req.PrimaryHopLimit(), req.PrimaryTrafficClass()
+	// Our REP waits as long as the active side says it takes to answer,
+	// and is resent as often as it says (cm_req_handler).
+	id.cmTimeout = ibTime(req.LocalCMResponseTimeout())
+	id.cmRetries = int(req.MaxCMRetries())
+	c.remote[remoteKey{id.remoteID, id.remoteCAGUID}] = id
+	c.event(Event{Type: EventConnectRequest, ID: id, Listener: l, PrivateData: clonePD(req.PrivateData()),
+		Remote: Remote{GID: from.GID, CAGUID: id.remoteCAGUID, ServiceID: id.serviceID, QPN: id.remoteQPN,
+			StartingPSN: id.rqPSN, PathMTU: id.pathMTU, ResponderResources: req.ResponderResources(),
+			InitiatorDepth: req.InitiatorDepth(), RetryCount: id.retryCount, RNRRetryCount: id.rnrRetry,
+			TransportType: id.transport}})
+}
+
+// dupREQ answers a REQ for a connection we already have: the active side
+// did not hear our answer (IBTA 12.9.6.2; Linux cm_dup_req_handler).
+func (c *CM) dupREQ(id *ID, tid uint64) {
+	c.counters.Duplicates++
+	switch id.state {
+	case StateREQRcvd:
+		// The application has not answered yet: an MRA tells the active
+		// side to wait our response time instead of giving up (12.6.6).
+		f := mad.MRAFields{LocalCommID: id.localID, RemoteCommID: id.remoteID,
+			MessageMRAed: mad.MsgKindREQ, ServiceTimeout: c.cfg.CMResponseTimeout}
+		mad.MRA(format(&id.last, mad.AttrMRA, id.tid)).Encode(&f)
+		id.state = StateMRAREQSent
+		id.sendLast()
+	case StateMRAREQSent:
+		id.sendLast() // the MRA again
+	case StateREPSent, StateMRAREPRcvd:
+		// Our REP was lost: send it again now rather than at its timer.
+		c.send(id.dest, id.msg[:])
+	case StateTimewait:
+		// An old connection's REQ (12.9.8.4): stale. The REJ echoes the
+		// REQ's transaction, not our DREQ's.
+		c.issueREJ(id.dest, tid, id.remoteID, id.localID, mad.RejStaleConn, mad.MsgKindREQ)
+	default:
+		c.drop()
+	}
+}
+
+// AcceptParam are the passive side's answer to a ConnectRequest (struct
+// ib_cm_rep_param as rdma_accept fills it).
+type AcceptParam struct {
+	// QPN is the application's QP (RESET or INIT), or for a SIDR_REQ the
+	// UD QP the requester should send to.
+	QPN         uint32
+	QKey        uint32 // SIDR only: the UD QP's Q_Key
+	StartingPSN uint32
+	// ResponderResources and InitiatorDepth are cut to what the REQ
+	// offered, as librdmacm's rdma_accept does.
+	ResponderResources uint8
+	InitiatorDepth     uint8
+	RNRRetryCount      uint8 // what the active side's QP should use, 3 bits
+	PrivateData        []byte
+}
+
+// targetACKDelay is the REP's target ACK delay code, what rxe's Linux CM
+// sends (the golden captures' REPs say 15).
+const targetACKDelay = 15
+
+// Accept answers a ConnectRequest: moves the QP to INIT, RTR and RTS with
+// the REQ's values and sends a REP, resent until the RTU comes (the
+// Established event) or its retries run out (Unreachable). For a SIDR_REQ
+// it sends a SIDR_REP with QPN and QKey.
+func (id *ID) Accept(p AcceptParam) error {
+	if id.state == StateSIDRREQRcvd {
+		return id.sidrReply(mad.SIDRSuccess, p.QPN, p.QKey, p.PrivateData)
+	}
+	if id.state != StateREQRcvd && id.state != StateMRAREQSent {
+		return fmt.Errorf("cm: Accept in state %v", id.state)
+	}
+	if len(p.PrivateData) > mad.REPPrivateDataLen {
+		return fmt.Errorf("cm: %d bytes of private data, a REP holds %d", len(p.PrivateData), mad.REPPrivateDataLen)
+	}
+	c := id.cm
+	id.qpn = p.QPN & 0xffffff
+	id.sqPSN = p.StartingPSN & 0xffffff
+	id.respRes = min(p.ResponderResources, id.respRes)
+	id.initDepth = min(p.InitiatorDepth, id.initDepth)
+	err := id.toInit()
+	if err == nil {
+		err = id.toRTS()
+	}
+	if err != nil {
+		// rdma_accept's error path: QP to ERR, REJ "consumer defined".
+		id.toErr()
+		id.sendREJ(mad.RejConsumerDefined, mad.MsgKindREQ, nil, nil)
+		id.state = StateIdle
+		c.free(id)
+		return err
+	}
+	f := mad.REPFields{LocalCommID: id.localID, RemoteCommID: id.remoteID, LocalQPN: id.qpn,
+		StartingPSN: id.sqPSN, ResponderResources: id.respRes, InitiatorDepth: id.initDepth,
+		TargetACKDelay: targetACKDelay, RNRRetryCount: p.RNRRetryCount & 7, LocalCAGUID: c.cfg.CAGUID}
+	copy(f.PrivateData[:], p.PrivateData)
+	mad.REP(format(&id.msg, mad.AttrREP, id.tid)).Encode(&f)
+	id.state = StateREPSent
+	id.sendRetried(id.cmTimeout, id.cmRetries)
+	return nil
+}
+
+// Reject refuses a ConnectRequest with a REJ (or a SIDR_REP of status
+// "rejected") and ends the ID (ib_send_cm_rej; rdma_reject uses reason
+// mad.RejConsumerDefined).
+func (id *ID) Reject(reason mad.RejReason, privateData []byte) error {
+	switch id.state {
+	case StateSIDRREQRcvd:
+		return id.sidrReply(mad.SIDRReject, 0, 0, privateData)
+	case StateREQRcvd, StateMRAREQSent:
+	default:
+		return fmt.Errorf("cm: Reject in state %v", id.state)
+	}
+	if len(privateData) > mad.REJPrivateDataLen {
+		return fmt.Errorf("cm: %d bytes of private data, a REJ holds %d", len(privateData), mad.REJPrivateDataLen)
+	}
+	id.sendREJ(reason, mad.MsgKindREQ, nil, privateData)
+	id.state = StateIdle
+	id.cm.free(id)
+	return nil
+}
+
+// handleRTU is IBTA 12.9.6.2's last step (Linux cm_rtu_handler).
+func (c *CM) handleRTU(rtu mad.RTU) {
+	id := c.lookup(rtu.RemoteCommID(), rtu.LocalCommID())
+	if id == nil || id.state != StateREPSent && id.state != StateMRAREPRcvd {
+		c.drop() // late or duplicate: the connection is already up
+		return
+	}
+	id.cancel()
+	id.state = StateEstablished
+	c.event(Event{Type: EventEstablished, ID: id, PrivateData: clonePD(rtu.PrivateData())})
+}
