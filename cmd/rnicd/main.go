@@ -34,6 +34,7 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/rnicd/rnicd/internal/kwait"
 	"github.com/rnicd/rnicd/rnic"
@@ -185,6 +186,10 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	nofile, err := raiseNofile()
+	if err != nil {
+		log.Warn("descriptors: keeping the soft limit", "err", err)
+	}
 	// Signals are caught before the ready line, so whoever waits for it
 	// may signal at once.
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -244,10 +249,19 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	srv := hostif.NewServer(hostif.Config{Device: dev, Name: c.name, Log: log, Steering: steer})
-	go srv.Serve(l)
+	// A serving goroutine that stops leaves a daemon that is up but deaf
+	// (issue 19: Serve returned on EMFILE and nothing noticed): whichever
+	// stops, the daemon stops too, non-zero, with the reason.
+	go func() {
+		err := srv.Serve(l)
+		if err == nil {
+			err = errors.New("listener closed")
+		}
+		obs.stopped <- fmt.Errorf("control socket %s stopped serving: %w", path, err)
+	}()
 	pa := dev.QueryPort()
 	log.Info("device up", "name", c.name, "addr", pa.Addr, "mode", c.mode, "gid", pa.GID, "active_mtu", pa.ActiveMTU,
-		"socket", path, "monitor", verbs.MonitorSocketPath(c.name), "lends_sockets", steer != nil)
+		"socket", path, "monitor", verbs.MonitorSocketPath(c.name), "lends_sockets", steer != nil, "max_fds", nofile)
 	ready := fmt.Sprintf("rnicd: port %v mode %v gid %v active_mtu %d", pa.Addr, c.mode, pa.GID, pa.ActiveMTU)
 	if obs.httpAddr != nil {
 		ready += fmt.Sprintf(" http %v", obs.httpAddr)
@@ -270,15 +284,48 @@ func run(args []string, stdout, stderr io.Writer) error {
 			obs.tick()
 		case <-ctx.Done():
 			log.Info("stopping: every QP to ERR, outstanding work flushed")
-			srv.Shutdown()
-			obs.stopServing()
-			os.Remove(path)
-			printCounters(stdout, dev, srv)
-			err := dev.Close()
-			obs.close()
-			return err
+			return stopAll(stdout, dev, srv, obs, path, nil)
+		case err := <-obs.stopped:
+			log.Error("stopping: a server stopped", "err", err)
+			return stopAll(stdout, dev, srv, obs, path, err)
 		}
 	}
+}
+
+// stopAll stops serving, moves every QP to ERR (flushing outstanding
+// work), closes the device and the observers, and returns why it stopped
+// (nil: a signal), else the device's close error.
+func stopAll(stdout io.Writer, dev *rnic.Device, srv *hostif.Server, obs *observers, path string, why error) error {
+	srv.Shutdown()
+	obs.stopServing()
+	os.Remove(path)
+	printCounters(stdout, dev, srv)
+	err := dev.Close()
+	obs.close()
+	if why != nil {
+		return why
+	}
+	return err
+}
+
+// raiseNofile raises the soft limit on open descriptors to the hard
+// limit and returns it: every client's CQ holds an eventfd and every
+// region a memfd, and the soft limit (1,024 on most systems) is what a
+// single client exhausted in issue 19. Go's runtime does the same at
+// start since Go 1.19; doing it here says so, and keeps it if that
+// changes.
+func raiseNofile() (uint64, error) {
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+		return 0, fmt.Errorf("RLIMIT_NOFILE: %w", err)
+	}
+	if lim.Cur < lim.Max {
+		lim.Cur = lim.Max
+		if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+			return 0, fmt.Errorf("raise RLIMIT_NOFILE to %d: %w", lim.Max, err)
+		}
+	}
+	return lim.Cur, nil
 }
 
 // printCounters writes the nonzero counters, as `rdma statistic show` does.

@@ -39,13 +39,17 @@ type observers struct {
 	servers  []*http.Server
 	httpAddr net.Addr // the TCP port's address, nil without --http
 	serving  sync.WaitGroup
+	// stopped gets why a server stopped serving on its own (the
+	// monitor's, or the control socket's, which run sends here too); the
+	// daemon then exits with it.
+	stopped chan error
 }
 
 // startObservers starts what c asks for, and always the monitor on
 // socketPath. On error it undoes what it started.
 func startObservers(c config, dev *rnic.Device, faulty *ibudp.Faulty, tr *trace.Tracer,
 	socketPath string, log *slog.Logger) (_ *observers, err error) {
-	o := &observers{log: log, dev: dev}
+	o := &observers{log: log, dev: dev, stopped: make(chan error, 4)}
 	defer func() {
 		if err != nil {
 			o.stopServing()
@@ -116,8 +120,14 @@ func (o *observers) serve(l net.Listener) {
 	o.serving.Add(1)
 	go func() {
 		defer o.serving.Done()
+		// net/http's Serve retries what accept says is temporary
+		// (EMFILE, ENFILE) with a back-off; any other end but Close is
+		// the daemon's.
 		if err := s.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			o.log.Error("monitor stopped serving", "addr", l.Addr(), "err", err)
+			select {
+			case o.stopped <- fmt.Errorf("monitor on %v stopped serving: %w", l.Addr(), err):
+			default:
+			}
 		}
 	}()
 }
