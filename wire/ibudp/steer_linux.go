@@ -1,16 +1,14 @@
 package ibudp
 
 import (
-	"bytes"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/netip"
 	"os"
-	"runtime"
 	"sync"
-	"unsafe"
 
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
 	"golang.org/x/sys/unix"
 )
 
@@ -31,26 +29,29 @@ import (
 // holder keeps it open.
 //
 // Loading the program needs CAP_BPF (root).
+//
+// The program and the map are made with github.com/cilium/ebpf, its asm
+// package for the instructions: the ecosystem's pure-Go library (the
+// build stays CGO_ENABLED=0) in place of hand-assembled instruction bytes
+// and a hand-rolled bpf(2) wrapper that had to keep its attribute memory
+// where the garbage collector would not move it. The program it builds is
+// the same 28 instructions, byte for byte. Measured at the switch
+// (v0.22.0): rnicd grows from 17.00 to 18.40 MB and rnic from 16.70 to
+// 18.12 MB (+1.4 MB, +8%); a cold build of
+// cmd/rnicd takes 54 s of CPU instead of 47 (+15%, once: the module is
+// cached after); a steered port opens in 0.8-0.9 ms either way; the data
+// path never calls the library (the kernel runs the program). Safer code
+// we no longer maintain was judged worth the 1.4 MB.
 type Steering struct {
 	addr  netip.AddrPort
 	scope uint32
 	setup func(fd int) error // options of a lent socket, before bind
 
 	mu     sync.Mutex
-	mapFD  int
-	progFD int
+	socks  *ebpf.Map     // block -> socket (REUSEPORT_SOCKARRAY)
+	prog   *ebpf.Program // the selector
 	lent   [SteerBlocks]bool
 	closed bool
-	// call is the memory of a bpf(2) call, under mu. The attributes hold
-	// addresses of the rest, so it lives here, on the heap, where nothing
-	// moves it (a goroutine's stack may move between the store and the call).
-	call struct {
-		attr    [128]byte
-		key     uint32
-		val     uint64
-		license [4]byte
-		log     [4096]byte
-	}
 }
 
 // SteerBlocks is the number of QPN blocks, the port's block 0 included.
@@ -73,30 +74,9 @@ func SteeringOf(p Port) *Steering {
 	return nil
 }
 
-// eBPF, as the kernel's uapi linux/bpf.h numbers it.
-const (
-	bpfFuncSKBLoadBytes      = 26 // sk_reuseport_load_bytes for this program type
-	bpfFuncSKSelectReuseport = 82
-	skPass                   = 1
-	// bthDestQPHigh is the offset of the top byte of the BTH's DestQP
-	// from the UDP header, where the program's packet data begins.
-	bthDestQPHigh = 8 + 5
-)
-
-// bpfInsn is one eBPF instruction.
-type bpfInsn struct {
-	code     uint8
-	dst, src uint8
-	off      int16
-	imm      int32
-}
-
-func (i bpfInsn) put(b []byte) {
-	b[0] = i.code
-	b[1] = i.dst | i.src<<4
-	binary.LittleEndian.PutUint16(b[2:], uint16(i.off))
-	binary.LittleEndian.PutUint32(b[4:], uint32(i.imm))
-}
+// bthDestQPHigh is the offset of the top byte of the BTH's DestQP from the
+// UDP header, where the program's packet data begins.
+const bthDestQPHigh = 8 + 5
 
 // steerProgram is the selector: key = top byte of the DestQP, select the
 // socket at key, and if there is none (or the byte cannot be read), the
@@ -111,94 +91,62 @@ func (i bpfInsn) put(b []byte) {
 //		sk_select_reuseport(ctx, map, fp-4, 0)
 //	}
 //	return SK_PASS
-func steerProgram(mapFD int) []byte {
-	const (
-		alu64K = unix.BPF_ALU64 | unix.BPF_K
-		alu64X = unix.BPF_ALU64 | unix.BPF_X
-		call   = unix.BPF_JMP | unix.BPF_CALL
-		fp     = 10
-	)
-	mov := func(dst, src uint8) bpfInsn { return bpfInsn{code: alu64X | unix.BPF_MOV, dst: dst, src: src} }
-	movK := func(dst uint8, imm int32) bpfInsn { return bpfInsn{code: alu64K | unix.BPF_MOV, dst: dst, imm: imm} }
-	addK := func(dst uint8, imm int32) bpfInsn { return bpfInsn{code: alu64K | unix.BPF_ADD, dst: dst, imm: imm} }
-	ldMap := []bpfInsn{
-		{code: unix.BPF_LD | unix.BPF_DW | unix.BPF_IMM, dst: 2, src: unix.BPF_PSEUDO_MAP_FD, imm: int32(mapFD)},
-		{},
+func steerProgram(socks *ebpf.Map) asm.Instructions {
+	// selectAt selects the socket of the key at fp-4; the result is in r0.
+	selectAt := func() asm.Instructions {
+		return asm.Instructions{
+			asm.Mov.Reg(asm.R1, asm.R6),
+			asm.LoadMapPtr(asm.R2, socks.FD()),
+			asm.Mov.Reg(asm.R3, asm.RFP),
+			asm.Add.Imm(asm.R3, -4),
+			asm.Mov.Imm(asm.R4, 0),
+			asm.FnSkSelectReuseport.Call(),
+		}
 	}
-	selectAt := func() []bpfInsn {
-		return append(append([]bpfInsn{mov(1, 6)}, ldMap...),
-			mov(3, fp), addK(3, -4), movK(4, 0), bpfInsn{code: call, imm: bpfFuncSKSelectReuseport})
-	}
-	prog := []bpfInsn{
-		mov(6, 1),
-		movK(2, bthDestQPHigh), mov(3, fp), addK(3, -8), movK(4, 1),
-		{code: call, imm: bpfFuncSKBLoadBytes},
-		movK(7, 0),
-		{code: unix.BPF_JMP | unix.BPF_JNE | unix.BPF_K, dst: 0, off: 1},
-		{code: unix.BPF_LDX | unix.BPF_MEM | unix.BPF_B, dst: 7, src: fp, off: -8},
-		{code: unix.BPF_STX | unix.BPF_MEM | unix.BPF_W, dst: fp, src: 7, off: -4},
+	// In an SK_REUSEPORT program helper 26 is sk_reuseport_load_bytes,
+	// which reads from the UDP header on.
+	prog := asm.Instructions{
+		asm.Mov.Reg(asm.R6, asm.R1),
+		asm.Mov.Imm(asm.R2, bthDestQPHigh),
+		asm.Mov.Reg(asm.R3, asm.RFP),
+		asm.Add.Imm(asm.R3, -8),
+		asm.Mov.Imm(asm.R4, 1),
+		asm.FnSkbLoadBytes.Call(),
+		asm.Mov.Imm(asm.R7, 0),
+		asm.JNE.Imm(asm.R0, 0, "key"),
+		asm.LoadMem(asm.R7, asm.RFP, -8, asm.Byte),
+		asm.StoreMem(asm.RFP, -4, asm.R7, asm.Word).WithSymbol("key"),
 	}
 	prog = append(prog, selectAt()...)
-	fallback := append([]bpfInsn{{code: unix.BPF_ST | unix.BPF_MEM | unix.BPF_W, dst: fp, off: -4}}, selectAt()...)
-	prog = append(prog, bpfInsn{code: unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K, dst: 0, off: int16(len(fallback))})
-	prog = append(prog, fallback...)
-	prog = append(prog, movK(0, skPass), bpfInsn{code: unix.BPF_JMP | unix.BPF_EXIT})
-	b := make([]byte, 8*len(prog))
-	for i, in := range prog {
-		in.put(b[8*i:])
-	}
-	return b
+	prog = append(prog, asm.JEq.Imm(asm.R0, 0, "pass"),
+		asm.StoreImm(asm.RFP, -4, 0, asm.Word))
+	prog = append(prog, selectAt()...)
+	return append(prog,
+		asm.Mov.Imm(asm.R0, 1).WithSymbol("pass"), // SK_PASS
+		asm.Return())
 }
-
-// bpf runs bpf(2) with s.call.attr, which it clears after; mu is held.
-func (s *Steering) bpf(cmd int) (int, error) {
-	a := &s.call.attr
-	r, _, e := unix.Syscall(unix.SYS_BPF, uintptr(cmd), uintptr(unsafe.Pointer(a)), uintptr(len(a)))
-	*a = [len(a)]byte{}
-	if e != 0 {
-		return -1, e
-	}
-	return int(r), nil
-}
-
-func addr64(p unsafe.Pointer) uint64 { return uint64(uintptr(p)) }
 
 // newSteering makes the map and the program and attaches them to the
 // group of fd, the port's bound socket, which takes block 0.
 func newSteering(fd int, addr netip.AddrPort, scope uint32, setup func(fd int) error) (*Steering, error) {
-	s := &Steering{addr: addr, scope: scope, setup: setup, mapFD: -1, progFD: -1}
+	s := &Steering{addr: addr, scope: scope, setup: setup}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	le := binary.LittleEndian
-	a := s.call.attr[:]
-	le.PutUint32(a[0:], unix.BPF_MAP_TYPE_REUSEPORT_SOCKARRAY)
-	le.PutUint32(a[4:], 4) // key: the block
-	le.PutUint32(a[8:], 8) // value: a socket descriptor
-	le.PutUint32(a[12:], SteerBlocks)
 	var err error
-	if s.mapFD, err = s.bpf(unix.BPF_MAP_CREATE); err != nil {
-		return nil, fmt.Errorf("ibudp: steering map: %w", os.NewSyscallError("bpf", err))
-	}
-	insns := steerProgram(s.mapFD) // made with a computed size: on the heap
-	copy(s.call.license[:], "GPL\x00")
-	le.PutUint32(a[0:], unix.BPF_PROG_TYPE_SK_REUSEPORT)
-	le.PutUint32(a[4:], uint32(len(insns)/8))
-	le.PutUint64(a[8:], addr64(unsafe.Pointer(&insns[0])))
-	le.PutUint64(a[16:], addr64(unsafe.Pointer(&s.call.license[0])))
-	le.PutUint32(a[24:], 1) // log level: the verifier says why it refuses
-	le.PutUint32(a[28:], uint32(len(s.call.log)))
-	le.PutUint64(a[32:], addr64(unsafe.Pointer(&s.call.log[0])))
-	s.progFD, err = s.bpf(unix.BPF_PROG_LOAD)
-	runtime.KeepAlive(insns)
+	s.socks, err = ebpf.NewMap(&ebpf.MapSpec{Name: "rnicd_steer", Type: ebpf.ReusePortSockArray,
+		KeySize: 4, ValueSize: 8, MaxEntries: SteerBlocks}) // key: the block; value: a socket descriptor
 	if err != nil {
-		log := s.call.log[:]
-		if i := bytes.IndexByte(log, 0); i >= 0 {
-			log = log[:i]
-		}
-		s.closeLocked()
-		return nil, fmt.Errorf("ibudp: steering program: %w (verifier: %q)", os.NewSyscallError("bpf", err), log)
+		return nil, fmt.Errorf("ibudp: steering map: %w", err)
 	}
-	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ATTACH_REUSEPORT_EBPF, s.progFD); err != nil {
+	// On a refusal the library loads again with the verifier's log and
+	// puts it in the error: it says why.
+	s.prog, err = ebpf.NewProgram(&ebpf.ProgramSpec{Name: "rnicd_steer", Type: ebpf.SkReuseport,
+		Instructions: steerProgram(s.socks), License: "GPL"})
+	if err != nil {
+		s.closeLocked()
+		return nil, fmt.Errorf("ibudp: steering program: %w", err)
+	}
+	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ATTACH_REUSEPORT_EBPF, s.prog.FD()); err != nil {
 		s.closeLocked()
 		return nil, fmt.Errorf("ibudp: attach steering program: %w", os.NewSyscallError("setsockopt", err))
 	}
@@ -211,23 +159,10 @@ func newSteering(fd int, addr netip.AddrPort, scope uint32, setup func(fd int) e
 
 // put sets the socket of block b; mu is held.
 func (s *Steering) put(b uint8, fd int) error {
-	if err := s.elem(unix.BPF_MAP_UPDATE_ELEM, b, fd); err != nil {
-		return fmt.Errorf("ibudp: steer block %d: %w", b, os.NewSyscallError("bpf", err))
+	if err := s.socks.Update(uint32(b), uint64(fd), ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("ibudp: steer block %d: %w", b, err)
 	}
 	return nil
-}
-
-// elem updates or deletes the map element of block b; mu is held.
-func (s *Steering) elem(cmd int, b uint8, fd int) error {
-	s.call.key, s.call.val = uint32(b), uint64(fd)
-	a := s.call.attr[:]
-	binary.LittleEndian.PutUint32(a[0:], uint32(s.mapFD))
-	binary.LittleEndian.PutUint64(a[8:], addr64(unsafe.Pointer(&s.call.key)))
-	if cmd == unix.BPF_MAP_UPDATE_ELEM {
-		binary.LittleEndian.PutUint64(a[16:], addr64(unsafe.Pointer(&s.call.val)))
-	}
-	_, err := s.bpf(cmd)
-	return err
 }
 
 // ErrNoBlock is returned by Lend when every block is lent.
@@ -275,9 +210,9 @@ func (s *Steering) Release(b uint8) error {
 	if s.closed {
 		return nil
 	}
-	// ENOENT: the socket closed and left the map by itself.
-	if err := s.elem(unix.BPF_MAP_DELETE_ELEM, b, -1); err != nil && !errors.Is(err, unix.ENOENT) {
-		return fmt.Errorf("ibudp: release steering block %d: %w", b, os.NewSyscallError("bpf", err))
+	// No key: the socket closed and left the map by itself.
+	if err := s.socks.Delete(uint32(b)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("ibudp: release steering block %d: %w", b, err)
 	}
 	return nil
 }
@@ -290,12 +225,12 @@ func (s *Steering) close() {
 
 func (s *Steering) closeLocked() {
 	s.closed = true
-	if s.progFD >= 0 {
-		unix.Close(s.progFD)
-		s.progFD = -1
+	if s.prog != nil {
+		s.prog.Close()
+		s.prog = nil
 	}
-	if s.mapFD >= 0 {
-		unix.Close(s.mapFD)
-		s.mapFD = -1
+	if s.socks != nil {
+		s.socks.Close()
+		s.socks = nil
 	}
 }
