@@ -23,7 +23,8 @@ set -euo pipefail
 # rdmacm-utils brings rping, for the connection manager's cases.
 pkgs=(rdma-core ibverbs-providers libibverbs1 librdmacm1 libibumad3 perftest
 	ibverbs-utils rdmacm-utils libnl-3-200 libnl-route-3-200 libpci3)
-mods=(crc32_generic virtio_pci virtio_net rdma_rxe ib_uverbs ib_umad)
+# rdma_ucm (with rdma_cm, ib_cm, iw_cm) is what rping and librdmacm need.
+mods=(crc32_generic virtio_pci virtio_net rdma_rxe ib_uverbs ib_umad rdma_ucm)
 
 fail() { echo "vm.sh: $*" >&2; exit 2; }
 
