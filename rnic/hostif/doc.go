@@ -16,7 +16,10 @@
 // lengths, counts, handles and descriptors are checked before use, and a
 // bad message gets an error reply and changes nothing.
 //
-// Objects. Every handle belongs to the connection that created it; when
+// Objects. Every handle belongs to the connection that created it and
+// names one object of one kind (objects.go): the request table says which
+// kind each request acts on, and one check refuses a handle of another
+// kind or another client before any handler runs. When
 // the connection closes (the application exits or is killed) everything it
 // created is destroyed: QPs moved to ERR and destroyed, MRs deregistered
 // and unmapped, CQs, SRQs, channels and descriptors closed.

@@ -16,10 +16,10 @@ import (
 // cqObj is a CQ whose completions the engine writes into a ring in the
 // client's memory (the CQ's sink).
 type cqObj struct {
-	s      *Server
-	cq     *rnic.CQ
+	s  *Server
+	cq *rnic.CQ
+	useCount
 	ch     *chanObj // nil: no channel
-	refs   int
 	mem    []byte
 	ring   *Ring
 	waitFD int // the client's eventfd for Wait
@@ -29,7 +29,7 @@ type cqObj struct {
 	prod uint32
 }
 
-func (c *conn) createCQ(b Body, fds []int) (Body, []int, error) {
+func (c *conn) createCQ(_ object, b Body, fds []int) (Body, []int, error) {
 	r := b.(*CreateCQReq)
 	if r.CQE < 1 || r.CQE > rnic.MaxCQE {
 		return nil, nil, errf(CodeInvalid, "create_cq: %d entries outside 1..%d", r.CQE, rnic.MaxCQE)
@@ -37,7 +37,7 @@ func (c *conn) createCQ(b Body, fds []int) (Body, []int, error) {
 	var ch *chanObj
 	if r.Channel != 0 {
 		var err error
-		if ch, err = lookup[*chanObj](c, r.Channel, "completion channel"); err != nil {
+		if ch, err = lookup[*chanObj](c, r.Channel, kindChannel); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -58,7 +58,7 @@ func (c *conn) createCQ(b Body, fds []int) (Body, []int, error) {
 	fds[0] = -1
 	q.SetSink(o.sink)
 	if ch != nil {
-		ch.refs++
+		ch.hold()
 	}
 	h := c.add(o)
 	return &RingReply{H: h, Caps: ib.QPCap{MaxSendWR: int(r.CQE)},
@@ -101,30 +101,35 @@ func (o *cqObj) sink(wc *ib.WC, solicited bool) error {
 	return nil
 }
 
-func (o *cqObj) destroy() {
+func (*cqObj) kind() objKind { return kindCQ }
+
+// release stops the sink before the ring's memory goes: the engine's CQ
+// may still be completing into it.
+func (o *cqObj) release(*conn) error {
 	o.mu.Lock()
 	o.dead = true
 	o.mu.Unlock()
 	unix.Munmap(o.mem)
 	unix.Close(o.waitFD)
 	if o.ch != nil {
-		o.ch.refs--
+		o.ch.drop()
 	}
+	return nil
 }
 
 // srqObj is a shared receive queue fed from a ring.
 type srqObj struct {
+	useCount
 	pd     *pdObj
 	srq    *rnic.SRQ
 	maxSGE int
-	refs   int
 	mem    []byte
 	feed   *recvFeed
 }
 
-func (c *conn) createSRQ(b Body, _ []int) (Body, []int, error) {
+func (c *conn) createSRQ(_ object, b Body, _ []int) (Body, []int, error) {
 	r := b.(*CreateSRQReq)
-	pd, err := lookup[*pdObj](c, r.PD, "PD")
+	pd, err := lookup[*pdObj](c, r.PD, kindPD)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -147,19 +152,23 @@ func (c *conn) createSRQ(b Body, _ []int) (Body, []int, error) {
 	ring.writeGeometry()
 	feed := newRecvFeed(ring, int(r.MaxSGE))
 	s.SetFetch(feed.pull)
-	pd.refs++
+	pd.hold()
 	h := c.add(&srqObj{pd: pd, srq: s, maxSGE: int(r.MaxSGE), mem: mem, feed: feed})
 	return &RingReply{H: h, Caps: ib.QPCap{MaxRecvWR: int(r.MaxWR), MaxRecvSGE: int(r.MaxSGE)},
 		Recv: RingDesc{Size: uint32(len(mem)), Slots: r.MaxWR, SlotBytes: slot}}, []int{fd}, nil
 }
 
-func (o *srqObj) destroy() {
+func (*srqObj) kind() objKind { return kindSRQ }
+
+func (o *srqObj) release(*conn) error {
 	unix.Munmap(o.mem)
-	o.pd.refs--
+	o.pd.drop()
+	return nil
 }
 
 // qpObj is a client's QP with its two rings.
 type qpObj struct {
+	noUsers
 	owner     *conn
 	qp        *rnic.QP
 	pd        *pdObj
@@ -196,23 +205,23 @@ func (q *qpObj) completed(wc *ib.WC) {
 	}
 }
 
-func (c *conn) createQP(b Body, _ []int) (Body, []int, error) {
+func (c *conn) createQP(_ object, b Body, _ []int) (Body, []int, error) {
 	r := b.(*CreateQPReq)
-	pd, err := lookup[*pdObj](c, r.PD, "PD")
+	pd, err := lookup[*pdObj](c, r.PD, kindPD)
 	if err != nil {
 		return nil, nil, err
 	}
-	scq, err := lookup[*cqObj](c, r.SendCQ, "CQ")
+	scq, err := lookup[*cqObj](c, r.SendCQ, kindCQ)
 	if err != nil {
 		return nil, nil, err
 	}
-	rcq, err := lookup[*cqObj](c, r.RecvCQ, "CQ")
+	rcq, err := lookup[*cqObj](c, r.RecvCQ, kindCQ)
 	if err != nil {
 		return nil, nil, err
 	}
 	var srq *srqObj
 	if r.SRQ != 0 {
-		if srq, err = lookup[*srqObj](c, r.SRQ, "SRQ"); err != nil {
+		if srq, err = lookup[*srqObj](c, r.SRQ, kindSRQ); err != nil {
 			return nil, nil, err
 		}
 		if srq.pd != pd {
@@ -254,23 +263,19 @@ func (c *conn) createQP(b Body, _ []int) (Body, []int, error) {
 		qp.RQ.SetFetch(q.rqFeed.pull)
 		reply.Recv = RingDesc{Offset: uint32(sqBytes), Size: uint32(total - sqBytes), Slots: uint32(caps.MaxRecvWR), SlotBytes: rqSlot}
 	}
-	pd.refs++
-	scq.refs++
-	rcq.refs++
+	pd.hold()
+	scq.hold()
+	rcq.hold()
 	if srq != nil {
-		srq.refs++
+		srq.hold()
 	}
 	c.s.qps.Store(qp.QPN, q)
 	reply.H = c.add(q)
 	return reply, []int{fd}, nil
 }
 
-func (c *conn) modifyQP(b Body, _ []int) (Body, []int, error) {
-	r := b.(*ModifyQPReq)
-	q, err := lookup[*qpObj](c, r.H, "QP")
-	if err != nil {
-		return nil, nil, err
-	}
+func (c *conn) modifyQP(o object, b Body, _ []int) (Body, []int, error) {
+	r, q := b.(*ModifyQPReq), o.(*qpObj)
 	if err := c.s.dev.ModifyQP(q.qp, &r.Attr, r.Mask); err != nil {
 		return nil, nil, errf(CodeInvalid, "modify_qp: %v", err)
 	}
@@ -291,41 +296,44 @@ func (c *conn) modifyQP(b Body, _ []int) (Body, []int, error) {
 	return &Empty{}, nil, nil
 }
 
-func (c *conn) queryQP(b Body, _ []int) (Body, []int, error) {
-	q, err := lookup[*qpObj](c, b.(*Handle).H, "QP")
-	if err != nil {
-		return nil, nil, err
-	}
+func (c *conn) queryQP(o object, _ Body, _ []int) (Body, []int, error) {
+	q := o.(*qpObj)
 	return &QPAttrReply{Attr: c.s.dev.QueryQP(q.qp)}, nil, nil
 }
 
-// destroyQP destroys a QP; a client that died has its QPs moved to ERR
-// first so that their WQEs are flushed (rxe does the same on close).
-func (c *conn) destroyQP(q *qpObj, flush bool) {
-	if flush {
-		// A client that exits without destroying its QPs may have polled
-		// a completion whose ACK the receive batch has yet to send, and
-		// ERR would stop it: let the batch end first (Fence waits for it).
-		c.s.dev.Fence()
-		c.s.dev.EnterError(q.qp)
-	}
+func (*qpObj) kind() objKind { return kindQP }
+
+// release destroys the QP; its outstanding WQEs complete no more
+// (ibv_destroy_qp).
+func (q *qpObj) release(c *conn) error {
 	c.s.dev.DestroyQP(q.qp)
 	c.s.qps.Delete(q.qp.QPN)
 	c.s.dev.Fence()
 	unix.Munmap(q.mem)
-	q.pd.refs--
-	q.scq.refs--
-	q.rcq.refs--
+	q.pd.drop()
+	q.scq.drop()
+	q.rcq.drop()
 	if q.srq != nil {
-		q.srq.refs--
+		q.srq.drop()
 	}
+	return nil
+}
+
+// flushQP moves the QP of a client that died to ERR, so that its WQEs
+// are flushed before it is destroyed.
+func (c *conn) flushQP(q *qpObj) {
+	// A client that exits without destroying its QPs may have polled a
+	// completion whose ACK the receive batch has yet to send, and ERR
+	// would stop it: let the batch end first (Fence waits for it).
+	c.s.dev.Fence()
+	c.s.dev.EnterError(q.qp)
 }
 
 // fetchAll fetches every QP's and SRQ's new WQEs, as if each had rung
 // its doorbells; errors were already answered or counted by the fetch.
 func (c *conn) fetchAll() {
 	c.mu.Lock()
-	objs := make([]any, 0, len(c.objs))
+	objs := make([]object, 0, len(c.objs))
 	for _, o := range c.objs {
 		objs = append(objs, o)
 	}
@@ -350,12 +358,9 @@ func (c *conn) fetchAll() {
 // ring's producer index, validates each and posts it to the engine. A
 // WQE that fails validation completes with LOC_QP_OP_ERR and moves the
 // QP to ERR, as a NIC does at WQE fetch; later ones are flushed.
-func (c *conn) doorbell(b Body, _ []int) (Body, []int, error) {
+func (c *conn) doorbell(target object, b Body, _ []int) (Body, []int, error) {
 	r := b.(*DoorbellReq)
-	c.mu.Lock()
-	o := c.objs[r.H]
-	c.mu.Unlock()
-	switch o := o.(type) {
+	switch o := target.(type) {
 	case *qpObj:
 		if o.broken {
 			return nil, nil, errf(CodeInvalid, "doorbell: QP %#x had a garbage producer index; modify it to RESET", o.qp.QPN)
@@ -374,7 +379,7 @@ func (c *conn) doorbell(b Body, _ []int) (Body, []int, error) {
 		}
 		return nil, nil, c.fetchSRQ(o)
 	}
-	return nil, nil, errf(CodeNoHandle, "doorbell: no QP or SRQ with handle %d", r.H)
+	return nil, nil, errf(CodeNoHandle, "doorbell: handle %d names a %v", r.H, target.kind())
 }
 
 // newWQEs returns how many WQEs the producer index says were added, or an

@@ -14,7 +14,6 @@ import (
 
 	"github.com/rnicd/rnicd/ib"
 	"github.com/rnicd/rnicd/rnic"
-	"github.com/rnicd/rnicd/rnic/dma"
 	"github.com/rnicd/rnicd/wire/ibudp"
 )
 
@@ -87,7 +86,7 @@ func (s *Server) ServeConn(uc *net.UnixConn) { s.newConn(uc).run() }
 
 // newConn registers a client's connection.
 func (s *Server) newConn(uc *net.UnixConn) *conn {
-	c := &conn{s: s, uc: uc, objs: make(map[uint32]any), next: 1}
+	c := &conn{s: s, uc: uc, objs: make(map[uint32]object), next: 1}
 	c.identify()
 	s.mu.Lock()
 	s.conns[c] = struct{}{}
@@ -129,9 +128,9 @@ func (l *Local) Doorbell(h uint32, queue uint8) error {
 	c := l.c
 	c.handling.Lock()
 	defer c.handling.Unlock()
-	if _, _, err := c.doorbell(&DoorbellReq{H: h, Queue: queue}, nil); err != nil {
+	if _, _, err := c.dispatch(requests[KindDoorbell], &DoorbellReq{H: h, Queue: queue}, nil); err != nil {
 		c.s.badRequests.Add(1)
-		return fmt.Errorf("hostif: doorbell: %w", err)
+		return fmt.Errorf("hostif: %w", err)
 	}
 	return nil
 }
@@ -175,7 +174,7 @@ func (s *Server) Objects() map[string]int {
 	for c := range s.conns {
 		c.mu.Lock()
 		for _, o := range c.objs {
-			m[objKind(o)]++
+			m[o.kind().counter()]++
 		}
 		c.mu.Unlock()
 	}
@@ -192,8 +191,8 @@ func (s *Server) Counters() map[string]uint64 {
 		"hostif_bad_wqe":     s.badWQEs.Load(),
 		"hostif_cq_overrun":  s.cqOverruns.Load(),
 	}
-	for _, k := range []string{"pd", "mr", "comp_channel", "cq", "srq", "qp"} {
-		m["hostif_objects_"+k] = 0
+	for _, k := range kinds {
+		m["hostif_objects_"+k.counter] = 0
 	}
 	for k, n := range s.Objects() {
 		if k == "clients" {
@@ -206,39 +205,51 @@ func (s *Server) Counters() map[string]uint64 {
 }
 
 // request is one kind of control request: its name, how many descriptors
-// it carries, its body, and its handler. A new kind is one entry here and
-// one handler.
+// it carries, its body, the kinds of object its handle may name (target;
+// 0 for a request that names none), and its handler, which gets the
+// target checked. A new kind is one entry here and one handler.
 type request struct {
 	name    string
 	fds     int
 	body    func() Body
-	handle  func(c *conn, req Body, fds []int) (Body, []int, error)
+	target  objKind
+	handle  func(c *conn, target object, req Body, fds []int) (Body, []int, error)
 	noReply bool
 }
+
+// targeted is a request body that names the object it acts on.
+type targeted interface{ target() uint32 }
+
+func (m *Handle) target() uint32      { return m.H }
+func (m *ModifyQPReq) target() uint32 { return m.H }
+func (m *DoorbellReq) target() uint32 { return m.H }
 
 var requests map[Kind]request
 
 func init() {
+	empty := func() Body { return &Empty{} }
+	handle := func() Body { return &Handle{} }
 	requests = map[Kind]request{
-		KindQueryPort:      {"query_port", 0, func() Body { return &Empty{} }, (*conn).queryPort, false},
-		KindAllocPD:        {"alloc_pd", 0, func() Body { return &Empty{} }, (*conn).allocPD, false},
-		KindDeallocPD:      {"dealloc_pd", 0, func() Body { return &Handle{} }, (*conn).destroy, false},
-		KindRegMR:          {"reg_mr", 1, func() Body { return &RegMRReq{} }, (*conn).regMR, false},
-		KindDeregMR:        {"dereg_mr", 0, func() Body { return &Handle{} }, (*conn).destroy, false},
-		KindCreateChannel:  {"create_comp_channel", 1, func() Body { return &Empty{} }, (*conn).createChannel, false},
-		KindDestroyChannel: {"destroy_comp_channel", 0, func() Body { return &Handle{} }, (*conn).destroy, false},
-		KindCreateCQ:       {"create_cq", 1, func() Body { return &CreateCQReq{} }, (*conn).createCQ, false},
-		KindDestroyCQ:      {"destroy_cq", 0, func() Body { return &Handle{} }, (*conn).destroy, false},
-		KindCreateSRQ:      {"create_srq", 0, func() Body { return &CreateSRQReq{} }, (*conn).createSRQ, false},
-		KindDestroySRQ:     {"destroy_srq", 0, func() Body { return &Handle{} }, (*conn).destroy, false},
-		KindCreateQP:       {"create_qp", 0, func() Body { return &CreateQPReq{} }, (*conn).createQP, false},
-		KindModifyQP:       {"modify_qp", 0, func() Body { return &ModifyQPReq{} }, (*conn).modifyQP, false},
-		KindQueryQP:        {"query_qp", 0, func() Body { return &Handle{} }, (*conn).queryQP, false},
-		KindDestroyQP:      {"destroy_qp", 0, func() Body { return &Handle{} }, (*conn).destroy, false},
-		KindListQPs:        {"list_qps", 0, func() Body { return &ListQPsReq{} }, (*conn).listQPs, false},
-		KindCounters:       {"counters", 0, func() Body { return &Empty{} }, (*conn).counters, false},
-		KindDoorbell:       {"doorbell", 0, func() Body { return &DoorbellReq{} }, (*conn).doorbell, true},
-		KindLendPort:       {"lend_port", 0, func() Body { return &Empty{} }, (*conn).lendPort, false},
+		KindQueryPort:      {name: "query_port", body: empty, handle: (*conn).queryPort},
+		KindAllocPD:        {name: "alloc_pd", body: empty, handle: (*conn).allocPD},
+		KindDeallocPD:      {name: "dealloc_pd", body: handle, target: kindPD, handle: (*conn).destroy},
+		KindRegMR:          {name: "reg_mr", fds: 1, body: func() Body { return &RegMRReq{} }, handle: (*conn).regMR},
+		KindDeregMR:        {name: "dereg_mr", body: handle, target: kindMR, handle: (*conn).destroy},
+		KindCreateChannel:  {name: "create_comp_channel", fds: 1, body: empty, handle: (*conn).createChannel},
+		KindDestroyChannel: {name: "destroy_comp_channel", body: handle, target: kindChannel, handle: (*conn).destroy},
+		KindCreateCQ:       {name: "create_cq", fds: 1, body: func() Body { return &CreateCQReq{} }, handle: (*conn).createCQ},
+		KindDestroyCQ:      {name: "destroy_cq", body: handle, target: kindCQ, handle: (*conn).destroy},
+		KindCreateSRQ:      {name: "create_srq", body: func() Body { return &CreateSRQReq{} }, handle: (*conn).createSRQ},
+		KindDestroySRQ:     {name: "destroy_srq", body: handle, target: kindSRQ, handle: (*conn).destroy},
+		KindCreateQP:       {name: "create_qp", body: func() Body { return &CreateQPReq{} }, handle: (*conn).createQP},
+		KindModifyQP:       {name: "modify_qp", body: func() Body { return &ModifyQPReq{} }, target: kindQP, handle: (*conn).modifyQP},
+		KindQueryQP:        {name: "query_qp", body: handle, target: kindQP, handle: (*conn).queryQP},
+		KindDestroyQP:      {name: "destroy_qp", body: handle, target: kindQP, handle: (*conn).destroy},
+		KindListQPs:        {name: "list_qps", body: func() Body { return &ListQPsReq{} }, handle: (*conn).listQPs},
+		KindCounters:       {name: "counters", body: empty, handle: (*conn).counters},
+		KindDoorbell: {name: "doorbell", body: func() Body { return &DoorbellReq{} }, target: kindQP | kindSRQ,
+			handle: (*conn).doorbell, noReply: true},
+		KindLendPort: {name: "lend_port", body: empty, handle: (*conn).lendPort},
 	}
 }
 
@@ -286,7 +297,7 @@ type conn struct {
 	comm string
 
 	mu   sync.Mutex // objs, for Objects; handlers run on the conn's goroutine
-	objs map[uint32]any
+	objs map[uint32]object
 	next uint32
 
 	// handling is held while a request runs, so that Shutdown can fetch
@@ -360,7 +371,7 @@ func (c *conn) handle(msg []byte, fds []int) ([]byte, []int) {
 		return c.refuse(msg, err), nil
 	}
 	r := requests[h.Kind]
-	out, rfds, err := r.handle(c, body, fds)
+	out, rfds, err := c.dispatch(r, body, fds)
 	if err != nil {
 		for _, fd := range rfds {
 			unix.Close(fd)
@@ -371,6 +382,20 @@ func (c *conn) handle(msg []byte, fds []int) ([]byte, []int) {
 		return nil, nil
 	}
 	return encodeReply(h.Kind, h.ID, out), rfds
+}
+
+// dispatch checks that the object a request names is this client's and of a
+// kind the request acts on, then runs its handler. Every request, from
+// the socket or a Local's call, comes through here.
+func (c *conn) dispatch(r request, body Body, fds []int) (Body, []int, error) {
+	var target object
+	if r.target != 0 {
+		var err error
+		if target, err = c.get(body.(targeted).target(), r.target); err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", r.name, err)
+		}
+	}
+	return r.handle(c, target, body, fds)
 }
 
 // refuse counts and logs a refused request and returns its error reply.
@@ -414,81 +439,14 @@ func rightsOf(fds []int) []byte {
 	return unix.UnixRights(fds...)
 }
 
-// add gives o a handle of this client.
-func (c *conn) add(o any) uint32 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for c.objs[c.next] != nil || c.next == 0 {
-		c.next++
-	}
-	h := c.next
-	c.next++
-	c.objs[h] = o
-	return h
-}
-
-func (c *conn) remove(h uint32) {
-	c.mu.Lock()
-	delete(c.objs, h)
-	c.mu.Unlock()
-}
-
-// lookup returns this client's object h as a T, or a no-handle error: a
-// stale handle, another client's, or one of another kind look the same.
-func lookup[T any](c *conn, h uint32, what string) (T, error) {
-	c.mu.Lock()
-	o, ok := c.objs[h].(T)
-	c.mu.Unlock()
-	if !ok {
-		return o, errf(CodeNoHandle, "no %s with handle %d", what, h)
-	}
-	return o, nil
-}
-
-func objKind(o any) string {
-	switch o.(type) {
-	case *pdObj:
-		return "pd"
-	case *mrObj:
-		return "mr"
-	case *chanObj:
-		return "comp_channel"
-	case *cqObj:
-		return "cq"
-	case *srqObj:
-		return "srq"
-	case *qpObj:
-		return "qp"
-	}
-	return "?"
-}
-
-// The objects a client owns. refs counts the objects that use one (a
-// QP its CQs, PD and SRQ), which cannot be destroyed while it is not 0.
-type pdObj struct {
-	pd   dma.PD
-	refs int
-}
-
-type mrObj struct {
-	pd  *pdObj
-	mr  *rnic.MR
-	mem []byte // the daemon's mapping of the client's memfd
-}
-
-type chanObj struct {
-	fd   int // the client's eventfd
-	refs int
-}
-
-func (c *conn) queryPort(Body, []int) (Body, []int, error) {
+func (c *conn) queryPort(object, Body, []int) (Body, []int, error) {
 	p := c.s.dev.QueryPort()
 	return &PortReply{Name: c.s.name, Addr: p.Addr.As16(), GID: p.GID, ActiveMTU: uint32(p.ActiveMTU)}, nil, nil
 }
 
 // lendPort lends the client a socket of the port, steered to a block of
 // QPNs, one per client.
-func (c *conn) lendPort(Body, []int) (Body, []int, error) {
+func (c *conn) lendPort(object, Body, []int) (Body, []int, error) {
 	if c.s.steer == nil {
 		return nil, nil, errf(CodeFailed, "lend_port: this daemon's port is not steered (rnicd -lend, CAP_BPF)")
 	}
@@ -505,16 +463,16 @@ func (c *conn) lendPort(Body, []int) (Body, []int, error) {
 	return &LendReply{QPNFirst: first, QPNLast: last}, []int{fd}, nil
 }
 
-func (c *conn) allocPD(Body, []int) (Body, []int, error) {
+func (c *conn) allocPD(object, Body, []int) (Body, []int, error) {
 	return &Handle{H: c.add(&pdObj{pd: c.s.dev.AllocPD()})}, nil, nil
 }
 
 // maxMR is the largest region (ibv_device_attr max_mr_size).
 const maxMR = 1 << 40
 
-func (c *conn) regMR(b Body, fds []int) (Body, []int, error) {
+func (c *conn) regMR(_ object, b Body, fds []int) (Body, []int, error) {
 	r := b.(*RegMRReq)
-	pd, err := lookup[*pdObj](c, r.PD, "PD")
+	pd, err := lookup[*pdObj](c, r.PD, kindPD)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -551,12 +509,12 @@ func (c *conn) regMR(b Body, fds []int) (Body, []int, error) {
 		unix.Munmap(mem)
 		return nil, nil, errf(CodeInvalid, "reg_mr: %v", err)
 	}
-	pd.refs++
+	pd.hold()
 	h := c.add(&mrObj{pd: pd, mr: mr, mem: mem})
 	return &RegMRReply{H: h, LKey: mr.LKey, RKey: mr.RKey}, nil, nil
 }
 
-func (c *conn) createChannel(_ Body, fds []int) (Body, []int, error) {
+func (c *conn) createChannel(_ object, _ Body, fds []int) (Body, []int, error) {
 	if err := checkEventfd(fds[0]); err != nil {
 		return nil, nil, err
 	}
@@ -603,7 +561,7 @@ func ringMem(n uint64) (int, []byte, error) {
 	return fd, mem, nil
 }
 
-func (c *conn) counters(Body, []int) (Body, []int, error) {
+func (c *conn) counters(object, Body, []int) (Body, []int, error) {
 	m := c.s.dev.Counters()
 	for k, v := range c.s.Counters() {
 		m[k] = v
@@ -611,7 +569,7 @@ func (c *conn) counters(Body, []int) (Body, []int, error) {
 	return &CountersReply{Counters: m}, nil, nil
 }
 
-func (c *conn) listQPs(b Body, _ []int) (Body, []int, error) {
+func (c *conn) listQPs(_ object, b Body, _ []int) (Body, []int, error) {
 	from := b.(*ListQPsReq).From
 	out := &ListQPsReply{}
 	for _, qp := range c.s.dev.QPs() {
@@ -639,94 +597,4 @@ func (c *conn) listQPs(b Body, _ []int) (Body, []int, error) {
 		out.Rows = append(out.Rows, row)
 	}
 	return out, nil, nil
-}
-
-// destroy handles every destroy request: the kind of the handle's object
-// must match the request's.
-func (c *conn) destroy(b Body, _ []int) (Body, []int, error) {
-	h := b.(*Handle).H
-	c.mu.Lock()
-	o := c.objs[h]
-	c.mu.Unlock()
-	var err error
-	switch o := o.(type) {
-	case *pdObj:
-		if o.refs > 0 {
-			return nil, nil, errf(CodeBusy, "PD %d has %d objects", h, o.refs)
-		}
-	case *mrObj:
-		err = c.deregMR(o)
-	case *chanObj:
-		if o.refs > 0 {
-			return nil, nil, errf(CodeBusy, "channel %d has %d CQs", h, o.refs)
-		}
-		unix.Close(o.fd)
-	case *cqObj:
-		if o.refs > 0 {
-			return nil, nil, errf(CodeBusy, "CQ %d has %d QPs", h, o.refs)
-		}
-		o.destroy()
-	case *srqObj:
-		if o.refs > 0 {
-			return nil, nil, errf(CodeBusy, "SRQ %d has %d QPs", h, o.refs)
-		}
-		o.destroy()
-	case *qpObj:
-		c.destroyQP(o, false)
-	default:
-		return nil, nil, errf(CodeNoHandle, "no object with handle %d", h)
-	}
-	if err != nil {
-		return nil, nil, err
-	}
-	c.remove(h)
-	return &Empty{}, nil, nil
-}
-
-func (c *conn) deregMR(o *mrObj) error {
-	if err := c.s.dev.DeregMR(o.mr); err != nil {
-		return errf(CodeFailed, "dereg_mr: %v", err)
-	}
-	// A pipeline that looked the region up before it went may still be
-	// copying: wait for its batch before the memory goes.
-	c.s.dev.Fence()
-	unix.Munmap(o.mem)
-	o.pd.refs--
-	return nil
-}
-
-// teardown destroys everything the client created, in dependency order:
-// QPs (to ERR, then gone), then what they used.
-func (c *conn) teardown() {
-	c.mu.Lock()
-	objs := c.objs
-	c.objs = make(map[uint32]any)
-	c.mu.Unlock()
-	for _, o := range objs {
-		if q, ok := o.(*qpObj); ok {
-			c.destroyQP(q, true)
-		}
-	}
-	c.s.dev.Fence()
-	for _, o := range objs {
-		switch o := o.(type) {
-		case *mrObj:
-			c.deregMR(o)
-		case *srqObj:
-			o.destroy()
-		case *cqObj:
-			o.destroy()
-		}
-	}
-	for _, o := range objs {
-		if ch, ok := o.(*chanObj); ok {
-			unix.Close(ch.fd)
-		}
-	}
-	if c.lent {
-		if err := c.s.steer.Release(c.block); err != nil {
-			c.s.log.Warn("release a lent socket", "err", err)
-		}
-		c.lent = false
-	}
 }

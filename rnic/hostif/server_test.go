@@ -293,8 +293,16 @@ func connectedQP(t *testing.T, n *nic, c *Client, pd uint32, dest netip.Addr) *r
 		[]int{sealedMemfd(t, 1<<16, true)}, &q.mr)
 	var cq RingReply
 	q.cq = ringOf(t, mapFD(t, call(t, c, KindCreateCQ, &CreateCQReq{CQE: 64}, []int{eventfd(t)}, &cq)), cq.Send)
+	q.create(t, c, pd, cq.H, dest)
+	return q
+}
+
+// create makes q's QP on PD pd and CQ cq, and takes it to RTS towards
+// dest (at the same QPN).
+func (q *rawQP) create(t *testing.T, c *Client, pd, cq uint32, dest netip.Addr) {
+	t.Helper()
 	var r RingReply
-	mem := mapFD(t, call(t, c, KindCreateQP, &CreateQPReq{PD: pd, SendCQ: cq.H, RecvCQ: cq.H, Type: ib.QPTypeRC,
+	mem := mapFD(t, call(t, c, KindCreateQP, &CreateQPReq{PD: pd, SendCQ: cq, RecvCQ: cq, Type: ib.QPTypeRC,
 		Caps: ib.QPCap{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 2, MaxRecvSGE: 2, MaxInlineData: 32}}, nil, &r))
 	q.h, q.qpn = r.H, r.QPN
 	q.sq, q.rq = ringOf(t, mem, r.Send), ringOf(t, mem, r.Recv)
@@ -314,7 +322,6 @@ func connectedQP(t *testing.T, n *nic, c *Client, pd uint32, dest netip.Addr) *r
 	for _, s := range steps {
 		call(t, c, KindModifyQP, &ModifyQPReq{H: q.h, Mask: s.mask, Attr: s.a}, nil, &Empty{})
 	}
-	return q
 }
 
 // post writes wr into the next send slot, lets mangle spoil it, and
