@@ -1,0 +1,257 @@
+package hostif
+
+import (
+	"bytes"
+	"errors"
+	"maps"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/rnicd/rnicd/ib"
+)
+
+// kit is one object of every kind, made by one client through the
+// protocol: a PD, an MR of it, a completion channel, a CQ on the channel,
+// an SRQ of the PD, and a QP on the PD and CQ connected to itself.
+type kit struct {
+	n       *nic
+	c       *Client
+	pd      uint32
+	mr      RegMRReply
+	mem     []byte // the MR's memory: three pages at IOVA 0x40000
+	ch      uint32
+	cq      uint32
+	srq     uint32
+	srqRing *Ring
+	q       *rawQP
+	cons    uint32 // the CQ's consumer index
+	round   byte
+}
+
+const kitIOVA = 0x40000
+
+func newKit(t *testing.T, n *nic, c *Client) *kit {
+	t.Helper()
+	k := &kit{n: n, c: c}
+	var h Handle
+	call(t, c, KindAllocPD, &Empty{}, nil, &h)
+	k.pd = h.H
+	fd := sealedMemfd(t, 3*4096, true)
+	mem, err := unix.Mmap(fd, 0, 3*4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Munmap(mem) })
+	k.mem = mem
+	call(t, c, KindRegMR, &RegMRReq{PD: k.pd, Access: 0xf, Length: 3 * 4096, IOVA: kitIOVA}, []int{fd}, &k.mr)
+	call(t, c, KindCreateChannel, &Empty{}, []int{eventfd(t)}, &h)
+	k.ch = h.H
+	var cq RingReply
+	cqMem := mapFD(t, call(t, c, KindCreateCQ, &CreateCQReq{CQE: 16, Channel: k.ch}, []int{eventfd(t)}, &cq))
+	k.cq = cq.H
+	var srq RingReply
+	srqMem := mapFD(t, call(t, c, KindCreateSRQ, &CreateSRQReq{PD: k.pd, MaxWR: 4, MaxSGE: 1}, nil, &srq))
+	k.srq, k.srqRing = srq.H, ringOf(t, srqMem, srq.Recv)
+	k.q = &rawQP{mr: k.mr, cq: ringOf(t, cqMem, cq.Send)}
+	k.q.create(t, c, k.pd, k.cq, n.addr)
+	return k
+}
+
+// handles are the kit's handles by the request that destroys each.
+func (k *kit) handles() map[Kind]uint32 {
+	return map[Kind]uint32{
+		KindDeallocPD: k.pd, KindDeregMR: k.mr.H, KindDestroyChannel: k.ch,
+		KindDestroyCQ: k.cq, KindDestroySRQ: k.srq, KindDestroyQP: k.q.h,
+	}
+}
+
+// works checks that every object of the kit still does its job: the QP
+// WRITEs the MR's first page into its second and READs it back into its
+// third (byte for byte, both completions field by field on the CQ), the
+// SRQ takes a receive WQE, the channel takes a new CQ, and the QP is
+// still in RTS.
+func (k *kit) works(t *testing.T) {
+	t.Helper()
+	k.round++
+	for i := range 64 {
+		k.mem[i] = byte(i*7) + k.round
+	}
+	sge := func(page uint64) []ib.SGE {
+		return []ib.SGE{{Addr: kitIOVA + page*4096, Length: 64, LKey: k.mr.LKey}}
+	}
+	for _, wr := range []ib.SendWR{
+		{WRID: 1, Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled, SGL: sge(0), RemoteAddr: kitIOVA + 4096, RKey: k.mr.RKey},
+		{WRID: 2, Opcode: ib.WRRDMARead, Flags: ib.SendSignaled, SGL: sge(2), RemoteAddr: kitIOVA + 4096, RKey: k.mr.RKey},
+	} {
+		k.q.post(t, k.c, &wr, nil)
+		want := ib.WC{WRID: wr.WRID, Status: ib.WCSuccess, Opcode: wr.Opcode.WCOpcode(), ByteLen: 64, QPNum: k.q.qpn}
+		if wc := poll(t, k.q.cq, &k.cons); wc != want {
+			t.Fatalf("completion %+v, want %+v", wc, want)
+		}
+	}
+	if !bytes.Equal(k.mem[4096:4096+64], k.mem[:64]) || !bytes.Equal(k.mem[2*4096:2*4096+64], k.mem[:64]) {
+		t.Fatalf("the WRITE and READ moved %x and %x, want %x", k.mem[4096:4096+64], k.mem[2*4096:2*4096+64], k.mem[:64])
+	}
+	if st := qpState(t, k.c, k.q.h); st != ib.QPSRTS {
+		t.Fatalf("QP in %v, want RTS", st)
+	}
+
+	p := k.srqRing.Producer()
+	if err := EncodeRecvWQE(k.srqRing.Slot(p), &ib.RecvWR{WRID: uint64(p), SGL: sge(2)}); err != nil {
+		t.Fatal(err)
+	}
+	k.srqRing.SetProducer(p + 1)
+	if err := k.c.Send(KindDoorbell, &DoorbellReq{H: k.srq, Queue: DoorbellRecv}); err != nil {
+		t.Fatal(err)
+	}
+	if err := asyncErr(t, k.c); err != nil {
+		t.Fatalf("SRQ doorbell: %v", err)
+	}
+
+	var cq RingReply
+	closeAll(call(t, k.c, KindCreateCQ, &CreateCQReq{CQE: 1, Channel: k.ch}, []int{eventfd(t)}, &cq))
+	call(t, k.c, KindDestroyCQ, &Handle{H: cq.H}, nil, &Empty{})
+}
+
+// destroyAll destroys the kit with the right request for each object, in
+// dependency order: each must still be there, of its own kind.
+func (k *kit) destroyAll(t *testing.T) {
+	t.Helper()
+	hs := k.handles()
+	for _, kind := range []Kind{KindDestroyQP, KindDestroySRQ, KindDestroyCQ, KindDestroyChannel, KindDeregMR, KindDeallocPD} {
+		call(t, k.c, kind, &Handle{H: hs[kind]}, nil, &Empty{})
+	}
+}
+
+// refused checks that err is a no-handle refusal whose message says why.
+func refused(t *testing.T, what string, err error, why string) {
+	t.Helper()
+	var e *Error
+	if !errors.As(err, &e) || e.Code != CodeNoHandle || !strings.Contains(e.Msg, why) {
+		t.Fatalf("%s: %v, want a %v refusal saying %q", what, err, CodeNoHandle, why)
+	}
+}
+
+// A destroy request of one kind on a handle of another kind (8 of 8
+// combinations freed the object before: issue 19, item 4) is refused,
+// says what the handle names, and changes nothing: every object still
+// works and is then destroyed by the right request.
+func TestDestroyOfAnotherKind(t *testing.T) {
+	n := newNIC(t, "127.4.1.12")
+	c := n.client(t)
+	k := newKit(t, n, c)
+	k.works(t)
+	base := n.srv.Objects()
+	names := map[Kind]string{
+		KindDeallocPD: "PD", KindDeregMR: "MR", KindDestroyChannel: "completion channel",
+		KindDestroyCQ: "CQ", KindDestroySRQ: "SRQ", KindDestroyQP: "QP",
+	}
+	hs := k.handles()
+	tried := 0
+	for destroy, wantName := range names {
+		for other, h := range hs {
+			if other == destroy {
+				continue
+			}
+			_, err := c.Call(destroy, &Handle{H: h}, nil, &Empty{})
+			refused(t, destroy.String()+" of a "+names[other], err,
+				"names a "+names[other]+", not a "+wantName)
+			if got := n.srv.Objects(); !maps.Equal(got, base) {
+				t.Fatalf("%v of a %s changed the objects: %v, was %v", destroy, names[other], got, base)
+			}
+			tried++
+		}
+	}
+	if tried != 30 {
+		t.Fatalf("%d combinations tried, want 6 x 5", tried)
+	}
+	k.works(t)
+	k.destroyAll(t)
+	if got := n.srv.Objects(); got["pd"]+got["mr"]+got["comp_channel"]+got["cq"]+got["srq"]+got["qp"] != 0 {
+		t.Fatalf("objects left after destroying the kit: %v", got)
+	}
+}
+
+// A request that names another client's object, as its target or as an
+// object it would use, is refused as if the handle did not exist and
+// changes nothing: the owner's objects all still work.
+func TestOtherClientsObjects(t *testing.T) {
+	n := newNIC(t, "127.4.1.13")
+	owner, thief := n.client(t), n.client(t)
+	// The thief's own PD and CQ take its handles 1 and 2; the owner's
+	// kit starts at 3, so every handle of it is one the thief lacks.
+	for range 2 {
+		var h Handle
+		call(t, owner, KindAllocPD, &Empty{}, nil, &h)
+		call(t, owner, KindDeallocPD, &h, nil, &Empty{})
+	}
+	k := newKit(t, n, owner)
+	var pd Handle
+	call(t, thief, KindAllocPD, &Empty{}, nil, &pd)
+	var cq RingReply
+	closeAll(call(t, thief, KindCreateCQ, &CreateCQReq{CQE: 4}, []int{eventfd(t)}, &cq))
+	for _, h := range k.handles() {
+		if h == pd.H || h == cq.H {
+			t.Fatalf("the owner's handle %d is also the thief's", h)
+		}
+	}
+	k.works(t)
+	base := n.srv.Objects()
+	check := func(what string, err error) {
+		t.Helper()
+		refused(t, what, err, "no ")
+		if got := n.srv.Objects(); !maps.Equal(got, base) {
+			t.Fatalf("%s changed the objects: %v, was %v", what, got, base)
+		}
+	}
+	for destroy, h := range k.handles() {
+		_, err := thief.Call(destroy, &Handle{H: h}, nil, &Empty{})
+		check(destroy.String()+" of the owner's object", err)
+	}
+	_, err := thief.Call(KindModifyQP, &ModifyQPReq{H: k.q.h, Mask: ib.AttrState, Attr: ib.QPAttr{State: ib.QPSErr}}, nil, &Empty{})
+	check("modify_qp to ERR", err)
+	_, err = thief.Call(KindQueryQP, &Handle{H: k.q.h}, nil, &QPAttrReply{})
+	check("query_qp", err)
+	for _, db := range []DoorbellReq{{H: k.q.h, Queue: DoorbellSend}, {H: k.q.h, Queue: DoorbellRecv}, {H: k.srq, Queue: DoorbellRecv}} {
+		if err := thief.Send(KindDoorbell, &db); err != nil {
+			t.Fatal(err)
+		}
+		check("doorbell", asyncErr(t, thief))
+	}
+	_, err = thief.Call(KindRegMR, &RegMRReq{PD: k.pd, Access: 1, Length: 4096}, []int{sealedMemfd(t, 4096, true)}, &RegMRReply{})
+	check("reg_mr on the owner's PD", err)
+	_, err = thief.Call(KindCreateCQ, &CreateCQReq{CQE: 4, Channel: k.ch}, []int{eventfd(t)}, &RingReply{})
+	check("create_cq on the owner's channel", err)
+	_, err = thief.Call(KindCreateSRQ, &CreateSRQReq{PD: k.pd, MaxWR: 4, MaxSGE: 1}, nil, &RingReply{})
+	check("create_srq on the owner's PD", err)
+	caps := ib.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}
+	for what, req := range map[string]CreateQPReq{
+		"create_qp on the owner's PD":  {PD: k.pd, SendCQ: cq.H, RecvCQ: cq.H},
+		"create_qp on the owner's CQ":  {PD: pd.H, SendCQ: k.cq, RecvCQ: cq.H},
+		"create_qp on the owner's SRQ": {PD: pd.H, SendCQ: cq.H, RecvCQ: cq.H, SRQ: k.srq},
+	} {
+		req.Type, req.Caps = ib.QPTypeRC, caps
+		_, err = thief.Call(KindCreateQP, &req, nil, &RingReply{})
+		check(what, err)
+	}
+	k.works(t)
+	k.destroyAll(t)
+}
+
+// Every request that acts on an object has a body that names it: the
+// table cannot hand a handler an unchecked target.
+func TestRequestTargets(t *testing.T) {
+	for k, r := range requests {
+		_, ok := r.body().(targeted)
+		if r.target != 0 && !ok {
+			t.Errorf("%v acts on a %v but its body names no handle", k, r.target)
+		}
+		if strings.HasPrefix(r.name, "destroy_") || strings.HasPrefix(r.name, "dealloc_") || strings.HasPrefix(r.name, "dereg_") {
+			if r.target == 0 || r.target&(r.target-1) != 0 {
+				t.Errorf("%v destroys %v: want exactly one kind", k, r.target)
+			}
+		}
+	}
+}
