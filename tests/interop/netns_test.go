@@ -63,7 +63,8 @@ type impairment struct {
 	name   string // as the summary table shows it
 	chains string
 	// check says what rnicd's counters must show after a phase under the
-	// impairment, moved as they moved over the phase; "" if they do.
+	// impairment, moved as they moved over the phase; "" if they do. Nil
+	// checks nothing.
 	check func(rxeRole string, moved map[string]uint64) string
 }
 
