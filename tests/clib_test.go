@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -265,5 +266,42 @@ func TestCLibPerftest(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestCLibDaemonKilled: a C program spinning on an empty CQ whose rnicd
+// is SIGKILLed does not spin forever: ibv_poll_cq fails and says the
+// daemon hung up, as on a device's fatal error.
+func TestCLibDaemonKilled(t *testing.T) {
+	lib := clibDir(t)
+	dir := t.TempDir()
+	// An address of its own: the daemon dies, the shared pair lives on.
+	d, err := startDaemon(dir, "rnicK", "127.17.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.cmd.Process.Kill()
+	cmd := exec.Command(filepath.Join(lib, "mrbounds"), "-spin", "rnicK")
+	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+lib, "RNICD_DIR="+dir)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	out := bufio.NewReader(stdout)
+	if line, err := out.ReadString('\n'); err != nil || line != "ready\n" {
+		t.Fatalf("mrbounds -spin: %q, %v\n%s", line, err, stderr.String())
+	}
+	d.cmd.Process.Signal(syscall.SIGKILL)
+	<-d.done
+	rest, _ := io.ReadAll(out)
+	if err := cmd.Wait(); err != nil || string(rest) != "ibv_poll_cq: -1\n" ||
+		!strings.Contains(stderr.String(), "poll_cq: the rnicd of rnicK hung up") {
+		t.Fatalf("mrbounds -spin after its daemon was killed: %v\n%s%s", err, rest, stderr.String())
 	}
 }

@@ -402,12 +402,22 @@ static int poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 	 * forever: every 2^16 empty polls in a row (a few milliseconds of
 	 * spinning) it looks whether the daemon hung up, and the poll fails
 	 * as on a device's fatal error. A SIGTERM's flushes come first. */
-	int dead = 0;
-	if (k > 0)
+	int dead = 0, overrun = 0;
+	if (k > 0) {
 		q->empty = 0;
-	else if (++q->empty % (1u << 16) == 0)
-		dead = conn_hung_up(&to_rctx(cq->context)->conn);
+	} else {
+		/* A completion that found the ring full was lost (the CQ is too
+		 * small for its QPs): say so rather than let the program wait
+		 * for it (rdma-core reports IBV_EVENT_CQ_ERR). */
+		overrun = ring_load(q->ring, RING_FLAGS) & 1;
+		if (++q->empty % (1u << 16) == 0)
+			dead = conn_hung_up(&to_rctx(cq->context)->conn);
+	}
 	pthread_spin_unlock(&q->lock);
+	if (overrun) {
+		rnic_log("poll_cq: CQ of %d entries overran: completions were lost", cq->cqe);
+		return -1;
+	}
 	if (dead) {
 		rnic_log("poll_cq: the rnicd of %s hung up", cq->context->device->name);
 		return -1;

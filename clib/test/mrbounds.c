@@ -12,6 +12,8 @@
  *   mrbounds TARGET_DEV SENDER_DEV         run the checks, exit 0 if all hold
  *   mrbounds -hold DEV                     make a QP, CQ, PD and MR, print
  *                                          "ready" and wait to be killed
+ *   mrbounds -spin DEV                     print "ready", poll an empty CQ
+ *                                          until the poll fails, exit 0
  */
 #include <infiniband/verbs.h>
 #include <stdio.h>
@@ -154,12 +156,29 @@ static __attribute__((noreturn)) int hold(const char *dev)
 		pause();
 }
 
+/* spin polls an empty CQ until the poll fails (its daemon was killed). */
+static int spin(const char *dev)
+{
+	struct end e;
+	make_end(&e, dev);
+	printf("ready\n");
+	fflush(stdout);
+	struct ibv_wc wc;
+	int n;
+	while ((n = ibv_poll_cq(e.cq, 1, &wc)) == 0)
+		;
+	printf("ibv_poll_cq: %d\n", n);
+	return n < 0 ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc == 3 && strcmp(argv[1], "-hold") == 0)
 		return hold(argv[2]);
+	if (argc == 3 && strcmp(argv[1], "-spin") == 0)
+		return spin(argv[2]);
 	if (argc != 3) {
-		fprintf(stderr, "usage: mrbounds TARGET_DEV SENDER_DEV | mrbounds -hold DEV\n");
+		fprintf(stderr, "usage: mrbounds TARGET_DEV SENDER_DEV | mrbounds -hold|-spin DEV\n");
 		return 2;
 	}
 	struct end t, s;
