@@ -118,6 +118,8 @@ struct rdev *rdev_query(const char *name, const char *sock)
 	return d;
 }
 
+static void fill_ops(struct rctx *c);
+
 static int by_name(const void *a, const void *b)
 {
 	return strcmp((*(struct rdev *const *)a)->dev.name, (*(struct rdev *const *)b)->dev.name);
@@ -399,9 +401,17 @@ EXPORT int ibv_get_async_event(struct ibv_context *ctx, struct ibv_async_event *
 
 EXPORT void ibv_ack_async_event(struct ibv_async_event *ev) { (void)ev; }
 
-void fill_device_ops(struct rctx *c);
-void fill_device_ops(struct rctx *c)
+/* fill_ops points the context at this library's data path and the
+ * extended verbs it has. */
+static void fill_ops(struct rctx *c)
 {
+	struct ibv_context_ops *o = &c->vctx.context.ops;
+	o->poll_cq = poll_cq;
+	o->req_notify_cq = req_notify_cq;
+	o->post_send = post_send;
+	o->post_recv = post_recv;
+	o->post_srq_recv = post_srq_recv;
 	c->vctx.query_port = query_port_ex;
 	c->vctx.query_device_ex = query_device_ex;
+	c->vctx.create_qp_ex = create_qp_ex;
 }

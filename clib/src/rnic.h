@@ -10,10 +10,12 @@
  * (ibv_post_send, ibv_poll_cq, ibv_query_device_ex, ...) call into the
  * context ops this library fills in.
  *
- * One concern a file: proto.c speaks the control protocol, device.c finds
- * and opens devices, mem.c makes registered memory reachable by the NIC,
- * queues.c holds CQs, QPs and SRQs and their rings, misc.c the small
- * helpers of the API (strings, rates, stubs for what rnicd does not do).
+ * One concern a file: proto.c speaks the control protocol, cmd.c what
+ * every object's request shares, device.c finds and opens devices,
+ * mem.c makes registered memory reachable by the NIC, pdmr.c has PDs and
+ * MRs, cq.c completion channels and CQs, qp.c QPs, SRQs and AHs, wr.c the
+ * ibv_wr_* API, misc.c the small helpers of the API (strings, rates, and
+ * the calls rnicd has no equivalent for).
  */
 #ifndef RNIC_H
 #define RNIC_H
@@ -123,8 +125,33 @@ static inline struct rctx *to_rctx(struct ibv_context *c)
 }
 
 struct rdev *rdev_query(const char *name, const char *sock);
-void fill_ops(struct rctx *c);
 enum ibv_mtu mtu_enum(uint32_t bytes);
+
+/* cmd.c: a request on ctx's connection, its reply read into rep (a
+ * buffer of this thread's), its descriptor into *rfd (NULL: closed). */
+int call(struct ibv_context *ctx, int k, struct buf *req, int fd, struct buf *rep, int *rfd);
+int destroy(struct ibv_context *ctx, int k, uint32_t h);
+
+/* ring_reply is hostif.RingReply: an object's handle, the caps it got,
+ * and where its rings lie in the memfd the reply carries. */
+struct ring_desc {
+	uint32_t off, size, slots, slot_bytes;
+};
+struct ring_reply {
+	uint32_t h, qpn;
+	uint32_t max_send_wr, max_recv_wr, max_send_sge, max_recv_sge, max_inline;
+	struct ring_desc send, recv;
+};
+int create_rings(struct ibv_context *ctx, int k, int dk, struct buf *req, int fd, struct ring_reply *r,
+		 uint8_t **mem, size_t *memlen, int need_send, uint32_t send_slot, int need_recv);
+
+/* The context ops: the data path the header's inline functions call. */
+int poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc);
+int req_notify_cq(struct ibv_cq *cq, int solicited_only);
+int post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad);
+int post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
+int post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
+struct ibv_qp *create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_attr_ex *a);
 
 /* mem.c */
 int mem_share(void *addr, size_t len, int *fd, uint64_t *off);

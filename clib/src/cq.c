@@ -1,0 +1,273 @@
+/*
+ * cq.c: completion channels and CQs.
+ *
+ * A CQ is a ring the daemon writes completions into: ibv_poll_cq reads
+ * them and stores the consumer index, with no system call;
+ * ibv_req_notify_cq writes the ring's armed word. An armed CQ's event
+ * counts in the ring's events word and writes its channel's eventfd,
+ * which ibv_get_cq_event waits on.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "rnic.h"
+
+
+struct rcq;
+
+struct rchan {
+	struct ibv_comp_channel ch;
+	uint32_t h;
+	pthread_mutex_t mu;
+	struct rcq *cqs; /* the CQs reporting here */
+};
+
+struct rcq {
+	struct ibv_cq cq;
+	uint32_t h;
+	uint8_t *mem, *ring;
+	size_t memlen;
+	uint32_t slots;
+	pthread_spinlock_t lock;
+	uint32_t cons; /* under lock */
+	uint32_t empty; /* polls in a row that found nothing, under lock */
+	uint32_t seen; /* events taken by ibv_get_cq_event, under the channel's mu */
+	struct rcq *next;
+};
+
+EXPORT struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *ctx)
+{
+	struct rchan *c = calloc(1, sizeof(*c));
+	if (!c) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	/* The daemon writes the eventfd, which must be non-blocking so that
+	 * a saturated counter never stalls it. */
+	int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (fd < 0) {
+		free(c);
+		return NULL;
+	}
+	struct buf rep;
+	int err = call(ctx, K_CREATE_CHANNEL, NULL, fd, &rep, NULL);
+	if (err) {
+		close(fd);
+		free(c);
+		errno = err;
+		return NULL;
+	}
+	c->h = get32(&rep);
+	c->ch.context = ctx;
+	c->ch.fd = fd;
+	c->ch.refcnt = 0;
+	pthread_mutex_init(&c->mu, NULL);
+	return &c->ch;
+}
+
+EXPORT int ibv_destroy_comp_channel(struct ibv_comp_channel *ch)
+{
+	struct rchan *c = (struct rchan *)ch;
+	if (c->cqs)
+		return EBUSY;
+	int err = destroy(ch->context, K_DESTROY_CHANNEL, c->h);
+	if (err)
+		return err;
+	close(ch->fd);
+	free(c);
+	return 0;
+}
+
+EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *ctx, int cqe, void *cq_context,
+				    struct ibv_comp_channel *channel, int comp_vector)
+{
+	(void)comp_vector;
+	if (cqe < 1) {
+		errno = EINVAL;
+		return NULL;
+	}
+	struct rcq *q = calloc(1, sizeof(*q));
+	int wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (!q || wake < 0) {
+		free(q);
+		if (wake >= 0)
+			close(wake);
+		errno = ENOMEM;
+		return NULL;
+	}
+	uint8_t b[8];
+	struct buf req = {.p = b, .len = 8};
+	put32(&req, cqe);
+	put32(&req, channel ? ((struct rchan *)channel)->h : 0);
+	/* The eventfd is for a client that sleeps in the ring's waiting
+	 * word; this library waits on the channel instead, so the daemon's
+	 * copy is the only one needed. */
+	struct ring_reply r;
+	int err = create_rings(ctx, K_CREATE_CQ, K_DESTROY_CQ, &req, wake, &r, &q->mem, &q->memlen, 1, CQE_BYTES, 0);
+	close(wake);
+	if (err) {
+		free(q);
+		errno = err;
+		return NULL;
+	}
+	q->h = r.h;
+	q->ring = q->mem + r.send.off;
+	q->slots = r.send.slots;
+	pthread_spin_init(&q->lock, PTHREAD_PROCESS_PRIVATE);
+	q->cq.context = ctx;
+	q->cq.channel = channel;
+	q->cq.cq_context = cq_context;
+	q->cq.handle = r.h;
+	q->cq.cqe = r.max_send_wr;
+	pthread_mutex_init(&q->cq.mutex, NULL);
+	pthread_cond_init(&q->cq.cond, NULL);
+	if (channel) {
+		struct rchan *c = (struct rchan *)channel;
+		pthread_mutex_lock(&c->mu);
+		q->next = c->cqs;
+		c->cqs = q;
+		q->seen = ring_load(q->ring, RING_EVENTS);
+		pthread_mutex_unlock(&c->mu);
+	}
+	return &q->cq;
+}
+
+EXPORT int ibv_destroy_cq(struct ibv_cq *cq)
+{
+	struct rcq *q = (struct rcq *)cq;
+	int err = destroy(cq->context, K_DESTROY_CQ, q->h);
+	if (err)
+		return err;
+	if (cq->channel) {
+		struct rchan *c = (struct rchan *)cq->channel;
+		pthread_mutex_lock(&c->mu);
+		for (struct rcq **p = &c->cqs; *p; p = &(*p)->next) {
+			if (*p == q) {
+				*p = q->next;
+				break;
+			}
+		}
+		pthread_mutex_unlock(&c->mu);
+	}
+	munmap(q->mem, q->memlen);
+	free(q);
+	return 0;
+}
+
+EXPORT int ibv_resize_cq(struct ibv_cq *cq, int cqe)
+{
+	(void)cq;
+	(void)cqe;
+	return EOPNOTSUPP;
+}
+
+int poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
+{
+	struct rcq *q = (struct rcq *)cq;
+	pthread_spin_lock(&q->lock);
+	uint32_t prod = ring_load(q->ring, RING_PRODUCER);
+	int k = 0;
+	for (; k < n && q->cons != prod; k++, q->cons++) {
+		struct buf s = {.p = q->ring + RING_HEADER + (size_t)(q->cons % q->slots) * CQE_BYTES, .len = CQE_BYTES};
+		struct ibv_wc *w = &wc[k];
+		memset(w, 0, sizeof(*w));
+		w->wr_id = get64(&s);
+		w->status = get8(&s);
+		w->opcode = get8(&s);
+		w->wc_flags = get8(&s);
+		get8(&s);
+		w->byte_len = get32(&s);
+		uint32_t imm = get32(&s);
+		/* The ring carries the immediate in host order, the verbs
+		 * structure in network order; an invalidated rkey stays host. */
+		w->imm_data = (w->wc_flags & IBV_WC_WITH_IMM) ? htonl(imm) : imm;
+		w->qp_num = get32(&s);
+		w->src_qp = get32(&s);
+		w->pkey_index = get16(&s);
+	}
+	if (k > 0)
+		ring_store(q->ring, RING_CONSUMER, q->cons);
+	/* A program spinning on a CQ whose daemon was killed would spin
+	 * forever: every 2^16 empty polls in a row (a few milliseconds of
+	 * spinning) it looks whether the daemon hung up, and the poll fails
+	 * as on a device's fatal error. A SIGTERM's flushes come first. */
+	int dead = 0, overrun = 0;
+	if (k > 0) {
+		q->empty = 0;
+	} else {
+		/* A completion that found the ring full was lost (the CQ is too
+		 * small for its QPs): say so rather than let the program wait
+		 * for it (rdma-core reports IBV_EVENT_CQ_ERR). */
+		overrun = ring_load(q->ring, RING_FLAGS) & 1;
+		if (++q->empty % (1u << 16) == 0)
+			dead = conn_hung_up(&to_rctx(cq->context)->conn);
+	}
+	pthread_spin_unlock(&q->lock);
+	if (overrun) {
+		rnic_log("poll_cq: CQ of %d entries overran: completions were lost", cq->cqe);
+		return -1;
+	}
+	if (dead) {
+		rnic_log("poll_cq: the rnicd of %s hung up", cq->context->device->name);
+		return -1;
+	}
+	return k;
+}
+
+int req_notify_cq(struct ibv_cq *cq, int solicited_only)
+{
+	ring_store(((struct rcq *)cq)->ring, RING_ARMED, solicited_only ? ARM_SOLICITED : ARM_ANY);
+	return 0;
+}
+
+EXPORT int ibv_get_cq_event(struct ibv_comp_channel *ch, struct ibv_cq **cq, void **cq_context)
+{
+	struct rchan *c = (struct rchan *)ch;
+	struct rctx *x = to_rctx(ch->context);
+	for (;;) {
+		pthread_mutex_lock(&c->mu);
+		for (struct rcq *q = c->cqs; q; q = q->next) {
+			if (ring_load(q->ring, RING_EVENTS) != q->seen) {
+				q->seen++;
+				*cq = &q->cq;
+				*cq_context = q->cq.cq_context;
+				pthread_mutex_unlock(&c->mu);
+				return 0;
+			}
+		}
+		pthread_mutex_unlock(&c->mu);
+		struct pollfd p[2] = {{.fd = ch->fd, .events = POLLIN}, {.fd = x->conn.fd, .events = POLLRDHUP}};
+		if (poll(p, 2, -1) < 0 && errno != EINTR)
+			return -1;
+		uint64_t v;
+		if (read(ch->fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+			return -1;
+		if (p[1].revents & (POLLRDHUP | POLLHUP | POLLERR)) {
+			/* Events the daemon sent before it went are taken first. */
+			int pending = 0;
+			pthread_mutex_lock(&c->mu);
+			for (struct rcq *q = c->cqs; q; q = q->next)
+				pending |= ring_load(q->ring, RING_EVENTS) != q->seen;
+			pthread_mutex_unlock(&c->mu);
+			if (!pending) {
+				rnic_log("get_cq_event: the rnicd of %s hung up", ch->context->device->name);
+				errno = EIO;
+				return -1;
+			}
+		}
+	}
+}
+
+EXPORT void ibv_ack_cq_events(struct ibv_cq *cq, unsigned int n)
+{
+	pthread_mutex_lock(&cq->mutex);
+	cq->comp_events_completed += n;
+	pthread_mutex_unlock(&cq->mutex);
+}
