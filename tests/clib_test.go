@@ -164,7 +164,8 @@ func TestCLibMemoryBounds(t *testing.T) {
 	want := "WRITE of 5000 bytes inside the region: success, data checked\n" +
 		"WRITE one byte past the end: remote access error, guards unchanged\n" +
 		"after fork: the child had its own copy, a WRITE still lands in the parent\n" +
-		"ibv_wr_* API: an SGE WRITE and an inline WRITE in one batch landed\nPASS\n"
+		"ibv_wr_* API: an SGE WRITE and an inline WRITE in one batch landed\n" +
+		"WRITE from one byte past the source region: local protection error, nothing sent\nPASS\n"
 	if out != want {
 		t.Fatalf("mrbounds printed\n%s\nwant\n%s", out, want)
 	}
@@ -177,23 +178,8 @@ func TestCLibMemoryBounds(t *testing.T) {
 // (`rnic res` shows its QP before and nothing after).
 func TestCLibClientKilled(t *testing.T) {
 	tb := newToolBench(t)
-	lib := clibDir(t)
-	cmd := exec.Command(filepath.Join(lib, "mrbounds"), "-hold", "rnicA")
-	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+lib)
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil || line != "ready\n" {
-		t.Fatalf("mrbounds -hold: %q, %v\n%s", line, err, stderr.String())
-	}
+	m := startMrbounds(t, nil, "-hold", "rnicA")
+	cmd := m.cmd
 	held := objects(t, tb.ca)
 	for _, k := range []string{"hostif_objects_qp", "hostif_objects_cq", "hostif_objects_pd", "hostif_objects_mr"} {
 		if held[k] != 1 {
@@ -273,7 +259,6 @@ func TestCLibPerftest(t *testing.T) {
 // is SIGKILLed does not spin forever: ibv_poll_cq fails and says the
 // daemon hung up, as on a device's fatal error.
 func TestCLibDaemonKilled(t *testing.T) {
-	lib := clibDir(t)
 	dir := t.TempDir()
 	// An address of its own: the daemon dies, the shared pair lives on.
 	d, err := startDaemon(dir, "rnicK", "127.17.0.1")
@@ -281,27 +266,42 @@ func TestCLibDaemonKilled(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.cmd.Process.Kill()
-	cmd := exec.Command(filepath.Join(lib, "mrbounds"), "-spin", "rnicK")
-	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+lib, "RNICD_DIR="+dir)
-	stdout, err := cmd.StdoutPipe()
+	m := startMrbounds(t, []string{"RNICD_DIR=" + dir}, "-spin", "rnicK")
+	d.cmd.Process.Signal(syscall.SIGKILL)
+	<-d.done
+	rest, _ := io.ReadAll(m.out)
+	if err := m.cmd.Wait(); err != nil || string(rest) != "ibv_poll_cq: -1\n" ||
+		!strings.Contains(m.stderr.String(), "poll_cq: the rnicd of rnicK hung up") {
+		t.Fatalf("mrbounds -spin after its daemon was killed: %v\n%s%s", err, rest, m.stderr.String())
+	}
+}
+
+// mrboundsProc is a mrbounds process started in one of its waiting modes.
+type mrboundsProc struct {
+	cmd    *exec.Cmd
+	out    *bufio.Reader // its stdout after "ready"
+	stderr *strings.Builder
+}
+
+// startMrbounds starts mrbounds with args and env on the C library and
+// waits for its "ready"; the test's end kills it.
+func startMrbounds(t *testing.T, env []string, args ...string) *mrboundsProc {
+	t.Helper()
+	lib := clibDir(t)
+	m := &mrboundsProc{cmd: exec.Command(filepath.Join(lib, "mrbounds"), args...), stderr: &strings.Builder{}}
+	m.cmd.Env = append(append(os.Environ(), "LD_LIBRARY_PATH="+lib), env...)
+	m.cmd.Stderr = m.stderr
+	stdout, err := m.cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
+	if err := m.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer cmd.Process.Kill()
-	out := bufio.NewReader(stdout)
-	if line, err := out.ReadString('\n'); err != nil || line != "ready\n" {
-		t.Fatalf("mrbounds -spin: %q, %v\n%s", line, err, stderr.String())
+	t.Cleanup(func() { m.cmd.Process.Kill() })
+	m.out = bufio.NewReader(stdout)
+	if line, err := m.out.ReadString('\n'); err != nil || line != "ready\n" {
+		t.Fatalf("mrbounds %v: %q, %v\n%s", args, line, err, m.stderr.String())
 	}
-	d.cmd.Process.Signal(syscall.SIGKILL)
-	<-d.done
-	rest, _ := io.ReadAll(out)
-	if err := cmd.Wait(); err != nil || string(rest) != "ibv_poll_cq: -1\n" ||
-		!strings.Contains(stderr.String(), "poll_cq: the rnicd of rnicK hung up") {
-		t.Fatalf("mrbounds -spin after its daemon was killed: %v\n%s%s", err, rest, stderr.String())
-	}
+	return m
 }

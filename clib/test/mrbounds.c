@@ -330,6 +330,15 @@ int main(int argc, char **argv)
 	}
 	printf("ibv_wr_* API: an SGE WRITE and an inline WRITE in one batch landed\n");
 
+	/* A local SGE one byte longer than the sender's own region: the NIC
+	 * refuses to read it (LOC_PROT_ERR) and sends nothing. */
+	st = write_wr(&s3, smr, REGION + 1, (uintptr_t)region, mr->rkey);
+	if (st != IBV_WC_LOC_PROT_ERR || memcmp(region, want, REGION) != 0 || check_guards(block, "by a refused WRITE")) {
+		printf("FAIL: WRITE from one byte past the source region: %s\n", ibv_wc_status_str(st));
+		return 1;
+	}
+	printf("WRITE from one byte past the source region: %s, nothing sent\n", ibv_wc_status_str(st));
+
 	/* Deregistration gives the pages back as ordinary memory. */
 	if (ibv_dereg_mr(mr))
 		die("ibv_dereg_mr");
