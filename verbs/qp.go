@@ -12,9 +12,9 @@ type QPType uint8
 
 // QP types (IBV_QPT_*).
 const (
-	QPTypeRC = QPType(ib.QPTypeRC) // IBV_QPT_RC: reliable connected: every verb, acknowledged, retried
-	QPTypeUC = QPType(ib.QPTypeUC) // IBV_QPT_UC: unreliable connected: SEND and WRITE, a lost packet loses its message
-	QPTypeUD = QPType(ib.QPTypeUD) // IBV_QPT_UD: unreliable datagram: SENDs of at most one MTU, to any QP (SendWR.AH)
+	QPTypeRC QPType = QPType(ib.QPTypeRC) // IBV_QPT_RC: reliable connected: every verb, acknowledged, retried
+	QPTypeUC QPType = QPType(ib.QPTypeUC) // IBV_QPT_UC: unreliable connected: SEND and WRITE, a lost packet loses its message
+	QPTypeUD QPType = QPType(ib.QPTypeUD) // IBV_QPT_UD: unreliable datagram: SENDs of at most one MTU, to any QP (SendWR.AH)
 )
 
 // String is "RC", "UC" or "UD".
@@ -27,13 +27,13 @@ type QPState uint8
 
 // QP states (IBV_QPS_*).
 const (
-	QPSReset = QPState(ib.QPSReset) // IBV_QPS_RESET
-	QPSInit  = QPState(ib.QPSInit)  // IBV_QPS_INIT
-	QPSRTR   = QPState(ib.QPSRTR)   // IBV_QPS_RTR: ready to receive
-	QPSRTS   = QPState(ib.QPSRTS)   // IBV_QPS_RTS: ready to send
-	QPSSQD   = QPState(ib.QPSSQD)   // IBV_QPS_SQD: send queue drained
-	QPSSQE   = QPState(ib.QPSSQE)   // IBV_QPS_SQE: send queue error (UC, UD)
-	QPSErr   = QPState(ib.QPSErr)   // IBV_QPS_ERR
+	QPSReset QPState = QPState(ib.QPSReset) // IBV_QPS_RESET
+	QPSInit  QPState = QPState(ib.QPSInit)  // IBV_QPS_INIT
+	QPSRTR   QPState = QPState(ib.QPSRTR)   // IBV_QPS_RTR: ready to receive
+	QPSRTS   QPState = QPState(ib.QPSRTS)   // IBV_QPS_RTS: ready to send
+	QPSSQD   QPState = QPState(ib.QPSSQD)   // IBV_QPS_SQD: send queue drained
+	QPSSQE   QPState = QPState(ib.QPSSQE)   // IBV_QPS_SQE: send queue error (UC, UD)
+	QPSErr   QPState = QPState(ib.QPSErr)   // IBV_QPS_ERR
 )
 
 // String is the state's libibverbs name without IBV_QPS_, e.g. "RTS".
@@ -44,11 +44,11 @@ type MTU uint8
 
 // Path MTUs (IBV_MTU_*). PortAttr.ActiveMTU is the largest a QP may use.
 const (
-	MTU256  = MTU(ib.MTU256)
-	MTU512  = MTU(ib.MTU512)
-	MTU1024 = MTU(ib.MTU1024)
-	MTU2048 = MTU(ib.MTU2048)
-	MTU4096 = MTU(ib.MTU4096)
+	MTU256  MTU = MTU(ib.MTU256)
+	MTU512  MTU = MTU(ib.MTU512)
+	MTU1024 MTU = MTU(ib.MTU1024)
+	MTU2048 MTU = MTU(ib.MTU2048)
+	MTU4096 MTU = MTU(ib.MTU4096)
 )
 
 // Bytes is the MTU in bytes, 0 if m is not a valid MTU.
@@ -68,13 +68,13 @@ type Access uint32
 // Access flags (IBV_ACCESS_*). A region the peer may write or use atomics on
 // must be locally writable too.
 const (
-	AccessLocalWrite   = Access(ib.AccessLocalWrite)   // IBV_ACCESS_LOCAL_WRITE: the NIC may write it for local work (receives, READ results)
-	AccessRemoteWrite  = Access(ib.AccessRemoteWrite)  // IBV_ACCESS_REMOTE_WRITE: RDMA WRITE from the peer
-	AccessRemoteRead   = Access(ib.AccessRemoteRead)   // IBV_ACCESS_REMOTE_READ: RDMA READ from the peer
-	AccessRemoteAtomic = Access(ib.AccessRemoteAtomic) // IBV_ACCESS_REMOTE_ATOMIC: atomics from the peer
-	AccessMWBind       = Access(ib.AccessMWBind)       // IBV_ACCESS_MW_BIND: accepted; rnicd has no memory windows
-	AccessZeroBased    = Access(ib.AccessZeroBased)    // IBV_ACCESS_ZERO_BASED: the MR answers to addresses from 0
-	AccessOnDemand     = Access(ib.AccessOnDemand)     // IBV_ACCESS_ON_DEMAND: accepted; memory here is always resident
+	AccessLocalWrite   Access = Access(ib.AccessLocalWrite)   // IBV_ACCESS_LOCAL_WRITE: the NIC may write it for local work (receives, READ results)
+	AccessRemoteWrite  Access = Access(ib.AccessRemoteWrite)  // IBV_ACCESS_REMOTE_WRITE: RDMA WRITE from the peer
+	AccessRemoteRead   Access = Access(ib.AccessRemoteRead)   // IBV_ACCESS_REMOTE_READ: RDMA READ from the peer
+	AccessRemoteAtomic Access = Access(ib.AccessRemoteAtomic) // IBV_ACCESS_REMOTE_ATOMIC: atomics from the peer
+	AccessMWBind       Access = Access(ib.AccessMWBind)       // IBV_ACCESS_MW_BIND: accepted; rnicd has no memory windows
+	AccessZeroBased    Access = Access(ib.AccessZeroBased)    // IBV_ACCESS_ZERO_BASED: the MR answers to addresses from 0
+	AccessOnDemand     Access = Access(ib.AccessOnDemand)     // IBV_ACCESS_ON_DEMAND: accepted; memory here is always resident
 )
 
 // String names the flags as libibverbs does without IBV_ACCESS_, joined by
@@ -91,28 +91,28 @@ type AttrMask uint32
 // AttrRQPSN|AttrMaxDestRdAtomic|AttrMinRNRTimer; RTR->RTS AttrState|
 // AttrSQPSN|AttrTimeout|AttrRetryCnt|AttrRNRRetry|AttrMaxQPRdAtomic.
 const (
-	AttrState            = AttrMask(ib.AttrState)            // IBV_QP_STATE: State
-	AttrCurState         = AttrMask(ib.AttrCurState)         // IBV_QP_CUR_STATE
-	AttrEnSQDAsyncNotify = AttrMask(ib.AttrEnSQDAsyncNotify) // IBV_QP_EN_SQD_ASYNC_NOTIFY
-	AttrAccessFlags      = AttrMask(ib.AttrAccessFlags)      // IBV_QP_ACCESS_FLAGS: AccessFlags
-	AttrPKeyIndex        = AttrMask(ib.AttrPKeyIndex)        // IBV_QP_PKEY_INDEX: PKeyIndex
-	AttrPort             = AttrMask(ib.AttrPort)             // IBV_QP_PORT: PortNum
-	AttrQKey             = AttrMask(ib.AttrQKey)             // IBV_QP_QKEY: QKey (UD)
-	AttrAV               = AttrMask(ib.AttrAV)               // IBV_QP_AV: AH, the path to the peer
-	AttrPathMTU          = AttrMask(ib.AttrPathMTU)          // IBV_QP_PATH_MTU: PathMTU
-	AttrTimeout          = AttrMask(ib.AttrTimeout)          // IBV_QP_TIMEOUT: Timeout
-	AttrRetryCnt         = AttrMask(ib.AttrRetryCnt)         // IBV_QP_RETRY_CNT: RetryCnt
-	AttrRNRRetry         = AttrMask(ib.AttrRNRRetry)         // IBV_QP_RNR_RETRY: RNRRetry
-	AttrRQPSN            = AttrMask(ib.AttrRQPSN)            // IBV_QP_RQ_PSN: RQPSN
-	AttrMaxQPRdAtomic    = AttrMask(ib.AttrMaxQPRdAtomic)    // IBV_QP_MAX_QP_RD_ATOMIC: MaxRdAtomic
-	AttrAltPath          = AttrMask(ib.AttrAltPath)          // IBV_QP_ALT_PATH
-	AttrMinRNRTimer      = AttrMask(ib.AttrMinRNRTimer)      // IBV_QP_MIN_RNR_TIMER: MinRNRTimer
-	AttrSQPSN            = AttrMask(ib.AttrSQPSN)            // IBV_QP_SQ_PSN: SQPSN
-	AttrMaxDestRdAtomic  = AttrMask(ib.AttrMaxDestRdAtomic)  // IBV_QP_MAX_DEST_RD_ATOMIC: MaxDestRdAtomic
-	AttrPathMigState     = AttrMask(ib.AttrPathMigState)     // IBV_QP_PATH_MIG_STATE
-	AttrCap              = AttrMask(ib.AttrCap)              // IBV_QP_CAP
-	AttrDestQPN          = AttrMask(ib.AttrDestQPN)          // IBV_QP_DEST_QPN: DestQPN
-	AttrRateLimit        = AttrMask(ib.AttrRateLimit)        // IBV_QP_RATE_LIMIT
+	AttrState            AttrMask = AttrMask(ib.AttrState)            // IBV_QP_STATE: State
+	AttrCurState         AttrMask = AttrMask(ib.AttrCurState)         // IBV_QP_CUR_STATE
+	AttrEnSQDAsyncNotify AttrMask = AttrMask(ib.AttrEnSQDAsyncNotify) // IBV_QP_EN_SQD_ASYNC_NOTIFY
+	AttrAccessFlags      AttrMask = AttrMask(ib.AttrAccessFlags)      // IBV_QP_ACCESS_FLAGS: AccessFlags
+	AttrPKeyIndex        AttrMask = AttrMask(ib.AttrPKeyIndex)        // IBV_QP_PKEY_INDEX: PKeyIndex
+	AttrPort             AttrMask = AttrMask(ib.AttrPort)             // IBV_QP_PORT: PortNum
+	AttrQKey             AttrMask = AttrMask(ib.AttrQKey)             // IBV_QP_QKEY: QKey (UD)
+	AttrAV               AttrMask = AttrMask(ib.AttrAV)               // IBV_QP_AV: AH, the path to the peer
+	AttrPathMTU          AttrMask = AttrMask(ib.AttrPathMTU)          // IBV_QP_PATH_MTU: PathMTU
+	AttrTimeout          AttrMask = AttrMask(ib.AttrTimeout)          // IBV_QP_TIMEOUT: Timeout
+	AttrRetryCnt         AttrMask = AttrMask(ib.AttrRetryCnt)         // IBV_QP_RETRY_CNT: RetryCnt
+	AttrRNRRetry         AttrMask = AttrMask(ib.AttrRNRRetry)         // IBV_QP_RNR_RETRY: RNRRetry
+	AttrRQPSN            AttrMask = AttrMask(ib.AttrRQPSN)            // IBV_QP_RQ_PSN: RQPSN
+	AttrMaxQPRdAtomic    AttrMask = AttrMask(ib.AttrMaxQPRdAtomic)    // IBV_QP_MAX_QP_RD_ATOMIC: MaxRdAtomic
+	AttrAltPath          AttrMask = AttrMask(ib.AttrAltPath)          // IBV_QP_ALT_PATH
+	AttrMinRNRTimer      AttrMask = AttrMask(ib.AttrMinRNRTimer)      // IBV_QP_MIN_RNR_TIMER: MinRNRTimer
+	AttrSQPSN            AttrMask = AttrMask(ib.AttrSQPSN)            // IBV_QP_SQ_PSN: SQPSN
+	AttrMaxDestRdAtomic  AttrMask = AttrMask(ib.AttrMaxDestRdAtomic)  // IBV_QP_MAX_DEST_RD_ATOMIC: MaxDestRdAtomic
+	AttrPathMigState     AttrMask = AttrMask(ib.AttrPathMigState)     // IBV_QP_PATH_MIG_STATE
+	AttrCap              AttrMask = AttrMask(ib.AttrCap)              // IBV_QP_CAP
+	AttrDestQPN          AttrMask = AttrMask(ib.AttrDestQPN)          // IBV_QP_DEST_QPN: DestQPN
+	AttrRateLimit        AttrMask = AttrMask(ib.AttrRateLimit)        // IBV_QP_RATE_LIMIT
 )
 
 // String lists the bits by their libibverbs names without IBV_QP_, e.g.

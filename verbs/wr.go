@@ -32,14 +32,14 @@ type WROpcode uint8
 // Send work request opcodes (IBV_WR_*). UD QPs carry only the SENDs, UC
 // QPs SENDs and RDMA WRITEs, RC QPs all of them.
 const (
-	WRRDMAWrite        = WROpcode(ib.WRRDMAWrite)        // IBV_WR_RDMA_WRITE: write local memory into the peer's (RemoteAddr, RKey)
-	WRRDMAWriteWithImm = WROpcode(ib.WRRDMAWriteWithImm) // IBV_WR_RDMA_WRITE_WITH_IMM: a WRITE that also consumes a receive WR at the peer, carrying Imm
-	WRSend             = WROpcode(ib.WRSend)             // IBV_WR_SEND: the message lands in the buffers of the peer's next receive WR
-	WRSendWithImm      = WROpcode(ib.WRSendWithImm)      // IBV_WR_SEND_WITH_IMM: a SEND carrying Imm in the peer's completion
-	WRRDMARead         = WROpcode(ib.WRRDMARead)         // IBV_WR_RDMA_READ: read the peer's memory (RemoteAddr, RKey) into local memory
-	WRAtomicCmpAndSwp  = WROpcode(ib.WRAtomicCmpAndSwp)  // IBV_WR_ATOMIC_CMP_AND_SWP: if the peer's 8 bytes equal CompareAdd, write Swap; the old value comes back
-	WRAtomicFetchAdd   = WROpcode(ib.WRAtomicFetchAdd)   // IBV_WR_ATOMIC_FETCH_AND_ADD: add CompareAdd to the peer's 8 bytes; the old value comes back
-	WRSendWithInv      = WROpcode(ib.WRSendWithInv)      // IBV_WR_SEND_WITH_INV: a SEND that invalidates InvRKey at the peer
+	WRRDMAWrite        WROpcode = WROpcode(ib.WRRDMAWrite)        // IBV_WR_RDMA_WRITE: write local memory into the peer's (RemoteAddr, RKey)
+	WRRDMAWriteWithImm WROpcode = WROpcode(ib.WRRDMAWriteWithImm) // IBV_WR_RDMA_WRITE_WITH_IMM: a WRITE that also consumes a receive WR at the peer, carrying Imm
+	WRSend             WROpcode = WROpcode(ib.WRSend)             // IBV_WR_SEND: the message lands in the buffers of the peer's next receive WR
+	WRSendWithImm      WROpcode = WROpcode(ib.WRSendWithImm)      // IBV_WR_SEND_WITH_IMM: a SEND carrying Imm in the peer's completion
+	WRRDMARead         WROpcode = WROpcode(ib.WRRDMARead)         // IBV_WR_RDMA_READ: read the peer's memory (RemoteAddr, RKey) into local memory
+	WRAtomicCmpAndSwp  WROpcode = WROpcode(ib.WRAtomicCmpAndSwp)  // IBV_WR_ATOMIC_CMP_AND_SWP: if the peer's 8 bytes equal CompareAdd, write Swap; the old value comes back
+	WRAtomicFetchAdd   WROpcode = WROpcode(ib.WRAtomicFetchAdd)   // IBV_WR_ATOMIC_FETCH_AND_ADD: add CompareAdd to the peer's 8 bytes; the old value comes back
+	WRSendWithInv      WROpcode = WROpcode(ib.WRSendWithInv)      // IBV_WR_SEND_WITH_INV: a SEND that invalidates InvRKey at the peer
 )
 
 // String is the opcode's libibverbs name without IBV_WR_, e.g. "RDMA_WRITE".
@@ -50,10 +50,10 @@ type SendFlags uint8
 
 // Send flags (IBV_SEND_*).
 const (
-	SendFence     = SendFlags(ib.SendFence)     // IBV_SEND_FENCE: wait for earlier READs and atomics to complete first
-	SendSignaled  = SendFlags(ib.SendSignaled)  // IBV_SEND_SIGNALED: make a completion even if the QP is not SigAll
-	SendSolicited = SendFlags(ib.SendSolicited) // IBV_SEND_SOLICITED: wake a peer that asked to be woken for solicited completions only
-	SendInline    = SendFlags(ib.SendInline)    // IBV_SEND_INLINE: InlineData is the payload, copied at post time; no MR needed
+	SendFence     SendFlags = SendFlags(ib.SendFence)     // IBV_SEND_FENCE: wait for earlier READs and atomics to complete first
+	SendSignaled  SendFlags = SendFlags(ib.SendSignaled)  // IBV_SEND_SIGNALED: make a completion even if the QP is not SigAll
+	SendSolicited SendFlags = SendFlags(ib.SendSolicited) // IBV_SEND_SOLICITED: wake a peer that asked to be woken for solicited completions only
+	SendInline    SendFlags = SendFlags(ib.SendInline)    // IBV_SEND_INLINE: InlineData is the payload, copied at post time; no MR needed
 )
 
 // AH is an address handle (struct ibv_ah_attr with its GRH): where a UD send
