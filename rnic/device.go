@@ -65,6 +65,7 @@ type Device struct {
 	counters qpmgr.Counters
 	req      wqe.Engine
 	rx       rx.Handler
+	gsi      *GSI // QP1 (gsi.go)
 
 	mu     sync.Mutex
 	nextPD dma.PD
@@ -131,6 +132,10 @@ func Open(cfg Config) (*Device, error) {
 		d.rx.AckHold = cfg.AckHold
 	}
 	d.rx.Hold = d.holdAck
+	var err error
+	if d.gsi, err = newGSI(d); err != nil {
+		return nil, err
+	}
 	d.tap.probe = d.probe
 	d.updateTap()
 	d.wg.Add(2)

@@ -139,6 +139,9 @@ func (d *Device) CreateQP(a QPInitAttr) (*QP, error) {
 // ModifyQP changes a QP's state and attributes (ibv_modify_qp). A wrong
 // transition or attribute changes nothing.
 func (d *Device) ModifyQP(qp *QP, attr *QPAttr, mask AttrMask) error {
+	if qp.QPN == GSIQPN {
+		return ErrGSI
+	}
 	d.sendHeldAck(qp) // owed for a message the application may have seen complete
 	return qp.Modify(attr, mask)
 }
@@ -152,6 +155,9 @@ func (d *Device) QueryQP(qp *QP) QPAttr {
 
 // DestroyQP destroys a QP (ibv_destroy_qp).
 func (d *Device) DestroyQP(qp *QP) error {
+	if qp.QPN == GSIQPN {
+		return ErrGSI
+	}
 	d.awaitReceiveBatch()
 	d.sendHeldAck(qp)
 	qp.Destroy()
@@ -174,6 +180,14 @@ func (d *Device) awaitReceiveBatch() {
 // every WR against the QP before queuing any of them after it; on error the
 // WRs before the bad one are posted.
 func (d *Device) PostSend(qp *QP, wrs []SendWR) error {
+	if qp.QPN == GSIQPN {
+		return ErrGSI
+	}
+	return d.postSend(qp, wrs)
+}
+
+// postSend is PostSend for any QP, QP1 included.
+func (d *Device) postSend(qp *QP, wrs []SendWR) error {
 	wqes := make([]qpmgr.SendWQE, 0, len(wrs))
 	qp.Lock()
 	st := qp.State()
@@ -252,6 +266,9 @@ func (d *Device) checkSend(qp *QP, st ib.QPState, wr *SendWR) (qpmgr.SendWQE, er
 
 // PostRecv posts receive WRs to a QP's receive queue (ibv_post_recv).
 func (d *Device) PostRecv(qp *QP, wrs []RecvWR) error {
+	if qp.QPN == GSIQPN {
+		return ErrGSI
+	}
 	if qp.SRQ != nil {
 		return errors.New("rnic: QP uses an SRQ; post to the SRQ")
 	}
@@ -282,5 +299,15 @@ func (d *Device) Counters() map[string]uint64 {
 // Port returns the device's port.
 func (d *Device) Port() ibudp.Port { return d.port }
 
-// QPs returns every QP of the device, in QPN order (rdma res show qp).
-func (d *Device) QPs() []*QP { return d.qps.All() }
+// QPs returns every QP of the device but QP1, which is the device's own
+// (GSI), in QPN order (rdma res show qp).
+func (d *Device) QPs() []*QP {
+	all := d.qps.All()
+	out := all[:0]
+	for _, qp := range all {
+		if qp.QPN != GSIQPN {
+			out = append(out, qp)
+		}
+	}
+	return out
+}
