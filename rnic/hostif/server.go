@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -47,6 +48,8 @@ type Server struct {
 	badRequests atomic.Uint64 // control messages answered with an error
 	badWQEs     atomic.Uint64 // WQEs that failed validation at fetch
 	cqOverruns  atomic.Uint64 // completions that found their ring full
+	// acceptErrors counts accepts that failed and were retried.
+	acceptErrors atomic.Uint64
 }
 
 // NewServer returns a server for cfg.Device; the caller keeps owning the
@@ -68,16 +71,46 @@ func (s *Server) Serve(l *net.UnixListener) error {
 	s.mu.Lock()
 	s.lns = append(s.lns, l)
 	s.mu.Unlock()
+	failed := 0 // accepts failed in a row
 	for {
 		uc, err := l.AcceptUnix()
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
 				return nil
 			}
-			return fmt.Errorf("hostif: accept: %w", err)
+			// Out of descriptors or kernel memory is what one greedy
+			// client can cause (issue 19: 20,000 CQs, an eventfd each):
+			// the next client waits in the backlog while this backs off,
+			// 5 ms doubling to 1 s as net/http's Serve does, and says so
+			// once per burst. Returning would leave the daemon deaf.
+			if !acceptRetryable(err) {
+				return fmt.Errorf("hostif: accept: %w", err)
+			}
+			if failed == 0 {
+				s.log.Error("accept failing, retrying until descriptors free up", "err", err)
+			}
+			failed++
+			s.acceptErrors.Add(1)
+			time.Sleep(min(5*time.Millisecond<<min(failed-1, 8), time.Second))
+			continue
+		}
+		if failed > 0 {
+			s.log.Info("accepting again", "failed_accepts", failed)
+			failed = 0
 		}
 		go s.ServeConn(uc)
 	}
+}
+
+// acceptRetryable says whether accept(2) failed for want of a resource
+// that a departing client returns, not because the socket is broken.
+func acceptRetryable(err error) bool {
+	for _, e := range []error{unix.EMFILE, unix.ENFILE, unix.ENOBUFS, unix.ENOMEM, unix.ECONNABORTED, unix.EINTR} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }
 
 // ServeConn serves one client until it hangs up, then destroys everything
@@ -190,6 +223,7 @@ func (s *Server) Counters() map[string]uint64 {
 		"hostif_bad_request": s.badRequests.Load(),
 		"hostif_bad_wqe":     s.badWQEs.Load(),
 		"hostif_cq_overrun":  s.cqOverruns.Load(),
+		"hostif_accept_err":  s.acceptErrors.Load(),
 	}
 	for _, k := range kinds {
 		m["hostif_objects_"+k.counter] = 0
