@@ -58,6 +58,26 @@ func (t *portTap) Packet(at ibudp.TapPoint, hdr, roce []byte, icrc ibudp.ICRCSta
 	}
 }
 
+// LinkPacket turns the fault injector's bottleneck link's marks and tail
+// drops into trace events, with the depth of the queue they met.
+func (t *portTap) LinkPacket(at ibudp.TapPoint, roce []byte, depth int) {
+	if !t.probe.On() || len(roce) < bth.BTHLen+bth.ICRCLen {
+		return
+	}
+	e := trace.Event{Module: trace.ModFault, Opcode: bth.Opcode(roce[0]),
+		DestQPN: uint32(roce[5])<<16 | uint32(roce[6])<<8 | uint32(roce[7]),
+		PSN:     uint32(roce[9])<<16 | uint32(roce[10])<<8 | uint32(roce[11]),
+		Len:     uint32(len(roce)), Aux: uint32(depth), Step: trace.StepLinkMark}
+	switch at {
+	case ibudp.TapLinkDropTX, ibudp.TapLinkDropRX:
+		e.Step = trace.StepLinkDrop
+	}
+	if at == ibudp.TapLinkMarkRX || at == ibudp.TapLinkDropRX {
+		e.QPN, e.Arg = e.DestQPN, 1
+	}
+	t.probe.Emit(e)
+}
+
 // SetCapture hands every packet the port sends and receives, as it was
 // on the wire, to c (a pcap writer, say) until called again with nil.
 func (d *Device) SetCapture(c ibudp.Tap) {

@@ -26,24 +26,43 @@ type InjectRequest struct {
 
 // ApplySpec returns f changed as spec says; "off" clears everything, the
 // QP filter included. Other impairments of f stay as they were.
+//
+// A bottleneck link (ibudp.Link, DCQCN's congestion point) is
+// "link RATE [queue SIZE] [ecn KMIN KMAX P%|ecn off]", rates as tc
+// writes them (2gbit, 500mbit), sizes in bytes or KB/MB; a new link
+// starts with a 256KB queue and the DCQCN paper's marking (ecn 5KB 200KB
+// 1%), "link off" removes it.
 func ApplySpec(f ibudp.Faults, spec string) (ibudp.Faults, error) {
 	words := strings.Fields(spec)
 	if len(words) == 0 {
-		return f, errors.New("inject: empty spec: want drop|dup|reorder|corrupt P%, delay|jitter D, or off")
+		return f, errors.New("inject: empty spec: want drop|dup|reorder|corrupt P%, delay|jitter D, link RATE [queue SIZE] [ecn KMIN KMAX P%], or off")
 	}
 	if len(words) == 1 && words[0] == "off" {
 		return ibudp.Faults{}, nil
 	}
-	if len(words)%2 != 0 {
-		return f, fmt.Errorf("inject: %q: each impairment takes one value", spec)
-	}
-	for i := 0; i < len(words); i += 2 {
-		what, val := words[i], words[i+1]
+	orig := f
+	var queue *int
+	var ecn []string
+	for i := 0; i < len(words); {
+		what := words[i]
+		n := 1 // values the impairment takes
+		switch what {
+		case "ecn":
+			if i+1 < len(words) && words[i+1] != "off" {
+				n = 3
+			}
+		}
+		if i+n >= len(words) {
+			return orig, fmt.Errorf("inject: %q: %s takes %d value(s)", spec, what, n)
+		}
+		vals := words[i+1 : i+1+n]
+		i += 1 + n
+		val := vals[0]
 		switch what {
 		case "drop", "dup", "duplicate", "reorder", "corrupt":
 			p, err := parsePercent(val)
 			if err != nil {
-				return f, fmt.Errorf("inject: %s %q: %w", what, val, err)
+				return orig, fmt.Errorf("inject: %s %q: %w", what, val, err)
 			}
 			switch what {
 			case "drop":
@@ -58,18 +77,101 @@ func ApplySpec(f ibudp.Faults, spec string) (ibudp.Faults, error) {
 		case "delay", "jitter":
 			d, err := time.ParseDuration(val)
 			if err != nil || d < 0 || d > time.Minute {
-				return f, fmt.Errorf("inject: %s %q: want a duration up to 1m, like 200us", what, val)
+				return orig, fmt.Errorf("inject: %s %q: want a duration up to 1m, like 200us", what, val)
 			}
 			if what == "delay" {
 				f.Delay = d
 			} else {
 				f.Jitter = d
 			}
+		case "link":
+			if val == "off" {
+				f.Link = ibudp.Link{}
+				break
+			}
+			r, err := parseRate(val)
+			if err != nil {
+				return orig, fmt.Errorf("inject: link %q: %w", val, err)
+			}
+			if f.Link.Rate == 0 {
+				f.Link = ibudp.NewLink(r)
+			}
+			f.Link.Rate = r
+		case "queue":
+			q, err := parseBytes(val)
+			if err != nil || q < 2048 {
+				return orig, fmt.Errorf("inject: queue %q: want a size from 2KB to 1GB, like 256KB", val)
+			}
+			queue = &q
+		case "ecn":
+			ecn = vals
 		default:
-			return f, fmt.Errorf("inject: unknown impairment %q: want drop, dup, reorder, corrupt, delay, jitter or off", what)
+			return orig, fmt.Errorf("inject: unknown impairment %q: want drop, dup, reorder, corrupt, delay, jitter, link, queue, ecn or off", what)
 		}
 	}
+	if (queue != nil || ecn != nil) && f.Link.Rate == 0 {
+		return orig, errors.New("inject: queue and ecn shape a link: say link RATE first")
+	}
+	if queue != nil {
+		f.Link.Queue = *queue
+	}
+	switch {
+	case ecn == nil:
+	case ecn[0] == "off":
+		f.Link.KMin, f.Link.KMax, f.Link.PMax = 0, 0, 0
+	default:
+		kmin, err1 := parseBytes(ecn[0])
+		kmax, err2 := parseBytes(ecn[1])
+		p, err3 := parsePercent(ecn[2])
+		if err := errors.Join(err1, err2, err3); err != nil || kmin > kmax || kmax == 0 {
+			return orig, fmt.Errorf("inject: ecn %s: want KMIN <= KMAX (sizes, KMAX > 0) and a marking percentage, like ecn 5KB 200KB 1%%", strings.Join(ecn, " "))
+		}
+		f.Link.KMin, f.Link.KMax, f.Link.PMax = kmin, kmax, p
+	}
 	return f, nil
+}
+
+// parseRate reads a rate as tc writes it: a number of bits per second
+// with an optional bit, kbit, mbit or gbit (or kbps..gbps, meaning the
+// same), from 1kbit to 1000gbit.
+func parseRate(s string) (uint64, error) {
+	l := strings.ToLower(s)
+	mult := 1.0
+	for _, u := range []struct {
+		suffix string
+		m      float64
+	}{{"gbit", 1e9}, {"gbps", 1e9}, {"mbit", 1e6}, {"mbps", 1e6}, {"kbit", 1e3}, {"kbps", 1e3}, {"bit", 1}, {"bps", 1}} {
+		if num, ok := strings.CutSuffix(l, u.suffix); ok {
+			l, mult = num, u.m
+			break
+		}
+	}
+	v, err := strconv.ParseFloat(l, 64)
+	if err != nil || v != v || v*mult < 1e3 || v*mult > 1e12 {
+		return 0, errors.New("want a rate from 1kbit to 1000gbit, like 2gbit")
+	}
+	return uint64(v * mult), nil
+}
+
+// parseBytes reads a size: bytes, or with B, KB (or K, KiB) or MB (M,
+// MiB), binary units, up to 1GB.
+func parseBytes(s string) (int, error) {
+	l := strings.ToLower(s)
+	mult := 1
+	for _, u := range []struct {
+		suffix string
+		m      int
+	}{{"kib", 1 << 10}, {"mib", 1 << 20}, {"kb", 1 << 10}, {"mb", 1 << 20}, {"k", 1 << 10}, {"m", 1 << 20}, {"b", 1}} {
+		if num, ok := strings.CutSuffix(l, u.suffix); ok {
+			l, mult = num, u.m
+			break
+		}
+	}
+	v, err := strconv.ParseUint(l, 10, 32)
+	if err != nil || v*uint64(mult) > 1<<30 {
+		return 0, fmt.Errorf("%q: want a size like 256KB, up to 1GB", s)
+	}
+	return int(v) * mult, nil
 }
 
 func parsePercent(s string) (float64, error) {

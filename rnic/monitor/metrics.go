@@ -42,9 +42,12 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 				l := prometheus.Labels{"device": d.Dev.Name(), "dir": dir}
 				for name, v := range map[string]uint64{"packets": fc.Packets, "matched": fc.Matched, "dropped": fc.Dropped,
 					"duplicated": fc.Duplicated, "corrupted": fc.Corrupted, "reordered": fc.Reordered,
-					"delayed": fc.Delayed, "overflow": fc.Overflow} {
+					"delayed": fc.Delayed, "overflow": fc.Overflow,
+					"link_queued": fc.LinkPackets, "link_dropped": fc.LinkDropped, "link_marked": fc.Marked} {
 					emit("rnicd_fault_"+name+"_total", "Packets the fault injector "+name+".", prometheus.CounterValue, float64(v), l)
 				}
+				emit("rnicd_fault_link_queue_bytes", "Bytes in the bottleneck link's queue.", prometheus.GaugeValue, float64(fc.QueueDepth), l)
+				emit("rnicd_fault_link_queue_peak_bytes", "The most bytes the bottleneck link's queue held.", prometheus.GaugeValue, float64(fc.QueuePeak), l)
 			}
 		}
 		emit("rnicd_doorbell_depth", "QPs waiting on the send pipeline's run list.", prometheus.GaugeValue, float64(d.Dev.DoorbellDepth()), dev)

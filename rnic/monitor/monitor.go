@@ -200,6 +200,9 @@ func describeFaults(f ibudp.Faults) string {
 	if f.Jitter > 0 {
 		s += fmt.Sprintf("jitter %v ", f.Jitter)
 	}
+	if f.Link.Rate > 0 {
+		s += f.Link.String() + " "
+	}
 	if s == "" {
 		return "off"
 	}

@@ -23,10 +23,11 @@ const (
 	ModCompleter                   // completer: ACKs, NAKs, responses, CQEs
 	ModPort                        // Ethernet/UDP port: ICRC, wire
 	ModFault                       // the fault injector in front of the port
+	ModFlowCtl                     // Flow Control Manager: CE, CNPs, rate changes
 	numModules
 )
 
-var moduleNames = [numModules]string{"", "verbs", "doorbell", "qpmgr", "wqe", "dma", "rx", "comp", "port", "fault"}
+var moduleNames = [numModules]string{"", "verbs", "doorbell", "qpmgr", "wqe", "dma", "rx", "comp", "port", "fault", "flowctl"}
 
 func (m Module) String() string {
 	if m < numModules && moduleNames[m] != "" {
@@ -59,12 +60,19 @@ const (
 	StepComplete                  // WQE retired: WRID, Arg WC status, FlagCQE if a CQE was written
 	StepDrop                      // packet dropped: Arg the qpmgr.Counter that counts it
 	StepFaultDrop                 // fault injector dropped a packet: Arg 0 TX, 1 RX
+	StepLinkMark                  // the injector's bottleneck link marked a packet CE: Arg 0 TX, 1 RX, Aux the queue depth in bytes
+	StepLinkDrop                  // the bottleneck link's queue was full: Arg 0 TX, 1 RX, Aux the queue depth in bytes
+	StepCERecv                    // notification point: a packet arrived ECN-marked CE; Arg 1 if a CNP answers it
+	StepCNPSent                   // notification point: CNP sent to DestQPN
+	StepCNPRecv                   // reaction point: CNP received
+	StepRate                      // reaction point: Arg a flowctl.EventKind, Aux the current rate and Len the target, in Mb/s, WRID alpha (1024ths)
 	numSteps
 )
 
 var stepNames = [numSteps]string{"", "post", "post_recv", "doorbell", "fetch", "dma_read", "segment",
 	"headers", "icrc", "transmit", "receive", "icrc_check", "psn_check", "dma_write", "ack_sent",
-	"ack_recv", "retry", "rewind", "complete", "drop", "fault_drop"}
+	"ack_recv", "retry", "rewind", "complete", "drop", "fault_drop", "link_mark", "link_drop",
+	"ce_received", "cnp_sent", "cnp_received", "rate"}
 
 func (s Step) String() string {
 	if s < numSteps && stepNames[s] != "" {
@@ -258,9 +266,33 @@ func (e *Event) Detail() string {
 			dir = "rx"
 		}
 		return fmt.Sprintf("%s LOST (fault injector, %s)", e.OpName(), dir)
+	case StepLinkMark, StepLinkDrop:
+		dir := "tx"
+		if e.Arg == 1 {
+			dir = "rx"
+		}
+		if e.Step == StepLinkMark {
+			return fmt.Sprintf("%s marked CE by the bottleneck (%s), queue %dB", e.OpName(), dir, e.Aux)
+		}
+		return fmt.Sprintf("%s LOST at the bottleneck's full queue (%s), %dB", e.OpName(), dir, e.Aux)
+	case StepCERecv:
+		if e.Arg == 1 {
+			return fmt.Sprintf("%s arrived ECN CE: CNP", e.OpName())
+		}
+		return fmt.Sprintf("%s arrived ECN CE: no CNP (one went within np_min_time_between_cnps, or no congestion control)", e.OpName())
+	case StepCNPSent:
+		return fmt.Sprintf("CNP sent to qp %#x", e.DestQPN)
+	case StepCNPRecv:
+		return "CNP received"
+	case StepRate:
+		return fmt.Sprintf("%s: rate %d Mb/s, target %d Mb/s, alpha %d/1024", rateStepNames[min(e.Arg, uint32(len(rateStepNames)-1))], e.Aux, e.Len, e.WRID)
 	}
 	return e.Step.String()
 }
+
+// rateStepNames name StepRate's Arg, flowctl.EventKind's values (trace
+// sits below flowctl and does not import it).
+var rateStepNames = [...]string{"", "cnp", "rate_decrease", "fast_recovery", "additive_increase", "hyper_increase", "recovered", "rate(?)"}
 
 // Format renders e as one timeline line, with its time in seconds since
 // t0 (Unix nanoseconds):

@@ -34,6 +34,9 @@ type Faults struct {
 	// DropNth, if positive, drops the DropNth packet matched after the
 	// faults are set, once: a loss placed exactly, for tests and lessons.
 	DropNth int
+	// Link, with a Rate, is a bottleneck the packets that survive the
+	// other impairments go through last (link.go).
+	Link Link
 }
 
 // FaultCounts is what a Faulty did in one direction.
@@ -46,6 +49,13 @@ type FaultCounts struct {
 	Reordered  uint64 // held back
 	Delayed    uint64
 	Overflow   uint64 // RX: dropped because the receive queue was full
+
+	// The bottleneck link (Faults.Link).
+	LinkPackets uint64 // packets that went through its queue
+	LinkDropped uint64 // tail drops: the queue was full
+	Marked      uint64 // ECN-capable packets it marked CE
+	QueueDepth  uint64 // bytes in the queue now
+	QueuePeak   uint64 // the most bytes it held
 }
 
 // FaultStats are a Faulty's counters.
@@ -113,12 +123,13 @@ type faultDir struct {
 	counts  FaultCounts
 	matched int // packets matched since the faults were set, for DropNth
 	delayed int // packets of this direction in the delay queue
+	queue   linkQueue
 }
 
 // impairs reports whether c does anything to a packet.
 func (c *Faults) impairs() bool {
 	return c.Drop > 0 || c.Duplicate > 0 || c.Corrupt > 0 || c.Reorder > 0 ||
-		c.Delay > 0 || c.Jitter > 0 || c.DropNth > 0
+		c.Delay > 0 || c.Jitter > 0 || c.DropNth > 0 || c.Link.Rate > 0
 }
 
 // busy reports whether direction d must go through the injector: it has
@@ -174,9 +185,22 @@ func (f *Faulty) set(d int, c Faults) {
 		c.ReorderTimeout = defaultReorderTimeout
 	}
 	c.Delay, c.Jitter = max(c.Delay, 0), max(c.Jitter, 0)
+	if l := &c.Link; l.Rate > 0 {
+		if l.Queue <= 0 {
+			l.Queue = DefaultLinkQueue
+		}
+		l.KMin, l.KMax = max(l.KMin, 0), max(l.KMax, 0)
+		l.KMin = min(l.KMin, l.KMax)
+		l.PMax = clamp(l.PMax)
+	} else {
+		c.Link = Link{}
+	}
 	f.mu.Lock()
 	f.dir[d].f = c
 	f.dir[d].matched = 0
+	if c.Link.Rate == 0 {
+		f.dir[d].queue = linkQueue{}
+	}
 	f.updateTXBusy()
 	f.rxCond.Broadcast() // a Recv waiting on the loop may pass through now, or must start it
 	f.mu.Unlock()
@@ -189,6 +213,14 @@ func (f *Faulty) FaultStats() FaultStats {
 	defer f.mu.Unlock()
 	st := FaultStats{TX: f.dir[dirTX].counts, RX: f.dir[dirRX].counts}
 	st.TX.Packets += f.txPassed.Load()
+	now := time.Now()
+	for d, c := range []*FaultCounts{&st.TX, &st.RX} {
+		if l := f.dir[d].f.Link; l.Rate > 0 {
+			q := f.dir[d].queue
+			q.drain(l.Rate, now)
+			c.QueueDepth = uint64(q.depth)
+		}
+	}
 	return st
 }
 
@@ -311,18 +343,43 @@ func (f *Faulty) impair(d int, b *Buf, now time.Time, out *[]*Buf) {
 			// left counts this packet too: releaseHeld runs after it.
 			fd.held = append(fd.held, heldBuf{b: f.keep(d, p), left: c.ReorderBy + 1, deadline: now.Add(c.ReorderTimeout)})
 			f.poke() // the timer goroutine releases it at the deadline
-		case c.Delay > 0 || c.Jitter > 0:
-			fd.counts.Delayed++
-			delay := c.Delay
-			if c.Jitter > 0 {
-				delay += time.Duration(f.rng.Int64N(int64(c.Jitter)))
+		case c.Delay > 0 || c.Jitter > 0 || c.Link.Rate > 0:
+			due := now
+			if c.Link.Rate > 0 {
+				var ok bool
+				if due, ok = f.enqueue(d, p, now); !ok {
+					if p != b {
+						f.dropOwn(p) // the duplicate is the injector's
+					}
+					continue
+				}
+			}
+			if c.Delay > 0 || c.Jitter > 0 {
+				fd.counts.Delayed++
+				due = due.Add(c.Delay)
+				if c.Jitter > 0 {
+					due = due.Add(time.Duration(f.rng.Int64N(int64(c.Jitter))))
+				}
 			}
 			f.nDelay++
-			heap.Push(&f.timers, delayed{due: now.Add(delay), seq: f.nDelay, dir: d, b: f.keep(d, p)})
+			heap.Push(&f.timers, delayed{due: due, seq: f.nDelay, dir: d, b: f.keep(d, p)})
 			fd.delayed++
 			f.poke()
 		default:
 			f.deliver(d, p, out)
+		}
+	}
+}
+
+// dropOwn forgets p, a TX duplicate of the injector's that the link
+// dropped, so that it goes back to the pool after the batch is sent.
+// (RX buffers are the injector's throughout: enqueue put it back.)
+func (f *Faulty) dropOwn(p *Buf) {
+	for i, o := range f.txOwn {
+		if o == p {
+			f.txOwn = append(f.txOwn[:i], f.txOwn[i+1:]...)
+			f.pool.Put(p)
+			return
 		}
 	}
 }

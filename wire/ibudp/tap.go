@@ -17,6 +17,13 @@ const (
 	// engine never sees it (RX).
 	TapFaultDropTX
 	TapFaultDropRX
+	// TapLinkMarkTX/RX and TapLinkDropTX/RX: a Faulty's bottleneck link
+	// (Faults.Link) marked the packet CE, or dropped it at the tail of a
+	// full queue; only a LinkTap is told of them.
+	TapLinkMarkTX
+	TapLinkMarkRX
+	TapLinkDropTX
+	TapLinkDropRX
 )
 
 func (p TapPoint) String() string {
@@ -31,6 +38,14 @@ func (p TapPoint) String() string {
 		return "fault-drop-tx"
 	case TapFaultDropRX:
 		return "fault-drop-rx"
+	case TapLinkMarkTX:
+		return "link-mark-tx"
+	case TapLinkMarkRX:
+		return "link-mark-rx"
+	case TapLinkDropTX:
+		return "link-drop-tx"
+	case TapLinkDropRX:
+		return "link-drop-rx"
 	}
 	return "tap-point(?)"
 }

@@ -1,0 +1,198 @@
+package ibudp
+
+import (
+	"math/rand/v2"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/rnicd/rnicd/wire/bth"
+)
+
+// linkPorts opens two loopback ports in each mode this user can, and a
+// Faulty with seed 7 over the first.
+func eachLinkMode(t *testing.T, base byte, test func(t *testing.T, f *Faulty, a, b Port, r *receiver)) {
+	modes := []Mode{ModeUDP}
+	if canRaw() {
+		modes = append(modes, ModePacket)
+	}
+	for i, mode := range modes {
+		t.Run(mode.String(), func(t *testing.T) {
+			a := openPort(t, Config{Addr: netip.AddrFrom4([4]byte{127, 0, base, byte(1 + 2*i)}), Mode: mode})
+			b := openPort(t, Config{Addr: netip.AddrFrom4([4]byte{127, 0, base, byte(2 + 2*i)}), Mode: mode})
+			f := NewFaulty(a, 7)
+			t.Cleanup(func() { f.Close() })
+			test(t, f, a, b, startReceiver(b))
+		})
+	}
+}
+
+// linkTap records the link's marks and drops with the depth they met.
+type linkTap struct {
+	marks, drops []int // depths
+}
+
+func (*linkTap) Packet(TapPoint, []byte, []byte, ICRCStatus) {}
+func (l *linkTap) LinkPacket(at TapPoint, roce []byte, depth int) {
+	switch at {
+	case TapLinkMarkTX:
+		l.marks = append(l.marks, depth)
+	case TapLinkDropTX:
+		l.drops = append(l.drops, depth)
+	}
+}
+
+// A burst of 100 packets into a 50 KB queue: 48 fit, 52 are dropped at
+// the tail; the ECT(0) ones that meet a queue of 10 KB or more leave
+// marked CE, the Not-ECT ones never are; they arrive no faster than the
+// link's 80 Mb/s, and the counters and the tap say exactly that. One
+// batch is one instant to the injector, so the queue does not drain
+// during it and every figure is exact.
+func TestLinkTailDropAndMark(t *testing.T) {
+	eachLinkMode(t, 6, func(t *testing.T, f *Faulty, a, b Port, r *receiver) {
+		tap := &linkTap{}
+		SetTap(f, tap)
+		f.SetTX(Faults{Link: Link{Rate: 80_000_000, Queue: 50 << 10, KMin: 10 << 10, KMax: 10 << 10, PMax: 1}})
+		const frame = 12 + 1000 + 4 + 20 + 8 + 14 + 4 // RoCE part, IPv4, UDP, Ethernet header and FCS
+		bufs := make([]*Buf, 100)
+		for i := range bufs {
+			bufs[i] = NewBuf()
+			fillPacket(t, bufs[i], 0x11, uint32(i), 1000)
+			bufs[i].Peer, bufs[i].TOS = b.Addr(), 0x68
+			if i%2 == 0 {
+				bufs[i].SetECN(ECT0)
+			}
+		}
+		start := time.Now()
+		if err := f.Send(bufs); err != nil {
+			t.Fatal(err)
+		}
+		got := r.get(t, 48, 5*time.Second)
+		if el := time.Since(start); el < time.Duration(48*frame*8*1e9/80e6)-time.Millisecond {
+			t.Errorf("48 frames of %d bytes through an 80 Mb/s link in %v", frame, el)
+		}
+		r.none(t, 20*time.Millisecond)
+		for i, g := range got {
+			psn := int(bth.BTH(g.roce).PSN())
+			want := NotECT
+			switch {
+			case psn%2 == 1:
+			case psn*frame >= 10<<10:
+				want = CE
+			default:
+				want = ECT0
+			}
+			if psn != i || ECN(g.tos&ecnMask) != want || g.tos>>2 != 0x68>>2 {
+				t.Errorf("packet %d: PSN %d TOS %#x, want PSN %d %v", i, psn, g.tos, i, want)
+			}
+		}
+		st := f.FaultStats().TX
+		if st.LinkPackets != 48 || st.LinkDropped != 52 || st.Marked != 19 || st.QueuePeak != 48*frame {
+			t.Errorf("counts %+v, want 48 through, 52 dropped, 19 marked, peak %d", st, 48*frame)
+		}
+		if st.QueueDepth != 0 {
+			t.Errorf("queue depth %d once everything arrived", st.QueueDepth)
+		}
+		if len(tap.marks) != 19 || tap.marks[0] != 10*frame || len(tap.drops) != 52 || tap.drops[0] != 48*frame {
+			t.Errorf("tap: marks at %v, drops at %v", tap.marks, tap.drops)
+		}
+		// The bottleneck off: a pass-through again.
+		f.SetTX(Faults{})
+		sent := sendBatch(t, f, b.Addr(), 5, 100, []int{10}, 0, 0)
+		matchAll(t, sent, r.get(t, 5, 2*time.Second))
+	})
+}
+
+// RED between KMin and KMax marks with probability PMax*(d-KMin)/(KMax-KMin)
+// on the depth d a packet meets: with the injector's seed, exactly the
+// packets a replay of its random numbers picks.
+func TestLinkRED(t *testing.T) {
+	eachLinkMode(t, 7, func(t *testing.T, f *Faulty, a, b Port, r *receiver) {
+		l := NewLink(1_000_000_000)
+		l.PMax = 0.5 // to mark enough of 240 packets to tell
+		f.SetTX(Faults{Link: l})
+		const n, frame = 240, 12 + 1000 + 4 + 20 + 8 + 14 + 4
+		bufs := make([]*Buf, n)
+		for i := range bufs {
+			bufs[i] = NewBuf()
+			fillPacket(t, bufs[i], 0x11, uint32(i), 1000)
+			bufs[i].Peer = b.Addr()
+			bufs[i].SetECN(ECT0)
+		}
+		if err := f.Send(bufs); err != nil {
+			t.Fatal(err)
+		}
+		// The replay: the same generator as NewFaulty(_, 7), one draw
+		// per packet whose probability is not 0.
+		rng := rand.New(rand.NewPCG(7, 0x9e3779b97f4a7c15))
+		want := map[uint32]bool{}
+		for i := range n {
+			d := float64(i * frame)
+			var p float64
+			switch {
+			case d < 5<<10:
+			case d >= 200<<10:
+				p = 1
+			default:
+				p = 0.5 * (d - 5<<10) / (200<<10 - 5<<10)
+			}
+			if p > 0 && rng.Float64() < p {
+				want[uint32(i)] = true
+			}
+		}
+		got := r.get(t, n, 5*time.Second)
+		marked := 0
+		for _, g := range got {
+			psn := bth.BTH(g.roce).PSN()
+			if ce := ECN(g.tos&ecnMask) == CE; ce != want[psn] {
+				t.Errorf("PSN %d (depth %d): CE %v, want %v", psn, int(psn)*frame, ce, want[psn])
+			}
+			if ECN(g.tos&ecnMask) == CE {
+				marked++
+			}
+		}
+		// Past KMax (packets 193 on) every packet is marked.
+		if st := f.FaultStats().TX; st.Marked != uint64(len(want)) || marked != len(want) || st.LinkDropped != 0 || len(want) < 60 {
+			t.Errorf("%d marked (counter %d), replay says %d; %d dropped", marked, st.Marked, len(want), st.LinkDropped)
+		}
+	})
+}
+
+// The link on the RX side: the engine above the Faulty sees what the far
+// side sent, marked and thinned as the queue in front of it decides.
+func TestLinkRX(t *testing.T) {
+	a := openPort(t, Config{Addr: netip.AddrFrom4([4]byte{127, 0, 8, 1})})
+	b := openPort(t, Config{Addr: netip.AddrFrom4([4]byte{127, 0, 8, 2})})
+	f := NewFaulty(b, 7)
+	t.Cleanup(func() { f.Close() })
+	f.SetRX(Faults{Link: Link{Rate: 800_000_000, Queue: 8 << 10, KMin: 0, KMax: 0}})
+	r := startReceiver(f)
+	bufs := make([]*Buf, 20)
+	for i := range bufs {
+		bufs[i] = NewBuf()
+		fillPacket(t, bufs[i], 0x11, uint32(i), 1000)
+		bufs[i].Peer = f.Addr()
+		bufs[i].SetECN(ECT0)
+	}
+	if err := a.Send(bufs); err != nil {
+		t.Fatal(err)
+	}
+	// How many fit depends on how the kernel hands the packets up (one
+	// read or several, the queue draining between them), but no mark
+	// (KMax 0), and what the queue took and dropped adds up.
+	var st FaultCounts
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		if st = f.FaultStats().RX; st.LinkPackets+st.LinkDropped == 20 {
+			break
+		}
+	}
+	got := drain(r, 50*time.Millisecond)
+	if st.LinkPackets+st.LinkDropped != 20 || uint64(len(got)) != st.LinkPackets || st.Marked != 0 || st.LinkPackets < 7 {
+		t.Fatalf("%d received; counts %+v", len(got), st)
+	}
+	for _, g := range got {
+		if ECN(g.tos&ecnMask) != ECT0 {
+			t.Fatalf("TOS %#x", g.tos)
+		}
+	}
+}
