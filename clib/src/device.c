@@ -201,6 +201,7 @@ EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 		return NULL;
 	}
 	c->dev = d;
+	pthread_mutex_init(&c->mrs_mu, NULL);
 	struct ibv_context *ctx = &c->vctx.context;
 	ctx->device = device;
 	ctx->cmd_fd = c->conn.fd;
@@ -220,6 +221,8 @@ EXPORT int ibv_close_device(struct ibv_context *ctx)
 	struct rctx *c = to_rctx(ctx);
 	/* The hang-up makes the daemon destroy everything this context made. */
 	conn_close(&c->conn);
+	mrs_release(c);
+	pthread_mutex_destroy(&c->mrs_mu);
 	if (ctx->async_fd >= 0)
 		close(ctx->async_fd);
 	free(c);

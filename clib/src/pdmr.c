@@ -3,15 +3,8 @@
  * made reachable by the daemon first (mem.c), then registered with the
  * memfd and the offset that holds it.
  */
-#include <arpa/inet.h>
 #include <errno.h>
-#include <poll.h>
 #include <stdlib.h>
-#include <string.h>
-#include <sys/eventfd.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "rnic.h"
 
@@ -46,18 +39,25 @@ EXPORT int ibv_dealloc_pd(struct ibv_pd *pd)
 
 /* --- MR ---------------------------------------------------------------- */
 
+/* rmr is an MR on its context's list. */
+struct rmr {
+	struct ibv_mr mr;
+	struct rmr *next;
+};
+
 static struct ibv_mr *reg_mr(struct ibv_pd *pd, void *addr, size_t len, uint64_t iova, unsigned access)
 {
 	int fd;
 	uint64_t off;
-	struct ibv_mr *mr = calloc(1, sizeof(*mr));
-	if (!mr) {
+	struct rmr *m = calloc(1, sizeof(*m));
+	if (!m) {
 		errno = ENOMEM;
 		return NULL;
 	}
+	struct ibv_mr *mr = &m->mr;
 	int err = mem_share(addr, len, &fd, &off);
 	if (err) {
-		free(mr);
+		free(m);
 		errno = err;
 		return NULL;
 	}
@@ -71,7 +71,7 @@ static struct ibv_mr *reg_mr(struct ibv_pd *pd, void *addr, size_t len, uint64_t
 	err = call(pd->context, K_REG_MR, &req, fd, &rep, NULL);
 	if (err) {
 		mem_unshare(addr, len);
-		free(mr);
+		free(m);
 		errno = err;
 		return NULL;
 	}
@@ -82,6 +82,11 @@ static struct ibv_mr *reg_mr(struct ibv_pd *pd, void *addr, size_t len, uint64_t
 	mr->handle = get32(&rep);
 	mr->lkey = get32(&rep);
 	mr->rkey = get32(&rep);
+	struct rctx *c = to_rctx(pd->context);
+	pthread_mutex_lock(&c->mrs_mu);
+	m->next = c->mrs;
+	c->mrs = m;
+	pthread_mutex_unlock(&c->mrs_mu);
 	return mr;
 }
 
@@ -109,6 +114,30 @@ EXPORT int ibv_dereg_mr(struct ibv_mr *mr)
 		return err;
 	/* The daemon has unmapped the region: its pages may move back. */
 	mem_unshare(mr->addr, mr->length);
+	struct rctx *c = to_rctx(mr->context);
+	pthread_mutex_lock(&c->mrs_mu);
+	for (struct rmr **p = &c->mrs; *p; p = &(*p)->next) {
+		if (&(*p)->mr == mr) {
+			*p = (*p)->next;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&c->mrs_mu);
 	free(mr);
 	return 0;
+}
+
+/* mrs_release runs after the context's connection closed: the daemon
+ * drops the regions as it tears the client down, and a DMA still on its
+ * way lands in the memfd's pages, no longer the program's. */
+void mrs_release(struct rctx *c)
+{
+	pthread_mutex_lock(&c->mrs_mu);
+	while (c->mrs) {
+		struct rmr *m = c->mrs;
+		c->mrs = m->next;
+		mem_unshare(m->mr.addr, m->mr.length);
+		free(m);
+	}
+	pthread_mutex_unlock(&c->mrs_mu);
 }

@@ -113,11 +113,20 @@ struct rdev {
 
 /* rctx is an open device: the verbs_context the header's inline
  * functions reach, and the connection behind it. */
+struct rmr;
+
 struct rctx {
 	struct verbs_context vctx; /* its ibv_context is the last field */
 	struct rdev *dev;
 	struct conn conn;
+	/* The context's MRs, so that ibv_close_device gives their pages
+	 * back even when the program did not deregister them. */
+	pthread_mutex_t mrs_mu;
+	struct rmr *mrs;
 };
+
+/* pdmr.c: ibv_close_device's undo of every MR the program left. */
+void mrs_release(struct rctx *c);
 
 static inline struct rctx *to_rctx(struct ibv_context *c)
 {

@@ -132,6 +132,19 @@ static int write_wr(struct end *e, struct ibv_mr *src, size_t len, uint64_t radd
 	return wc.status;
 }
 
+/* shared_maps counts this process's mappings of the library's memfd. */
+static int shared_maps(void)
+{
+	FILE *f = fopen("/proc/self/maps", "r");
+	char line[4352];
+	int n = 0;
+	while (f && fgets(line, sizeof(line), f))
+		n += strstr(line, "/memfd:rnicd-mr") != NULL;
+	if (f)
+		fclose(f);
+	return n;
+}
+
 static int check_guards(const unsigned char *block, const char *when)
 {
 	for (int i = 0; i < GUARD; i++) {
@@ -346,8 +359,36 @@ int main(int argc, char **argv)
 		printf("FAIL: ibv_dereg_mr changed the region's bytes\n");
 		return 1;
 	}
+	/* ... and writable as before. */
 	region[0] ^= 1;
 	block[0] ^= 1;
+	region[0] ^= 1;
+	block[0] ^= 1;
+
+	/* A region the program never deregisters goes back to private
+	 * memory when its context closes: no mapping of the shared memfd
+	 * is left, and the bytes are the program's as before. */
+	memcpy(want, region, REGION);
+	struct ibv_context *c2 = open_dev(argv[1]);
+	struct ibv_pd *pd2 = ibv_alloc_pd(c2);
+	if (!pd2 || !ibv_reg_mr(pd2, region, REGION, IBV_ACCESS_LOCAL_WRITE))
+		die("ibv_reg_mr on a second context");
+	if (!shared_maps()) {
+		printf("FAIL: a registered region is not on the shared memfd\n");
+		return 1;
+	}
+	ibv_close_device(t.ctx); /* its MR was deregistered above */
+	ibv_close_device(s.ctx); /* the source MR, left registered */
+	ibv_close_device(c2);
+	if (memcmp(region, want, REGION) != 0 || check_guards(block, "by ibv_close_device")) {
+		printf("FAIL: ibv_close_device changed the bytes of a region\n");
+		return 1;
+	}
+	if (shared_maps()) {
+		printf("FAIL: after ibv_close_device, %d mappings of the shared memfd are left\n", shared_maps());
+		return 1;
+	}
+	printf("ibv_close_device gave the pages of a region left registered back\n");
 	printf("PASS\n");
 	return 0;
 }
