@@ -16,6 +16,9 @@ type tcase struct {
 	args   []string // size, iterations, connection type...
 	loss   bool     // also run under 3% loss each way
 	direct bool     // rnic runs the QPs itself on a socket rnicd lends (--direct)
+	// clib: the host runs Debian's own tool, the same binary as the VM's,
+	// on rnicd through the C library (clib/) instead of rnic's clone.
+	clib bool
 	// impair, if set, is installed on the tap for the case alone: the
 	// case runs in phases of its own, in both roles.
 	impair *impairment
@@ -25,6 +28,9 @@ func (c tcase) name() string {
 	n := c.tool + " " + strings.Join(c.args, " ")
 	if c.direct {
 		n += " (rnic --direct)"
+	}
+	if c.clib {
+		n += " (Debian's on clib)"
 	}
 	return n
 }
@@ -67,6 +73,11 @@ func matrix(ibMTU int) []tcase {
 		tcase{tool: "ib_write_bw", args: []string{"-s", "65536", "-n", "20"}, direct: true},
 		tcase{tool: "ib_send_lat", args: []string{"-s", strconv.Itoa(ibMTU + 1), "-n", "50"}, direct: true},
 		tcase{tool: "ibv_rc_pingpong", args: []string{"-s", "4096", "-n", "50", "--chk"}, direct: true},
+		// The same unmodified binary on both ends, one end in software
+		// without a kernel module.
+		tcase{tool: "ib_write_bw", args: []string{"-s", "65536", "-n", "20"}, clib: true},
+		tcase{tool: "ib_send_lat", args: []string{"-s", strconv.Itoa(ibMTU + 1), "-n", "50"}, clib: true},
+		tcase{tool: "ibv_rc_pingpong", args: []string{"-s", "4096", "-n", "50", "--chk"}, clib: true},
 	)
 	return cs
 }

@@ -55,6 +55,10 @@ func TestRxeInterop(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
+	// The C library, for the cases that run Debian's own tools on the host.
+	if out, err := exec.Command("make", "-C", "../../clib", "B="+filepath.Join(bin, "clib")).CombinedOutput(); err != nil {
+		t.Fatalf("make -C clib: %v\n%s", err, out)
+	}
 	cache := os.Getenv("RNICD_INTEROP_CACHE")
 	if cache == "" {
 		home, _ := os.UserHomeDir()
@@ -80,7 +84,8 @@ func TestRxeInterop(t *testing.T) {
 // ensurePackages installs what the suite runs from Debian's packages.
 func ensurePackages(t *testing.T) {
 	need := map[string]string{"qemu-system-x86_64": "qemu-system-x86", "busybox": "busybox-static", "cpio": "cpio",
-		"depmod": "kmod", "tcpdump": "tcpdump", "nft": "nftables", "ip": "iproute2", "rdma": "iproute2"}
+		"depmod": "kmod", "tcpdump": "tcpdump", "nft": "nftables", "ip": "iproute2", "rdma": "iproute2",
+		"ib_write_bw": "perftest", "ibv_rc_pingpong": "ibverbs-utils", "make": "make", "gcc": "gcc"}
 	var pkgs []string
 	for cmd, pkg := range need {
 		if _, err := exec.LookPath(cmd); err != nil {

@@ -106,7 +106,13 @@ func (l *link) startRnicd(name, addr string, args ...string) (*exec.Cmd, *bytes.
 
 // rnic runs the host's side of c, the server or the client.
 func (l *link) rnic(ctx context.Context, c tcase, port int, client bool) hostRun {
-	out, err := l.ns.command(ctx, l.env, append([]string{filepath.Join(l.bin, "rnic")}, hostArgs(c, port, client)...)...).CombinedOutput()
+	cmd := append([]string{filepath.Join(l.bin, "rnic")}, hostArgs(c, port, client)...)
+	env := l.env
+	if c.clib {
+		// Debian's binary of the tool, with the C library TestRxeInterop built.
+		cmd, env = cmd[1:], append([]string{"LD_LIBRARY_PATH=" + filepath.Join(l.bin, "clib")}, l.env...)
+	}
+	out, err := l.ns.command(ctx, env, cmd...).CombinedOutput()
 	return hostRun{err: err, out: string(out)}
 }
 
