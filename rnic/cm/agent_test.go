@@ -3,16 +3,27 @@ package cm_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/gopacket/gopacket"
+	"github.com/gopacket/gopacket/layers"
+	"github.com/gopacket/gopacket/pcapgo"
+
 	"github.com/rnicd/rnicd/ib"
+	"github.com/rnicd/rnicd/internal/debtool"
 	"github.com/rnicd/rnicd/rnic"
 	"github.com/rnicd/rnicd/rnic/cm"
 	"github.com/rnicd/rnicd/wire/ibudp"
 	"github.com/rnicd/rnicd/wire/mad"
+	"github.com/rnicd/rnicd/wire/pcap"
 )
 
 // The CM over real QP1s: two in-process devices on loopback, each with a
@@ -254,4 +265,76 @@ func TestAgentLostREQ(t *testing.T) {
 			t.Errorf("a resent %d MADs, want 1", r)
 		}
 	})
+}
+
+// The CM exchange as a capture shows it: tshark decodes rnicd's QP1
+// packets as CM MADs (the check that the bytes are what Linux's CM sends),
+// and so does this package's gopacket layer.
+func TestAgentCaptureTshark(t *testing.T) {
+	tshark := debtool.Ensure(t, "tshark", "tshark")
+	path := filepath.Join(t.TempDir(), "cm.pcap")
+	w, err := pcap.Create(pcap.Config{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := newPeer(t, "127.3.15.7", 0xa), newPeer(t, "127.3.15.8", 0xb)
+	a.dev.SetCapture(w)
+	b.agent.Do(func(c *cm.CM) { c.Listen(service, nil) })
+	qa, qb := a.createQP(), b.createQP()
+	id := a.connect(b, qa)
+	cr := b.event(cm.EventConnectRequest)
+	b.agent.Do(func(*cm.CM) { cr.ID.Accept(cm.AcceptParam{QPN: qb.QPN, StartingPSN: 5, RNRRetryCount: 7}) })
+	a.event(cm.EventEstablished)
+	b.event(cm.EventEstablished)
+	a.agent.Do(func(*cm.CM) { id.Disconnect(nil) })
+	a.event(cm.EventDisconnected)
+	b.event(cm.EventDisconnected)
+	a.dev.SetCapture(nil)
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(tshark, "-r", path, "-T", "fields", "-e", "_ws.col.Info", "-e", "_ws.malformed").Output()
+	if err != nil {
+		t.Fatalf("tshark: %v\n%s", err, out)
+	}
+	got := strings.Split(strings.TrimSpace(string(out)), "\n")
+	want := []string{"CM: ConnectRequest", "CM: ConnectReply", "CM: ReadyToUse", "CM: DisconnectRequest", "CM: DisconnectReply"}
+	if len(got) != len(want) {
+		t.Fatalf("tshark reads %d frames, want %d:\n%s", len(got), len(want), out)
+	}
+	for i := range want {
+		if strings.TrimSpace(got[i]) != want[i] {
+			t.Errorf("frame %d: tshark says %q, want %q", i+1, got[i], want[i])
+		}
+	}
+
+	// The same frames through gopacket: a MAD layer after RoCE, QP1 to QP1.
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	r, err := pcapgo.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var attrs []mad.AttrID
+	for {
+		data, _, err := r.ReadPacketData()
+		if err != nil {
+			break
+		}
+		p := gopacket.NewPacket(data, layers.LayerTypeEthernet, gopacket.Default)
+		l, ok := p.Layer(mad.LayerTypeMAD).(*mad.Layer)
+		if !ok || !l.IsCM() {
+			t.Fatalf("no CM MAD layer: %v", p)
+		}
+		attrs = append(attrs, l.Header.AttrID)
+		if l.Header.AttrID == mad.AttrREQ && (l.REQ.LocalQPN != qa.QPN || l.REQ.ServiceID != service) {
+			t.Errorf("REQ %+v", l.REQ)
+		}
+	}
+	if fmt.Sprint(attrs) != "[REQ REP RTU DREQ DREP]" {
+		t.Errorf("gopacket reads %v", attrs)
+	}
 }
