@@ -216,7 +216,9 @@ func (d *Device) postSend(qp *QP, wrs []SendWR) error {
 	return nil
 }
 
-// checkSend validates one send WR and makes the NIC's copy of it.
+// checkSend validates one send WR and makes the NIC's copy of it. It is
+// the one validator of WRs: the host interface's WQE decoder checks only
+// that a WQE fits its slot.
 func (d *Device) checkSend(qp *QP, st ib.QPState, wr *SendWR) (qpmgr.SendWQE, error) {
 	switch st {
 	case ib.QPSRTS, ib.QPSSQD, ib.QPSErr:
@@ -225,6 +227,9 @@ func (d *Device) checkSend(qp *QP, st ib.QPState, wr *SendWR) (qpmgr.SendWQE, er
 	}
 	if !qp.Type.Supports(wr.Opcode) {
 		return qpmgr.SendWQE{}, fmt.Errorf("rnic: %v not supported on a %v QP", wr.Opcode, qp.Type)
+	}
+	if wr.Flags&^ib.SendFlagsKnown != 0 {
+		return qpmgr.SendWQE{}, fmt.Errorf("rnic: send flags %#x", uint8(wr.Flags&^ib.SendFlagsKnown))
 	}
 	w := qpmgr.SendWQE{WR: *wr}
 	if wr.Flags&ib.SendInline != 0 {
@@ -262,6 +267,45 @@ func (d *Device) checkSend(qp *QP, st ib.QPState, wr *SendWR) (qpmgr.SendWQE, er
 		w.WR.AH = &ah
 	}
 	return w, nil
+}
+
+// FailSend completes a send WQE the host interface fetched and could not
+// decode, as a NIC does at WQE fetch: LOC_QP_OP_ERR (WR_FLUSH_ERR if the
+// QP was in ERR already), after the QP has gone to ERR, as EnterError
+// takes it there.
+func (d *Device) FailSend(qp *QP, wr *SendWR) {
+	d.sendHeldAck(qp)
+	qp.Lock()
+	defer qp.Unlock()
+	qp.FailSend(*wr, d.fetchFault(qp))
+}
+
+// FailRecv is FailSend for a receive WQE, which its source has retired.
+func (d *Device) FailRecv(qp *QP, wrid uint64) {
+	d.sendHeldAck(qp)
+	qp.Lock()
+	defer qp.Unlock()
+	qp.FailRecv(wrid, d.fetchFault(qp))
+}
+
+// fetchFault moves qp to ERR for a WQE that failed at fetch and returns
+// the WQE's status. Call with the lock held.
+func (d *Device) fetchFault(qp *QP) ib.WCStatus {
+	st := ib.WCLocQPOpErr
+	if qp.State() == ib.QPSErr {
+		st = ib.WCWRFlushErr
+	}
+	qp.EnterError()
+	return st
+}
+
+// RefillRecv rings a QP's receive doorbell: its queue fetches from its
+// source, and in ERR what it fetched completes flushed.
+func (d *Device) RefillRecv(qp *QP) {
+	qp.RQ.Refill()
+	qp.Lock()
+	qp.Flush()
+	qp.Unlock()
 }
 
 // PostRecv posts receive WRs to a QP's receive queue (ibv_post_recv).

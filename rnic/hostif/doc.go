@@ -36,9 +36,13 @@
 // that fails validation completes with LOC_QP_OP_ERR and the QP goes to
 // ERR, as a NIC does at WQE fetch. The consumer index of a work queue
 // advances as its WQEs complete, so a client never has more WQEs
-// outstanding than the queue holds. Completions go straight from the
-// engine's CQ into the completion ring (qpmgr.CQ's sink); an armed CQ
-// writes its channel's eventfd; a full ring sets the overrun flag.
+// outstanding than the queue holds: the engine retires every WQE to its
+// ring (qpmgr.SendSource, qpmgr.RecvSource) before its completion is
+// visible. Completions go straight from the engine's CQ into the
+// completion ring (a qpmgr.CompletionSink); an armed CQ writes its
+// channel's eventfd; a full ring sets the overrun flag. A WQE that fails
+// at fetch goes to the device (Device.FailSend, FailRecv), which takes
+// the QP to ERR the one way every error path takes it.
 //
 // Lent sockets. A daemon whose port is steered (ibudp.Steering) lends a
 // client that asks (KindLendPort) a socket of the port and a block of

@@ -56,7 +56,7 @@ func (c *conn) createCQ(_ object, b Body, fds []int) (Body, []int, error) {
 	ring.writeGeometry()
 	o := &cqObj{s: c.s, cq: q, ch: ch, mem: mem, ring: ring, waitFD: fds[0]}
 	fds[0] = -1
-	q.SetSink(o.sink)
+	q.SetSink(o)
 	if ch != nil {
 		ch.hold()
 	}
@@ -65,9 +65,10 @@ func (c *conn) createCQ(_ object, b Body, fds []int) (Body, []int, error) {
 		Send: RingDesc{Size: uint32(len(mem)), Slots: r.CQE, SlotBytes: CQESlotBytes}}, []int{fd}, nil
 }
 
-// sink writes one completion into the ring; the CQ's lock is held, and
-// for a send completion the QP's too.
-func (o *cqObj) sink(wc *ib.WC, solicited bool) error {
+// Complete writes one completion into the ring (qpmgr.CompletionSink);
+// the CQ's lock is held. The engine has retired the completion's WQE
+// already: its slot in the work queue's ring is free again.
+func (o *cqObj) Complete(wc *ib.WC, solicited bool) error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.dead {
@@ -75,10 +76,6 @@ func (o *cqObj) sink(wc *ib.WC, solicited bool) error {
 	}
 	// The client's consumer index is hostile: any value only makes the
 	// ring look fuller or emptier to the client itself.
-	// The WQE is retired either way: its ring slot is free again.
-	if q, ok := o.s.qps.Load(wc.QPNum); ok {
-		q.(*qpObj).completed(wc)
-	}
 	if o.prod-o.ring.Consumer() >= o.ring.Slots {
 		o.ring.setFlag(FlagOverrun)
 		o.s.cqOverruns.Add(1)
@@ -151,7 +148,7 @@ func (c *conn) createSRQ(_ object, b Body, _ []int) (Body, []int, error) {
 	ring, _ := NewRing(mem, r.MaxWR, slot)
 	ring.writeGeometry()
 	feed := newRecvFeed(ring, int(r.MaxSGE))
-	s.SetFetch(feed.pull)
+	s.SetSource(feed)
 	pd.hold()
 	h := c.add(&srqObj{pd: pd, srq: s, maxSGE: int(r.MaxSGE), mem: mem, feed: feed})
 	return &RingReply{H: h, Caps: ib.QPCap{MaxRecvWR: int(r.MaxWR), MaxRecvSGE: int(r.MaxSGE)},
@@ -178,32 +175,13 @@ type qpObj struct {
 	sq        *Ring
 	rqFeed    *recvFeed // nil with an SRQ
 	sqFetched uint32
-	broken    bool   // a garbage producer index: doorbells are refused
-	injecting bool   // under the QP lock: the host interface pushes its own CQE
-	sqSkipped uint32 // under the QP lock: send WQEs completed without the engine
+	sqDone    atomic.Uint32 // send WQEs the engine retired
+	broken    bool          // a garbage producer index: doorbells are refused
 }
 
-// completed advances the ring consumer of the queue a completion retired
-// a WQE of. For a send completion the QP lock is held and the engine's
-// SQ.Head is the WQE's position (it moves past it after the push), so the
-// consumer becomes Head+1 (plus the WQEs the host interface completed
-// itself): unsignaled WQEs before it are retired with it, as rxe's
-// completer retires them.
-func (q *qpObj) completed(wc *ib.WC) {
-	if wc.Opcode&ib.WCRecv == 0 {
-		if !q.injecting {
-			q.sq.SetConsumer(uint32(q.qp.SQ.Head) + 1 + q.sqSkipped)
-		}
-		return
-	}
-	f := q.rqFeed
-	if q.srq != nil {
-		f = q.srq.feed
-	}
-	if !q.injecting {
-		f.ring.SetConsumer(f.done.Add(1))
-	}
-}
+// Retire frees n slots of the send ring (qpmgr.SendSource): the engine
+// is done with their WQEs, which it copied at fetch.
+func (q *qpObj) Retire(n int) { q.sq.SetConsumer(q.sqDone.Add(uint32(n))) }
 
 func (c *conn) createQP(_ object, b Body, _ []int) (Body, []int, error) {
 	r := b.(*CreateQPReq)
@@ -260,7 +238,7 @@ func (c *conn) createQP(_ object, b Body, _ []int) (Body, []int, error) {
 		rq, _ := NewRing(mem[sqBytes:], uint32(caps.MaxRecvWR), rqSlot)
 		rq.writeGeometry()
 		q.rqFeed = newRecvFeed(rq, caps.MaxRecvSGE)
-		qp.RQ.SetFetch(q.rqFeed.pull)
+		qp.RQ.SetSource(q.rqFeed)
 		reply.Recv = RingDesc{Offset: uint32(sqBytes), Size: uint32(total - sqBytes), Slots: uint32(caps.MaxRecvWR), SlotBytes: rqSlot}
 	}
 	pd.hold()
@@ -269,6 +247,9 @@ func (c *conn) createQP(_ object, b Body, _ []int) (Body, []int, error) {
 	if srq != nil {
 		srq.hold()
 	}
+	qp.Lock()
+	qp.SetSendSource(q)
+	qp.Unlock()
 	c.s.qps.Store(qp.QPN, q)
 	reply.H = c.add(q)
 	return reply, []int{fd}, nil
@@ -280,17 +261,17 @@ func (c *conn) modifyQP(o object, b Body, _ []int) (Body, []int, error) {
 		return nil, nil, errf(CodeInvalid, "modify_qp: %v", err)
 	}
 	if r.Mask&ib.AttrState != 0 && r.Attr.State == ib.QPSReset {
-		// RESET empties the queues without completions: the rings
-		// start again from 0, on both sides.
-		q.qp.Lock()
-		q.sqFetched, q.sqSkipped = 0, 0
+		// RESET empties the queues without completions (nothing is
+		// retired, nothing will be): the rings start again from 0, on
+		// both sides.
+		q.sqFetched = 0
+		q.sqDone.Store(0)
 		q.broken = false
 		q.sq.reset()
-		q.qp.Unlock()
 		if q.rqFeed != nil {
-			q.qp.RQ.SetFetch(nil)
+			q.qp.RQ.SetSource(nil)
 			q.rqFeed.reset()
-			q.qp.RQ.SetFetch(q.rqFeed.pull)
+			q.qp.RQ.SetSource(q.rqFeed)
 		}
 	}
 	return &Empty{}, nil, nil
@@ -308,6 +289,13 @@ func (*qpObj) kind() objKind { return kindQP }
 func (q *qpObj) release(c *conn) error {
 	c.s.dev.DestroyQP(q.qp)
 	c.s.qps.Delete(q.qp.QPN)
+	// Nothing retires into the rings once their memory is gone.
+	q.qp.Lock()
+	q.qp.SetSendSource(nil)
+	q.qp.Unlock()
+	if q.rqFeed != nil {
+		q.qp.RQ.SetSource(nil)
+	}
 	c.s.dev.Fence()
 	unix.Munmap(q.mem)
 	q.pd.drop()
@@ -405,11 +393,7 @@ func countWQEs(prod, fetched, done, slots uint32) (uint32, error) {
 
 func (c *conn) fetchSend(q *qpObj) error {
 	qp := q.qp
-	n, err := newWQEs(q.sq, q.sqFetched, func() uint32 {
-		qp.Lock()
-		defer qp.Unlock()
-		return uint32(qp.SQ.Head) + q.sqSkipped
-	})
+	n, err := newWQEs(q.sq, q.sqFetched, q.sqDone.Load)
 	if err != nil {
 		q.broken = true
 		c.failQP(q)
@@ -418,7 +402,7 @@ func (c *conn) fetchSend(q *qpObj) error {
 	wrs := make([]ib.SendWR, 0, n)
 	var bad []error // per WR: why it is malformed
 	for i := range n {
-		wr, err := DecodeSendWQE(q.sq.slot(q.sqFetched+i), qp.Caps.MaxSendSGE, qp.Caps.MaxInlineData)
+		wr, err := DecodeSendWQE(q.sq.slot(q.sqFetched + i))
 		wrs = append(wrs, wr)
 		bad = append(bad, err)
 	}
@@ -446,48 +430,26 @@ func (c *conn) fetchSend(q *qpObj) error {
 		if first == nil {
 			first = fmt.Errorf("doorbell: QP %#x WQE wr_id %d: %w", qp.QPN, wrs[k].WRID, bad[k])
 		}
-		c.completeSendInError(q, &wrs[k])
+		c.s.dev.FailSend(qp, &wrs[k])
 		wrs, bad = wrs[k+1:], bad[k+1:]
 	}
-	qp.Lock()
-	q.sq.SetConsumer(uint32(qp.SQ.Head) + q.sqSkipped)
-	qp.Unlock()
 	if first != nil {
 		return errf(CodeInvalid, "%v", first)
 	}
 	return nil
 }
 
-// completeSendInError completes a WQE the engine never saw: LOC_QP_OP_ERR
-// for the first, WR_FLUSH_ERR once the QP is in ERR.
-func (c *conn) completeSendInError(q *qpObj, wr *ib.SendWR) {
-	qp := q.qp
-	qp.Lock()
-	defer qp.Unlock()
-	st := ib.WCLocQPOpErr
-	if qp.State() == ib.QPSErr {
-		st = ib.WCWRFlushErr
-	}
-	qp.EnterError()
-	q.injecting = true
-	q.sqSkipped++
-	qp.SendCQ.Push(ib.WC{WRID: wr.WRID, Status: st, Opcode: wr.Opcode.WCOpcode(), QPNum: qp.QPN}, false)
-	q.injecting = false
-}
-
 // failQP moves a QP to ERR for a fault of its rings.
 func (c *conn) failQP(q *qpObj) {
 	c.s.badWQEs.Add(1)
-	q.qp.Lock()
-	q.qp.EnterError()
-	q.qp.Unlock()
+	c.s.dev.EnterError(q.qp)
 }
 
-// recvFeed is a receive ring seen from the NIC: the engine's receive
-// queue pulls WQEs from it when it runs empty and at each doorbell (see
-// qpmgr.RecvQueue.SetFetch), so a message that arrives before the
-// doorbell is handled still finds the receive the client posted. Every
-// call comes with the receive queue's lock held.
+// recvFeed is a receive ring seen from the NIC, the source of an engine
+// receive queue (qpmgr.RecvSource): the queue fetches WQEs from it when it
+// runs empty and at each doorbell, so a message that arrives before the
+// doorbell is handled still finds the receive the client posted, and
+// retires them to it as they complete.
 type recvFeed struct {
 	ring    *Ring
 	maxSGE  int
@@ -507,9 +469,13 @@ type badWQE struct {
 
 func newRecvFeed(ring *Ring, maxSGE int) *recvFeed { return &recvFeed{ring: ring, maxSGE: maxSGE} }
 
-// pull decodes up to room new WQEs. A malformed one is retired (its slot
-// counted done) and left for the doorbell to report.
-func (f *recvFeed) pull(room int) []ib.RecvWR {
+// Retire frees n slots of the ring.
+func (f *recvFeed) Retire(n int) { f.ring.SetConsumer(f.done.Add(uint32(n))) }
+
+// Fetch decodes up to room new WQEs; the receive queue's lock is held. A
+// malformed one is retired (its slot counted done) and left for the
+// doorbell to report.
+func (f *recvFeed) Fetch(room int) []ib.RecvWR {
 	n, err := newWQEs(f.ring, f.fetched, f.done.Load)
 	if err != nil {
 		f.mu.Lock()
@@ -526,7 +492,7 @@ func (f *recvFeed) pull(room int) []ib.RecvWR {
 			f.mu.Lock()
 			f.bad = append(f.bad, badWQE{wr.WRID, err})
 			f.mu.Unlock()
-			f.ring.SetConsumer(f.done.Add(1))
+			f.Retire(1)
 			continue
 		}
 		out = append(out, wr)
@@ -544,7 +510,7 @@ func (f *recvFeed) reset() {
 	f.mu.Unlock()
 }
 
-// faults returns, and forgets, what pull refused since the last call.
+// faults returns, and forgets, what Fetch refused since the last call.
 func (f *recvFeed) faults() ([]badWQE, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -555,29 +521,17 @@ func (f *recvFeed) faults() ([]badWQE, error) {
 
 func (c *conn) fetchRecv(q *qpObj) error {
 	qp := q.qp
-	qp.RQ.Refill()
+	c.s.dev.RefillRecv(qp)
 	bad, broken := q.rqFeed.faults()
 	if broken != nil {
 		q.broken = true
 		c.failQP(q)
 		return errf(CodeInvalid, "doorbell: QP %#x receive queue: %v", qp.QPN, broken)
 	}
-	qp.Lock()
-	defer qp.Unlock()
 	for _, b := range bad {
 		c.s.badWQEs.Add(1)
-		st := ib.WCLocQPOpErr
-		if qp.State() == ib.QPSErr {
-			st = ib.WCWRFlushErr
-		}
-		qp.EnterError()
-		// The slot is already retired: the completion must not count
-		// it again.
-		q.injecting = true
-		qp.RecvCQ.Push(ib.WC{WRID: b.wrid, Status: st, Opcode: ib.WCRecv, QPNum: qp.QPN}, false)
-		q.injecting = false
+		c.s.dev.FailRecv(qp, b.wrid)
 	}
-	qp.Flush() // in ERR, what was just fetched completes flushed
 	if len(bad) > 0 {
 		return errf(CodeInvalid, "doorbell: QP %#x receive WQE wr_id %d: %v", qp.QPN, bad[0].wrid, bad[0].err)
 	}

@@ -40,8 +40,8 @@ type Server struct {
 	conns map[*conn]struct{}
 	lns   []net.Listener
 
-	// qps maps a QPN to the client's QP, for the CQ sinks (which see a
-	// completion's QPN) and ListQPs (which shows the owner).
+	// qps maps a QPN to the client's QP, for ListQPs (which shows the
+	// owner).
 	qps sync.Map // uint32 -> *qpObj
 
 	// Counters of what the host interface refused.

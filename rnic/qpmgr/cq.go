@@ -27,17 +27,23 @@ type CQ struct {
 	// event gets a token when an armed CQ gets a completion that matches
 	// its notification request (ibv_get_cq_event).
 	event chan struct{}
-	// sink, when set, takes every completion instead of the ring: the
-	// host interface writes it straight into a completion ring in host
-	// memory, as a NIC's CQE DMA does, with no goroutine in between.
-	sink func(wc *ib.WC, solicited bool) error
+	// sink, when set, takes every completion instead of the ring.
+	sink CompletionSink
 }
 
-// SetSink makes every later completion go to sink instead of the CQ's own
-// ring, with the CQ's lock held (so calls are serialized and in order);
-// arming, events and Poll are then the sink's business. An error from the
-// sink (its ring is full) is returned by Push as ErrCQOverrun is.
-func (c *CQ) SetSink(sink func(wc *ib.WC, solicited bool) error) {
+// CompletionSink takes a CQ's completions in place of its own ring: the
+// host interface, which writes each into a completion ring in host memory
+// as a NIC's CQE DMA does, with no goroutine in between. Complete is
+// called with the CQ's lock held, so calls are serialized and in order;
+// arming, events and polling are the sink's business. An error (its ring
+// is full) is returned by Push as ErrCQOverrun is.
+type CompletionSink interface {
+	Complete(wc *ib.WC, solicited bool) error
+}
+
+// SetSink makes every later completion go to sink (nil: the CQ's own
+// ring again).
+func (c *CQ) SetSink(sink CompletionSink) {
 	c.mu.Lock()
 	c.sink = sink
 	c.mu.Unlock()
@@ -59,7 +65,7 @@ func (c *CQ) Cap() int { return len(c.ring) }
 func (c *CQ) Push(wc ib.WC, solicited bool) error {
 	c.mu.Lock()
 	if c.sink != nil {
-		err := c.sink(&wc, solicited)
+		err := c.sink.Complete(&wc, solicited)
 		c.mu.Unlock()
 		return err
 	}

@@ -198,7 +198,23 @@ type QP struct {
 	// few times in a row (likely at 5% loss) wait seconds for its retry.
 	Backoff   uint8
 	destroyed bool
+	// sendSrc, if set, is told of every send WQE retired.
+	sendSrc SendSource
 }
+
+// SendSource is a send queue in memory the host shares with the NIC (the
+// host interface's ring), whose WQEs the host interface posts at the
+// doorbell. The QP retires each WQE to it, with the QP's lock held, once
+// the WQE is done with (completed, signaled or not, or flushed) and before
+// its completion is visible, so that its slot is free by the time the
+// application polls the completion (rxe's completer retires unsignaled
+// WQEs the same way).
+type SendSource interface {
+	Retire(n int)
+}
+
+// SetSendSource makes src the QP's send source. Call with the lock held.
+func (qp *QP) SetSendSource(src SendSource) { qp.sendSrc = src }
 
 // New makes a QP in RESET.
 func New(cfg Config) (*QP, error) {
@@ -433,6 +449,7 @@ func (qp *QP) flush() {
 }
 
 func (qp *QP) completeRecvFlush(wr ib.RecvWR) {
+	qp.Recv().retire()
 	qp.pushRecv(ib.WC{WRID: wr.WRID, Status: ib.WCWRFlushErr, Opcode: ib.WCRecv, QPNum: qp.QPN}, false)
 }
 
@@ -529,6 +546,9 @@ func (qp *QP) CompleteSend(st ib.WCStatus) {
 
 func (qp *QP) completeSend(w *SendWQE, st ib.WCStatus) {
 	w.State, w.Status = WQEDone, st
+	if qp.sendSrc != nil {
+		qp.sendSrc.Retire(1)
+	}
 	if st == ib.WCSuccess && w.WR.Flags&ib.SendSignaled == 0 && !qp.SigAll {
 		return
 	}
@@ -547,7 +567,27 @@ func (qp *QP) completeSend(w *SendWQE, st ib.WCStatus) {
 // CompleteRecv posts a receive completion.
 func (qp *QP) CompleteRecv(wc ib.WC, solicited bool) {
 	wc.QPNum = qp.QPN
+	qp.Recv().retire()
 	qp.pushRecv(wc, solicited)
+}
+
+// FailSend completes, with status st, a send WQE the host interface
+// fetched and could not hand the engine (it did not decode). It takes the
+// send queue's next position, so that the queue's positions stay those of
+// the host's ring, and is retired like any other. Call with the lock held
+// and the QP in ERR: everything before it is flushed first.
+func (qp *QP) FailSend(wr ib.SendWR, st ib.WCStatus) {
+	qp.Flush()
+	*qp.SQ.At(qp.SQ.Tail) = SendWQE{WR: wr}
+	qp.SQ.Tail++
+	qp.CompleteSend(st)
+}
+
+// FailRecv completes, with status st, a receive WQE the source fetched
+// and could not hand the queue; the source retired it already. Call with
+// the lock held.
+func (qp *QP) FailRecv(wrid uint64, st ib.WCStatus) {
+	qp.pushRecv(ib.WC{WRID: wrid, Status: st, Opcode: ib.WCRecv, QPNum: qp.QPN}, false)
 }
 
 func (qp *QP) pushRecv(wc ib.WC, solicited bool) {

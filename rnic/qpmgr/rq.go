@@ -25,21 +25,41 @@ type RecvQueue struct {
 	// event); 0 disarms it.
 	limit    int
 	limitHit bool
-	// fetch, when set, pulls receive WRs from queue memory the NIC
-	// shares with the application: the queue calls it, with its lock
-	// held, when it runs empty, so that a message never finds the queue
-	// empty while WQEs sit in host memory whose doorbell is on its way.
-	fetch func(room int) []ib.RecvWR
+	// src, when set, is where the queue's WQEs come from and go back to.
+	src RecvSource
 }
 
-// SetFetch installs fetch (see the field); it must not call the queue.
-func (q *RecvQueue) SetFetch(fetch func(room int) []ib.RecvWR) {
+// RecvSource is a receive queue in memory the host shares with the NIC
+// (the host interface's ring). The queue fetches from it, with its lock
+// held, when it runs empty and at each doorbell (Refill), so that a
+// message never finds the queue empty while WQEs sit in host memory whose
+// doorbell is on its way; and it retires each WQE to it once the WQE's
+// completion is decided, before the completion is visible, so that its
+// slot is free by the time the application polls the completion.
+// Neither method may call the queue.
+type RecvSource interface {
+	Fetch(room int) []ib.RecvWR
+	Retire(n int)
+}
+
+// SetSource makes src the queue's source (nil: none, WQEs come from Post).
+func (q *RecvQueue) SetSource(src RecvSource) {
 	q.mu.Lock()
-	q.fetch = fetch
+	q.src = src
 	q.mu.Unlock()
 }
 
-// Refill calls fetch now: the doorbell.
+// retire hands one WQE back to the source.
+func (q *RecvQueue) retire() {
+	q.mu.Lock()
+	src := q.src
+	q.mu.Unlock()
+	if src != nil {
+		src.Retire(1)
+	}
+}
+
+// Refill fetches from the source now: the doorbell.
 func (q *RecvQueue) Refill() {
 	q.mu.Lock()
 	q.refill()
@@ -47,10 +67,10 @@ func (q *RecvQueue) Refill() {
 }
 
 func (q *RecvQueue) refill() {
-	if q.fetch == nil || q.n == len(q.ring) {
+	if q.src == nil || q.n == len(q.ring) {
 		return
 	}
-	for _, wr := range q.fetch(len(q.ring) - q.n) {
+	for _, wr := range q.src.Fetch(len(q.ring) - q.n) {
 		q.ring[(q.head+q.n)%len(q.ring)] = wr
 		q.n++
 	}
