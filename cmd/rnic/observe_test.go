@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/rnicd/rnicd/internal/rnictest"
+	"github.com/rnicd/rnicd/rnic/rnictest"
 	"github.com/rnicd/rnicd/rnic/monitor"
 	"github.com/rnicd/rnicd/rnic/trace"
 	"github.com/rnicd/rnicd/verbs"

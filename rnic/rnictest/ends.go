@@ -1,5 +1,7 @@
 // Package rnictest gives tests two connected devices: one RC QP each,
-// a registered buffer, a fault injector in front of each port.
+// a registered buffer, a fault injector in front of each port. It sits
+// beside rnic as net/http/httptest sits beside net/http: a fixture for the
+// tests of the packages above rnic (monitor, the tools).
 package rnictest
 
 import (
