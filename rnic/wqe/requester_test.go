@@ -3,6 +3,7 @@ package wqe_test
 import (
 	"bytes"
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
 
@@ -260,21 +261,9 @@ func TestAckReqPlacement(t *testing.T) {
 			acked = append(acked, i+1)
 		}
 	}
-	if want := []int{65, 130, 140}; !equalInts(acked, want) {
+	if want := []int{65, 130, 140}; !slices.Equal(acked, want) {
 		t.Fatalf("AckReq on packets %v (1-based), want %v", acked, want)
 	}
-}
-
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // The window: an RC QP has at most Window PSNs sent and not acknowledged;
