@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/rnicd/rnicd/rnic/rnictest"
 	"github.com/rnicd/rnicd/rnic/monitor"
+	"github.com/rnicd/rnicd/rnic/rnictest"
 	"github.com/rnicd/rnicd/rnic/trace"
 	"github.com/rnicd/rnicd/verbs"
 	"github.com/rnicd/rnicd/wire/ibudp"

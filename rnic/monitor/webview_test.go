@@ -16,8 +16,8 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/rnicd/rnicd/internal/debtool"
-	"github.com/rnicd/rnicd/rnic/rnictest"
 	"github.com/rnicd/rnicd/rnic/monitor"
+	"github.com/rnicd/rnicd/rnic/rnictest"
 	"github.com/rnicd/rnicd/rnic/trace"
 	"github.com/rnicd/rnicd/wire/ibudp"
 )
