@@ -69,33 +69,7 @@ func TestDiskBound(t *testing.T) {
 
 	// 512 WRITEs of 64 KiB: 32,768 packets of MTU 1024 into rnicE, and
 	// its ACKs, as fast as the NICs run.
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	port := freePort(t)
-	args := []string{"ib_write_bw", "-p", port, "-s", "65536", "-n", "512"}
-	server := rnic(ctx, append(args, "-d", "rnicE")...)
-	var sout bytes.Buffer
-	server.Stdout, server.Stderr = &sout, &sout
-	if err := server.Start(); err != nil {
-		t.Fatal(err)
-	}
-	var cout bytes.Buffer
-	for {
-		cout.Reset()
-		client := rnic(ctx, append(args, "-d", "rnicF", "127.0.0.5")...)
-		client.Stdout, client.Stderr = &cout, &cout
-		err = client.Run()
-		if err == nil || !strings.Contains(cout.String(), "connection refused") || ctx.Err() != nil {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if err != nil {
-		t.Fatalf("client: %v\n%s", err, cout.String())
-	}
-	if err := server.Wait(); err != nil {
-		t.Fatalf("server: %v\n%s", err, sout.String())
-	}
+	writeBW(t, "rnicE", "rnicF", "127.0.0.5", "-s", "65536", "-n", "512")
 	stopBoth()
 	log := de.errb.String()
 
@@ -171,6 +145,76 @@ func TestDiskBound(t *testing.T) {
 		if err != nil || n == 0 {
 			t.Errorf("%s: %d events, then %v: not JSON lines of its own", p, n, err)
 		}
+	}
+}
+
+// writeBW runs ib_write_bw with args, its server on srvDev (at srvAddr)
+// and its client on cliDev, and wants both to exit 0.
+func writeBW(t *testing.T, srvDev, cliDev, srvAddr string, args ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	args = append([]string{"ib_write_bw", "-p", freePort(t)}, args...)
+	server := rnic(ctx, append(args, "-d", srvDev)...)
+	var sout bytes.Buffer
+	server.Stdout, server.Stderr = &sout, &sout
+	if err := server.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var cout bytes.Buffer
+	var err error
+	for {
+		cout.Reset()
+		client := rnic(ctx, append(args, "-d", cliDev, srvAddr)...)
+		client.Stdout, client.Stderr = &cout, &cout
+		err = client.Run()
+		if err == nil || !strings.Contains(cout.String(), "connection refused") || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err != nil {
+		server.Process.Kill()
+		server.Wait()
+		t.Fatalf("client: %v\n%s", err, cout.String())
+	}
+	if err := server.Wait(); err != nil {
+		t.Fatalf("server: %v\n%s", err, sout.String())
+	}
+}
+
+// TestDiskFull gives rnicd a trace and a capture it cannot write
+// (/dev/full: every write fails with ENOSPC) and traffic: the daemon must
+// say so once for each, not every second, and serve on.
+//
+// It uses 127.0.0.8 and 127.0.0.9.
+func TestDiskFull(t *testing.T) {
+	dir := t.TempDir()
+	dg, err := startDaemon(dir, "rnicG", "127.0.0.8", "-trace", "/dev/full", "-pcap", "/dev/full")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dh, err := startDaemon(dir, "rnicI", "127.0.0.9")
+	if err != nil {
+		dg.stop()
+		t.Fatal(err)
+	}
+	defer dh.stop()
+	t.Setenv("RNICD_DIR", dir)
+	writeBW(t, "rnicG", "rnicI", "127.0.0.8", "-s", "65536", "-n", "64")
+	time.Sleep(2500 * time.Millisecond) // a few of the daemon's ticks
+	writeBW(t, "rnicG", "rnicI", "127.0.0.8", "-s", "4096", "-n", "64")
+	if err := dg.stop(); err != nil {
+		t.Fatalf("%v\n%s", err, dg.errb.String())
+	}
+	log := dg.errb.String()
+	for _, what := range []string{"capture stopped", "trace file stopped"} {
+		if n := strings.Count(log, what); n != 1 {
+			t.Errorf("%d lines say %q, want 1:\n%s", n, what, log)
+		}
+	}
+	if n := strings.Count(log, "level=ERROR"); n != 2 {
+		t.Errorf("%d error lines, want 2:\n%s", n, log)
 	}
 }
 

@@ -33,7 +33,8 @@ type observers struct {
 	traceDone chan error
 	traceLost uint64 // events lost, as last logged
 
-	capture *pcap.Writer
+	capture       *pcap.Writer
+	captureFailed bool // a write failed, said once
 
 	mon      *monitor.Monitor
 	servers  []*http.Server
@@ -136,14 +137,29 @@ func (o *observers) serve(l net.Listener) {
 // for a tshark that reads the capture while the daemon runs, and says
 // when the trace file lost events (its writer cannot keep up with a NIC
 // at full speed; the ring holds trace.DefaultRing events).
+//
+// A capture or trace file that cannot be written (a full disk) is said
+// once and let go: the daemon serves on without it, rather than logging
+// the same error every second for as long as it runs.
 func (o *observers) tick() {
-	if o.capture != nil {
+	if o.capture != nil && !o.captureFailed {
 		if err := o.capture.Flush(); err != nil {
-			o.log.Error("capture", "err", err)
+			o.log.Error("capture stopped: cannot write it; the daemon runs on without", "err", err)
+			o.captureFailed = true
+			o.dev.SetCapture(nil)
 		}
 	}
 	if o.traceSub != nil {
-		o.reportLost()
+		select {
+		case err := <-o.traceDone:
+			o.log.Error("trace file stopped: cannot write it; the daemon runs on without", "err", err)
+			o.traceStop()
+			o.traceSub.Close() // the tracer stops recording for it
+			o.traceFile.Close()
+			o.traceSub, o.traceFile = nil, nil
+		default:
+			o.reportLost()
+		}
 	}
 }
 
@@ -172,7 +188,7 @@ func (o *observers) close() {
 	if o.capture != nil {
 		o.dev.SetCapture(nil)
 		st := o.capture.Stats()
-		if err := o.capture.Close(); err != nil {
+		if err := o.capture.Close(); err != nil && !o.captureFailed {
 			o.log.Error("capture", "err", err)
 		}
 		o.log.Info("capture closed", "packets", st.Packets, "files", st.Files, "errors", st.Errors)
