@@ -72,6 +72,9 @@ type object interface {
 	// daemon, and lets go of the objects it uses. It runs once, with
 	// users() 0, on the connection's goroutine.
 	release(c *conn) error
+	// cost is what the object's creation charged its client
+	// (limits.go); it is refunded when the object goes.
+	cost() Quota
 }
 
 // useCount is the users count the objects others may use embed. Only the
@@ -94,6 +97,7 @@ type pdObj struct {
 
 func (*pdObj) kind() objKind       { return kindPD }
 func (*pdObj) release(*conn) error { return nil } // a PD is a number: nothing to free
+func (*pdObj) cost() Quota         { return costPD }
 
 type mrObj struct {
 	noUsers
@@ -103,6 +107,7 @@ type mrObj struct {
 }
 
 func (*mrObj) kind() objKind { return kindMR }
+func (o *mrObj) cost() Quota { return mrCost(uint64(len(o.mem))) }
 
 func (o *mrObj) release(c *conn) error {
 	if err := c.s.dev.DeregMR(o.mr); err != nil {
@@ -122,6 +127,7 @@ type chanObj struct {
 }
 
 func (*chanObj) kind() objKind { return kindChannel }
+func (*chanObj) cost() Quota   { return costChannel }
 
 func (o *chanObj) release(*conn) error {
 	unix.Close(o.fd)
@@ -177,6 +183,7 @@ func (c *conn) destroy(o object, b Body, _ []int) (Body, []int, error) {
 	if err := o.release(c); err != nil {
 		return nil, nil, err
 	}
+	c.s.acct.refund(c.pid, o.cost())
 	c.mu.Lock()
 	delete(c.objs, h)
 	c.mu.Unlock()
@@ -203,7 +210,9 @@ func (c *conn) teardown() {
 			if q, ok := o.(*qpObj); ok {
 				c.flushQP(q)
 			}
-			o.release(c)
+			if o.release(c) == nil {
+				c.s.acct.refund(c.pid, o.cost())
+			}
 		}
 		if k == kindQP {
 			c.s.dev.Fence()

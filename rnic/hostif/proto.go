@@ -113,6 +113,7 @@ const (
 	CodeUnknown   Code = 4 // unknown kind (ENOSYS)
 	CodeBusy      Code = 5 // the object is still in use (EBUSY)
 	CodeFailed    Code = 6 // the device refused (EIO)
+	CodeLimit     Code = 7 // over a limit of the client or the daemon (ENOMEM, as ibv_create_qp past max_qp)
 )
 
 // Errno is the errno libibverbs returns for a request refused with c, as
@@ -131,6 +132,8 @@ func (c Code) Errno() syscall.Errno {
 		return syscall.ENOSYS
 	case CodeBusy:
 		return syscall.EBUSY
+	case CodeLimit:
+		return syscall.ENOMEM
 	}
 	return syscall.EIO
 }
@@ -138,6 +141,7 @@ func (c Code) Errno() syscall.Errno {
 var codeNames = map[Code]string{
 	CodeOK: "ok", CodeInvalid: "invalid", CodeNoHandle: "no such handle", CodeMalformed: "malformed",
 	CodeUnknown: "unknown request", CodeBusy: "busy", CodeFailed: "failed",
+	CodeLimit: "over a limit",
 }
 
 func (c Code) String() string {

@@ -99,6 +99,7 @@ func (o *cqObj) Complete(wc *ib.WC, solicited bool) error {
 }
 
 func (*cqObj) kind() objKind { return kindCQ }
+func (*cqObj) cost() Quota   { return costCQ }
 
 // release stops the sink before the ring's memory goes: the engine's CQ
 // may still be completing into it.
@@ -156,6 +157,7 @@ func (c *conn) createSRQ(_ object, b Body, _ []int) (Body, []int, error) {
 }
 
 func (*srqObj) kind() objKind { return kindSRQ }
+func (*srqObj) cost() Quota   { return costSRQ }
 
 func (o *srqObj) release(*conn) error {
 	unix.Munmap(o.mem)
@@ -283,6 +285,7 @@ func (c *conn) queryQP(o object, _ Body, _ []int) (Body, []int, error) {
 }
 
 func (*qpObj) kind() objKind { return kindQP }
+func (*qpObj) cost() Quota   { return costQP }
 
 // release destroys the QP; its outstanding WQEs complete no more
 // (ibv_destroy_qp).

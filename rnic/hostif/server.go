@@ -26,6 +26,9 @@ type Config struct {
 	// Steering, if set, is the steering of the device's port: a client
 	// may then borrow a socket of it (KindLendPort).
 	Steering *ibudp.Steering
+	// Limits bound what each client and all of them hold (limits.go);
+	// the zero value limits nothing.
+	Limits Limits
 }
 
 // Server is the host interface of one device: it serves the control
@@ -48,6 +51,9 @@ type Server struct {
 	badRequests atomic.Uint64 // control messages answered with an error
 	badWQEs     atomic.Uint64 // WQEs that failed validation at fetch
 	cqOverruns  atomic.Uint64 // completions that found their ring full
+	overLimit   atomic.Uint64 // requests and connections refused for a limit
+
+	acct accounts // what each client holds, against cfg.Limits
 	// acceptErrors counts accepts that failed and were retried.
 	acceptErrors atomic.Uint64
 }
@@ -63,7 +69,8 @@ func NewServer(cfg Config) *Server {
 	if name == "" {
 		name = "rnic0"
 	}
-	return &Server{dev: cfg.Device, name: name, log: log, steer: cfg.Steering, conns: make(map[*conn]struct{})}
+	return &Server{dev: cfg.Device, name: name, log: log, steer: cfg.Steering, conns: make(map[*conn]struct{}),
+		acct: accounts{lim: cfg.Limits}}
 }
 
 // Serve accepts connections on l until l is closed.
@@ -115,12 +122,29 @@ func acceptRetryable(err error) bool {
 
 // ServeConn serves one client until it hangs up, then destroys everything
 // the client created.
-func (s *Server) ServeConn(uc *net.UnixConn) { s.newConn(uc).run() }
+// A connection over the client's or the daemon's limit is answered
+// with the limit's error to its first request, then closed.
+func (s *Server) ServeConn(uc *net.UnixConn) {
+	c := &conn{s: s, uc: uc, objs: make(map[uint32]object), next: 1}
+	c.identify()
+	if err := s.acct.charge("connect", c.pid, costConn); err != nil {
+		s.overLimit.Add(1)
+		c.refuseConn(err)
+		return
+	}
+	defer s.acct.refund(c.pid, costConn)
+	s.register(c).run()
+}
 
 // newConn registers a client's connection.
 func (s *Server) newConn(uc *net.UnixConn) *conn {
 	c := &conn{s: s, uc: uc, objs: make(map[uint32]object), next: 1}
 	c.identify()
+	return s.register(c)
+}
+
+// register adds c to the server's clients.
+func (s *Server) register(c *conn) *conn {
 	s.mu.Lock()
 	s.conns[c] = struct{}{}
 	s.mu.Unlock()
@@ -224,6 +248,13 @@ func (s *Server) Counters() map[string]uint64 {
 		"hostif_bad_wqe":     s.badWQEs.Load(),
 		"hostif_cq_overrun":  s.cqOverruns.Load(),
 		"hostif_accept_err":  s.acceptErrors.Load(),
+		"hostif_over_limit":  s.overLimit.Load(),
+	}
+	// What all clients hold of each limited resource, to set beside
+	// its limit: hostif_held_maps, hostif_held_fds, ...
+	held := s.acct.held()
+	for r := range NumResources {
+		m["hostif_held_"+resources[r].counter] = held[r]
 	}
 	for _, k := range kinds {
 		m["hostif_objects_"+k.counter] = 0
@@ -246,6 +277,7 @@ type request struct {
 	name    string
 	fds     int
 	body    func() Body
+	cost    func(Body) Quota // what a creating request charges its client (limits.go)
 	target  objKind
 	handle  func(c *conn, target object, req Body, fds []int) (Body, []int, error)
 	noReply bool
@@ -265,17 +297,17 @@ func init() {
 	handle := func() Body { return &Handle{} }
 	requests = map[Kind]request{
 		KindQueryPort:      {name: "query_port", body: empty, handle: (*conn).queryPort},
-		KindAllocPD:        {name: "alloc_pd", body: empty, handle: (*conn).allocPD},
+		KindAllocPD:        {name: "alloc_pd", body: empty, cost: costOf(costPD), handle: (*conn).allocPD},
 		KindDeallocPD:      {name: "dealloc_pd", body: handle, target: kindPD, handle: (*conn).destroy},
-		KindRegMR:          {name: "reg_mr", fds: 1, body: func() Body { return &RegMRReq{} }, handle: (*conn).regMR},
+		KindRegMR:          {name: "reg_mr", fds: 1, body: func() Body { return &RegMRReq{} }, cost: regMRCost, handle: (*conn).regMR},
 		KindDeregMR:        {name: "dereg_mr", body: handle, target: kindMR, handle: (*conn).destroy},
-		KindCreateChannel:  {name: "create_comp_channel", fds: 1, body: empty, handle: (*conn).createChannel},
+		KindCreateChannel:  {name: "create_comp_channel", fds: 1, body: empty, cost: costOf(costChannel), handle: (*conn).createChannel},
 		KindDestroyChannel: {name: "destroy_comp_channel", body: handle, target: kindChannel, handle: (*conn).destroy},
-		KindCreateCQ:       {name: "create_cq", fds: 1, body: func() Body { return &CreateCQReq{} }, handle: (*conn).createCQ},
+		KindCreateCQ:       {name: "create_cq", fds: 1, body: func() Body { return &CreateCQReq{} }, cost: costOf(costCQ), handle: (*conn).createCQ},
 		KindDestroyCQ:      {name: "destroy_cq", body: handle, target: kindCQ, handle: (*conn).destroy},
-		KindCreateSRQ:      {name: "create_srq", body: func() Body { return &CreateSRQReq{} }, handle: (*conn).createSRQ},
+		KindCreateSRQ:      {name: "create_srq", body: func() Body { return &CreateSRQReq{} }, cost: costOf(costSRQ), handle: (*conn).createSRQ},
 		KindDestroySRQ:     {name: "destroy_srq", body: handle, target: kindSRQ, handle: (*conn).destroy},
-		KindCreateQP:       {name: "create_qp", body: func() Body { return &CreateQPReq{} }, handle: (*conn).createQP},
+		KindCreateQP:       {name: "create_qp", body: func() Body { return &CreateQPReq{} }, cost: costOf(costQP), handle: (*conn).createQP},
 		KindModifyQP:       {name: "modify_qp", body: func() Body { return &ModifyQPReq{} }, target: kindQP, handle: (*conn).modifyQP},
 		KindQueryQP:        {name: "query_qp", body: handle, target: kindQP, handle: (*conn).queryQP},
 		KindDestroyQP:      {name: "destroy_qp", body: handle, target: kindQP, handle: (*conn).destroy},
@@ -342,6 +374,8 @@ type conn struct {
 	// block (KindLendPort); teardown releases it.
 	lent  bool
 	block uint8
+
+	warned bool // the log said once that this client went over a limit
 }
 
 // identify learns the client's pid and process name from its credentials.
@@ -429,7 +463,35 @@ func (c *conn) dispatch(r request, body Body, fds []int) (Body, []int, error) {
 			return nil, nil, fmt.Errorf("%s: %w", r.name, err)
 		}
 	}
-	return r.handle(c, target, body, fds)
+	if r.cost == nil {
+		return r.handle(c, target, body, fds)
+	}
+	// Charged before anything is allocated, refunded if the handler
+	// fails: a refused request changes nothing.
+	cost := r.cost(body)
+	if err := c.s.acct.charge(r.name, c.pid, cost); err != nil {
+		c.s.overLimit.Add(1)
+		if !c.warned {
+			c.warned = true
+			c.s.log.Warn("client over a limit", "pid", c.pid, "comm", c.comm, "err", err)
+		}
+		return nil, nil, err
+	}
+	out, rfds, err := r.handle(c, target, body, fds)
+	if err != nil {
+		c.s.acct.refund(c.pid, cost)
+	}
+	return out, rfds, err
+}
+
+func costOf(q Quota) func(Body) Quota { return func(Body) Quota { return q } }
+
+// regMRCost is a region's cost: the bytes the daemon maps for it, from
+// the page its offset falls in (see regMR).
+func regMRCost(b Body) Quota {
+	r := b.(*RegMRReq)
+	page := uint64(os.Getpagesize())
+	return mrCost(r.Offset%page + min(r.Length, maxMR))
 }
 
 // refuse counts and logs a refused request and returns its error reply.
@@ -533,6 +595,7 @@ func (c *conn) regMR(_ object, b Body, fds []int) (Body, []int, error) {
 	}
 	page := uint64(os.Getpagesize())
 	start := r.Offset &^ (page - 1)
+	// The mapping's length is what regMRCost charged.
 	mem, err := unix.Mmap(fd, int64(start), int(r.Offset-start+r.Length), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
 		return nil, nil, errf(CodeFailed, "reg_mr: mmap %d bytes: %v", r.Length, err)

@@ -1,0 +1,203 @@
+package hostif
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// What a client holds in the daemon, and the limits on it.
+//
+// Issue 19 found that one client could take the whole NIC: 65,530 QPs
+// (one mapping each) exhausted vm.max_map_count and the next allocation
+// anywhere in the daemon was fatal; 127 regions of 1 TiB on a sparse memfd
+// filled the daemon's address space; 20,000 CQs (an eventfd each)
+// exhausted its descriptors. Every creating request is therefore charged
+// to its client, a process (connections of one pid share one account, so
+// that a process cannot multiply its share by opening the device again),
+// and to the daemon, before anything is allocated; a request that would
+// go over either limit is refused with CodeLimit and a message naming the
+// limit and the rnicd flag that raises it, and nothing else changes. A
+// client's charges go back when its objects are destroyed or it hangs up.
+
+// Resource is one thing a client holds that the daemon limits.
+type Resource int
+
+const (
+	ResConns   Resource = iota // control connections (a descriptor each)
+	ResPDs                     // protection domains (a table entry each)
+	ResQPs                     // QPs (a ring mapping each)
+	ResCQs                     // CQs (a ring mapping and an eventfd each)
+	ResSRQs                    // SRQs (a ring mapping each)
+	ResMRs                     // memory regions (a mapping of the client's memfd each)
+	ResMRBytes                 // bytes of address space the daemon maps for regions
+	ResMaps                    // memory mappings (vm.max_map_count)
+	ResFDs                     // descriptors: connections, CQ eventfds, completion channels
+	NumResources
+)
+
+// resources names each Resource in messages and counters, with the rnicd
+// flags that set its daemon-wide and per-client limits.
+var resources = [NumResources]struct{ name, counter, flag string }{
+	ResConns:   {"connections", "conns", "max-conns"},
+	ResPDs:     {"PDs", "pd", "max-pd"},
+	ResQPs:     {"QPs", "qp", "max-qp"},
+	ResCQs:     {"CQs", "cq", "max-cq"},
+	ResSRQs:    {"SRQs", "srq", "max-srq"},
+	ResMRs:     {"MRs", "mr", "max-mr"},
+	ResMRBytes: {"registered bytes", "mr_bytes", "max-mr-bytes"},
+	ResMaps:    {"memory mappings", "maps", "max-maps"},
+	ResFDs:     {"descriptors", "fds", "max-fds"},
+}
+
+// Name is the resource's name in messages ("QPs").
+func (r Resource) Name() string { return resources[r].name }
+
+// Flag is the name of the rnicd flag of the daemon-wide limit
+// ("max-qp"); the per-client limit's is "client-" and this.
+func (r Resource) Flag() string { return resources[r].flag }
+
+// Quota is an amount of each Resource: what a client or the daemon holds,
+// or may hold. A zero limit means no limit.
+type Quota [NumResources]uint64
+
+// Limits are the most each client (a process) and all clients together
+// may hold. The zero value limits nothing (an in-process NIC, tests).
+type Limits struct {
+	Client Quota
+	Daemon Quota
+}
+
+// What each object costs. A QP's or SRQ's ring, and a CQ's, is one
+// memfd the daemon maps once; a CQ keeps its client's eventfd, a
+// completion channel its eventfd. An MR's cost also counts the bytes it
+// maps (mrCost). The descriptors a request carries are closed when it is
+// answered and cost nothing lasting.
+var (
+	costConn    = Quota{ResConns: 1, ResFDs: 1}
+	costPD      = Quota{ResPDs: 1}
+	costQP      = Quota{ResQPs: 1, ResMaps: 1}
+	costCQ      = Quota{ResCQs: 1, ResMaps: 1, ResFDs: 1}
+	costSRQ     = Quota{ResSRQs: 1, ResMaps: 1}
+	costChannel = Quota{ResFDs: 1}
+)
+
+func mrCost(mapped uint64) Quota { return Quota{ResMRs: 1, ResMaps: 1, ResMRBytes: mapped} }
+
+// accounts is what every client and the daemon hold.
+type accounts struct {
+	lim Limits
+
+	mu      sync.Mutex
+	total   Quota
+	clients map[int32]*Quota // by pid
+}
+
+// limitErr is a refusal for going over a limit.
+func limitErr(what string, r Resource, scope string, held, want, limit uint64) error {
+	flag := "-" + r.Flag()
+	if scope == "client" {
+		flag = "-client-" + r.Flag()
+	}
+	return errf(CodeLimit, "%s: this %s holds %d %s and asks for %d more, over its limit of %d (rnicd %s raises it)",
+		what, scope, held, r.Name(), want, limit, flag)
+}
+
+// charge adds cost to client pid's account and the daemon's, or, if
+// either would go over its limit, changes nothing and says which limit.
+func (a *accounts) charge(what string, pid int32, cost Quota) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	cl := a.clients[pid]
+	if cl == nil {
+		cl = new(Quota)
+	}
+	for r := range NumResources {
+		if cost[r] == 0 {
+			continue
+		}
+		if l := a.lim.Client[r]; l != 0 && (cost[r] > l || cl[r] > l-cost[r]) {
+			return limitErr(what, r, "client", cl[r], cost[r], l)
+		}
+		if l := a.lim.Daemon[r]; l != 0 && (cost[r] > l || a.total[r] > l-cost[r]) {
+			return limitErr(what, r, "daemon", a.total[r], cost[r], l)
+		}
+	}
+	for r := range NumResources {
+		cl[r] += cost[r]
+		a.total[r] += cost[r]
+	}
+	if a.clients == nil {
+		a.clients = make(map[int32]*Quota)
+	}
+	a.clients[pid] = cl
+	return nil
+}
+
+// refund takes back what charge added.
+func (a *accounts) refund(pid int32, cost Quota) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	cl := a.clients[pid]
+	if cl == nil {
+		return
+	}
+	empty := true
+	for r := range NumResources {
+		cl[r] -= min(cost[r], cl[r])
+		a.total[r] -= min(cost[r], a.total[r])
+		empty = empty && cl[r] == 0
+	}
+	if empty {
+		delete(a.clients, pid)
+	}
+}
+
+// held returns what the daemon holds in all.
+func (a *accounts) held() Quota {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.total
+}
+
+// String says a quota as "QPs 10, CQs 20, ..." (nonzero ones only).
+func (q Quota) String() string {
+	s := ""
+	for r := range NumResources {
+		if q[r] != 0 {
+			if s != "" {
+				s += ", "
+			}
+			s += fmt.Sprintf("%s %d", resources[r].name, q[r])
+		}
+	}
+	return s
+}
+
+// refuseConn answers the first request of a connection over a limit with
+// the limit's error, then hangs up: the client's verbs.Open succeeded (it
+// only dials), so its first verb is where it learns why. The wait for
+// that request is short, so that a flood of refused connections holds
+// few descriptors.
+func (c *conn) refuseConn(err error) {
+	defer c.uc.Close()
+	c.s.log.Debug("connection over a limit", "pid", c.pid, "comm", c.comm, "err", err)
+	c.uc.SetReadDeadline(time.Now().Add(refuseWait))
+	buf := make([]byte, HeaderLen)
+	oob := make([]byte, unix.CmsgSpace(4*8))
+	n, oobn, _, _, rerr := c.uc.ReadMsgUnix(buf, oob)
+	for _, fd := range parseFDs(oob[:oobn]) {
+		unix.Close(fd)
+	}
+	if rerr != nil || n < 8 {
+		return
+	}
+	k, id := Kind(le.Uint16(buf[0:])), le.Uint32(buf[4:])
+	c.uc.WriteMsgUnix(encodeError(k, id, CodeLimit, err.Error()), nil, nil)
+}
+
+// refuseWait is how long a refused connection waits for its first
+// request: a client sends it right after connecting.
+const refuseWait = 2 * time.Second

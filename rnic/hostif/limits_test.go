@@ -1,0 +1,137 @@
+package hostif
+
+import (
+	"maps"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rnicd/rnicd/ib"
+)
+
+// limitedNIC is newNIC with its server under lim.
+func limitedNIC(t *testing.T, addr string, lim Limits) *nic {
+	t.Helper()
+	n := newNIC(t, addr)
+	n.srv = NewServer(Config{Device: n.dev, Limits: lim})
+	return n
+}
+
+// wantLimit checks that err is a refusal for the limit flag names.
+func wantLimit(t *testing.T, what string, err error, flag string) {
+	t.Helper()
+	wantCode(t, what, err, CodeLimit)
+	if !strings.Contains(err.Error(), "rnicd "+flag+" raises it") {
+		t.Fatalf("%s: %v, want the flag %s named", what, err, flag)
+	}
+}
+
+// held returns the server's hostif_held_* and hostif_over_limit counters.
+func held(n *nic) map[string]uint64 {
+	m := map[string]uint64{}
+	for k, v := range n.srv.Counters() {
+		if strings.HasPrefix(k, "hostif_held_") || k == "hostif_over_limit" {
+			m[k] = v
+		}
+	}
+	return m
+}
+
+func createQP(c *Client, pd, cq uint32) (uint32, error) {
+	var r RingReply
+	rfds, err := c.Call(KindCreateQP, &CreateQPReq{PD: pd, SendCQ: cq, RecvCQ: cq, Type: ib.QPTypeRC,
+		Caps: ib.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}}, nil, &r)
+	closeAll(rfds)
+	return r.H, err
+}
+
+// A client's requests past its own limits are refused with CodeLimit and
+// the flag named, change nothing, and work again once it frees what it
+// held; a client that hangs up gives back everything.
+func TestClientLimits(t *testing.T) {
+	n := limitedNIC(t, "127.4.9.1", Limits{Client: Quota{ResQPs: 2, ResMRBytes: 1 << 20, ResConns: 2}})
+	c := n.client(t)
+	var pd Handle
+	call(t, c, KindAllocPD, &Empty{}, nil, &pd)
+	var cq RingReply
+	closeAll(call(t, c, KindCreateCQ, &CreateCQReq{CQE: 16}, []int{eventfd(t)}, &cq))
+	var qps []uint32
+	for range 2 {
+		h, err := createQP(c, pd.H, cq.H)
+		if err != nil {
+			t.Fatal(err)
+		}
+		qps = append(qps, h)
+	}
+	_, err := createQP(c, pd.H, cq.H)
+	wantLimit(t, "third QP", err, "-client-max-qp")
+
+	// The sparse-memfd attack of issue 19: a 1 TiB region is refused
+	// before the daemon maps anything.
+	_, err = c.Call(KindRegMR, &RegMRReq{PD: pd.H, Access: 1, Length: 1 << 40},
+		[]int{sealedMemfd(t, 1<<40, true)}, &RegMRReply{})
+	wantLimit(t, "1 TiB region", err, "-client-max-mr-bytes")
+	var mr RegMRReply
+	call(t, c, KindRegMR, &RegMRReq{PD: pd.H, Access: 1, Length: 1 << 20}, []int{sealedMemfd(t, 1<<20, true)}, &mr)
+
+	want := map[string]uint64{"hostif_held_conns": 1, "hostif_held_fds": 2, "hostif_held_pd": 1, "hostif_held_qp": 2,
+		"hostif_held_cq": 1, "hostif_held_srq": 0, "hostif_held_mr": 1, "hostif_held_mr_bytes": 1 << 20,
+		"hostif_held_maps": 4, "hostif_over_limit": 2}
+	if got := held(n); !maps.Equal(got, want) {
+		t.Fatalf("held %v, want %v", got, want)
+	}
+
+	// A second connection of the same process shares its account; a
+	// third is over the limit of connections.
+	c2 := n.client(t)
+	var pd2 Handle
+	call(t, c2, KindAllocPD, &Empty{}, nil, &pd2)
+	var cq2 RingReply
+	closeAll(call(t, c2, KindCreateCQ, &CreateCQReq{CQE: 16}, []int{eventfd(t)}, &cq2))
+	_, err = createQP(c2, pd2.H, cq2.H)
+	wantLimit(t, "QP on a second connection", err, "-client-max-qp")
+	c3 := n.client(t)
+	_, err = c3.Call(KindAllocPD, &Empty{}, nil, &Handle{})
+	wantLimit(t, "third connection", err, "-client-max-conns")
+
+	call(t, c, KindDestroyQP, &Handle{H: qps[0]}, nil, &Empty{})
+	if _, err := createQP(c, pd.H, cq.H); err != nil {
+		t.Fatalf("a QP after one was destroyed: %v", err)
+	}
+	c.Close()
+	c2.Close()
+	c3.Close()
+	eventually(t, "everything given back", func() bool {
+		m := held(n)
+		return m["hostif_held_qp"] == 0 && m["hostif_held_maps"] == 0 && m["hostif_held_fds"] == 0 &&
+			m["hostif_held_mr_bytes"] == 0 && m["hostif_held_conns"] == 0 && m["hostif_held_pd"] == 0
+	})
+}
+
+// The daemon's limits hold for all clients together.
+func TestDaemonLimits(t *testing.T) {
+	n := limitedNIC(t, "127.4.9.2", Limits{Daemon: Quota{ResCQs: 1, ResFDs: 3}})
+	c := n.client(t)
+	var cq RingReply
+	closeAll(call(t, c, KindCreateCQ, &CreateCQReq{CQE: 16}, []int{eventfd(t)}, &cq))
+	_, err := c.Call(KindCreateCQ, &CreateCQReq{CQE: 16}, []int{eventfd(t)}, &RingReply{})
+	wantLimit(t, "second CQ", err, "-max-cq")
+	// Connection and CQ hold 2 of 3 descriptors: a channel takes the last.
+	var ch Handle
+	call(t, c, KindCreateChannel, &Empty{}, []int{eventfd(t)}, &ch)
+	_, err = n.client(t).Call(KindAllocPD, &Empty{}, nil, &Handle{})
+	wantLimit(t, "connection past the descriptors", err, "-max-fds")
+	call(t, c, KindDestroyChannel, &Handle{H: ch.H}, nil, &Empty{})
+	var pd Handle
+	call(t, n.client(t), KindAllocPD, &Empty{}, nil, &pd)
+}
+
+// eventually polls cond; the deadline only guards against a hang.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("never: %s", what)
+		}
+	}
+}
