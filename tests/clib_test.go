@@ -165,6 +165,7 @@ func TestCLibMemoryBounds(t *testing.T) {
 		"WRITE one byte past the end: remote access error, guards unchanged\n" +
 		"after fork: the child had its own copy, a WRITE still lands in the parent\n" +
 		"ibv_wr_* API: an SGE WRITE and an inline WRITE in one batch landed\n" +
+		"a buffer on the stack: the WRITE landed and the frames below it survived\n" +
 		"WRITE from one byte past the source region: local protection error, nothing sent\n" +
 		"ibv_close_device gave the pages of a region left registered back\nPASS\n"
 	if out != want {

@@ -53,6 +53,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 #include "rnic.h"
@@ -139,41 +140,113 @@ static int open_memfd(void)
 
 #define MAXV 64
 
+/*
+ * The move itself (copy the pages, then map the copy over them) must see
+ * no store into the pages in between, or the store is lost. The calling
+ * thread's own stack is such a store: a program may register a buffer
+ * on its stack, and this code's frames and return addresses lie just
+ * below it, often in the same page (a stack buffer crashed the first
+ * version). So the copy and the remap run on a stack of their own
+ * (swapcontext): the caller's stack is frozen from before the copy until
+ * after the remap. What runs there makes system calls and memcpy only;
+ * /proc/self/maps is read before (its FILE is on the heap, which a
+ * malloc'd region shares pages with).
+ */
+static struct {
+	int out, keep, n, err;
+	struct vma v[MAXV];
+} job;
+static ucontext_t job_caller, job_ctx;
+static void *job_stack;
+#define JOB_STACK (64 << 10)
+
+static void job_in(struct vma *v)
+{
+	size_t len = v->hi - v->lo;
+	for (size_t done = 0; done < len;) {
+		ssize_t w = pwrite(memfd, (void *)(v->lo + done), len - done, v->lo + done);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0) {
+			job.err = w < 0 ? errno : EIO;
+			return;
+		}
+		done += w;
+	}
+	if (mmap((void *)v->lo, len, v->prot, MAP_SHARED | MAP_FIXED, memfd, v->lo) == MAP_FAILED)
+		job.err = errno;
+}
+
+static void job_out(struct vma *v)
+{
+	size_t len = v->hi - v->lo;
+	void *tmp = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (tmp == MAP_FAILED)
+		return; /* it stays shared: still the same memory for the program */
+	memcpy(tmp, (void *)v->lo, len);
+	if (mmap((void *)v->lo, len, v->prot | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) != MAP_FAILED) {
+		memcpy((void *)v->lo, tmp, len);
+		if (!(v->prot & PROT_WRITE))
+			mprotect((void *)v->lo, len, v->prot);
+	}
+	munmap(tmp, len);
+}
+
+static void job_run(void)
+{
+	for (int i = 0; i < job.n && !job.err; i++) {
+		if (job.out && job.v[i].ours)
+			job_out(&job.v[i]);
+		else if (!job.out)
+			job_in(&job.v[i]);
+	}
+}
+
+/* run_job runs job_run on the job's stack; mu is held. */
+static int run_job(void)
+{
+	if (!job_stack) {
+		void *st = mmap(NULL, JOB_STACK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+		if (st == MAP_FAILED)
+			return errno;
+		job_stack = st;
+	}
+	job.err = 0;
+	if (getcontext(&job_ctx) < 0)
+		return errno;
+	job_ctx.uc_stack.ss_sp = job_stack;
+	job_ctx.uc_stack.ss_size = JOB_STACK;
+	job_ctx.uc_link = &job_caller;
+	makecontext(&job_ctx, job_run, 0);
+	if (swapcontext(&job_caller, &job_ctx) < 0)
+		return errno;
+	return job.err;
+}
+
 /* move_in moves [lo, hi), not yet on the memfd, onto it. */
 static int move_in(uintptr_t lo, uintptr_t hi)
 {
-	struct vma v[MAXV];
-	int n = vmas(lo, hi, v, MAXV);
+	int n = vmas(lo, hi, job.v, MAXV);
 	if (n < 0) {
 		rnic_log("reg_mr: [%#lx, %#lx) is not all mapped memory", (unsigned long)lo, (unsigned long)hi);
 		return EFAULT;
 	}
 	for (int i = 0; i < n; i++) {
-		if (v[i].shared && !v[i].ours) {
+		struct vma *v = &job.v[i];
+		if (v->shared && !v->ours) {
 			rnic_log("reg_mr: [%#lx, %#lx) is a shared mapping (a file or shm); rnicd can register "
 				 "private memory only (malloc, stack, anonymous or private mmap)",
-				 (unsigned long)v[i].lo, (unsigned long)v[i].hi);
+				 (unsigned long)v->lo, (unsigned long)v->hi);
 			return EINVAL;
 		}
-		if (!(v[i].prot & PROT_READ)) {
-			rnic_log("reg_mr: [%#lx, %#lx) is not readable", (unsigned long)v[i].lo, (unsigned long)v[i].hi);
+		if (!(v->prot & PROT_READ)) {
+			rnic_log("reg_mr: [%#lx, %#lx) is not readable", (unsigned long)v->lo, (unsigned long)v->hi);
 			return EFAULT;
 		}
 	}
-	for (int i = 0; i < n; i++) {
-		size_t len = v[i].hi - v[i].lo;
-		for (size_t done = 0; done < len;) {
-			ssize_t w = pwrite(memfd, (void *)(v[i].lo + done), len - done, v[i].lo + done);
-			if (w < 0 && errno == EINTR)
-				continue;
-			if (w <= 0)
-				return w < 0 ? errno : EIO;
-			done += w;
-		}
-		if (mmap((void *)v[i].lo, len, v[i].prot, MAP_SHARED | MAP_FIXED, memfd, v[i].lo) == MAP_FAILED)
-			return errno;
-	}
-	return 0;
+	job.out = 0;
+	job.n = n;
+	return run_job();
 }
 
 /* move_out gives [lo, hi) back to private anonymous memory with the same
@@ -181,25 +254,19 @@ static int move_in(uintptr_t lo, uintptr_t hi)
  * pages stay (the child after fork shares them with its parent). */
 static void move_out(uintptr_t lo, uintptr_t hi, int keep)
 {
-	struct vma v[MAXV];
-	int n = vmas(lo, hi, v, MAXV);
-	if (n < 0)
-		n = 0; /* the program unmapped some of it; move what is left */
-	for (int i = 0; i < n; i++) {
-		if (!v[i].ours)
-			continue;
-		size_t len = v[i].hi - v[i].lo;
-		void *tmp = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-		if (tmp == MAP_FAILED)
-			continue; /* it stays shared: still the same memory for the program */
-		memcpy(tmp, (void *)v[i].lo, len);
-		if (mmap((void *)v[i].lo, len, v[i].prot | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) !=
-		    MAP_FAILED) {
-			memcpy((void *)v[i].lo, tmp, len);
-			if (!(v[i].prot & PROT_WRITE))
-				mprotect((void *)v[i].lo, len, v[i].prot);
-		}
-		munmap(tmp, len);
+	int n = vmas(lo, hi, job.v, MAXV);
+	/* n < 0: the program unmapped some of it; what is left is found
+	 * piece by piece. */
+	for (uintptr_t at = lo; n < 0 && at < hi; at += sysconf(_SC_PAGESIZE)) {
+		job.n = vmas(at, at + sysconf(_SC_PAGESIZE), job.v, 1);
+		job.out = 1;
+		if (job.n > 0)
+			run_job();
+	}
+	if (n > 0) {
+		job.n = n;
+		job.out = 1;
+		run_job();
 	}
 	if (!keep)
 		fallocate(memfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, lo, hi - lo);

@@ -132,6 +132,31 @@ static int write_wr(struct end *e, struct ibv_mr *src, size_t len, uint64_t radd
 	return wc.status;
 }
 
+/* stack_region registers a buffer on this function's stack (the frames
+ * of the library's calls lie just below it, in the same pages), has the
+ * sender WRITE the source's bytes into it, and checks them. */
+static __attribute__((noinline)) int stack_region(struct end *s, struct end *t, struct ibv_mr *smr)
+{
+	unsigned char buf[3000];
+	memset(buf, 0x33, sizeof(buf));
+	struct ibv_mr *mr = ibv_reg_mr(t->pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	if (!mr)
+		die("ibv_reg_mr of a stack buffer");
+	int st = write_wr(s, smr, sizeof(buf), (uintptr_t)buf, mr->rkey);
+	int ok = st == IBV_WC_SUCCESS && memcmp(buf, smr->addr, sizeof(buf)) == 0;
+	if (ibv_dereg_mr(mr))
+		die("ibv_dereg_mr of a stack buffer");
+	return ok && memcmp(buf, smr->addr, sizeof(buf)) == 0;
+}
+
+/* stack_at calls stack_region pad bytes deeper in the stack. */
+static __attribute__((noinline)) int stack_at(int pad, struct end *s, struct end *t, struct ibv_mr *smr)
+{
+	volatile char deeper[pad + 1];
+	deeper[0] = 0;
+	return stack_region(s, t, smr) + deeper[0];
+}
+
 /* shared_maps counts this process's mappings of the library's memfd. */
 static int shared_maps(void)
 {
@@ -342,6 +367,16 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	printf("ibv_wr_* API: an SGE WRITE and an inline WRITE in one batch landed\n");
+
+	/* At 16 depths, so that the buffer starts at many offsets in its
+	 * page and the library's frames below it share its pages. */
+	for (int k = 0; k < 16; k++) {
+		if (!stack_at(k * 257, &s3, &t3, smr)) {
+			printf("FAIL: WRITE into a buffer on the stack (depth %d)\n", k * 257);
+			return 1;
+		}
+	}
+	printf("a buffer on the stack: the WRITE landed and the frames below it survived\n");
 
 	/* A local SGE one byte longer than the sender's own region: the NIC
 	 * refuses to read it (LOC_PROT_ERR) and sends nothing. */
