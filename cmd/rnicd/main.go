@@ -69,6 +69,7 @@ type config struct {
 	pcapLim  fileLimit     // how much of the capture is kept on disk
 	http     string        // TCP address of the monitor
 	lend     bool          // steer the port by QPN and lend clients sockets
+	limits   hostif.Limits // what each client and all of them may hold (quota.go)
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -82,7 +83,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	ackHold := fs.Duration("ack-hold", rnic.DefaultAckHold, "longest a ping-pong QP's ACK waits to go out with its next request (0: ACK at once, as rxe)")
 	traceFile := fs.String("trace", "", "write every trace event to `FILE` as JSON lines (FILE.1, FILE.2, ... as it rotates; see -trace-size)")
 	pcapFile := fs.String("pcap", "", "capture every packet sent and received into `FILE` (pcap, for tshark; FILE.1, FILE.2, ... as it rotates; see -pcap-size)")
-	c := config{traceLim: defaultFileLimit, pcapLim: defaultFileLimit}
+	m := readMachine()
+	c := config{traceLim: defaultFileLimit, pcapLim: defaultFileLimit, limits: defaultLimits(m)}
+	limitFlags(fs, &c.limits, m)
 	fs.Var(&c.traceLim.size, "trace-size", "start a new trace file before one grows past `BYTES` (suffix K, M or G: KiB, MiB, GiB; 0: one file, unbounded)")
 	fs.IntVar(&c.traceLim.files, "trace-files", c.traceLim.files, "keep the newest `N` trace files, removing older ones (0: keep all, unbounded)")
 	fs.Var(&c.pcapLim.size, "pcap-size", "start a new capture file before one grows past `BYTES` (suffix K, M or G: KiB, MiB, GiB; 0: one file, unbounded)")
@@ -181,14 +184,15 @@ func listen(path string) (*net.UnixListener, error) {
 }
 
 func run(args []string, stdout, stderr io.Writer) error {
+	// Raised before the flags: the default limits are sized from it.
+	nofile, nofileErr := raiseNofile()
 	c, err := parseFlags(args, stderr)
 	if err != nil {
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	nofile, err := raiseNofile()
-	if err != nil {
-		log.Warn("descriptors: keeping the soft limit", "err", err)
+	if nofileErr != nil {
+		log.Warn("descriptors: keeping the soft limit", "err", nofileErr)
 	}
 	// Signals are caught before the ready line, so whoever waits for it
 	// may signal at once.
@@ -248,7 +252,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 		os.Remove(path)
 		return err
 	}
-	srv := hostif.NewServer(hostif.Config{Device: dev, Name: c.name, Log: log, Steering: steer})
+	srv := hostif.NewServer(hostif.Config{Device: dev, Name: c.name, Log: log, Steering: steer, Limits: c.limits})
+	log.Info("limits", "daemon", c.limits.Daemon, "client", c.limits.Client)
 	// A serving goroutine that stops leaves a daemon that is up but deaf
 	// (issue 19: Serve returned on EMFILE and nothing noticed): whichever
 	// stops, the daemon stops too, non-zero, with the reason.

@@ -1,0 +1,56 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/rnicd/rnicd/rnic/hostif"
+)
+
+// The defaults follow the machine's limits as quota.go derives them.
+func TestDefaultLimits(t *testing.T) {
+	for _, tc := range []struct {
+		m            machine
+		maps, qp, fd uint64
+		conns, pd    uint64
+	}{
+		// The kernel's default vm.max_map_count, a raised RLIMIT_NOFILE.
+		{machine{65530, 20000, 24 << 30}, 57339, 57339, 17500, 4375, 1 << 16},
+		// Many mappings: objects stop at the device's 65,536.
+		{machine{1 << 20, 1 << 20, 1 << 30}, 917504, 1 << 16, 917504, 229376, 1 << 16},
+		// Tiny limits: the reserves take what there is.
+		{machine{4000, 200, 1 << 20}, 1, 1, 1, 1, 1 << 16},
+	} {
+		l := defaultLimits(tc.m)
+		d := l.Daemon
+		if d[hostif.ResMaps] != tc.maps || d[hostif.ResQPs] != tc.qp || d[hostif.ResCQs] != tc.qp ||
+			d[hostif.ResSRQs] != tc.qp || d[hostif.ResMRs] != tc.qp || d[hostif.ResFDs] != tc.fd ||
+			d[hostif.ResConns] != tc.conns || d[hostif.ResPDs] != tc.pd || d[hostif.ResMRBytes] != tc.m.memBytes {
+			t.Errorf("%+v: daemon limits %v", tc.m, d)
+		}
+		for r := range hostif.NumResources {
+			if want := max(1, d[r]/4); l.Client[r] != want {
+				t.Errorf("%+v: client %s %d, want %d", tc.m, r.Name(), l.Client[r], want)
+			}
+		}
+	}
+}
+
+func TestLimitFlags(t *testing.T) {
+	t.Setenv("RNICD_DIR", t.TempDir())
+	var errw bytes.Buffer
+	c, err := parseFlags([]string{"-addr", "127.0.0.1", "-client-max-qp", "5", "-max-mr-bytes", "2G", "-max-fds", "0"}, &errw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	def := defaultLimits(readMachine())
+	if c.limits.Client[hostif.ResQPs] != 5 || c.limits.Daemon[hostif.ResMRBytes] != 2<<30 || c.limits.Daemon[hostif.ResFDs] != 0 ||
+		c.limits.Daemon[hostif.ResQPs] != def.Daemon[hostif.ResQPs] {
+		t.Fatalf("limits %+v", c.limits)
+	}
+	_, err = parseFlags([]string{"-addr", "127.0.0.1", "-max-qp", "-1"}, &errw)
+	if err == nil || !strings.Contains(err.Error(), "want a count") {
+		t.Fatalf("-max-qp -1: %v", err)
+	}
+}
