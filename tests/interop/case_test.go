@@ -19,6 +19,9 @@ type tcase struct {
 	// clib: the host runs Debian's own tool, the same binary as the VM's,
 	// on rnicd through the C library (clib/) instead of rnic's clone.
 	clib bool
+	// ipv6: over rxe's IPv6 GID (its index found in the VM) and an rnicd
+	// on hostAddr6, the exchange over IPv6 too.
+	ipv6 bool
 	// impair, if set, is installed on the tap for the case alone: the
 	// case runs in phases of its own, in both roles.
 	impair *impairment
@@ -31,6 +34,9 @@ func (c tcase) name() string {
 	}
 	if c.clib {
 		n += " (Debian's on clib)"
+	}
+	if c.ipv6 {
+		n += " (IPv6)"
 	}
 	return n
 }
@@ -78,6 +84,12 @@ func matrix(ibMTU int) []tcase {
 		tcase{tool: "ib_write_bw", args: []string{"-s", "65536", "-n", "20"}, clib: true},
 		tcase{tool: "ib_send_lat", args: []string{"-s", strconv.Itoa(ibMTU + 1), "-n", "50"}, clib: true},
 		tcase{tool: "ibv_rc_pingpong", args: []string{"-s", "4096", "-n", "50", "--chk"}, clib: true},
+		// Over IPv6: rxe's IPv6 GID, rnicd's port on 2001:db8:1::1.
+		tcase{tool: "ib_write_bw", args: []string{"-s", "65536", "-n", "20"}, ipv6: true},
+		tcase{tool: "ib_read_bw", args: []string{"-s", strconv.Itoa(ibMTU + 1), "-n", "50"}, ipv6: true},
+		tcase{tool: "ib_send_bw", args: []string{"-s", strconv.Itoa(ibMTU + 1), "-n", "50"}, ipv6: true},
+		tcase{tool: "ib_atomic_bw", args: []string{"-A", "FETCH_AND_ADD", "-n", "50"}, ipv6: true},
+		tcase{tool: "ibv_rc_pingpong", args: []string{"-s", "4096", "-n", "50", "--chk"}, ipv6: true},
 	)
 	return cs
 }
@@ -126,15 +138,20 @@ func plan(cases []tcase) []phase {
 	return phases
 }
 
-// vmCommand is the rdma-core command line of c in the VM.
+// vmCommand is the rdma-core command line of c in the VM. An IPv6 case
+// takes the index of rxe0's IPv6 GID from $g6, which the script sets.
 func vmCommand(c tcase, port int, client bool) string {
-	gid := "-x 1"
+	index, server := "1", hostAddr
+	if c.ipv6 {
+		index, server = "$g6", hostAddr6
+	}
+	gid := "-x " + index
 	if c.isPingpong() {
-		gid = "-g 1"
+		gid = "-g " + index
 	}
 	cmd := fmt.Sprintf("%s -d rxe0 %s -p %d %s", c.tool, gid, port, strings.Join(c.args, " "))
 	if client {
-		cmd += " " + hostAddr
+		cmd += " " + server
 	}
 	return cmd
 }
@@ -145,9 +162,12 @@ func hostArgs(c tcase, port int, client bool) []string {
 	if c.isPingpong() {
 		gid = []string{"-g", "1"}
 	}
-	dev := device
-	if c.direct {
+	dev, server := device, vmAddr
+	switch {
+	case c.direct:
 		dev = directDevice
+	case c.ipv6:
+		dev, server = device6, vmAddr6
 	}
 	args := append([]string{c.tool, "-d", dev}, gid...)
 	args = append(args, "-p", strconv.Itoa(port))
@@ -156,7 +176,7 @@ func hostArgs(c tcase, port int, client bool) []string {
 	}
 	args = append(args, c.args...)
 	if client {
-		args = append(args, vmAddr)
+		args = append(args, server)
 	}
 	return args
 }

@@ -36,6 +36,7 @@ type vmRun struct {
 	rc       int
 	finished bool
 	out      string
+	drops    *[3]int // after an IPv6 case: see vmLog.drops
 }
 
 // judge gives the verdict on one case of a phase: both sides must exit 0,
@@ -49,6 +50,11 @@ func (r *result) judge(host hostRun, guest vmRun, want string) {
 		r.detail = "the VM gave no verdict; its output so far:\n" + tail(guest.out)
 	case guest.rc != 0:
 		r.detail = fmt.Sprintf("rxe's %s exited %d:\n%s\nrnic said:\n%s", r.c.tool, guest.rc, tail(guest.out), tail(host.out))
+	case r.c.ipv6 && guest.drops == nil:
+		r.detail = "the VM did not say what it dropped"
+	case r.c.ipv6 && *guest.drops != [3]int{}:
+		d := *guest.drops
+		r.detail = fmt.Sprintf("the VM dropped rnicd's IPv6 packets: Udp6InCsumErrors %d, Udp6InErrors %d, rxe's \"bad ICRC\" %d", d[0], d[1], d[2])
 	case want != "":
 		r.detail = "both sides exit 0, but rnicd's counters do not show the recovery: want " + want
 	default:
@@ -58,10 +64,13 @@ func (r *result) judge(host hostRun, guest vmRun, want string) {
 
 // counters reads rnicd's counters through its control socket (a unix
 // socket is reachable from outside the namespace).
-func counters(t *testing.T) map[string]uint64 {
-	c, err := verbs.Open(device)
+func counters(t *testing.T) map[string]uint64 { return countersOf(t, device) }
+
+// countersOf reads the counters of the rnicd of dev.
+func countersOf(t *testing.T, dev string) map[string]uint64 {
+	c, err := verbs.Open(dev)
 	if err != nil {
-		t.Fatalf("open %s: %v", device, err)
+		t.Fatalf("open %s: %v", dev, err)
 	}
 	defer c.Close()
 	m, err := c.Counters()

@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"regexp"
@@ -18,9 +19,16 @@ import (
 )
 
 // vmScript runs each phase's cases in order: a client retries until the
-// host's server listens; a server waits for the host's client.
+// host's server listens; a server waits for the host's client. It first
+// finds rxe0's IPv6 GID, for the IPv6 cases, and after each of those says
+// what the VM dropped of rnicd's IPv6 packets: UDP checksum errors and
+// other UDP input errors (Udp6InCsumErrors, Udp6InErrors), and packets
+// rxe logged as "bad ICRC from" rnicd's address; rxe counts no such drops
+// in its hw_counters.
 func vmScript(phases []phase) string {
 	var b strings.Builder
+	fmt.Fprintf(&b, "g6=; for n in 0 1 2 3 4 5 6 7; do [ \"$(cat /sys/class/infiniband/rxe0/ports/1/gids/$n 2>/dev/null)\" = %s ] && g6=$n; done\n",
+		sysfsGID(netip.MustParseAddr(vmAddr6)))
 	for pi, ph := range phases {
 		for i, c := range ph.cases {
 			// perftest measures the CPU clock for its report and gives up
@@ -38,6 +46,10 @@ func vmScript(phases []phase) string {
 			}
 			fmt.Fprintf(&b, "  [ $rc -ne 0 ] && [ $a -lt 2 ] && grep -q \"Can't produce a report\" /tmp/out || break\n"+
 				"  a=$((a+1)); echo \"=== retry %d %d $a\" > /dev/ttyS1\ndone\n", pi, i)
+			if c.ipv6 {
+				fmt.Fprintf(&b, "echo \"=== drops %d %d $(awk '/^Udp6InCsumErrors/{c=$2} /^Udp6InErrors/{e=$2} END{print c+0, e+0}' /proc/net/snmp6) "+
+					"$(dmesg | grep -c 'bad ICRC from %s')\" > /dev/ttyS1\n", pi, i, hostAddr6)
+			}
 			fmt.Fprintf(&b, "{ sed 's/^/=== out %d %d /' /tmp/out; echo \"=== case %d %d rc=$rc\"; } > /dev/ttyS1\n", pi, i, pi, i)
 		}
 	}
@@ -54,6 +66,9 @@ type vmLog struct {
 	retries map[caseID]int
 	out     map[caseID]*strings.Builder
 	gids    map[int]string // as sysfs shows them
+	// drops are what the VM dropped of rnicd's IPv6 packets by the end
+	// of an IPv6 case: Udp6InCsumErrors, Udp6InErrors, "bad ICRC" lines.
+	drops map[caseID][3]int
 }
 
 var (
@@ -61,11 +76,13 @@ var (
 	retryRE = regexp.MustCompile(`^=== retry (\d+) (\d+) (\d+)`)
 	outRE   = regexp.MustCompile(`^=== out (\d+) (\d+) (.*)`)
 	gidRE   = regexp.MustCompile(`^=== gid (\d+) (\S*)`)
+	dropsRE = regexp.MustCompile(`^=== drops (\d+) (\d+) (\d+) (\d+) (\d+)`)
 )
 
 // parseVMLog reads the whole log: it is small.
 func parseVMLog(data []byte) *vmLog {
-	l := &vmLog{rc: map[caseID]int{}, retries: map[caseID]int{}, out: map[caseID]*strings.Builder{}, gids: map[int]string{}}
+	l := &vmLog{rc: map[caseID]int{}, retries: map[caseID]int{}, out: map[caseID]*strings.Builder{}, gids: map[int]string{},
+		drops: map[caseID][3]int{}}
 	id := func(m []string) caseID {
 		p, _ := strconv.Atoi(m[1])
 		i, _ := strconv.Atoi(m[2])
@@ -82,6 +99,12 @@ func parseVMLog(data []byte) *vmLog {
 				l.out[k] = &strings.Builder{}
 			}
 			l.out[k].WriteString(m[3] + "\n")
+		} else if m := dropsRE.FindStringSubmatch(line); m != nil {
+			var d [3]int
+			for k := range d {
+				d[k], _ = strconv.Atoi(m[3+k])
+			}
+			l.drops[id(m)] = d
 		} else if m := gidRE.FindStringSubmatch(line); m != nil {
 			n, _ := strconv.Atoi(m[1])
 			l.gids[n] = m[2]
@@ -149,6 +172,9 @@ func (v *vm) run(id caseID) vmRun {
 	r.rc, r.finished = v.log.rc[id]
 	if b := v.log.out[id]; b != nil {
 		r.out = b.String()
+	}
+	if d, ok := v.log.drops[id]; ok {
+		r.drops = &d
 	}
 	return r
 }
