@@ -136,29 +136,38 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 }
 
 // defaultAddr is the first IPv4 address of the interface the default
-// route leaves by, as rxe would be bound to it.
+// route leaves by, as rxe would be bound to it; on a host with no IPv4
+// default route, the first global IPv6 address of the interface the IPv6
+// default route leaves by (rxe has a GID for it too).
 func defaultAddr() (netip.Addr, error) {
-	routes, err := netlink.RouteList(nil, netlink.FAMILY_V4)
-	if err != nil {
-		return netip.Addr{}, fmt.Errorf("list routes: %w", err)
-	}
-	for _, r := range routes {
-		if r.Dst != nil && !r.Dst.IP.IsUnspecified() {
-			continue
-		}
-		link, err := netlink.LinkByIndex(r.LinkIndex)
+	for _, family := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
+		routes, err := netlink.RouteList(nil, family)
 		if err != nil {
-			continue
+			return netip.Addr{}, fmt.Errorf("list routes: %w", err)
 		}
-		addrs, err := netlink.AddrList(link, netlink.FAMILY_V4)
-		if err != nil || len(addrs) == 0 {
-			continue
-		}
-		if a, ok := netip.AddrFromSlice(addrs[0].IP); ok {
-			return a.Unmap(), nil
+		for _, r := range routes {
+			if r.Dst != nil && !r.Dst.IP.IsUnspecified() {
+				continue
+			}
+			link, err := netlink.LinkByIndex(r.LinkIndex)
+			if err != nil {
+				continue
+			}
+			addrs, err := netlink.AddrList(link, family)
+			if err != nil {
+				continue
+			}
+			for _, a := range addrs {
+				ip, ok := netip.AddrFromSlice(a.IP)
+				// IPv6: a global address, usable (not tentative or
+				// failed duplicate address detection).
+				if ok && (family == netlink.FAMILY_V4 || ip.IsGlobalUnicast() && a.Flags&(unix.IFA_F_TENTATIVE|unix.IFA_F_DADFAILED) == 0) {
+					return ip.Unmap(), nil
+				}
+			}
 		}
 	}
-	return netip.Addr{}, errors.New("no default route with an IPv4 address")
+	return netip.Addr{}, errors.New("no default route with an IPv4 or a global IPv6 address")
 }
 
 // listen serves the control socket at path: it refuses if a live daemon

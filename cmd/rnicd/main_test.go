@@ -4,9 +4,16 @@ import (
 	"bytes"
 	"errors"
 	"flag"
+	"fmt"
 	"net"
+	"os"
+	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 )
 
 func TestFlags(t *testing.T) {
@@ -95,5 +102,64 @@ func TestPortInUseOneError(t *testing.T) {
 	}
 	if strings.Contains(errw.String(), "in use") || strings.Contains(errw.String(), "steering") {
 		t.Fatalf("the failed start logged more than its error:\n%s", errw.String())
+	}
+}
+
+// On a host whose only default route is IPv6, rnicd takes the global
+// IPv6 address of that route's interface, not its link-local one; with an
+// IPv4 default route too, the IPv4 address, as before.
+func TestDefaultAddrIPv6Only(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("skipped: needs root to make a network namespace; CI runs as root")
+	}
+	run := func(f func() error) error {
+		ch := make(chan error)
+		go func() {
+			runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
+			ch <- f()
+		}()
+		return <-ch
+	}
+	err := run(func() error {
+		if _, err := netns.New(); err != nil {
+			return err
+		}
+		veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "up0"}, PeerName: "up1"}
+		if err := netlink.LinkAdd(veth); err != nil {
+			return err
+		}
+		l, err := netlink.LinkByName("up0")
+		if err != nil {
+			return err
+		}
+		a6, _ := netlink.ParseAddr("2001:db8:5::7/64")
+		a6.Flags = unix.IFA_F_NODAD
+		if err := netlink.AddrAdd(l, a6); err != nil {
+			return err
+		}
+		if err := netlink.LinkSetUp(l); err != nil {
+			return err
+		}
+		gw := net.ParseIP("2001:db8:5::1")
+		if err := netlink.RouteAdd(&netlink.Route{LinkIndex: l.Attrs().Index, Gw: gw}); err != nil {
+			return fmt.Errorf("IPv6 default route: %w", err)
+		}
+		if a, err := defaultAddr(); err != nil || a.String() != "2001:db8:5::7" {
+			return fmt.Errorf("IPv6 only: %v, %v; want 2001:db8:5::7", a, err)
+		}
+		a4, _ := netlink.ParseAddr("198.18.5.7/24")
+		if err := netlink.AddrAdd(l, a4); err != nil {
+			return err
+		}
+		if err := netlink.RouteAdd(&netlink.Route{LinkIndex: l.Attrs().Index, Gw: net.ParseIP("198.18.5.1")}); err != nil {
+			return fmt.Errorf("IPv4 default route: %w", err)
+		}
+		if a, err := defaultAddr(); err != nil || a.String() != "198.18.5.7" {
+			return fmt.Errorf("both: %v, %v; want 198.18.5.7", a, err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
