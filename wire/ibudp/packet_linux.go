@@ -219,6 +219,11 @@ func (p *packetPort) prepare(b *Buf, k int) bool {
 	if !ok {
 		return false
 	}
+	// IPv6 flow label 0: rxe writes 0 too (prepare_ipv6_hdr in rxe_net.c
+	// ignores the address vector's flow label) and spreads flows by UDP
+	// source port instead, as SrcPort does here. The ICRC masks both the
+	// label and the TTL / hop limit, which rxe takes from the address
+	// vector (1 for rdma-core's pingpongs) and the port sets to 64.
 	env := bth.Envelope{
 		Src: p.local, Dst: peer.WithZone(""),
 		SrcPort: b.SrcPort, DstPort: p.cfg.RemotePort,
