@@ -1,7 +1,9 @@
 package interop
 
 import (
+	"fmt"
 	"net/netip"
+	"strings"
 	"testing"
 )
 
@@ -65,5 +67,28 @@ func TestPlanImpairedCase(t *testing.T) {
 	}
 	if len(phases) != 2+3+2 {
 		t.Errorf("%d phases, want 2 plain, 3 loss and corruption, 2 for the impaired case", len(phases))
+	}
+}
+
+// The IPv6 cases run over rxe's IPv6 GID on both sides and an rnicd on
+// hostAddr6; the pingpong's exchange goes over IPv6, perftest's over IPv4
+// (Debian's perftest resolves AF_INET only).
+func TestIPv6CaseCommands(t *testing.T) {
+	for _, tc := range []struct {
+		c        tcase
+		vm, host string
+		index    string
+	}{
+		{tcase{tool: "ib_write_bw", args: []string{"-s", "8"}, ipv6: true}, hostAddr, vmAddr, "-x"},
+		{tcase{tool: "ibv_rc_pingpong", args: []string{"--chk"}, ipv6: true}, hostAddr6, vmAddr6, "-g"},
+	} {
+		vm := vmCommand(tc.c, 20001, true)
+		if want := fmt.Sprintf("%s -d rxe0 %s $g6 -p 20001 %s %s", tc.c.tool, tc.index, strings.Join(tc.c.args, " "), tc.vm); vm != want {
+			t.Errorf("VM: %q, want %q", vm, want)
+		}
+		host := strings.Join(hostArgs(tc.c, 20001, true), " ")
+		if want := fmt.Sprintf("%s -d %s %s 1 -p 20001 %s %s", tc.c.tool, device6, tc.index, strings.Join(tc.c.args, " "), tc.host); host != want {
+			t.Errorf("host: %q, want %q", host, want)
+		}
 	}
 }
