@@ -21,10 +21,7 @@ type tcase struct {
 	clib bool
 	// ipv6: over rxe's IPv6 GID (its index found in the VM) and an rnicd
 	// on hostAddr6. The TCP exchange goes over IPv6 too where the VM's
-	// tool can: rdma-core's pingpongs resolve with AF_UNSPEC, but
-	// Debian 12's perftest (4.5) resolves and listens with AF_INET only
-	// (its --ipv6 picks a GID, not the exchange's family), so perftest's
-	// cases exchange over IPv4 and run RoCE over IPv6.
+	// tool can (exchange6), else over IPv4 while RoCE runs over IPv6.
 	ipv6 bool
 	// impair, if set, is installed on the tap for the case alone: the
 	// case runs in phases of its own, in both roles.
@@ -49,8 +46,13 @@ func (c tcase) name() string {
 // perftest (-x).
 func (c tcase) isPingpong() bool { return strings.HasPrefix(c.tool, "ibv_") }
 
-// exchange6 says whether c's TCP exchange goes over IPv6.
-func (c tcase) exchange6() bool { return c.ipv6 && c.isPingpong() }
+// exchange6 says whether the TCP exchange of an IPv6 case goes over IPv6:
+// only a pingpong with rnic as the server. Debian 12's perftest (4.5)
+// resolves and listens with AF_INET only (its --ipv6 picks a GID, not the
+// exchange's family); rdma-core's pingpong client resolves with
+// AF_UNSPEC, but its server binds the first passive address glibc
+// returns, 0.0.0.0, so it takes IPv4 clients only.
+func (c tcase) exchange6(rxeClient bool) bool { return c.ipv6 && c.isPingpong() && rxeClient }
 
 func matrix(ibMTU int) []tcase {
 	sizes := []string{"1", strconv.Itoa(ibMTU), strconv.Itoa(ibMTU + 1), "1048576"}
@@ -152,7 +154,7 @@ func vmCommand(c tcase, port int, client bool) string {
 	if c.ipv6 {
 		index = "$g6"
 	}
-	if c.exchange6() {
+	if c.exchange6(client) {
 		server = hostAddr6
 	}
 	gid := "-x " + index
@@ -179,7 +181,7 @@ func hostArgs(c tcase, port int, client bool) []string {
 	case c.ipv6:
 		dev = device6
 	}
-	if c.exchange6() {
+	if c.exchange6(!client) {
 		server = vmAddr6
 	}
 	args := append([]string{c.tool, "-d", dev}, gid...)

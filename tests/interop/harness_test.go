@@ -71,8 +71,9 @@ func TestPlanImpairedCase(t *testing.T) {
 }
 
 // The IPv6 cases run over rxe's IPv6 GID on both sides and an rnicd on
-// hostAddr6; the pingpong's exchange goes over IPv6, perftest's over IPv4
-// (Debian's perftest resolves AF_INET only).
+// hostAddr6; the exchange goes over IPv6 only where the VM's side is
+// rdma-core's pingpong client (Debian's perftest resolves AF_INET only,
+// the pingpong server listens on 0.0.0.0).
 func TestIPv6CaseCommands(t *testing.T) {
 	for _, tc := range []struct {
 		c        tcase
@@ -80,7 +81,7 @@ func TestIPv6CaseCommands(t *testing.T) {
 		index    string
 	}{
 		{tcase{tool: "ib_write_bw", args: []string{"-s", "8"}, ipv6: true}, hostAddr, vmAddr, "-x"},
-		{tcase{tool: "ibv_rc_pingpong", args: []string{"--chk"}, ipv6: true}, hostAddr6, vmAddr6, "-g"},
+		{tcase{tool: "ibv_rc_pingpong", args: []string{"--chk"}, ipv6: true}, hostAddr6, vmAddr, "-g"},
 	} {
 		vm := vmCommand(tc.c, 20001, true)
 		if want := fmt.Sprintf("%s -d rxe0 %s $g6 -p 20001 %s %s", tc.c.tool, tc.index, strings.Join(tc.c.args, " "), tc.vm); vm != want {
