@@ -132,7 +132,7 @@ func TestCLibPingpong(t *testing.T) {
 			checkPingpongOutput(t, 1, tc.size, tc.flags, srv, cli)
 		})
 	}
-	// The other transports, real against real.
+	// The other transports, real against real and against the clones.
 	for _, tc := range []struct {
 		tool  string
 		flags []string
@@ -143,11 +143,16 @@ func TestCLibPingpong(t *testing.T) {
 		{"ibv_ud_pingpong", []string{"-s", "1024", "-n", "50", "--chk"}, 1024, 1},
 		{"ibv_srq_pingpong", []string{"-s", "5000", "-n", "60", "-q", "3", "--chk"}, 5000, 3},
 	} {
-		t.Run(tc.tool, func(t *testing.T) {
-			real := debianTool(t, tc.tool, "ibverbs-utils")
-			srv, cli := tb.pairRun(t, real, real, "rnicA", "rnicB", tc.tool, append([]string{"-g", "1"}, tc.flags...)...)
-			checkPingpongOutput(t, tc.qps, tc.size, tc.flags, srv, cli)
-		})
+		real := debianTool(t, tc.tool, "ibverbs-utils")
+		for _, p := range []struct {
+			name     string
+			srv, cli runner
+		}{{"real-real", real, real}, {"real-rnic", real, rnicTool}, {"rnic-real", rnicTool, real}} {
+			t.Run(tc.tool+"/"+p.name, func(t *testing.T) {
+				srv, cli := tb.pairRun(t, p.srv, p.cli, "rnicA", "rnicB", tc.tool, append([]string{"-g", "1"}, tc.flags...)...)
+				checkPingpongOutput(t, tc.qps, tc.size, tc.flags, srv, cli)
+			})
+		}
 	}
 }
 
@@ -202,9 +207,8 @@ func TestCLibClientKilled(t *testing.T) {
 }
 
 // TestCLibPerftest runs Debian's perftest binaries on the C library
-// against themselves, and ib_write_bw, ib_read_bw and ib_send_lat
-// against rnic's clones in both roles; checkPerftest reads each side's
-// result line by value.
+// against themselves and against rnic's clones in both roles;
+// checkPerftest reads each side's result line by value.
 func TestCLibPerftest(t *testing.T) {
 	tb := newToolBench(t)
 	const iters = "100"
@@ -212,36 +216,25 @@ func TestCLibPerftest(t *testing.T) {
 		tool  string
 		flags []string
 		size  string
-		clone bool // also against rnic's clone, both ways
 	}{
-		{"ib_write_bw", []string{"-c", "RC"}, "65536", true},
-		{"ib_write_bw", []string{"-c", "UC"}, "4096", false},
-		{"ib_read_bw", []string{"-c", "RC"}, "65536", true},
-		{"ib_send_bw", []string{"-c", "RC"}, "65536", true},
-		{"ib_send_bw", []string{"-c", "UD"}, "1024", false},
-		{"ib_atomic_bw", []string{"-A", "FETCH_AND_ADD"}, "8", false},
-		{"ib_atomic_bw", []string{"-A", "CMP_AND_SWAP"}, "8", false},
-		{"ib_send_lat", []string{"-c", "RC"}, "1025", true},
-		{"ib_send_lat", []string{"-c", "UD"}, "1024", false},
-		{"ib_write_lat", []string{"-c", "RC"}, "4096", true},
-		{"ib_read_lat", []string{"-c", "RC"}, "4096", false},
+		{"ib_write_bw", []string{"-c", "RC"}, "65536"},
+		{"ib_write_bw", []string{"-c", "UC"}, "4096"},
+		{"ib_read_bw", []string{"-c", "RC"}, "65536"},
+		{"ib_send_bw", []string{"-c", "RC"}, "65536"},
+		{"ib_send_bw", []string{"-c", "UD"}, "1024"},
+		{"ib_atomic_bw", []string{"-A", "FETCH_AND_ADD"}, "8"},
+		{"ib_atomic_bw", []string{"-A", "CMP_AND_SWAP"}, "8"},
+		{"ib_send_lat", []string{"-c", "RC"}, "1025"},
+		{"ib_send_lat", []string{"-c", "UD"}, "1024"},
+		{"ib_write_lat", []string{"-c", "RC"}, "4096"},
+		{"ib_read_lat", []string{"-c", "RC"}, "4096"},
 	}
 	for _, c := range cases {
 		real := debianTool(t, c.tool, "perftest")
-		pairs := []struct {
+		for _, p := range []struct {
 			name     string
 			srv, cli runner
-		}{{"real-real", real, real}}
-		if c.clone {
-			pairs = append(pairs, struct {
-				name     string
-				srv, cli runner
-			}{"real-rnic", real, rnicTool}, struct {
-				name     string
-				srv, cli runner
-			}{"rnic-real", rnicTool, real})
-		}
-		for _, p := range pairs {
+		}{{"real-real", real, real}, {"real-rnic", real, rnicTool}, {"rnic-real", rnicTool, real}} {
 			t.Run(fmt.Sprintf("%s/%s/%s/%s", c.tool, c.flags[1], c.size, p.name), func(t *testing.T) {
 				args := append([]string{"-n", iters}, c.flags...)
 				if c.tool != "ib_atomic_bw" {
