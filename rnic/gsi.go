@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 
 	"github.com/rnicd/rnicd/ib"
 	"github.com/rnicd/rnicd/rnic/dma"
@@ -54,6 +55,9 @@ type GSI struct {
 	mu   sync.Mutex // serialises senders: the free-slot list and the send CQ
 	free []int      // free send slots
 	wcs  [gsiSlots]ib.WC
+
+	// RecvErrors counts datagrams QP1 could not take (longer than a MAD).
+	RecvErrors atomic.Uint64
 }
 
 // newGSI creates QP1 and brings it to RTS with its receives posted.
@@ -142,34 +146,40 @@ func (g *GSI) SendMAD(to netip.Addr, mad []byte) error {
 }
 
 // RecvMAD copies the next MAD QP1 received into mad (MADLen bytes) and
-// returns the address and QP it came from; ok is false when none is
-// waiting (Ready says when one may be). Datagrams of another length are
-// counted by the caller's protocol as malformed: RecvMAD returns them cut
-// or zero-padded to MADLen with n saying how many bytes came.
+// returns the address and QP it came from and how many bytes came; ok is
+// false when none is waiting (Ready says when one may be). A datagram
+// shorter than a MAD comes zero-padded with n saying its length, for the
+// caller to refuse; one longer than a MAD did not fit the receive slot and
+// is skipped, counted in RecvErrors. RecvMAD has one caller at a time.
 func (g *GSI) RecvMAD(mad []byte) (from netip.Addr, srcQP uint32, n int, ok bool) {
 	var wc [1]ib.WC
-	if g.recvCQ.Poll(wc[:]) == 0 {
-		return netip.Addr{}, 0, 0, false
-	}
-	slot := int(wc[0].WRID)
-	b := g.mem[slot*gsiRecvLen : (slot+1)*gsiRecvLen]
-	if wc[0].Status == ib.WCSuccess {
-		// The GRH area: an IPv4 header in its last 20 bytes, or an IPv6
-		// header (rx.putGRH).
-		if b[20] == 0x45 {
-			from = netip.AddrFrom4([4]byte(b[32:36]))
+	for g.recvCQ.Poll(wc[:]) == 1 {
+		slot := int(wc[0].WRID)
+		b := g.mem[slot*gsiRecvLen : (slot+1)*gsiRecvLen]
+		ok = wc[0].Status == ib.WCSuccess
+		if ok {
+			// The GRH area: an IPv4 header in its last 20 bytes, or an
+			// IPv6 header (rx.putGRH).
+			if b[20] == 0x45 {
+				from = netip.AddrFrom4([4]byte(b[32:36]))
+			} else {
+				from = netip.AddrFrom16([16]byte(b[8:24]))
+			}
+			n = max(int(wc[0].ByteLen)-gsiGRHLen, 0)
+			clear(mad[:MADLen])
+			copy(mad[:MADLen], b[gsiGRHLen:gsiGRHLen+min(n, MADLen)])
+			srcQP = wc[0].SrcQP
 		} else {
-			from = netip.AddrFrom16([16]byte(b[8:24]))
+			g.RecvErrors.Add(1)
 		}
-		n = max(int(wc[0].ByteLen)-gsiGRHLen, 0)
-		clear(mad[:MADLen])
-		copy(mad[:MADLen], b[gsiGRHLen:gsiGRHLen+min(n, MADLen)])
-		srcQP = wc[0].SrcQP
+		if err := g.postRecv(slot); err != nil {
+			g.RecvErrors.Add(1) // cannot happen: the slot was just taken
+		}
+		if ok {
+			return from, srcQP, n, true
+		}
 	}
-	if err := g.postRecv(slot); err != nil {
-		return netip.Addr{}, 0, 0, false
-	}
-	return from, srcQP, n, wc[0].Status == ib.WCSuccess
+	return netip.Addr{}, 0, 0, false
 }
 
 // Ready is signalled when a MAD may be waiting for RecvMAD.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/rnicd/rnicd/ib"
 	"github.com/rnicd/rnicd/rnic"
+	"github.com/rnicd/rnicd/wire/bth"
 	"github.com/rnicd/rnicd/wire/ibudp"
 )
 
@@ -126,5 +127,51 @@ func TestGSIIsNotTheApplications(t *testing.T) {
 	}
 	if gsi.State() != ib.QPSRTS {
 		t.Errorf("QP1 in %v after the refused verbs", gsi.State())
+	}
+}
+
+// Datagrams to QP1 that are not MADs, from a bare port that forges them
+// with the GSI Q_Key: one longer than a MAD is skipped and counted, one
+// shorter comes with its true length for the CM to refuse, and the MAD
+// behind them still arrives.
+func TestGSIOddDatagrams(t *testing.T) {
+	aa, ab := nextPair()
+	b := newNode(t, ab, 1024, 1<<16, false, 1)
+	forger, err := ibudp.Open(ibudp.Config{Addr: aa, MTU: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer forger.Close()
+	send := func(payload int, first byte) {
+		t.Helper()
+		buf := ibudp.NewBuf()
+		p, err := bth.Build(buf.Room(), bth.UDSendOnly, payload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.BTH().Encode(&bth.BTHFields{Opcode: bth.UDSendOnly, PadCount: bth.PadFor(payload), PKey: bth.DefaultPKey, DestQP: rnic.GSIQPN})
+		p.DETH().Encode(rnic.GSIQKey, rnic.GSIQPN)
+		pl := p.Payload()
+		for i := range pl {
+			pl[i] = first + byte(i)
+		}
+		buf.N, buf.Peer = p.Len(), ab
+		if err := forger.Send([]*ibudp.Buf{buf}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send(300, 1)
+	send(100, 2)
+	send(rnic.MADLen, 3)
+	got, _, srcQP, n := recvMAD(t, b, 5*time.Second)
+	if got == nil || n != 100 || got[0] != 2 || got[99] != 101 || got[100] != 0 || srcQP != rnic.GSIQPN {
+		t.Fatalf("short datagram: n %d, first bytes % x", n, got[:4])
+	}
+	got, _, _, n = recvMAD(t, b, 5*time.Second)
+	if got == nil || n != rnic.MADLen || got[0] != 3 || got[255] != 2 {
+		t.Fatalf("MAD after the odd ones: n %d", n)
+	}
+	if e := b.dev.GSI().RecvErrors.Load(); e != 1 {
+		t.Errorf("RecvErrors %d, want 1 (the 300-byte datagram)", e)
 	}
 }
