@@ -4,6 +4,7 @@ package ibudp
 
 import (
 	"encoding/binary"
+	"fmt"
 	"math/rand/v2"
 	"net"
 	"testing"
@@ -127,4 +128,23 @@ func TestUDPToPacketIPv6(t *testing.T) {
 			t.Fatalf("stats %v", s)
 		}
 	})
+}
+
+// The UDP checksum ModePacket computes for every IPv6 packet it sends.
+func BenchmarkUDP6Checksum(b *testing.B) {
+	for _, payload := range benchPayloads {
+		b.Run(fmt.Sprintf("%dB", payload+58), func(b *testing.B) {
+			env := bth.Envelope{Src: addr(nsAddr6A), Dst: addr(nsAddr6B), SrcPort: 0xc001, DstPort: bth.UDPPort, TTL: 64}
+			buf := NewBuf()
+			fillPacket(b, buf, 0x11, 1, payload)
+			var hdr [bth.IPv6HeaderLen + bth.UDPHeaderLen]byte
+			env.Put(hdr[:], buf.N)
+			b.SetBytes(int64(buf.N))
+			b.ReportAllocs()
+			for b.Loop() {
+				hdr[46], hdr[47] = 0, 0
+				putUDP6Checksum(hdr[:], buf.RoCE())
+			}
+		})
+	}
 }
