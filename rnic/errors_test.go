@@ -22,7 +22,7 @@ func expectFatal(t *testing.T, p *pair, bad rnic.SendWR, status ib.WCStatus) {
 	good := rnic.SendWR{WRID: 2, Opcode: ib.WRRDMAWrite, SGL: []rnic.SGE{sge(a, 0, 8)}, RemoteAddr: memVA, RKey: b.mr.RKey}
 	mustPost(t, a, p.qa, bad, good, good)
 	wcs := a.poll(3, 5*time.Second)
-	checkWC(t, wcs[0], rnic.WC{WRID: 1, Status: status, Opcode: wcOpcode(bad.Opcode), QPNum: p.qa.QPN})
+	checkWC(t, wcs[0], rnic.WC{WRID: 1, Status: status, Opcode: bad.Opcode.WCOpcode(), QPNum: p.qa.QPN})
 	for _, wc := range wcs[1:] {
 		checkWC(t, wc, rnic.WC{WRID: 2, Status: ib.WCWRFlushErr, Opcode: ib.WCRDMAWrite, QPNum: p.qa.QPN})
 	}
@@ -35,20 +35,6 @@ func expectFatal(t *testing.T, p *pair, bad rnic.SendWR, status ib.WCStatus) {
 	// A WR posted in ERR completes at once, flushed.
 	mustPost(t, a, p.qa, rnic.SendWR{WRID: 3, Opcode: ib.WRSend})
 	checkWC(t, a.poll(1, time.Second)[0], rnic.WC{WRID: 3, Status: ib.WCWRFlushErr, Opcode: ib.WCSend, QPNum: p.qa.QPN})
-}
-
-func wcOpcode(op ib.WROpcode) ib.WCOpcode {
-	switch op {
-	case ib.WRRDMAWrite, ib.WRRDMAWriteWithImm:
-		return ib.WCRDMAWrite
-	case ib.WRRDMARead:
-		return ib.WCRDMARead
-	case ib.WRAtomicCmpAndSwp:
-		return ib.WCCompSwap
-	case ib.WRAtomicFetchAdd:
-		return ib.WCFetchAdd
-	}
-	return ib.WCSend
 }
 
 func TestBadRKey(t *testing.T) {

@@ -98,7 +98,7 @@ func TestLossRecovery(t *testing.T) {
 		for k, wc := range wcs {
 			o := batch[k]
 			i := r*round + k
-			checkWC(t, wc, rnic.WC{WRID: uint64(i), Opcode: wcOpcode(o.kind), ByteLen: uint32(o.size), QPNum: p.qa.QPN})
+			checkWC(t, wc, rnic.WC{WRID: uint64(i), Opcode: o.kind.WCOpcode(), ByteLen: uint32(o.size), QPNum: p.qa.QPN})
 			what := fmt.Sprintf("op %d (%v, %d bytes)", i, o.kind, o.size)
 			switch o.kind {
 			case ib.WRRDMAWrite:

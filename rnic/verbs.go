@@ -269,6 +269,53 @@ func (d *Device) checkSend(qp *QP, st ib.QPState, wr *SendWR) (qpmgr.SendWQE, er
 	return w, nil
 }
 
+// FetchSend is a send doorbell: the device fetches the WQEs posted to
+// qp's send source since its last fetch, validates each (checkSend, the
+// one validator) and queues them for the requester. A WQE that does not
+// decode or validate completes with LOC_QP_OP_ERR and takes the QP to
+// ERR, as a NIC does at WQE fetch (FailSend); those after it are flushed.
+// A garbage queue takes the QP to ERR. FetchSend returns how many WQEs
+// failed (the garbage queue counts one) and the first one's error.
+func (d *Device) FetchSend(qp *QP) (failed int, err error) {
+	qp.Lock()
+	src := qp.SendSource()
+	qp.Unlock()
+	if src == nil {
+		return 0, fmt.Errorf("rnic: QP %#x has no send source", qp.QPN)
+	}
+	wrs, bad, err := src.Fetch()
+	if err != nil {
+		d.EnterError(qp)
+		return 1, fmt.Errorf("rnic: QP %#x send queue: %w", qp.QPN, err)
+	}
+	var first error
+	for len(wrs) > 0 {
+		k := 0 // the first WR that failed to decode, or len(wrs)
+		for k < len(wrs) && bad[k] == nil {
+			k++
+		}
+		if k > 0 {
+			err := d.PostSend(qp, wrs[:k])
+			var we *WRError
+			if errors.As(err, &we) {
+				k, bad[we.Index] = we.Index, we.Err
+			} else if err != nil {
+				bad[0], k = err, 0
+			}
+		}
+		if k == len(wrs) {
+			break
+		}
+		failed++
+		if first == nil {
+			first = fmt.Errorf("rnic: QP %#x WQE wr_id %d: %w", qp.QPN, wrs[k].WRID, bad[k])
+		}
+		d.FailSend(qp, &wrs[k])
+		wrs, bad = wrs[k+1:], bad[k+1:]
+	}
+	return failed, first
+}
+
 // FailSend completes a send WQE the host interface fetched and could not
 // decode, as a NIC does at WQE fetch: LOC_QP_OP_ERR (WR_FLUSH_ERR if the
 // QP was in ERR already), after the QP has gone to ERR, as EnterError

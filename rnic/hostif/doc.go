@@ -30,19 +30,21 @@
 // the final caps and the slot sizes in the same reply. Memory for MRs is
 // the client's: a memfd sealed with F_SEAL_SHRINK, which the daemon maps
 // (zero copies; the MR's iova is the client's address). The ring layout
-// and the slot formats are in ring.go. A doorbell names a QP (send or
-// receive queue) or an SRQ whose producer index moved; the daemon fetches
-// the new WQEs, validates every field and posts them to the engine. A WQE
-// that fails validation completes with LOC_QP_OP_ERR and the QP goes to
-// ERR, as a NIC does at WQE fetch. The consumer index of a work queue
-// advances as its WQEs complete, so a client never has more WQEs
-// outstanding than the queue holds: the engine retires every WQE to its
-// ring (qpmgr.SendSource, qpmgr.RecvSource) before its completion is
-// visible. Completions go straight from the engine's CQ into the
-// completion ring (a qpmgr.CompletionSink); an armed CQ writes its
-// channel's eventfd; a full ring sets the overrun flag. A WQE that fails
-// at fetch goes to the device (Device.FailSend, FailRecv), which takes
-// the QP to ERR the one way every error path takes it.
+// and the slot formats are in ring.go. The rings are the engine's WQE
+// sources and completion sinks: the host interface is the only producer
+// of its WQEs and the only consumer of its CQEs, through interfaces the
+// engine defines. A doorbell names a QP (send or receive queue) or an SRQ
+// whose producer index moved; the device fetches the new WQEs from the
+// ring (qpmgr.SendSource, qpmgr.RecvSource, whose decoders check only
+// that a WQE fits its slot), validates each with its one validator and
+// queues it. A WQE that fails completes with LOC_QP_OP_ERR and the QP
+// goes to ERR through the device (Device.FetchSend, FailRecv), as a NIC
+// does at WQE fetch. The consumer index of a work queue advances as the
+// engine retires its WQEs, before their completions are visible, so a
+// client never has more WQEs outstanding than the queue holds.
+// Completions go straight from the engine's CQ into the completion ring
+// (a qpmgr.CompletionSink); an armed CQ writes its channel's eventfd; a
+// full ring sets the overrun flag.
 //
 // Lent sockets. A daemon whose port is steered (ibudp.Steering) lends a
 // client that asks (KindLendPort) a socket of the port and a block of

@@ -1,7 +1,6 @@
 package hostif
 
 import (
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -394,52 +393,36 @@ func countWQEs(prod, fetched, done, slots uint32) (uint32, error) {
 	return n, nil
 }
 
+// fetchSend rings the device's send doorbell of q: the device fetches
+// from q (its qpmgr.SendSource) and fails what does not decode or
+// validate.
 func (c *conn) fetchSend(q *qpObj) error {
-	qp := q.qp
+	failed, err := c.s.dev.FetchSend(q.qp)
+	c.s.badWQEs.Add(uint64(failed))
+	if err != nil {
+		return errf(CodeInvalid, "doorbell: %v", err)
+	}
+	return nil
+}
+
+// Fetch decodes the WQEs the client wrote since the last fetch
+// (qpmgr.SendSource). A producer index past what the ring can hold breaks
+// the ring: doorbells are refused until the QP is reset.
+func (q *qpObj) Fetch() ([]ib.SendWR, []error, error) {
 	n, err := newWQEs(q.sq, q.sqFetched, q.sqDone.Load)
 	if err != nil {
 		q.broken = true
-		c.failQP(q)
-		return errf(CodeInvalid, "doorbell: QP %#x send queue: %v", qp.QPN, err)
+		return nil, nil, err
 	}
 	wrs := make([]ib.SendWR, 0, n)
-	var bad []error // per WR: why it is malformed
+	bad := make([]error, 0, n) // per WR: why it does not decode
 	for i := range n {
 		wr, err := DecodeSendWQE(q.sq.slot(q.sqFetched + i))
 		wrs = append(wrs, wr)
 		bad = append(bad, err)
 	}
 	q.sqFetched += n
-	var first error
-	for len(wrs) > 0 {
-		k := 0 // the first malformed WR, or len(wrs)
-		for k < len(wrs) && bad[k] == nil {
-			k++
-		}
-		if k > 0 {
-			err := c.s.dev.PostSend(qp, wrs[:k])
-			var we *rnic.WRError
-			if errors.As(err, &we) {
-				k, bad[we.Index] = we.Index, we.Err
-			} else if err != nil {
-				bad[0], k = err, 0
-			}
-		}
-		if k == len(wrs) {
-			break
-		}
-		// wrs[k] is malformed: complete it in error, QP to ERR.
-		c.s.badWQEs.Add(1)
-		if first == nil {
-			first = fmt.Errorf("doorbell: QP %#x WQE wr_id %d: %w", qp.QPN, wrs[k].WRID, bad[k])
-		}
-		c.s.dev.FailSend(qp, &wrs[k])
-		wrs, bad = wrs[k+1:], bad[k+1:]
-	}
-	if first != nil {
-		return errf(CodeInvalid, "%v", first)
-	}
-	return nil
+	return wrs, bad, nil
 }
 
 // failQP moves a QP to ERR for a fault of its rings.

@@ -203,18 +203,29 @@ type QP struct {
 }
 
 // SendSource is a send queue in memory the host shares with the NIC (the
-// host interface's ring), whose WQEs the host interface posts at the
-// doorbell. The QP retires each WQE to it, with the QP's lock held, once
-// the WQE is done with (completed, signaled or not, or flushed) and before
-// its completion is visible, so that its slot is free by the time the
+// host interface's ring). At a doorbell the device fetches the WQEs the
+// host posted since the last fetch (Fetch, without the QP's lock), and
+// the QP retires each WQE to it, with the QP's lock held, once the WQE is
+// done with (completed, signaled or not, or flushed) and before its
+// completion is visible, so that its slot is free by the time the
 // application polls the completion (rxe's completer retires unsignaled
 // WQEs the same way).
 type SendSource interface {
+	// Fetch returns the WQEs posted since the last fetch, in order. A
+	// WQE that does not decode comes with its error at the same index
+	// of bad (its WR holds what could be read: wr_id, opcode). An error
+	// says the queue itself is garbage (its producer index): nothing
+	// was fetched.
+	Fetch() (wrs []ib.SendWR, bad []error, err error)
 	Retire(n int)
 }
 
 // SetSendSource makes src the QP's send source. Call with the lock held.
 func (qp *QP) SetSendSource(src SendSource) { qp.sendSrc = src }
+
+// SendSource returns the QP's send source, nil if it has none. Call with
+// the lock held.
+func (qp *QP) SendSource() SendSource { return qp.sendSrc }
 
 // New makes a QP in RESET.
 func New(cfg Config) (*QP, error) {
