@@ -24,10 +24,14 @@ import (
 	"github.com/rnicd/rnicd/verbs"
 )
 
-// The IPv6 addresses of the two hosts TestToolsOverIPv6 makes.
+// The addresses of the two hosts TestToolsOverIPv6 makes: the daemons'
+// IPv6 ones, and IPv4 ones for the exchanges of tools that cannot make
+// theirs over IPv6.
 var (
 	v6A = netip.MustParseAddr("2001:db8::1")
 	v6B = netip.MustParseAddr("2001:db8::2")
+	v4A = netip.MustParseAddr("198.18.6.1")
+	v4B = netip.MustParseAddr("198.18.6.2")
 )
 
 // TestToolsOverIPv6 runs every tool pair the IPv4 tests run (perftest's
@@ -123,6 +127,9 @@ func TestToolsOverIPv6(t *testing.T) {
 					checkPingpongGIDs(t, v6A.String(), v6B.String(), tc.qps, tc.size, tc.flags, srv, cli)
 				})
 			}
+			if mode == "udp" {
+				t.Run("clib", func(t *testing.T) { clibOverIPv6(t, hosts, tb) })
+			}
 			checkResShowsIPv6(t, tb.ca)
 
 			stop() // flushes the captures
@@ -160,10 +167,10 @@ func newHosts6(t *testing.T) *hosts6 {
 		if err := netlink.LinkAdd(veth); err != nil {
 			return fmt.Errorf("adding veth: %w", err)
 		}
-		return linkUp("v6a", v6A)
+		return linkUp("v6a", v6A, v4A)
 	})
 	if err == nil {
-		err = inNetns(h.b, func() error { return linkUp("v6b", v6B) })
+		err = inNetns(h.b, func() error { return linkUp("v6b", v6B, v4B) })
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -211,22 +218,24 @@ func inThread(f func() error) error {
 	return <-ch
 }
 
-// linkUp brings lo and the link up and gives the link addr/64, usable at
-// once (no duplicate address detection).
-func linkUp(name string, addr netip.Addr) error {
+// linkUp brings lo and the link up and gives the link addr6/64, usable at
+// once (no duplicate address detection), and addr4/24.
+func linkUp(name string, addr6, addr4 netip.Addr) error {
 	for _, n := range []string{"lo", name} {
 		l, err := netlink.LinkByName(n)
 		if err != nil {
 			return err
 		}
 		if n == name {
-			a, err := netlink.ParseAddr(addr.String() + "/64")
-			if err != nil {
-				return err
-			}
-			a.Flags = unix.IFA_F_NODAD
-			if err := netlink.AddrAdd(l, a); err != nil {
-				return fmt.Errorf("adding %v to %s: %w", addr, n, err)
+			for _, cidr := range []string{addr6.String() + "/64", addr4.String() + "/24"} {
+				a, err := netlink.ParseAddr(cidr)
+				if err != nil {
+					return err
+				}
+				a.Flags = unix.IFA_F_NODAD
+				if err := netlink.AddrAdd(l, a); err != nil {
+					return fmt.Errorf("adding %s to %s: %w", cidr, n, err)
+				}
 			}
 		}
 		if err := netlink.LinkSetUp(l); err != nil {
@@ -234,6 +243,68 @@ func linkUp(name string, addr netip.Addr) error {
 		}
 	}
 	return nil
+}
+
+// clibOverIPv6 runs Debian's own perftest and ibverbs-utils, on the
+// daemons through the C library, against themselves and against rnic's
+// clones in both roles, RoCE over the IPv6 GIDs. Debian's perftest (4.5)
+// resolves its exchange with AF_INET only (its --ipv6 picks a GID), and
+// rdma-core's pingpong server binds the first passive address glibc
+// gives, 0.0.0.0: those exchanges go to the server's IPv4 address, as a
+// user pairing with them must; rnic's servers take IPv6 clients.
+func clibOverIPv6(t *testing.T, hosts *hosts6, tb *toolBench) {
+	defer func(h string) { tb.host = h }(tb.host)
+	rnicA, rnicB := hosts.rnicIn(hosts.a), hosts.rnicIn(hosts.b)
+	type pair struct {
+		name     string
+		srv, cli runner
+		realSrv  bool
+	}
+	pairs := func(tool, pkg string) []pair {
+		real := debianTool(t, tool, pkg)
+		realA, realB := hosts.in(hosts.a, real), hosts.in(hosts.b, real)
+		return []pair{{"real-real", realA, realB, true}, {"real-rnic", realA, rnicB, true}, {"rnic-real", rnicA, realB, false}}
+	}
+	const iters = "100"
+	for _, c := range perftestCases {
+		size := c.sizes[len(c.sizes)-1]
+		for _, p := range pairs(c.tool, "perftest") {
+			t.Run(fmt.Sprintf("%s/%s/%s/%s", c.tool, c.flags[1], size, p.name), func(t *testing.T) {
+				tb.host = v4A.String()
+				args := append([]string{"-n", iters, "-x", "1"}, c.flags...)
+				if c.tool != "ib_atomic_bw" {
+					args = append(args, "-s", size)
+				}
+				srv, cli := tb.pairRun(t, p.srv, p.cli, "rnic6a", "rnic6b", c.tool, args...)
+				checkPerftest(t, "client", cli, "rnic6b", perftestGID(v6B), perftestGID(v6A), size, iters)
+				if c.tool != "ib_read_lat" {
+					checkPerftest(t, "server", srv, "rnic6a", perftestGID(v6A), perftestGID(v6B), size, iters)
+				}
+			})
+		}
+	}
+	for _, tc := range pingpongCases {
+		for _, p := range pairs(tc.tool, "ibverbs-utils") {
+			t.Run(tc.tool+" "+strings.Join(tc.flags, " ")+"/"+p.name, func(t *testing.T) {
+				tb.host = v6A.String()
+				if p.realSrv {
+					tb.host = v4A.String()
+				}
+				srv, cli := tb.pairRun(t, p.srv, p.cli, "rnic6a", "rnic6b", tc.tool, append([]string{"-g", "1"}, tc.flags...)...)
+				checkPingpongGIDs(t, v6A.String(), v6B.String(), tc.qps, tc.size, tc.flags, srv, cli)
+			})
+		}
+	}
+}
+
+// in runs r's commands inside namespace ns, with their environment.
+func (h *hosts6) in(ns netns.NsHandle, r runner) runner {
+	return func(ctx context.Context, tool string, args ...string) *exec.Cmd {
+		c := r(ctx, tool, args...)
+		w := exec.CommandContext(ctx, "nsenter", append([]string{"--net=" + h.path(ns), "--", c.Path}, c.Args[1:]...)...)
+		w.Env = c.Env
+		return w
+	}
 }
 
 // perftestGID is a GID as perftest prints it: sixteen decimal bytes.
