@@ -10,6 +10,7 @@ import (
 
 	"github.com/rnicd/rnicd/ib"
 	"github.com/rnicd/rnicd/rnic/dma"
+	"github.com/rnicd/rnicd/rnic/flowctl"
 	"github.com/rnicd/rnicd/rnic/qpmgr"
 	"github.com/rnicd/rnicd/rnic/rx"
 	"github.com/rnicd/rnicd/rnic/trace"
@@ -32,9 +33,15 @@ type Config struct {
 	// Trace, if set, is told of every step of every message (see package
 	// trace); several devices may share one. Nil costs nothing.
 	Trace *trace.Tracer
-	// Window is the most unacknowledged PSNs per RC QP (wqe.Engine.Window);
-	// 0 takes rxe's 128. Above 2^22 it is capped there, half the PSN space.
+	// Window is the most unacknowledged PSNs per RC QP (flowctl's
+	// window); 0 takes rxe's 128. Above 2^22 it is capped there, half
+	// the PSN space.
 	Window int
+	// CC is the congestion control (flowctl.NewAlgorithm; rnicd -cc), nil
+	// for none; CCParams its notification point's parameters, the zero
+	// value for mlx5's defaults.
+	CC       flowctl.Algorithm
+	CCParams flowctl.Params
 	// AckHold is the longest a ping-pong QP's ACK waits for the QP's next
 	// request to go out with it (rx.Handler.Flush); 0 takes DefaultAckHold,
 	// a negative value sends every ACK at once, as rxe does.
@@ -65,6 +72,7 @@ type Device struct {
 	counters qpmgr.Counters
 	req      wqe.Engine
 	rx       rx.Handler
+	fc       *flowctl.Manager
 	gsi      *GSI // QP1 (gsi.go)
 
 	mu     sync.Mutex
@@ -119,12 +127,18 @@ func Open(cfg Config) (*Device, error) {
 		bell:   make(chan struct{}, 1),
 		done:   make(chan struct{}),
 	}
-	d.req = wqe.Engine{DMA: d.dma, Trace: d.probe, Window: min(cfg.Window, 1<<22)}
+	fc, err := flowctl.New(flowctl.Config{Algorithm: cfg.CC, Params: cfg.CCParams,
+		Window: min(max(cfg.Window, 0), flowctl.MaxWindow), Emit: d.rateEvent})
+	if err != nil {
+		return nil, fmt.Errorf("rnic: %w", err)
+	}
+	d.fc = fc
+	d.req = wqe.Engine{DMA: d.dma, Trace: d.probe, FC: fc, Paced: d.pace}
 	d.sendTX = d.newTX()
 	d.recvTX = d.newTX()
 	d.recvBufs = make([]*ibudp.Buf, d.batch)
 	d.pool.GetBatch(d.recvBufs)
-	d.rx = rx.Handler{DMA: d.dma, QPs: d.qps, Counters: &d.counters, LocalAddr: cfg.Port.Addr(), Trace: d.probe}
+	d.rx = rx.Handler{DMA: d.dma, QPs: d.qps, Counters: &d.counters, LocalAddr: cfg.Port.Addr(), Trace: d.probe, FC: fc}
 	switch {
 	case cfg.AckHold == 0:
 		d.rx.AckHold = DefaultAckHold
@@ -132,7 +146,6 @@ func Open(cfg Config) (*Device, error) {
 		d.rx.AckHold = cfg.AckHold
 	}
 	d.rx.Hold = d.holdAck
-	var err error
 	if d.gsi, err = newGSI(d); err != nil {
 		return nil, err
 	}

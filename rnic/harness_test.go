@@ -2,6 +2,7 @@ package rnic_test
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
 	"net/netip"
 	"sync/atomic"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/rnicd/rnicd/ib"
 	"github.com/rnicd/rnicd/rnic"
+	"github.com/rnicd/rnicd/rnic/flowctl"
 	"github.com/rnicd/rnicd/rnic/trace"
 	"github.com/rnicd/rnicd/wire/ibudp"
 )
@@ -61,7 +63,11 @@ func openNode(t testing.TB, addr netip.Addr, o pairOpts, seed int64, name string
 		n.faulty = ibudp.NewFaulty(port, seed)
 		p = n.faulty
 	}
-	n.dev, err = rnic.Open(rnic.Config{Port: p, Name: name, Trace: o.trace, Window: o.window, AckHold: o.ackHold})
+	cc, err := flowctl.NewAlgorithm(cmp.Or(o.cc, "none"), flowctl.DefaultParams(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.dev, err = rnic.Open(rnic.Config{Port: p, Name: name, Trace: o.trace, Window: o.window, AckHold: o.ackHold, CC: cc})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,6 +112,7 @@ type pairOpts struct {
 	trace      *trace.Tracer // shared by both devices, named rnic0 and rnic1
 	pollOnly   bool          // the device's own receive goroutine never receives: only PollRx does
 	pollOnlyB  bool          // pollOnly for b only
+	cc, ccB    string        // congestion control of a (and of b, if set; else a's): flowctl.NewAlgorithm's names
 }
 
 func newPair(t testing.TB, o pairOpts) *pair {
@@ -128,6 +135,7 @@ func newPair(t testing.TB, o pairOpts) *pair {
 	aa, ab := nextPair()
 	ob := o
 	ob.pollOnly = o.pollOnly || o.pollOnlyB
+	ob.cc = cmp.Or(o.ccB, o.cc)
 	p := &pair{a: openNode(t, aa, o, 1, "rnic0"), b: openNode(t, ab, ob, 2, "rnic1")}
 	p.a.peer, p.b.peer = p.b, p.a
 	p.qa = p.a.createQP(o)

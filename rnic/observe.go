@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"sort"
 
+	"github.com/rnicd/rnicd/rnic/flowctl"
 	"github.com/rnicd/rnicd/wire/ibudp"
 )
 
@@ -24,6 +25,9 @@ type QPInfo struct {
 	// when the QP uses one, whose size is then not shown: RQCap 0).
 	SQUsed, SQCap, SQInFlight int
 	RQUsed, RQCap             int
+	// CC is the QP's congestion control: its current and target rate and
+	// alpha (rnic/flowctl), zero while it has had no CNP.
+	CC flowctl.QPState
 }
 
 // QPInfo returns the QP table, in QPN order.
@@ -38,6 +42,7 @@ func (d *Device) QPInfo() []QPInfo {
 			SQPSN: qp.Req.PSN, UnaPSN: qp.Comp.PSN, RQPSN: qp.Resp.EPSN,
 			DestQPN: qp.Attr.DestQPN, PathMTU: qp.MTU(),
 			SQUsed: qp.SQ.Len(), SQCap: qp.SQ.Cap(), SQInFlight: int(qp.SQ.Next - qp.SQ.Head),
+			CC: d.fc.State(&qp.FC),
 		}
 		if qp.Dest().IsValid() && !qp.Dest().IsUnspecified() {
 			in.Dest = qp.Dest()

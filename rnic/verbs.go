@@ -380,10 +380,11 @@ func (d *Device) PostRecv(qp *QP, wrs []RecvWR) error {
 }
 
 // Counters returns the device's counters by name, the port's ICRC error
-// count among them.
+// count and the Flow Control Manager's (mlx5's names) among them.
 func (d *Device) Counters() map[string]uint64 {
 	m := d.counters.Snapshot()
 	m[ib.ICRCErrors.String()] = d.port.Stats().RxICRCErrors
+	d.fc.Counters().Each(func(name string, v uint64) { m[name] = v })
 	return m
 }
 

@@ -152,9 +152,23 @@ func runStat(args []string, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprintln(stdout)
 		for _, q := range d.QPs {
-			fmt.Fprintf(stdout, "qp %s %#x %s %s sq_psn %#06x una_psn %#06x rq_psn %#06x dest %s dest_qpn %#x mtu %d sq %d/%d rq %d\n",
+			fmt.Fprintf(stdout, "qp %s %#x %s %s sq_psn %#06x una_psn %#06x rq_psn %#06x dest %s dest_qpn %#x mtu %d sq %d/%d rq %d",
 				d.Name, q.QPN, q.Type, q.State, q.SQPSN, q.UnaPSN, q.RQPSN, orDash(q.Dest), q.DestQPN, q.PathMTU, q.SQUsed, q.SQCap, q.RQUsed)
+			if q.CCRate != 0 {
+				paced := ""
+				if q.CCPaced {
+					paced = " paced"
+				}
+				fmt.Fprintf(stdout, " cc_rate %dmbit cc_target %dmbit cc_alpha %d%s", q.CCRate/1e6, q.CCTarget/1e6, q.CCAlpha, paced)
+			}
+			fmt.Fprintln(stdout)
 		}
+		// Congestion control, with mlx5's counter names.
+		fmt.Fprintf(stdout, "cc %s %s", d.Name, orDash(d.CC))
+		for _, name := range []string{"np_ecn_marked_roce_packets", "np_cnp_sent", "rp_cnp_handled", "rp_cnp_ignored"} {
+			fmt.Fprintf(stdout, " %s %d", name, d.Counters[name])
+		}
+		fmt.Fprintln(stdout)
 	}
 	if !found {
 		fmt.Fprintf(stderr, "rnic stat: no device %q\n", m.dev)

@@ -103,8 +103,10 @@ func TestStat(t *testing.T) {
 		t.Fatalf("rnic stat: %d %s", code, errb.String())
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	// The link, QP1 (the GSI every device owns) and the RC QP.
-	if len(lines) != 3 || !strings.HasPrefix(lines[1], "qp rnic0 0x1 UD ") {
+	// The link, QP1 (the GSI every device owns), the RC QP and the
+	// congestion control with mlx5's counters.
+	if len(lines) != 4 || !strings.HasPrefix(lines[1], "qp rnic0 0x1 UD ") ||
+		lines[3] != "cc rnic0 none np_ecn_marked_roce_packets 0 np_cnp_sent 0 rp_cnp_handled 0 rp_cnp_ignored 0" {
 		t.Fatalf("rnic stat printed %d lines:\n%s", len(lines), out.String())
 	}
 	lines = append(lines[:1], lines[2:]...)

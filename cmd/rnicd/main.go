@@ -38,6 +38,7 @@ import (
 
 	"github.com/rnicd/rnicd/internal/kwait"
 	"github.com/rnicd/rnicd/rnic"
+	"github.com/rnicd/rnicd/rnic/flowctl"
 	"github.com/rnicd/rnicd/rnic/hostif"
 	"github.com/rnicd/rnicd/rnic/trace"
 	"github.com/rnicd/rnicd/verbs"
@@ -70,6 +71,8 @@ type config struct {
 	http     string        // TCP address of the monitor
 	lend     bool          // steer the port by QPN and lend clients sockets
 	limits   hostif.Limits // what each client and all of them may hold (quota.go)
+	cc       flowctl.Algorithm
+	ccParams flowctl.Params
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -91,6 +94,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.Var(&c.pcapLim.size, "pcap-size", "start a new capture file before one grows past `BYTES` (suffix K, M or G: KiB, MiB, GiB; 0: one file, unbounded)")
 	fs.IntVar(&c.pcapLim.files, "pcap-files", c.pcapLim.files, "keep the newest `N` capture files, removing older ones, as tcpdump -W (0: keep all, unbounded)")
 	lend := fs.Bool("lend", true, "lend clients sockets of the port, steered by QPN in the kernel, for their own data path (verbs.OpenDirect, the tools' --direct); needs CAP_BPF and -mode udp, else the daemon runs without")
+	cc := fs.String("cc", "dcqcn", "congestion control: dcqcn (as ConnectX; costs nothing until a CNP arrives) or none (as rxe)")
+	ccParams := fs.String("cc-params", "", "DCQCN parameters by their mlx5 names, `name=value,...` (rp_ai_rate=5,np_min_time_between_cnps=4; see README)")
+	ccConfig := fs.String("cc-config", "", "read DCQCN parameters from `FILE`, one name=value a line, # comments (applied before -cc-params)")
 	httpAddr := fs.String("http", "", "also serve the monitor (web view, /metrics, /api/...) on this TCP `ADDR`ess, host:port")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
@@ -109,6 +115,26 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	}
 	if c.ackHold < 0 || c.ackHold > time.Second {
 		return c, fmt.Errorf("-ack-hold %v: want 0 to 1s", c.ackHold)
+	}
+	c.ccParams = flowctl.DefaultParams()
+	if *ccConfig != "" {
+		b, err := os.ReadFile(*ccConfig)
+		if err != nil {
+			return c, fmt.Errorf("-cc-config: %w", err)
+		}
+		if len(b) > 64<<10 {
+			return c, fmt.Errorf("-cc-config %s: %d bytes is not a parameter file", *ccConfig, len(b))
+		}
+		if err := c.ccParams.SetList(string(b)); err != nil {
+			return c, fmt.Errorf("-cc-config %s: %w", *ccConfig, err)
+		}
+	}
+	if err := c.ccParams.SetList(*ccParams); err != nil {
+		return c, fmt.Errorf("-cc-params: %w", err)
+	}
+	var ccErr error
+	if c.cc, ccErr = flowctl.NewAlgorithm(*cc, c.ccParams, 0); ccErr != nil {
+		return c, fmt.Errorf("-cc: %w", ccErr)
 	}
 	if err := c.traceLim.check("trace", c.trace, set); err != nil {
 		return c, err
@@ -247,7 +273,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if steer != nil {
 		_, qpnLast = ibudp.SteerBlockQPNs(0) // the port's own block
 	}
-	dev, err := rnic.Open(rnic.Config{Port: faulty, Name: c.name, Trace: tr, Window: c.window, AckHold: ackHold, QPNLast: qpnLast})
+	dev, err := rnic.Open(rnic.Config{Port: faulty, Name: c.name, Trace: tr, Window: c.window, AckHold: ackHold, QPNLast: qpnLast,
+		CC: c.cc, CCParams: c.ccParams})
 	if err != nil {
 		faulty.Close()
 		l.Close()

@@ -143,7 +143,15 @@ type QP struct {
 	now     int64 // the clock at the last Wait, which Sent reuses
 	cnpSent bool  // the notification point has sent a CNP for this QP
 	lastCNP int64 // when
+
+	// Wake is the device's: the timer that runs the QP's requester again
+	// when the pacer lets it send. Guarded by the QP's lock.
+	Wake *time.Timer
 }
+
+// Paced reports whether the QP is limited by its pacer now: what a caller
+// checks before working out the byte count Sent takes.
+func (q *QP) Paced() bool { return q.paced }
 
 // WindowOpen reports whether an RC QP whose oldest unacknowledged PSN is
 // una may send PSN psn.
@@ -207,7 +215,11 @@ func (m *Manager) CNPReceived(q *QP) {
 	now := m.clock.Nanotime()
 	q.now = now
 	q.rp.CNP(now)
+	was := q.paced
 	q.rate, q.paced = q.rp.Rate(now)
+	if q.paced && !was {
+		q.pacer.reset(now) // no credit from the unpaced past
+	}
 }
 
 // CNPIgnored counts a CNP that reached no reaction point: for no QP, or

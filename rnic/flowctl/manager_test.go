@@ -175,7 +175,7 @@ func TestParams(t *testing.T) {
 	if strings.Join(got, " ") != want {
 		t.Fatalf("defaults\n%s\nwant\n%s", strings.Join(got, " "), want)
 	}
-	if err := p.SetList("rp_ai_rate=40, np_min_time_between_cnps=50\nrp_dce_tcp_g=1020 # the paper's g 1/256 is 1020\n"); err != nil {
+	if err := p.SetList("rp_ai_rate=40, np_min_time_between_cnps=50\nrp_dce_tcp_g = 1020 # the paper's g 1/256 is 1020\n"); err != nil {
 		t.Fatal(err)
 	}
 	if v, _ := p.Get("rp_ai_rate"); v != 40 || p.NPMinTimeBetweenCNPs != 50 || p.RPDCETCPG != 1020 {
@@ -271,4 +271,28 @@ func FuzzSetList(f *testing.F) {
 			t.Fatalf("%q accepted, then %v", s, err)
 		}
 	})
+}
+
+// A paced QP woken late catches up on at most PacerBurst of its rate,
+// and a QP that has just become paced has no credit at all.
+func TestPacerBurst(t *testing.T) {
+	m, clk := newManager(t, "dcqcn", "rp_byte_reset=0,rp_time_reset=1000000")
+	var q QP
+	m.CNPReceived(&q)
+	rate := m.State(&q).CurrentRate
+	m.Sent(&q, 1000)
+	if m.Wait(&q) == 0 {
+		t.Fatal("a second packet at once after the first CNP")
+	}
+	clk.t += 10_000 * us // asleep for 10 ms
+	burst := 0
+	for m.Wait(&q) == 0 {
+		m.Sent(&q, 1000)
+		burst++
+	}
+	// 100 us of 5.0049 Gb/s is 62.56 packets of 1000 bytes, plus the one
+	// whose time has come.
+	if want := int(float64(rate)*float64(PacerBurst)/8e12) + 1; burst != want {
+		t.Fatalf("%d packets at once after 10 ms asleep, want %d", burst, want)
+	}
 }

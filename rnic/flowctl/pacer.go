@@ -1,13 +1,21 @@
 package flowctl
 
 // Pacer spaces one QP's packets at its current rate: after a packet of n
-// bytes at rate R, the next may leave n*8/R later, and never earlier.
-// Time a QP spends idle is not saved up as credit for a burst: a switch
-// queue sees the rate, not an average over a quiet past. The zero Pacer
-// has never sent and lets the first packet go at once.
+// bytes at rate R, the next may leave n*8/R later. A sender that was
+// woken late may catch up, but by at most PacerBurst of the rate: over
+// any interval T a QP sends at most R*(T+PacerBurst) plus one packet. The
+// slack is there because software cannot wake a QP to the microsecond
+// (Go timers fire 50 us or more late on a busy host), and a pacer that
+// saved no credit would cap a QP at one packet per wake-up; a switch
+// queue (256 KB by default at the congestion point) absorbs it. The
+// zero Pacer has never sent and lets the first packet go at once.
 type Pacer struct {
 	next int64 // earliest time of the next packet, Clock nanoseconds
 }
+
+// PacerBurst is the most sending time a paced QP may catch up on at
+// once: 100 us, two Go timer latencies on this machine (at 1 Gb/s, 12.5 KB).
+const PacerBurst = 100 * usec
 
 // Wait returns how long from now the next packet must wait; 0: it may
 // go now.
@@ -17,8 +25,11 @@ func (p *Pacer) Wait(now int64) int64 {
 
 // Sent accounts a packet of n bytes sent at now at rate bps (> 0).
 func (p *Pacer) Sent(now int64, n int, bps uint64) {
-	start := max(p.next, now)
+	start := max(p.next, now-PacerBurst)
 	// Rounded up, so that the rate is never exceeded, not even by a
 	// fraction of a nanosecond a packet. n <= 64 KiB: no overflow.
 	p.next = start + int64((uint64(n)*8_000_000_000+bps-1)/bps)
 }
+
+// reset starts the pacer at now with no credit.
+func (p *Pacer) reset(now int64) { p.next = now }

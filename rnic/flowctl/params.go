@@ -164,6 +164,10 @@ func (p *Params) SetList(s string) error {
 	var b strings.Builder
 	for _, line := range strings.Split(s, "\n") {
 		line, _, _ = strings.Cut(line, "#")
+		// A config file may write "name = value".
+		for strings.Contains(line, " =") || strings.Contains(line, "= ") || strings.Contains(line, "\t=") || strings.Contains(line, "=\t") {
+			line = strings.NewReplacer(" =", "=", "= ", "=", "\t=", "=", "=\t", "=").Replace(line)
+		}
 		b.WriteString(line)
 		b.WriteByte('\n')
 	}

@@ -57,6 +57,11 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 				"sq_used": q.SQUsed, "sq_inflight": q.SQInFlight, "rq_used": q.RQUsed} {
 				emit("rnicd_qp_"+name, "QP "+name+".", prometheus.GaugeValue, float64(v), l)
 			}
+			if q.CC.HasCongestion {
+				emit("rnicd_qp_cc_rate_bps", "QP's current rate (congestion control), bits per second.", prometheus.GaugeValue, float64(q.CC.CurrentRate), l)
+				emit("rnicd_qp_cc_target_rate_bps", "QP's target rate (congestion control), bits per second.", prometheus.GaugeValue, float64(q.CC.TargetRate), l)
+				emit("rnicd_qp_cc_alpha", "QP's DCQCN alpha, in 1024ths.", prometheus.GaugeValue, float64(q.CC.Alpha), l)
+			}
 			ls := prometheus.Labels{"device": d.Dev.Name(), "qpn": fmt.Sprintf("%#x", q.QPN), "type": q.Type, "state": q.State}
 			emit("rnicd_qp_state", "1 for the QP's state.", prometheus.GaugeValue, 1, ls)
 		}

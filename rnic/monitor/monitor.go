@@ -128,7 +128,9 @@ type DeviceState struct {
 	Fault    *ibudp.FaultStats `json:"fault,omitempty"`
 	FaultCfg map[string]string `json:"fault_cfg,omitempty"`
 	Doorbell int               `json:"doorbell_depth"`
-	QPs      []QPState         `json:"qps"`
+	// CC is the congestion control, "dcqcn" or "none" (rnicd -cc).
+	CC  string    `json:"cc"`
+	QPs []QPState `json:"qps"`
 }
 
 // QPState is one row of the QP table in /api/state.
@@ -147,6 +149,13 @@ type QPState struct {
 	SQInFlight int    `json:"sq_inflight"`
 	RQUsed     int    `json:"rq_used"`
 	RQCap      int    `json:"rq_cap"`
+	// Congestion control (rnic/flowctl), once the QP has had a CNP:
+	// current and target rate in bits per second, alpha in 1024ths, and
+	// whether the pacer limits it now.
+	CCRate   uint64 `json:"cc_rate,omitempty"`
+	CCTarget uint64 `json:"cc_target,omitempty"`
+	CCAlpha  uint32 `json:"cc_alpha,omitempty"`
+	CCPaced  bool   `json:"cc_paced,omitempty"`
 }
 
 // State is /api/state.
@@ -161,7 +170,8 @@ func (m *Monitor) State() State {
 	for _, d := range m.cfg.Devices {
 		pa := d.Dev.QueryPort()
 		ds := DeviceState{Name: d.Dev.Name(), Addr: pa.Addr.String(), GID: pa.GID.String(), MTU: pa.ActiveMTU,
-			Counters: d.Dev.Counters(), Port: map[string]uint64{}, Doorbell: d.Dev.DoorbellDepth(), QPs: []QPState{}}
+			Counters: d.Dev.Counters(), Port: map[string]uint64{}, Doorbell: d.Dev.DoorbellDepth(), QPs: []QPState{},
+			CC: d.Dev.CongestionControl()}
 		d.Dev.PortStats().Each(func(name string, v uint64) { ds.Port[name] = v })
 		if d.Faulty != nil {
 			fs := d.Faulty.FaultStats()
@@ -172,6 +182,9 @@ func (m *Monitor) State() State {
 			qs := QPState{QPN: q.QPN, Type: q.Type, State: q.State, SQPSN: q.SQPSN, UnaPSN: q.UnaPSN, RQPSN: q.RQPSN,
 				DestQPN: q.DestQPN, PathMTU: q.PathMTU, SQUsed: q.SQUsed, SQCap: q.SQCap, SQInFlight: q.SQInFlight,
 				RQUsed: q.RQUsed, RQCap: q.RQCap}
+			if q.CC.HasCongestion {
+				qs.CCRate, qs.CCTarget, qs.CCAlpha, qs.CCPaced = q.CC.CurrentRate, q.CC.TargetRate, q.CC.Alpha, q.CC.Paced
+			}
 			if q.Dest.IsValid() {
 				qs.Dest = q.Dest.String()
 			}

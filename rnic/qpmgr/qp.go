@@ -2,6 +2,7 @@ package qpmgr
 
 import (
 	"fmt"
+	"github.com/rnicd/rnicd/rnic/flowctl"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -16,8 +17,8 @@ import (
 // Limits of the requester, as rxe sets them (the device's limits an
 // application sees are in package ib).
 const (
-	MaxUnackedPSNs = 128 // rxe: RXE_MAX_UNACKED_PSNS
-	MaxPktsPerAck  = 64  // rxe: RXE_MAX_PKT_PER_ACK
+	MaxUnackedPSNs = flowctl.DefaultWindow // rxe: RXE_MAX_UNACKED_PSNS; the window is flowctl's
+	MaxPktsPerAck  = 64                    // rxe: RXE_MAX_PKT_PER_ACK
 )
 
 // Config is what CreateQP needs (ibv_qp_init_attr).
@@ -182,6 +183,9 @@ type QP struct {
 	Req   ReqState
 	Comp  CompState
 	Resp  RespState
+	// FC is the QP's flow-control state (rnic/flowctl: window, pacer,
+	// reaction and notification points), used under the QP's lock.
+	FC flowctl.QP
 
 	kick func(*QP)
 	// Scheduled is set while the QP is on the send pipeline's run list.
@@ -251,6 +255,7 @@ func New(cfg Config) (*QP, error) {
 		SRQ: cfg.SRQ, Caps: c, SigAll: cfg.SigAll, Counters: cfg.Counters, kick: cfg.Kick,
 		PortMTU: cfg.PortMTU,
 	}
+	qp.FC.QPN = cfg.QPN
 	qp.SQ.ring = make([]SendWQE, c.MaxSendWR)
 	if cfg.SRQ == nil {
 		qp.RQ = NewRecvQueue(c.MaxRecvWR, c.MaxRecvSGE)

@@ -1,6 +1,7 @@
 package rx_test
 
 import (
+	"github.com/rnicd/rnicd/rnic/flowctl"
 	"net/netip"
 	"sync/atomic"
 	"testing"
@@ -51,7 +52,7 @@ func newRCQP(t *testing.T) *rcQP {
 		t.Fatal(err)
 	}
 	var counters qpmgr.Counters
-	h := &rx.Handler{DMA: tab, QPs: qpmgr.NewTable(), Counters: &counters, LocalAddr: netip.MustParseAddr("127.0.0.2")}
+	h := &rx.Handler{DMA: tab, QPs: qpmgr.NewTable(), Counters: &counters, LocalAddr: netip.MustParseAddr("127.0.0.2"), FC: newFC(t, 0)}
 	cq := qpmgr.NewCQ(64)
 	qpn, _ := h.QPs.Alloc()
 	qp, err := qpmgr.New(qpmgr.Config{QPN: qpn, Type: ib.QPTypeRC, PD: 1, SendCQ: cq, RecvCQ: cq, PortMTU: 1024,
@@ -105,7 +106,7 @@ func TestACKKicksOnlyWithSendWork(t *testing.T) {
 	r := newRCQP(t)
 	qp, cq := r.qp, r.cq
 	// A window of one PSN: the second WRITE waits for the first's ACK.
-	req := wqe.Engine{DMA: r.tab, Window: 1}
+	req := wqe.Engine{DMA: r.tab, FC: newFC(t, 1)}
 	if _, err := qp.PostSend([]qpmgr.SendWQE{r.write(1, 8), r.write(2, 8)}); err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +143,7 @@ func TestACKKicksOnlyWithSendWork(t *testing.T) {
 func TestLateACKDuringRetry(t *testing.T) {
 	r := newRCQP(t)
 	qp := r.qp
-	req := wqe.Engine{DMA: r.tab}
+	req := wqe.Engine{DMA: r.tab, FC: newFC(t, 0)}
 	if _, err := qp.PostSend([]qpmgr.SendWQE{r.write(7, 3000)}); err != nil {
 		t.Fatal(err)
 	}
@@ -165,4 +166,15 @@ func TestLateACKDuringRetry(t *testing.T) {
 	if n := req.Run(qp, &tx, 16); n != 0 {
 		t.Fatalf("requester sent %d more packets of a completed WRITE", n)
 	}
+}
+
+// newFC is a Flow Control Manager without congestion control and with a
+// window of window PSNs (0: rxe's).
+func newFC(t testing.TB, window int) *flowctl.Manager {
+	t.Helper()
+	fc, err := flowctl.New(flowctl.Config{Window: window})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fc
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/rnicd/rnicd/ib"
 	"github.com/rnicd/rnicd/rnic/dma"
+	"github.com/rnicd/rnicd/rnic/flowctl"
 	"github.com/rnicd/rnicd/rnic/qpmgr"
 	"github.com/rnicd/rnicd/rnic/trace"
 	"github.com/rnicd/rnicd/wire/bth"
@@ -30,6 +31,10 @@ type Handler struct {
 	// the time by which it must go; the device sends it with ReleaseAck
 	// or, from that time on, ExpireAck.
 	Hold func(qp *qpmgr.QP, until time.Time)
+	// FC is the device's Flow Control Manager, told of the CNPs that
+	// arrive (reaction point) and of the packets marked CE, which it may
+	// answer with a CNP (notification point; congestion.go). Required.
+	FC *flowctl.Manager
 
 	acks []*qpmgr.QP // QPs with a coalesced ACK to send at Flush
 }
@@ -48,7 +53,8 @@ func (h *Handler) Receive(b *ibudp.Buf, tx qpmgr.TX) {
 	}
 	op := p.Opcode()
 	if op.Transport() == bth.TransportCNP {
-		return // congestion control is not built yet; CNPs are informational
+		h.reactCNP(p, b)
+		return
 	}
 	qp := h.QPs.Lookup(p.BTH().DestQP())
 	if qp == nil {
@@ -75,6 +81,9 @@ func (h *Handler) Receive(b *ibudp.Buf, tx qpmgr.TX) {
 		// rxe check_addr: a connected QP takes packets from its peer only.
 		h.drop(qp, p, ib.DropBadAddress)
 		return
+	}
+	if b.ECN() == ibudp.CE {
+		h.notify(qp, p, b, tx)
 	}
 	if op.Is(bth.FlagRequest) {
 		// IBTA 10.3.1: a QP responds from RTR on, until ERR.

@@ -6,9 +6,11 @@ import (
 
 	"github.com/rnicd/rnicd/ib"
 	"github.com/rnicd/rnicd/rnic/dma"
+	"github.com/rnicd/rnicd/rnic/flowctl"
 	"github.com/rnicd/rnicd/rnic/qpmgr"
 	"github.com/rnicd/rnicd/rnic/trace"
 	"github.com/rnicd/rnicd/wire/bth"
+	"github.com/rnicd/rnicd/wire/ibudp"
 )
 
 // Engine is the requester of one device.
@@ -16,18 +18,14 @@ type Engine struct {
 	DMA *dma.Table
 	// Trace is the device's trace probe, nil when it traces nothing.
 	Trace *trace.Probe
-	// Window is the most PSNs an RC QP has sent and not had acknowledged;
-	// 0 is rxe's qpmgr.MaxUnackedPSNs. IBTA sets no such limit: it is the
-	// requester's own flow control, which the peer never sees, and a
-	// longer path or a slower wake-up needs more in flight.
-	Window int
-}
-
-func (e *Engine) window() int {
-	if e.Window > 0 {
-		return e.Window
-	}
-	return qpmgr.MaxUnackedPSNs
+	// FC is the device's Flow Control Manager: it says whether a QP may
+	// send (the window of unacknowledged PSNs, the pacer) and how data
+	// packets are marked (ECT(0) when congestion control runs). Required.
+	FC *flowctl.Manager
+	// Paced is told, with the QP locked, that the pacer stopped qp with
+	// work left, and how long until it may send again; the device runs
+	// the QP again then.
+	Paced func(qp *qpmgr.QP, wait time.Duration)
 }
 
 // Run sends up to budget packets of qp's send queue and returns how many it
@@ -43,6 +41,12 @@ func (e *Engine) Run(qp *qpmgr.QP, tx qpmgr.TX, budget int) int {
 	}
 	sent := 0
 	for sent < budget {
+		if wait := e.FC.Wait(&qp.FC); wait > 0 {
+			if qp.HasSendWork() && e.Paced != nil {
+				e.Paced(qp, wait)
+			}
+			break
+		}
 		w, ok := e.nextWQE(qp)
 		if !ok {
 			break
@@ -88,7 +92,7 @@ func (e *Engine) nextWQE(qp *qpmgr.QP) (*qpmgr.SendWQE, bool) {
 	if w.State == qpmgr.WQEPosted {
 		psn = qp.Req.PSN
 	}
-	if qp.Type == ib.QPTypeRC && int(bth.PSNDiff(psn, qp.Comp.PSN)) >= e.window() {
+	if qp.Type == ib.QPTypeRC && !e.FC.WindowOpen(psn, qp.Comp.PSN) {
 		return nil, false
 	}
 	if w.State == qpmgr.WQEPosted {
@@ -239,6 +243,14 @@ func (e *Engine) emit(qp *qpmgr.QP, w *qpmgr.SendWQE, tx qpmgr.TX) error {
 		e.Trace.Emit(trace.Event{Module: trace.ModWQE, Step: trace.StepHeaders, QPN: qp.QPN, PSN: w.PSN, WRID: w.WR.WRID,
 			Opcode: opcode, Len: uint32(n), Flags: fl})
 	}
+	if e.FC.ECT() {
+		// Requests are data: ECN-capable, so that a switch marks them
+		// instead of dropping them (ConnectX sends them so with DCQCN).
+		b.SetECN(ibudp.ECT0)
+	}
+	if qp.FC.Paced() {
+		e.FC.Sent(&qp.FC, b.N+envelopeLen(b))
+	}
 	tx.Send(b)
 	qp.Counters.Inc(ib.SentPkts)
 
@@ -262,6 +274,15 @@ func (e *Engine) emit(qp *qpmgr.QP, w *qpmgr.SendWQE, tx qpmgr.TX) error {
 		qp.ArmTimer()
 	}
 	return nil
+}
+
+// envelopeLen is the IP and UDP headers the port puts around b: what
+// the pacer counts on top of the RoCE part.
+func envelopeLen(b *ibudp.Buf) int {
+	if b.Peer.Unmap().Is4() {
+		return bth.IPv4HeaderLen + bth.UDPHeaderLen
+	}
+	return bth.IPv6HeaderLen + bth.UDPHeaderLen
 }
 
 // requestOpcode picks the opcode of a request packet (IBTA tables 36-38).

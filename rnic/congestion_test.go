@@ -1,0 +1,88 @@
+package rnic_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/rnicd/rnicd/ib"
+	"github.com/rnicd/rnicd/rnic"
+	"github.com/rnicd/rnicd/wire/ibudp"
+)
+
+// congested runs a 512 KB WRITE from a to b through a bottleneck in
+// front of b's receive side that marks every ECN-capable packet meeting
+// a queue of 8 KB or more, and checks the data arrived byte for byte.
+func congested(t *testing.T, o pairOpts) *pair {
+	t.Helper()
+	o.faulty, o.memLen = true, 2<<20
+	p := newPair(t, o)
+	p.b.faulty.SetRX(ibudp.Faults{Link: ibudp.Link{Rate: 1e9, Queue: 1 << 20, KMin: 8 << 10, KMax: 8 << 10, PMax: 1}})
+	const n = 512 << 10
+	fill(p.a.mem[:n], 7)
+	mustPost(t, p.a, p.qa, rnic.SendWR{WRID: 1, Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled,
+		SGL: []rnic.SGE{sge(p.a, 0, n)}, RemoteAddr: memVA + 1<<20, RKey: p.b.mr.RKey})
+	if wc := p.a.poll(1, 30*time.Second); wc[0].Status != ib.WCSuccess {
+		t.Fatalf("WRITE: %v", &wc[0])
+	}
+	p.b.fence()
+	sameBytes(t, "WRITE", p.b.mem[1<<20:1<<20+n], p.a.mem[:n])
+	return p
+}
+
+// DCQCN end to end on real sockets: data leaves ECT(0), the bottleneck
+// marks it, b's notification point answers every mark with a CNP
+// (np_min_time_between_cnps 0), a's reaction point takes each one and
+// paces the QP below the line rate; the counters on both sides agree
+// exactly with the congestion point's.
+func TestDCQCNEndToEnd(t *testing.T) {
+	p := congested(t, pairOpts{cc: "dcqcn"})
+	marked := p.b.faulty.FaultStats().RX.Marked
+	a, b := p.a.dev.Counters(), p.b.dev.Counters()
+	if marked == 0 || b["np_ecn_marked_roce_packets"] != marked || b["np_cnp_sent"] != marked {
+		t.Fatalf("link marked %d; b: np_ecn_marked_roce_packets %d np_cnp_sent %d", marked, b["np_ecn_marked_roce_packets"], b["np_cnp_sent"])
+	}
+	// The last CNPs may still be on their way.
+	deadline := time.Now().Add(5 * time.Second)
+	for a["rp_cnp_handled"] != marked && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+		a = p.a.dev.Counters()
+	}
+	if a["rp_cnp_handled"] != marked || a["rp_cnp_ignored"] != 0 || b["rp_cnp_handled"] != 0 {
+		t.Fatalf("a handled %d CNPs and ignored %d, b sent %d", a["rp_cnp_handled"], a["rp_cnp_ignored"], b["np_cnp_sent"])
+	}
+	var qi rnic.QPInfo
+	for _, q := range p.a.dev.QPInfo() {
+		if q.QPN == p.qa.QPN {
+			qi = q
+		}
+	}
+	if !qi.CC.HasCongestion || qi.CC.CurrentRate == 0 || qi.CC.CurrentRate >= 10e9 || qi.CC.Alpha > 1023 {
+		t.Fatalf("a's QP after %d CNPs: %+v", marked, qi.CC)
+	}
+	if p.a.dev.CongestionControl() != "dcqcn" {
+		t.Fatal(p.a.dev.CongestionControl())
+	}
+}
+
+// With -cc none on the sender its data is not ECN-capable: the
+// bottleneck marks nothing and no CNP goes.
+func TestNoCCNotECT(t *testing.T) {
+	p := congested(t, pairOpts{cc: "none", ccB: "dcqcn"})
+	if st := p.b.faulty.FaultStats().RX; st.Marked != 0 || st.LinkPackets == 0 {
+		t.Fatalf("link %+v", st)
+	}
+	if b := p.b.dev.Counters(); b["np_ecn_marked_roce_packets"] != 0 || b["np_cnp_sent"] != 0 {
+		t.Fatalf("b: %v", b)
+	}
+}
+
+// A receiver without congestion control counts the marks and sends no
+// CNP; the sender is never paced.
+func TestNoCCNoCNP(t *testing.T) {
+	p := congested(t, pairOpts{cc: "dcqcn", ccB: "none"})
+	marked := p.b.faulty.FaultStats().RX.Marked
+	b, a := p.b.dev.Counters(), p.a.dev.Counters()
+	if marked == 0 || b["np_ecn_marked_roce_packets"] != marked || b["np_cnp_sent"] != 0 || a["rp_cnp_handled"] != 0 {
+		t.Fatalf("marked %d; b %d marked, %d CNPs; a handled %d", marked, b["np_ecn_marked_roce_packets"], b["np_cnp_sent"], a["rp_cnp_handled"])
+	}
+}
