@@ -9,6 +9,7 @@ import (
 
 	"github.com/rnicd/rnicd/ib"
 	"github.com/rnicd/rnicd/rnic/dma"
+	"github.com/rnicd/rnicd/rnic/flowctl"
 	"github.com/rnicd/rnicd/rnic/qpmgr"
 	"github.com/rnicd/rnicd/rnic/wqe"
 	"github.com/rnicd/rnicd/wire/bth"
@@ -70,7 +71,11 @@ func newRequester(t *testing.T, typ ib.QPType, mtu ib.MTU, psn uint32, window in
 		t.Fatal(err)
 	}
 	r.mr = mr
-	r.e = wqe.Engine{DMA: tab, Window: window}
+	fc, err := flowctl.New(flowctl.Config{Window: window})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.e = wqe.Engine{DMA: tab, FC: fc}
 	qp, err := qpmgr.New(qpmgr.Config{QPN: 0x11, Type: typ, PD: 1, SendCQ: r.cq, RecvCQ: r.cq, PortMTU: 4096,
 		Caps: ib.QPCap{MaxSendWR: 64, MaxRecvWR: 1, MaxSendSGE: 2, MaxRecvSGE: 1}, Counters: r.counters,
 		Kick: func(*qpmgr.QP) {}})
