@@ -159,6 +159,10 @@ EXPORT struct ibv_device **ibv_get_device_list(int *num)
 	}
 	if (dp)
 		closedir(dp);
+	if (n == 0)
+		rnic_log("no rnicd running: no live control socket in %s ($RNICD_DIR sets the directory); "
+			 "start one with `rnicd -d rnic0`",
+			 dir);
 	qsort(list, n, sizeof(*list), by_name);
 	if (num)
 		*num = n;
