@@ -90,7 +90,8 @@ struct vma {
 };
 
 /* vmas lists the mappings over [lo, hi) into v (at most max); it returns
- * their count, or -1 if part of the range is not mapped. */
+ * their count, -1 if part of the range is not mapped, -2 if it spans more
+ * than max mappings. */
 static int vmas(uintptr_t lo, uintptr_t hi, struct vma *v, int max)
 {
 	FILE *f = fopen("/proc/self/maps", "re");
@@ -106,8 +107,12 @@ static int vmas(uintptr_t lo, uintptr_t hi, struct vma *v, int max)
 			continue;
 		if (b <= next || a >= hi)
 			continue;
-		if (a > next || n == max)
-			break; /* a hole, or too many pieces */
+		if (a > next)
+			break; /* a hole */
+		if (n == max) {
+			fclose(f);
+			return -2;
+		}
 		struct vma *x = &v[n++];
 		x->lo = next;
 		x->hi = b < hi ? b : hi;
@@ -227,6 +232,10 @@ static int run_job(void)
 static int move_in(uintptr_t lo, uintptr_t hi)
 {
 	int n = vmas(lo, hi, job.v, MAXV);
+	if (n == -2) {
+		rnic_log("reg_mr: [%#lx, %#lx) spans more than %d mappings", (unsigned long)lo, (unsigned long)hi, MAXV);
+		return EINVAL;
+	}
 	if (n < 0) {
 		rnic_log("reg_mr: [%#lx, %#lx) is not all mapped memory", (unsigned long)lo, (unsigned long)hi);
 		return EFAULT;
