@@ -429,3 +429,73 @@ func TestLocalProtectionError(t *testing.T) {
 		t.Fatalf("QP in %v, want ERR", st)
 	}
 }
+
+// max_rd_atomic bounds the READs and atomics outstanding, and a fenced
+// WR waits for every READ and atomic before it (IBTA 10.8.3.3); both wait
+// for the completer, not for the window.
+func TestReadAtomicLimitAndFence(t *testing.T) {
+	r := newRequester(t, ib.QPTypeRC, ib.MTU1024, 0, 0)
+	r.qp.Lock()
+	r.qp.Attr.MaxRdAtomic = 1
+	r.qp.Unlock()
+	read := func(id uint64, off int) ib.SendWR {
+		return ib.SendWR{WRID: id, Opcode: ib.WRRDMARead, Flags: ib.SendSignaled, RemoteAddr: remoteVA + uint64(off), RKey: rkey,
+			SGL: []ib.SGE{{Addr: memVA + uint64(off), Length: 8, LKey: r.mr.LKey}}}
+	}
+	fenced := r.write(3, 0, 8)
+	fenced.Flags |= ib.SendFence
+	r.post(t, read(1, 0), read(2, 64), fenced)
+	pkts := r.run(t, 100)
+	if len(pkts) != 1 {
+		t.Fatalf("%d packets with max_rd_atomic 1, want 1", len(pkts))
+	}
+	check(t, 0, pkts[0], want{op: bth.RCRDMAReadRequest, psn: 0, ackReq: true, reth: reth(remoteVA, 8)})
+
+	// READ 1's response came: the completer retired it.
+	r.qp.Lock()
+	r.qp.CompleteSend(ib.WCSuccess)
+	r.qp.Comp.PSN = 1
+	r.qp.Unlock()
+	pkts = r.run(t, 100)
+	if len(pkts) != 1 {
+		t.Fatalf("after READ 1: %d packets, want READ 2 alone (the fenced WRITE waits)", len(pkts))
+	}
+	check(t, 0, pkts[0], want{op: bth.RCRDMAReadRequest, psn: 1, ackReq: true, reth: reth(remoteVA+64, 8)})
+
+	r.qp.Lock()
+	r.qp.CompleteSend(ib.WCSuccess)
+	r.qp.Comp.PSN = 2
+	r.qp.Unlock()
+	pkts = r.run(t, 100)
+	if len(pkts) != 1 {
+		t.Fatalf("after READ 2: %d packets, want the fenced WRITE", len(pkts))
+	}
+	check(t, 0, pkts[0], want{op: bth.RCRDMAWriteOnly, psn: 2, ackReq: true, payload: r.mem[0:8], reth: reth(remoteVA, 8)})
+}
+
+// In SQD the requester finishes the message it has started and starts
+// no other (IBTA 10.3.1.7); back in RTS it goes on.
+func TestSQDFinishesStartedMessages(t *testing.T) {
+	r := newRequester(t, ib.QPTypeRC, ib.MTU1024, 0x50, 0)
+	r.post(t, r.write(1, 0, 3*1024), r.write(2, 0, 8))
+	if got := r.run(t, 1); len(got) != 1 {
+		t.Fatalf("budget 1: %d packets", len(got))
+	}
+	if err := r.qp.Modify(&ib.QPAttr{State: ib.QPSSQD}, ib.AttrState); err != nil {
+		t.Fatal(err)
+	}
+	pkts := r.run(t, 100)
+	if len(pkts) != 2 {
+		t.Fatalf("in SQD: %d packets, want the started WRITE's last 2", len(pkts))
+	}
+	check(t, 0, pkts[0], want{op: bth.RCRDMAWriteMiddle, psn: 0x51, payload: r.mem[1024:2048]})
+	check(t, 1, pkts[1], want{op: bth.RCRDMAWriteLast, psn: 0x52, ackReq: true, payload: r.mem[2048:3072]})
+	if err := r.qp.Modify(&ib.QPAttr{State: ib.QPSRTS}, ib.AttrState); err != nil {
+		t.Fatal(err)
+	}
+	pkts = r.run(t, 100)
+	if len(pkts) != 1 {
+		t.Fatalf("back in RTS: %d packets, want WRITE 2", len(pkts))
+	}
+	check(t, 0, pkts[0], want{op: bth.RCRDMAWriteOnly, psn: 0x53, ackReq: true, payload: r.mem[0:8], reth: reth(remoteVA, 8)})
+}
