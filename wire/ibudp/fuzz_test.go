@@ -113,6 +113,46 @@ func FuzzPacketCheck(f *testing.F) {
 	})
 }
 
+// The same over IPv6: never a panic, and what it accepts is a RoCEv2
+// packet bth.ParseIP agrees with, whose UDP checksum is 0 (none, as rxe
+// sends) or right by RFC 1071's word-by-word sum.
+func FuzzPacketCheck6(f *testing.F) {
+	src, local := addr("2001:db8::1"), addr("2001:db8::2")
+	good := frame(f, src, local, 0, 64, 0)
+	f.Add(good, false)
+	f.Add(good, true)
+	f.Add(frame(f, src, local, 0, 4096, 0), true)
+	f.Add([]byte{0x60}, false)
+	f.Fuzz(func(t *testing.T, data []byte, sum bool) {
+		if sum && len(data) >= 48 && len(data) <= MaxRoCELen+48 {
+			data = bytes.Clone(data)
+			data[46], data[47] = 0, 0
+			putUDP6Checksum(data[:48], data[48:])
+		}
+		p := &packetPort{sockPort: sockPort{cfg: Config{Port: 4791}}, local: local, v6: true, hl: 48, runs: newRuns(1)}
+		b := NewBuf()
+		n := copy(b.Data[Headroom-p.hl:], data)
+		var tl tally
+		if !p.check(b, rxInfo{n: n}, &tl) {
+			return
+		}
+		ip, err := bth.ParseIP(data[:n])
+		if err != nil {
+			t.Fatalf("accepted, but bth.ParseIP says %v", err)
+		}
+		if !bytes.Equal(ip.Packet.Bytes(), b.RoCE()) || b.ICRC != ICRCVerified {
+			t.Fatal("accepted RoCE part differs from bth.ParseIP's")
+		}
+		udp := data[40 : 40+8+b.N]
+		if binary.BigEndian.Uint16(udp[6:]) != 0 {
+			pseudo := append(append(bytes.Clone(data[8:40]), 0, 0, byte(len(udp)>>8), byte(len(udp)), 0, 0, 0, 17), udp...)
+			if refOnesSum(append(pseudo, 0)) != 0xffff {
+				t.Fatal("accepted a wrong UDP checksum")
+			}
+		}
+	})
+}
+
 // The receive check of ModeUDP never panics, and accepts only packets whose
 // ICRC matches the envelope of an ID-0 datagram.
 func FuzzUDPCheck(f *testing.F) {
