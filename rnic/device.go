@@ -51,6 +51,10 @@ type Config struct {
 	// and each client it lends a socket take one block (ibudp.Steering).
 	// Zero values: every QPN from qpmgr.FirstQPN.
 	QPNFirst, QPNLast uint32
+	// Retry7Forever makes an RC QP with retry_cnt 7 retry forever, as rxe
+	// does; false (the default) gives IBTA's and ConnectX's seven retries,
+	// then RETRY_EXC_ERR, so that a dead peer is noticed.
+	Retry7Forever bool
 }
 
 // DefaultAckHold is the delayed-ACK hold time: longer than an application
@@ -138,7 +142,8 @@ func Open(cfg Config) (*Device, error) {
 	d.recvTX = d.newTX()
 	d.recvBufs = make([]*ibudp.Buf, d.batch)
 	d.pool.GetBatch(d.recvBufs)
-	d.rx = rx.Handler{DMA: d.dma, QPs: d.qps, Counters: &d.counters, LocalAddr: cfg.Port.Addr(), Trace: d.probe, FC: fc}
+	d.rx = rx.Handler{DMA: d.dma, QPs: d.qps, Counters: &d.counters, LocalAddr: cfg.Port.Addr(), Trace: d.probe, FC: fc,
+		Retry7Forever: cfg.Retry7Forever}
 	switch {
 	case cfg.AckHold == 0:
 		d.rx.AckHold = DefaultAckHold

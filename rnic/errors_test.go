@@ -2,6 +2,7 @@ package rnic_test
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -142,24 +143,81 @@ func TestRNRWait(t *testing.T) {
 }
 
 // TestRetryExceeded: the peer stops answering (every packet to it is
-// dropped); with retry_cnt 3 the requester times out four times, then
+// dropped); with retry_cnt N (0 to 7, IBTA: 7 is no special value) the
+// requester times out N+1 times, sends the messages N+1 times, then
 // completes with RETRY_EXC_ERR and flushes the rest.
 func TestRetryExceeded(t *testing.T) {
-	p := newPair(t, pairOpts{faulty: true, retry: 3, timeout: 8}) // 1 ms
-	p.a.faulty.SetTX(ibudp.Faults{Drop: 1})
-	mustPost(t, p.a, p.qa,
-		rnic.SendWR{WRID: 1, Opcode: ib.WRRDMAWrite, SGL: []rnic.SGE{sge(p.a, 0, 5000)}, RemoteAddr: memVA, RKey: p.b.mr.RKey},
-		rnic.SendWR{WRID: 2, Opcode: ib.WRSend, Flags: ib.SendSignaled, SGL: []rnic.SGE{sge(p.a, 0, 5)}})
-	wcs := p.a.poll(2, 5*time.Second)
-	checkWC(t, wcs[0], rnic.WC{WRID: 1, Status: ib.WCRetryExcErr, Opcode: ib.WCRDMAWrite, QPNum: p.qa.QPN})
-	checkWC(t, wcs[1], rnic.WC{WRID: 2, Status: ib.WCWRFlushErr, Opcode: ib.WCSend, QPNum: p.qa.QPN})
-	for name, want := range map[string]uint64{"local_ack_timeout_err": 4, "completer_retry_err": 3, "retry_exceeded_err": 1, "sent_pkts": 4 * 6} {
-		if c := counter(p.a, name); c != want {
-			t.Errorf("%s = %d, want %d", name, c, want)
+	for retry := uint8(0); retry <= 7; retry++ {
+		t.Run(fmt.Sprintf("retry_cnt=%d", retry), func(t *testing.T) {
+			p := newPair(t, pairOpts{faulty: true, retry: retry, timeout: 8}) // 1 ms, 8 ms at most with backoff
+			p.a.faulty.SetTX(ibudp.Faults{Drop: 1})
+			mustPost(t, p.a, p.qa,
+				rnic.SendWR{WRID: 1, Opcode: ib.WRRDMAWrite, SGL: []rnic.SGE{sge(p.a, 0, 5000)}, RemoteAddr: memVA, RKey: p.b.mr.RKey},
+				rnic.SendWR{WRID: 2, Opcode: ib.WRSend, Flags: ib.SendSignaled, SGL: []rnic.SGE{sge(p.a, 0, 5)}})
+			wcs := p.a.poll(2, 5*time.Second)
+			checkWC(t, wcs[0], rnic.WC{WRID: 1, Status: ib.WCRetryExcErr, Opcode: ib.WCRDMAWrite, QPNum: p.qa.QPN})
+			checkWC(t, wcs[1], rnic.WC{WRID: 2, Status: ib.WCWRFlushErr, Opcode: ib.WCSend, QPNum: p.qa.QPN})
+			n := uint64(retry) + 1 // transmissions of the 6 packets (5 WRITE, 1 SEND)
+			for name, want := range map[string]uint64{"local_ack_timeout_err": n, "completer_retry_err": n - 1,
+				"retry_exceeded_err": 1, "sent_pkts": n * 6} {
+				if c := counter(p.a, name); c != want {
+					t.Errorf("%s = %d, want %d", name, c, want)
+				}
+			}
+			if st := p.a.dev.QueryQP(p.qa).State; st != ib.QPSErr {
+				t.Fatalf("QP in %v, want ERR", st)
+			}
+		})
+	}
+}
+
+// waitCounter waits until n's counter name reaches at least want, and
+// fails if it has not within d.
+func waitCounter(t *testing.T, n *node, name string, want uint64, d time.Duration) {
+	t.Helper()
+	for end := time.Now().Add(d); counter(n, name) < want; time.Sleep(time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("%s = %d after %v, want %d or more; counters %v", name, counter(n, name), d, want, n.dev.Counters())
 		}
 	}
-	if st := p.a.dev.QueryQP(p.qa).State; st != ib.QPSErr {
-		t.Fatalf("QP in %v, want ERR", st)
+}
+
+// TestRetry7Forever: with the device's Retry7Forever (rxe's reading),
+// retry_cnt 7 outlives many more than seven ACK timeouts, and the message
+// completes once the peer answers again.
+func TestRetry7Forever(t *testing.T) {
+	p := newPair(t, pairOpts{faulty: true, retry: 7, timeout: 8, retry7Ever: true})
+	fill(p.a.mem[:5000], 3)
+	p.a.faulty.SetTX(ibudp.Faults{Drop: 1})
+	mustPost(t, p.a, p.qa, rnic.SendWR{WRID: 1, Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled,
+		SGL: []rnic.SGE{sge(p.a, 0, 5000)}, RemoteAddr: memVA, RKey: p.b.mr.RKey})
+	waitCounter(t, p.a, "local_ack_timeout_err", 12, 10*time.Second)
+	p.a.faulty.SetTX(ibudp.Faults{})
+	checkWC(t, p.a.poll(1, 5*time.Second)[0], rnic.WC{WRID: 1, Opcode: ib.WCRDMAWrite, ByteLen: 5000, QPNum: p.qa.QPN})
+	sameBytes(t, "after 12 timeouts", p.b.mem[:5000], p.a.mem[:5000])
+	if c := counter(p.a, "retry_exceeded_err"); c != 0 {
+		t.Errorf("retry_exceeded_err = %d, want 0", c)
+	}
+}
+
+// TestRNRRetry7Forever: rnr_retry 7 is forever (IBTA): a SEND keeps
+// getting RNR NAKs, many more than seven, and completes once the receiver
+// posts a WQE.
+func TestRNRRetry7Forever(t *testing.T) {
+	p := newPair(t, pairOpts{rnrRetry: 7, retry: 0, minRNR: 1}) // timer code 1: 0.01 ms
+	fill(p.a.mem[:100], 4)
+	mustPost(t, p.a, p.qa, rnic.SendWR{WRID: 1, Opcode: ib.WRSend, Flags: ib.SendSignaled, SGL: []rnic.SGE{sge(p.a, 0, 100)}})
+	waitCounter(t, p.a, "rcvd_rnr_err", 50, 10*time.Second)
+	var wc [1]rnic.WC
+	if p.a.cq.Poll(wc[:]) != 0 {
+		t.Fatalf("completion before the receive was posted: %v", &wc[0])
+	}
+	mustRecv(t, p.b, p.qb, rnic.RecvWR{WRID: 9, SGL: []rnic.SGE{sge(p.b, 0, 100)}})
+	checkWC(t, p.a.poll(1, 5*time.Second)[0], rnic.WC{WRID: 1, Opcode: ib.WCSend, ByteLen: 100, QPNum: p.qa.QPN})
+	checkWC(t, p.b.poll(1, 5*time.Second)[0], rnic.WC{WRID: 9, Opcode: ib.WCRecv, ByteLen: 100, QPNum: p.qb.QPN})
+	sameBytes(t, "after RNR", p.b.mem[:100], p.a.mem[:100])
+	if c := counter(p.a, "retry_rnr_exceeded_err"); c != 0 {
+		t.Errorf("retry_rnr_exceeded_err = %d, want 0", c)
 	}
 }
 

@@ -67,7 +67,8 @@ func openNode(t testing.TB, addr netip.Addr, o pairOpts, seed int64, name string
 	if err != nil {
 		t.Fatal(err)
 	}
-	n.dev, err = rnic.Open(rnic.Config{Port: p, Name: name, Trace: o.trace, Window: o.window, AckHold: o.ackHold, CC: cc})
+	n.dev, err = rnic.Open(rnic.Config{Port: p, Name: name, Trace: o.trace, Window: o.window, AckHold: o.ackHold, CC: cc,
+		Retry7Forever: o.retry7Ever})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,6 +114,7 @@ type pairOpts struct {
 	pollOnly   bool          // the device's own receive goroutine never receives: only PollRx does
 	pollOnlyB  bool          // pollOnly for b only
 	cc, ccB    string        // congestion control of a (and of b, if set; else a's): flowctl.NewAlgorithm's names
+	retry7Ever bool          // rnic.Config.Retry7Forever
 }
 
 func newPair(t testing.TB, o pairOpts) *pair {

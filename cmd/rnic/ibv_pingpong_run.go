@@ -360,6 +360,9 @@ func (p *pingpong) loop() (time.Duration, error) {
 			return 0, fmt.Errorf("%w (%d of %d SENDs and %d of %d receives completed)", err, scnt, cfg.iters, rcnt, cfg.iters)
 		}
 		for _, wc := range wcs[:ne] {
+			if wc.Status == verbs.WCRetryExcErr {
+				return 0, fmt.Errorf("Failed status %s (%d) for wr_id %d: the peer stopped answering (no ACK through the QP's retry_cnt retries)", wc.Status, wc.Status, wc.WRID)
+			}
 			if wc.Status != verbs.WCSuccess {
 				return 0, fmt.Errorf("Failed status %s (%d) for wr_id %d", wc.Status, wc.Status, wc.WRID)
 			}

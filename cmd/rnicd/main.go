@@ -73,6 +73,7 @@ type config struct {
 	limits   hostif.Limits // what each client and all of them may hold (quota.go)
 	cc       flowctl.Algorithm
 	ccParams flowctl.Params
+	retry7   bool // retry_cnt 7 retries forever, as rxe
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -83,6 +84,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	mode := fs.String("mode", "udp", "how the port reaches the wire: udp (unprivileged) or packet (AF_PACKET, needs CAP_NET_RAW)")
 	mtu := fs.Int("mtu", 0, "cap on the active IB MTU: 256, 512, 1024, 2048 or 4096 (0: from the interface)")
 	window := fs.Int("window", 0, "most unacknowledged PSNs per RC QP (0: rxe's 128)")
+	retry7 := fs.String("retry7", "seven", "what retry_cnt 7 means: seven (IBTA, ConnectX: seven retries, then RETRY_EXC_ERR) or forever (rxe)")
 	ackHold := fs.Duration("ack-hold", rnic.DefaultAckHold, "longest a ping-pong QP's ACK waits to go out with its next request (0: ACK at once, as rxe)")
 	traceFile := fs.String("trace", "", "write every trace event to `FILE` as JSON lines (FILE.1, FILE.2, ... as it rotates; see -trace-size)")
 	pcapFile := fs.String("pcap", "", "capture every packet sent and received into `FILE` (pcap, for tshark; FILE.1, FILE.2, ... as it rotates; see -pcap-size)")
@@ -109,6 +111,13 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if c.name == "" || len(c.name) > 64 || c.name != filepath.Base(c.name) || c.name[0] == '.' {
 		return c, fmt.Errorf("-d %q: want a plain device name", c.name)
+	}
+	switch *retry7 {
+	case "seven":
+	case "forever":
+		c.retry7 = true
+	default:
+		return c, fmt.Errorf("-retry7 %q: want seven or forever", *retry7)
 	}
 	if c.window < 0 {
 		return c, fmt.Errorf("-window %d: want 0 or more", c.window)
@@ -274,7 +283,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 		_, qpnLast = ibudp.SteerBlockQPNs(0) // the port's own block
 	}
 	dev, err := rnic.Open(rnic.Config{Port: faulty, Name: c.name, Trace: tr, Window: c.window, AckHold: ackHold, QPNLast: qpnLast,
-		CC: c.cc, CCParams: c.ccParams})
+		CC: c.cc, CCParams: c.ccParams,
+		Retry7Forever: c.retry7})
 	if err != nil {
 		faulty.Close()
 		l.Close()

@@ -29,6 +29,7 @@ func TestFlags(t *testing.T) {
 		{[]string{"-addr", "127.0.0.1", "extra"}, "unexpected arguments"},
 		{[]string{"-addr", "127.0.0.1", "-mtu", "1000"}, "MTU 1000"},
 		{[]string{"-addr", "127.0.0.1", "-window", "-1"}, "-window -1"},
+		{[]string{"-addr", "127.0.0.1", "-retry7", "7"}, `-retry7 "7": want seven or forever`},
 		{[]string{"-addr", "127.0.0.1", "-ack-hold", "-1us"}, "-ack-hold -1"},
 		{[]string{"-addr", "127.0.0.1", "-ack-hold", "2s"}, "-ack-hold 2s"},
 		{[]string{"-addr", "127.0.0.1", "-pcap-size", "100000"}, "-pcap-size without -pcap"},
@@ -70,6 +71,22 @@ func TestFileLimitFlags(t *testing.T) {
 		c, err := parseFlags([]string{"-addr", "127.0.0.1", "-pcap", "p", "-pcap-size", tc.arg, "-pcap-files", "0"}, &errw)
 		if err != nil || int64(c.pcapLim.size) != tc.want || c.pcapLim.files != 0 || c.pcapLim.bound() != 0 {
 			t.Errorf("-pcap-size %s -pcap-files 0: %+v, %v; want %d bytes, unbounded", tc.arg, c.pcapLim, err, tc.want)
+		}
+	}
+}
+
+// TestRetry7Flag: retry_cnt 7 is IBTA's seven retries unless -retry7
+// forever asks for rxe's reading.
+func TestRetry7Flag(t *testing.T) {
+	t.Setenv("RNICD_DIR", t.TempDir())
+	var errw bytes.Buffer
+	for _, tc := range []struct {
+		args []string
+		want bool
+	}{{nil, false}, {[]string{"-retry7", "seven"}, false}, {[]string{"-retry7", "forever"}, true}} {
+		c, err := parseFlags(append([]string{"-addr", "127.0.0.1"}, tc.args...), &errw)
+		if err != nil || c.retry7 != tc.want {
+			t.Errorf("%q: retry7 %v, %v; want %v", tc.args, c.retry7, err, tc.want)
 		}
 	}
 }

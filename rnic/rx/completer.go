@@ -150,7 +150,11 @@ func (h *Handler) progress(qp *qpmgr.QP) {
 }
 
 // retry starts a go-back-N retry from Comp.PSN, or fails the WQE with
-// RETRY_EXC_ERR when retry_cnt is used up (7 means forever).
+// RETRY_EXC_ERR when retry_cnt is used up: retry_cnt N allows N retries
+// (IBTA gives 7 no special meaning for retry_cnt, only for rnr_retry;
+// ConnectX does the same), so a peer that died is noticed after
+// retry_cnt+1 ACK timeouts. Only with Retry7Forever is 7 forever, as in
+// rxe.
 func (h *Handler) retry(qp *qpmgr.QP, why trace.RetryReason) {
 	if qp.Comp.RetryCnt == 0 {
 		h.Counters.Inc(ib.RetryExceededErr)
@@ -158,7 +162,7 @@ func (h *Handler) retry(qp *qpmgr.QP, why trace.RetryReason) {
 		qp.EnterError()
 		return
 	}
-	if qp.Comp.RetryCnt != 7 {
+	if qp.Comp.RetryCnt != 7 || !h.Retry7Forever {
 		qp.Comp.RetryCnt--
 	}
 	h.Counters.Inc(ib.CompleterRetryErr)

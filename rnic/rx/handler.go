@@ -35,6 +35,10 @@ type Handler struct {
 	// arrive (reaction point) and of the packets marked CE, which it may
 	// answer with a CNP (notification point; congestion.go). Required.
 	FC *flowctl.Manager
+	// Retry7Forever makes retry_cnt 7 retry forever, as rxe reads it;
+	// false (the zero value) gives IBTA's seven retries and then
+	// RETRY_EXC_ERR. rnr_retry 7 is forever either way, as IBTA says.
+	Retry7Forever bool
 
 	acks []*qpmgr.QP // QPs with a coalesced ACK to send at Flush
 }

@@ -105,5 +105,10 @@ func (pl *poller) spinUntil(max int, end time.Time) ([]verbs.WC, error) {
 }
 
 func wcError(wc *verbs.WC, what string) error {
-	return fmt.Errorf("%w: %s completion with error: %v (vendor err 0, wr_id %d, QP %#x)", ErrRun, what, wc.Status, wc.WRID, wc.QPNum)
+	err := fmt.Errorf("%w: %s completion with error: %v (vendor err 0, wr_id %d, QP %#x)", ErrRun, what, wc.Status, wc.WRID, wc.QPNum)
+	if wc.Status == verbs.WCRetryExcErr {
+		// What a user needs to hear: the other side is gone, not broken.
+		err = fmt.Errorf("%w: the peer stopped answering (no ACK through retry_cnt 7 retries of the QP's ACK timeout)", err)
+	}
+	return err
 }
