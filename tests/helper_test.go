@@ -17,6 +17,9 @@ import (
 // "qpn rkey addr gid", read the peer's "qpn gid" from stdin, connect,
 // print "ready" and wait to be killed.
 func runHelper(role string) error {
+	if role == "hog" {
+		return runHog()
+	}
 	if role != "target" {
 		return fmt.Errorf("unknown role %q", role)
 	}

@@ -1,0 +1,283 @@
+package tests
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/rnicd/rnicd/verbs"
+)
+
+// runHog is the "hog" helper: a client that takes what it can of rnicd
+// RNICD_HELPER_DEV, phase by phase as RNICD_HOG lists them (cq, qp,
+// bytes, mr, conn), each until the daemon refuses. It prints one line a
+// phase, "phase count error", then "ready", and holds everything until
+// its stdin closes (it then exits 0 without freeing anything: the daemon
+// must) or it is killed.
+func runHog() error {
+	dev := os.Getenv("RNICD_HELPER_DEV")
+	c, err := verbs.Open(dev)
+	if err != nil {
+		return err
+	}
+	pd, err := c.AllocPD()
+	if err != nil {
+		return err
+	}
+	cq, err := c.CreateCQ(1, nil)
+	if err != nil {
+		return err
+	}
+	var keep []any // everything the hog holds, so nothing is collected
+	until := func(phase string, try func() error) {
+		n := 0
+		for ; n < 1<<20; n++ {
+			if err = try(); err != nil {
+				break
+			}
+		}
+		fmt.Printf("%s %d %v\n", phase, n, strings.ReplaceAll(fmt.Sprint(err), "\n", " "))
+	}
+	for _, phase := range strings.Split(os.Getenv("RNICD_HOG"), ",") {
+		switch phase {
+		case "cq": // besides the first
+			until(phase, func() error {
+				q, err := c.CreateCQ(1, nil)
+				keep = append(keep, q)
+				return err
+			})
+		case "qp":
+			until(phase, func() error {
+				q, err := pd.CreateQP(verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: cq, RecvCQ: cq,
+					Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
+				keep = append(keep, q)
+				return err
+			})
+		case "bytes": // issue 19's attack: regions of 1 TiB of a sparse memfd
+			until(phase, func() error {
+				mem, err := c.Alloc(1 << 40)
+				if err != nil {
+					return err
+				}
+				mr, err := pd.RegMR(mem, verbs.AccessLocalWrite)
+				keep = append(keep, mr)
+				return err
+			})
+		case "mr":
+			mem, err := c.Alloc(4096)
+			if err != nil {
+				return err
+			}
+			until(phase, func() error {
+				mr, err := pd.RegMR(mem, verbs.AccessLocalWrite)
+				keep = append(keep, mr)
+				return err
+			})
+		case "conn": // besides the first; a connection's first verb says if it is refused
+			until(phase, func() error {
+				o, err := verbs.Open(dev)
+				if err != nil {
+					return err
+				}
+				keep = append(keep, o)
+				_, err = o.AllocPD()
+				return err
+			})
+		default:
+			return fmt.Errorf("RNICD_HOG phase %q", phase)
+		}
+	}
+	fmt.Println("ready")
+	io.Copy(io.Discard, os.Stdin)
+	_ = keep
+	return nil
+}
+
+// hog is a running hog helper.
+type hog struct {
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	phases map[string]hogPhase
+}
+
+type hogPhase struct {
+	n   int
+	err string
+}
+
+// startHog starts a hog of device dev through phases and waits until it
+// holds all it could.
+func startHog(t *testing.T, dev, phases string) *hog {
+	t.Helper()
+	h := &hog{cmd: exec.Command(os.Args[0], "-test.run=^$"), phases: map[string]hogPhase{}}
+	h.cmd.Env = append(os.Environ(), helperEnv+"=hog", "RNICD_HELPER_DEV="+dev, "RNICD_HOG="+phases)
+	h.stdin = must[io.WriteCloser](t)(h.cmd.StdinPipe())
+	stdout := must[io.ReadCloser](t)(h.cmd.StdoutPipe())
+	h.cmd.Stderr = os.Stderr
+	if err := h.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.cmd.Process.Kill(); h.cmd.Wait() })
+	lines := bufio.NewScanner(stdout)
+	for lines.Scan() && lines.Text() != "ready" {
+		f := strings.SplitN(lines.Text(), " ", 3)
+		if len(f) != 3 {
+			t.Fatalf("hog line %q", lines.Text())
+		}
+		n, err := strconv.Atoi(f[1])
+		if err != nil {
+			t.Fatalf("hog line %q", lines.Text())
+		}
+		h.phases[f[0]] = hogPhase{n, f[2]}
+	}
+	if lines.Text() != "ready" {
+		t.Fatalf("hog stopped before it was ready: %v", h.phases)
+	}
+	return h
+}
+
+// want checks that phase got n objects and was then refused for the
+// limit flag names.
+func (h *hog) want(t *testing.T, phase string, n int, flag string) {
+	t.Helper()
+	p, ok := h.phases[phase]
+	if !ok || p.n != n || !strings.Contains(p.err, "rnicd "+flag+" raises it") || !strings.Contains(p.err, "cannot allocate memory") {
+		t.Errorf("hog %s: %d then %q, want %d then a refusal (ENOMEM) naming %s", phase, p.n, p.err, n, flag)
+	}
+}
+
+// held returns the daemon's hostif_held_* counters.
+func held(t *testing.T, c *verbs.Context) map[string]uint64 {
+	t.Helper()
+	out := map[string]uint64{}
+	for k, v := range must[map[string]uint64](t)(c.Counters()) {
+		if strings.HasPrefix(k, "hostif_held_") {
+			out[strings.TrimPrefix(k, "hostif_held_")] = v
+		}
+	}
+	return out
+}
+
+// goodClient checks that a client other than the hog gets what it asks
+// for at once: two RC QPs on regions of their own, connected, and a
+// WRITE of one into the other, checked byte for byte.
+func goodClient(t *testing.T, dev string, seed byte) {
+	t.Helper()
+	c, err := verbs.Open(dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	a, b := newEnd(t, c, endOpts{typ: verbs.QPTypeRC}), newEnd(t, c, endOpts{typ: verbs.QPTypeRC})
+	connect(t, a, b, verbs.QPTypeRC, 3, 14)
+	connect(t, b, a, verbs.QPTypeRC, 3, 14)
+	writeAndCheck(t, a, b, uint64(seed), 4096, 512, seed, "a WRITE beside the hog")
+}
+
+// The limits rnicd is started with in TestHogClient: small, so that the
+// hog reaches each in a moment.
+const (
+	hogCQs   = 40 // the hog's first CQ and 39 more
+	hogQPs   = 30
+	hogMRs   = 20
+	hogBytes = 64 << 20
+	hogConns = 3
+)
+
+// TestHogClient: a client takes all the CQs, QPs, registered bytes, MRs
+// and connections its limits allow, and is refused past each with an
+// error naming the limit's flag. The daemon stays up; another client
+// creates QPs, registers memory and moves data at once; once the hog
+// leaves (killed, or exiting without freeing anything) the daemon holds
+// only what the other client holds.
+func TestHogClient(t *testing.T) {
+	dir := t.TempDir()
+	d, err := startDaemon(dir, "rnicH", "127.19.0.1", "-client-max-cq", strconv.Itoa(hogCQs),
+		"-client-max-qp", strconv.Itoa(hogQPs), "-client-max-mr", strconv.Itoa(hogMRs),
+		"-client-max-mr-bytes", strconv.Itoa(hogBytes), "-client-max-conns", strconv.Itoa(hogConns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := d.stop(); err != nil {
+			t.Errorf("%v\n%s", err, d.errb.String())
+		}
+	})
+	t.Setenv("RNICD_DIR", dir)
+	watch := open(t, "rnicH")
+	base := held(t, watch) // the watcher's own connection
+
+	for round, leave := range []string{"killed", "exits"} {
+		h := startHog(t, "rnicH", "cq,qp,bytes,mr,conn")
+		h.want(t, "cq", hogCQs-1, "-client-max-cq")
+		h.want(t, "qp", hogQPs, "-client-max-qp")
+		// 1 TiB is over 64 MiB at once: the daemon mapped nothing.
+		h.want(t, "bytes", 0, "-client-max-mr-bytes")
+		h.want(t, "mr", hogMRs, "-client-max-mr")
+		h.want(t, "conn", hogConns-1, "-client-max-conns")
+		during := held(t, watch)
+		if during["qp"] != base["qp"]+hogQPs || during["cq"] != base["cq"]+hogCQs || during["mr"] != base["mr"]+hogMRs ||
+			during["conns"] != base["conns"]+hogConns || during["maps"] != base["maps"]+hogQPs+hogCQs+hogMRs {
+			t.Fatalf("round %d: the daemon holds %v with the hog, %v without", round, during, base)
+		}
+
+		goodClient(t, "rnicH", byte(round+1))
+		if _, err := verbs.Open("rnicH"); err != nil { // and a new client connects
+			t.Fatal(err)
+		}
+
+		if leave == "killed" {
+			h.cmd.Process.Signal(syscall.SIGKILL)
+		} else {
+			h.stdin.Close()
+		}
+		h.cmd.Wait()
+		eventually(t, "the hog's objects released ("+leave+")", func() bool {
+			now := held(t, watch)
+			for k, v := range base {
+				if now[k] != v {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	if !strings.Contains(d.errb.String(), "client over a limit") {
+		t.Errorf("the daemon's log never said a client went over a limit:\n%s", d.errb.String())
+	}
+}
+
+// TestDaemonWideLimit: two clients, each under its own limit of QPs,
+// together reach the daemon's; the second is refused naming -max-qp, and
+// once the first leaves, another client gets QPs again.
+func TestDaemonWideLimit(t *testing.T) {
+	dir := t.TempDir()
+	d, err := startDaemon(dir, "rnicW", "127.19.0.2", "-max-qp", "50", "-client-max-qp", "30")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := d.stop(); err != nil {
+			t.Errorf("%v\n%s", err, d.errb.String())
+		}
+	})
+	t.Setenv("RNICD_DIR", dir)
+	watch := open(t, "rnicW")
+	h1 := startHog(t, "rnicW", "qp")
+	h1.want(t, "qp", 30, "-client-max-qp")
+	h2 := startHog(t, "rnicW", "qp")
+	h2.want(t, "qp", 20, "-max-qp")
+	if n := held(t, watch)["qp"]; n != 50 {
+		t.Fatalf("the daemon holds %d QPs, want its limit of 50", n)
+	}
+	h1.cmd.Process.Signal(syscall.SIGKILL)
+	h1.cmd.Wait()
+	eventually(t, "the first hog's QPs released", func() bool { return held(t, watch)["qp"] == 20 })
+	goodClient(t, "rnicW", 7)
+}
