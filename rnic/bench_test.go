@@ -162,3 +162,16 @@ func runLat(b *testing.B, o pairOpts) {
 		}
 	}
 }
+
+// BenchmarkDCQCNOff and BenchmarkDCQCNOn are the same WRITE bandwidth and
+// latency with congestion control off and with DCQCN on but no
+// congestion (no CNP arrives, so no QP is paced): what DCQCN costs a
+// packet when nothing is congested (data packets leave ECT(0), each asks
+// an unpaced pacer).
+func BenchmarkDCQCNOff(b *testing.B) { benchCC(b, "none") }
+func BenchmarkDCQCNOn(b *testing.B)  { benchCC(b, "dcqcn") }
+
+func benchCC(b *testing.B, cc string) {
+	b.Run("write_bw/mtu4096/64KiB/gso", func(b *testing.B) { runBW(b, ib.WRRDMAWrite, pairOpts{mtu: 4096, cc: cc}) })
+	b.Run("write_lat/mtu1024/8B", func(b *testing.B) { runLat(b, pairOpts{mtu: 1024, cc: cc}) })
+}
