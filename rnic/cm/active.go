@@ -135,6 +135,7 @@ func (c *CM) handleREP(from Dest, tid uint64, rep mad.REP) {
 	id.respRes = min(id.respRes, rep.InitiatorDepth())
 	id.rnrRetry = rep.RNRRetryCount()
 	c.remote[remoteKey{id.remoteID, id.remoteCAGUID}] = id
+	c.remoteQPs[remoteKey{id.remoteQPN, id.remoteCAGUID}] = id
 	remote := Remote{GID: id.dest.GID, CAGUID: id.remoteCAGUID, ServiceID: id.serviceID,
 		QPN: id.remoteQPN, QKey: rep.LocalQKey(), StartingPSN: id.rqPSN, PathMTU: id.pathMTU,
 		ResponderResources: rep.ResponderResources(), InitiatorDepth: rep.InitiatorDepth(),

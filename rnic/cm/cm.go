@@ -81,6 +81,7 @@ type CM struct {
 	cfg       Config
 	ids       map[uint32]*ID       // by local communication ID
 	remote    map[remoteKey]*ID    // by the peer's comm ID and CA GUID: REQ duplicates
+	remoteQPs map[remoteKey]*ID    // by the peer's QPN and CA GUID: stale connections
 	listeners map[uint64]*Listener // by service ID
 	sidrRcvd  map[sidrKey]*ID      // SIDR_REQs being answered
 	nextID    uint32
@@ -88,8 +89,10 @@ type CM struct {
 	counters  Counters
 }
 
+// remoteKey names the peer's side of a connection: its comm ID (remote)
+// or its QPN (remoteQPs), with its CA GUID.
 type remoteKey struct {
-	commID uint32
+	id     uint32
 	caGUID uint64
 }
 
@@ -122,6 +125,7 @@ func New(cfg Config) (*CM, error) {
 		cfg:       cfg,
 		ids:       make(map[uint32]*ID),
 		remote:    make(map[remoteKey]*ID),
+		remoteQPs: make(map[remoteKey]*ID),
 		listeners: make(map[uint64]*Listener),
 		sidrRcvd:  make(map[sidrKey]*ID),
 	}, nil
@@ -265,6 +269,9 @@ func (c *CM) free(id *ID) {
 	delete(c.ids, id.localID)
 	if k := (remoteKey{id.remoteID, id.remoteCAGUID}); c.remote[k] == id {
 		delete(c.remote, k)
+	}
+	if k := (remoteKey{id.remoteQPN, id.remoteCAGUID}); c.remoteQPs[k] == id {
+		delete(c.remoteQPs, k)
 	}
 	for k, v := range c.sidrRcvd {
 		if v == id {

@@ -188,7 +188,8 @@ func TestManyCycles(t *testing.T) {
 		}
 		w.deliver()
 		w.advance(ibTime(19))
-		if w.a.cm.NumIDs() != 0 || w.b.cm.NumIDs() != 0 || len(w.a.cm.remote)+len(w.b.cm.remote) != 0 {
+		if w.a.cm.NumIDs() != 0 || w.b.cm.NumIDs() != 0 || len(w.a.cm.remote)+len(w.b.cm.remote) != 0 ||
+			len(w.a.cm.remoteQPs)+len(w.b.cm.remoteQPs) != 0 {
 			t.Fatalf("cycle %d: %d+%d IDs, %d+%d remote entries", i, w.a.cm.NumIDs(), w.b.cm.NumIDs(),
 				len(w.a.cm.remote), len(w.b.cm.remote))
 		}
@@ -206,5 +207,27 @@ func TestNames(t *testing.T) {
 	}
 	if len(stateNames) != int(StateSIDRREQRcvd)+1 {
 		t.Error("a state without a name")
+	}
+}
+
+// A REQ from a QP that already has a connection here, under a new comm
+// ID, finds the old connection stale: REJ "stale connection" for the REQ,
+// a DREQ for the old connection (IBTA 12.9.8.3.1, Linux cm_req_handler).
+func TestStaleConnection(t *testing.T) {
+	w := newWorld(t, nil)
+	_, b := w.connect()
+	f := mad.REQFields{LocalCommID: 0x777, ServiceID: rpingService, LocalCAGUID: guidA, LocalQPN: qpnA, PathMTU: 3,
+		LocalCMResponseTimeout: 20, MaxCMRetries: 15}
+	w.inject(w.b, mkMAD(mad.AttrREQ, 9, func(d []byte) { mad.REQ(d).Encode(&f) }))
+	out := w.take()
+	if !equal(attrs(out), []mad.AttrID{mad.AttrREJ, mad.AttrDREQ}) {
+		t.Fatalf("answers %v, want REJ then DREQ", attrs(out))
+	}
+	rej := mad.REJ(mad.MAD(out[0].b).Data())
+	if rej.Reason() != mad.RejStaleConn || rej.RemoteCommID() != 0x777 || mad.MAD(out[0].b).TID() != 9 {
+		t.Errorf("REJ %+v", rej.Fields())
+	}
+	if b.State() != StateDREQSent || w.b.cm.NumIDs() != 1 {
+		t.Errorf("old connection %v, %d IDs", b.State(), w.b.cm.NumIDs())
 	}
 }

@@ -13,6 +13,18 @@ func (c *CM) handleREQ(from Dest, tid uint64, req mad.REQ) {
 		c.dupREQ(dup, tid)
 		return
 	}
+	if old := c.remoteQPs[remoteKey{req.LocalQPN(), req.LocalCAGUID()}]; old != nil {
+		// The peer's QP already has a connection here, under another
+		// comm ID: the old one is stale (IBTA 12.9.8.3.1). Refuse the
+		// REQ and disconnect the old one, as cm_req_handler does; the
+		// peer retries once the old connection has left TIMEWAIT.
+		c.issueREJ(from, tid, req.LocalCommID(), 0, mad.RejStaleConn, mad.MsgKindREQ)
+		if old.state == StateEstablished {
+			old.toErr()
+			old.sendDREQ(nil)
+		}
+		return
+	}
 	l := c.listeners[req.ServiceID()]
 	switch {
 	case l == nil:
@@ -57,6 +69,7 @@ func (c *CM) handleREQ(from Dest, tid uint64, req mad.REQ) {
 	id.cmTimeout = ibTime(req.LocalCMResponseTimeout())
 	id.cmRetries = int(req.MaxCMRetries())
 	c.remote[remoteKey{id.remoteID, id.remoteCAGUID}] = id
+	c.remoteQPs[remoteKey{id.remoteQPN, id.remoteCAGUID}] = id
 	c.event(Event{Type: EventConnectRequest, ID: id, Listener: l, PrivateData: clonePD(req.PrivateData()),
 		Remote: Remote{GID: from.GID, CAGUID: id.remoteCAGUID, ServiceID: id.serviceID, QPN: id.remoteQPN,
 			StartingPSN: id.rqPSN, PathMTU: id.pathMTU, ResponderResources: req.ResponderResources(),
