@@ -60,6 +60,14 @@ func (p *peer) ModifyQP(qpn uint32, attr *ib.QPAttr, mask ib.AttrMask) error {
 const memVA = 0x10000
 
 func newPeer(t testing.TB, addr string, guid uint64) *peer {
+	// Short CM timers, so a lost MAD costs milliseconds: 4.096 us * 2^12
+	// = 16.8 ms to answer, packet lifetime 4.096 us * 2^10.
+	return newPeerTimers(t, addr, guid, 12, 10)
+}
+
+// newPeerTimers is newPeer with the CM's response timeout and packet
+// lifetime codes.
+func newPeerTimers(t testing.TB, addr string, guid uint64, respTimeout, lifeTime uint8) *peer {
 	port, err := ibudp.Open(ibudp.Config{Addr: netip.MustParseAddr(addr), MTU: 1024})
 	if err != nil {
 		t.Fatal(err)
@@ -74,9 +82,7 @@ func newPeer(t testing.TB, addr string, guid uint64) *peer {
 	if p.mr, err = p.dev.RegMR(p.pd, p.mem, memVA, ib.AccessLocalWrite|ib.AccessRemoteWrite|ib.AccessRemoteRead); err != nil {
 		t.Fatal(err)
 	}
-	// Short CM timers, so a lost MAD costs milliseconds: 4.096 us * 2^12
-	// = 16.8 ms to answer, packet lifetime 4.096 us * 2^10.
-	p.agent, err = cm.NewAgent(p.dev.GSI(), cm.Config{QP: p, CAGUID: guid, CMResponseTimeout: 12, PacketLifeTime: 10,
+	p.agent, err = cm.NewAgent(p.dev.GSI(), cm.Config{QP: p, CAGUID: guid, CMResponseTimeout: respTimeout, PacketLifeTime: lifeTime,
 		Event: func(e cm.Event) { p.events <- e }})
 	if err != nil {
 		t.Fatal(err)
@@ -261,8 +267,10 @@ func TestAgentLostREQ(t *testing.T) {
 		t.Errorf("fault injector dropped %+v", st)
 	}
 	a.agent.Do(func(c *cm.CM) {
-		if r := c.Counters().Retries; r != 1 {
-			t.Errorf("a resent %d MADs, want 1", r)
+		// At least the lost one; a loaded machine may be slower than the
+		// 25 ms timer and resend more.
+		if r := c.Counters().Retries; r < 1 {
+			t.Errorf("a resent %d MADs, want at least 1", r)
 		}
 	})
 }
@@ -277,7 +285,9 @@ func TestAgentCaptureTshark(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, b := newPeer(t, "127.3.15.7", 0xa), newPeer(t, "127.3.15.8", 0xb)
+	// rdma_cm's own timers (4.3 s, 1.1 s): no resend on a slow machine
+	// adds frames to the capture.
+	a, b := newPeerTimers(t, "127.3.15.7", 0xa, 20, 18), newPeerTimers(t, "127.3.15.8", 0xb, 20, 18)
 	a.dev.SetCapture(w)
 	b.agent.Do(func(c *cm.CM) { c.Listen(service, nil) })
 	qa, qb := a.createQP(), b.createQP()
@@ -383,7 +393,10 @@ func TestAgentCycles(t *testing.T) {
 			if n := c.NumIDs(); n != 0 {
 				t.Errorf("%d IDs left", n)
 			}
-			if ct := c.Counters(); ct.Timeouts != 0 || ct.Dropped != 0 {
+			// Resends and late duplicates are allowed: the timers are
+			// short and a loaded machine may be slower than them. A
+			// connection that failed is not.
+			if ct := c.Counters(); ct.Timeouts != 0 {
 				t.Errorf("counters %+v", ct)
 			}
 		})
