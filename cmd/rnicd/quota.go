@@ -66,6 +66,8 @@ const clientShare = 4
 //   - registered bytes: physical memory, as a NIC that pins what it
 //     registers cannot register more (the daemon maps every region:
 //     this bounds its address space);
+//   - ring bytes: a quarter of physical memory: the rings are memory the
+//     daemon creates (a QP's up to about 35 MB), which its clients fill;
 //   - each client: a quarter of each;
 //   - none below 1, which would mean no limit.
 func defaultLimits(m machine) hostif.Limits {
@@ -76,7 +78,7 @@ func defaultLimits(m machine) hostif.Limits {
 	l.Daemon = hostif.Quota{
 		hostif.ResConns: fds / 4, hostif.ResPDs: deviceMax, hostif.ResQPs: objs, hostif.ResCQs: objs,
 		hostif.ResSRQs: objs, hostif.ResMRs: objs, hostif.ResMRBytes: m.memBytes, hostif.ResMaps: maps,
-		hostif.ResFDs: fds,
+		hostif.ResFDs: fds, hostif.ResRingBytes: m.memBytes / 4,
 	}
 	for r, v := range l.Daemon {
 		// 0 would mean no limit: a machine too small for the reserves
@@ -90,9 +92,12 @@ func defaultLimits(m machine) hostif.Limits {
 // limitFlags adds -max-X and -client-max-X for every limit in l.
 func limitFlags(fs *flag.FlagSet, l *hostif.Limits, m machine) {
 	for r := range hostif.NumResources {
-		bytes, n := r == hostif.ResMRBytes, "`N` "+r.Name()
-		if bytes {
+		bytes, n := r == hostif.ResMRBytes || r == hostif.ResRingBytes, "`N` "+r.Name()
+		switch r {
+		case hostif.ResMRBytes:
 			n = "`BYTES` (suffix K, M or G) of memory regions"
+		case hostif.ResRingBytes:
+			n = "`BYTES` (suffix K, M or G) of QP, SRQ and CQ rings"
 		}
 		fs.Var(&quotaFlag{&l.Daemon[r], bytes}, r.Flag(),
 			fmt.Sprintf("most %s all clients together hold (0: no limit; the default is sized from %s)", n, sizedFrom(r, m)))
@@ -106,7 +111,7 @@ func sizedFrom(r hostif.Resource, m machine) string {
 	switch r {
 	case hostif.ResConns, hostif.ResFDs:
 		return fmt.Sprintf("RLIMIT_NOFILE %d", m.nofile)
-	case hostif.ResMRBytes:
+	case hostif.ResMRBytes, hostif.ResRingBytes:
 		return fmt.Sprintf("physical memory %v", byteSize(m.memBytes))
 	case hostif.ResPDs:
 		return fmt.Sprintf("the device's max_pd %d", deviceMax)

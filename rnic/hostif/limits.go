@@ -6,6 +6,9 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/rnicd/rnicd/ib"
+	"github.com/rnicd/rnicd/rnic"
 )
 
 // What a client holds in the daemon, and the limits on it.
@@ -26,30 +29,32 @@ import (
 type Resource int
 
 const (
-	ResConns   Resource = iota // control connections (a descriptor each)
-	ResPDs                     // protection domains (a table entry each)
-	ResQPs                     // QPs (a ring mapping each)
-	ResCQs                     // CQs (a ring mapping and an eventfd each)
-	ResSRQs                    // SRQs (a ring mapping each)
-	ResMRs                     // memory regions (a mapping of the client's memfd each)
-	ResMRBytes                 // bytes of address space the daemon maps for regions
-	ResMaps                    // memory mappings (vm.max_map_count)
-	ResFDs                     // descriptors: connections, CQ eventfds, completion channels
+	ResConns     Resource = iota // control connections (a descriptor each)
+	ResPDs                       // protection domains (a table entry each)
+	ResQPs                       // QPs (a ring mapping each)
+	ResCQs                       // CQs (a ring mapping and an eventfd each)
+	ResSRQs                      // SRQs (a ring mapping each)
+	ResMRs                       // memory regions (a mapping of the client's memfd each)
+	ResMRBytes                   // bytes of address space the daemon maps for regions
+	ResMaps                      // memory mappings (vm.max_map_count)
+	ResRingBytes                 // bytes of the rings the daemon creates for QPs, SRQs and CQs (its own memory)
+	ResFDs                       // descriptors: connections, CQ eventfds, completion channels
 	NumResources
 )
 
 // resources names each Resource in messages and counters, with the rnicd
 // flags that set its daemon-wide and per-client limits.
 var resources = [NumResources]struct{ name, counter, flag string }{
-	ResConns:   {"connections", "conns", "max-conns"},
-	ResPDs:     {"PDs", "pd", "max-pd"},
-	ResQPs:     {"QPs", "qp", "max-qp"},
-	ResCQs:     {"CQs", "cq", "max-cq"},
-	ResSRQs:    {"SRQs", "srq", "max-srq"},
-	ResMRs:     {"MRs", "mr", "max-mr"},
-	ResMRBytes: {"registered bytes", "mr_bytes", "max-mr-bytes"},
-	ResMaps:    {"memory mappings", "maps", "max-maps"},
-	ResFDs:     {"descriptors", "fds", "max-fds"},
+	ResConns:     {"connections", "conns", "max-conns"},
+	ResPDs:       {"PDs", "pd", "max-pd"},
+	ResQPs:       {"QPs", "qp", "max-qp"},
+	ResCQs:       {"CQs", "cq", "max-cq"},
+	ResSRQs:      {"SRQs", "srq", "max-srq"},
+	ResMRs:       {"MRs", "mr", "max-mr"},
+	ResMRBytes:   {"registered bytes", "mr_bytes", "max-mr-bytes"},
+	ResMaps:      {"memory mappings", "maps", "max-maps"},
+	ResRingBytes: {"ring bytes", "ring_bytes", "max-ring-bytes"},
+	ResFDs:       {"descriptors", "fds", "max-fds"},
 }
 
 // Name is the resource's name in messages ("QPs").
@@ -70,21 +75,46 @@ type Limits struct {
 	Daemon Quota
 }
 
-// What each object costs. A QP's or SRQ's ring, and a CQ's, is one
-// memfd the daemon maps once; a CQ keeps its client's eventfd, a
-// completion channel its eventfd. An MR's cost also counts the bytes it
-// maps (mrCost). The descriptors a request carries are closed when it is
-// answered and cost nothing lasting.
+// What each object costs. A QP's or SRQ's rings, and a CQ's, are one
+// memfd the daemon creates and maps once, of the bytes its depth needs
+// (up to about 35 MB for a QP of 16,384 WRs of 32 SGEs, 32 MB for a CQ
+// of 2^20 CQEs: memory of the daemon's, which a client fills by touching
+// it); a CQ keeps its client's eventfd, a completion channel its
+// eventfd. An MR costs the bytes it maps. The descriptors a request
+// carries are closed when it is answered and cost nothing lasting.
 var (
 	costConn    = Quota{ResConns: 1, ResFDs: 1}
 	costPD      = Quota{ResPDs: 1}
-	costQP      = Quota{ResQPs: 1, ResMaps: 1}
-	costCQ      = Quota{ResCQs: 1, ResMaps: 1, ResFDs: 1}
-	costSRQ     = Quota{ResSRQs: 1, ResMaps: 1}
 	costChannel = Quota{ResFDs: 1}
 )
 
 func mrCost(mapped uint64) Quota { return Quota{ResMRs: 1, ResMaps: 1, ResMRBytes: mapped} }
+func qpCost(ring uint64) Quota   { return Quota{ResQPs: 1, ResMaps: 1, ResRingBytes: ring} }
+func cqCost(ring uint64) Quota   { return Quota{ResCQs: 1, ResMaps: 1, ResFDs: 1, ResRingBytes: ring} }
+func srqCost(ring uint64) Quota  { return Quota{ResSRQs: 1, ResMaps: 1, ResRingBytes: ring} }
+
+// The costs of creating requests, before the object exists: the rings of
+// the depths asked for (a QP with an SRQ is charged a receive ring it
+// will not get; the charge is trued up to the object's own cost once it
+// exists: see conn.dispatch). Sizes past the device's limits are refused
+// by the handler; here they are clamped, only so that nothing overflows.
+func createQPCost(b Body) Quota {
+	c := b.(*CreateQPReq).Caps
+	send := RingBytes(clamp(c.MaxSendWR, ib.MaxQPWR), SendSlotBytes(int(clamp(c.MaxSendSGE, ib.MaxSGE)), int(clamp(c.MaxInlineData, ib.MaxInlineData))))
+	recv := RingBytes(clamp(c.MaxRecvWR, ib.MaxQPWR), RecvSlotBytes(int(clamp(c.MaxRecvSGE, ib.MaxSGE))))
+	return qpCost(send + recv)
+}
+
+func createCQCost(b Body) Quota {
+	return cqCost(RingBytes(min(b.(*CreateCQReq).CQE, rnic.MaxCQE), CQESlotBytes))
+}
+
+func createSRQCost(b Body) Quota {
+	r := b.(*CreateSRQReq)
+	return srqCost(RingBytes(min(r.MaxWR, ib.MaxQPWR), RecvSlotBytes(int(min(r.MaxSGE, ib.MaxSGE)))))
+}
+
+func clamp(v, hi int) uint32 { return uint32(max(0, min(v, hi))) }
 
 // accounts is what every client and the daemon hold.
 type accounts struct {
@@ -152,6 +182,22 @@ func (a *accounts) refund(pid int32, cost Quota) {
 	}
 	if empty {
 		delete(a.clients, pid)
+	}
+}
+
+// trueUp changes a client's charge from what a request was charged to
+// what its object costs, over the limits or not: the two differ by the
+// rounding of a ring's depth at most.
+func (a *accounts) trueUp(pid int32, charged, cost Quota) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	cl := a.clients[pid]
+	if cl == nil {
+		return
+	}
+	for r := range NumResources {
+		cl[r] += cost[r] - charged[r]
+		a.total[r] += cost[r] - charged[r]
 	}
 }
 

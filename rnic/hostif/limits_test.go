@@ -37,34 +37,39 @@ func held(n *nic) map[string]uint64 {
 	return m
 }
 
-func createQP(c *Client, pd, cq uint32) (uint32, error) {
+// createQP makes a QP; ring is the size of its rings' memfd.
+func createQP(c *Client, pd, cq uint32) (h uint32, ring uint64, err error) {
 	var r RingReply
 	rfds, err := c.Call(KindCreateQP, &CreateQPReq{PD: pd, SendCQ: cq, RecvCQ: cq, Type: ib.QPTypeRC,
 		Caps: ib.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}}, nil, &r)
 	closeAll(rfds)
-	return r.H, err
+	return r.H, uint64(r.Send.Size) + uint64(r.Recv.Size), err
 }
 
 // A client's requests past its own limits are refused with CodeLimit and
 // the flag named, change nothing, and work again once it frees what it
 // held; a client that hangs up gives back everything.
 func TestClientLimits(t *testing.T) {
-	n := limitedNIC(t, "127.4.9.1", Limits{Client: Quota{ResQPs: 2, ResMRBytes: 1 << 20, ResConns: 2}})
+	n := limitedNIC(t, "127.4.9.1", Limits{Client: Quota{ResQPs: 2, ResMRBytes: 1 << 20, ResConns: 2, ResRingBytes: 1 << 20}})
 	c := n.client(t)
 	var pd Handle
 	call(t, c, KindAllocPD, &Empty{}, nil, &pd)
 	var cq RingReply
 	closeAll(call(t, c, KindCreateCQ, &CreateCQReq{CQE: 16}, []int{eventfd(t)}, &cq))
+	rings := uint64(cq.Send.Size)
 	var qps []uint32
 	for range 2 {
-		h, err := createQP(c, pd.H, cq.H)
+		h, ring, err := createQP(c, pd.H, cq.H)
 		if err != nil {
 			t.Fatal(err)
 		}
-		qps = append(qps, h)
+		qps, rings = append(qps, h), rings+ring
 	}
-	_, err := createQP(c, pd.H, cq.H)
+	_, _, err := createQP(c, pd.H, cq.H)
 	wantLimit(t, "third QP", err, "-client-max-qp")
+	// A CQ of 2^20 CQEs is a 32 MiB ring of the daemon's memory.
+	_, err = c.Call(KindCreateCQ, &CreateCQReq{CQE: 1 << 20}, []int{eventfd(t)}, &RingReply{})
+	wantLimit(t, "the deepest CQ", err, "-client-max-ring-bytes")
 
 	// The sparse-memfd attack of issue 19: a 1 TiB region is refused
 	// before the daemon maps anything.
@@ -76,7 +81,7 @@ func TestClientLimits(t *testing.T) {
 
 	want := map[string]uint64{"hostif_held_conns": 1, "hostif_held_fds": 2, "hostif_held_pd": 1, "hostif_held_qp": 2,
 		"hostif_held_cq": 1, "hostif_held_srq": 0, "hostif_held_mr": 1, "hostif_held_mr_bytes": 1 << 20,
-		"hostif_held_maps": 4, "hostif_over_limit": 2}
+		"hostif_held_maps": 4, "hostif_held_ring_bytes": rings, "hostif_over_limit": 3}
 	if got := held(n); !maps.Equal(got, want) {
 		t.Fatalf("held %v, want %v", got, want)
 	}
@@ -88,14 +93,14 @@ func TestClientLimits(t *testing.T) {
 	call(t, c2, KindAllocPD, &Empty{}, nil, &pd2)
 	var cq2 RingReply
 	closeAll(call(t, c2, KindCreateCQ, &CreateCQReq{CQE: 16}, []int{eventfd(t)}, &cq2))
-	_, err = createQP(c2, pd2.H, cq2.H)
+	_, _, err = createQP(c2, pd2.H, cq2.H)
 	wantLimit(t, "QP on a second connection", err, "-client-max-qp")
 	c3 := n.client(t)
 	_, err = c3.Call(KindAllocPD, &Empty{}, nil, &Handle{})
 	wantLimit(t, "third connection", err, "-client-max-conns")
 
 	call(t, c, KindDestroyQP, &Handle{H: qps[0]}, nil, &Empty{})
-	if _, err := createQP(c, pd.H, cq.H); err != nil {
+	if _, _, err := createQP(c, pd.H, cq.H); err != nil {
 		t.Fatalf("a QP after one was destroyed: %v", err)
 	}
 	c.Close()
@@ -104,7 +109,8 @@ func TestClientLimits(t *testing.T) {
 	eventually(t, "everything given back", func() bool {
 		m := held(n)
 		return m["hostif_held_qp"] == 0 && m["hostif_held_maps"] == 0 && m["hostif_held_fds"] == 0 &&
-			m["hostif_held_mr_bytes"] == 0 && m["hostif_held_conns"] == 0 && m["hostif_held_pd"] == 0
+			m["hostif_held_mr_bytes"] == 0 && m["hostif_held_conns"] == 0 && m["hostif_held_pd"] == 0 &&
+			m["hostif_held_ring_bytes"] == 0 && m["hostif_held_cq"] == 0
 	})
 }
 

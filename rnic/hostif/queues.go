@@ -98,7 +98,7 @@ func (o *cqObj) Complete(wc *ib.WC, solicited bool) error {
 }
 
 func (*cqObj) kind() objKind { return kindCQ }
-func (*cqObj) cost() Quota   { return costCQ }
+func (o *cqObj) cost() Quota { return cqCost(uint64(len(o.mem))) }
 
 // release stops the sink before the ring's memory goes: the engine's CQ
 // may still be completing into it.
@@ -156,7 +156,7 @@ func (c *conn) createSRQ(_ object, b Body, _ []int) (Body, []int, error) {
 }
 
 func (*srqObj) kind() objKind { return kindSRQ }
-func (*srqObj) cost() Quota   { return costSRQ }
+func (o *srqObj) cost() Quota { return srqCost(uint64(len(o.mem))) }
 
 func (o *srqObj) release(*conn) error {
 	unix.Munmap(o.mem)
@@ -284,7 +284,7 @@ func (c *conn) queryQP(o object, _ Body, _ []int) (Body, []int, error) {
 }
 
 func (*qpObj) kind() objKind { return kindQP }
-func (*qpObj) cost() Quota   { return costQP }
+func (q *qpObj) cost() Quota { return qpCost(uint64(len(q.mem))) }
 
 // release destroys the QP; its outstanding WQEs complete no more
 // (ibv_destroy_qp).

@@ -303,11 +303,11 @@ func init() {
 		KindDeregMR:        {name: "dereg_mr", body: handle, target: kindMR, handle: (*conn).destroy},
 		KindCreateChannel:  {name: "create_comp_channel", fds: 1, body: empty, cost: costOf(costChannel), handle: (*conn).createChannel},
 		KindDestroyChannel: {name: "destroy_comp_channel", body: handle, target: kindChannel, handle: (*conn).destroy},
-		KindCreateCQ:       {name: "create_cq", fds: 1, body: func() Body { return &CreateCQReq{} }, cost: costOf(costCQ), handle: (*conn).createCQ},
+		KindCreateCQ:       {name: "create_cq", fds: 1, body: func() Body { return &CreateCQReq{} }, cost: createCQCost, handle: (*conn).createCQ},
 		KindDestroyCQ:      {name: "destroy_cq", body: handle, target: kindCQ, handle: (*conn).destroy},
-		KindCreateSRQ:      {name: "create_srq", body: func() Body { return &CreateSRQReq{} }, cost: costOf(costSRQ), handle: (*conn).createSRQ},
+		KindCreateSRQ:      {name: "create_srq", body: func() Body { return &CreateSRQReq{} }, cost: createSRQCost, handle: (*conn).createSRQ},
 		KindDestroySRQ:     {name: "destroy_srq", body: handle, target: kindSRQ, handle: (*conn).destroy},
-		KindCreateQP:       {name: "create_qp", body: func() Body { return &CreateQPReq{} }, cost: costOf(costQP), handle: (*conn).createQP},
+		KindCreateQP:       {name: "create_qp", body: func() Body { return &CreateQPReq{} }, cost: createQPCost, handle: (*conn).createQP},
 		KindModifyQP:       {name: "modify_qp", body: func() Body { return &ModifyQPReq{} }, target: kindQP, handle: (*conn).modifyQP},
 		KindQueryQP:        {name: "query_qp", body: handle, target: kindQP, handle: (*conn).queryQP},
 		KindDestroyQP:      {name: "destroy_qp", body: handle, target: kindQP, handle: (*conn).destroy},
@@ -480,8 +480,30 @@ func (c *conn) dispatch(r request, body Body, fds []int) (Body, []int, error) {
 	out, rfds, err := r.handle(c, target, body, fds)
 	if err != nil {
 		c.s.acct.refund(c.pid, cost)
+		return out, rfds, err
+	}
+	if o := c.created(out); o != nil {
+		c.s.acct.trueUp(c.pid, cost, o.cost())
 	}
 	return out, rfds, err
+}
+
+// created is the object a creating request's reply names.
+func (c *conn) created(reply Body) object {
+	var h uint32
+	switch r := reply.(type) {
+	case *Handle:
+		h = r.H
+	case *RegMRReply:
+		h = r.H
+	case *RingReply:
+		h = r.H
+	default:
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.objs[h]
 }
 
 func costOf(q Quota) func(Body) Quota { return func(Body) Quota { return q } }
