@@ -10,6 +10,12 @@ import (
 	"github.com/rnicd/rnicd/wire/ibudp"
 )
 
+// stopped is a clock that stands still: the reaction point's state is
+// what the CNPs made it, not what its timers made of it since.
+type stopped struct{}
+
+func (stopped) Nanotime() int64 { return 1e9 }
+
 // withCC gives the handler a Flow Control Manager running cc.
 func (r *rcQP) withCC(t *testing.T, cc string) *flowctl.Manager {
 	t.Helper()
@@ -17,7 +23,7 @@ func (r *rcQP) withCC(t *testing.T, cc string) *flowctl.Manager {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fc, err := flowctl.New(flowctl.Config{Algorithm: alg})
+	fc, err := flowctl.New(flowctl.Config{Algorithm: alg, Clock: stopped{}})
 	if err != nil {
 		t.Fatal(err)
 	}
