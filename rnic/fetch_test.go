@@ -56,9 +56,7 @@ func TestFetchSend(t *testing.T) {
 	p := newPair(t, pairOpts{})
 	a := p.a
 	src := &ring{}
-	p.qa.Lock()
 	p.qa.SetSendSource(src)
-	p.qa.Unlock()
 	write := func(id uint64) ib.SendWR {
 		return ib.SendWR{WRID: id, Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled, SGL: []rnic.SGE{sge(a, 0, 8)},
 			RemoteAddr: memVA, RKey: p.b.mr.RKey}

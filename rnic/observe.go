@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"sort"
 
+	"github.com/rnicd/rnicd/ib"
 	"github.com/rnicd/rnicd/rnic/flowctl"
 	"github.com/rnicd/rnicd/wire/ibudp"
 )
@@ -30,25 +31,46 @@ type QPInfo struct {
 	CC flowctl.QPState
 }
 
+// QPStatus is one QP's attributes and the engine's state behind them,
+// taken together under the QP's lock: what listings show (QPInfo, the
+// host interface's ListQPs).
+type QPStatus struct {
+	Attr                      ib.QPAttr
+	SQPSN, UnaPSN, RQPSN      uint32 // as in QPInfo
+	PathMTU                   int    // bytes; a UD QP's is the port's
+	SQUsed, SQCap, SQInFlight int
+	RQUsed                    int // of the SRQ when the QP uses one
+}
+
+// Status returns qp's status.
+func (d *Device) Status(qp *QP) QPStatus {
+	qp.Lock()
+	st := QPStatus{
+		Attr: qp.Attr, SQPSN: qp.Req.PSN, UnaPSN: qp.Comp.PSN, RQPSN: qp.Resp.EPSN, PathMTU: qp.MTU(),
+		SQUsed: qp.SQ.Len(), SQCap: qp.SQ.Cap(), SQInFlight: int(qp.SQ.Next - qp.SQ.Head),
+	}
+	st.Attr.State = qp.State()
+	qp.Unlock()
+	st.RQUsed = qp.Recv().Len()
+	return st
+}
+
 // QPInfo returns the QP table, in QPN order.
 func (d *Device) QPInfo() []QPInfo {
 	qps := d.qps.All()
 	sort.Slice(qps, func(i, j int) bool { return qps[i].QPN < qps[j].QPN })
 	out := make([]QPInfo, 0, len(qps))
 	for _, qp := range qps {
-		qp.Lock()
+		st := d.Status(qp)
 		in := QPInfo{
-			QPN: qp.QPN, Type: qp.Type.String(), State: qp.State().String(),
-			SQPSN: qp.Req.PSN, UnaPSN: qp.Comp.PSN, RQPSN: qp.Resp.EPSN,
-			DestQPN: qp.Attr.DestQPN, PathMTU: qp.MTU(),
-			SQUsed: qp.SQ.Len(), SQCap: qp.SQ.Cap(), SQInFlight: int(qp.SQ.Next - qp.SQ.Head),
-			CC: d.fc.State(&qp.FC),
+			QPN: qp.QPN, Type: qp.Type.String(), State: st.Attr.State.String(),
+			SQPSN: st.SQPSN, UnaPSN: st.UnaPSN, RQPSN: st.RQPSN,
+			DestQPN: st.Attr.DestQPN, PathMTU: st.PathMTU,
+			SQUsed: st.SQUsed, SQCap: st.SQCap, SQInFlight: st.SQInFlight, RQUsed: st.RQUsed,
 		}
-		if qp.Dest().IsValid() && !qp.Dest().IsUnspecified() {
-			in.Dest = qp.Dest()
+		if dest := st.Attr.AH.Addr(); dest.IsValid() && !dest.IsUnspecified() {
+			in.Dest = dest
 		}
-		qp.Unlock()
-		in.RQUsed = qp.Recv().Len()
 		if qp.SRQ == nil {
 			in.RQCap = qp.Caps.MaxRecvWR
 		}

@@ -255,3 +255,42 @@ func TestRequestTargets(t *testing.T) {
 		}
 	}
 }
+
+// list_qps shows each QP as the engine has it, with its owner: after one
+// WRITE to itself and one receive posted, the next PSNs on both sides
+// have moved by one and the receive waits.
+func TestListQPs(t *testing.T) {
+	n := newNIC(t, "127.4.1.14")
+	c := n.client(t)
+	k := newKit(t, n, c)
+	var cons uint32
+	k.q.post(t, c, &ib.SendWR{WRID: 1, Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled,
+		SGL: []ib.SGE{{Addr: kitIOVA, Length: 8, LKey: k.mr.LKey}}, RemoteAddr: kitIOVA + 4096, RKey: k.mr.RKey}, nil)
+	if wc := poll(t, k.q.cq, &cons); wc.Status != ib.WCSuccess {
+		t.Fatalf("WRITE: %v", &wc)
+	}
+	if err := EncodeRecvWQE(k.q.rq.Slot(0), &ib.RecvWR{WRID: 2}); err != nil {
+		t.Fatal(err)
+	}
+	k.q.rq.SetProducer(1)
+	if err := c.Send(KindDoorbell, &DoorbellReq{H: k.q.h, Queue: DoorbellRecv}); err != nil {
+		t.Fatal(err)
+	}
+	if err := asyncErr(t, c); err != nil {
+		t.Fatal(err)
+	}
+	var r ListQPsReply
+	call(t, c, KindListQPs, &ListQPsReq{}, nil, &r)
+	if len(r.Rows) != 1 || r.More {
+		t.Fatalf("%d rows (more %v), want 1", len(r.Rows), r.More)
+	}
+	got := r.Rows[0]
+	want := QPRow{QPN: k.q.qpn, SQPSN: 1, RQPSN: 1, DestQPN: k.q.qpn, Type: ib.QPTypeRC, State: ib.QPSRTS,
+		PathMTU: ib.MTU1024, Dest: n.addr.As16(), SQDepth: 0, RQDepth: 1, PID: got.PID, Comm: got.Comm}
+	if got != want {
+		t.Fatalf("row %+v\nwant %+v", got, want)
+	}
+	if got.PID == 0 || got.Comm == "" || got.Comm == "rnicd" {
+		t.Fatalf("owner pid %d comm %q: want this test process", got.PID, got.Comm)
+	}
+}

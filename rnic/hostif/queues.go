@@ -248,9 +248,7 @@ func (c *conn) createQP(_ object, b Body, _ []int) (Body, []int, error) {
 	if srq != nil {
 		srq.hold()
 	}
-	qp.Lock()
 	qp.SetSendSource(q)
-	qp.Unlock()
 	c.s.qps.Store(qp.QPN, q)
 	reply.H = c.add(q)
 	return reply, []int{fd}, nil
@@ -292,9 +290,7 @@ func (q *qpObj) release(c *conn) error {
 	c.s.dev.DestroyQP(q.qp)
 	c.s.qps.Delete(q.qp.QPN)
 	// Nothing retires into the rings once their memory is gone.
-	q.qp.Lock()
 	q.qp.SetSendSource(nil)
-	q.qp.Unlock()
 	if q.rqFeed != nil {
 		q.qp.RQ.SetSource(nil)
 	}

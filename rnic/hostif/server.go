@@ -704,15 +704,11 @@ func (c *conn) listQPs(_ object, b Body, _ []int) (Body, []int, error) {
 			q := o.(*qpObj)
 			row.PID, row.Comm = uint32(q.owner.pid), q.owner.comm
 		}
-		qp.Lock()
-		row.Type, row.State, row.PathMTU = qp.Type, qp.State(), qp.Attr.PathMTU
-		row.SQPSN, row.RQPSN, row.DestQPN = qp.Req.PSN, qp.Resp.EPSN, qp.Attr.DestQPN
-		row.Dest = qp.Attr.AH.DGID
-		row.SQDepth = uint32(qp.SQ.Len())
-		if rq := qp.Recv(); rq != nil {
-			row.RQDepth = uint32(rq.Len())
-		}
-		qp.Unlock()
+		st := c.s.dev.Status(qp)
+		row.Type, row.State, row.PathMTU = qp.Type, st.Attr.State, st.Attr.PathMTU
+		row.SQPSN, row.RQPSN, row.DestQPN = st.SQPSN, st.RQPSN, st.Attr.DestQPN
+		row.Dest = st.Attr.AH.DGID
+		row.SQDepth, row.RQDepth = uint32(st.SQUsed), uint32(st.RQUsed)
 		out.Rows = append(out.Rows, row)
 	}
 	return out, nil, nil

@@ -224,8 +224,12 @@ type SendSource interface {
 	Retire(n int)
 }
 
-// SetSendSource makes src the QP's send source. Call with the lock held.
-func (qp *QP) SetSendSource(src SendSource) { qp.sendSrc = src }
+// SetSendSource makes src the QP's send source (nil: none).
+func (qp *QP) SetSendSource(src SendSource) {
+	qp.mu.Lock()
+	qp.sendSrc = src
+	qp.mu.Unlock()
+}
 
 // SendSource returns the QP's send source, nil if it has none. Call with
 // the lock held.
