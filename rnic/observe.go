@@ -40,6 +40,7 @@ type QPStatus struct {
 	PathMTU                   int    // bytes; a UD QP's is the port's
 	SQUsed, SQCap, SQInFlight int
 	RQUsed                    int // of the SRQ when the QP uses one
+	CC                        flowctl.QPState
 }
 
 // Status returns qp's status.
@@ -48,6 +49,7 @@ func (d *Device) Status(qp *QP) QPStatus {
 	st := QPStatus{
 		Attr: qp.Attr, SQPSN: qp.Req.PSN, UnaPSN: qp.Comp.PSN, RQPSN: qp.Resp.EPSN, PathMTU: qp.MTU(),
 		SQUsed: qp.SQ.Len(), SQCap: qp.SQ.Cap(), SQInFlight: int(qp.SQ.Next - qp.SQ.Head),
+		CC: d.fc.State(&qp.FC),
 	}
 	st.Attr.State = qp.State()
 	qp.Unlock()
@@ -66,7 +68,7 @@ func (d *Device) QPInfo() []QPInfo {
 			QPN: qp.QPN, Type: qp.Type.String(), State: st.Attr.State.String(),
 			SQPSN: st.SQPSN, UnaPSN: st.UnaPSN, RQPSN: st.RQPSN,
 			DestQPN: st.Attr.DestQPN, PathMTU: st.PathMTU,
-			SQUsed: st.SQUsed, SQCap: st.SQCap, SQInFlight: st.SQInFlight, RQUsed: st.RQUsed,
+			SQUsed: st.SQUsed, SQCap: st.SQCap, SQInFlight: st.SQInFlight, RQUsed: st.RQUsed, CC: st.CC,
 		}
 		if dest := st.Attr.AH.Addr(); dest.IsValid() && !dest.IsUnspecified() {
 			in.Dest = dest
