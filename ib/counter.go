@@ -26,6 +26,7 @@ const (
 	ICRCErrors                         // icrc_errors: packets the port dropped for a bad ICRC
 	AckHeld                            // ack_held: ACKs held back to go out with the QP's next request
 	AckHoldExpired                     // ack_hold_expired: held ACKs that went alone (no request in time, or the QP was modified or destroyed)
+	NAKRepeated                        // naks_repeated: sequence error NAKs sent again because their gap outlived a round trip (also in naks_sent)
 	DropMalformed                      // drop_malformed: headers do not parse
 	DropUnknownQP                      // drop_unknown_qp: no QP with the destination QPN
 	DropBadTransport                   // drop_bad_transport: opcode of another service than the QP's
@@ -46,7 +47,7 @@ var counterNames = [NumCounters]string{
 	"retry_exceeded_err", "retry_rnr_exceeded_err", "completer_retry_err",
 	"send_err", "rdma_sends", "rdma_recvs", "local_ack_timeout_err",
 	"retransmitted_pkts", "naks_sent", "icrc_errors", "ack_held",
-	"ack_hold_expired", "drop_malformed",
+	"ack_hold_expired", "naks_repeated", "drop_malformed",
 	"drop_unknown_qp", "drop_bad_transport", "drop_bad_pkey",
 	"drop_bad_address", "drop_qp_state", "drop_bad_qkey", "drop_no_recv_wqe",
 	"drop_unexpected_response", "drop_uc_message", "drop_corrupted",

@@ -93,7 +93,7 @@ func (d *Device) expireAcks() {
 	for _, x := range holds {
 		x.qp.Lock()
 		if d.rx.ExpireAck(x.qp, d.sendTX, now) {
-			if until := x.qp.Resp.AckHoldUntil; next.IsZero() || until.Before(next) {
+			if until := d.rx.Deadline(x.qp); !until.IsZero() && (next.IsZero() || until.Before(next)) {
 				next = until
 			}
 		} else {

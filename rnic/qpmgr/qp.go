@@ -112,6 +112,12 @@ type CompState struct {
 	// another one each.
 	RetriedPSN  uint32
 	HaveRetried bool
+	// NAKPSN is the PSN of the last sequence error NAK that cost a retry,
+	// at NAKAt (HaveNAK set): a repeat of it within the ACK timeout
+	// costs none (rx.Handler.retryNAK).
+	NAKPSN  uint32
+	NAKAt   time.Time
+	HaveNAK bool
 }
 
 // RespResource is an RDMA READ or atomic a responder keeps to serve again
@@ -132,7 +138,16 @@ type RespResource struct {
 type RespState struct {
 	EPSN    uint32 // expected PSN
 	MSN     uint32 // message sequence number
-	NAKSent bool   // a NAK for the current gap was sent (one per gap)
+	NAKSent bool   // a NAK (sequence error or RNR) for the current gap was sent
+	// A sequence-error NAK is sent again while its gap persists
+	// (rx.Handler.nakAgain): NAKAgain is when (zero: never, as after an
+	// RNR NAK), NAKAt when the last one went, NAKs how many went for this
+	// gap, and NAKRTT the smoothed time from a gap's only NAK to the
+	// expected PSN arriving: the round trip the requester takes to resend.
+	NAKAgain time.Time
+	NAKAt    time.Time
+	NAKs     int
+	NAKRTT   time.Duration
 	// The message being received.
 	InMsg     bth.Flags // FlagSend or FlagWrite while a multi-packet message is open
 	HaveWQE   bool

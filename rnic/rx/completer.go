@@ -73,7 +73,7 @@ func (h *Handler) ack(qp *qpmgr.QP, p bth.Packet) {
 		if qp.State() == ib.QPSErr || !qp.Outstanding() {
 			return
 		}
-		h.retry(qp, trace.RetryNAK)
+		h.retryNAK(qp, psn)
 	default:
 		// Invalid request, remote access or remote operational error:
 		// the WQE at psn failed and the QP goes to ERR (IBTA 9.7.5.1.4).
@@ -165,6 +165,27 @@ func (h *Handler) retry(qp *qpmgr.QP, why trace.RetryReason) {
 	if qp.Comp.RetryCnt != 7 || !h.Retry7Forever {
 		qp.Comp.RetryCnt--
 	}
+	h.goBack(qp, why)
+}
+
+// retryNAK answers a PSN sequence error NAK for psn. A responder repeats
+// its NAK while the gap lasts (nak.go): a NAK for the PSN of the last one
+// within the ACK timeout of it still sends the requester back, but costs
+// retry_cnt at most once per ACK timeout, as a timeout would, so that a
+// requester slow to resend is not failed by the NAKs of one gap.
+func (h *Handler) retryNAK(qp *qpmgr.QP, psn uint32) {
+	c := &qp.Comp
+	now := time.Now()
+	if c.HaveNAK && c.NAKPSN == psn && now.Sub(c.NAKAt) < qp.ACKTimeout() {
+		h.goBack(qp, trace.RetryNAK)
+		return
+	}
+	c.HaveNAK, c.NAKPSN, c.NAKAt = true, psn, now
+	h.retry(qp, trace.RetryNAK)
+}
+
+// goBack has the requester go back to Comp.PSN when it next runs.
+func (h *Handler) goBack(qp *qpmgr.QP, why trace.RetryReason) {
 	h.Counters.Inc(ib.CompleterRetryErr)
 	qp.Req.NeedRetry = true
 	if h.Trace.On() {

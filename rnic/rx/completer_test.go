@@ -178,3 +178,69 @@ func newFC(t testing.TB, window int) *flowctl.Manager {
 	}
 	return fc
 }
+
+// nakFor builds a PSN sequence error NAK for psn.
+func nakFor(qpn, psn, msn uint32) []byte {
+	buf := ackFor(qpn, psn, msn)
+	p, _ := bth.Parse(buf)
+	p.AETH().Encode(bth.NAKPSNSeqError, msn)
+	return buf
+}
+
+// TestRepeatedNAKCostsOneRetry: a responder repeats its NAK while the gap
+// lasts (nak.go). With retry_cnt 1, three NAKs for the same PSN within
+// the ACK timeout each send the requester back but cost one retry in all:
+// the QP stays in RTS and completes the WRITE once ACKed. A NAK for
+// another PSN costs the next retry, and with none left fails the WRITE.
+func TestRepeatedNAKCostsOneRetry(t *testing.T) {
+	r := newRCQP(t)
+	qp := r.qp
+	qp.Attr.RetryCnt, qp.Comp.RetryCnt = 1, 1
+	req := wqe.Engine{DMA: r.tab, FC: newFC(t, 0)}
+	if _, err := qp.PostSend([]qpmgr.SendWQE{r.write(1, 3000)}); err != nil {
+		t.Fatal(err)
+	}
+	var tx sent
+	if n := req.Run(qp, &tx, 16); n != 3 {
+		t.Fatalf("requester sent %d packets, want 3", n)
+	}
+	for i := 1; i <= 3; i++ {
+		nak := ibudp.NewBuf()
+		if !nak.SetRoCE(nakFor(qp.QPN, 0x11, 0)) {
+			t.Fatal("NAK does not parse")
+		}
+		nak.Peer = r.peer
+		r.h.Receive(nak, &tx)
+		r.h.Flush(&tx)
+		if st := qp.State(); st != ib.QPSRTS || qp.Comp.RetryCnt != 0 || !qp.Req.NeedRetry {
+			t.Fatalf("after NAK %d: state %v, retries left %d, retry pending %v; want RTS, 0, true", i, st, qp.Comp.RetryCnt, qp.Req.NeedRetry)
+		}
+		if n := req.Run(qp, &tx, 16); n != 2 {
+			t.Fatalf("after NAK %d the requester resent %d packets, want 2 (from PSN 0x11)", i, n)
+		}
+	}
+	if c := r.h.Counters.Get(ib.RcvdSeqErr); c != 3 {
+		t.Fatalf("rcvd_seq_err = %d, want 3", c)
+	}
+	r.ack(t, &tx, 0x12, 1)
+	var wc [1]ib.WC
+	if r.cq.Poll(wc[:]) != 1 || wc[0] != (ib.WC{WRID: 1, Status: ib.WCSuccess, Opcode: ib.WCRDMAWrite, ByteLen: 3000, QPNum: qp.QPN}) {
+		t.Fatalf("completion %+v", wc[0])
+	}
+	// A new gap with no retry left: the first NAK for it fails the WRITE.
+	qp.Comp.RetryCnt = 0
+	if _, err := qp.PostSend([]qpmgr.SendWQE{r.write(2, 3000)}); err != nil {
+		t.Fatal(err)
+	}
+	if n := req.Run(qp, &tx, 16); n != 3 {
+		t.Fatalf("requester sent %d packets, want 3", n)
+	}
+	nak := ibudp.NewBuf()
+	nak.SetRoCE(nakFor(qp.QPN, 0x13, 1)) // the first PSN: no progress
+	nak.Peer = r.peer
+	r.h.Receive(nak, &tx)
+	r.h.Flush(&tx)
+	if r.cq.Poll(wc[:]) != 1 || wc[0] != (ib.WC{WRID: 2, Status: ib.WCRetryExcErr, Opcode: ib.WCRDMAWrite, QPNum: qp.QPN}) {
+		t.Fatalf("completion after a NAK with no retry left: %+v", wc[0])
+	}
+}

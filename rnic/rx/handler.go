@@ -236,19 +236,21 @@ func (h *Handler) SendHeldAck(qp *qpmgr.QP, tx qpmgr.TX) bool {
 
 // ExpireAck is called, with qp locked, when an ACK may have been held for
 // as long as it may: if so, it goes alone and the QP leaves ping-pong
-// mode. It reports whether qp still holds an ACK. It may run on any
-// goroutine.
+// mode. A NAK whose gap persists goes again (nak.go). It reports whether
+// qp still holds an ACK or a NAK to repeat (see Deadline). It may run on
+// any goroutine.
 func (h *Handler) ExpireAck(qp *qpmgr.QP, tx qpmgr.TX, now time.Time) bool {
+	nak := h.expireNAK(qp, tx, now)
 	r := &qp.Resp
 	if !r.AckHeld {
-		return false
+		return nak
 	}
 	if now.Before(r.AckHoldUntil) {
 		return true
 	}
 	r.PingPong = false
 	h.sendHeld(qp, tx, ib.AckHoldExpired)
-	return false
+	return nak
 }
 
 // sendHeld sends qp's held ACK, counted as c, unless the QP answers no

@@ -3,6 +3,7 @@ package rx
 import (
 	"encoding/binary"
 	"errors"
+	"time"
 
 	"github.com/rnicd/rnicd/ib"
 	"github.com/rnicd/rnicd/rnic/dma"
@@ -23,19 +24,21 @@ func (h *Handler) respondRC(qp *qpmgr.QP, p bth.Packet, tx qpmgr.TX) {
 	}
 	switch {
 	case d > 0:
-		// A gap: NAK it once, drop everything until the expected PSN
-		// comes (IBTA 9.7.5.1.2, C9-95).
+		// A gap: NAK it, drop everything until the expected PSN comes
+		// (IBTA 9.7.5.1.2, C9-95). The NAK goes again if the gap
+		// outlives the round trip (nakAgain).
 		h.Counters.Inc(ib.OutOfSeqRequest)
-		if !r.NAKSent {
-			r.NAKSent = true
-			h.sendAck(qp, tx, bth.NAKPSNSeqError, r.EPSN)
+		if !r.NAKSent || !r.NAKAgain.IsZero() && !time.Now().Before(r.NAKAgain) {
+			h.sendSeqNAK(qp, tx)
 		}
 		return
 	case d < 0:
 		h.duplicate(qp, p, tx)
 		return
 	}
-	r.NAKSent = false
+	if r.NAKSent {
+		h.gapClosed(qp)
+	}
 	op := p.Opcode()
 	if syn, ok := h.checkRequest(qp, p); !ok {
 		h.fatal(qp, tx, syn, psn, ib.WCRemInvReqErr)

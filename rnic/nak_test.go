@@ -1,0 +1,42 @@
+package rnic_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/rnicd/rnicd/ib"
+	"github.com/rnicd/rnicd/rnic"
+	"github.com/rnicd/rnicd/wire/ibudp"
+)
+
+// TestLostNAKRepeated: the first packet of a 20-packet WRITE is lost, and
+// so is the NAK the responder sends for the gap. The responder NAKs the
+// gap again about two round trips later (rnic/rx/nak.go), so the
+// requester goes back without waiting for its ACK timeout (67 ms), and
+// the data arrives whole. Before, a lost NAK always cost a timeout.
+func TestLostNAKRepeated(t *testing.T) {
+	p := newPair(t, pairOpts{faulty: true, retry: 7, timeout: 14}) // 67 ms
+	const n = 20 << 10
+	fill(p.a.mem[:n], 11)
+	p.a.faulty.SetTX(ibudp.Faults{DropNth: 1})                                 // the WRITE's first packet
+	p.b.faulty.SetTX(ibudp.Faults{DropNth: 1, FilterQPN: true, QPN: p.qa.QPN}) // b's first packet to a: the NAK
+	mustPost(t, p.a, p.qa, rnic.SendWR{WRID: 1, Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled,
+		SGL: []rnic.SGE{sge(p.a, 0, n)}, RemoteAddr: memVA, RKey: p.b.mr.RKey})
+	checkWC(t, p.a.poll(1, 5*time.Second)[0], rnic.WC{WRID: 1, Opcode: ib.WCRDMAWrite, ByteLen: n, QPNum: p.qa.QPN})
+	sameBytes(t, "WRITE after a lost NAK", p.b.mem[:n], p.a.mem[:n])
+	if tx := p.b.faulty.FaultStats().TX; tx.Dropped != 1 {
+		t.Fatalf("b's port dropped %d packets, want the one NAK", tx.Dropped)
+	}
+	for _, c := range []struct {
+		n    *node
+		name string
+		want uint64
+	}{
+		{p.b, "naks_sent", 2}, {p.b, "naks_repeated", 1}, {p.b, "out_of_seq_request", 19},
+		{p.a, "rcvd_seq_err", 1}, {p.a, "local_ack_timeout_err", 0}, {p.a, "retry_exceeded_err", 0},
+	} {
+		if got := counter(c.n, c.name); got != c.want {
+			t.Errorf("%s = %d, want %d", c.name, got, c.want)
+		}
+	}
+}
