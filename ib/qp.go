@@ -189,6 +189,11 @@ const (
 	MaxInlineData = 1024
 	MaxRdAtomic   = 128 // rxe: max_qp_rd_atom
 	MaxMsgSize    = 1 << 31
+	// GIDTableLen is the port's GID table length (gid_tbl_len): the
+	// port's one RoCEv2 GID at index 0 and 1, where rxe puts an IPv4
+	// address's v1 and v2 GIDs, so the -g 1 / -x 1 habit of rxe hosts
+	// works. ib_core refuses an sgid_index at or past it (EINVAL).
+	GIDTableLen = 2
 )
 
 // QPCap are the sizes of a QP's queues (ibv_qp_cap).

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -301,4 +302,17 @@ func TestUD(t *testing.T) {
 	if err := a.dev.PostSend(p.qa, []rnic.SendWR{{Opcode: ib.WRSend, SGL: []rnic.SGE{sge(a, 0, 1025)}, AH: ah}}); err == nil {
 		t.Fatal("UD send larger than the MTU was accepted")
 	}
+	far := *ah
+	far.SGIDIndex = ib.GIDTableLen
+	err := a.dev.PostSend(p.qa, []rnic.SendWR{{Opcode: ib.WRSend, SGL: []rnic.SGE{sge(a, 0, 8)}, AH: &far, RemoteQPN: p.qb.QPN, RemoteQKey: qkey}})
+	if err == nil || !strings.Contains(err.Error(), "sgid_index 2: the port's GID table has 2 entries") {
+		t.Fatalf("UD send with an sgid_index past the GID table: %v", err)
+	}
+	// The last index is taken; the receive left by the bad Q_Key takes it.
+	last := *ah
+	last.SGIDIndex = ib.GIDTableLen - 1
+	mustPost(t, a, p.qa, rnic.SendWR{WRID: 21, Opcode: ib.WRSend, Flags: ib.SendSignaled,
+		SGL: []rnic.SGE{sge(a, 0, 8)}, AH: &last, RemoteQPN: p.qb.QPN, RemoteQKey: qkey})
+	checkWC(t, a.poll(1, 5*time.Second)[0], rnic.WC{WRID: 21, Opcode: ib.WCSend, ByteLen: 8, QPNum: p.qa.QPN})
+	checkWC(t, b.poll(1, 5*time.Second)[0], rnic.WC{WRID: 99, Opcode: ib.WCRecv, ByteLen: 48, QPNum: p.qb.QPN, SrcQP: p.qa.QPN, WCFlags: ib.WCFlagGRH})
 }

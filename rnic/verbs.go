@@ -261,6 +261,8 @@ func (d *Device) checkSend(qp *QP, st ib.QPState, wr *SendWR) (qpmgr.SendWQE, er
 		return w, fmt.Errorf("rnic: UD message of %d bytes exceeds the MTU %d", w.Len, qp.MTU())
 	case qp.Type == ib.QPTypeUD && (wr.AH == nil || !wr.AH.Addr().IsValid()):
 		return w, errors.New("rnic: UD send needs an address handle")
+	case wr.AH != nil && int(wr.AH.SGIDIndex) >= ib.GIDTableLen:
+		return w, fmt.Errorf("rnic: address handle's sgid_index %d: the port's GID table has %d entries", wr.AH.SGIDIndex, ib.GIDTableLen)
 	}
 	if wr.AH != nil {
 		ah := *wr.AH

@@ -388,6 +388,8 @@ func checkAttr(a *ib.QPAttr, mask ib.AttrMask, portMTU int) error {
 		return fmt.Errorf("qp_access_flags %v not allowed on a QP", a.AccessFlags)
 	case mask&ib.AttrAV != 0 && !a.AH.Addr().IsValid():
 		return fmt.Errorf("address vector has no usable DGID")
+	case mask&ib.AttrAV != 0 && int(a.AH.SGIDIndex) >= ib.GIDTableLen:
+		return fmt.Errorf("sgid_index %d: the port's GID table has %d entries", a.AH.SGIDIndex, ib.GIDTableLen)
 	case mask&ib.AttrPKeyIndex != 0 && a.PKeyIndex != 0:
 		return fmt.Errorf("pkey_index %d: the port has one P_Key", a.PKeyIndex)
 	}
