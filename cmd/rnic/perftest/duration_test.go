@@ -88,3 +88,19 @@ func TestPollerPassesWaitErrors(t *testing.T) {
 		t.Fatalf("poll on a destroyed CQ: %v", err)
 	}
 }
+
+// -x picks the source GID by index: the last index of the table runs, one
+// past it is refused on both sides, naming the table's size.
+func TestGIDIndexOutOfTable(t *testing.T) {
+	srv, cli, srvErr, cliErr := runLocalPair(t, "ib_write_bw", "-x", "1", "-n", "8", "-s", "64")
+	if srvErr != nil || cliErr != nil || !strings.Contains(cli, " GID index       : 1\n") {
+		t.Fatalf("-x 1: server: %v\n%s\nclient: %v\n%s", srvErr, srv, cliErr, cli)
+	}
+	srv, cli, srvErr, cliErr = runLocalPair(t, "ib_write_bw", "-x", "2", "-n", "8", "-s", "64")
+	const want = "GID index 2: the port's GID table has 2 entries (0..1)"
+	for who, err := range map[string]error{"server": srvErr, "client": cliErr} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("-x 2: %s: %v, want %q\nserver:\n%s\nclient:\n%s", who, err, want, srv, cli)
+		}
+	}
+}

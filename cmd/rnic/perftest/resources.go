@@ -91,13 +91,16 @@ func newResources(ctx *verbs.Context, p *Params, l link) (*resources, error) {
 	if err != nil {
 		return nil, err
 	}
-	// The GID is the port's RoCEv2 GID whatever -x says: rnicd's GID table
-	// is not rxe's, and users bring -x 1 from rxe hosts.
+	// -x picks the source GID by index; an index past the table is
+	// refused, as perftest refuses a GID ibv_query_gid cannot read.
 	r.gidIndex = port.GIDIndex
 	if p.GIDIndex >= 0 {
+		if p.GIDIndex >= len(port.GIDs) {
+			return nil, fmt.Errorf("perftest: GID index %d: the port's GID table has %d entries (0..%d)", p.GIDIndex, len(port.GIDs), len(port.GIDs)-1)
+		}
 		r.gidIndex = p.GIDIndex
 	}
-	gid := port.GIDs[port.GIDIndex]
+	gid := port.GIDs[r.gidIndex]
 	for i := 0; i < n; i++ {
 		qp, err := pd.CreateQP(verbs.QPInitAttr{Type: p.Conn, SendCQ: r.sendCQ, RecvCQ: r.recvCQ,
 			Cap: verbs.QPCap{MaxSendWR: p.TxDepth, MaxSendSGE: 1, MaxRecvWR: p.RxDepth, MaxRecvSGE: 1, MaxInlineData: p.Inline}})
