@@ -500,3 +500,25 @@ func TestPingpongQPAttributes(t *testing.T) {
 		})
 	}
 }
+
+// -g picks the GID by index; one past the table is refused before any
+// exchange with rdma-core's message and the table's size, on every kind.
+func TestPingpongGIDIndexOutOfTable(t *testing.T) {
+	for _, k := range []ppKind{ppRC, ppUC, ppUD, ppSRQ} {
+		ln, err := net.Listen("tcp", testServerAddr+":0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := parsePingpong(k, []string{"--local", testServerAddr, "-g", "2", "--timeout", "5s"}, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out bytes.Buffer
+		_, err = runPingpong(cfg, ln, &out)
+		ln.Close()
+		const want = "can't read sgid of index 2 (the GID table has 2 entries)"
+		if err == nil || err.Error() != want || out.Len() != 0 {
+			t.Errorf("%s -g 2: %v, want %q; printed %q", k.tool(), err, want, out.String())
+		}
+	}
+}
