@@ -1,11 +1,13 @@
 package rnic_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/rnicd/rnicd/ib"
 	"github.com/rnicd/rnicd/rnic"
+	"github.com/rnicd/rnicd/rnic/trace"
 	"github.com/rnicd/rnicd/wire/ibudp"
 )
 
@@ -84,5 +86,43 @@ func TestNoCCNoCNP(t *testing.T) {
 	b, a := p.b.dev.Counters(), p.a.dev.Counters()
 	if marked == 0 || b["np_ecn_marked_roce_packets"] != marked || b["np_cnp_sent"] != 0 || a["rp_cnp_handled"] != 0 {
 		t.Fatalf("marked %d; b %d marked, %d CNPs; a handled %d", marked, b["np_ecn_marked_roce_packets"], b["np_cnp_sent"], a["rp_cnp_handled"])
+	}
+}
+
+// The trace shows DCQCN at work: each CE packet the receiver took and
+// the CNP it sent, each CNP the sender took, and its reaction point's
+// rate steps, as many as the counters say.
+func TestDCQCNTraced(t *testing.T) {
+	tr := trace.New(1 << 20)
+	sub := tr.Subscribe(trace.Filter{})
+	defer sub.Close()
+	p := congested(t, pairOpts{cc: "dcqcn", trace: tr})
+	marked := p.b.faulty.FaultStats().RX.Marked
+	deadline := time.Now().Add(5 * time.Second)
+	for p.a.dev.Counters()["rp_cnp_handled"] != marked && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	buf := make([]trace.Event, 1<<20)
+	n := sub.TryRead(buf)
+	if sub.Lost() != 0 {
+		t.Fatalf("%d events lost", sub.Lost())
+	}
+	count := map[string]uint64{}
+	for _, e := range buf[:n] {
+		if e.Module != trace.ModFlowCtl {
+			continue
+		}
+		key := e.NIC + " " + e.Step.String()
+		if e.Step == trace.StepRate {
+			key += " " + e.Detail()[:strings.Index(e.Detail(), ":")]
+		}
+		count[key]++
+		if e.Detail() == "" || e.Detail() == e.Step.String() {
+			t.Fatalf("event %+v has no detail", e)
+		}
+	}
+	if count["rnic1 ce_received"] != marked || count["rnic1 cnp_sent"] != marked || count["rnic0 cnp_received"] != marked ||
+		count["rnic0 rate cnp"] != marked || count["rnic0 rate rate_decrease"] == 0 {
+		t.Fatalf("%d marks; flowctl events %v", marked, count)
 	}
 }
