@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
 	"sort"
 
 	"github.com/rnicd/rnicd/internal/kwait"
@@ -40,7 +41,29 @@ func commands() []command {
 
 func main() {
 	kwait.AtLeastTwo()
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	os.Exit(profiled(os.Getenv("RNIC_CPUPROFILE"), func() int { return run(os.Args[1:], os.Stdout, os.Stderr) }))
+}
+
+// profiled runs f under a pprof CPU profile written to path, or as it is
+// if path is empty. An environment variable, not a flag: the perftest and
+// ibverbs tools keep exactly the flags of the tools they copy, and the
+// profile is for BENCHMARKS.md's breakdowns, not for users.
+func profiled(path string, f func() int) int {
+	if path == "" {
+		return f()
+	}
+	out, err := os.Create(path)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "rnic: RNIC_CPUPROFILE:", err)
+		return 1
+	}
+	defer out.Close()
+	if err := pprof.StartCPUProfile(out); err != nil {
+		fmt.Fprintln(os.Stderr, "rnic: RNIC_CPUPROFILE:", err)
+		return 1
+	}
+	defer pprof.StopCPUProfile()
+	return f()
 }
 
 func run(args []string, stdout, stderr io.Writer) int {

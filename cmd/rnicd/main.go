@@ -29,6 +29,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"sort"
 	"syscall"
 	"time"
@@ -73,7 +74,8 @@ type config struct {
 	limits   hostif.Limits // what each client and all of them may hold (quota.go)
 	cc       flowctl.Algorithm
 	ccParams flowctl.Params
-	retry7   bool // retry_cnt 7 retries forever, as rxe
+	retry7   bool   // retry_cnt 7 retries forever, as rxe
+	cpuProf  string // file for a pprof CPU profile of the whole run
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -100,6 +102,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	ccParams := fs.String("cc-params", "", "DCQCN parameters by their mlx5 names, `name=value,...` (rp_ai_rate=5,np_min_time_between_cnps=4; see README)")
 	ccConfig := fs.String("cc-config", "", "read DCQCN parameters from `FILE`, one name=value a line, # comments (applied before -cc-params)")
 	httpAddr := fs.String("http", "", "also serve the monitor (web view, /metrics, /api/...) on this TCP `ADDR`ess, host:port")
+	fs.StringVar(&c.cpuProf, "cpuprofile", "", "write a pprof CPU profile of the daemon's whole run to `FILE` (go tool pprof; for BENCHMARKS.md's breakdowns)")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
 	}
@@ -235,6 +238,13 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	if c.cpuProf != "" {
+		stopProf, err := startCPUProfile(c.cpuProf)
+		if err != nil {
+			return err
+		}
+		defer stopProf()
+	}
 	if nofileErr != nil {
 		log.Warn("descriptors: keeping the soft limit", "err", nofileErr)
 	}
@@ -397,4 +407,19 @@ func printCounters(w io.Writer, dev *rnic.Device, srv *hostif.Server) {
 		}
 	}
 	fmt.Fprintln(w)
+}
+
+// startCPUProfile profiles the process into path until the returned
+// function runs: off unless -cpuprofile asks, since the profiler's signal
+// every 10 ms costs every thread a little.
+func startCPUProfile(path string) (func(), error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("-cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("-cpuprofile: %w", err)
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
@@ -178,5 +179,26 @@ func TestDefaultAddrIPv6Only(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestCPUProfile checks that -cpuprofile's file holds a pprof profile
+// (gzip, as go tool pprof reads it) once the run stops.
+func TestCPUProfile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "cpu.prof")
+	stop, err := startCPUProfile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
+		t.Fatalf("profile starts %x, want gzip's 1f8b", b[:min(len(b), 2)])
+	}
+	if _, err := startCPUProfile(filepath.Join(path, "no", "such", "dir")); err == nil {
+		t.Fatal("a profile file that cannot be created: no error")
 	}
 }
