@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# rnicd against the machine's own UDP, in one run on one veth pair (issue 7).
+# rnicd against the machine's own UDP and TCP, in one run on one veth pair
+# (issues 7 and 16); each run goes into BENCHMARKS.md above the earlier ones.
 # Needs root (network namespaces); installs iperf3 from Debian's packages.
 #   bench/run.sh [-quick] [-soak 10m] [-t SECONDS]
 set -euo pipefail
