@@ -310,6 +310,14 @@ func run(args []string, stdout, stderr io.Writer) error {
 	}
 	srv := hostif.NewServer(hostif.Config{Device: dev, Name: c.name, Log: log, Steering: steer, Limits: c.limits})
 	log.Info("limits", "daemon", c.limits.Daemon, "client", c.limits.Client)
+	// The CM agent on QP1 serves rdma_cm's requests (hostif's KindCM*).
+	if err := srv.StartCM(dev.GSI(), caGUID(dev.QueryPort().Addr)); err != nil {
+		obs.close()
+		dev.Close()
+		l.Close()
+		os.Remove(path)
+		return err
+	}
 	// A serving goroutine that stops leaves a daemon that is up but deaf
 	// (issue 19: Serve returned on EMFILE and nothing noticed): whichever
 	// stops, the daemon stops too, non-zero, with the reason.

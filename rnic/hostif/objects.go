@@ -20,6 +20,8 @@ const (
 	kindCQ
 	kindSRQ
 	kindQP
+	kindCMChannel
+	kindCMID
 )
 
 // kinds lists every kind with its name in messages and in the
@@ -34,6 +36,8 @@ var kinds = []struct {
 	{kindCQ, "CQ", "cq"},
 	{kindSRQ, "SRQ", "srq"},
 	{kindQP, "QP", "qp"},
+	{kindCMChannel, "CM event channel", "cm_event_channel"},
+	{kindCMID, "CM ID", "cm_id"},
 }
 
 // String names the kinds in k: "CQ", "QP or SRQ".
@@ -191,8 +195,9 @@ func (c *conn) destroy(o object, b Body, _ []int) (Body, []int, error) {
 }
 
 // teardownOrder is the order in which a dead client's objects go: every
-// object before the objects it uses.
-var teardownOrder = []objKind{kindQP, kindMR, kindSRQ, kindCQ, kindChannel, kindPD}
+// object before the objects it uses; CM IDs first, so that an
+// established connection's DREQ goes while its QP still exists.
+var teardownOrder = []objKind{kindCMID, kindCMChannel, kindQP, kindMR, kindSRQ, kindCQ, kindChannel, kindPD}
 
 // teardown destroys everything the client created. Its QPs go to ERR
 // first, so that their outstanding WQEs are flushed into the completion

@@ -36,6 +36,18 @@ const (
 	// KindLendPort asks for a socket of the daemon's port, steered to a
 	// block of QPNs, for the client to run its own data path (see LendReply).
 	KindLendPort Kind = 19
+	// The CM agent's requests (cm.go), rdma_cm's calls: an event channel
+	// (with an eventfd), CM IDs on it, and the next event of a channel.
+	KindCMCreateChannel  Kind = 20
+	KindCMDestroyChannel Kind = 21
+	KindCMCreateID       Kind = 22
+	KindCMDestroyID      Kind = 23
+	KindCMListen         Kind = 24
+	KindCMConnect        Kind = 25
+	KindCMAccept         Kind = 26
+	KindCMReject         Kind = 27
+	KindCMDisconnect     Kind = 28
+	KindCMGetEvent       Kind = 29
 )
 
 // Header flags.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/rnicd/rnicd/ib"
 	"github.com/rnicd/rnicd/rnic"
+	"github.com/rnicd/rnicd/rnic/cm"
 	"github.com/rnicd/rnicd/wire/ibudp"
 )
 
@@ -56,6 +57,13 @@ type Server struct {
 	acct accounts // what each client holds, against cfg.Limits
 	// acceptErrors counts accepts that failed and were retried.
 	acceptErrors atomic.Uint64
+
+	// The CM agent (cm.go), nil until StartCM; cmDropped counts events
+	// dropped for a full or closed channel.
+	cmAgent   *cm.Agent
+	cmStop    chan struct{}
+	cmRunning sync.WaitGroup
+	cmDropped atomic.Uint64
 }
 
 // NewServer returns a server for cfg.Device; the caller keeps owning the
@@ -244,11 +252,12 @@ func (s *Server) Objects() map[string]int {
 // (hostif_clients, hostif_objects_qp, ...).
 func (s *Server) Counters() map[string]uint64 {
 	m := map[string]uint64{
-		"hostif_bad_request": s.badRequests.Load(),
-		"hostif_bad_wqe":     s.badWQEs.Load(),
-		"hostif_cq_overrun":  s.cqOverruns.Load(),
-		"hostif_accept_err":  s.acceptErrors.Load(),
-		"hostif_over_limit":  s.overLimit.Load(),
+		"hostif_bad_request":      s.badRequests.Load(),
+		"hostif_bad_wqe":          s.badWQEs.Load(),
+		"hostif_cq_overrun":       s.cqOverruns.Load(),
+		"hostif_accept_err":       s.acceptErrors.Load(),
+		"hostif_over_limit":       s.overLimit.Load(),
+		"hostif_cm_event_dropped": s.cmDropped.Load(),
 	}
 	// What all clients hold of each limited resource, to set beside
 	// its limit: hostif_held_maps, hostif_held_fds, ...
@@ -316,6 +325,17 @@ func init() {
 		KindDoorbell: {name: "doorbell", body: func() Body { return &DoorbellReq{} }, target: kindQP | kindSRQ,
 			handle: (*conn).doorbell, noReply: true},
 		KindLendPort: {name: "lend_port", body: empty, handle: (*conn).lendPort},
+
+		KindCMCreateChannel:  {name: "create_event_channel", fds: 1, body: empty, cost: costOf(costChannel), handle: (*conn).cmCreateChannel},
+		KindCMDestroyChannel: {name: "destroy_event_channel", body: handle, target: kindCMChannel, handle: (*conn).destroy},
+		KindCMCreateID:       {name: "create_id", body: handle, target: kindCMChannel, handle: (*conn).cmCreateID},
+		KindCMDestroyID:      {name: "destroy_id", body: handle, target: kindCMID, handle: (*conn).destroy},
+		KindCMListen:         {name: "listen", body: func() Body { return &CMListenReq{} }, target: kindCMID, handle: (*conn).cmListen},
+		KindCMConnect:        {name: "connect", body: func() Body { return &CMConnectReq{} }, target: kindCMID, handle: (*conn).cmConnect},
+		KindCMAccept:         {name: "accept", body: func() Body { return &CMAcceptReq{} }, target: kindCMID, handle: (*conn).cmAccept},
+		KindCMReject:         {name: "reject", body: func() Body { return &CMDataReq{} }, target: kindCMID, handle: (*conn).cmReject},
+		KindCMDisconnect:     {name: "disconnect", body: func() Body { return &CMDataReq{} }, target: kindCMID, handle: (*conn).cmDisconnect},
+		KindCMGetEvent:       {name: "get_cm_event", body: handle, target: kindCMChannel, handle: (*conn).cmGetEvent},
 	}
 }
 
@@ -376,6 +396,11 @@ type conn struct {
 	block uint8
 
 	warned bool // the log said once that this client went over a limit
+
+	// cmIDs counts the client's CM IDs; cmQPNs the QPs bound to them,
+	// the only ones the CM agent may move (under mu).
+	cmIDs  int
+	cmQPNs map[uint32]int
 }
 
 // identify learns the client's pid and process name from its credentials.

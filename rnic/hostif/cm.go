@@ -1,0 +1,407 @@
+package hostif
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/rnicd/rnicd/ib"
+	"github.com/rnicd/rnicd/rnic/cm"
+	"github.com/rnicd/rnicd/wire/mad"
+)
+
+// The daemon's CM agent as its clients see it: rdma_cm's objects (an event
+// channel, CM IDs) in each client's object table, the agent (rnic/cm)
+// running the connections on QP1, and its events queued on the channel of
+// the ID they belong to. This is the part of Linux's ucma.c that a
+// userspace daemon needs: the CM moves only QPs of the client that owns
+// the CM ID, and a client that dies has its IDs destroyed (a DREQ for an
+// established connection) and its listeners closed.
+
+// Bounds a hostile client cannot push past: CM IDs per client, and events
+// waiting on one channel (past it an event is dropped and counted; a
+// connect request dropped this way is rejected).
+const (
+	maxCMIDs    = 1024
+	maxCMEvents = 4096
+)
+
+// StartCM starts the CM agent on gsi (the device's QP1) with caGUID as
+// the node's CA GUID; it runs until StopCM. Without it the CM requests
+// are refused.
+func (s *Server) StartCM(gsi cm.GSIPort, caGUID uint64) error {
+	a, err := cm.NewAgent(gsi, cm.Config{QP: (*cmQPs)(s), Event: s.cmEvent, CAGUID: caGUID})
+	if err != nil {
+		return fmt.Errorf("hostif: CM agent: %w", err)
+	}
+	s.cmAgent, s.cmStop = a, make(chan struct{})
+	s.cmRunning.Add(1)
+	go func() { defer s.cmRunning.Done(); a.Run(s.cmStop) }()
+	return nil
+}
+
+// StopCM stops the agent; call it when no client is left to use it.
+func (s *Server) StopCM() {
+	if s.cmAgent != nil {
+		close(s.cmStop)
+		s.cmRunning.Wait()
+	}
+}
+
+// cmQPs is the agent's QPModifier: it moves a QP only if the QP's owner
+// bound it to one of its CM IDs (Connect, Accept), so a connection never
+// touches another client's QP, even one that took a freed QPN.
+type cmQPs Server
+
+func (q *cmQPs) ModifyQP(qpn uint32, attr *ib.QPAttr, mask ib.AttrMask) error {
+	s := (*Server)(q)
+	v, ok := s.qps.Load(qpn)
+	if !ok {
+		return fmt.Errorf("hostif: no QP %d", qpn)
+	}
+	qp := v.(*qpObj)
+	c := qp.owner
+	c.mu.Lock()
+	bound := c.cmQPNs[qpn] > 0
+	c.mu.Unlock()
+	if !bound {
+		return fmt.Errorf("hostif: QP %d is not bound to a CM ID of its owner", qpn)
+	}
+	return s.dev.ModifyQP(qp.qp, attr, mask)
+}
+
+// cmChanObj is a CM event channel (rdma_create_event_channel): its
+// eventfd, written when an event is queued, and the queue.
+type cmChanObj struct {
+	useCount
+	fd int
+
+	mu     sync.Mutex
+	queue  []cmPending
+	closed bool
+}
+
+type cmPending struct {
+	ev     cm.Event
+	id     *cmIDObj
+	listen *cmIDObj // CONNECT_REQUEST: the listening ID
+}
+
+func (*cmChanObj) kind() objKind { return kindCMChannel }
+func (*cmChanObj) cost() Quota   { return costChannel }
+
+// release closes the channel; connect requests nobody fetched are
+// rejected, as rdma_destroy_event_channel's caller would have.
+func (o *cmChanObj) release(c *conn) error {
+	o.mu.Lock()
+	o.closed = true
+	q := o.queue
+	o.queue = nil
+	o.mu.Unlock()
+	for _, p := range q {
+		if p.ev.Type == cm.EventConnectRequest && p.id.h == 0 {
+			c.s.cmAgent.Do(func(*cm.CM) { p.ev.ID.Destroy() })
+		}
+	}
+	unix.Close(o.fd)
+	return nil
+}
+
+// cmIDObj is a CM ID (struct rdma_cm_id): a listener, or one connection.
+type cmIDObj struct {
+	noUsers
+	owner *conn
+	ch    *cmChanObj
+	h     uint32 // 0 for a connect request's ID the client has not fetched
+	// id and l are set and read inside the agent's Do only.
+	id  *cm.ID
+	l   *cm.Listener
+	qpn uint32 // the QP bound by Connect or Accept; 0: none
+}
+
+func (*cmIDObj) kind() objKind { return kindCMID }
+func (*cmIDObj) cost() Quota   { return Quota{} }
+
+// release is rdma_destroy_id: the connection ends (DREQ if established,
+// REJ if under way) and the listener closes.
+func (o *cmIDObj) release(c *conn) error {
+	c.s.cmAgent.Do(func(*cm.CM) {
+		if o.l != nil {
+			o.l.Close()
+		}
+		if o.id != nil {
+			o.id.Destroy()
+		}
+	})
+	c.mu.Lock()
+	c.unbindQPN(o.qpn)
+	c.cmIDs--
+	c.mu.Unlock()
+	o.ch.drop()
+	o.h = 0
+	return nil
+}
+
+// countCMID counts one more CM ID of the client, unless it holds the
+// most it may.
+func (c *conn) countCMID() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cmIDs >= maxCMIDs {
+		return false
+	}
+	c.cmIDs++
+	return true
+}
+
+// unbindQPN drops one binding of qpn; c.mu is held.
+func (c *conn) unbindQPN(qpn uint32) {
+	if qpn == 0 {
+		return
+	}
+	if c.cmQPNs[qpn]--; c.cmQPNs[qpn] <= 0 {
+		delete(c.cmQPNs, qpn)
+	}
+}
+
+// cmEvent routes an event of the CM to the channel of its ID's owner. It
+// runs on the agent's goroutine.
+func (s *Server) cmEvent(e cm.Event) {
+	var o, listen *cmIDObj
+	if e.Type == cm.EventConnectRequest {
+		listen, _ = e.Listener.Context().(*cmIDObj)
+		if listen == nil {
+			return
+		}
+		o = &cmIDObj{owner: listen.owner, ch: listen.ch, id: e.ID}
+		e.ID.SetContext(o)
+	} else if o, _ = e.ID.Context().(*cmIDObj); o == nil {
+		return
+	}
+	ch := o.ch
+	ch.mu.Lock()
+	if ch.closed || len(ch.queue) >= maxCMEvents {
+		ch.mu.Unlock()
+		s.cmDropped.Add(1)
+		if e.Type == cm.EventConnectRequest {
+			// The CM may not be called from its own event: reject on
+			// the agent's next turn.
+			go s.cmAgent.Do(func(*cm.CM) { e.ID.Destroy() })
+		}
+		return
+	}
+	ch.queue = append(ch.queue, cmPending{ev: e, id: o, listen: listen})
+	ch.mu.Unlock()
+	signalFD(ch.fd)
+}
+
+// cmReady checks that the daemon runs a CM agent.
+func (c *conn) cmReady() error {
+	if c.s.cmAgent == nil {
+		return errf(CodeUnknown, "this daemon runs no CM agent")
+	}
+	return nil
+}
+
+func (c *conn) cmCreateChannel(_ object, _ Body, fds []int) (Body, []int, error) {
+	if err := c.cmReady(); err != nil {
+		return nil, nil, err
+	}
+	if err := checkEventfd(fds[0]); err != nil {
+		return nil, nil, err
+	}
+	h := c.add(&cmChanObj{fd: fds[0]})
+	fds[0] = -1
+	return &Handle{H: h}, nil, nil
+}
+
+func (c *conn) cmCreateID(ch object, _ Body, _ []int) (Body, []int, error) {
+	if !c.countCMID() {
+		return nil, nil, errf(CodeLimit, "create_id: %d CM IDs is the most a client may hold", maxCMIDs)
+	}
+	co := ch.(*cmChanObj)
+	co.hold()
+	o := &cmIDObj{owner: c, ch: co}
+	o.h = c.add(o)
+	return &Handle{H: o.h}, nil, nil
+}
+
+func (c *conn) cmListen(t object, b Body, _ []int) (Body, []int, error) {
+	o, r := t.(*cmIDObj), b.(*CMListenReq)
+	var err error
+	c.s.cmAgent.Do(func(m *cm.CM) {
+		if o.l != nil || o.id != nil {
+			err = errors.New("the CM ID is already listening or connected")
+			return
+		}
+		o.l, err = m.Listen(r.ServiceID, o)
+	})
+	if err != nil {
+		return nil, nil, errf(CodeInvalid, "listen: %v", err)
+	}
+	return &Empty{}, nil, nil
+}
+
+// bindQP binds the client's QP handle h to o for the agent (cmQPs).
+func (c *conn) bindQP(o *cmIDObj, h uint32) (uint32, error) {
+	q, err := lookup[*qpObj](c, h, kindQP)
+	if err != nil {
+		return 0, err
+	}
+	if o.qpn != 0 {
+		return 0, errf(CodeInvalid, "CM ID %d already has QP %d", o.h, o.qpn)
+	}
+	c.mu.Lock()
+	if c.cmQPNs == nil {
+		c.cmQPNs = make(map[uint32]int)
+	}
+	o.qpn = q.qp.QPN
+	c.cmQPNs[o.qpn]++
+	c.mu.Unlock()
+	return o.qpn, nil
+}
+
+func (c *conn) unbindQP(o *cmIDObj) {
+	c.mu.Lock()
+	c.unbindQPN(o.qpn)
+	o.qpn = 0
+	c.mu.Unlock()
+}
+
+func (c *conn) cmConnect(t object, b Body, _ []int) (Body, []int, error) {
+	o, r := t.(*cmIDObj), b.(*CMConnectReq)
+	qpn, err := c.bindQP(o, r.QP)
+	if err != nil {
+		return nil, nil, err
+	}
+	p := cm.ConnectParam{
+		ServiceID: r.ServiceID, QPN: qpn,
+		Dest: cm.Dest{GID: mad.GID(r.DGID), PKey: 0xffff}, LocalGID: mad.GID(c.s.dev.QueryPort().GID),
+		StartingPSN: r.StartingPSN, PathMTU: ib.MTU(r.PathMTU),
+		ResponderResources: r.ResponderResources, InitiatorDepth: r.InitiatorDepth,
+		RetryCount: r.RetryCount, RNRRetryCount: r.RNRRetryCount,
+		PrivateData: r.PrivateData, Context: o,
+	}
+	c.s.cmAgent.Do(func(m *cm.CM) {
+		if o.l != nil || o.id != nil {
+			err = errors.New("the CM ID is already listening or connected")
+			return
+		}
+		o.id, err = m.Connect(p)
+	})
+	if err != nil {
+		c.unbindQP(o)
+		return nil, nil, errf(CodeInvalid, "connect: %v", err)
+	}
+	return &Empty{}, nil, nil
+}
+
+func (c *conn) cmAccept(t object, b Body, _ []int) (Body, []int, error) {
+	o, r := t.(*cmIDObj), b.(*CMAcceptReq)
+	qpn, err := c.bindQP(o, r.QP)
+	if err != nil {
+		return nil, nil, err
+	}
+	c.s.cmAgent.Do(func(*cm.CM) {
+		if o.id == nil {
+			err = errors.New("the CM ID has no connect request")
+			return
+		}
+		err = o.id.Accept(cm.AcceptParam{QPN: qpn, StartingPSN: r.StartingPSN,
+			ResponderResources: r.ResponderResources, InitiatorDepth: r.InitiatorDepth,
+			RNRRetryCount: r.RNRRetryCount, PrivateData: r.PrivateData})
+	})
+	if err != nil {
+		c.unbindQP(o)
+		return nil, nil, errf(CodeInvalid, "accept: %v", err)
+	}
+	return &Empty{}, nil, nil
+}
+
+func (c *conn) cmReject(t object, b Body, _ []int) (Body, []int, error) {
+	r := b.(*CMDataReq)
+	reason := mad.RejReason(r.Reason)
+	if reason == 0 {
+		reason = mad.RejConsumerDefined
+	}
+	return c.onConnection(t, "reject", func(id *cm.ID) error { return id.Reject(reason, r.PrivateData) })
+}
+
+func (c *conn) cmDisconnect(t object, b Body, _ []int) (Body, []int, error) {
+	r := b.(*CMDataReq)
+	return c.onConnection(t, "disconnect", func(id *cm.ID) error { return id.Disconnect(r.PrivateData) })
+}
+
+// onConnection runs f on the agent with the connection of CM ID t.
+func (c *conn) onConnection(t object, what string, f func(*cm.ID) error) (Body, []int, error) {
+	o := t.(*cmIDObj)
+	var err error
+	c.s.cmAgent.Do(func(*cm.CM) {
+		if o.id == nil {
+			err = errors.New("the CM ID has no connection")
+			return
+		}
+		err = f(o.id)
+	})
+	if err != nil {
+		return nil, nil, errf(CodeInvalid, "%s: %v", what, err)
+	}
+	return &Empty{}, nil, nil
+}
+
+// cmGetEvent pops the channel's oldest event (rdma_get_cm_event). A
+// connect request's new CM ID gets its handle here; events of IDs the
+// client destroyed since are skipped.
+func (c *conn) cmGetEvent(t object, _ Body, _ []int) (Body, []int, error) {
+	ch := t.(*cmChanObj)
+	for {
+		ch.mu.Lock()
+		if len(ch.queue) == 0 {
+			ch.mu.Unlock()
+			return &CMEvent{}, nil, nil
+		}
+		p := ch.queue[0]
+		ch.queue[0] = cmPending{}
+		ch.queue = ch.queue[1:]
+		ch.mu.Unlock()
+		if p.ev.Type == cm.EventConnectRequest {
+			if p.listen.h == 0 {
+				c.s.cmAgent.Do(func(*cm.CM) { p.ev.ID.Destroy() })
+				continue
+			}
+			if !c.countCMID() {
+				c.s.cmDropped.Add(1)
+				c.s.cmAgent.Do(func(*cm.CM) { p.ev.ID.Destroy() })
+				continue
+			}
+			ch.hold()
+			p.id.h = c.add(p.id)
+		}
+		if p.id.h == 0 {
+			continue // destroyed by the client meanwhile
+		}
+		return cmEventBody(&p), nil, nil
+	}
+}
+
+func cmEventBody(p *cmPending) *CMEvent {
+	e := &p.ev
+	r := &e.Remote
+	out := &CMEvent{Type: uint8(e.Type), ID: p.id.h, RemoteGID: r.GID, RemoteQPN: r.QPN,
+		StartingPSN: r.StartingPSN, CMParams: CMParams{PathMTU: r.PathMTU, ResponderResources: r.ResponderResources,
+			InitiatorDepth: r.InitiatorDepth, RetryCount: r.RetryCount, RNRRetryCount: r.RNRRetryCount},
+		PrivateData: e.PrivateData}
+	if p.listen != nil {
+		out.Listen = p.listen.h
+	}
+	if e.Err != nil {
+		out.Err = e.Err.Error()
+		var rej *cm.RejectError
+		if errors.As(e.Err, &rej) && !rej.SIDR {
+			out.RejectReason = uint16(rej.Reason)
+		}
+	}
+	return out
+}

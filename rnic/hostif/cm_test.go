@@ -1,0 +1,224 @@
+package hostif
+
+import (
+	"bytes"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/rnicd/rnicd/ib"
+	"github.com/rnicd/rnicd/rnic/cm"
+	"github.com/rnicd/rnicd/wire/mad"
+)
+
+// cmNIC is newNIC with the CM agent running on the device's QP1.
+func cmNIC(t *testing.T, addr string, guid uint64) *nic {
+	t.Helper()
+	n := newNIC(t, addr)
+	if err := n.srv.StartCM(n.dev.GSI(), guid); err != nil {
+		t.Fatal(err)
+	}
+	// Registered after the device's cleanup, so it runs before: the
+	// agent stops while QP1 is still there. Clients registered later
+	// are gone by then.
+	t.Cleanup(n.srv.StopCM)
+	return n
+}
+
+// cmQP is a client's RC QP in RESET with a 64 KiB MR (mapped here as
+// mem) at IOVA 0x10000 and a CQ.
+type cmQP struct {
+	rawQP
+	mem []byte
+}
+
+func newCMQP(t *testing.T, c *Client) *cmQP {
+	t.Helper()
+	var pd Handle
+	call(t, c, KindAllocPD, &Empty{}, nil, &pd)
+	q := &cmQP{}
+	fd := sealedMemfd(t, 1<<16, true)
+	mem, err := unix.Mmap(fd, 0, 1<<16, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Munmap(mem) })
+	q.mem = mem
+	call(t, c, KindRegMR, &RegMRReq{PD: pd.H, Access: 0xf, Length: 1 << 16, IOVA: 0x10000}, []int{fd}, &q.mr)
+	var cq RingReply
+	q.cq = ringOf(t, mapFD(t, call(t, c, KindCreateCQ, &CreateCQReq{CQE: 64}, []int{eventfd(t)}, &cq)), cq.Send)
+	var r RingReply
+	qm := mapFD(t, call(t, c, KindCreateQP, &CreateQPReq{PD: pd.H, SendCQ: cq.H, RecvCQ: cq.H, Type: ib.QPTypeRC,
+		Caps: ib.QPCap{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 2, MaxRecvSGE: 2, MaxInlineData: 32}}, nil, &r))
+	q.h, q.qpn = r.H, r.QPN
+	q.sq, q.rq = ringOf(t, qm, r.Send), ringOf(t, qm, r.Recv)
+	return q
+}
+
+// cmChannel makes an event channel and a CM ID on it.
+func cmChannel(t *testing.T, c *Client) (ch, id uint32) {
+	t.Helper()
+	var h Handle
+	call(t, c, KindCMCreateChannel, &Empty{}, []int{eventfd(t)}, &h)
+	ch = h.H
+	call(t, c, KindCMCreateID, &Handle{H: ch}, nil, &h)
+	return ch, h.H
+}
+
+// nextEvent waits for the channel's next event; it must be of type want.
+func nextEvent(t *testing.T, c *Client, ch uint32, want cm.EventType) CMEvent {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
+		var e CMEvent
+		call(t, c, KindCMGetEvent, &Handle{H: ch}, nil, &e)
+		if e.Type == 0 {
+			continue
+		}
+		if cm.EventType(e.Type) != want {
+			t.Fatalf("event %v (%s), want %v", cm.EventType(e.Type), e.Err, want)
+		}
+		return e
+	}
+	t.Fatalf("no %v event", want)
+	return CMEvent{}
+}
+
+// connectTo connects CM ID id with QP q to n's rping service.
+func connectTo(t *testing.T, c *Client, id uint32, q *cmQP, n *nic) {
+	t.Helper()
+	call(t, c, KindCMConnect, &CMConnectReq{H: id, QP: q.h, DGID: n.addr.As16(), ServiceID: rpingService,
+		CMParams: CMParams{PathMTU: uint8(ib.MTU1024), RetryCount: 7, RNRRetryCount: 7}}, nil, &Empty{})
+}
+
+const rpingService = 0x0000000001060000 | 7174
+
+// Two daemons' host interfaces connect a QP of a client of each through
+// their CM agents: the listener gets CONNECT_REQUEST with the REQ's
+// values, both sides ESTABLISHED with their QPs in RTS towards each
+// other, an RDMA WRITE lands byte for byte, and a Disconnect reaches the
+// peer as DISCONNECTED with both QPs in ERR.
+func TestCMConnectThroughHostif(t *testing.T) {
+	a := cmNIC(t, "127.4.15.1", 0x0200_00ff_fe00_0001)
+	b := cmNIC(t, "127.4.15.2", 0x0200_00ff_fe00_0002)
+	ca, cb := a.client(t), b.client(t)
+
+	lch, lid := cmChannel(t, ca)
+	call(t, ca, KindCMListen, &CMListenReq{H: lid, ServiceID: rpingService}, nil, &Empty{})
+
+	qb := newCMQP(t, cb)
+	bch, bid := cmChannel(t, cb)
+	pd := []byte("hello from b")
+	call(t, cb, KindCMConnect, &CMConnectReq{H: bid, QP: qb.h, DGID: a.addr.As16(), ServiceID: rpingService,
+		StartingPSN: 0x123456, CMParams: CMParams{PathMTU: uint8(ib.MTU1024), ResponderResources: 1, InitiatorDepth: 1,
+			RetryCount: 7, RNRRetryCount: 7}, PrivateData: pd}, nil, &Empty{})
+
+	req := nextEvent(t, ca, lch, cm.EventConnectRequest)
+	if req.Listen != lid || req.ID == 0 || req.ID == lid || req.RemoteQPN != qb.qpn || req.StartingPSN != 0x123456 ||
+		req.PathMTU != uint8(ib.MTU1024) || req.RetryCount != 7 || req.RNRRetryCount != 7 ||
+		req.RemoteGID != b.addr.As16() || !bytes.HasPrefix(req.PrivateData, pd) {
+		t.Fatalf("connect request %+v", req)
+	}
+	qa := newCMQP(t, ca)
+	call(t, ca, KindCMAccept, &CMAcceptReq{H: req.ID, QP: qa.h, StartingPSN: 0x654321, ResponderResources: 1,
+		InitiatorDepth: 1, RNRRetryCount: 7}, nil, &Empty{})
+
+	est := nextEvent(t, cb, bch, cm.EventEstablished)
+	if est.ID != bid || est.RemoteQPN != qa.qpn || est.StartingPSN != 0x654321 {
+		t.Fatalf("established on the active side: %+v", est)
+	}
+	if e := nextEvent(t, ca, lch, cm.EventEstablished); e.ID != req.ID {
+		t.Fatalf("established on the passive side for ID %d, want %d", e.ID, req.ID)
+	}
+	for _, s := range []struct {
+		c      *Client
+		q      *cmQP
+		dest   uint32
+		sq, rq uint32
+	}{{ca, qa, qb.qpn, 0x654321, 0x123456}, {cb, qb, qa.qpn, 0x123456, 0x654321}} {
+		var r QPAttrReply
+		call(t, s.c, KindQueryQP, &Handle{H: s.q.h}, nil, &r)
+		if r.Attr.State != ib.QPSRTS || r.Attr.DestQPN != s.dest || r.Attr.SQPSN != s.sq || r.Attr.RQPSN != s.rq {
+			t.Fatalf("QP %d after the exchange: %+v", s.q.qpn, r.Attr)
+		}
+	}
+
+	// Data over the connection the CM made.
+	copy(qb.mem, "written through a CM connection")
+	qb.post(t, cb, &ib.SendWR{WRID: 9, Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled,
+		SGL: []ib.SGE{{Addr: 0x10000, Length: 31, LKey: qb.mr.LKey}}, RemoteAddr: 0x18000, RKey: qa.mr.RKey}, nil)
+	var cons uint32
+	if wc := poll(t, qb.cq, &cons); wc.Status != ib.WCSuccess || wc.WRID != 9 {
+		t.Fatalf("write: %+v", wc)
+	}
+	if got := string(qa.mem[0x8000 : 0x8000+31]); got != "written through a CM connection" {
+		t.Fatalf("passive side's memory holds %q", got)
+	}
+
+	call(t, cb, KindCMDisconnect, &CMDataReq{H: bid}, nil, &Empty{})
+	nextEvent(t, ca, lch, cm.EventDisconnected)
+	nextEvent(t, cb, bch, cm.EventDisconnected)
+	if st := qpState(t, ca, qa.h); st != ib.QPSErr {
+		t.Fatalf("passive QP in %v after DREQ", st)
+	}
+}
+
+// A connect to a service nobody listens on is refused at once: REJECTED
+// with REJ reason 8, "connection refused".
+func TestCMConnectRefused(t *testing.T) {
+	a := cmNIC(t, "127.4.15.3", 3)
+	b := cmNIC(t, "127.4.15.4", 4)
+	cb := b.client(t)
+	qb := newCMQP(t, cb)
+	bch, bid := cmChannel(t, cb)
+	start := time.Now()
+	connectTo(t, cb, bid, qb, a)
+	e := nextEvent(t, cb, bch, cm.EventRejected)
+	if e.RejectReason != uint16(mad.RejInvalidServiceID) || !bytes.Contains([]byte(e.Err), []byte("connection refused")) {
+		t.Fatalf("rejected: reason %d, %q", e.RejectReason, e.Err)
+	}
+	if d := time.Since(start); d > 4*time.Second {
+		t.Fatalf("refused after %v: a REJ answers at once, not a timeout", d)
+	}
+}
+
+// A client that dies with an established connection and a listener: its
+// daemon sends the DREQ (the peer sees DISCONNECTED) and frees its CM
+// IDs, channel and listener (a new connect to the service is refused).
+func TestCMClientDies(t *testing.T) {
+	a := cmNIC(t, "127.4.15.5", 5)
+	b := cmNIC(t, "127.4.15.6", 6)
+	ca, cb := a.client(t), b.client(t)
+	lch, lid := cmChannel(t, ca)
+	call(t, ca, KindCMListen, &CMListenReq{H: lid, ServiceID: rpingService}, nil, &Empty{})
+	qb := newCMQP(t, cb)
+	bch, bid := cmChannel(t, cb)
+	connectTo(t, cb, bid, qb, a)
+	req := nextEvent(t, ca, lch, cm.EventConnectRequest)
+	qa := newCMQP(t, ca)
+	call(t, ca, KindCMAccept, &CMAcceptReq{H: req.ID, QP: qa.h, RNRRetryCount: 7}, nil, &Empty{})
+	nextEvent(t, cb, bch, cm.EventEstablished)
+	if n := a.srv.Objects()["cm_id"]; n != 2 {
+		t.Fatalf("%d CM IDs on the passive daemon, want 2 (listener and connection)", n)
+	}
+
+	ca.Close()
+	e := nextEvent(t, cb, bch, cm.EventDisconnected)
+	if e.ID != bid {
+		t.Fatalf("disconnected ID %d, want %d", e.ID, bid)
+	}
+	for deadline := time.Now().Add(10 * time.Second); a.srv.Objects()["cm_id"] != 0 || a.srv.Objects()["cm_event_channel"] != 0; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the dead client's CM objects remain: %v", a.srv.Objects())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+
+	// The listener went with it: the service is refused now.
+	qb2 := newCMQP(t, cb)
+	ch2, id2 := cmChannel(t, cb)
+	connectTo(t, cb, id2, qb2, a)
+	if e := nextEvent(t, cb, ch2, cm.EventRejected); e.RejectReason != uint16(mad.RejInvalidServiceID) {
+		t.Fatalf("connect after the listener's owner died: reason %d", e.RejectReason)
+	}
+}

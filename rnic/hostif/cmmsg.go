@@ -1,0 +1,156 @@
+package hostif
+
+// The bodies of the connection manager's requests (KindCMCreateChannel
+// and after): rdma_cm's calls as the daemon's CM agent serves them. A CM
+// ID and a CM event channel are objects of the client like a QP, so a
+// handle of another client or of another kind is refused the same way.
+
+// CMConnectReq starts a connection from CM ID H with QP (a handle of an
+// RC QP of this client, in RESET or INIT) to the port whose GID is DGID,
+// on ServiceID (rdma_connect after rdma_resolve_route).
+type CMConnectReq struct {
+	H, QP       uint32
+	DGID        [16]byte
+	ServiceID   uint64
+	StartingPSN uint32
+	CMParams
+	PrivateData []byte
+}
+
+// CMParams are a connection's parameters (struct rdma_conn_param, with
+// the path MTU as IBTA code, as ib.MTU).
+type CMParams struct {
+	PathMTU, ResponderResources, InitiatorDepth, RetryCount, RNRRetryCount uint8
+}
+
+func (m *CMParams) encode(e *encoder) {
+	for _, v := range []uint8{m.PathMTU, m.ResponderResources, m.InitiatorDepth, m.RetryCount, m.RNRRetryCount} {
+		e.u8(v)
+	}
+}
+
+func (m *CMParams) decode(d *decoder) {
+	for _, p := range []*uint8{&m.PathMTU, &m.ResponderResources, &m.InitiatorDepth, &m.RetryCount, &m.RNRRetryCount} {
+		*p = d.u8()
+	}
+}
+
+func (m *CMConnectReq) encode(e *encoder) {
+	e.u32(m.H)
+	e.u32(m.QP)
+	e.bytes(m.DGID[:])
+	e.u64(m.ServiceID)
+	e.u32(m.StartingPSN)
+	m.CMParams.encode(e)
+	e.str(string(m.PrivateData))
+}
+
+func (m *CMConnectReq) decode(d *decoder) {
+	m.H, m.QP = d.u32(), d.u32()
+	d.bytes(m.DGID[:])
+	m.ServiceID = d.u64()
+	m.StartingPSN = d.u32()
+	m.CMParams.decode(d)
+	m.PrivateData = []byte(d.str())
+}
+
+func (m *CMConnectReq) target() uint32 { return m.H }
+
+// CMAcceptReq answers a connect request's CM ID H with QP (rdma_accept).
+type CMAcceptReq struct {
+	H, QP                                             uint32
+	StartingPSN                                       uint32
+	ResponderResources, InitiatorDepth, RNRRetryCount uint8
+	PrivateData                                       []byte
+}
+
+func (m *CMAcceptReq) encode(e *encoder) {
+	e.u32(m.H)
+	e.u32(m.QP)
+	e.u32(m.StartingPSN)
+	e.u8(m.ResponderResources)
+	e.u8(m.InitiatorDepth)
+	e.u8(m.RNRRetryCount)
+	e.str(string(m.PrivateData))
+}
+
+func (m *CMAcceptReq) decode(d *decoder) {
+	m.H, m.QP, m.StartingPSN = d.u32(), d.u32(), d.u32()
+	m.ResponderResources, m.InitiatorDepth, m.RNRRetryCount = d.u8(), d.u8(), d.u8()
+	m.PrivateData = []byte(d.str())
+}
+
+func (m *CMAcceptReq) target() uint32 { return m.H }
+
+// CMListenReq makes CM ID H listen on ServiceID (rdma_listen after
+// rdma_bind_addr); CMDataReq carries private data for Reject (with the
+// REJ reason) and Disconnect.
+type CMListenReq struct {
+	H         uint32
+	ServiceID uint64
+}
+
+func (m *CMListenReq) encode(e *encoder) { e.u32(m.H); e.u64(m.ServiceID) }
+func (m *CMListenReq) decode(d *decoder) { m.H, m.ServiceID = d.u32(), d.u64() }
+func (m *CMListenReq) target() uint32    { return m.H }
+
+// CMDataReq is the body of Reject (Reason: the REJ reason; rdma_reject
+// sends 28, consumer defined) and Disconnect (Reason unused).
+type CMDataReq struct {
+	H           uint32
+	Reason      uint16
+	PrivateData []byte
+}
+
+func (m *CMDataReq) encode(e *encoder) { e.u32(m.H); e.u16(m.Reason); e.str(string(m.PrivateData)) }
+func (m *CMDataReq) decode(d *decoder) {
+	m.H, m.Reason = d.u32(), d.u16()
+	m.PrivateData = []byte(d.str())
+}
+func (m *CMDataReq) target() uint32 { return m.H }
+
+// CMEvent answers KindCMGetEvent: the channel's oldest event, or
+// Type 0 if there is none (rdma_get_cm_event would block; the client
+// waits on the channel's eventfd and asks again).
+type CMEvent struct {
+	// Type is the cm.EventType (RDMA_CM_EVENT_*), 0 for none.
+	Type uint8
+	// ID is the CM ID's handle; for CONNECT_REQUEST a new CM ID of this
+	// client, and Listen the listening one's.
+	ID, Listen uint32
+	// RejectReason is the REJ reason of a REJECTED event (8: connection
+	// refused), 0 otherwise.
+	RejectReason uint16
+	// Err is the event's error text ("" for none).
+	Err string
+	// The peer's values (CONNECT_REQUEST: from the REQ; ESTABLISHED on
+	// the active side: from the REP).
+	RemoteGID              [16]byte
+	RemoteQPN, StartingPSN uint32
+	CMParams
+	PrivateData []byte
+}
+
+func (m *CMEvent) encode(e *encoder) {
+	e.u8(m.Type)
+	e.u32(m.ID)
+	e.u32(m.Listen)
+	e.u16(m.RejectReason)
+	e.str(m.Err)
+	e.bytes(m.RemoteGID[:])
+	e.u32(m.RemoteQPN)
+	e.u32(m.StartingPSN)
+	m.CMParams.encode(e)
+	e.str(string(m.PrivateData))
+}
+
+func (m *CMEvent) decode(d *decoder) {
+	m.Type = d.u8()
+	m.ID, m.Listen = d.u32(), d.u32()
+	m.RejectReason = d.u16()
+	m.Err = d.str()
+	d.bytes(m.RemoteGID[:])
+	m.RemoteQPN, m.StartingPSN = d.u32(), d.u32()
+	m.CMParams.decode(d)
+	m.PrivateData = []byte(d.str())
+}
