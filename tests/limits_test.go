@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -228,9 +229,16 @@ func TestHogClient(t *testing.T) {
 		}
 
 		goodClient(t, "rnicH", byte(round+1))
-		if _, err := verbs.Open("rnicH"); err != nil { // and a new client connects
+		// And a new client connects and is served (Open only dials: its
+		// first verb is where a refused connection would say so).
+		nc, err := verbs.Open("rnicH")
+		if err != nil {
 			t.Fatal(err)
 		}
+		if _, err := nc.AllocPD(); err != nil {
+			t.Fatalf("a new client beside the hog: %v", err)
+		}
+		nc.Close()
 
 		if leave == "killed" {
 			h.cmd.Process.Signal(syscall.SIGKILL)
@@ -280,4 +288,60 @@ func TestDaemonWideLimit(t *testing.T) {
 	h1.cmd.Wait()
 	eventually(t, "the first hog's QPs released", func() bool { return held(t, watch)["qp"] == 20 })
 	goodClient(t, "rnicW", 7)
+}
+
+// TestHogDefaults: issue 19's first two attacks, CQs and QPs until
+// something breaks, against rnicd with the limits it sizes itself (from
+// vm.max_map_count and RLIMIT_NOFILE): the hog is refused at its own
+// limits, far below the kernel's, and the daemon serves the next client.
+func TestHogDefaults(t *testing.T) {
+	dir := t.TempDir()
+	d, err := startDaemon(dir, "rnicD", "127.19.0.4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := d.stop(); err != nil {
+			t.Errorf("%v\n%s", err, d.errb.String())
+		}
+	})
+	t.Setenv("RNICD_DIR", dir)
+	watch := open(t, "rnicD")
+	// By default a client holds a quarter of the daemon's descriptors
+	// and mappings, as the daemon's log says: its CQs (an eventfd and a
+	// mapping each) stop at whichever comes first, its QPs (a mapping
+	// each) at the mappings.
+	fdsLim, mapsLim := clientLimit(t, d, "descriptors"), clientLimit(t, d, "memory mappings")
+	wantCQs, cqFlag := fdsLim-1, "-client-max-fds" // its connection holds a descriptor
+	if mapsLim <= wantCQs {
+		wantCQs, cqFlag = mapsLim, "-client-max-maps"
+	}
+	h := startHog(t, "rnicD", "cq,qp")
+	h.want(t, "cq", wantCQs-1, cqFlag) // besides its first
+	h.want(t, "qp", mapsLim-wantCQs, "-client-max-maps")
+	want := map[string]uint64{"qp": uint64(mapsLim - wantCQs), "cq": uint64(wantCQs), "fds": uint64(wantCQs) + 2,
+		"maps": uint64(mapsLim), "conns": 2}
+	for k, v := range want {
+		if n := held(t, watch)[k]; n != v {
+			t.Errorf("the daemon holds %d %s with the hog, want %d", n, k, v)
+		}
+	}
+	goodClient(t, "rnicD", 9)
+	h.cmd.Process.Signal(syscall.SIGKILL)
+	h.cmd.Wait()
+	eventually(t, "the hog's objects released", func() bool {
+		m := held(t, watch)
+		return m["qp"] == 0 && m["cq"] == 0 && m["maps"] == 0 && m["fds"] == 1 && m["ring_bytes"] == 0
+	})
+}
+
+// clientLimit is the per-client limit of what the daemon's start log
+// says (the "limits" line).
+func clientLimit(t *testing.T, d *daemon, what string) int {
+	t.Helper()
+	m := regexp.MustCompile(`client="[^"]*\b` + what + ` (\d+)`).FindStringSubmatch(d.errb.String())
+	if m == nil {
+		t.Fatalf("no client limit of %s in the log:\n%s", what, d.errb.String())
+	}
+	return must[int](t)(strconv.Atoi(m[1]))
 }
