@@ -339,9 +339,13 @@ func TestHogDefaults(t *testing.T) {
 // says (the "limits" line).
 func clientLimit(t *testing.T, d *daemon, what string) int {
 	t.Helper()
-	m := regexp.MustCompile(`client="[^"]*\b` + what + ` (\d+)`).FindStringSubmatch(d.errb.String())
-	if m == nil {
-		t.Fatalf("no client limit of %s in the log:\n%s", what, d.errb.String())
-	}
+	re := regexp.MustCompile(`client="[^"]*\b` + what + ` (\d+)`)
+	var m []string
+	// The log is copied from the daemon's stderr by a goroutine of
+	// os/exec: it may come after the ready line.
+	eventually(t, "the limits in the log", func() bool {
+		m = re.FindStringSubmatch(d.errb.String())
+		return m != nil
+	})
 	return must[int](t)(strconv.Atoi(m[1]))
 }
