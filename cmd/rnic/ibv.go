@@ -25,6 +25,7 @@ func ibvCommands() []command {
 		{"ibv_srq_pingpong", "RC ping-pong on several QPs sharing an SRQ (ibv_srq_pingpong)", pingpongCommand(ppSRQ)},
 		{"ibv_devices", "list the devices and their node GUIDs", runDevices},
 		{"ibv_devinfo", "print a device's attributes and its port (-v: limits, GID table)", runDevinfo},
+		{"show_gids", "the port's GID table, one line per GID with its index (the -x/-g to give)", runShowGIDs},
 		{"res", "the device's QPs as `rdma res show qp` prints them", runRes},
 		{"demo", "two in-process NICs: WRITE, READ, SEND, FETCH_AND_ADD, and what each block did", runDemo},
 	}

@@ -162,3 +162,21 @@ func TestHelpExitsZero(t *testing.T) {
 		}
 	}
 }
+
+// show_gids lists the port's GID table in the script's layout: every
+// index with its GID, the IPv4 address of a mapped GID, v2, the interface
+// that holds the address (lo holds 127/8), and the count.
+func TestShowGIDsLocal(t *testing.T) {
+	out, rc := ibvRunTool(t, "show_gids", "--local", "127.5.1.3")
+	want := "DEV\tPORT\tINDEX\tGID\t\t\t\t\tIPv4 \t\tVER\tDEV\n" +
+		"---\t----\t-----\t---\t\t\t\t\t------------ \t---\t---\n" +
+		"rnic0\t1\t0\t0000:0000:0000:0000:0000:ffff:7f05:0103\t127.5.1.3 \tv2\tlo\n" +
+		"rnic0\t1\t1\t0000:0000:0000:0000:0000:ffff:7f05:0103\t127.5.1.3 \tv2\tlo\n" +
+		"n_gids_found=2\n"
+	if rc != 0 || out != want {
+		t.Fatalf("rc %d, output\n%q\nwant\n%q", rc, out, want)
+	}
+	if _, rc := ibvRunTool(t, "show_gids", "--local", "127.5.1.3", "rnic0", "extra"); rc != 2 {
+		t.Errorf("two arguments: rc %d, want 2", rc)
+	}
+}
