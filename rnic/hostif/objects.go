@@ -227,6 +227,7 @@ func (c *conn) teardown() {
 		if err := c.s.steer.Release(c.block); err != nil {
 			c.s.log.Warn("release a lent socket", "err", err)
 		}
+		c.s.acct.refund(c.pid, costLend)
 		c.lent = false
 	}
 }

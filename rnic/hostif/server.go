@@ -324,7 +324,7 @@ func init() {
 		KindCounters:       {name: "counters", body: empty, handle: (*conn).counters},
 		KindDoorbell: {name: "doorbell", body: func() Body { return &DoorbellReq{} }, target: kindQP | kindSRQ,
 			handle: (*conn).doorbell, noReply: true},
-		KindLendPort: {name: "lend_port", body: empty, handle: (*conn).lendPort},
+		KindLendPort: {name: "lend_port", body: empty, cost: costOf(costLend), handle: (*conn).lendPort},
 
 		KindCMCreateChannel:  {name: "create_event_channel", fds: 1, body: empty, cost: costOf(costChannel), handle: (*conn).cmCreateChannel},
 		KindCMDestroyChannel: {name: "destroy_event_channel", body: handle, target: kindCMChannel, handle: (*conn).destroy},
