@@ -354,13 +354,18 @@ func (c *Context) QueryPort() (PortAttr, error) {
 		return PortAttr{}, err
 	}
 	mtu := MTUFromBytes(int(r.ActiveMTU))
+	// rxe lays an IPv4 address out as two GIDs, RoCE v1 at index 0 and v2
+	// at index 1 (on an interface without IPv6), and RDMA users pass -g 1
+	// / -x 1 out of habit; rnicd speaks v2 only, so every index of its
+	// table (ib.GIDTableLen, the length the daemon checks sgid_index
+	// against) holds the port's GID and 1 is the one to use.
+	gids := make([]GID, ib.GIDTableLen)
+	for i := range gids {
+		gids[i] = r.GID
+	}
 	return PortAttr{
 		State: "PORT_ACTIVE", MaxMTU: MTU4096, ActiveMTU: mtu, LinkLayer: "Ethernet",
-		// rxe lays an IPv4 address out as two GIDs, RoCE v1 at index 0
-		// and v2 at index 1 (on an interface without IPv6), and RDMA users
-		// pass -g 1 / -x 1 out of habit; rnicd speaks v2 only, so both
-		// indexes hold the port's GID and 1 is the one to use.
-		Addr: netip.AddrFrom16(r.Addr).Unmap(), GIDs: []GID{r.GID, r.GID}, GIDIndex: 1,
+		Addr: netip.AddrFrom16(r.Addr).Unmap(), GIDs: gids, GIDIndex: 1,
 	}, nil
 }
 

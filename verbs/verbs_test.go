@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -174,5 +175,42 @@ func TestNodeGUID(t *testing.T) {
 	}
 	if a.NodeGUID != 0x0200_0000_7f03_0009 {
 		t.Fatalf("QueryDevice node GUID %#016x", a.NodeGUID)
+	}
+}
+
+// The GID table QueryPort gives is the one the daemon checks sgid_index
+// against: every index of it is taken, the one past it refused.
+func TestGIDTableBound(t *testing.T) {
+	c := openLocal(t, "127.3.0.9")
+	pa, err := c.QueryPort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pa.GIDs) != 2 || pa.GIDIndex != 1 {
+		t.Fatalf("GID table %v, index %d: want the port's GID twice, index 1", pa.GIDs, pa.GIDIndex)
+	}
+	for i, g := range pa.GIDs {
+		if netip.AddrFrom16(g).Unmap() != pa.Addr {
+			t.Fatalf("GID[%d] %x is not the port's address %v", i, g, pa.Addr)
+		}
+	}
+	init := verbs.QPAttr{State: verbs.QPSInit, PortNum: 1}
+	initMask := verbs.AttrState | verbs.AttrPKeyIndex | verbs.AttrPort | verbs.AttrAccessFlags
+	rtrMask := verbs.AttrState | verbs.AttrAV | verbs.AttrPathMTU | verbs.AttrDestQPN | verbs.AttrRQPSN |
+		verbs.AttrMaxDestRdAtomic | verbs.AttrMinRNRTimer
+	for idx := 0; idx <= len(pa.GIDs); idx++ {
+		qp, _ := rcQP(t, c)
+		if err := qp.Modify(&init, initMask); err != nil {
+			t.Fatal(err)
+		}
+		rtr := verbs.QPAttr{State: verbs.QPSRTR, PathMTU: verbs.MTU1024, DestQPN: qp.QPN, MinRNRTimer: 12,
+			AH: verbs.AH{DGID: pa.GIDs[0], SGIDIndex: uint8(idx)}}
+		err := qp.Modify(&rtr, rtrMask)
+		if idx < len(pa.GIDs) && err != nil {
+			t.Errorf("sgid_index %d: %v", idx, err)
+		}
+		if idx == len(pa.GIDs) && (err == nil || !strings.Contains(err.Error(), "sgid_index 2: the port's GID table has 2 entries")) {
+			t.Errorf("sgid_index %d past the table: %v", idx, err)
+		}
 	}
 }
