@@ -310,8 +310,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 	}
 	srv := hostif.NewServer(hostif.Config{Device: dev, Name: c.name, Log: log, Steering: steer, Limits: c.limits})
 	log.Info("limits", "daemon", c.limits.Daemon, "client", c.limits.Client)
-	// The CM agent on QP1 serves rdma_cm's requests (hostif's KindCM*).
-	if err := srv.StartCM(dev.GSI(), caGUID(dev.QueryPort().Addr)); err != nil {
+	// The CM agent on QP1 serves rdma_cm's requests (hostif's KindCM*),
+	// with the node GUID ibv_devinfo shows as its CA GUID.
+	if err := srv.StartCM(dev.GSI(), verbs.NodeGUID(dev.QueryPort().Addr)); err != nil {
 		obs.close()
 		dev.Close()
 		l.Close()
