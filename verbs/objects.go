@@ -178,9 +178,17 @@ func openNIC(cfg rnic.Config) (*Context, error) {
 		return nil, err
 	}
 	srv := hostif.NewServer(hostif.Config{Device: d, Name: cfg.Name})
+	// rdma_cm works in-process too (package rdmacm over this Context).
+	if err := srv.StartCM(d.GSI(), NodeGUID(d.QueryPort().Addr)); err != nil {
+		srvEnd.Close()
+		cliEnd.Close()
+		d.Close()
+		return nil, err
+	}
 	l := &localNIC{dev: d, conn: srvEnd, srv: srv.NewLocal(srvEnd), done: make(chan struct{})}
 	go func() {
 		l.srv.Serve()
+		srv.StopCM()
 		close(l.done)
 	}()
 	return &Context{name: cfg.Name, cl: hostif.NewClient(cliEnd), local: l}, nil

@@ -1,0 +1,423 @@
+package rdmacm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/rnicd/rnicd/ib"
+	"github.com/rnicd/rnicd/rnic/cm"
+	"github.com/rnicd/rnicd/rnic/hostif"
+	"github.com/rnicd/rnicd/verbs"
+	"github.com/rnicd/rnicd/wire/mad"
+)
+
+// EventChannel is struct rdma_event_channel: where the events of its CM
+// IDs arrive. It spans every rnicd its IDs use: one CM channel on each,
+// all waking one eventfd.
+type EventChannel struct {
+	efd int
+
+	mu     sync.Mutex
+	devs   []*device
+	opened bool          // devs were opened here (CreateEventChannel): Destroy closes them
+	local  []*Event      // ADDR_RESOLVED and ROUTE_RESOLVED, which no daemon sends
+	ids    map[idKey]*ID // by device and handle
+}
+
+// device is one rnicd: its context, its port's address and MTU, and the
+// channel's CM channel there (0 until an ID uses the device).
+type device struct {
+	ctx  *verbs.Context
+	addr netip.Addr
+	mtu  ib.MTU
+	ch   uint32
+}
+
+type idKey struct {
+	dev *device
+	h   uint32
+}
+
+// CreateEventChannel is rdma_create_event_channel: its IDs may use every
+// rnicd running on this host (verbs.Devices), chosen by address.
+func CreateEventChannel() (*EventChannel, error) {
+	names, err := verbs.Devices()
+	if err != nil {
+		return nil, err
+	}
+	var ctxs []*verbs.Context
+	for _, n := range names {
+		c, err := verbs.Open(n)
+		if err != nil {
+			continue // a daemon that went away meanwhile
+		}
+		ctxs = append(ctxs, c)
+	}
+	ch, err := CreateEventChannelOn(ctxs...)
+	if err != nil {
+		for _, c := range ctxs {
+			c.Close()
+		}
+		return nil, err
+	}
+	ch.opened = true
+	return ch, nil
+}
+
+// CreateEventChannelOn is CreateEventChannel over the devices given,
+// which the caller keeps owning (an in-process NIC, say).
+func CreateEventChannelOn(ctxs ...*verbs.Context) (*EventChannel, error) {
+	if len(ctxs) == 0 {
+		return nil, errors.New("rdmacm: no RDMA device (is rnicd running?)")
+	}
+	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		return nil, fmt.Errorf("rdmacm: eventfd: %w", err)
+	}
+	ch := &EventChannel{efd: efd, ids: make(map[idKey]*ID)}
+	for _, c := range ctxs {
+		p, err := c.QueryPort()
+		if err != nil {
+			unix.Close(efd)
+			return nil, fmt.Errorf("rdmacm: %s: %w", c.Name(), err)
+		}
+		ch.devs = append(ch.devs, &device{ctx: c, addr: p.Addr, mtu: ib.MTU(p.ActiveMTU)})
+	}
+	return ch, nil
+}
+
+// Destroy is rdma_destroy_event_channel; destroy its IDs first.
+func (ch *EventChannel) Destroy() error {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	for _, d := range ch.devs {
+		if d.ch != 0 {
+			d.ctx.CMCall(hostif.KindCMDestroyChannel, &hostif.Handle{H: d.ch}, nil, &hostif.Empty{})
+		}
+		if ch.opened {
+			d.ctx.Close()
+		}
+	}
+	return unix.Close(ch.efd)
+}
+
+// owner is the device whose port holds a, as rdma_bind_addr finds the
+// RDMA device of a netdev; an unspecified a picks the first device.
+func (ch *EventChannel) owner(a netip.Addr) (*device, error) {
+	a = a.Unmap()
+	for _, d := range ch.devs {
+		if !a.IsValid() || a.IsUnspecified() || d.addr == a {
+			return d, nil
+		}
+	}
+	return nil, fmt.Errorf("rdmacm: no rnicd owns %v: %w", a, syscall.EADDRNOTAVAIL)
+}
+
+// route is the device a connection to dst leaves from: the one that owns
+// dst itself, else the one whose address shares the longest prefix with
+// it (what the routing table gives for on-link peers).
+func (ch *EventChannel) route(dst netip.Addr) *device {
+	dst = dst.Unmap()
+	best, bestLen := ch.devs[0], -1
+	for _, d := range ch.devs {
+		if d.addr == dst {
+			return d
+		}
+		if n := commonPrefix(d.addr, dst); n > bestLen {
+			best, bestLen = d, n
+		}
+	}
+	return best
+}
+
+func commonPrefix(a, b netip.Addr) int {
+	x, y := a.As16(), b.As16()
+	for i := range 128 {
+		if x[i/8]>>(7-i%8)&1 != y[i/8]>>(7-i%8)&1 {
+			return i
+		}
+	}
+	return 128
+}
+
+// channelOn returns the channel's CM channel on d, creating it.
+func (ch *EventChannel) channelOn(d *device) (uint32, error) {
+	if d.ch != 0 {
+		return d.ch, nil
+	}
+	var h hostif.Handle
+	if _, err := d.ctx.CMCall(hostif.KindCMCreateChannel, &hostif.Empty{}, []int{ch.efd}, &h); err != nil {
+		return 0, fmt.Errorf("rdmacm: %s: %w", d.ctx.Name(), err)
+	}
+	d.ch = h.H
+	return d.ch, nil
+}
+
+// ID is struct rdma_cm_id, in the TCP port space (RDMA_PS_TCP).
+type ID struct {
+	ch *EventChannel
+	// Verbs is the device the ID is bound to, after BindAddr or
+	// ResolveAddr (cm_id->verbs): make the QP's PD and CQs on it.
+	Verbs *verbs.Context
+	// QP is the ID's QP, after CreateQP.
+	QP *verbs.QP
+
+	dev           *device
+	h             uint32
+	local, remote netip.AddrPort
+	// Context is the application's.
+	Context any
+}
+
+// CreateID is rdma_create_id with RDMA_PS_TCP.
+func (ch *EventChannel) CreateID() *ID { return &ID{ch: ch} }
+
+// bind ties the ID to device d, creating it there.
+func (id *ID) bind(d *device, local netip.AddrPort) error {
+	if id.dev != nil {
+		return errors.New("rdmacm: the CM ID is already bound")
+	}
+	ch := id.ch
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	c, err := ch.channelOn(d)
+	if err != nil {
+		return err
+	}
+	var h hostif.Handle
+	if _, err := d.ctx.CMCall(hostif.KindCMCreateID, &hostif.Handle{H: c}, nil, &h); err != nil {
+		return fmt.Errorf("rdmacm: create ID on %s: %w", d.ctx.Name(), err)
+	}
+	id.dev, id.h, id.Verbs, id.local = d, h.H, d.ctx, local
+	ch.ids[idKey{d, h.H}] = id
+	return nil
+}
+
+// BindAddr is rdma_bind_addr: the ID takes the rnicd that owns a's
+// address (any, if it is unspecified) and a's port.
+func (id *ID) BindAddr(a netip.AddrPort) error {
+	d, err := id.ch.owner(a.Addr())
+	if err != nil {
+		return err
+	}
+	return id.bind(d, netip.AddrPortFrom(d.addr, a.Port()))
+}
+
+// ResolveAddr is rdma_resolve_addr: the ID takes the rnicd that owns src
+// (if valid) or the one dst is routed through, and an ADDR_RESOLVED event
+// follows. The address is a GID here (RoCEv2 over IP), so there is
+// nothing to wait for.
+func (id *ID) ResolveAddr(src netip.Addr, dst netip.AddrPort) error {
+	var d *device
+	if src.IsValid() && !src.IsUnspecified() {
+		var err error
+		if d, err = id.ch.owner(src); err != nil {
+			return err
+		}
+	} else {
+		d = id.ch.route(dst.Addr())
+	}
+	if err := id.bind(d, netip.AddrPortFrom(d.addr, uint16(32768+rand.IntN(28232)))); err != nil {
+		return err
+	}
+	id.remote = dst
+	id.ch.post(&Event{Event: EventAddrResolved, ID: id})
+	return nil
+}
+
+// ResolveRoute is rdma_resolve_route: the path is the port's (its MTU);
+// a ROUTE_RESOLVED event follows.
+func (id *ID) ResolveRoute() error {
+	if id.dev == nil || !id.remote.IsValid() {
+		return errors.New("rdmacm: resolve the address first")
+	}
+	id.ch.post(&Event{Event: EventRouteResolved, ID: id})
+	return nil
+}
+
+// post queues a local event and wakes GetEvent.
+func (ch *EventChannel) post(e *Event) {
+	ch.mu.Lock()
+	ch.local = append(ch.local, e)
+	ch.mu.Unlock()
+	unix.Write(ch.efd, []byte{1, 0, 0, 0, 0, 0, 0, 0})
+}
+
+// LocalAddr and RemoteAddr are rdma_get_local_addr and rdma_get_peer_addr.
+func (id *ID) LocalAddr() netip.AddrPort  { return id.local }
+func (id *ID) RemoteAddr() netip.AddrPort { return id.remote }
+
+// CreateQP is rdma_create_qp: an RC QP on pd (of id.Verbs), in INIT
+// as librdmacm leaves it (ucma_init_conn_qp), so that receives may be
+// posted before the connection; the CM moves it to RTS.
+func (id *ID) CreateQP(pd *verbs.PD, attr verbs.QPInitAttr) error {
+	attr.Type = verbs.QPTypeRC
+	qp, err := pd.CreateQP(attr)
+	if err != nil {
+		return err
+	}
+	init := verbs.QPAttr{State: verbs.QPSInit, PortNum: 1,
+		AccessFlags: verbs.AccessRemoteWrite | verbs.AccessRemoteRead}
+	if err := qp.Modify(&init, verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrAccessFlags); err != nil {
+		qp.Destroy()
+		return fmt.Errorf("rdmacm: QP to INIT: %w", err)
+	}
+	id.QP = qp
+	return nil
+}
+
+// Listen is rdma_listen on the bound port.
+func (id *ID) Listen() error {
+	if id.dev == nil {
+		return errors.New("rdmacm: bind the CM ID before Listen")
+	}
+	sid := mad.ServiceID(mad.PSTCP, id.local.Port())
+	_, err := id.Verbs.CMCall(hostif.KindCMListen, &hostif.CMListenReq{H: id.h, ServiceID: sid}, nil, &hostif.Empty{})
+	return err
+}
+
+// Connect is rdma_connect: a REQ with rdma_cm's cma_hdr before p's
+// private data; ESTABLISHED, REJECTED or UNREACHABLE follows.
+func (id *ID) Connect(p *ConnParam) error {
+	if id.QP == nil || !id.remote.IsValid() {
+		return errors.New("rdmacm: Connect needs a resolved route and a QP")
+	}
+	if len(p.PrivateData) > mad.CMAUserPrivateDataLen {
+		return fmt.Errorf("rdmacm: %d bytes of private data, at most %d", len(p.PrivateData), mad.CMAUserPrivateDataLen)
+	}
+	pd := make([]byte, mad.CMAHdrLen+len(p.PrivateData))
+	if err := mad.EncodeCMAHdr(pd, id.local.Addr(), id.local.Port(), id.remote.Addr()); err != nil {
+		return fmt.Errorf("rdmacm: %w", err)
+	}
+	copy(pd[mad.CMAHdrLen:], p.PrivateData)
+	req := &hostif.CMConnectReq{H: id.h, QP: id.QP.Handle(), DGID: mad.GIDFromAddr(id.remote.Addr()),
+		ServiceID: mad.ServiceID(mad.PSTCP, id.remote.Port()), StartingPSN: rand.Uint32() & 0xffffff,
+		CMParams: hostif.CMParams{PathMTU: uint8(id.dev.mtu), ResponderResources: p.ResponderResources,
+			InitiatorDepth: p.InitiatorDepth, RetryCount: min(p.RetryCount, 7), RNRRetryCount: min(p.RNRRetryCount, 7)},
+		PrivateData: pd}
+	_, err := id.Verbs.CMCall(hostif.KindCMConnect, req, nil, &hostif.Empty{})
+	return err
+}
+
+// Accept is rdma_accept on a CONNECT_REQUEST's ID with its QP.
+func (id *ID) Accept(p *ConnParam) error {
+	if id.QP == nil {
+		return errors.New("rdmacm: Accept needs a QP (CreateQP)")
+	}
+	req := &hostif.CMAcceptReq{H: id.h, QP: id.QP.Handle(), StartingPSN: rand.Uint32() & 0xffffff,
+		ResponderResources: p.ResponderResources, InitiatorDepth: p.InitiatorDepth,
+		RNRRetryCount: min(p.RNRRetryCount, 7), PrivateData: p.PrivateData}
+	_, err := id.Verbs.CMCall(hostif.KindCMAccept, req, nil, &hostif.Empty{})
+	return err
+}
+
+// Reject is rdma_reject: REJ reason 28 (consumer defined).
+func (id *ID) Reject(privateData []byte) error {
+	_, err := id.Verbs.CMCall(hostif.KindCMReject, &hostif.CMDataReq{H: id.h, PrivateData: privateData}, nil, &hostif.Empty{})
+	return err
+}
+
+// Disconnect is rdma_disconnect: a DREQ; DISCONNECTED follows on both sides.
+func (id *ID) Disconnect() error {
+	_, err := id.Verbs.CMCall(hostif.KindCMDisconnect, &hostif.CMDataReq{H: id.h}, nil, &hostif.Empty{})
+	return err
+}
+
+// Destroy is rdma_destroy_id (destroy the QP first, as rdma_destroy_qp).
+func (id *ID) Destroy() error {
+	if id.dev == nil {
+		return nil
+	}
+	ch := id.ch
+	ch.mu.Lock()
+	delete(ch.ids, idKey{id.dev, id.h})
+	ch.mu.Unlock()
+	_, err := id.Verbs.CMCall(hostif.KindCMDestroyID, &hostif.Handle{H: id.h}, nil, &hostif.Empty{})
+	id.dev = nil
+	return err
+}
+
+// GetEvent is rdma_get_cm_event: it waits for the channel's next event
+// until ctx ends.
+func (ch *EventChannel) GetEvent(ctx context.Context) (*Event, error) {
+	for {
+		var n [8]byte
+		unix.Read(ch.efd, n[:]) // drained before looking, so a later event wakes the wait
+		if e, err := ch.next(); e != nil || err != nil {
+			return e, err
+		}
+		fds := []unix.PollFd{{Fd: int32(ch.efd), Events: unix.POLLIN}}
+		if _, err := unix.Poll(fds, 50); err != nil && !errors.Is(err, unix.EINTR) {
+			return nil, fmt.Errorf("rdmacm: wait: %w", err)
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// next returns a waiting event, or nil.
+func (ch *EventChannel) next() (*Event, error) {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	if len(ch.local) > 0 {
+		e := ch.local[0]
+		ch.local = ch.local[1:]
+		return e, nil
+	}
+	for _, d := range ch.devs {
+		if d.ch == 0 {
+			continue
+		}
+		var r hostif.CMEvent
+		if _, err := d.ctx.CMCall(hostif.KindCMGetEvent, &hostif.Handle{H: d.ch}, nil, &r); err != nil {
+			return nil, fmt.Errorf("rdmacm: %s: %w", d.ctx.Name(), err)
+		}
+		if r.Type != 0 {
+			return ch.convert(d, &r), nil
+		}
+	}
+	return nil, nil
+}
+
+// convert turns a daemon's event into rdma_cm's.
+func (ch *EventChannel) convert(d *device, r *hostif.CMEvent) *Event {
+	e := &Event{Event: fromCM[cm.EventType(r.Type)], RejectReason: r.RejectReason,
+		Param: ConnParam{PrivateData: r.PrivateData, ResponderResources: r.ResponderResources,
+			InitiatorDepth: r.InitiatorDepth, RetryCount: r.RetryCount, RNRRetryCount: r.RNRRetryCount}}
+	e.ID = ch.ids[idKey{d, r.ID}]
+	if e.Event == EventConnectRequest {
+		e.ListenID = ch.ids[idKey{d, r.Listen}]
+		id := &ID{ch: ch, Verbs: d.ctx, dev: d, h: r.ID}
+		if e.ListenID != nil {
+			id.local = e.ListenID.local
+		}
+		if h, err := mad.ParseCMAHdr(r.PrivateData); err == nil {
+			id.remote = netip.AddrPortFrom(h.SrcAddr(), h.SrcPort())
+			e.Param.PrivateData = h.UserData(r.PrivateData)
+		}
+		e.Remote = id.remote
+		ch.ids[idKey{d, r.ID}] = id
+		e.ID = id
+	}
+	if e.ID == nil {
+		e.ID = &ID{ch: ch, Verbs: d.ctx, dev: d, h: r.ID} // destroyed meanwhile
+	}
+	if q := e.ID.QP; q != nil && (e.Event == EventEstablished || e.Event == EventDisconnected) {
+		q.SyncState() // the agent moved it to RTS or ERR; an error leaves it for PostSend to report
+	}
+	if r.Err != "" {
+		e.Status = errors.New(r.Err)
+		if e.Event == EventRejected && r.RejectReason == uint16(mad.RejInvalidServiceID) {
+			e.Status = fmt.Errorf("rdmacm: connect to %v: %w (REJ reason 8: nobody listens)", e.ID.remote, syscall.ECONNREFUSED)
+		}
+	}
+	return e
+}
