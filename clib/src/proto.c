@@ -161,6 +161,7 @@ static int code_errno(uint32_t code)
 	case 3: return EPROTO;
 	case 4: return ENOSYS;
 	case 5: return EBUSY;
+	case 7: return ENOMEM; /* over a limit of the client or the daemon */
 	default: return EIO;
 	}
 }
