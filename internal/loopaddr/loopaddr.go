@@ -11,6 +11,12 @@
 // process counts addresses up, one per Get, skipping any address whose UDP
 // port 4791 something else holds (a program that does not take part in
 // the locking). Nothing outside this package binds in 127.128.0.0/9.
+//
+// The block also owns 15 TCP ports, 1024+15*block and on, for tools that
+// listen on every address (perftest's and the pingpongs' exchange): all
+// of them below the kernel's ephemeral range (32768 and up by default),
+// so no connect() anywhere is given one between the check and the tool's
+// listen, as happens to a port the kernel chose with :0.
 package loopaddr
 
 import (
@@ -29,6 +35,10 @@ const (
 	blockBits = 12 // 4096 addresses a block: tests/ takes about 60 a run
 	nBlocks   = 1 << (23 - blockBits)
 	roceV2    = 4791
+	// blockPorts TCP ports a block: 2048 blocks of 15 end at 31743,
+	// below 32768 where Linux's ephemeral ports start.
+	blockPorts = 15
+	firstPort  = 1024
 )
 
 // alloc is the process's block and counter. It is process-wide on
@@ -39,6 +49,7 @@ var alloc struct {
 	block int      // index of the locked block; valid when lock != nil
 	lock  *os.File // held open for the life of the process
 	next  int      // next host offset in the block to try
+	port  int      // count of TCPPort calls; the port is the count mod blockPorts
 }
 
 // Get returns a loopback address no other test, in this process or
@@ -56,6 +67,31 @@ func Get(t testing.TB) netip.Addr {
 func Pair(t testing.TB) (a, b netip.Addr) {
 	t.Helper()
 	return Get(t), Get(t)
+}
+
+// TCPPort returns a TCP port of this process's block that nothing
+// listens on now, for a server that listens on every address. The block's
+// 15 ports are handed out in turn, so a port comes back only after 14
+// others: the server that had it has long exited.
+func TCPPort(t testing.TB) int {
+	t.Helper()
+	alloc.mu.Lock()
+	defer alloc.mu.Unlock()
+	if alloc.lock == nil {
+		if err := lockBlock(os.Getpid() % nBlocks); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range blockPorts {
+		p := firstPort + alloc.block*blockPorts + alloc.port%blockPorts
+		alloc.port++
+		if ln, err := net.Listen("tcp", fmt.Sprintf(":%d", p)); err == nil {
+			ln.Close()
+			return p
+		}
+	}
+	t.Fatalf("loopaddr: all %d TCP ports of block %d are taken", blockPorts, alloc.block)
+	return 0
 }
 
 func get() (netip.Addr, error) {

@@ -1,6 +1,7 @@
 package loopaddr
 
 import (
+	"fmt"
 	"net"
 	"net/netip"
 	"os"
@@ -33,6 +34,26 @@ func TestGetDistinctAndFree(t *testing.T) {
 	defer c.Close()
 	if a := Get(t); a == held || seen[a] {
 		t.Fatalf("Get gave %v with %v:4791 held elsewhere", a, held)
+	}
+}
+
+// TCP ports come from the block's own 15, below the ephemeral range, and
+// one something listens on is passed over.
+func TestTCPPort(t *testing.T) {
+	Get(t) // the block is locked
+	lo := firstPort + alloc.block*blockPorts
+	p := TCPPort(t)
+	if p < lo || p >= lo+blockPorts || p >= 32768 {
+		t.Fatalf("TCPPort gave %d, want one of %d..%d", p, lo, lo+blockPorts-1)
+	}
+	ln, err := net.Listen("tcp", fmt.Sprintf(":%d", lo+alloc.port%blockPorts))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	held := ln.Addr().(*net.TCPAddr).Port
+	if q := TCPPort(t); q == held || q == p || q < lo || q >= lo+blockPorts {
+		t.Fatalf("TCPPort gave %d with %d held and %d given before", q, held, p)
 	}
 }
 
