@@ -84,7 +84,7 @@ func runOut(t *testing.T, cmd *exec.Cmd) string {
 // must list both daemons as rnic's clones do, and print every line of
 // each device's attributes that `rnic ibv_devinfo -v` prints.
 func TestCLibInfoTools(t *testing.T) {
-	newToolBench(t)
+	tb := newToolBench(t)
 	devices := debianTool(t, "ibv_devices", "ibverbs-utils")
 	devinfo := debianTool(t, "ibv_devinfo", "ibverbs-utils")
 	ctx := context.Background()
@@ -107,7 +107,7 @@ func TestCLibInfoTools(t *testing.T) {
 		}
 	}
 	one := devinfoBlocks(runOut(t, devinfo(ctx, "", "-d", "rnicB")))
-	if len(one) != 1 || !strings.Contains(one["rnicB"], "\tnode_guid:\t\t\t0200:0000:7f00:0002\n") {
+	if len(one) != 1 || !strings.Contains(one["rnicB"], "\tnode_guid:\t\t\t"+nodeGUIDColons(tb.b.addr)+"\n") {
 		t.Errorf("ibv_devinfo -d rnicB printed\n%v", one)
 	}
 }
@@ -132,7 +132,7 @@ func TestCLibPingpong(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv, cli := tb.pairRun(t, tc.srv, tc.cli, "rnicA", "rnicB", "ibv_rc_pingpong", append([]string{"-g", "1"}, tc.flags...)...)
-			checkPingpongOutput(t, 1, tc.size, tc.flags, srv, cli)
+			tb.checkPingpongOutput(t, 1, tc.size, tc.flags, srv, cli)
 		})
 	}
 	// The other transports, real against real and against the clones.
@@ -153,7 +153,7 @@ func TestCLibPingpong(t *testing.T) {
 		}{{"real-real", real, real}, {"real-rnic", real, rnicTool}, {"rnic-real", rnicTool, real}} {
 			t.Run(tc.tool+"/"+p.name, func(t *testing.T) {
 				srv, cli := tb.pairRun(t, p.srv, p.cli, "rnicA", "rnicB", tc.tool, append([]string{"-g", "1"}, tc.flags...)...)
-				checkPingpongOutput(t, tc.qps, tc.size, tc.flags, srv, cli)
+				tb.checkPingpongOutput(t, tc.qps, tc.size, tc.flags, srv, cli)
 			})
 		}
 	}
@@ -214,6 +214,7 @@ func TestCLibClientKilled(t *testing.T) {
 // checkPerftest reads each side's result line by value.
 func TestCLibPerftest(t *testing.T) {
 	tb := newToolBench(t)
+	gidA, gidB := perftestGID(tb.a.addr), perftestGID(tb.b.addr)
 	const iters = "100"
 	cases := []struct {
 		tool  string
@@ -244,9 +245,9 @@ func TestCLibPerftest(t *testing.T) {
 					args = append(args, "-s", c.size)
 				}
 				srv, cli := tb.pairRun(t, p.srv, p.cli, "rnicA", "rnicB", c.tool, args...)
-				checkPerftest(t, "client", cli, "rnicB", "127:00:00:02", "127:00:00:01", c.size, iters)
+				checkPerftest(t, "client", cli, "rnicB", gidB, gidA, c.size, iters)
 				if c.tool != "ib_read_lat" { // its server prints no result table
-					checkPerftest(t, "server", srv, "rnicA", "127:00:00:01", "127:00:00:02", c.size, iters)
+					checkPerftest(t, "server", srv, "rnicA", gidA, gidB, c.size, iters)
 				}
 			})
 		}
@@ -258,8 +259,7 @@ func TestCLibPerftest(t *testing.T) {
 // daemon hung up, as on a device's fatal error.
 func TestCLibDaemonKilled(t *testing.T) {
 	dir := t.TempDir()
-	// An address of its own: the daemon dies, the shared pair lives on.
-	d, err := startDaemon(dir, "rnicK", "127.17.0.1")
+	d, err := startDaemon(dir, "rnicK", ownAddr(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package tests
 
 import (
 	"bufio"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -11,12 +12,16 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/rnicd/rnicd/internal/loopaddr"
 )
 
 // TestDaemonStartStop builds rnicd, starts it on a loopback address, checks
 // what it reports about its port, and stops it with SIGTERM.
 func TestDaemonStartStop(t *testing.T) {
 	dir := t.TempDir()
+	ip := loopaddr.Get(t)
+	addr := ip.String()
 	// A socket left by a daemon that died: the new one removes it.
 	stale, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: filepath.Join(dir, "rnic0.sock"), Net: "unixpacket"})
 	if err != nil {
@@ -24,7 +29,7 @@ func TestDaemonStartStop(t *testing.T) {
 	}
 	stale.SetUnlinkOnClose(false)
 	stale.Close()
-	cmd := exec.Command(filepath.Join(binDir, "rnicd"), "-addr", "127.2.0.1", "-mtu", "1024")
+	cmd := exec.Command(filepath.Join(binDir, "rnicd"), "-addr", addr, "-mtu", "1024")
 	cmd.Env = append(os.Environ(), "RNICD_DIR="+dir)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -37,7 +42,11 @@ func TestDaemonStartStop(t *testing.T) {
 	if !lines.Scan() {
 		t.Fatalf("no output from rnicd: %v", cmd.Wait())
 	}
-	want := "rnicd: port 127.2.0.1 mode udp gid 0000:0000:0000:0000:0000:ffff:7f02:0001 active_mtu 1024"
+	// The GID is the IPv4-mapped IPv6 address (IBTA A17.4.5.1), written
+	// out here byte by byte rather than by the code under test.
+	v4 := ip.As4()
+	want := fmt.Sprintf("rnicd: port %s mode udp gid 0000:0000:0000:0000:0000:ffff:%02x%02x:%02x%02x active_mtu 1024",
+		addr, v4[0], v4[1], v4[2], v4[3])
 	if got := lines.Text(); got != want {
 		t.Fatalf("rnicd said %q, want %q", got, want)
 	}
@@ -45,7 +54,7 @@ func TestDaemonStartStop(t *testing.T) {
 		t.Fatalf("no control socket: %v", err)
 	}
 	// A second daemon for the same device refuses to start.
-	second := exec.Command(filepath.Join(binDir, "rnicd"), "-addr", "127.2.0.2")
+	second := exec.Command(filepath.Join(binDir, "rnicd"), "-addr", ownAddr(t))
 	second.Env = cmd.Env
 	if out, err := second.CombinedOutput(); err == nil || !strings.Contains(string(out), "another rnicd serves this device") {
 		t.Fatalf("second rnicd: %v: %s", err, out)

@@ -23,8 +23,6 @@ import (
 // to what it holds plus 8, so the hog needs 8 connections, not 20,000
 // CQs. It also checks that rnicd raised its soft limit to the hard one
 // at start (it logs max_fds).
-//
-// It uses 127.0.0.7.
 func TestDaemonNeverDeaf(t *testing.T) {
 	dir := t.TempDir()
 	// The daemon starts with a soft limit of 256, below the hard one,
@@ -42,7 +40,7 @@ func TestDaemonNeverDeaf(t *testing.T) {
 	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &soft); err != nil {
 		t.Fatal(err)
 	}
-	d, err := startDaemon(dir, "rnicH", "127.0.0.7")
+	d, err := startDaemon(dir, "rnicH", ownAddr(t))
 	if rerr := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); rerr != nil {
 		t.Fatal(rerr)
 	}

@@ -11,7 +11,10 @@ import (
 )
 
 // TestDemo builds rnic and runs `rnic demo` as a newcomer does: two NICs
-// on 127.0.0.1 and 127.0.0.2, no root. Every test must report its data
+// on loopback addresses, no root. A newcomer's run takes the defaults,
+// 127.0.0.1 and 127.0.0.2; the test gives -a and -b addresses of its own,
+// so that a run beside it (another package, another developer) cannot
+// hold UDP 4791 there. Every test must report its data
 // checked, and the account of one 4096-byte WRITE at MTU 1024 must show
 // 4 packets out, 4 in, one ACK back and the CQE.
 func TestDemo(t *testing.T) {
@@ -21,7 +24,8 @@ func TestDemo(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
-	out, err := exec.Command(bin, "demo", "-n", "50", "-s", "16384").CombinedOutput()
+	addrA, addrB := ownAddr(t), ownAddr(t)
+	out, err := exec.Command(bin, "demo", "-a", addrA, "-b", addrB, "-n", "50", "-s", "16384").CombinedOutput()
 	if err != nil {
 		t.Fatalf("demo: %v\n%s", err, out)
 	}
@@ -38,9 +42,9 @@ func TestDemo(t *testing.T) {
 		}
 	}
 	for _, want := range []string{
-		"A on 127.0.0.1 (QPN 0x000011), B on 127.0.0.2 (QPN 0x000011)",
+		"A on " + addrA + " (QPN 0x000011), B on " + addrB + " (QPN 0x000011)",
 		"segments 4096 bytes by the MTU into 4 packets",
-		"UDP to 127.0.0.2:4791\n             sent_pkts +4\n",
+		"UDP to " + addrB + ":4791\n             sent_pkts +4\n",
 		"rcvd_pkts +4, ICRC checked (icrc_errors +0)",
 		"(out_of_seq_request +0, duplicate_request +0)",
 		"sent (sent_pkts +1)",

@@ -31,8 +31,6 @@ import (
 // and gopacket read on its own to its end, every trace file JSON lines
 // that read on their own. The bound is the same arithmetic at any size:
 // the daemon's default (10 files of 100 MiB) is this with other numbers.
-//
-// It uses 127.0.0.5 and 127.0.0.6.
 func TestDiskBound(t *testing.T) {
 	tshark := debtool.Ensure(t, "tshark", "tshark")
 	dir := t.TempDir()
@@ -42,12 +40,12 @@ func TestDiskBound(t *testing.T) {
 	}
 	const size, files = 256 << 10, 3
 	trPath, pcPath := filepath.Join(out, "e.json"), filepath.Join(out, "e.pcap")
-	de, err := startDaemon(dir, "rnicE", "127.0.0.5", "-trace", trPath, "-trace-size", "256K", "-trace-files", "3",
+	de, err := startDaemon(dir, "rnicE", ownAddr(t), "-trace", trPath, "-trace-size", "256K", "-trace-files", "3",
 		"-pcap", pcPath, "-pcap-size", "256K", "-pcap-files", "3")
 	if err != nil {
 		t.Fatal(err)
 	}
-	df, err := startDaemon(dir, "rnicF", "127.0.0.6")
+	df, err := startDaemon(dir, "rnicF", ownAddr(t))
 	if err != nil {
 		de.stop()
 		t.Fatal(err)
@@ -69,7 +67,7 @@ func TestDiskBound(t *testing.T) {
 
 	// 512 WRITEs of 64 KiB: 32,768 packets of MTU 1024 into rnicE, and
 	// its ACKs, as fast as the NICs run.
-	writeBW(t, "rnicE", "rnicF", "127.0.0.5", "-s", "65536", "-n", "512")
+	writeBW(t, "rnicE", "rnicF", de.addr.String(), "-s", "65536", "-n", "512")
 	stopBoth()
 	log := de.errb.String()
 
@@ -186,24 +184,22 @@ func writeBW(t *testing.T, srvDev, cliDev, srvAddr string, args ...string) {
 // TestDiskFull gives rnicd a trace and a capture it cannot write
 // (/dev/full: every write fails with ENOSPC) and traffic: the daemon must
 // say so once for each, not every second, and serve on.
-//
-// It uses 127.0.0.8 and 127.0.0.9.
 func TestDiskFull(t *testing.T) {
 	dir := t.TempDir()
-	dg, err := startDaemon(dir, "rnicG", "127.0.0.8", "-trace", "/dev/full", "-pcap", "/dev/full")
+	dg, err := startDaemon(dir, "rnicG", ownAddr(t), "-trace", "/dev/full", "-pcap", "/dev/full")
 	if err != nil {
 		t.Fatal(err)
 	}
-	dh, err := startDaemon(dir, "rnicI", "127.0.0.9")
+	dh, err := startDaemon(dir, "rnicI", ownAddr(t))
 	if err != nil {
 		dg.stop()
 		t.Fatal(err)
 	}
 	defer dh.stop()
 	t.Setenv("RNICD_DIR", dir)
-	writeBW(t, "rnicG", "rnicI", "127.0.0.8", "-s", "65536", "-n", "64")
+	writeBW(t, "rnicG", "rnicI", dg.addr.String(), "-s", "65536", "-n", "64")
 	time.Sleep(2500 * time.Millisecond) // a few of the daemon's ticks
-	writeBW(t, "rnicG", "rnicI", "127.0.0.8", "-s", "4096", "-n", "64")
+	writeBW(t, "rnicG", "rnicI", dg.addr.String(), "-s", "4096", "-n", "64")
 	if err := dg.stop(); err != nil {
 		t.Fatalf("%v\n%s", err, dg.errb.String())
 	}

@@ -11,8 +11,8 @@ import (
 var addrLine = regexp.MustCompile(`^  (local|remote) address: +LID 0x0000, QPN 0x([0-9a-f]{6}), PSN 0x([0-9a-f]{6})[,:] GID (\S+)$`)
 
 // TestPingpongTools runs each ibv_*_pingpong between two rnicd processes
-// as a user does on two hosts: the server on rnicA (127.0.0.1), the
-// client on rnicB (127.0.0.2) connecting to it over TCP. Each side must
+// as a user does on two hosts: the server on rnicA, the
+// client on rnicB connecting to it over TCP. Each side must
 // print the other's QPN, PSN and GID as the other printed them and the
 // byte count of the run, and under --chk find every byte as sent.
 func TestPingpongTools(t *testing.T) {
@@ -20,7 +20,7 @@ func TestPingpongTools(t *testing.T) {
 	for _, tc := range pingpongCases {
 		t.Run(tc.tool+" "+strings.Join(tc.flags, " "), func(t *testing.T) {
 			srv, cli := tb.pair(t, tc.tool, append([]string{"-g", "1"}, tc.flags...)...)
-			checkPingpongOutput(t, tc.qps, tc.size, tc.flags, srv, cli)
+			tb.checkPingpongOutput(t, tc.qps, tc.size, tc.flags, srv, cli)
 		})
 	}
 }
@@ -46,9 +46,9 @@ type ppLine struct{ qpn, psn, gid string }
 // checkPingpongOutput checks both outputs by value: each side's remote
 // lines are the other's local lines, the GIDs are the NICs' addresses,
 // the QPNs are QPNs rnicd hands out (from 0x11), and the totals are right.
-func checkPingpongOutput(t *testing.T, nqp, size int, flags []string, srv, cli string) {
+func (tb *toolBench) checkPingpongOutput(t *testing.T, nqp, size int, flags []string, srv, cli string) {
 	t.Helper()
-	checkPingpongGIDs(t, "::ffff:127.0.0.1", "::ffff:127.0.0.2", nqp, size, flags, srv, cli)
+	checkPingpongGIDs(t, "::ffff:"+tb.a.addr.String(), "::ffff:"+tb.b.addr.String(), nqp, size, flags, srv, cli)
 }
 
 // checkPingpongGIDs is checkPingpongOutput for a server whose GID prints

@@ -35,8 +35,8 @@ func TestInfoTools(t *testing.T) {
 	tb := newToolBench(t)
 	want := "    device          \t   node GUID\n" +
 		"    ------          \t----------------\n" +
-		"    rnicA           \t020000007f000001\n" +
-		"    rnicB           \t020000007f000002\n"
+		"    rnicA           \t" + nodeGUID(tb.a.addr) + "\n" +
+		"    rnicB           \t" + nodeGUID(tb.b.addr) + "\n"
 	if got := rnicOutput(t, "ibv_devices"); got != want {
 		t.Errorf("ibv_devices printed\n%q\nwant\n%q", got, want)
 	}
@@ -53,7 +53,7 @@ func TestInfoTools(t *testing.T) {
 	for _, d := range []*daemon{tb.a, tb.b} {
 		for _, want := range []string{
 			"hca_id:\t" + d.name + "\n\ttransport:\t\t\tInfiniBand (0)\n",
-			fmt.Sprintf("\tnode_guid:\t\t\t0200:0000:7f00:000%d\n", d.addr.As4()[3]),
+			"\tnode_guid:\t\t\t" + nodeGUIDColons(d.addr) + "\n",
 			"\t\t\tstate:\t\t\tPORT_ACTIVE (4)\n",
 			"\t\t\tactive_mtu:\t\t1024 (3)\n",
 			"\t\t\tlink_layer:\t\tEthernet\n",
@@ -228,12 +228,12 @@ func TestResWhileRunning(t *testing.T) {
 // is left with no object.
 func TestToolSeesDaemonKilled(t *testing.T) {
 	dir := t.TempDir()
-	a, err := startDaemon(dir, "rnicA", "127.0.0.1")
+	a, err := startDaemon(dir, "rnicA", ownAddr(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer a.cmd.Process.Kill()
-	b, err := startDaemon(dir, "rnicB", "127.0.0.2")
+	b, err := startDaemon(dir, "rnicB", ownAddr(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -271,7 +271,7 @@ func TestToolSeesDaemonKilled(t *testing.T) {
 	// rnicA's socket is still there, but no device any more.
 	want := "    device          \t   node GUID\n" +
 		"    ------          \t----------------\n" +
-		"    rnicB           \t020000007f000002\n"
+		"    rnicB           \t" + nodeGUID(b.addr) + "\n"
 	if got := rnicOutput(t, "ibv_devices"); got != want {
 		t.Errorf("ibv_devices with rnicA killed printed\n%q\nwant\n%q", got, want)
 	}

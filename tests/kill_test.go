@@ -53,7 +53,7 @@ func eventually(t testing.TB, what string, cond func() bool) {
 // client had and keeps serving; the peer's QP (retry_cnt 3) completes
 // with RETRY_EXC_ERR, then flushes, rather than hanging.
 func TestClientKilledMidTransfer(t *testing.T) {
-	daemons(t)
+	_, db := daemons(t)
 	ca := open(t, "rnicA")
 	base := objects(t, ca)
 
@@ -78,7 +78,7 @@ func TestClientKilledMidTransfer(t *testing.T) {
 	}
 
 	b := newEnd(t, open(t, "rnicB"), endOpts{typ: verbs.QPTypeRC})
-	fmt.Fprintf(stdin, "%d 127.0.0.2\n", b.qp.QPN)
+	fmt.Fprintf(stdin, "%d %v\n", b.qp.QPN, db.addr)
 	if !lines.Scan() || lines.Text() != "ready" {
 		t.Fatalf("helper not ready: %q", lines.Text())
 	}

@@ -199,7 +199,7 @@ const (
 // only what the other client holds.
 func TestHogClient(t *testing.T) {
 	dir := t.TempDir()
-	d, err := startDaemon(dir, "rnicH", "127.19.0.1", "-client-max-cq", strconv.Itoa(hogCQs),
+	d, err := startDaemon(dir, "rnicH", ownAddr(t), "-client-max-cq", strconv.Itoa(hogCQs),
 		"-client-max-qp", strconv.Itoa(hogQPs), "-client-max-mr", strconv.Itoa(hogMRs),
 		"-client-max-mr-bytes", strconv.Itoa(hogBytes), "-client-max-conns", strconv.Itoa(hogConns))
 	if err != nil {
@@ -266,7 +266,7 @@ func TestHogClient(t *testing.T) {
 // once the first leaves, another client gets QPs again.
 func TestDaemonWideLimit(t *testing.T) {
 	dir := t.TempDir()
-	d, err := startDaemon(dir, "rnicW", "127.19.0.2", "-max-qp", "50", "-client-max-qp", "30")
+	d, err := startDaemon(dir, "rnicW", ownAddr(t), "-max-qp", "50", "-client-max-qp", "30")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -296,7 +296,7 @@ func TestDaemonWideLimit(t *testing.T) {
 // limits, far below the kernel's, and the daemon serves the next client.
 func TestHogDefaults(t *testing.T) {
 	dir := t.TempDir()
-	d, err := startDaemon(dir, "rnicD", "127.19.0.4")
+	d, err := startDaemon(dir, "rnicD", ownAddr(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rnicd/rnicd/internal/loopaddr"
 	"github.com/rnicd/rnicd/verbs"
 )
 
@@ -133,19 +134,19 @@ func (l *lockedBuf) String() string {
 	return l.b.String()
 }
 
-// daemons starts the pair of daemons a test uses, rnicA on 127.0.0.1 and
-// rnicB on 127.0.0.2 as users run them, points this process's
+// daemons starts the pair of daemons a test uses, rnicA and rnicB as
+// users run them (the README puts them on 127.0.0.1 and 127.0.0.2; a test
+// takes addresses of its own from ownAddr), points this process's
 // verbs.Open at their sockets, and stops them (SIGTERM, exit 0) when the
-// test ends: the addresses are free again for the next test, which may
-// run its own NICs there.
+// test ends.
 func daemons(t testing.TB) (*daemon, *daemon) {
 	t.Helper()
 	dir := t.TempDir()
-	a, err := startDaemon(dir, "rnicA", "127.0.0.1")
+	a, err := startDaemon(dir, "rnicA", ownAddr(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := startDaemon(dir, "rnicB", "127.0.0.2")
+	b, err := startDaemon(dir, "rnicB", ownAddr(t))
 	if err != nil {
 		a.stop()
 		t.Fatal(err)
@@ -159,6 +160,27 @@ func daemons(t testing.TB) (*daemon, *daemon) {
 		}
 	})
 	return a, b
+}
+
+// ownAddr is a loopback address for one NIC of this test, which no
+// other test, here or in a run beside this one, binds UDP 4791 on.
+func ownAddr(t testing.TB) string {
+	t.Helper()
+	return loopaddr.Get(t).String()
+}
+
+// nodeGUID is the node GUID a NIC on IPv4 address a reports, as
+// ibv_devices prints it: 02:00:00:00 and the address's four bytes,
+// written out here rather than by the code under test.
+func nodeGUID(a netip.Addr) string {
+	v := a.As4()
+	return fmt.Sprintf("02000000%02x%02x%02x%02x", v[0], v[1], v[2], v[3])
+}
+
+// nodeGUIDColons is nodeGUID as ibv_devinfo prints it.
+func nodeGUIDColons(a netip.Addr) string {
+	g := nodeGUID(a)
+	return g[0:4] + ":" + g[4:8] + ":" + g[8:12] + ":" + g[12:16]
 }
 
 func open(t testing.TB, name string) *verbs.Context {

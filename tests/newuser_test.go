@@ -46,11 +46,22 @@ func command(line string) (cmd, comment string) {
 // order the README gives them, reading them from the README so that the
 // two cannot drift apart: the build line in a copy of the source tree
 // (the binaries must exist and be executable), `rnicd -h` (exit 0), the
-// two daemons on 127.0.0.1 and 127.0.0.2, and each tool the README shows
-// as a server and client pair (a perftest tool, a pingpong), each side
-// exiting 0. The daemons then stop on SIGTERM with exit 0.
+// two daemons the README puts on 127.0.0.1 and 127.0.0.2, and each tool
+// the README shows as a server and client pair (a perftest tool, a
+// pingpong), each side exiting 0. The daemons then stop on SIGTERM with
+// exit 0.
+//
+// The README's literal addresses, and the tools' default TCP port 18515,
+// would collide with a run of this test beside it (another developer,
+// another package under go test -p): every command run has 127.0.0.1 and
+// 127.0.0.2 rewritten to this test's own addresses, and each tool pair is
+// given a free TCP port with -p. The commands are otherwise the README's.
 func TestNewUser(t *testing.T) {
 	lines := readmeCommands(t)
+	own := strings.NewReplacer("127.0.0.1", ownAddr(t), "127.0.0.2", ownAddr(t))
+	for i, l := range lines {
+		lines[i] = own.Replace(l)
+	}
 	find := func(prefix string) []string {
 		var out []string
 		for _, l := range lines {
@@ -135,7 +146,8 @@ func TestNewUser(t *testing.T) {
 			if server == "" {
 				t.Fatalf("README: client %q without a server before it", cmd)
 			}
-			runPair(t, ctx, sh, src, env, server, cmd)
+			port := freePort(t)
+			runPair(t, ctx, sh, src, env, withPort(server, port), withPort(cmd, port))
 			pairs += server + "\n"
 			server = ""
 		}
@@ -180,6 +192,17 @@ func runPair(t *testing.T, ctx context.Context, sh func(context.Context, string,
 		t.Fatalf("%s: %v\n%s", server, err, sout.String())
 	}
 	t.Logf("%s / %s: both exit 0", server, client)
+}
+
+// withPort gives the rnic tool on line the TCP port port: "rnic tool
+// args" becomes "rnic tool -p port args" (-p before the server's host,
+// where the tools' flag parsing stops).
+func withPort(line, port string) string {
+	f := strings.Fields(line)
+	if len(f) < 2 || f[0] != "rnic" {
+		return line
+	}
+	return strings.Join(append([]string{f[0], f[1], "-p", port}, f[2:]...), " ")
 }
 
 // copyTree copies the source tree at from into to, all but .git and

@@ -29,9 +29,6 @@ import (
 // capture must decode in tshark packet for packet, and a 100% loss set
 // with rnic inject must end a WRITE in RETRY_EXC_ERR with the retries
 // counted, until `inject off` lets WRITEs through again.
-//
-// It uses 127.0.0.3 and 127.0.0.4 (tests/ owns .1 and .2 for the other
-// daemon tests).
 func TestObserveDaemons(t *testing.T) {
 	tshark := debtool.Ensure(t, "tshark", "tshark")
 	rnic := filepath.Join(binDir, "rnic")
@@ -41,12 +38,13 @@ func TestObserveDaemons(t *testing.T) {
 	}
 	trC, pcC := files("rnicC")
 	trD, pcD := files("rnicD")
-	dc, err := startDaemon(dir, "rnicC", "127.0.0.3", "-trace", trC, "-pcap", pcC, "-http", "127.0.0.3:0")
+	addrC, addrD := ownAddr(t), ownAddr(t)
+	dc, err := startDaemon(dir, "rnicC", addrC, "-trace", trC, "-pcap", pcC, "-http", addrC+":0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	// rnicD's capture rotates at 8 KiB, every file kept: several files.
-	dd, err := startDaemon(dir, "rnicD", "127.0.0.4", "-trace", trD, "-pcap", pcD, "-pcap-size", "8192", "-pcap-files", "0", "-http", "127.0.0.4:0")
+	dd, err := startDaemon(dir, "rnicD", addrD, "-trace", trD, "-pcap", pcD, "-pcap-size", "8192", "-pcap-files", "0", "-http", addrD+":0")
 	if err != nil {
 		dc.stop()
 		t.Fatal(err)
@@ -164,19 +162,19 @@ func TestObserveDaemons(t *testing.T) {
 	// what reached it; rnicD's, in several files, every packet it sent and
 	// received.
 	stopBoth()
-	fromC, toC := tsharkCount(t, tshark, []string{pcC}, "127.0.0.3")
+	fromC, toC := tsharkCount(t, tshark, []string{pcC}, addrC)
 	if want := c2["sent_pkts"] - c2[`fault_dropped{dir="tx"}`]; float64(fromC) != want {
-		t.Errorf("rnicC's capture has %d packets from 127.0.0.3, want %v", fromC, want)
+		t.Errorf("rnicC's capture has %d packets from %s, want %v", fromC, addrC, want)
 	}
 	if want := c2["rcvd_pkts"] + c2[`fault_dropped{dir="rx"}`]; float64(toC) != want {
-		t.Errorf("rnicC's capture has %d packets to 127.0.0.3, want %v", toC, want)
+		t.Errorf("rnicC's capture has %d packets to %s, want %v", toC, addrC, want)
 	}
 	t.Logf("rnicC's capture: %d packets sent, %d received", fromC, toC)
 	rotated, _ := filepath.Glob(pcD + ".*")
 	if len(rotated) == 0 {
 		t.Errorf("rnicD's capture did not rotate at 8 KiB")
 	}
-	fromD, toD := tsharkCount(t, tshark, append([]string{pcD}, rotated...), "127.0.0.4")
+	fromD, toD := tsharkCount(t, tshark, append([]string{pcD}, rotated...), addrD)
 	t.Logf("rnicD's capture: %d files, %d packets sent, %d received", 1+len(rotated), fromD, toD)
 	if float64(fromD) != d2["sent_pkts"] || float64(toD) != d2["rcvd_pkts"] {
 		t.Errorf("rnicD's capture has %d sent and %d received packets, its counters %v and %v",

@@ -16,6 +16,7 @@ import (
 // hold none of the tools' objects.
 func TestPerftestTools(t *testing.T) {
 	tb := newToolBench(t)
+	gidA, gidB := perftestGID(tb.a.addr), perftestGID(tb.b.addr)
 	const iters = "100"
 	for _, c := range perftestCases {
 		for _, size := range c.sizes {
@@ -25,10 +26,10 @@ func TestPerftestTools(t *testing.T) {
 					args = append(args, "-s", size)
 				}
 				srv, cli := tb.pair(t, c.tool, args...)
-				checkPerftest(t, "client", cli, "rnicB", "127:00:00:02", "127:00:00:01", size, iters)
+				checkPerftest(t, "client", cli, "rnicB", gidB, gidA, size, iters)
 				// ib_read_lat's server prints no result table, as perftest's.
 				if c.tool != "ib_read_lat" {
-					checkPerftest(t, "server", srv, "rnicA", "127:00:00:01", "127:00:00:02", size, iters)
+					checkPerftest(t, "server", srv, "rnicA", gidA, gidB, size, iters)
 				}
 			})
 		}
@@ -38,8 +39,8 @@ func TestPerftestTools(t *testing.T) {
 	for _, tool := range []string{"ib_write_bw", "ib_send_bw", "ib_read_bw"} {
 		t.Run(tool+"/RC/4 QPs", func(t *testing.T) {
 			srv, cli := tb.pair(t, tool, "-q", "4", "-s", "4096", "-n", iters)
-			checkPerftest(t, "client", cli, "rnicB", "127:00:00:02", "127:00:00:01", "4096", "400")
-			checkPerftest(t, "server", srv, "rnicA", "127:00:00:01", "127:00:00:02", "4096", "400")
+			checkPerftest(t, "client", cli, "rnicB", gidB, gidA, "4096", "400")
+			checkPerftest(t, "server", srv, "rnicA", gidA, gidB, "4096", "400")
 		})
 	}
 	// --direct: each tool runs its QPs on a socket its daemon lends,
@@ -52,9 +53,9 @@ func TestPerftestTools(t *testing.T) {
 				t.Skip("skipped: rnicd lends sockets as root only (CAP_BPF); CI runs as root")
 			}
 			srv, cli := tb.pair(t, tool, "-s", "4096", "-n", iters, "--direct")
-			checkPerftest(t, "client", cli, "rnicB", "127:00:00:02", "127:00:00:01", "4096", iters)
+			checkPerftest(t, "client", cli, "rnicB", gidB, gidA, "4096", iters)
 			if tool != "ib_read_lat" {
-				checkPerftest(t, "server", srv, "rnicA", "127:00:00:01", "127:00:00:02", "4096", iters)
+				checkPerftest(t, "server", srv, "rnicA", gidA, gidB, "4096", iters)
 			}
 			for who, out := range map[string]string{"client": cli, "server": srv} {
 				_, rest, _ := strings.Cut(out, " local address: LID 0000 QPN 0x")
@@ -69,8 +70,8 @@ func TestPerftestTools(t *testing.T) {
 	// sides: a server and a client on one NIC.
 	t.Run("no -d", func(t *testing.T) {
 		srv, cli := tb.pairOn(t, "", "", "ib_send_lat", "-s", "1025", "-n", iters)
-		checkPerftest(t, "client", cli, "rnicA", "127:00:00:01", "127:00:00:01", "1025", iters)
-		checkPerftest(t, "server", srv, "rnicA", "127:00:00:01", "127:00:00:01", "1025", iters)
+		checkPerftest(t, "client", cli, "rnicA", gidA, gidA, "1025", iters)
+		checkPerftest(t, "server", srv, "rnicA", gidA, gidA, "1025", iters)
 	})
 }
 

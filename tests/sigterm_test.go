@@ -1,11 +1,11 @@
 package tests
 
 import (
-	"net/netip"
 	"os"
 	"path/filepath"
 	"testing"
 
+	"github.com/rnicd/rnicd/internal/loopaddr"
 	"github.com/rnicd/rnicd/verbs"
 )
 
@@ -14,7 +14,7 @@ import (
 // WR_FLUSH_ERR in its CQ; the daemon exits 0 and removes its socket.
 func TestSIGTERMFlushes(t *testing.T) {
 	dir := t.TempDir()
-	d, err := startDaemon(dir, "rnicT", "127.2.0.3")
+	d, err := startDaemon(dir, "rnicT", ownAddr(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -23,9 +23,10 @@ func TestSIGTERMFlushes(t *testing.T) {
 	c := must[*verbs.Context](t)(verbs.Open("rnicT"))
 	defer c.Close()
 	e := newEnd(t, c, endOpts{typ: verbs.QPTypeRC})
-	// Nobody answers at 127.2.0.4 and retry_cnt 7 retries forever: the
-	// WRITEs stay outstanding until the daemon stops.
-	connectTo(t, e, 0x99, netip.MustParseAddr("127.2.0.4"), 7, 10)
+	// Nobody answers at an address of this test's own that no NIC binds,
+	// and retry_cnt 7 retries forever: the WRITEs stay outstanding until
+	// the daemon stops.
+	connectTo(t, e, 0x99, loopaddr.Get(t), 7, 10)
 	for id := range uint64(3) {
 		postRecv(t, e, 100+id, int(id)*64, 64)
 	}

@@ -4,18 +4,18 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/rnicd/rnicd/internal/loopaddr"
 	"github.com/rnicd/rnicd/verbs"
 )
 
-// toolBench is the pair of daemons the tool tests share: rnicA on
-// 127.0.0.1 runs every server, rnicB on 127.0.0.2 every client, each tool
+// toolBench is the pair of daemons the tool tests share: rnicA runs
+// every server, rnicB every client, each tool
 // a process of its own as on two hosts. ca and cb are this test's own
 // connections to the daemons, to read their counters.
 type toolBench struct {
@@ -161,13 +161,10 @@ func leftover(m map[string]uint64) string {
 	return strings.Join(s, ", ")
 }
 
-// freePort finds a TCP port for a tool's exchange; another program may
-// take it in between, which shows as a failed run, not a wrong result.
+// freePort finds a TCP port for a tool's exchange, of this process's own
+// (see loopaddr.TCPPort): a port the kernel picked with :0 is in the
+// ephemeral range, where a connect() of a run beside this one could take
+// it before the tool listens.
 func freePort(t *testing.T) string {
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return fmt.Sprint(ln.Addr().(*net.TCPAddr).Port)
+	return fmt.Sprint(loopaddr.TCPPort(t))
 }

@@ -225,7 +225,7 @@ func TestUCThroughDaemons(t *testing.T) {
 // TestUDThroughDaemons: a UD SEND with an address handle lands after the
 // 40-byte GRH area with the sender's QPN.
 func TestUDThroughDaemons(t *testing.T) {
-	daemons(t)
+	da, _ := daemons(t)
 	a := newEnd(t, open(t, "rnicA"), endOpts{typ: verbs.QPTypeUD})
 	b := newEnd(t, open(t, "rnicB"), endOpts{typ: verbs.QPTypeUD})
 	connect(t, a, b, verbs.QPTypeUD, 0, 0)
@@ -248,8 +248,8 @@ func TestUDThroughDaemons(t *testing.T) {
 	if !bytes.Equal(b.mr.Buf[40:740], pattern(700, 11)) {
 		t.Fatal("UD payload differs")
 	}
-	if src := b.mr.Buf[20+12 : 20+16]; !bytes.Equal(src, []byte{127, 0, 0, 1}) {
-		t.Fatalf("GRH area's IPv4 source %v, want 127.0.0.1", src)
+	if src, want := b.mr.Buf[20+12:20+16], da.addr.As4(); !bytes.Equal(src, want[:]) {
+		t.Fatalf("GRH area's IPv4 source %v, want %v", src, da.addr)
 	}
 }
 
