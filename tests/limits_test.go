@@ -349,3 +349,53 @@ func clientLimit(t *testing.T, d *daemon, what string) int {
 	})
 	return must[int](t)(strconv.Atoi(m[1]))
 }
+
+// TestHogsFillDaemon: issue 19's crash, QPs until the mappings run out,
+// by five processes against rnicd's defaults: together they reach the
+// daemon's limit of mappings (vm.max_map_count less its reserve), the
+// last is refused naming -max-maps, and the daemon, holding some 57,000
+// rings, still lists every QP (where it crashed) and, once a hog has
+// gone, serves a client that moves data.
+func TestHogsFillDaemon(t *testing.T) {
+	dir := t.TempDir()
+	d, err := startDaemon(dir, "rnicF", "127.19.0.5")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := d.stop(); err != nil {
+			t.Errorf("%v\n%s", err, d.errb.String())
+		}
+	})
+	t.Setenv("RNICD_DIR", dir)
+	watch := open(t, "rnicF")
+	maps := clientLimit(t, d, "memory mappings")
+	var hogs []*hog
+	for i := 0; ; i++ {
+		h := startHog(t, "rnicF", "qp")
+		hogs = append(hogs, h)
+		if p := h.phases["qp"]; strings.Contains(p.err, "rnicd -max-maps raises it") {
+			break
+		}
+		h.want(t, "qp", maps-1, "-client-max-maps") // its CQ holds one mapping
+		if i == 8 {
+			t.Fatalf("8 hogs of %d mappings each never reached the daemon's limit", maps)
+		}
+	}
+	all := held(t, watch)
+	if len(hogs) < 2 || all["maps"] < uint64(maps*(len(hogs)-1)) {
+		t.Fatalf("%d hogs; the daemon holds %v", len(hogs), all)
+	}
+	qps := must[[]verbs.QPInfo](t)(watch.QPs())
+	seen := map[uint32]bool{}
+	for _, q := range qps {
+		seen[q.QPN] = true
+	}
+	if uint64(len(qps)) != all["qp"] || len(seen) != len(qps) {
+		t.Fatalf("the daemon lists %d QPs (%d QPNs), holds %d", len(qps), len(seen), all["qp"])
+	}
+	hogs[0].cmd.Process.Signal(syscall.SIGKILL)
+	hogs[0].cmd.Wait()
+	eventually(t, "the first hog's QPs released", func() bool { return held(t, watch)["maps"] == all["maps"]-uint64(maps) })
+	goodClient(t, "rnicF", 11)
+}
