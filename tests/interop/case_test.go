@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // tcase is one tool run; the harness runs it with rxe as client and as
@@ -26,6 +27,9 @@ type tcase struct {
 	// impair, if set, is installed on the tap for the case alone: the
 	// case runs in phases of its own, in both roles.
 	impair *impairment
+	// deadline, if set, bounds one run of the case on either side instead
+	// of the one sized from its arguments (sizedDeadline).
+	deadline time.Duration
 }
 
 func (c tcase) name() string {
@@ -103,13 +107,43 @@ func matrix(ibMTU int) []tcase {
 	return cs
 }
 
+// sizedDeadline bounds one run of c, either side: 30 s to start and
+// exchange, plus what it moves (-s times -n, perftest's defaults 65536 and
+// 1000 otherwise) at 1 MiB/s, four times that under an impairment. A case
+// takes 1.5 s on average (163 cases in 236 s, both boots included) and the
+// largest, 1 MiB 8 times under 3% loss, a few seconds: the bound only
+// stops a case whose peer never comes, and keeps the suite's time bounded.
+func sizedDeadline(c tcase, impaired bool) time.Duration {
+	if c.deadline != 0 {
+		return c.deadline
+	}
+	size, n := 65536, 1000
+	for i := 0; i+1 < len(c.args); i++ {
+		v, err := strconv.Atoi(c.args[i+1])
+		switch {
+		case err != nil:
+		case c.args[i] == "-s":
+			size = v
+		case c.args[i] == "-n":
+			n = v
+		}
+	}
+	d := 30*time.Second + time.Duration(size*n)*time.Second/(1<<20)
+	if impaired {
+		d *= 4
+	}
+	return d
+}
+
 // phase is a set of cases run the same way: rxe as client or server,
-// under one impairment or none. Each case gets its own TCP port.
+// under one impairment or none. Each case gets its own TCP port and its
+// deadline.
 type phase struct {
-	rxeRole string
-	impair  *impairment
-	cases   []tcase
-	ports   []int
+	rxeRole   string
+	impair    *impairment
+	cases     []tcase
+	ports     []int
+	deadlines []time.Duration
 }
 
 // plan groups a link's cases into phases: all cases in both roles, the
@@ -130,8 +164,9 @@ func plan(cases []tcase) []phase {
 	port := 20000
 	mk := func(role string, im *impairment, cs []tcase) phase {
 		ph := phase{rxeRole: role, impair: im, cases: cs}
-		for range cs {
+		for _, c := range cs {
 			ph.ports = append(ph.ports, port)
+			ph.deadlines = append(ph.deadlines, sizedDeadline(c, im != nil))
 			port++
 		}
 		return ph

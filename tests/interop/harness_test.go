@@ -1,10 +1,18 @@
 package interop
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // The harness's own parts, without a VM.
@@ -92,4 +100,113 @@ func TestIPv6CaseCommands(t *testing.T) {
 			t.Errorf("host: %q, want %q", host, want)
 		}
 	}
+}
+
+// fakeTool is rxe's side of the stall test's cases: a client connects if
+// the host's server listens, a server waits for the host's client, for
+// ever. Files in $FAKE_DIR stand for the listening sockets.
+const fakeTool = `#!/bin/sh
+for a; do [ "$prev" = -p ] && port=$a; prev=$a; done
+if [ "$prev" = ` + hostAddr + ` ]; then
+	[ -e "$FAKE_DIR/host-server-$port" ] || { echo "Couldn't connect to ` + hostAddr + `:$port"; exit 1; }
+	touch "$FAKE_DIR/vm-client-$port"; echo "rxe client: done"; exit 0
+fi
+touch "$FAKE_DIR/vm-server-$port"; echo "rxe server: listening on $port"
+while [ ! -e "$FAKE_DIR/host-client-$port" ]; do sleep 0.1; done
+echo "rxe server: done"
+`
+
+// A case whose host side never starts fails within its deadline, with a
+// verdict naming the case, the role and the side that stalled, and the
+// next case, in the same phase and in the next, still passes. The VM's
+// script runs here, under sh, over fakeTool; the host's side is a fake
+// whose "broken" case never starts, in both roles.
+func TestStalledCaseFailsAndTheNextPasses(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "bin")
+	if err := os.Mkdir(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(bin, "fake_rxe_tool"), []byte(fakeTool), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const deadline = 3 * time.Second
+	broken := tcase{tool: "fake_rxe_tool", args: []string{"broken"}, deadline: deadline}
+	good := tcase{tool: "fake_rxe_tool", args: []string{"good"}, deadline: 20 * time.Second}
+	phases := plan([]tcase{broken, good})
+	script := filepath.Join(dir, "case.sh")
+	if err := os.WriteFile(script, []byte(vmScript(phases)), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("sh", script)
+	cmd.Env = append(os.Environ(), "PATH="+bin+":"+os.Getenv("PATH"), "FAKE_DIR="+dir,
+		"RNICD_VM_TTY="+filepath.Join(dir, "verdicts"), "RNICD_VM_TMP="+dir)
+	v, err := startVM(cmd, filepath.Join(dir, "verdicts"), phases)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
+
+	exists := func(name string, port int) bool {
+		_, err := os.Stat(filepath.Join(dir, name+"-"+strconv.Itoa(port)))
+		return err == nil
+	}
+	l := &link{t: t, ctx: context.Background(), ibMTU: 1024, vm: v,
+		runHost: func(ctx context.Context, c tcase, port int, client bool) hostRun {
+			if c.args[0] == "broken" {
+				return hostRun{err: errors.New("never started: broken by the test")}
+			}
+			if client {
+				if !exists("vm-server", port) {
+					return hostRun{err: errors.New("exit status 1"), out: "Couldn't connect to " + vmAddr}
+				}
+				os.WriteFile(filepath.Join(dir, "host-client-"+strconv.Itoa(port)), nil, 0o644)
+				return hostRun{out: "rnic client: done"}
+			}
+			os.WriteFile(filepath.Join(dir, "host-server-"+strconv.Itoa(port)), nil, 0o644)
+			for !exists("vm-client", port) {
+				select {
+				case <-ctx.Done():
+					return hostRun{err: ctx.Err()}
+				case <-time.After(50 * time.Millisecond):
+				}
+			}
+			return hostRun{out: "rnic server: done"}
+		}}
+	for pi, ph := range phases {
+		start := time.Now()
+		rs := l.verdicts(pi, ph, l.runCases(pi, ph), "", "", "")
+		took := time.Since(start)
+		if len(rs) != 2 || rs[0].c.args[0] != "broken" {
+			t.Fatalf("phase %d: %d results, first %v", pi, len(rs), rs[0].c)
+		}
+		bad, ok := rs[0], rs[1]
+		if bad.ok {
+			t.Errorf("phase %d: the broken case passed: %s", pi, bad.detail)
+		}
+		for _, want := range []string{"timed out: the host's side stalled", "rxe's " + ph.rxeRole + " in the VM waited",
+			"never started: broken by the test", "deadline of 3s"} {
+			if !strings.Contains(bad.detail, want) {
+				t.Errorf("phase %d, rxe %s: the verdict %q does not say %q", pi, ph.rxeRole, bad.detail, want)
+			}
+		}
+		if !ok.ok {
+			t.Errorf("phase %d, rxe %s: the case after the broken one failed: %s", pi, ph.rxeRole, ok.detail)
+		}
+		// The broken case costs its deadline, the good one a second or two.
+		if limit := deadline + 10*time.Second; took > limit {
+			t.Errorf("phase %d, rxe %s: took %v, more than %v", pi, ph.rxeRole, took, limit)
+		}
+	}
+	if !v.poweredOff(10*time.Second) || v.stalled() != "" {
+		t.Errorf("the script did not end cleanly: stalled %q; its log:\n%s", v.stalled(), readFile(t, filepath.Join(dir, "verdicts")))
+	}
+}
+
+func readFile(t *testing.T, path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Error(err)
+	}
+	return string(b)
 }

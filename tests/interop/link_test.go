@@ -27,6 +27,9 @@ type link struct {
 	env            []string // RNICD_DIR for every command
 	ctx            context.Context
 	vm             *vm
+	// runHost runs the host's side of a case; nil is rnic (l.rnic). The
+	// harness's own test sets it to break a case on purpose.
+	runHost func(ctx context.Context, c tcase, port int, client bool) hostRun
 }
 
 // runLink runs every phase of one link MTU and returns its results.
@@ -62,14 +65,16 @@ func runLink(t *testing.T, bin, img string, linkMTU, ibMTU int) []result {
 		t.Fatal(err)
 	}
 	var err error
-	if l.vm, err = bootVM(ctx, img, l.ns, linkMTU, script, l.dir); err != nil {
+	if l.vm, err = bootVM(ctx, img, l.ns, linkMTU, script, l.dir, phases); err != nil {
 		t.Fatal(err)
 	}
 	var results []result
 	for pi, ph := range phases {
 		results = append(results, l.runPhase(pi, ph)...)
 	}
-	if !l.vm.poweredOff(2 * time.Minute) {
+	if stall := l.vm.stalled(); stall != "" {
+		t.Errorf("MTU %d: the VM %s; console:\n%s", ibMTU, stall, tail(l.vm.console.String()))
+	} else if !l.vm.poweredOff(2 * time.Minute) {
 		t.Errorf("MTU %d: the VM did not power off; console:\n%s", ibMTU, tail(l.vm.console.String()))
 	}
 	l.checkGIDs()
@@ -122,20 +127,21 @@ func (l *link) rnic(ctx context.Context, c tcase, port int, client bool) hostRun
 	return hostRun{err: err, out: string(out)}
 }
 
+// host runs the host's side of c: rnic, unless a test says otherwise.
+func (l *link) host(ctx context.Context, c tcase, port int, client bool) hostRun {
+	if l.runHost != nil {
+		return l.runHost(ctx, c, port, client)
+	}
+	return l.rnic(ctx, c, port, client)
+}
+
 // runPhase runs the host's side of each case of phase pi under its
 // impairment, waits for the VM's side, and judges each case.
 func (l *link) runPhase(pi int, ph phase) []result {
 	start := time.Now()
 	remove := l.ns.impair(l.t, ph.impair)
 	before := counters(l.t)
-	var host []hostRun
-	if ph.rxeRole == "client" {
-		host = l.serve(pi, ph)
-	} else {
-		host = l.connect(pi, ph)
-	}
-	// The VM's side of the last case may still be printing.
-	l.vm.waitVerdict(caseID{pi, len(ph.cases) - 1}, 2*time.Minute)
+	host := l.runCases(pi, ph)
 	remove()
 	moved := diff(before, counters(l.t))
 	var want, impair string
@@ -147,14 +153,40 @@ func (l *link) runPhase(pi int, ph phase) []result {
 	}
 	// The suite's share of CI's 60 minutes, phase by phase.
 	l.t.Logf("MTU %d phase %d: rxe %s, impairment %q, %d cases, %.1f s", l.ibMTU, pi, ph.rxeRole, impair, len(ph.cases), time.Since(start).Seconds())
+	return l.verdicts(pi, ph, host, impair, format(moved), want)
+}
+
+// runCases runs the host's side of each case of phase pi and waits for
+// the VM's side of the last: its output may still be coming.
+func (l *link) runCases(pi int, ph phase) []hostRun {
+	var host []hostRun
+	if ph.rxeRole == "client" {
+		host = l.serve(pi, ph)
+	} else {
+		host = l.connect(pi, ph)
+	}
+	l.vm.waitVerdict(caseID{pi, len(ph.cases) - 1})
+	return host
+}
+
+// verdicts judges each case of phase pi; a failed case's verdict is
+// logged with both sides' output at once, for a run stopped later.
+func (l *link) verdicts(pi int, ph phase, host []hostRun, impair, moved, want string) []result {
 	var results []result
 	for i, c := range ph.cases {
-		r := result{c: c, rxeRole: ph.rxeRole, mtu: l.ibMTU, impair: impair, counters: format(moved)}
+		r := result{c: c, rxeRole: ph.rxeRole, mtu: l.ibMTU, impair: impair, deadline: ph.deadlines[i], counters: moved}
 		r.judge(host[i], l.vm.run(caseID{pi, i}), want)
+		if !r.ok {
+			l.t.Logf("MTU %d phase %d case %d, %s, rxe %s: %s", l.ibMTU, pi, i, c.name(), ph.rxeRole, r.detail)
+		}
 		results = append(results, r)
 	}
 	return results
 }
+
+// hostMargin is what the host's side of a case gets over the case's
+// deadline: the VM's own timeout is to fire first, and say so.
+const hostMargin = 15 * time.Second
 
 // serve runs the host's servers of a phase where rxe is the client: every
 // server listens at once, the VM's clients come in turn.
@@ -166,26 +198,23 @@ func (l *link) serve(pi int, ph phase) []hostRun {
 		go func() {
 			defer wg.Done()
 			id := caseID{pi, i}
-			ctx, cancel := context.WithTimeout(l.ctx, 10*time.Minute)
+			ctx, cancel := context.WithCancel(l.ctx)
 			defer cancel()
-			// A server whose client failed would wait for ever: it gets
-			// 20 s after the VM's verdict on the case.
+			// The watchdog: a server whose client failed would wait for
+			// ever. It gets 20 s after the VM's verdict on the case, and
+			// none once the VM has stalled or exited without one.
 			go func() {
-				for !l.vm.finished(id) {
+				if l.vm.waitStart(id) && l.vm.waitVerdict(id) {
 					select {
-					case <-time.After(200 * time.Millisecond):
+					case <-time.After(20 * time.Second):
 					case <-ctx.Done():
-						return
 					}
 				}
-				select {
-				case <-time.After(20 * time.Second):
-					cancel()
-				case <-ctx.Done():
-				}
+				cancel()
 			}()
 			for attempt := 1; ; attempt++ {
-				host[i] = l.rnic(ctx, c, ph.ports[i], false)
+				host[i] = l.host(ctx, c, ph.ports[i], false)
+				host[i].killed = host[i].err != nil && ctx.Err() != nil
 				if host[i].err == nil || attempt > 2 || !l.vm.retried(id, attempt) {
 					break
 				}
@@ -197,22 +226,32 @@ func (l *link) serve(pi int, ph phase) []hostRun {
 }
 
 // connect runs the host's clients of a phase where rxe is the server, in
-// turn, each retrying until the VM's server listens.
+// turn: each once the VM has started the case, retrying until the VM's
+// server listens, within the case's deadline and hostMargin.
 func (l *link) connect(pi int, ph phase) []hostRun {
 	host := make([]hostRun, len(ph.cases))
 	for i, c := range ph.cases {
+		id := caseID{pi, i}
+		if !l.vm.waitStart(id) {
+			host[i] = hostRun{err: fmt.Errorf("not run: the VM never started the case")}
+			continue
+		}
 		var r hostRun
 		for attempt := 1; ; attempt++ {
-			for try := 0; try < 600; try++ {
-				ctx, cancel := context.WithTimeout(l.ctx, 5*time.Minute)
-				r = l.rnic(ctx, c, ph.ports[i], true)
-				cancel()
-				if r.err == nil || !refused(r.out) {
+			ctx, cancel := context.WithTimeout(l.ctx, ph.deadlines[i]+hostMargin)
+			for {
+				r = l.host(ctx, c, ph.ports[i], true)
+				if r.err == nil || !refused(r.out) || ctx.Err() != nil {
 					break
 				}
-				time.Sleep(500 * time.Millisecond)
+				select {
+				case <-time.After(500 * time.Millisecond):
+				case <-ctx.Done():
+				}
 			}
-			if r.err == nil || attempt > 2 || !l.vm.retried(caseID{pi, i}, attempt) {
+			r.killed = r.err != nil && ctx.Err() != nil
+			cancel()
+			if r.err == nil || attempt > 2 || !l.vm.retried(id, attempt) {
 				break
 			}
 		}

@@ -19,7 +19,8 @@ type result struct {
 	c        tcase
 	rxeRole  string // "server" or "client"
 	mtu      int
-	impair   string // the impairment's name, "" for none
+	impair   string        // the impairment's name, "" for none
+	deadline time.Duration // of one run of the case, either side
 	ok       bool
 	detail   string
 	counters string
@@ -29,25 +30,58 @@ type result struct {
 type hostRun struct {
 	err error
 	out string
+	// killed: the host's watchdog killed it, its deadline past or the
+	// VM's side long done or stalled.
+	killed bool
 }
 
 // vmRun is how the VM's side of a case ended, if it has.
 type vmRun struct {
+	started  bool
+	timedOut bool // the case's deadline killed rxe's tool
 	rc       int
 	finished bool
 	out      string
 	drops    *[3]int // after an IPv6 case: see vmLog.drops
+	stall    string  // why the VM was declared stalled, if it was
 }
 
 // judge gives the verdict on one case of a phase: both sides must exit 0,
 // and under an impairment rnicd's counters, moved over the phase, must
-// show the recovery (want says what they lack, "" if nothing).
+// show the recovery (want says what they lack, "" if nothing). A case that
+// ran out of time says which side stalled: the side whose peer had
+// already failed only waited for it.
 func (r *result) judge(host hostRun, guest vmRun, want string) {
+	hostRole := "client"
+	if r.rxeRole == "client" {
+		hostRole = "server"
+	}
+	if guest.stall == "" {
+		guest.stall = "exited before it" // powered off, or qemu failed
+	}
+	said := fmt.Sprintf("\nrnic said:\n%s\nrxe said:\n%s", tail(host.out), tail(guest.out))
 	switch {
+	case !guest.started:
+		r.detail = fmt.Sprintf("not run: the VM never started it; the VM %s", guest.stall)
+	case guest.timedOut && r.rxeRole == "server" && host.err != nil && refused(host.out):
+		r.detail = fmt.Sprintf("timed out: the VM's side stalled: rxe's server never listened and was killed at its deadline of %v; "+
+			"rnic's client was refused until its own", r.deadline) + said
+	case guest.timedOut && host.err != nil && !host.killed:
+		r.detail = fmt.Sprintf("timed out: the host's side stalled: rnic's %s failed (%v), and rxe's %s in the VM waited for it "+
+			"until its deadline of %v and was killed", hostRole, host.err, r.rxeRole, r.deadline) + said
+	case guest.timedOut && host.killed:
+		r.detail = fmt.Sprintf("timed out: both sides stalled: rxe's %s in the VM was killed at its deadline of %v, rnic's %s "+
+			"on the host by the watchdog", r.rxeRole, r.deadline, hostRole) + said
+	case guest.timedOut:
+		r.detail = fmt.Sprintf("timed out: the VM's side stalled: rxe's %s was killed at its deadline of %v, rnic's %s ended %v",
+			r.rxeRole, r.deadline, hostRole, host.err) + said
+	case !guest.finished:
+		r.detail = fmt.Sprintf("timed out: the VM stalled in rxe's %s and gave no verdict: the VM %s", r.rxeRole, guest.stall) + said
+	case host.killed:
+		r.detail = fmt.Sprintf("timed out: the host's side stalled: rnic's %s was killed by the watchdog "+
+			"(rxe's %s had exited %d)", hostRole, r.rxeRole, guest.rc) + said
 	case host.err != nil:
 		r.detail = fmt.Sprintf("rnic: %v\n%s\nrxe said:\n%s", host.err, tail(host.out), tail(guest.out))
-	case !guest.finished:
-		r.detail = "the VM gave no verdict; its output so far:\n" + tail(guest.out)
 	case guest.rc != 0:
 		r.detail = fmt.Sprintf("rxe's %s exited %d:\n%s\nrnic said:\n%s", r.c.tool, guest.rc, tail(guest.out), tail(host.out))
 	case r.c.ipv6 && guest.drops == nil:
