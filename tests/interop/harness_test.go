@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -116,42 +115,40 @@ while [ ! -e "$FAKE_DIR/host-client-$port" ]; do sleep 0.1; done
 echo "rxe server: done"
 `
 
-// A case whose host side never starts fails within its deadline, with a
-// verdict naming the case, the role and the side that stalled, and the
-// next case, in the same phase and in the next, still passes. The VM's
-// script runs here, under sh, over fakeTool; the host's side is a fake
-// whose "broken" case never starts, in both roles.
-func TestStalledCaseFailsAndTheNextPasses(t *testing.T) {
+// fakeBench runs the VM's script of phases here, under sh, over fakeTool
+// and the other fake commands of bin (name to script), and returns a link
+// whose host side is a fake: its "broken" case never starts, the others
+// play the host's part against fakeTool. The VM may take margin over a
+// case's deadline.
+func fakeBench(t *testing.T, phases []phase, bin map[string]string, margin time.Duration) *link {
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "bin")
-	if err := os.Mkdir(bin, 0o755); err != nil {
+	bin["fake_rxe_tool"] = fakeTool
+	if err := os.Mkdir(filepath.Join(dir, "bin"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(bin, "fake_rxe_tool"), []byte(fakeTool), 0o755); err != nil {
-		t.Fatal(err)
+	for name, text := range bin {
+		if err := os.WriteFile(filepath.Join(dir, "bin", name), []byte(text), 0o755); err != nil {
+			t.Fatal(err)
+		}
 	}
-	const deadline = 3 * time.Second
-	broken := tcase{tool: "fake_rxe_tool", args: []string{"broken"}, deadline: deadline}
-	good := tcase{tool: "fake_rxe_tool", args: []string{"good"}, deadline: 20 * time.Second}
-	phases := plan([]tcase{broken, good})
 	script := filepath.Join(dir, "case.sh")
 	if err := os.WriteFile(script, []byte(vmScript(phases)), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command("sh", script)
-	cmd.Env = append(os.Environ(), "PATH="+bin+":"+os.Getenv("PATH"), "FAKE_DIR="+dir,
+	cmd.Env = append(os.Environ(), "PATH="+filepath.Join(dir, "bin")+":"+os.Getenv("PATH"), "FAKE_DIR="+dir,
 		"RNICD_VM_TTY="+filepath.Join(dir, "verdicts"), "RNICD_VM_TMP="+dir)
-	v, err := startVM(cmd, filepath.Join(dir, "verdicts"), phases)
+	v, err := startVM(cmd, filepath.Join(dir, "verdicts"), phases, margin)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
+	t.Cleanup(v.kill)
 
 	exists := func(name string, port int) bool {
 		_, err := os.Stat(filepath.Join(dir, name+"-"+strconv.Itoa(port)))
 		return err == nil
 	}
-	l := &link{t: t, ctx: context.Background(), ibMTU: 1024, vm: v,
+	return &link{t: t, ctx: context.Background(), ibMTU: 1024, vm: v,
 		runHost: func(ctx context.Context, c tcase, port int, client bool) hostRun {
 			if c.args[0] == "broken" {
 				return hostRun{err: errors.New("never started: broken by the test")}
@@ -173,6 +170,18 @@ func TestStalledCaseFailsAndTheNextPasses(t *testing.T) {
 			}
 			return hostRun{out: "rnic server: done"}
 		}}
+}
+
+// A case whose host side never starts fails within its deadline, with a
+// verdict naming the case, the role and the side that stalled, and the
+// next case, in the same phase and in the next, still passes: in both
+// roles, the script going on after the VM's timeout killed rxe's side.
+func TestStalledCaseFailsAndTheNextPasses(t *testing.T) {
+	const deadline = 3 * time.Second
+	broken := tcase{tool: "fake_rxe_tool", args: []string{"broken"}, deadline: deadline}
+	good := tcase{tool: "fake_rxe_tool", args: []string{"good"}, deadline: 20 * time.Second}
+	phases := plan([]tcase{broken, good})
+	l := fakeBench(t, phases, map[string]string{}, vmMargin)
 	for pi, ph := range phases {
 		start := time.Now()
 		rs := l.verdicts(pi, ph, l.runCases(pi, ph), "", "", "")
@@ -198,15 +207,36 @@ func TestStalledCaseFailsAndTheNextPasses(t *testing.T) {
 			t.Errorf("phase %d, rxe %s: took %v, more than %v", pi, ph.rxeRole, took, limit)
 		}
 	}
-	if !v.poweredOff(10*time.Second) || v.stalled() != "" {
-		t.Errorf("the script did not end cleanly: stalled %q; its log:\n%s", v.stalled(), readFile(t, filepath.Join(dir, "verdicts")))
+	if !l.vm.poweredOff(10*time.Second) || l.vm.stalled() != "" {
+		t.Errorf("the script did not end cleanly: stalled %q", l.vm.stalled())
 	}
 }
 
-func readFile(t *testing.T, path string) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Error(err)
+// A VM whose own timeout fails (here a timeout command that bounds
+// nothing) is declared stalled by the host's watchdog once the case's
+// deadline and the margin are past, and killed; the case fails saying the
+// VM stalled, and the cases it never started fail at once.
+func TestStalledVMIsKilledAndReported(t *testing.T) {
+	const deadline, margin = 1 * time.Second, 2 * time.Second
+	broken := tcase{tool: "fake_rxe_tool", args: []string{"broken"}, deadline: deadline}
+	good := tcase{tool: "fake_rxe_tool", args: []string{"good"}, deadline: deadline}
+	ph := plan([]tcase{broken, good})[1] // rxe as the server, waiting for ever for the broken case's client
+	if ph.rxeRole != "server" {
+		t.Fatalf("phase 1 has rxe as the %s", ph.rxeRole)
 	}
-	return string(b)
+	l := fakeBench(t, []phase{ph}, map[string]string{"timeout": "#!/bin/sh\nshift 3\nexec \"$@\"\n"}, margin)
+	start := time.Now()
+	rs := l.verdicts(0, ph, l.runCases(0, ph), "", "", "")
+	if took := time.Since(start); took > deadline+margin+5*time.Second {
+		t.Errorf("took %v", took)
+	}
+	if !l.vm.poweredOff(5 * time.Second) {
+		t.Error("the stalled VM was not killed")
+	}
+	for i, want := range []string{"timed out: the VM stalled in rxe's server and gave no verdict: the VM stalled in case 0 0",
+		"not run: the VM never started it; the VM stalled in case 0 0"} {
+		if rs[i].ok || !strings.Contains(rs[i].detail, want) {
+			t.Errorf("case %d: ok %v, verdict %q; want one that says %q", i, rs[i].ok, rs[i].detail, want)
+		}
+	}
 }

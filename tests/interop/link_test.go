@@ -76,6 +76,7 @@ func runLink(t *testing.T, bin, img string, linkMTU, ibMTU int) []result {
 		t.Errorf("MTU %d: the VM %s; console:\n%s", ibMTU, stall, tail(l.vm.console.String()))
 	} else if !l.vm.poweredOff(2 * time.Minute) {
 		t.Errorf("MTU %d: the VM did not power off; console:\n%s", ibMTU, tail(l.vm.console.String()))
+		l.vm.kill()
 	}
 	l.checkGIDs()
 	l.checkIPv6Device()

@@ -150,6 +150,7 @@ type vm struct {
 	console   bytes.Buffer
 	done      chan struct{} // closed when qemu has exited
 	deadlines map[caseID]time.Duration
+	margin    time.Duration // vmMargin, less in the harness's own test
 
 	mu       sync.Mutex
 	log      *vmLog
@@ -171,15 +172,16 @@ const (
 func bootVM(ctx context.Context, img string, ns *netns, linkMTU int, script, dir string, phases []phase) (*vm, error) {
 	logPath := dir + "/verdicts"
 	cmd := exec.CommandContext(ctx, "./vm.sh", "boot", img, ns.name, "tap0", vmAddr, vmAddr6, strconv.Itoa(linkMTU), script, logPath)
-	return startVM(cmd, logPath, phases)
+	return startVM(cmd, logPath, phases, vmMargin)
 }
 
 // startVM starts cmd, which runs the cases of phases and writes their log
 // to logPath, in a process group of its own (vm.sh, qemu, the pipe to tr)
-// to be killed whole; it reads the log every 200 ms until cmd exits.
-func startVM(cmd *exec.Cmd, logPath string, phases []phase) (*vm, error) {
+// to be killed whole; it reads the log every 200 ms until cmd exits. The
+// VM may take margin over a case's deadline and between cases.
+func startVM(cmd *exec.Cmd, logPath string, phases []phase, margin time.Duration) (*vm, error) {
 	v := &vm{cmd: cmd, logPath: logPath, done: make(chan struct{}), log: parseVMLog(nil), deadlines: map[caseID]time.Duration{},
-		progress: time.Now()}
+		margin: margin, progress: time.Now()}
 	for pi, ph := range phases {
 		for i := range ph.cases {
 			v.deadlines[caseID{pi, i}] = ph.deadlines[i]
@@ -224,11 +226,11 @@ func (v *vm) read() {
 	}
 	limit, on := bootLimit, "before its first case"
 	if len(l.started) > 0 {
-		limit, on = vmMargin, "between cases"
+		limit, on = v.margin, "between cases"
 	}
 	for id := range l.started {
 		if _, ok := l.rc[id]; !ok { // the VM runs one case at a time
-			limit, on = v.deadlines[id]+vmMargin, fmt.Sprintf("in case %d %d", id.phase, id.i)
+			limit, on = v.deadlines[id]+v.margin, fmt.Sprintf("in case %d %d", id.phase, id.i)
 		}
 	}
 	if v.exited() {
@@ -236,9 +238,12 @@ func (v *vm) read() {
 	}
 	if quiet := time.Since(v.progress); quiet > limit {
 		v.stall = fmt.Sprintf("stalled %s: no word from it for %.0f s (limit %v); killed", on, quiet.Seconds(), limit)
-		syscall.Kill(-v.cmd.Process.Pid, syscall.SIGKILL)
+		v.kill()
 	}
 }
+
+// kill kills the VM: qemu and the script that runs it.
+func (v *vm) kill() { syscall.Kill(-v.cmd.Process.Pid, syscall.SIGKILL) }
 
 // stalled says why the VM was declared stalled, "" if it was not.
 func (v *vm) stalled() string {
