@@ -61,9 +61,12 @@ func putGSOCmsg(b []byte, size int) int {
 // the kernel's limits. A packet longer than
 // the next (a FIRST with its RETH before the MIDDLEs) goes alone, so that
 // the run starts with the packets that share a size.
-func gsoRun(bufs []*Buf) int {
+//
+// With small (Config.SmallRuns) the first may be of any size: 64-byte
+// WRITEs to one peer are runs too.
+func gsoRun(bufs []*Buf, small bool) int {
 	first := bufs[0]
-	if !fullMTU(first.RoCE()) {
+	if !small && !fullMTU(first.RoCE()) {
 		return 1 // a receiver that sees the run uncut finds its size so (runs_linux.go)
 	}
 	size, total := first.N, first.N
@@ -110,7 +113,7 @@ func (u *udpPort) sendGSO(bufs []*Buf) error {
 				bufs = bufs[1:]
 				continue
 			}
-			n := min(gsoRun(bufs), len(m.iovs)-iov)
+			n := min(gsoRun(bufs, u.cfg.SmallRuns), len(m.iovs)-iov)
 			env := bth.Envelope{
 				Src: u.cfg.Addr, Dst: peer,
 				SrcPort: u.cfg.Port, DstPort: u.cfg.RemotePort,

@@ -45,8 +45,27 @@ func TestGSORun(t *testing.T) {
 		{"invalid ends it", append(many(3, 1024), &Buf{}), 3},
 	}
 	for _, c := range cases {
-		if got := gsoRun(c.bufs); got != c.want {
+		if got := gsoRun(c.bufs, false); got != c.want {
 			t.Errorf("%s: run of %d, want %d", c.name, got, c.want)
+		}
+	}
+	// With SmallRuns a first packet of any size starts a run; the rest
+	// of the rules hold.
+	for _, c := range []struct {
+		name string
+		bufs []*Buf
+		want int
+	}{
+		{"64 B WRITEs", many(10, 64), 10},
+		{"not a full MTU", many(10, 1000), 10},
+		{"shorter last ends it", append(append(many(5, 64), mk(8, p1, 0)), many(3, 64)...), 6},
+		{"other peer", append(many(3, 64), mk(64, p2, 0)), 3},
+		{"other TOS", append(many(3, 64), mk(64, p1, 2)), 3},
+		{"at most 64", many(70, 64), 64},
+		{"longer one ends it", append(many(3, 64), mk(128, p1, 0)), 3},
+	} {
+		if got := gsoRun(c.bufs, true); got != c.want {
+			t.Errorf("small runs, %s: run of %d, want %d", c.name, got, c.want)
 		}
 	}
 }
@@ -97,6 +116,47 @@ func TestGSORunReceived(t *testing.T) {
 	}
 	if s := pk.Stats(); s.RxPackets != 41 || s.RxICRCErrors != 0 {
 		t.Errorf("ModePacket receiver stats %v", s)
+	}
+}
+
+// With SmallRuns, 64-byte WRITEs to one peer leave as one message: one
+// frame on lo holding them all, which a ModeUDP receiver gets cut by the
+// kernel, every packet byte for byte with its own IPv4 ID.
+func TestGSOSmallRuns(t *testing.T) {
+	needRoot(t)
+	src, dst := addr("127.0.9.8"), addr("127.0.9.9")
+	capt := openCapture(t, dst)
+	u := openPort(t, Config{Addr: src, Mode: ModeUDP, SmallRuns: true})
+	if !u.(*udpPort).gso {
+		t.Fatal("kernel without UDP_SEGMENT: this test needs Linux 4.18")
+	}
+	ud := openPort(t, Config{Addr: dst, Mode: ModeUDP})
+	r := startReceiver(ud)
+	sizes := make([]int, 10)
+	for i := range sizes {
+		sizes[i] = 64
+	}
+	sent := sendBatch(t, u, dst, 10, 500, sizes, 0, 0)
+	frame := capt.next(t, func(b []byte) bool {
+		return len(b) >= 28 && b[0]>>4 == 4 && netip.AddrFrom4([4]byte(b[12:16])) == src && b[9] == 17
+	})
+	if want := 28 + 10*len(sent[0].roce); len(frame) != want {
+		t.Fatalf("captured %d bytes, want the whole run of 10 in one frame (%d)", len(frame), want)
+	}
+	got := r.get(t, 10, 3*time.Second)
+	matchAll(t, sent, got)
+	for _, g := range got {
+		k := uint16(bth.BTH(g.roce).PSN() - 500)
+		want := ICRCVerifiedAnyID
+		if k == 0 {
+			want = ICRCVerified
+		}
+		if g.ipid != k || g.icrc != want {
+			t.Errorf("packet %d: IPv4 ID %d, ICRC %v", k, g.ipid, g.icrc)
+		}
+	}
+	if s := ud.Stats(); s.RxPackets != 10 || s.RxICRCErrors != 0 {
+		t.Errorf("receiver stats %v: want 10 packets, no ICRC error", s)
 	}
 }
 
