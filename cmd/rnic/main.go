@@ -35,6 +35,7 @@ func commands() []command {
 	all = append(all, perftestCommands()...)
 	all = append(all, ibvCommands()...)
 	all = append(all, observeCommands()...)
+	all = append(all, rpingCommands()...)
 	sort.Slice(all, func(i, j int) bool { return all[i].name < all[j].name })
 	return all
 }

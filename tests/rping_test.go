@@ -1,0 +1,158 @@
+package tests
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+)
+
+// startRpingServer starts `rnic rping -s` on rnicA's address with args.
+func startRpingServer(t *testing.T, ctx context.Context, port string, args ...string) (*exec.Cmd, *bytes.Buffer, *lockedBuf) {
+	t.Helper()
+	cmd := rnic(ctx, append([]string{"rping", "-s", "-a", "127.0.0.1", "-p", port}, args...)...)
+	var out bytes.Buffer
+	errb := &lockedBuf{}
+	cmd.Stdout, cmd.Stderr = &out, errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	return cmd, &out, errb
+}
+
+// rpingClient runs the client until it connects: while the server is not
+// listening yet the connect is refused (REJ 8), and the client is run
+// again, as a user would.
+func rpingClient(t *testing.T, ctx context.Context, port string, args ...string) (string, error) {
+	t.Helper()
+	for {
+		cmd := rnic(ctx, append([]string{"rping", "-c", "-a", "127.0.0.1", "-I", "127.0.0.2", "-p", port}, args...)...)
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		err := cmd.Run()
+		if err != nil && strings.Contains(errb.String(), "connection refused") && ctx.Err() == nil {
+			time.Sleep(20 * time.Millisecond)
+			continue
+		}
+		if err != nil {
+			return out.String(), fmt.Errorf("%v: %s", err, errb.String())
+		}
+		return out.String(), nil
+	}
+}
+
+// rping between two rnicd through their CM agents: 1,000 pings with the
+// data verified on the client, each printed by both sides, then the
+// disconnect ends the server with status 0.
+func TestRping(t *testing.T) {
+	daemons(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	port := freePort(t)
+	srv, srvOut, srvErr := startRpingServer(t, ctx, port, "-v")
+	out, err := rpingClient(t, ctx, port, "-C", "1000", "-V", "-v")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 1000 {
+		t.Fatalf("client printed %d lines, want 1000:\n%s", len(lines), out)
+	}
+	// rping's data: the ping number, then letters from 'A' + ping, A..z
+	// rotating, in a 64-byte buffer less its NUL.
+	if want := "ping data: rdma-ping-0: ABCDEFGHIJKLMNOPQRSTUVWXYZ[\\]^_`abcdefghijklmnopqr"; lines[0] != want {
+		t.Fatalf("first ping %q, want %q", lines[0], want)
+	}
+	if want := "ping data: rdma-ping-999: "; !strings.HasPrefix(lines[999], want) || len(lines[999]) != len("ping data: ")+63 {
+		t.Fatalf("last ping %q", lines[999])
+	}
+	if err := srv.Wait(); err != nil {
+		t.Fatalf("server: %v\n%s", err, srvErr.String())
+	}
+	srvLines := strings.Split(strings.TrimSpace(srvOut.String()), "\n")
+	if len(srvLines) != 1000 || srvLines[0] != "server "+lines[0] {
+		t.Fatalf("server printed %d lines, first %q", len(srvLines), srvLines[0])
+	}
+}
+
+// A connect to a port nobody listens on fails at once: REJ reason 8,
+// "connection refused", exit status 1.
+func TestRpingRefused(t *testing.T) {
+	daemons(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	start := time.Now()
+	cmd := rnic(ctx, "rping", "-c", "-a", "127.0.0.1", "-p", freePort(t), "-C", "1")
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	err := cmd.Run()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 || !strings.Contains(errb.String(), "connection refused") {
+		t.Fatalf("rping to a closed port: %v, %q", err, errb.String())
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("refused after %v, want at once", d)
+	}
+}
+
+// A client killed in the middle of its pings: its daemon destroys its
+// CM ID, which sends the DREQ, so the server sees DISCONNECTED and ends;
+// neither daemon keeps a CM ID or channel.
+func TestRpingClientKilled(t *testing.T) {
+	daemons(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	port := freePort(t)
+	srv, _, srvErr := startRpingServer(t, ctx, port)
+	var cli *exec.Cmd
+	for {
+		cli = rnic(ctx, "rping", "-c", "-a", "127.0.0.1", "-I", "127.0.0.2", "-p", port, "-v")
+		stdout, err := cli.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var errb bytes.Buffer
+		cli.Stderr = &errb
+		if err := cli.Start(); err != nil {
+			t.Fatal(err)
+		}
+		sc := bufio.NewScanner(stdout)
+		if sc.Scan() && strings.HasPrefix(sc.Text(), "ping data: ") {
+			go func() {
+				for sc.Scan() {
+				}
+			}()
+			break
+		}
+		cli.Wait()
+		if !strings.Contains(errb.String(), "connection refused") || ctx.Err() != nil {
+			t.Fatalf("client: %s", errb.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cli.Process.Kill()
+	cli.Wait()
+	if err := srv.Wait(); err != nil {
+		t.Fatalf("server after the client died: %v\n%s", err, srvErr.String())
+	}
+	for _, name := range []string{"rnicA", "rnicB"} {
+		c := open(t, name)
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			m, err := c.Counters()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m["hostif_objects_cm_id"] == 0 && m["hostif_objects_cm_event_channel"] == 0 && m["hostif_objects_qp"] == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s keeps %d CM IDs, %d channels, %d QPs", name, m["hostif_objects_cm_id"],
+					m["hostif_objects_cm_event_channel"], m["hostif_objects_qp"])
+			}
+		}
+	}
+}
