@@ -8,10 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rnicd/rnicd/internal/loopaddr"
 	"github.com/rnicd/rnicd/verbs"
 )
 
-// side is one application: an in-process NIC, an event channel on it and
+// side is one application: an in-process NIC on an address of its own, an event channel on it and
 // the resources of one QP.
 type side struct {
 	ctx *verbs.Context
@@ -21,9 +22,9 @@ type side struct {
 	mr  *verbs.MR
 }
 
-func newSide(t *testing.T, addr string) *side {
+func newSide(t *testing.T) *side {
 	t.Helper()
-	ctx, err := verbs.OpenLocal(verbs.LocalConfig{Addr: netip.MustParseAddr(addr), MTU: 1024})
+	ctx, err := verbs.OpenLocal(verbs.LocalConfig{Addr: loopaddr.Get(t), MTU: 1024})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,9 +90,10 @@ func (s *side) wc(t *testing.T) verbs.WC {
 // the cma_hdr, and the client's address and port from it), accept, a
 // SEND over the connection, disconnect on both sides.
 func TestConnectAcceptSendDisconnect(t *testing.T) {
-	srv, cli := newSide(t, "127.4.16.1"), newSide(t, "127.4.16.2")
+	srv, cli := newSide(t), newSide(t)
+	srvAddr := netip.AddrPortFrom(srv.ch.devs[0].addr, 7174)
 	listen := srv.ch.CreateID()
-	if err := listen.BindAddr(netip.MustParseAddrPort("127.4.16.1:7174")); err != nil {
+	if err := listen.BindAddr(srvAddr); err != nil {
 		t.Fatal(err)
 	}
 	if err := listen.Listen(); err != nil {
@@ -99,7 +101,7 @@ func TestConnectAcceptSendDisconnect(t *testing.T) {
 	}
 
 	id := cli.ch.CreateID()
-	if err := id.ResolveAddr(netip.Addr{}, netip.MustParseAddrPort("127.4.16.1:7174")); err != nil {
+	if err := id.ResolveAddr(netip.Addr{}, srvAddr); err != nil {
 		t.Fatal(err)
 	}
 	cli.event(t, EventAddrResolved)
@@ -153,10 +155,9 @@ func TestConnectAcceptSendDisconnect(t *testing.T) {
 // A connect to a port nobody listens on: REJECTED at once, with a status
 // that is ECONNREFUSED ("connection refused").
 func TestConnectRefused(t *testing.T) {
-	newSide(t, "127.4.16.3")
-	cli := newSide(t, "127.4.16.4")
+	srv, cli := newSide(t), newSide(t)
 	id := cli.ch.CreateID()
-	if err := id.ResolveAddr(netip.Addr{}, netip.MustParseAddrPort("127.4.16.3:7174")); err != nil {
+	if err := id.ResolveAddr(netip.Addr{}, netip.AddrPortFrom(srv.ch.devs[0].addr, 7174)); err != nil {
 		t.Fatal(err)
 	}
 	cli.event(t, EventAddrResolved)

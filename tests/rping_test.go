@@ -11,10 +11,10 @@ import (
 	"time"
 )
 
-// startRpingServer starts `rnic rping -s` on rnicA's address with args.
-func startRpingServer(t *testing.T, ctx context.Context, port string, args ...string) (*exec.Cmd, *bytes.Buffer, *lockedBuf) {
+// startRpingServer starts `rnic rping -s` on a's address with args.
+func startRpingServer(t *testing.T, ctx context.Context, a *daemon, port string, args ...string) (*exec.Cmd, *bytes.Buffer, *lockedBuf) {
 	t.Helper()
-	cmd := rnic(ctx, append([]string{"rping", "-s", "-a", "127.0.0.1", "-p", port}, args...)...)
+	cmd := rnic(ctx, append([]string{"rping", "-s", "-a", a.addr.String(), "-p", port}, args...)...)
 	var out bytes.Buffer
 	errb := &lockedBuf{}
 	cmd.Stdout, cmd.Stderr = &out, errb
@@ -28,10 +28,11 @@ func startRpingServer(t *testing.T, ctx context.Context, port string, args ...st
 // rpingClient runs the client until it connects: while the server is not
 // listening yet the connect is refused (REJ 8), and the client is run
 // again, as a user would.
-func rpingClient(t *testing.T, ctx context.Context, port string, args ...string) (string, error) {
+// It runs on b's address towards a's.
+func rpingClient(t *testing.T, ctx context.Context, a, b *daemon, port string, args ...string) (string, error) {
 	t.Helper()
 	for {
-		cmd := rnic(ctx, append([]string{"rping", "-c", "-a", "127.0.0.1", "-I", "127.0.0.2", "-p", port}, args...)...)
+		cmd := rnic(ctx, append([]string{"rping", "-c", "-a", a.addr.String(), "-I", b.addr.String(), "-p", port}, args...)...)
 		var out, errb bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &errb
 		err := cmd.Run()
@@ -50,12 +51,12 @@ func rpingClient(t *testing.T, ctx context.Context, port string, args ...string)
 // data verified on the client, each printed by both sides, then the
 // disconnect ends the server with status 0.
 func TestRping(t *testing.T) {
-	daemons(t)
+	a, b := daemons(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	port := freePort(t)
-	srv, srvOut, srvErr := startRpingServer(t, ctx, port, "-v")
-	out, err := rpingClient(t, ctx, port, "-C", "1000", "-V", "-v")
+	srv, srvOut, srvErr := startRpingServer(t, ctx, a, port, "-v")
+	out, err := rpingClient(t, ctx, a, b, port, "-C", "1000", "-V", "-v")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,11 +84,11 @@ func TestRping(t *testing.T) {
 // A connect to a port nobody listens on fails at once: REJ reason 8,
 // "connection refused", exit status 1.
 func TestRpingRefused(t *testing.T) {
-	daemons(t)
+	a, _ := daemons(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	start := time.Now()
-	cmd := rnic(ctx, "rping", "-c", "-a", "127.0.0.1", "-p", freePort(t), "-C", "1")
+	cmd := rnic(ctx, "rping", "-c", "-a", a.addr.String(), "-p", freePort(t), "-C", "1")
 	var errb bytes.Buffer
 	cmd.Stderr = &errb
 	err := cmd.Run()
@@ -103,14 +104,14 @@ func TestRpingRefused(t *testing.T) {
 // CM ID, which sends the DREQ, so the server sees DISCONNECTED and ends;
 // neither daemon keeps a CM ID or channel.
 func TestRpingClientKilled(t *testing.T) {
-	daemons(t)
+	a, b := daemons(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	port := freePort(t)
-	srv, _, srvErr := startRpingServer(t, ctx, port)
+	srv, _, srvErr := startRpingServer(t, ctx, a, port)
 	var cli *exec.Cmd
 	for {
-		cli = rnic(ctx, "rping", "-c", "-a", "127.0.0.1", "-I", "127.0.0.2", "-p", port, "-v")
+		cli = rnic(ctx, "rping", "-c", "-a", a.addr.String(), "-I", b.addr.String(), "-p", port, "-v")
 		stdout, err := cli.StdoutPipe()
 		if err != nil {
 			t.Fatal(err)

@@ -8,14 +8,15 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rnicd/rnicd/ib"
+	"github.com/rnicd/rnicd/internal/loopaddr"
 	"github.com/rnicd/rnicd/rnic/cm"
 	"github.com/rnicd/rnicd/wire/mad"
 )
 
-// cmNIC is newNIC with the CM agent running on the device's QP1.
-func cmNIC(t *testing.T, addr string, guid uint64) *nic {
+// cmNIC is newNIC on an address of its own (loopaddr) with the CM agent running on the device's QP1.
+func cmNIC(t *testing.T, guid uint64) *nic {
 	t.Helper()
-	n := newNIC(t, addr)
+	n := newNIC(t, loopaddr.Get(t).String())
 	if err := n.srv.StartCM(n.dev.GSI(), guid); err != nil {
 		t.Fatal(err)
 	}
@@ -99,8 +100,8 @@ const rpingService = 0x0000000001060000 | 7174
 // other, an RDMA WRITE lands byte for byte, and a Disconnect reaches the
 // peer as DISCONNECTED with both QPs in ERR.
 func TestCMConnectThroughHostif(t *testing.T) {
-	a := cmNIC(t, "127.4.15.1", 0x0200_00ff_fe00_0001)
-	b := cmNIC(t, "127.4.15.2", 0x0200_00ff_fe00_0002)
+	a := cmNIC(t, 0x0200_00ff_fe00_0001)
+	b := cmNIC(t, 0x0200_00ff_fe00_0002)
 	ca, cb := a.client(t), b.client(t)
 
 	lch, lid := cmChannel(t, ca)
@@ -166,8 +167,8 @@ func TestCMConnectThroughHostif(t *testing.T) {
 // A connect to a service nobody listens on is refused at once: REJECTED
 // with REJ reason 8, "connection refused".
 func TestCMConnectRefused(t *testing.T) {
-	a := cmNIC(t, "127.4.15.3", 3)
-	b := cmNIC(t, "127.4.15.4", 4)
+	a := cmNIC(t, 3)
+	b := cmNIC(t, 4)
 	cb := b.client(t)
 	qb := newCMQP(t, cb)
 	bch, bid := cmChannel(t, cb)
@@ -186,8 +187,8 @@ func TestCMConnectRefused(t *testing.T) {
 // daemon sends the DREQ (the peer sees DISCONNECTED) and frees its CM
 // IDs, channel and listener (a new connect to the service is refused).
 func TestCMClientDies(t *testing.T) {
-	a := cmNIC(t, "127.4.15.5", 5)
-	b := cmNIC(t, "127.4.15.6", 6)
+	a := cmNIC(t, 5)
+	b := cmNIC(t, 6)
 	ca, cb := a.client(t), b.client(t)
 	lch, lid := cmChannel(t, ca)
 	call(t, ca, KindCMListen, &CMListenReq{H: lid, ServiceID: rpingService}, nil, &Empty{})
