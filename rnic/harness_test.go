@@ -63,7 +63,11 @@ func openNode(t testing.TB, addr netip.Addr, o pairOpts, seed int64, name string
 		n.faulty = ibudp.NewFaulty(port, seed)
 		p = n.faulty
 	}
-	cc, err := flowctl.NewAlgorithm(cmp.Or(o.cc, "none"), flowctl.DefaultParams(), 0)
+	ccp := flowctl.DefaultParams()
+	if err := ccp.SetList(o.ccParams); err != nil {
+		t.Fatal(err)
+	}
+	cc, err := flowctl.NewAlgorithm(cmp.Or(o.cc, "none"), ccp, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,6 +118,7 @@ type pairOpts struct {
 	pollOnly   bool          // the device's own receive goroutine never receives: only PollRx does
 	pollOnlyB  bool          // pollOnly for b only
 	cc, ccB    string        // congestion control of a (and of b, if set; else a's): flowctl.NewAlgorithm's names
+	ccParams   string        // its parameters, mlx5 names (flowctl.Params.SetList)
 	retry7Ever bool          // rnic.Config.Retry7Forever
 }
 
