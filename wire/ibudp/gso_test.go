@@ -124,7 +124,7 @@ func TestGSORunReceived(t *testing.T) {
 // kernel, every packet byte for byte with its own IPv4 ID.
 func TestGSOSmallRuns(t *testing.T) {
 	needRoot(t)
-	src, dst := addr("127.0.9.8"), addr("127.0.9.9")
+	src, dst := addr("127.0.9.10"), addr("127.0.9.11")
 	capt := openCapture(t, dst)
 	u := openPort(t, Config{Addr: src, Mode: ModeUDP, SmallRuns: true})
 	if !u.(*udpPort).gso {
