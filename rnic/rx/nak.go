@@ -14,11 +14,12 @@ import (
 // timeouts of 67 ms each (perftest's timeout 14), 147x slower than
 // without loss. The responder therefore NAKs the gap again once it has
 // lasted about two round trips past its last NAK, and again after twice
-// as long each time, never later than half the QP's ACK timeout: a lost
-// NAK costs a round trip or two, not a timeout. The round trip is what
-// the responder sees: from a gap's only NAK to the expected PSN arriving.
-// The wire does not change: a repeated NAK is an ordinary NAK, which
-// rxe's completer takes as it takes the first.
+// as long each time, never later than half the QP's ACK timeout, at most
+// nakMaxRepeats times: a lost NAK costs a round trip or two, not a
+// timeout. The round trip is what the responder sees: from a gap's only
+// NAK to the expected PSN arriving. The wire does not change: a repeated
+// NAK is an ordinary NAK, and a requester that takes only the first (rxe
+// goes back once per retry sequence) is no worse off.
 
 // Bounds of the interval before a NAK goes again.
 const (
@@ -28,6 +29,11 @@ const (
 	// nakAgainMin keeps a repeated NAK from chasing a very short
 	// measured round trip on a host whose scheduler adds more.
 	nakAgainMin = 100 * time.Microsecond
+	// nakMaxRepeats bounds the repeats of one gap's NAK: a requester that
+	// takes no repeated NAK (rxe goes back once per retry sequence) then
+	// hears a few small packets per gap, not one per doubling until its
+	// timeout (against rxe at 3% loss, 4.7 repeats per gap without it).
+	nakMaxRepeats = 3
 )
 
 // sendSeqNAK sends a PSN sequence error NAK for the expected PSN and
@@ -40,9 +46,12 @@ func (h *Handler) sendSeqNAK(qp *qpmgr.QP, tx qpmgr.TX) {
 	}
 	r.NAKSent, r.NAKAt = true, now
 	r.NAKs++
-	r.NAKAgain = now.Add(h.nakAgain(qp))
+	r.NAKAgain = time.Time{}
+	if r.NAKs <= nakMaxRepeats {
+		r.NAKAgain = now.Add(h.nakAgain(qp))
+	}
 	h.sendAck(qp, tx, bth.NAKPSNSeqError, r.EPSN)
-	if h.Hold != nil {
+	if h.Hold != nil && !r.NAKAgain.IsZero() {
 		h.Hold(qp, r.NAKAgain) // ExpireAck sends it if no packet comes
 	}
 }
