@@ -16,7 +16,7 @@ func TestLinkDropTraced(t *testing.T) {
 	tr := trace.New(1 << 16)
 	sub := tr.Subscribe(trace.Filter{})
 	defer sub.Close()
-	a, b := rnictest.NewEnds(t, 31, tr)
+	a, b := rnictest.NewEnds(t, tr)
 	const queue = 32 << 10
 	a.Faulty.SetTX(ibudp.Faults{Link: ibudp.Link{Rate: 1e9, Queue: queue}})
 	rnictest.Write(t, a, b, 1, 256<<10)

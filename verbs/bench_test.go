@@ -3,13 +3,14 @@ package verbs_test
 import (
 	"testing"
 
+	"github.com/rnicd/rnicd/internal/loopaddr"
 	"github.com/rnicd/rnicd/verbs"
 )
 
 // benchPair is two in-process NICs with an RC QP each, connected, and
 // 8-byte WRITE requests from a to b.
-func benchPair(b *testing.B, addrA, addrB string) (*verbs.QP, side, verbs.SendWR) {
-	ca, cb := openLocal(b, addrA), openLocal(b, addrB)
+func benchPair(b *testing.B) (*verbs.QP, side, verbs.SendWR) {
+	ca, cb := openLocal(b, loopaddr.Get(b)), openLocal(b, loopaddr.Get(b))
 	qa, ma := rcQP(b, ca)
 	qb, mb := rcQP(b, cb)
 	connect(b, qa, qb, cb)
@@ -23,7 +24,7 @@ func benchPair(b *testing.B, addrA, addrB string) (*verbs.QP, side, verbs.SendWR
 // polled to completion through the verbs API: the application's post and
 // poll path on an in-process NIC.
 func BenchmarkLocalWriteLat(b *testing.B) {
-	qp, s, wr := benchPair(b, "127.3.1.1", "127.3.1.2")
+	qp, s, wr := benchPair(b)
 	wrs := []verbs.SendWR{wr}
 	wcs := make([]verbs.WC, 1)
 	b.ReportAllocs()
@@ -42,7 +43,7 @@ func BenchmarkLocalWriteLat(b *testing.B) {
 // BenchmarkLocalWriteBatch posts 8 signaled 8-byte WRITEs in one call and
 // polls the 8 completions: more of each iteration is the post and poll path.
 func BenchmarkLocalWriteBatch(b *testing.B) {
-	qp, s, wr := benchPair(b, "127.3.1.3", "127.3.1.4")
+	qp, s, wr := benchPair(b)
 	wrs := make([]verbs.SendWR, 8)
 	for i := range wrs {
 		wrs[i] = wr

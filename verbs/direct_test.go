@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rnicd/rnicd/internal/loopaddr"
 	"github.com/rnicd/rnicd/rnic"
 	"github.com/rnicd/rnicd/rnic/hostif"
 	"github.com/rnicd/rnicd/verbs"
@@ -17,13 +18,13 @@ import (
 // startSteeredDaemon serves device name on addr in this process as rnicd
 // does with -lend: a steered port, the device in QPN block 0, sockets
 // lent to clients.
-func startSteeredDaemon(t *testing.T, name, addr string) *rnic.Device {
+func startSteeredDaemon(t *testing.T, name string, addr netip.Addr) *rnic.Device {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("skipped: steering loads an eBPF program, which needs root (CAP_BPF); CI runs as root")
 	}
 	t.Setenv("RNICD_DIR", t.TempDir())
-	port, err := ibudp.Open(ibudp.Config{Addr: netip.MustParseAddr(addr), MTU: 1024, Steered: true})
+	port, err := ibudp.Open(ibudp.Config{Addr: addr, MTU: 1024, Steered: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +49,8 @@ func startSteeredDaemon(t *testing.T, name, addr string) *rnic.Device {
 // through the daemon's device, while a client of the daemon itself is
 // served beside it; closing the Context returns its QPN block.
 func TestOpenDirect(t *testing.T) {
-	dev := startSteeredDaemon(t, "rnd", "127.3.1.1")
+	addrA := loopaddr.Get(t)
+	dev := startSteeredDaemon(t, "rnd", addrA)
 	a, err := verbs.OpenDirect("rnd")
 	if err != nil {
 		t.Fatal(err)
@@ -57,10 +59,10 @@ func TestOpenDirect(t *testing.T) {
 	if !a.Local() {
 		t.Fatal("a direct Context's NIC is not in this process")
 	}
-	if pa, err := a.QueryPort(); err != nil || pa.Addr != netip.MustParseAddr("127.3.1.1") {
+	if pa, err := a.QueryPort(); err != nil || pa.Addr != addrA {
 		t.Fatalf("direct port address %v, %v; want the daemon's", pa.Addr, err)
 	}
-	b := openLocal(t, "127.3.1.2")
+	b := openLocal(t, loopaddr.Get(t))
 	qa, ma, qb, mb := connectedPair(t, a, b, 1)
 
 	write(t, qa, ma, mb, 64, "to the peer, from a borrowed socket", nil)

@@ -10,14 +10,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rnicd/rnicd/internal/loopaddr"
 	"github.com/rnicd/rnicd/verbs"
 )
 
 // An RC WRITE between two in-process NICs through the verbs API: the
 // smallest program an application writes.
 func TestLocalWrite(t *testing.T) {
-	a := openLocal(t, "127.3.0.1")
-	b := openLocal(t, "127.3.0.2")
+	a := openLocal(t, loopaddr.Get(t))
+	b := openLocal(t, loopaddr.Get(t))
 	qa, ma := rcQP(t, a)
 	qb, mb := rcQP(t, b)
 	connect(t, qa, qb, b)
@@ -43,8 +44,8 @@ type side struct {
 	mr *verbs.MR
 }
 
-func openLocal(t testing.TB, addr string) *verbs.Context {
-	c, err := verbs.OpenLocal(verbs.LocalConfig{Addr: netip.MustParseAddr(addr), MTU: 1024})
+func openLocal(t testing.TB, addr netip.Addr) *verbs.Context {
+	c, err := verbs.OpenLocal(verbs.LocalConfig{Addr: addr, MTU: 1024})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,11 +170,15 @@ func TestNodeGUID(t *testing.T) {
 			t.Errorf("NodeGUID(%s) = %#016x, want %#016x", c.addr, got, c.want)
 		}
 	}
-	a, err := openLocal(t, "127.3.0.9").QueryDevice()
+	addr := loopaddr.Get(t)
+	a, err := openLocal(t, addr).QueryDevice()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a.NodeGUID != 0x0200_0000_7f03_0009 {
+	// 02:00:00:00 and the four bytes of the IPv4 address, as the table's
+	// 127.0.0.1 row.
+	v4 := addr.As4()
+	if want := 0x0200_0000<<32 | uint64(v4[0])<<24 | uint64(v4[1])<<16 | uint64(v4[2])<<8 | uint64(v4[3]); a.NodeGUID != want {
 		t.Fatalf("QueryDevice node GUID %#016x", a.NodeGUID)
 	}
 }
@@ -181,7 +186,7 @@ func TestNodeGUID(t *testing.T) {
 // The GID table QueryPort gives is the one the daemon checks sgid_index
 // against: every index of it is taken, the one past it refused.
 func TestGIDTableBound(t *testing.T) {
-	c := openLocal(t, "127.3.0.9")
+	c := openLocal(t, loopaddr.Get(t))
 	pa, err := c.QueryPort()
 	if err != nil {
 		t.Fatal(err)

@@ -15,15 +15,9 @@ import (
 	"github.com/gopacket/gopacket/layers"
 	"github.com/gopacket/gopacket/pcapgo"
 
+	"github.com/rnicd/rnicd/internal/loopaddr"
 	"github.com/rnicd/rnicd/verbs"
 	"github.com/rnicd/rnicd/wire/bth"
-)
-
-// The in-process NICs of this package's tests live on 127.5.0.0/16, away
-// from the addresses other packages' tests use at the same time.
-const (
-	testServerAddr = "127.5.0.1"
-	testClientAddr = "127.5.0.2"
 )
 
 // golden is what a capture of rdma-core's pingpong between two rxe hosts
@@ -300,9 +294,10 @@ func ppShape(s string) string {
 	return regexp.MustCompile(`[0-9]+(\.[0-9]+)?`).ReplaceAllString(s, "<n>")
 }
 
-// runPair runs a server and a client of kind k between two in-process NICs
-// with the same flags and returns both results and outputs.
-func ppRunPair(t *testing.T, k ppKind, flags ...string) (srv, cli *ppResult, srvOut, cliOut []string) {
+// ppRunPair runs a server on srvAddr and a client on cliAddr of kind k,
+// two in-process NICs, with the same flags and returns both results and
+// outputs.
+func ppRunPair(t *testing.T, srvAddr, cliAddr string, k ppKind, flags ...string) (srv, cli *ppResult, srvOut, cliOut []string) {
 	t.Helper()
 	parse := func(addr string, extra ...string) ppConfig {
 		cfg, err := parsePingpong(k, append(append([]string{"--local", addr, "-g", "0", "--timeout", "2m"}, flags...), extra...), io.Discard)
@@ -311,7 +306,7 @@ func ppRunPair(t *testing.T, k ppKind, flags ...string) (srv, cli *ppResult, srv
 		}
 		return cfg
 	}
-	ln, err := net.Listen("tcp", testServerAddr+":0")
+	ln, err := net.Listen("tcp", srvAddr+":0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -325,9 +320,9 @@ func ppRunPair(t *testing.T, k ppKind, flags ...string) (srv, cli *ppResult, srv
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		s.r, s.err = runPingpong(parse(testServerAddr), ln, &s.out)
+		s.r, s.err = runPingpong(parse(srvAddr), ln, &s.out)
 	}()
-	c.r, c.err = runPingpong(parse(testClientAddr, "-p", port, testServerAddr), nil, &c.out)
+	c.r, c.err = runPingpong(parse(cliAddr, "-p", port, srvAddr), nil, &c.out)
 	if c.err != nil {
 		ln.Close() // unblocks a server still waiting for the client
 	}
@@ -374,7 +369,8 @@ func TestPingpongLocal(t *testing.T) {
 			}
 		}
 		t.Run(tc.kind.tool()+" "+flags, func(t *testing.T) {
-			srv, cli, srvOut, cliOut := ppRunPair(t, tc.kind, tc.flags...)
+			srvAddr := loopaddr.Get(t).String()
+			srv, cli, srvOut, cliOut := ppRunPair(t, srvAddr, loopaddr.Get(t).String(), tc.kind, tc.flags...)
 			nqp := len(srv.Local)
 			if len(srvOut) != 2*nqp+2 || len(cliOut) != 2*nqp+2 {
 				t.Fatalf("server said:\n%s\nclient said:\n%s", strings.Join(srvOut, "\n"), strings.Join(cliOut, "\n"))
@@ -392,7 +388,7 @@ func TestPingpongLocal(t *testing.T) {
 					destFromLine(t, cliOut[i]) != cli.Local[i] || destFromLine(t, srvOut[nqp+i]) != cli.Local[i] {
 					t.Errorf("QP %d: the sides disagree:\n%s\n%s", i, strings.Join(srvOut, "\n"), strings.Join(cliOut, "\n"))
 				}
-				if want := ("::ffff:" + testServerAddr); gidText(srv.Local[i].GID) != want || srv.Local[i].QPN < 0x11 {
+				if want := ("::ffff:" + srvAddr); gidText(srv.Local[i].GID) != want || srv.Local[i].QPN < 0x11 {
 					t.Errorf("server QP %d: %+v", i, srv.Local[i])
 				}
 			}
@@ -438,7 +434,7 @@ func TestPingpongQPAttributes(t *testing.T) {
 	} {
 		t.Run(tc.kind.tool(), func(t *testing.T) {
 			g := ppLoadGolden(t, tc.golden)
-			cfg, err := parsePingpong(tc.kind, append([]string{"--local", testClientAddr, "-g", "0", "-n", "4"}, append(tc.flags, "198.18.0.2")...), io.Discard)
+			cfg, err := parsePingpong(tc.kind, append([]string{"--local", loopaddr.Get(t).String(), "-g", "0", "-n", "4"}, append(tc.flags, "198.18.0.2")...), io.Discard)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -505,11 +501,12 @@ func TestPingpongQPAttributes(t *testing.T) {
 // exchange with rdma-core's message and the table's size, on every kind.
 func TestPingpongGIDIndexOutOfTable(t *testing.T) {
 	for _, k := range []ppKind{ppRC, ppUC, ppUD, ppSRQ} {
-		ln, err := net.Listen("tcp", testServerAddr+":0")
+		srvAddr := loopaddr.Get(t).String()
+		ln, err := net.Listen("tcp", srvAddr+":0")
 		if err != nil {
 			t.Fatal(err)
 		}
-		cfg, err := parsePingpong(k, []string{"--local", testServerAddr, "-g", "2", "--timeout", "5s"}, io.Discard)
+		cfg, err := parsePingpong(k, []string{"--local", srvAddr, "-g", "2", "--timeout", "5s"}, io.Discard)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/rnicd/rnicd/internal/loopaddr"
 	"github.com/rnicd/rnicd/verbs"
 )
 
@@ -22,17 +23,22 @@ func ibvRunTool(t *testing.T, args ...string) (string, int) {
 }
 
 func TestDevicesLocal(t *testing.T) {
-	out, rc := ibvRunTool(t, "ibv_devices", "--local", "127.5.1.1")
+	addr := loopaddr.Get(t)
+	v4 := addr.As4()
+	out, rc := ibvRunTool(t, "ibv_devices", "--local", addr.String())
+	// The node GUID is 02:00:00:00 and the IPv4 address's four bytes.
 	want := "    device          \t   node GUID\n" +
 		"    ------          \t----------------\n" +
-		"    rnic0           \t020000007f050101\n"
+		fmt.Sprintf("    rnic0           \t02000000%02x%02x%02x%02x\n", v4[0], v4[1], v4[2], v4[3])
 	if rc != 0 || out != want {
 		t.Fatalf("rc %d, output\n%q\nwant\n%q", rc, out, want)
 	}
 }
 
 func TestDevinfoLocal(t *testing.T) {
-	out, rc := ibvRunTool(t, "ibv_devinfo", "--local", "127.5.1.2", "-d", "rnic7", "-v")
+	addr := loopaddr.Get(t)
+	v4 := addr.As4()
+	out, rc := ibvRunTool(t, "ibv_devinfo", "--local", addr.String(), "-d", "rnic7", "-v")
 	if rc != 0 {
 		t.Fatalf("rc %d", rc)
 	}
@@ -40,7 +46,7 @@ func TestDevinfoLocal(t *testing.T) {
 	for _, want := range []string{
 		"hca_id:\trnic7\n",
 		"\ttransport:\t\t\tInfiniBand (0)\n",
-		"\tnode_guid:\t\t\t0200:0000:7f05:0102\n",
+		fmt.Sprintf("\tnode_guid:\t\t\t0200:0000:%02x%02x:%02x%02x\n", v4[0], v4[1], v4[2], v4[3]),
 		"\tphys_port_cnt:\t\t\t1\n",
 		"\tmax_qp_wr:\t\t\t16384\n",
 		"\tatomic_cap:\t\t\tATOMIC_HCA (1)\n",
@@ -49,17 +55,17 @@ func TestDevinfoLocal(t *testing.T) {
 		"\t\t\tmax_mtu:\t\t4096 (5)\n",
 		"\t\t\tactive_mtu:\t\t4096 (5)\n",
 		"\t\t\tlink_layer:\t\tEthernet\n",
-		"\t\t\tGID[  0]:\t\t::ffff:127.5.1.2, RoCE v2\n",
+		"\t\t\tGID[  0]:\t\t::ffff:" + addr.String() + ", RoCE v2\n",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("no %q in\n%s", want, out)
 		}
 	}
-	short, _ := ibvRunTool(t, "ibv_devinfo", "--local", "127.5.1.2")
+	short, _ := ibvRunTool(t, "ibv_devinfo", "--local", addr.String())
 	if strings.Contains(short, "max_qp_wr") || strings.Contains(short, "GID[") || !strings.Contains(short, "active_mtu:\t\t4096 (5)") {
 		t.Errorf("without -v:\n%s", short)
 	}
-	if _, rc := ibvRunTool(t, "ibv_devinfo", "--local", "127.5.1.2", "-i", "2"); rc != 4 {
+	if _, rc := ibvRunTool(t, "ibv_devinfo", "--local", addr.String(), "-i", "2"); rc != 4 {
 		t.Errorf("port 2: rc %d, want 4 as ibv_devinfo", rc)
 	}
 }
@@ -82,13 +88,14 @@ func TestToolsNeedADevice(t *testing.T) {
 			t.Errorf("%v: rc %d, stderr %q, want rc 1 and %q", args, rc, errb.String(), want)
 		}
 	}
+	local := loopaddr.Get(t).String()
 	for _, bad := range [][]string{
-		{"ibv_rc_pingpong", "--local", "127.5.1.3", "-o"},
-		{"ibv_rc_pingpong", "--local", "127.5.1.3", "-t"},
-		{"ibv_srq_pingpong", "--local", "127.5.1.3", "-q", "600"},
-		{"ibv_uc_pingpong", "--local", "127.5.1.3", "-m", "1000"},
-		{"ibv_ud_pingpong", "--local", "127.5.1.3", "-m", "1024"}, // ud_pingpong has no -m
-		{"ibv_rc_pingpong", "--local", "127.5.1.3", "a", "b"},
+		{"ibv_rc_pingpong", "--local", local, "-o"},
+		{"ibv_rc_pingpong", "--local", local, "-t"},
+		{"ibv_srq_pingpong", "--local", local, "-q", "600"},
+		{"ibv_uc_pingpong", "--local", local, "-m", "1000"},
+		{"ibv_ud_pingpong", "--local", local, "-m", "1024"}, // ud_pingpong has no -m
+		{"ibv_rc_pingpong", "--local", local, "a", "b"},
 	} {
 		if _, rc := ibvRunTool(t, bad...); rc != 1 {
 			t.Errorf("%v: rc %d, want 1", bad, rc)
@@ -98,7 +105,7 @@ func TestToolsNeedADevice(t *testing.T) {
 
 // res lists a connected QP with its numbers as rdma res show qp does.
 func TestResLine(t *testing.T) {
-	c, err := verbs.OpenLocal(verbs.LocalConfig{Addr: netip.MustParseAddr("127.5.1.4")})
+	c, err := verbs.OpenLocal(verbs.LocalConfig{Addr: loopaddr.Get(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

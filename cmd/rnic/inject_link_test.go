@@ -11,7 +11,7 @@ import (
 // side, `rnic inject` with no action shows it, and `link off` takes it
 // away.
 func TestInjectLink(t *testing.T) {
-	a, _, addr := observed(t, 24)
+	a, _, addr := observed(t)
 	var out, errb bytes.Buffer
 	args := []string{"inject", "-http", addr, "-d", "rnic0", "--rx", "link", "2gbit", "queue", "256KB", "ecn", "20KB", "200KB", "1%"}
 	if code := run(args, &out, &errb); code != 0 {

@@ -17,18 +17,18 @@ import (
 )
 
 // observed is two in-process devices behind a management port.
-func observed(t *testing.T, k byte) (a, b *rnictest.End, addr string) {
+func observed(t *testing.T) (a, b *rnictest.End, addr string) {
 	t.Helper()
-	a, b, m := monitored(t, k)
+	a, b, m := monitored(t)
 	srv := httptest.NewServer(m.Handler())
 	t.Cleanup(srv.Close)
 	return a, b, srv.URL
 }
 
-func monitored(t *testing.T, k byte) (a, b *rnictest.End, m *monitor.Monitor) {
+func monitored(t *testing.T) (a, b *rnictest.End, m *monitor.Monitor) {
 	t.Helper()
 	tr := trace.New(0)
-	a, b = rnictest.NewEnds(t, k, tr)
+	a, b = rnictest.NewEnds(t, tr)
 	m, err := monitor.New(monitor.Config{Devices: []monitor.Device{{Dev: a.Dev, Faulty: a.Faulty}, {Dev: b.Dev, Faulty: b.Faulty}}, Tracer: tr})
 	if err != nil {
 		t.Fatal(err)
@@ -59,7 +59,7 @@ func TestObserveBySocket(t *testing.T) {
 	if code := run([]string{"stat"}, &out, &errb); code != 1 || !strings.Contains(errb.String(), "no rnicd runs") {
 		t.Fatalf("no daemon: exit %d, %q", code, errb.String())
 	}
-	a, b, m := monitored(t, 23)
+	a, b, m := monitored(t)
 	srv := &http.Server{Handler: m.Handler()}
 	go srv.Serve(listenUnix(t, verbs.MonitorSocketPath("rnic0")))
 	t.Cleanup(func() { srv.Close() })
@@ -96,7 +96,7 @@ func TestObserveBySocket(t *testing.T) {
 }
 
 func TestStat(t *testing.T) {
-	a, b, addr := observed(t, 20)
+	a, b, addr := observed(t)
 	rnictest.Write(t, a, b, 1, 2048)
 	var out, errb bytes.Buffer
 	if code := run([]string{"stat", "-http", addr, "-d", "rnic0"}, &out, &errb); code != 0 {
@@ -121,7 +121,7 @@ func TestStat(t *testing.T) {
 		t.Errorf("link line: %s", lines[0])
 	}
 	q := a.Dev.QPInfo()[1]
-	want := fmt.Sprintf("qp rnic0 %#x RC RTS sq_psn %#06x una_psn %#06x rq_psn %#06x dest 127.6.20.2", q.QPN, q.SQPSN, q.UnaPSN, q.RQPSN)
+	want := fmt.Sprintf("qp rnic0 %#x RC RTS sq_psn %#06x una_psn %#06x rq_psn %#06x dest %v", q.QPN, q.SQPSN, q.UnaPSN, q.RQPSN, b.Dev.QueryPort().Addr)
 	if !strings.HasPrefix(lines[1], want) {
 		t.Errorf("qp line\n got %s\nwant %s...", lines[1], want)
 	}
@@ -131,7 +131,7 @@ func TestStat(t *testing.T) {
 }
 
 func TestInjectCommand(t *testing.T) {
-	a, _, addr := observed(t, 21)
+	a, _, addr := observed(t)
 	var out, errb bytes.Buffer
 	if code := run([]string{"inject", "-http", addr, "-d", "rnic0", "--rx", "--qp", "0x11", "reorder", "5%"}, &out, &errb); code != 0 {
 		t.Fatalf("rnic inject: %d %s", code, errb.String())
@@ -174,7 +174,7 @@ func TestInjectCommand(t *testing.T) {
 }
 
 func TestTraceCommand(t *testing.T) {
-	a, b, addr := observed(t, 22)
+	a, b, addr := observed(t)
 	var out, errb bytes.Buffer
 	done := make(chan int)
 	go func() {

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/rnicd/rnicd/internal/loopaddr"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
@@ -107,7 +108,7 @@ func TestHelp(t *testing.T) {
 // twice, once as a steering warning).
 func TestPortInUseOneError(t *testing.T) {
 	t.Setenv("RNICD_DIR", t.TempDir())
-	const addr = "127.0.19.1"
+	addr := loopaddr.Get(t).String()
 	c, err := net.ListenPacket("udp4", addr+":4791")
 	if err != nil {
 		t.Fatal(err)

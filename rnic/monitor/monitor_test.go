@@ -63,7 +63,7 @@ func scrape(t *testing.T, url string) map[string]float64 {
 // fault injector's and the QP table must have the values the exchange
 // implies, by name.
 func TestMetrics(t *testing.T) {
-	a, b := rnictest.NewEnds(t, 1, nil)
+	a, b := rnictest.NewEnds(t, nil)
 	m, err := monitor.New(monitor.Config{Devices: []monitor.Device{{Dev: a.Dev, Faulty: a.Faulty}, {Dev: b.Dev, Faulty: b.Faulty}}})
 	if err != nil {
 		t.Fatal(err)
@@ -177,7 +177,7 @@ func post(t *testing.T, url string, body any) (int, string) {
 // TestInject sets impairments through /api/inject and checks the
 // injector's settings, per direction and QP.
 func TestInject(t *testing.T) {
-	a, b := rnictest.NewEnds(t, 2, nil)
+	a, b := rnictest.NewEnds(t, nil)
 	m, err := monitor.New(monitor.Config{Devices: []monitor.Device{{Dev: a.Dev, Faulty: a.Faulty}, {Dev: b.Dev}}})
 	if err != nil {
 		t.Fatal(err)
@@ -234,7 +234,7 @@ func TestInject(t *testing.T) {
 // the events back from the JSON lines.
 func TestTraceStream(t *testing.T) {
 	tr := trace.New(0)
-	a, b := rnictest.NewEnds(t, 3, tr)
+	a, b := rnictest.NewEnds(t, tr)
 	m, err := monitor.New(monitor.Config{Devices: []monitor.Device{{Dev: a.Dev}, {Dev: b.Dev}}, Tracer: tr})
 	if err != nil {
 		t.Fatal(err)

@@ -42,7 +42,7 @@ type pagePacket struct {
 func TestWebView(t *testing.T) {
 	chromium := debtool.Ensure(t, "chromium", "chromium")
 	tr := trace.New(0)
-	a, b := rnictest.NewEnds(t, 4, tr)
+	a, b := rnictest.NewEnds(t, tr)
 	m, err := monitor.New(monitor.Config{Devices: []monitor.Device{{Dev: a.Dev, Faulty: a.Faulty}, {Dev: b.Dev, Faulty: b.Faulty}}, Tracer: tr})
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/rnicd/rnicd/ib"
+	"github.com/rnicd/rnicd/internal/loopaddr"
 	"github.com/rnicd/rnicd/rnic"
 	"github.com/rnicd/rnicd/rnic/trace"
 	"github.com/rnicd/rnicd/wire/ibudp"
@@ -29,10 +30,10 @@ type End struct {
 // MemVA is the address each End's buffer answers to.
 const MemVA = 0x10000
 
-// NewEnds opens two devices on 127.6.k.1 and 127.6.k.2 (each test its
-// own k; nothing else uses 127.6.0.0/16), named rnic0 and rnic1, sharing
-// tracer tr, with one RC QP each connected to the other.
-func NewEnds(t testing.TB, k byte, tr *trace.Tracer) (a, b *End) {
+// NewEnds opens two devices on loopback addresses of the test's own (see
+// loopaddr), named rnic0 and rnic1, sharing tracer tr, with one RC QP
+// each connected to the other.
+func NewEnds(t testing.TB, tr *trace.Tracer) (a, b *End) {
 	t.Helper()
 	open := func(addr netip.Addr, name string) *End {
 		port, err := ibudp.Open(ibudp.Config{Addr: addr, MTU: 1024})
@@ -58,8 +59,8 @@ func NewEnds(t testing.TB, k byte, tr *trace.Tracer) (a, b *End) {
 		}
 		return e
 	}
-	a = open(netip.AddrFrom4([4]byte{127, 6, k, 1}), "rnic0")
-	b = open(netip.AddrFrom4([4]byte{127, 6, k, 2}), "rnic1")
+	a = open(loopaddr.Get(t), "rnic0")
+	b = open(loopaddr.Get(t), "rnic1")
 	connect := func(x, y *End) {
 		steps := []struct {
 			a    ib.QPAttr

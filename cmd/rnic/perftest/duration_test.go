@@ -10,12 +10,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rnicd/rnicd/internal/loopaddr"
 	"github.com/rnicd/rnicd/verbs"
 )
 
 // runLocalPair runs tool with args as a server and a client, each on an
-// in-process NIC of its own (127.77.200.1 and .2), and returns what each
-// printed and returned.
+// in-process NIC on an address of its own (loopaddr), and returns what
+// each printed and returned.
 func runLocalPair(t *testing.T, tool string, args ...string) (srvOut, cliOut string, srvErr, cliErr error) {
 	t.Helper()
 	tl, ok := Find(tool)
@@ -40,8 +41,9 @@ func runLocalPair(t *testing.T, tool string, args ...string) (srvOut, cliOut str
 	}
 	var sout, cout bytes.Buffer
 	done := make(chan error, 1)
-	go func() { done <- run("127.77.200.1", ln, &sout) }()
-	cliErr = run("127.77.200.2", nil, &cout, "127.0.0.1")
+	srvAddr, cliAddr := loopaddr.Get(t).String(), loopaddr.Get(t).String()
+	go func() { done <- run(srvAddr, ln, &sout) }()
+	cliErr = run(cliAddr, nil, &cout, "127.0.0.1")
 	srvErr = <-done
 	return sout.String(), cout.String(), srvErr, cliErr
 }
@@ -70,7 +72,7 @@ func TestSendBWDuration(t *testing.T) {
 // timeout (a CQ gone, a daemon gone) says that reason, at once, instead
 // of "no completion for 2m0s".
 func TestPollerPassesWaitErrors(t *testing.T) {
-	c, err := verbs.OpenLocal(verbs.LocalConfig{Addr: netip.MustParseAddr("127.77.200.3"), MTU: 1024})
+	c, err := verbs.OpenLocal(verbs.LocalConfig{Addr: loopaddr.Get(t), MTU: 1024})
 	if err != nil {
 		t.Fatal(err)
 	}
