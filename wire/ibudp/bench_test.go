@@ -5,10 +5,11 @@ package ibudp
 import (
 	"fmt"
 	"net"
-	"net/netip"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/rnicd/rnicd/internal/loopaddr"
 )
 
 // Packets per second through a loopback pair, for each mode and for a plain
@@ -27,14 +28,14 @@ const (
 
 func BenchmarkPort(b *testing.B) {
 	for _, mode := range []Mode{ModeUDP, ModePacket} {
-		for i, payload := range benchPayloads {
+		for _, payload := range benchPayloads {
 			name := fmt.Sprintf("%v/%dB", mode, payload+58)
 			b.Run(name, func(b *testing.B) {
 				if mode == ModePacket {
 					needRoot(b)
 				}
-				a := openPort(b, Config{Addr: netip.AddrFrom4([4]byte{127, 0, 7, byte(1 + 4*i + 2*int(mode))}), Mode: mode})
-				z := openPort(b, Config{Addr: netip.AddrFrom4([4]byte{127, 0, 7, byte(2 + 4*i + 2*int(mode))}), Mode: mode})
+				a := openPort(b, Config{Addr: loopaddr.Get(b), Mode: mode})
+				z := openPort(b, Config{Addr: loopaddr.Get(b), Mode: mode})
 				benchPort(b, a, z, payload, NotECT)
 			})
 		}
@@ -56,15 +57,15 @@ func BenchmarkPort(b *testing.B) {
 	}
 	// Every packet ECT(0), as data leaves with DCQCN on: a TOS control
 	// message per sendmmsg message, which the default (TOS 0) goes without.
-	for i, payload := range benchPayloads {
+	for _, payload := range benchPayloads {
 		b.Run(fmt.Sprintf("udp-ect0/%dB", payload+58), func(b *testing.B) {
-			a := openPort(b, Config{Addr: netip.AddrFrom4([4]byte{127, 0, 7, byte(9 + 2*i)}), Mode: ModeUDP})
-			z := openPort(b, Config{Addr: netip.AddrFrom4([4]byte{127, 0, 7, byte(10 + 2*i)}), Mode: ModeUDP})
+			a := openPort(b, Config{Addr: loopaddr.Get(b), Mode: ModeUDP})
+			z := openPort(b, Config{Addr: loopaddr.Get(b), Mode: ModeUDP})
 			benchPort(b, a, z, payload, ECT0)
 		})
 	}
-	for i, payload := range benchPayloads {
-		b.Run(fmt.Sprintf("plainUDP/%dB", payload+58), func(b *testing.B) { benchPlainUDP(b, i, payload) })
+	for _, payload := range benchPayloads {
+		b.Run(fmt.Sprintf("plainUDP/%dB", payload+58), func(b *testing.B) { benchPlainUDP(b, payload) })
 	}
 }
 
@@ -179,9 +180,9 @@ func report(b *testing.B, received, sent int, elapsed time.Duration, stalls int)
 
 // benchPlainUDP is the same loop on two net.UDPConns, one datagram per
 // system call.
-func benchPlainUDP(b *testing.B, i, payload int) {
-	la := &net.UDPAddr{IP: net.IPv4(127, 0, 8, byte(1+2*i)), Port: 4791}
-	lz := &net.UDPAddr{IP: net.IPv4(127, 0, 8, byte(2+2*i)), Port: 4791}
+func benchPlainUDP(b *testing.B, payload int) {
+	la := &net.UDPAddr{IP: loopaddr.Get(b).AsSlice(), Port: 4791}
+	lz := &net.UDPAddr{IP: loopaddr.Get(b).AsSlice(), Port: 4791}
 	a, err := net.ListenUDP("udp4", la)
 	if err != nil {
 		b.Fatal(err)
@@ -244,10 +245,10 @@ func TestPortPathAllocs(t *testing.T) {
 	if canRaw() {
 		modes = append(modes, ModePacket)
 	}
-	for i, mode := range modes {
+	for _, mode := range modes {
 		t.Run(mode.String(), func(t *testing.T) {
-			a := openPort(t, Config{Addr: netip.AddrFrom4([4]byte{127, 0, 9, byte(1 + 2*i)}), Mode: mode})
-			z := openPort(t, Config{Addr: netip.AddrFrom4([4]byte{127, 0, 9, byte(2 + 2*i)}), Mode: mode})
+			a := openPort(t, Config{Addr: loopaddr.Get(t), Mode: mode})
+			z := openPort(t, Config{Addr: loopaddr.Get(t), Mode: mode})
 			pool := NewPool(2*benchBatch, 0)
 			bufs, rb := make([]*Buf, benchBatch), make([]*Buf, benchBatch)
 			pool.GetBatch(rb)

@@ -5,6 +5,8 @@ package ibudp
 import (
 	"testing"
 	"time"
+
+	"github.com/rnicd/rnicd/internal/loopaddr"
 )
 
 func TestPool(t *testing.T) {
@@ -62,14 +64,15 @@ func TestBufRoCE(t *testing.T) {
 // Stats.RxKernelDrops. Without GSO/GRO, so that the kernel counts packets
 // and not runs.
 func TestKernelDropsCounted(t *testing.T) {
+	ipA := loopaddr.Get(t)
 	modes := []Mode{ModeUDP}
 	if canRaw() {
 		modes = append(modes, ModePacket)
 	}
 	for i, mode := range modes {
 		t.Run(mode.String(), func(t *testing.T) {
-			a := openPort(t, Config{Addr: addr("127.0.10.1"), Port: uint16(4800 + 2*i), RemotePort: uint16(4801 + 2*i), Mode: mode, NoGSO: true})
-			z := openPort(t, Config{Addr: addr("127.0.10.1"), Port: uint16(4801 + 2*i), Mode: mode, RcvBuf: 1, NoGSO: true})
+			a := openPort(t, Config{Addr: ipA, Port: uint16(4800 + 2*i), RemotePort: uint16(4801 + 2*i), Mode: mode, NoGSO: true})
+			z := openPort(t, Config{Addr: ipA, Port: uint16(4801 + 2*i), Mode: mode, RcvBuf: 1, NoGSO: true})
 			sendBatch(t, a, z.Addr(), 200, 0, []int{1024}, 0, 0)
 			r := startReceiver(z)
 			drain(r, 50*time.Millisecond)

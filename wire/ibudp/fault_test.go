@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rnicd/rnicd/internal/loopaddr"
 	"github.com/rnicd/rnicd/wire/bth"
 )
 
@@ -344,10 +345,10 @@ func TestFaultCorruptTXRealPorts(t *testing.T) {
 	if canRaw() {
 		modes = append(modes, ModePacket)
 	}
-	for i, mode := range modes {
+	for _, mode := range modes {
 		t.Run(mode.String(), func(t *testing.T) {
-			a := openPort(t, Config{Addr: netip.AddrFrom4([4]byte{127, 0, 5, byte(1 + 2*i)}), Mode: mode})
-			b := openPort(t, Config{Addr: netip.AddrFrom4([4]byte{127, 0, 5, byte(2 + 2*i)}), Mode: mode})
+			a := openPort(t, Config{Addr: loopaddr.Get(t), Mode: mode})
+			b := openPort(t, Config{Addr: loopaddr.Get(t), Mode: mode})
 			r := startReceiver(b)
 			f := NewFaulty(a, 7)
 			defer f.Close()

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rnicd/rnicd/internal/loopaddr"
 	"github.com/rnicd/rnicd/wire/bth"
 )
 
@@ -14,7 +15,8 @@ import (
 // one size to one peer with one TOS behind a first that carries a full IB
 // MTU, a shorter last one ending it.
 func TestGSORun(t *testing.T) {
-	p1, p2 := addr("127.0.9.1"), addr("127.0.9.2")
+	ipA, ipB := loopaddr.Get(t), loopaddr.Get(t)
+	p1, p2 := ipA, ipB
 	mk := func(payload int, peer netip.Addr, tos uint8) *Buf {
 		b := NewBuf()
 		fillPacket(t, b, 0x11, 1, payload)
@@ -75,13 +77,14 @@ func TestGSORun(t *testing.T) {
 // packet's ICRC with its own IPv4 ID (0, 1, 2, ...); a ModeUDP receiver
 // gets packets the kernel cut and finds the same IDs.
 func TestGSORunReceived(t *testing.T) {
+	ipA, ipB, ipC := loopaddr.Get(t), loopaddr.Get(t), loopaddr.Get(t)
 	needRoot(t)
-	u := openPort(t, Config{Addr: addr("127.0.9.3"), Mode: ModeUDP})
+	u := openPort(t, Config{Addr: ipA, Mode: ModeUDP})
 	if !u.(*udpPort).gso {
 		t.Fatal("kernel without UDP_SEGMENT: this test needs Linux 4.18")
 	}
-	pk := openPort(t, Config{Addr: addr("127.0.9.4"), Mode: ModePacket})
-	ud := openPort(t, Config{Addr: addr("127.0.9.5"), Mode: ModeUDP})
+	pk := openPort(t, Config{Addr: ipB, Mode: ModePacket})
+	ud := openPort(t, Config{Addr: ipC, Mode: ModeUDP})
 	rp, ru := startReceiver(pk), startReceiver(ud)
 	sizes := make([]int, 41)
 	for i := range sizes {
@@ -163,8 +166,9 @@ func TestGSOSmallRuns(t *testing.T) {
 // Off the wire, a run on lo is one frame; cut as the kernel cuts it, every
 // packet's ICRC is right by bth.ParseIP, which knows nothing of runs.
 func TestGSOOnTheWire(t *testing.T) {
+	ipA, ipB := loopaddr.Get(t), loopaddr.Get(t)
 	needRoot(t)
-	src, dst := addr("127.0.9.6"), addr("127.0.9.7")
+	src, dst := ipA, ipB
 	capt := openCapture(t, dst)
 	u := openPort(t, Config{Addr: src, Mode: ModeUDP})
 	openPort(t, Config{Addr: dst, Mode: ModeUDP})
@@ -210,8 +214,9 @@ func refOnesSum(b []byte) uint16 {
 // is dropped and counted, and a corrupted first packet does not take the
 // others with it.
 func TestGRORunThroughFewBufs(t *testing.T) {
-	u := openPort(t, Config{Addr: addr("127.0.9.8"), Mode: ModeUDP})
-	r := openPort(t, Config{Addr: addr("127.0.9.9"), Mode: ModeUDP})
+	ipA, ipB := loopaddr.Get(t), loopaddr.Get(t)
+	u := openPort(t, Config{Addr: ipA, Mode: ModeUDP})
+	r := openPort(t, Config{Addr: ipB, Mode: ModeUDP})
 	if !r.(*udpPort).gro {
 		t.Fatal("kernel without UDP_GRO: this test needs Linux 5.0")
 	}
@@ -269,8 +274,9 @@ func TestGRORunThroughFewBufs(t *testing.T) {
 // Two runs in one batch come out in the order they were sent, each run
 // whole before the next, with enough Bufs and with too few.
 func TestGROOrderAcrossRuns(t *testing.T) {
-	u := openPort(t, Config{Addr: addr("127.0.9.12"), Mode: ModeUDP})
-	r := openPort(t, Config{Addr: addr("127.0.9.13"), Mode: ModeUDP})
+	ipA, ipB := loopaddr.Get(t), loopaddr.Get(t)
+	u := openPort(t, Config{Addr: ipA, Mode: ModeUDP})
+	r := openPort(t, Config{Addr: ipB, Mode: ModeUDP})
 	for _, nbufs := range []int{64, 5} {
 		bufs := make([]*Buf, 24)
 		for i := range bufs {

@@ -2,24 +2,24 @@ package ibudp
 
 import (
 	"math/rand/v2"
-	"net/netip"
 	"testing"
 	"time"
 
+	"github.com/rnicd/rnicd/internal/loopaddr"
 	"github.com/rnicd/rnicd/wire/bth"
 )
 
 // linkPorts opens two loopback ports in each mode this user can, and a
 // Faulty with seed 7 over the first.
-func eachLinkMode(t *testing.T, base byte, test func(t *testing.T, f *Faulty, a, b Port, r *receiver)) {
+func eachLinkMode(t *testing.T, test func(t *testing.T, f *Faulty, a, b Port, r *receiver)) {
 	modes := []Mode{ModeUDP}
 	if canRaw() {
 		modes = append(modes, ModePacket)
 	}
-	for i, mode := range modes {
+	for _, mode := range modes {
 		t.Run(mode.String(), func(t *testing.T) {
-			a := openPort(t, Config{Addr: netip.AddrFrom4([4]byte{127, 0, base, byte(1 + 2*i)}), Mode: mode})
-			b := openPort(t, Config{Addr: netip.AddrFrom4([4]byte{127, 0, base, byte(2 + 2*i)}), Mode: mode})
+			a := openPort(t, Config{Addr: loopaddr.Get(t), Mode: mode})
+			b := openPort(t, Config{Addr: loopaddr.Get(t), Mode: mode})
 			f := NewFaulty(a, 7)
 			t.Cleanup(func() { f.Close() })
 			test(t, f, a, b, startReceiver(b))
@@ -49,7 +49,7 @@ func (l *linkTap) LinkPacket(at TapPoint, roce []byte, depth int) {
 // batch is one instant to the injector, so the queue does not drain
 // during it and every figure is exact.
 func TestLinkTailDropAndMark(t *testing.T) {
-	eachLinkMode(t, 6, func(t *testing.T, f *Faulty, a, b Port, r *receiver) {
+	eachLinkMode(t, func(t *testing.T, f *Faulty, a, b Port, r *receiver) {
 		tap := &linkTap{}
 		SetTap(f, tap)
 		f.SetTX(Faults{Link: Link{Rate: 80_000_000, Queue: 50 << 10, KMin: 10 << 10, KMax: 10 << 10, PMax: 1}})
@@ -107,7 +107,7 @@ func TestLinkTailDropAndMark(t *testing.T) {
 // on the depth d a packet meets: with the injector's seed, exactly the
 // packets a replay of its random numbers picks.
 func TestLinkRED(t *testing.T) {
-	eachLinkMode(t, 7, func(t *testing.T, f *Faulty, a, b Port, r *receiver) {
+	eachLinkMode(t, func(t *testing.T, f *Faulty, a, b Port, r *receiver) {
 		l := NewLink(1_000_000_000)
 		l.PMax = 0.5 // to mark enough of 240 packets to tell
 		f.SetTX(Faults{Link: l})
@@ -161,8 +161,8 @@ func TestLinkRED(t *testing.T) {
 // The link on the RX side: the engine above the Faulty sees what the far
 // side sent, marked and thinned as the queue in front of it decides.
 func TestLinkRX(t *testing.T) {
-	a := openPort(t, Config{Addr: netip.AddrFrom4([4]byte{127, 0, 8, 1})})
-	b := openPort(t, Config{Addr: netip.AddrFrom4([4]byte{127, 0, 8, 2})})
+	a := openPort(t, Config{Addr: loopaddr.Get(t)})
+	b := openPort(t, Config{Addr: loopaddr.Get(t)})
 	f := NewFaulty(b, 7)
 	t.Cleanup(func() { f.Close() })
 	f.SetRX(Faults{Link: Link{Rate: 800_000_000, Queue: 8 << 10, KMin: 0, KMax: 0}})

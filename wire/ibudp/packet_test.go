@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rnicd/rnicd/internal/loopaddr"
 	"github.com/rnicd/rnicd/wire/bth"
 )
 
@@ -19,9 +20,10 @@ import (
 func TestPacketExchange(t *testing.T) { eachWait(t, testPacketExchange) }
 
 func testPacketExchange(t *testing.T, waitInKernel bool) {
+	ipA, ipB := loopaddr.Get(t), loopaddr.Get(t)
 	needRoot(t)
-	a := openPort(t, Config{Addr: addr("127.0.2.1"), Mode: ModePacket, WaitInKernel: waitInKernel})
-	b := openPort(t, Config{Addr: addr("127.0.2.2"), Mode: ModePacket, WaitInKernel: waitInKernel})
+	a := openPort(t, Config{Addr: ipA, Mode: ModePacket, WaitInKernel: waitInKernel})
+	b := openPort(t, Config{Addr: ipB, Mode: ModePacket, WaitInKernel: waitInKernel})
 	ra, rb := startReceiver(a), startReceiver(b)
 
 	sent := sendBatch(t, a, b.Addr(), 64, 100, testSizes, 0xc121, 0x03)
@@ -75,9 +77,10 @@ func TestPacketExchangeIPv6(t *testing.T) {
 // all 32 bits of an ID-0 packet. The other way, ModeUDP needs the any-ID
 // check for ModePacket's nonzero IDs.
 func TestUDPToPacketAndBack(t *testing.T) {
+	ipA, ipB := loopaddr.Get(t), loopaddr.Get(t)
 	needRoot(t)
-	u := openPort(t, Config{Addr: addr("127.0.2.1"), Mode: ModeUDP})
-	p := openPort(t, Config{Addr: addr("127.0.2.2"), Mode: ModePacket})
+	u := openPort(t, Config{Addr: ipA, Mode: ModeUDP})
+	p := openPort(t, Config{Addr: ipB, Mode: ModePacket})
 	ru, rp := startReceiver(u), startReceiver(p)
 	sent := sendBatch(t, u, p.Addr(), 64, 1, testSizes, 0, 0)
 	got := rp.get(t, 64, 3*time.Second)
@@ -103,8 +106,9 @@ func TestUDPToPacketAndBack(t *testing.T) {
 // destination port 4791, UDP checksum 0 and an ICRC that bth.ParseIP
 // accepts.
 func TestUDPOnTheWire(t *testing.T) {
+	ipA, ipB := loopaddr.Get(t), loopaddr.Get(t)
 	needRoot(t)
-	src, dst := addr("127.0.3.1"), addr("127.0.3.2")
+	src, dst := ipA, ipB
 	capt := openCapture(t, dst)
 	u := openPort(t, Config{Addr: src, Mode: ModeUDP, NoGSO: true})
 	openPort(t, Config{Addr: dst, Mode: ModeUDP})
@@ -139,8 +143,9 @@ func TestUDPOnTheWire(t *testing.T) {
 // The same for ModePacket: IDs nonzero and incrementing, DF, chosen source
 // port, UDP checksum 0, ICRC per bth.ParseIP.
 func TestPacketOnTheWire(t *testing.T) {
+	ipA, ipB := loopaddr.Get(t), loopaddr.Get(t)
 	needRoot(t)
-	src, dst := addr("127.0.3.3"), addr("127.0.3.4")
+	src, dst := ipA, ipB
 	capt := openCapture(t, dst)
 	p := openPort(t, Config{Addr: src, Mode: ModePacket})
 	openPort(t, Config{Addr: dst, Mode: ModeUDP})
@@ -171,8 +176,9 @@ func TestPacketOnTheWire(t *testing.T) {
 // header checksum, and garbage, all injected with a raw socket; the good
 // packet after them arrives.
 func TestPacketDropsBadICRC(t *testing.T) {
+	ipA, ipB := loopaddr.Get(t), loopaddr.Get(t)
 	needRoot(t)
-	src, dst := addr("127.0.4.1"), addr("127.0.4.2")
+	src, dst := ipA, ipB
 	p := openPort(t, Config{Addr: dst, Mode: ModePacket})
 	r := startReceiver(p)
 	mk := func(psn uint32, id uint16) []byte {
@@ -206,8 +212,9 @@ func TestPacketDropsBadICRC(t *testing.T) {
 // rxe sends nonzero IPv4 IDs; a ModeUDP port accepts such a packet through
 // bth's any-ID ICRC check and reports the ID.
 func TestUDPAcceptsNonzeroID(t *testing.T) {
+	ipA, ipB := loopaddr.Get(t), loopaddr.Get(t)
 	needRoot(t)
-	src, dst := addr("127.0.4.3"), addr("127.0.4.4")
+	src, dst := ipA, ipB
 	p := openPort(t, Config{Addr: dst, Mode: ModeUDP})
 	r := startReceiver(p)
 	b := NewBuf()
@@ -224,9 +231,10 @@ func TestUDPAcceptsNonzeroID(t *testing.T) {
 }
 
 func TestPacketCloseUnblocksRecv(t *testing.T) {
+	ipA := loopaddr.Get(t)
 	needRoot(t)
 	eachWait(t, func(t *testing.T, waitInKernel bool) {
-		testCloseUnblocks(t, openPort(t, Config{Addr: addr("127.0.4.5"), Mode: ModePacket, WaitInKernel: waitInKernel}))
+		testCloseUnblocks(t, openPort(t, Config{Addr: ipA, Mode: ModePacket, WaitInKernel: waitInKernel}))
 	})
 }
 

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"testing"
 	"time"
+
+	"github.com/rnicd/rnicd/internal/loopaddr"
 )
 
 // A polled port: TryRecv never waits, WaitRecv wakes for a packet without
@@ -11,8 +13,9 @@ import (
 func TestPoller(t *testing.T) { eachWait(t, testPoller) }
 
 func testPoller(t *testing.T, waitInKernel bool) {
-	a := openPort(t, Config{Addr: addr("127.0.11.1"), Mode: ModeUDP, WaitInKernel: waitInKernel})
-	b := openPort(t, Config{Addr: addr("127.0.11.2"), Mode: ModeUDP, WaitInKernel: waitInKernel})
+	ipA, ipB := loopaddr.Get(t), loopaddr.Get(t)
+	a := openPort(t, Config{Addr: ipA, Mode: ModeUDP, WaitInKernel: waitInKernel})
+	b := openPort(t, Config{Addr: ipB, Mode: ModeUDP, WaitInKernel: waitInKernel})
 	p, ok := b.(Poller)
 	if !ok {
 		t.Fatal("a ModeUDP port is not a Poller")
@@ -74,8 +77,9 @@ func testPoller(t *testing.T, waitInKernel bool) {
 // The rest of a GRO datagram that did not fit is Pending, and the next
 // TryRecv hands it out before reading the socket again.
 func TestPollerPending(t *testing.T) {
-	u := openPort(t, Config{Addr: addr("127.0.11.3"), Mode: ModeUDP})
-	r := openPort(t, Config{Addr: addr("127.0.11.4"), Mode: ModeUDP})
+	ipA, ipB := loopaddr.Get(t), loopaddr.Get(t)
+	u := openPort(t, Config{Addr: ipA, Mode: ModeUDP})
+	r := openPort(t, Config{Addr: ipB, Mode: ModeUDP})
 	if !r.(*udpPort).gro {
 		t.Fatal("kernel without UDP_GRO: this test needs Linux 5.0")
 	}

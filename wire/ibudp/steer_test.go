@@ -7,6 +7,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rnicd/rnicd/internal/loopaddr"
 	"github.com/rnicd/rnicd/wire/bth"
 )
 
@@ -36,8 +37,9 @@ func gotQPN(t *testing.T, r *receiver, what string, qpn, psn uint32) {
 // block: a lent block's to the lent socket, every other to the port's,
 // and a released block's to the port's again.
 func TestSteering(t *testing.T) {
+	ipA, ipB := loopaddr.Get(t), loopaddr.Get(t)
 	needRoot(t)
-	port := openPort(t, Config{Addr: addr("127.0.12.1"), Mode: ModeUDP, Steered: true})
+	port := openPort(t, Config{Addr: ipA, Mode: ModeUDP, Steered: true})
 	s := SteeringOf(port)
 	if s == nil {
 		t.Fatal("a Steered port has no Steering")
@@ -49,11 +51,11 @@ func TestSteering(t *testing.T) {
 	if block != 1 {
 		t.Fatalf("first lent block %d, want 1", block)
 	}
-	lent := openPort(t, Config{Addr: addr("127.0.12.1"), Mode: ModeUDP, SocketFD: fd})
+	lent := openPort(t, Config{Addr: ipA, Mode: ModeUDP, SocketFD: fd})
 	if SteeringOf(lent) != nil {
 		t.Fatal("a lent socket's port has a Steering")
 	}
-	peer := openPort(t, Config{Addr: addr("127.0.12.2"), Mode: ModeUDP})
+	peer := openPort(t, Config{Addr: ipB, Mode: ModeUDP})
 	rPort, rLent := startReceiver(port), startReceiver(lent)
 
 	first, last := SteerBlockQPNs(block)
@@ -69,7 +71,7 @@ func TestSteering(t *testing.T) {
 	if err != nil || block2 != 2 {
 		t.Fatalf("second Lend: block %d, %v; want 2", block2, err)
 	}
-	lent2 := openPort(t, Config{Addr: addr("127.0.12.1"), Mode: ModeUDP, SocketFD: fd2})
+	lent2 := openPort(t, Config{Addr: ipA, Mode: ModeUDP, SocketFD: fd2})
 	rLent2 := startReceiver(lent2)
 	first2, _ := SteerBlockQPNs(block2)
 	gotQPN(t, rLent2, "second lent block", first2|7, sendTo(t, peer, port, first2|7, 300))
@@ -86,7 +88,7 @@ func TestSteering(t *testing.T) {
 	if b, fd3, err := s.Lend(); err != nil || b != block {
 		t.Fatalf("Lend after Release: block %d, %v; want the released %d", b, err, block)
 	} else {
-		openPort(t, Config{Addr: addr("127.0.12.1"), Mode: ModeUDP, SocketFD: fd3})
+		openPort(t, Config{Addr: ipA, Mode: ModeUDP, SocketFD: fd3})
 	}
 }
 
@@ -94,21 +96,22 @@ func TestSteering(t *testing.T) {
 // second port there fails, whichever kind. The steering options need
 // ModeUDP.
 func TestSteeringConfig(t *testing.T) {
-	openPort(t, Config{Addr: addr("127.0.12.3"), Mode: ModeUDP})
+	ipA, ipB, ipC := loopaddr.Get(t), loopaddr.Get(t), loopaddr.Get(t)
+	openPort(t, Config{Addr: ipA, Mode: ModeUDP})
 	for _, steered := range []bool{false, true} {
-		if _, err := Open(Config{Addr: addr("127.0.12.3"), Mode: ModeUDP, Steered: steered}); err == nil {
+		if _, err := Open(Config{Addr: ipA, Mode: ModeUDP, Steered: steered}); err == nil {
 			t.Fatalf("a second port (steered %v) bound the address of an unsteered one", steered)
 		}
 	}
 	if os.Geteuid() == 0 {
-		openPort(t, Config{Addr: addr("127.0.12.5"), Mode: ModeUDP, Steered: true})
+		openPort(t, Config{Addr: ipB, Mode: ModeUDP, Steered: true})
 		for _, steered := range []bool{false, true} {
-			if _, err := Open(Config{Addr: addr("127.0.12.5"), Mode: ModeUDP, Steered: steered}); err == nil {
+			if _, err := Open(Config{Addr: ipB, Mode: ModeUDP, Steered: steered}); err == nil {
 				t.Fatalf("a second port (steered %v) bound the address of a steered one", steered)
 			}
 		}
 	}
-	if _, err := Open(Config{Addr: addr("127.0.12.4"), Mode: ModePacket, Steered: true}); err == nil {
+	if _, err := Open(Config{Addr: ipC, Mode: ModePacket, Steered: true}); err == nil {
 		t.Fatal("a Steered ModePacket port opened")
 	}
 	// (A lent socket that Open refuses is closed: see the next test.)
@@ -116,17 +119,18 @@ func TestSteeringConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Open(Config{Addr: addr("127.0.12.4"), Mode: ModeUDP, Steered: true, SocketFD: fd}); err == nil {
+	if _, err := Open(Config{Addr: ipC, Mode: ModeUDP, Steered: true, SocketFD: fd}); err == nil {
 		t.Fatal("a Steered port on a lent socket opened")
 	}
 }
 
 // A lent socket is the port's from Open on: a failed Open closes it.
 func TestSocketFDClosedOnFailure(t *testing.T) {
+	ipA := loopaddr.Get(t)
 	for _, cfg := range []Config{
-		{Addr: addr("127.0.12.6"), Mode: ModeUDP, MTU: 1234},    // refused by the config check
-		{Addr: addr("127.0.12.6"), Mode: ModePacket, MTU: 1024}, // packet mode cannot take one
-		{Addr: addr("192.0.2.1"), Mode: ModeUDP},                // no interface, no MTU given
+		{Addr: ipA, Mode: ModeUDP, MTU: 1234},    // refused by the config check
+		{Addr: ipA, Mode: ModePacket, MTU: 1024}, // packet mode cannot take one
+		{Addr: addr("192.0.2.1"), Mode: ModeUDP}, // no interface, no MTU given
 	} {
 		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
 		if err != nil {

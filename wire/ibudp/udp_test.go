@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rnicd/rnicd/internal/loopaddr"
 	"github.com/rnicd/rnicd/wire/bth"
 )
 
@@ -18,8 +19,9 @@ var testSizes = []int{0, 1, 2, 3, 256, 1024, 1500, 4096}
 func TestUDPExchange(t *testing.T) { eachWait(t, testUDPExchange) }
 
 func testUDPExchange(t *testing.T, waitInKernel bool) {
-	a := openPort(t, Config{Addr: addr("127.0.3.1"), Mode: ModeUDP, WaitInKernel: waitInKernel})
-	b := openPort(t, Config{Addr: addr("127.0.3.2"), Mode: ModeUDP, WaitInKernel: waitInKernel})
+	ipA, ipB := loopaddr.Get(t), loopaddr.Get(t)
+	a := openPort(t, Config{Addr: ipA, Mode: ModeUDP, WaitInKernel: waitInKernel})
+	b := openPort(t, Config{Addr: ipB, Mode: ModeUDP, WaitInKernel: waitInKernel})
 	if a.MTU() != 4096 {
 		t.Errorf("MTU on lo = %d, want 4096", a.MTU())
 	}
@@ -75,11 +77,13 @@ func TestUDPExchangeIPv6(t *testing.T) {
 func TestUDPCloseUnblocksRecv(t *testing.T) { eachWait(t, testUDPCloseUnblocksRecv) }
 
 func testUDPCloseUnblocksRecv(t *testing.T, waitInKernel bool) {
-	p := openPort(t, Config{Addr: addr("127.0.1.1"), Mode: ModeUDP, WaitInKernel: waitInKernel})
+	ipA := loopaddr.Get(t)
+	p := openPort(t, Config{Addr: ipA, Mode: ModeUDP, WaitInKernel: waitInKernel})
 	testCloseUnblocks(t, p)
 }
 
 func testCloseUnblocks(t *testing.T, p Port) {
+	ipA := loopaddr.Get(t)
 	t.Helper()
 	done := make(chan error, 1)
 	go func() {
@@ -105,7 +109,7 @@ func testCloseUnblocks(t *testing.T, p Port) {
 	}
 	b := NewBuf()
 	fillPacket(t, b, 1, 1, 8)
-	b.Peer = addr("127.0.0.1")
+	b.Peer = ipA
 	if err := p.Send([]*Buf{b}); !isClosed(err) {
 		t.Fatalf("Send after Close: %v, want net.ErrClosed", err)
 	}
@@ -120,16 +124,17 @@ func testCloseUnblocks(t *testing.T, p Port) {
 // Garbage sent to a ModeUDP port from an ordinary socket is counted and
 // dropped; a good packet after it still arrives.
 func TestUDPDropsGarbage(t *testing.T) {
-	p := openPort(t, Config{Addr: addr("127.0.1.2"), Mode: ModeUDP})
+	ipA, ipB := loopaddr.Get(t), loopaddr.Get(t)
+	p := openPort(t, Config{Addr: ipA, Mode: ModeUDP})
 	r := startReceiver(p)
-	c, err := net.DialUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 1, 3)}, &net.UDPAddr{IP: net.IPv4(127, 0, 1, 2), Port: 4791})
+	c, err := net.DialUDP("udp4", &net.UDPAddr{IP: ipB.AsSlice()}, &net.UDPAddr{IP: ipA.AsSlice(), Port: 4791})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
 	good := NewBuf()
 	fillPacket(t, good, 3, 77, 100)
-	env := bth.Envelope{Src: addr("127.0.1.3"), Dst: addr("127.0.1.2"), SrcPort: uint16(c.LocalAddr().(*net.UDPAddr).Port), DstPort: 4791}
+	env := bth.Envelope{Src: ipB, Dst: ipA, SrcPort: uint16(c.LocalAddr().(*net.UDPAddr).Port), DstPort: 4791}
 	sealEnvelope(&env, good.RoCE())
 	badICRC := append([]byte(nil), good.RoCE()...)
 	badICRC[20] ^= 0x40
@@ -156,17 +161,18 @@ func TestUDPDropsGarbage(t *testing.T) {
 
 // Send refuses, and counts, Bufs it cannot send, and sends the rest.
 func TestSendInvalid(t *testing.T) {
-	a := openPort(t, Config{Addr: addr("127.0.1.4"), Mode: ModeUDP})
-	b := openPort(t, Config{Addr: addr("127.0.1.5"), Mode: ModeUDP})
+	ipA, ipB := loopaddr.Get(t), loopaddr.Get(t)
+	a := openPort(t, Config{Addr: ipA, Mode: ModeUDP})
+	b := openPort(t, Config{Addr: ipB, Mode: ModeUDP})
 	r := startReceiver(b)
 	bufs := []*Buf{NewBuf(), NewBuf(), NewBuf(), NewBuf(), {Data: make([]byte, 10)}, nil}
 	for i, x := range bufs[:4] {
 		fillPacket(t, x, 1, uint32(i), 16)
 		x.Peer = b.Addr()
 	}
-	bufs[1].N = 3                    // too short
-	bufs[2].Peer = addr("::1")       // wrong family
-	bufs[3].Peer = addr("127.0.1.5") // fine
+	bufs[1].N = 3              // too short
+	bufs[2].Peer = addr("::1") // wrong family
+	bufs[3].Peer = ipB         // fine
 	if err := a.Send(bufs); err != nil {
 		t.Fatal(err)
 	}
@@ -179,6 +185,7 @@ func TestSendInvalid(t *testing.T) {
 // A packet too big for the path is refused by the kernel (DF), counted as
 // a send error, and does not stop the rest of the batch.
 func TestSendErrorCounted(t *testing.T) {
+	ipA := loopaddr.Get(t)
 	needRoot(t) // sets an MTU on a namespace's loopback
 	withNetns(t, func(ns *testNetns) {
 		ns.run(t, ns.a, func() error {
@@ -186,7 +193,7 @@ func TestSendErrorCounted(t *testing.T) {
 				return err
 			}
 			// Without GSO: a run the kernel refuses is refused whole.
-			p, err := Open(Config{Addr: addr("127.0.0.1"), Mode: ModeUDP, NoGSO: true})
+			p, err := Open(Config{Addr: ipA, Mode: ModeUDP, NoGSO: true})
 			if err != nil {
 				return err
 			}
@@ -196,7 +203,7 @@ func TestSendErrorCounted(t *testing.T) {
 			fillPacket(t, bufs[1], 1, 2, 4096) // > 1280
 			fillPacket(t, bufs[2], 1, 3, 64)
 			for _, b := range bufs {
-				b.Peer = addr("127.0.0.1")
+				b.Peer = ipA
 			}
 			if err := p.Send(bufs); err != nil {
 				return err
