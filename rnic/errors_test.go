@@ -225,7 +225,7 @@ func TestRNRRetry7Forever(t *testing.T) {
 // TestWrongState: verbs a state does not allow fail cleanly and change
 // nothing.
 func TestWrongState(t *testing.T) {
-	aa, _ := nextPair()
+	aa, _ := nextPair(t)
 	n := newNode(t, aa, 1024, 4096, false, 0)
 	qp := n.createQP(pairOpts{typ: ib.QPTypeRC, sendWR: 16})
 	if err := n.dev.PostRecv(qp, []rnic.RecvWR{{WRID: 1}}); !errors.Is(err, rnic.ErrQPState) {

@@ -40,8 +40,8 @@ func runFairness(b *testing.B, cc, params string) {
 		perSide = 2
 	)
 	o := pairOpts{typ: ib.QPTypeRC, mtu: 1024, memLen: 1 << 20, faulty: true, retry: 7, timeout: 14, sendWR: 64, cc: cc, ccParams: params}
-	a1, c := nextPair()
-	a2, _ := nextPair()
+	a1, c := nextPair(b)
+	a2, _ := nextPair(b)
 	recv := openNode(b, c, o, 3, "rnicR")
 	var senders []*node
 	for i, ad := range []netip.Addr{a1, a2} {

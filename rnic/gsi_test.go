@@ -91,7 +91,7 @@ func TestGSISendsAndReceivesMADs(t *testing.T) {
 // Applications cannot create, post to, modify or destroy QP1, nor see it
 // among their QPs.
 func TestGSIIsNotTheApplications(t *testing.T) {
-	addr, _ := nextPair()
+	addr, _ := nextPair(t)
 	n := newNode(t, addr, 1024, 1<<16, false, 1)
 	gsi := n.dev.GSI().QP()
 	if gsi.QPN != rnic.GSIQPN || gsi.Type != ib.QPTypeUD || n.dev.QueryQP(gsi).QKey != rnic.GSIQKey ||
@@ -135,7 +135,7 @@ func TestGSIIsNotTheApplications(t *testing.T) {
 // shorter comes with its true length for the CM to refuse, and the MAD
 // behind them still arrives.
 func TestGSIOddDatagrams(t *testing.T) {
-	aa, ab := nextPair()
+	aa, ab := nextPair(t)
 	b := newNode(t, ab, 1024, 1<<16, false, 1)
 	forger, err := ibudp.Open(ibudp.Config{Addr: aa, MTU: 1024})
 	if err != nil {

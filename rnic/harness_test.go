@@ -5,25 +5,23 @@ import (
 	"cmp"
 	"fmt"
 	"net/netip"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/rnicd/rnicd/ib"
+	"github.com/rnicd/rnicd/internal/loopaddr"
 	"github.com/rnicd/rnicd/rnic"
 	"github.com/rnicd/rnicd/rnic/flowctl"
 	"github.com/rnicd/rnicd/rnic/trace"
 	"github.com/rnicd/rnicd/wire/ibudp"
 )
 
-// Every test gets its own pair of loopback addresses, 127.1.k.1 and
-// 127.1.k.2, so that no two tests (nor the port tests, which use
-// 127.0.0.x) share a UDP 4791 socket.
-var pairSeq atomic.Uint32
-
-func nextPair() (netip.Addr, netip.Addr) {
-	k := pairSeq.Add(1)
-	return netip.AddrFrom4([4]byte{127, 1, byte(k), 1}), netip.AddrFrom4([4]byte{127, 1, byte(k), 2})
+// nextPair gives a test its own pair of loopback addresses (loopaddr),
+// so that no two tests, here or in a run beside this one, share a UDP
+// 4791 socket.
+func nextPair(t testing.TB) (netip.Addr, netip.Addr) {
+	t.Helper()
+	return loopaddr.Pair(t)
 }
 
 // node is one device with a PD, a CQ and a registered buffer.
@@ -139,7 +137,7 @@ func newPair(t testing.TB, o pairOpts) *pair {
 	if o.sendWR == 0 {
 		o.sendWR = 1024
 	}
-	aa, ab := nextPair()
+	aa, ab := nextPair(t)
 	ob := o
 	ob.pollOnly = o.pollOnly || o.pollOnlyB
 	ob.cc = cmp.Or(o.ccB, o.cc)
