@@ -126,8 +126,8 @@ func TestGSORunReceived(t *testing.T) {
 // frame on lo holding them all, which a ModeUDP receiver gets cut by the
 // kernel, every packet byte for byte with its own IPv4 ID.
 func TestGSOSmallRuns(t *testing.T) {
+	src, dst := loopaddr.Get(t), loopaddr.Get(t)
 	needRoot(t)
-	src, dst := addr("127.0.9.10"), addr("127.0.9.11")
 	capt := openCapture(t, dst)
 	u := openPort(t, Config{Addr: src, Mode: ModeUDP, SmallRuns: true})
 	if !u.(*udpPort).gso {
