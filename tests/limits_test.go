@@ -358,7 +358,7 @@ func clientLimit(t *testing.T, d *daemon, what string) int {
 // gone, serves a client that moves data.
 func TestHogsFillDaemon(t *testing.T) {
 	dir := t.TempDir()
-	d, err := startDaemon(dir, "rnicF", "127.19.0.5")
+	d, err := startDaemon(dir, "rnicF", ownAddr(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -174,16 +174,20 @@ func TestHelpExitsZero(t *testing.T) {
 // index with its GID, the IPv4 address of a mapped GID, v2, the interface
 // that holds the address (lo holds 127/8), and the count.
 func TestShowGIDsLocal(t *testing.T) {
-	out, rc := ibvRunTool(t, "show_gids", "--local", "127.5.1.3")
+	addr := loopaddr.Get(t)
+	v4 := addr.As4()
+	out, rc := ibvRunTool(t, "show_gids", "--local", addr.String())
+	// The IPv4-mapped GID, written out from the address's bytes.
+	gid := fmt.Sprintf("0000:0000:0000:0000:0000:ffff:%02x%02x:%02x%02x", v4[0], v4[1], v4[2], v4[3])
 	want := "DEV\tPORT\tINDEX\tGID\t\t\t\t\tIPv4 \t\tVER\tDEV\n" +
 		"---\t----\t-----\t---\t\t\t\t\t------------ \t---\t---\n" +
-		"rnic0\t1\t0\t0000:0000:0000:0000:0000:ffff:7f05:0103\t127.5.1.3 \tv2\tlo\n" +
-		"rnic0\t1\t1\t0000:0000:0000:0000:0000:ffff:7f05:0103\t127.5.1.3 \tv2\tlo\n" +
+		"rnic0\t1\t0\t" + gid + "\t" + addr.String() + " \tv2\tlo\n" +
+		"rnic0\t1\t1\t" + gid + "\t" + addr.String() + " \tv2\tlo\n" +
 		"n_gids_found=2\n"
 	if rc != 0 || out != want {
 		t.Fatalf("rc %d, output\n%q\nwant\n%q", rc, out, want)
 	}
-	if _, rc := ibvRunTool(t, "show_gids", "--local", "127.5.1.3", "rnic0", "extra"); rc != 2 {
+	if _, rc := ibvRunTool(t, "show_gids", "--local", addr.String(), "rnic0", "extra"); rc != 2 {
 		t.Errorf("two arguments: rc %d, want 2", rc)
 	}
 }

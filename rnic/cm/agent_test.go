@@ -19,6 +19,7 @@ import (
 
 	"github.com/rnicd/rnicd/ib"
 	"github.com/rnicd/rnicd/internal/debtool"
+	"github.com/rnicd/rnicd/internal/loopaddr"
 	"github.com/rnicd/rnicd/rnic"
 	"github.com/rnicd/rnicd/rnic/cm"
 	"github.com/rnicd/rnicd/wire/ibudp"
@@ -154,7 +155,7 @@ func (p *peer) connect(to *peer, qp *rnic.QP) *cm.ID {
 }
 
 func TestAgentConnectsRealQPs(t *testing.T) {
-	a, b := newPeer(t, "127.3.15.1", 0xa), newPeer(t, "127.3.15.2", 0xb)
+	a, b := newPeer(t, loopaddr.Get(t).String(), 0xa), newPeer(t, loopaddr.Get(t).String(), 0xb)
 	b.agent.Do(func(c *cm.CM) {
 		if _, err := c.Listen(service, nil); err != nil {
 			t.Fatal(err)
@@ -241,7 +242,7 @@ func TestAgentConnectsRealQPs(t *testing.T) {
 }
 
 func TestAgentConnectionRefused(t *testing.T) {
-	a, b := newPeer(t, "127.3.15.3", 0xa), newPeer(t, "127.3.15.4", 0xb)
+	a, b := newPeer(t, loopaddr.Get(t).String(), 0xa), newPeer(t, loopaddr.Get(t).String(), 0xb)
 	a.connect(b, a.createQP())
 	e := a.event(cm.EventRejected)
 	var re *cm.RejectError
@@ -254,7 +255,7 @@ func TestAgentConnectionRefused(t *testing.T) {
 // The first REQ is lost on the wire (the fault injector on QP1's traffic):
 // the CM resends it after its timeout and the connection still forms.
 func TestAgentLostREQ(t *testing.T) {
-	a, b := newPeer(t, "127.3.15.5", 0xa), newPeer(t, "127.3.15.6", 0xb)
+	a, b := newPeer(t, loopaddr.Get(t).String(), 0xa), newPeer(t, loopaddr.Get(t).String(), 0xb)
 	b.agent.Do(func(c *cm.CM) { c.Listen(service, nil) })
 	a.faulty.SetTX(ibudp.Faults{FilterQPN: true, QPN: rnic.GSIQPN, DropNth: 1})
 	qa, qb := a.createQP(), b.createQP()
@@ -287,7 +288,7 @@ func TestAgentCaptureTshark(t *testing.T) {
 	}
 	// rdma_cm's own timers (4.3 s, 1.1 s): no resend on a slow machine
 	// adds frames to the capture.
-	a, b := newPeerTimers(t, "127.3.15.7", 0xa, 20, 18), newPeerTimers(t, "127.3.15.8", 0xb, 20, 18)
+	a, b := newPeerTimers(t, loopaddr.Get(t).String(), 0xa, 20, 18), newPeerTimers(t, loopaddr.Get(t).String(), 0xb, 20, 18)
 	a.dev.SetCapture(w)
 	b.agent.Do(func(c *cm.CM) { c.Listen(service, nil) })
 	qa, qb := a.createQP(), b.createQP()
@@ -382,7 +383,7 @@ func cycle(tb testing.TB, a, b *peer, qa, qb *rnic.QP) {
 // Connect/disconnect cycles on real devices leave no CM ID behind and end
 // with the QPs reusable.
 func TestAgentCycles(t *testing.T) {
-	a, b := newPeer(t, "127.3.15.9", 0xa), newPeer(t, "127.3.15.10", 0xb)
+	a, b := newPeer(t, loopaddr.Get(t).String(), 0xa), newPeer(t, loopaddr.Get(t).String(), 0xb)
 	b.agent.Do(func(c *cm.CM) { c.Listen(service, nil) })
 	qa, qb := a.createQP(), b.createQP()
 	for range 200 {
@@ -410,7 +411,7 @@ func TestAgentCycles(t *testing.T) {
 // through two CM agents on loopback, TIMEWAIT included (4.096 us * 2^11 =
 // 8.4 ms with the short timers of newPeer).
 func BenchmarkAgentCycle(bm *testing.B) {
-	a, b := newPeer(bm, "127.3.16.1", 0xa), newPeer(bm, "127.3.16.2", 0xb)
+	a, b := newPeer(bm, loopaddr.Get(bm).String(), 0xa), newPeer(bm, loopaddr.Get(bm).String(), 0xb)
 	b.agent.Do(func(c *cm.CM) { c.Listen(service, nil) })
 	qa, qb := a.createQP(), b.createQP()
 	for bm.Loop() {

@@ -13,6 +13,7 @@ import (
 	"github.com/gopacket/gopacket/layers"
 	"github.com/gopacket/gopacket/pcapgo"
 
+	"github.com/rnicd/rnicd/internal/loopaddr"
 	"github.com/rnicd/rnicd/wire/bth"
 	"github.com/rnicd/rnicd/wire/ibudp"
 	"github.com/rnicd/rnicd/wire/pcap"
@@ -87,7 +88,7 @@ func openPort(t *testing.T, a netip.Addr) ibudp.Port {
 // Ethernet frame whose synthesized IPv4 and UDP headers are those the ICRC
 // was sealed for.
 func TestCaptureModeUDP(t *testing.T) {
-	a, b := netip.MustParseAddr("127.4.0.1"), netip.MustParseAddr("127.4.0.2")
+	a, b := loopaddr.Pair(t)
 	pa, pb := openPort(t, a), openPort(t, b)
 	path := filepath.Join(t.TempDir(), "cap.pcap")
 	const max = 8 << 10
@@ -140,8 +141,10 @@ func TestCaptureModeUDP(t *testing.T) {
 		if !bytes.Equal(f.roce, want) {
 			t.Fatalf("frame %d: RoCE part differs from the packet sent", i)
 		}
-		// Ethernet: IPv4, MACs made of the IP addresses.
-		if !bytes.Equal(f.eth, []byte{2, 0, 127, 4, 0, 2, 2, 0, 127, 4, 0, 1, 0x08, 0x00}) {
+		// Ethernet: IPv4, MACs made of the IP addresses (02:00 and the
+		// address's four bytes), b's the destination, a's the source.
+		va, vb := a.As4(), b.As4()
+		if !bytes.Equal(f.eth, []byte{2, 0, vb[0], vb[1], vb[2], vb[3], 2, 0, va[0], va[1], va[2], va[3], 0x08, 0x00}) {
 			t.Fatalf("frame %d: Ethernet header % x", i, f.eth)
 		}
 		h := f.hdr
