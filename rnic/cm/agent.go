@@ -23,6 +23,8 @@ type Agent struct {
 	cm    *CM
 	gsi   GSIPort
 	calls chan func()
+	// stopped is closed when Run returns: Do then runs nothing.
+	stopped chan struct{}
 	// NotFromQP1 counts MADs that came from another QP than QP1: the CM
 	// answers only to QP1, so they are dropped.
 	NotFromQP1 uint64
@@ -43,20 +45,27 @@ func NewAgent(gsi GSIPort, cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Agent{cm: c, gsi: gsi, calls: make(chan func())}, nil
+	return &Agent{cm: c, gsi: gsi, calls: make(chan func()), stopped: make(chan struct{})}, nil
 }
 
-// Do runs f with the CM on the agent's goroutine and returns when f has.
-// It must not be called from an event callback, which already runs there.
-// If Run has ended it blocks forever: stop callers before stopping Run.
-func (a *Agent) Do(f func(c *CM)) {
+// Do runs f with the CM on the agent's goroutine and returns when f has,
+// reporting whether it ran: once Run has returned, f does not run (a
+// daemon's last clients may still be tearing down). It must not be called
+// from an event callback, which already runs there.
+func (a *Agent) Do(f func(c *CM)) bool {
 	done := make(chan struct{})
-	a.calls <- func() { f(a.cm); close(done) }
+	select {
+	case a.calls <- func() { f(a.cm); close(done) }:
+	case <-a.stopped:
+		return false
+	}
 	<-done
+	return true
 }
 
 // Run serves QP1 until done is closed.
 func (a *Agent) Run(done <-chan struct{}) {
+	defer close(a.stopped)
 	buf := make([]byte, mad.MADLen)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()

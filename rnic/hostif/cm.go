@@ -3,6 +3,7 @@ package hostif
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -48,6 +49,30 @@ func (s *Server) StopCM() {
 		close(s.cmStop)
 		s.cmRunning.Wait()
 	}
+}
+
+// cmCounters adds the CM's counters to m, named as Linux's per-port CM
+// counters (cm_tx_msgs/req is cm_tx_msgs_req); nothing without an agent.
+func (s *Server) cmCounters(m map[string]uint64) {
+	if s.cmAgent == nil {
+		return
+	}
+	var c cm.Counters
+	var ids int
+	if !s.cmAgent.Do(func(x *cm.CM) { c, ids = x.Counters(), x.NumIDs() }) {
+		return
+	}
+	for a := mad.AttrREQ; a <= mad.AttrSIDRRep; a++ {
+		name := strings.ToLower(a.String())
+		m["cm_tx_msgs_"+name] = c.Sent[a]
+		m["cm_rx_msgs_"+name] = c.Received[a]
+	}
+	m["cm_tx_retries"] = c.Retries
+	m["cm_timeouts"] = c.Timeouts
+	m["cm_rx_duplicates"] = c.Duplicates
+	m["cm_rx_dropped"] = c.Dropped
+	m["cm_tx_errors"] = c.SendErrors
+	m["cm_ids"] = uint64(ids) // connections the CM holds, TIMEWAIT included
 }
 
 // cmQPs is the agent's QPModifier: it moves a QP only if the QP's owner

@@ -162,6 +162,15 @@ func TestCMConnectThroughHostif(t *testing.T) {
 	if st := qpState(t, ca, qa.h); st != ib.QPSErr {
 		t.Fatalf("passive QP in %v after DREQ", st)
 	}
+	// The passive side's CM counters, one message each way per step.
+	var m CountersReply
+	call(t, ca, KindCounters, &Empty{}, nil, &m)
+	for k, want := range map[string]uint64{"cm_rx_msgs_req": 1, "cm_tx_msgs_rep": 1, "cm_rx_msgs_rtu": 1,
+		"cm_rx_msgs_dreq": 1, "cm_tx_msgs_drep": 1, "cm_tx_msgs_req": 0, "cm_rx_msgs_rej": 0} {
+		if m.Counters[k] != want {
+			t.Errorf("%s = %d, want %d", k, m.Counters[k], want)
+		}
+	}
 }
 
 // A connect to a service nobody listens on is refused at once: REJECTED

@@ -263,6 +263,7 @@ func (s *Server) Counters() map[string]uint64 {
 	}
 	// What all clients hold of each limited resource, to set beside
 	// its limit: hostif_held_maps, hostif_held_fds, ...
+	s.cmCounters(m)
 	held := s.acct.held()
 	for r := range NumResources {
 		m["hostif_held_"+resources[r].counter] = held[r]
