@@ -172,12 +172,12 @@ func measure(cfg config, linkMTU int) ([]row, error) {
 		rows = append(rows, row{what: bwBase, value: tcp, unit: "Gbit/s"})
 	}
 
-	stopA, err := startDaemon(cfg, nsA, addrA, "rnba")
+	stopA, err := startDaemon(cfg, nsA, addrA, "rnba", nil)
 	if err != nil {
 		return rows, err
 	}
 	defer stopA()
-	stopB, err := startDaemon(cfg, nsB, addrB, "rnbb")
+	stopB, err := startDaemon(cfg, nsB, addrB, "rnbb", nil)
 	if err != nil {
 		return rows, err
 	}
@@ -243,6 +243,37 @@ func measure(cfg config, linkMTU int) ([]row, error) {
 		stopA()
 		stopB()
 		rows = append(rows, latRows(cfg, rr, "NIC in the tool (--local)", perftestLocal)...)
+	}
+	stopA()
+	stopB()
+	r, err := smallRunRows(cfg, ib, iters, smallBase, smallRate)
+	return append(rows, r...), err
+}
+
+// smallRunRows is the 64 B message rate again with both daemons sending
+// runs of equal small packets as one UDP_SEGMENT message (-small-runs,
+// off by default until a ModePacket receiver can cut them), after the
+// other rows, on daemons of their own.
+func smallRunRows(cfg config, ib int, iters, base string, rate float64) ([]row, error) {
+	stopA, err := startDaemon(cfg, nsA, addrA, "rnba", []string{"-small-runs"})
+	if err != nil {
+		return nil, err
+	}
+	defer stopA()
+	stopB, err := startDaemon(cfg, nsB, addrB, "rnbb", []string{"-small-runs"})
+	if err != nil {
+		return nil, err
+	}
+	defer stopB()
+	var rows []row
+	for _, qps := range []int{1, 16} {
+		what := fmt.Sprintf("RC write 64 B message rate, MTU %d, %d QP, rnicd -small-runs", ib, qps)
+		res, err := perftest(cfg, "ib_write_bw", []string{"-s", "64", "-n", iters, "-q", strconv.Itoa(qps)})
+		if err != nil {
+			rows = append(rows, row{what: what, note: "failed: " + firstLine(err.Error())})
+			continue
+		}
+		rows = append(rows, row{what: what, value: res.mpps, unit: "Mpps", baseline: base, ratio: res.mpps / rate})
 	}
 	return rows, nil
 }
@@ -375,10 +406,10 @@ func udprr(cfg config) (float64, error) {
 }
 
 // startDaemon runs rnicd in a namespace; the returned function stops it.
-func startDaemon(cfg config, ns, addr, name string) (func(), error) {
+func startDaemon(cfg config, ns, addr, name string, flags []string) (func(), error) {
 	dir := filepath.Join(os.TempDir(), "netbench-"+name)
 	os.MkdirAll(dir, 0o700)
-	c := inNS(context.Background(), ns, []string{"RNICD_DIR=" + dir}, filepath.Join(cfg.bin, "rnicd"), "-d", name, "-addr", addr)
+	c := inNS(context.Background(), ns, []string{"RNICD_DIR=" + dir}, filepath.Join(cfg.bin, "rnicd"), append([]string{"-d", name, "-addr", addr}, flags...)...)
 	var logs bytes.Buffer
 	c.Stdout, c.Stderr = &logs, &logs
 	if err := c.Start(); err != nil {
