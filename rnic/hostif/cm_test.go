@@ -232,3 +232,49 @@ func TestCMClientDies(t *testing.T) {
 		t.Fatalf("connect after the listener's owner died: reason %d", e.RejectReason)
 	}
 }
+
+// CM requests that name what is not the client's, or not of the right
+// kind, or come in the wrong state, are refused and change nothing: a
+// client cannot listen with, connect or read the events of another
+// client's CM ID, nor have the CM move another client's QP.
+func TestCMHostileRequests(t *testing.T) {
+	n := cmNIC(t, 7)
+	x, y := n.client(t), n.client(t)
+	xch, xid := cmChannel(t, x)
+	qx := newCMQP(t, x)
+
+	// Handles are per client: y, holding nothing yet, names x's.
+	_, err := y.Call(KindCMListen, &CMListenReq{H: xid, ServiceID: rpingService}, nil, &Empty{})
+	wantCode(t, "listen on another client's CM ID", err, CodeNoHandle)
+	_, err = y.Call(KindCMGetEvent, &Handle{H: xch}, nil, &CMEvent{})
+	wantCode(t, "events of another client's channel", err, CodeNoHandle)
+	_, yid := cmChannel(t, y) // handles 1 and 2; x's QP is handle 6
+	_, err = y.Call(KindCMConnect, &CMConnectReq{H: yid, QP: qx.h, DGID: n.addr.As16(), ServiceID: rpingService,
+		CMParams: CMParams{PathMTU: uint8(ib.MTU1024)}}, nil, &Empty{})
+	wantCode(t, "connect with another client's QP", err, CodeNoHandle)
+	_, err = x.Call(KindCMGetEvent, &Handle{H: xid}, nil, &CMEvent{})
+	wantCode(t, "events of a CM ID handle", err, CodeNoHandle)
+	_, err = x.Call(KindCMConnect, &CMConnectReq{H: xch, QP: qx.h}, nil, &Empty{})
+	wantCode(t, "connect with a channel handle", err, CodeNoHandle)
+	_, err = x.Call(KindCMCreateChannel, &Empty{}, []int{pipeFD(t)}, &Handle{})
+	wantCode(t, "channel with a pipe for an eventfd", err, CodeInvalid)
+	_, err = x.Call(KindCMAccept, &CMAcceptReq{H: xid, QP: qx.h}, nil, &Empty{})
+	wantCode(t, "accept without a connect request", err, CodeInvalid)
+	_, err = x.Call(KindCMConnect, &CMConnectReq{H: xid, QP: qx.h, DGID: n.addr.As16(), ServiceID: rpingService,
+		CMParams: CMParams{PathMTU: 0}}, nil, &Empty{})
+	wantCode(t, "connect with path MTU code 0", err, CodeInvalid)
+	if st := qpState(t, x, qx.h); st != ib.QPSReset {
+		t.Fatalf("the refused connect left the QP in %v", st)
+	}
+	call(t, x, KindCMListen, &CMListenReq{H: xid, ServiceID: rpingService}, nil, &Empty{})
+	_, err = y.Call(KindCMListen, &CMListenReq{H: yid, ServiceID: rpingService}, nil, &Empty{})
+	wantCode(t, "a second listener on the service", err, CodeInvalid)
+	_, err = x.Call(KindCMDestroyChannel, &Handle{H: xch}, nil, &Empty{})
+	wantCode(t, "destroy a channel its CM ID uses", err, CodeBusy)
+
+	// The QP the CM agent would move must be bound by its owner: a QPN
+	// alone is not enough.
+	if err := (*cmQPs)(n.srv).ModifyQP(qx.qpn, &ib.QPAttr{State: ib.QPSErr}, ib.AttrState); err == nil {
+		t.Fatal("the agent moved a QP no CM ID of its owner holds")
+	}
+}
