@@ -162,9 +162,9 @@ func leftover(m map[string]uint64) string {
 }
 
 // freePort finds a TCP port for a tool's exchange, of this process's own
-// (see loopaddr.TCPPort): a port the kernel picked with :0 is in the
+// (see loopaddr.Port): a port the kernel picked with :0 is in the
 // ephemeral range, where a connect() of a run beside this one could take
 // it before the tool listens.
 func freePort(t *testing.T) string {
-	return fmt.Sprint(loopaddr.TCPPort(t))
+	return fmt.Sprint(loopaddr.Port(t))
 }

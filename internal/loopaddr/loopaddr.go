@@ -12,11 +12,12 @@
 // port 4791 something else holds (a program that does not take part in
 // the locking). Nothing outside this package binds in 127.128.0.0/9.
 //
-// The block also owns 15 TCP ports, 1024+15*block and on, for tools that
-// listen on every address (perftest's and the pingpongs' exchange): all
-// of them below the kernel's ephemeral range (32768 and up by default),
-// so no connect() anywhere is given one between the check and the tool's
-// listen, as happens to a port the kernel chose with :0.
+// The block also owns 15 port numbers, 1024+15*block and on, for tools
+// that listen on every address (perftest's and the pingpongs' exchange)
+// and for UDP ports on ::1, where there is one address only: all of them
+// below the kernel's ephemeral range (32768 and up by default), so no
+// connect() anywhere is given one between the check and the bind, as
+// happens to a port the kernel chose with :0.
 package loopaddr
 
 import (
@@ -49,7 +50,7 @@ var alloc struct {
 	block int      // index of the locked block; valid when lock != nil
 	lock  *os.File // held open for the life of the process
 	next  int      // next host offset in the block to try
-	port  int      // count of TCPPort calls; the port is the count mod blockPorts
+	port  int      // count of Port calls; the port is the count mod blockPorts
 }
 
 // Get returns a loopback address no other test, in this process or
@@ -69,11 +70,11 @@ func Pair(t testing.TB) (a, b netip.Addr) {
 	return Get(t), Get(t)
 }
 
-// TCPPort returns a TCP port of this process's block that nothing
-// listens on now, for a server that listens on every address. The block's
-// 15 ports are handed out in turn, so a port comes back only after 14
-// others: the server that had it has long exited.
-func TCPPort(t testing.TB) int {
+// Port returns a port number of this process's block that is free now
+// for TCP and for UDP on every address. The block's 15 ports are handed
+// out in turn, so a port comes back only after 14 others: the server that
+// had it has long exited.
+func Port(t testing.TB) int {
 	t.Helper()
 	alloc.mu.Lock()
 	defer alloc.mu.Unlock()
@@ -85,12 +86,17 @@ func TCPPort(t testing.TB) int {
 	for range blockPorts {
 		p := firstPort + alloc.block*blockPorts + alloc.port%blockPorts
 		alloc.port++
-		if ln, err := net.Listen("tcp", fmt.Sprintf(":%d", p)); err == nil {
-			ln.Close()
+		ln, err := net.Listen("tcp", fmt.Sprintf(":%d", p))
+		if err != nil {
+			continue
+		}
+		ln.Close()
+		if c, err := net.ListenPacket("udp", fmt.Sprintf(":%d", p)); err == nil {
+			c.Close()
 			return p
 		}
 	}
-	t.Fatalf("loopaddr: all %d TCP ports of block %d are taken", blockPorts, alloc.block)
+	t.Fatalf("loopaddr: all %d ports of block %d are taken", blockPorts, alloc.block)
 	return 0
 }
 

@@ -37,14 +37,14 @@ func TestGetDistinctAndFree(t *testing.T) {
 	}
 }
 
-// TCP ports come from the block's own 15, below the ephemeral range, and
-// one something listens on is passed over.
-func TestTCPPort(t *testing.T) {
+// Ports come from the block's own 15, below the ephemeral range, and one
+// something listens on is passed over.
+func TestPort(t *testing.T) {
 	Get(t) // the block is locked
 	lo := firstPort + alloc.block*blockPorts
-	p := TCPPort(t)
+	p := Port(t)
 	if p < lo || p >= lo+blockPorts || p >= 32768 {
-		t.Fatalf("TCPPort gave %d, want one of %d..%d", p, lo, lo+blockPorts-1)
+		t.Fatalf("Port gave %d, want one of %d..%d", p, lo, lo+blockPorts-1)
 	}
 	ln, err := net.Listen("tcp", fmt.Sprintf(":%d", lo+alloc.port%blockPorts))
 	if err != nil {
@@ -52,8 +52,8 @@ func TestTCPPort(t *testing.T) {
 	}
 	defer ln.Close()
 	held := ln.Addr().(*net.TCPAddr).Port
-	if q := TCPPort(t); q == held || q == p || q < lo || q >= lo+blockPorts {
-		t.Fatalf("TCPPort gave %d with %d held and %d given before", q, held, p)
+	if q := Port(t); q == held || q == p || q < lo || q >= lo+blockPorts {
+		t.Fatalf("Port gave %d with %d held and %d given before", q, held, p)
 	}
 }
 

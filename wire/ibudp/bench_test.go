@@ -43,12 +43,12 @@ func BenchmarkPort(b *testing.B) {
 	// IPv6 on ::1, two UDP ports crossed: the kernel's checksum in
 	// ModeUDP, the port's own in ModePacket (csum.go).
 	for _, mode := range []Mode{ModeUDP, ModePacket} {
-		for i, payload := range benchPayloads {
+		for _, payload := range benchPayloads {
 			b.Run(fmt.Sprintf("%v6/%dB", mode, payload+78), func(b *testing.B) {
 				if mode == ModePacket {
 					needRoot(b)
 				}
-				pa, pz := uint16(4801+4*i+2*int(mode)), uint16(4802+4*i+2*int(mode))
+				pa, pz := uint16(loopaddr.Port(b)), uint16(loopaddr.Port(b))
 				a := openPort(b, Config{Addr: addr("::1"), Port: pa, RemotePort: pz, Mode: mode})
 				z := openPort(b, Config{Addr: addr("::1"), Port: pz, RemotePort: pa, Mode: mode})
 				benchPort(b, a, z, payload, NotECT)

@@ -56,12 +56,14 @@ func testPacketExchange(t *testing.T, waitInKernel bool) {
 // IPv6 ModePacket on ::1 (AF_INET6 raw socket with IPV6_HDRINCL).
 func TestPacketExchangeIPv6(t *testing.T) {
 	needRoot(t)
-	a, err := Open(Config{Addr: addr("::1"), Port: 4791, RemotePort: 4792, Mode: ModePacket})
+	// Ports of this test's own: ::1 is the one IPv6 loopback address.
+	pa, pb := uint16(loopaddr.Port(t)), uint16(loopaddr.Port(t))
+	a, err := Open(Config{Addr: addr("::1"), Port: pa, RemotePort: pb, Mode: ModePacket})
 	if err != nil {
 		t.Skipf("no IPv6 loopback: %v", err)
 	}
 	defer a.Close()
-	b := openPort(t, Config{Addr: addr("::1"), Port: 4792, RemotePort: 4791, Mode: ModePacket})
+	b := openPort(t, Config{Addr: addr("::1"), Port: pb, RemotePort: pa, Mode: ModePacket})
 	ra, rb := startReceiver(a), startReceiver(b)
 	sent := sendBatch(t, a, addr("::1"), 64, 10, testSizes, 0xd000, 0x02)
 	got := rb.get(t, 64, 3*time.Second)

@@ -56,17 +56,19 @@ func testUDPExchange(t *testing.T, waitInKernel bool) {
 
 // IPv6: two ports on ::1 (different UDP ports, RemotePort crosses them).
 func TestUDPExchangeIPv6(t *testing.T) {
-	a, err := Open(Config{Addr: addr("::1"), Port: 4791, RemotePort: 4792, Mode: ModeUDP})
+	// Ports of this test's own: ::1 is the one IPv6 loopback address.
+	pa, pb := uint16(loopaddr.Port(t)), uint16(loopaddr.Port(t))
+	a, err := Open(Config{Addr: addr("::1"), Port: pa, RemotePort: pb, Mode: ModeUDP})
 	if err != nil {
 		t.Skipf("no IPv6 loopback: %v", err)
 	}
 	defer a.Close()
-	b := openPort(t, Config{Addr: addr("::1"), Port: 4792, RemotePort: 4791, Mode: ModeUDP})
+	b := openPort(t, Config{Addr: addr("::1"), Port: pb, RemotePort: pa, Mode: ModeUDP})
 	ra, rb := startReceiver(a), startReceiver(b)
 	sent := sendBatch(t, a, addr("::1"), 64, 10, testSizes, 0, 0x01)
 	got := rb.get(t, 64, 3*time.Second)
 	matchAll(t, sent, got)
-	if g := got[0]; g.peerPort != 4791 || g.tos != 0x01 || g.icrc != ICRCVerified {
+	if g := got[0]; g.peerPort != pa || g.tos != 0x01 || g.icrc != ICRCVerified {
 		t.Fatalf("metadata %+v", g)
 	}
 	sent = sendBatch(t, b, addr("::1"), 64, 20, testSizes, 0, 0)
