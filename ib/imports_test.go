@@ -15,7 +15,9 @@ const module = "github.com/rnicd/rnicd/"
 // TestImportGraph holds the project's dependency rule (cmd -> verbs ->
 // rnic -> wire, with ib the leaf everyone shares) so that it cannot regress
 // unnoticed: ib imports nothing of the project, nothing below cmd imports
-// verbs, and nothing under wire imports anything above it. It reads the
+// verbs (but rdmacm, the connection manager's API, which stands on verbs as
+// librdmacm stands on libibverbs), nothing below cmd imports rdmacm, and
+// nothing under wire imports anything above it. It reads the
 // graph the go command computes, test files excluded (the end-to-end suites
 // under tests/ are applications and may use verbs).
 func TestImportGraph(t *testing.T) {
@@ -46,7 +48,7 @@ func TestImportGraph(t *testing.T) {
 	if err := sc.Err(); err != nil {
 		t.Fatal(err)
 	}
-	for _, must := range []string{"ib", "verbs", "rnic", "rnic/qpmgr", "wire/bth", "wire/ibudp"} {
+	for _, must := range []string{"ib", "verbs", "rdmacm", "rnic", "rnic/qpmgr", "wire/bth", "wire/ibudp"} {
 		if _, ok := deps[must]; !ok {
 			t.Fatalf("go list did not list %s; the rules below would check nothing", must)
 		}
@@ -73,8 +75,10 @@ func TestImportGraph(t *testing.T) {
 			switch {
 			case pkg == "ib":
 				t.Errorf("ib imports %s: the vocabulary must import nothing of the project", d)
-			case d == "verbs" && !under(pkg, "cmd"):
-				t.Errorf("%s imports verbs: only applications (cmd/...) may", pkg)
+			case d == "verbs" && !under(pkg, "cmd") && pkg != "rdmacm":
+				t.Errorf("%s imports verbs: only applications (cmd/...) and rdmacm may", pkg)
+			case d == "rdmacm" && !under(pkg, "cmd"):
+				t.Errorf("%s imports rdmacm: only applications (cmd/...) may", pkg)
 			case under(pkg, "wire") && !low(d):
 				t.Errorf("%s imports %s, which is above wire", pkg, d)
 			}
@@ -83,3 +87,37 @@ func TestImportGraph(t *testing.T) {
 }
 
 func under(pkg, dir string) bool { return pkg == dir || strings.HasPrefix(pkg, dir+"/") }
+
+// TestFixturesAreTestPackages holds issue 18's last rule: a test fixture
+// (code that imports package testing) lives in a _test.go file or in a
+// package whose name ends in "test", as httptest beside net/http, so that
+// no fixture can end up in a binary and the graph above stays honest.
+func TestFixturesAreTestPackages(t *testing.T) {
+	gocmd, err := exec.LookPath("go")
+	if err != nil {
+		gocmd = filepath.Join(runtime.GOROOT(), "bin", "go")
+	}
+	cmd := exec.Command(gocmd, "list", "-f", `{{.ImportPath}} {{.Name}} {{join .Imports " "}}`, module+"...")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, stderr.Bytes())
+	}
+	checked := 0
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		checked++
+		for _, imp := range f[2:] {
+			if imp == "testing" && !strings.HasSuffix(f[1], "test") {
+				t.Errorf("%s (package %s) imports testing outside a _test.go file: move it to a *test package", strings.TrimPrefix(f[0], module), f[1])
+			}
+		}
+	}
+	if checked < 10 {
+		t.Fatalf("go list listed %d packages; the rule would check nothing", checked)
+	}
+}

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rnicd/rnicd/internal/loopaddr"
+	"github.com/rnicd/rnicd/internal/looptest"
 	"github.com/rnicd/rnicd/verbs"
 )
 
@@ -24,7 +24,7 @@ type side struct {
 
 func newSide(t *testing.T) *side {
 	t.Helper()
-	ctx, err := verbs.OpenLocal(verbs.LocalConfig{Addr: loopaddr.Get(t), MTU: 1024})
+	ctx, err := verbs.OpenLocal(verbs.LocalConfig{Addr: looptest.Get(t), MTU: 1024})
 	if err != nil {
 		t.Fatal(err)
 	}

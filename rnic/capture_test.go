@@ -17,7 +17,7 @@ import (
 	"github.com/gopacket/gopacket/pcapgo"
 
 	"github.com/rnicd/rnicd/ib"
-	"github.com/rnicd/rnicd/internal/debtool"
+	"github.com/rnicd/rnicd/internal/debtest"
 	"github.com/rnicd/rnicd/rnic"
 	"github.com/rnicd/rnicd/wire/bth"
 	"github.com/rnicd/rnicd/wire/pcap"
@@ -30,7 +30,7 @@ import (
 // no frame may be malformed, and the ICRC tshark shows must be the one
 // computed over the frame's own IP and UDP headers.
 func TestCaptureTshark(t *testing.T) {
-	tshark := debtool.Ensure(t, "tshark", "tshark")
+	tshark := debtest.Ensure(t, "tshark", "tshark")
 	path := filepath.Join(t.TempDir(), "rnic0.pcap")
 	w, err := pcap.Create(pcap.Config{Path: path})
 	if err != nil {

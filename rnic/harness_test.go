@@ -9,19 +9,19 @@ import (
 	"time"
 
 	"github.com/rnicd/rnicd/ib"
-	"github.com/rnicd/rnicd/internal/loopaddr"
+	"github.com/rnicd/rnicd/internal/looptest"
 	"github.com/rnicd/rnicd/rnic"
 	"github.com/rnicd/rnicd/rnic/flowctl"
 	"github.com/rnicd/rnicd/rnic/trace"
 	"github.com/rnicd/rnicd/wire/ibudp"
 )
 
-// nextPair gives a test its own pair of loopback addresses (loopaddr),
+// nextPair gives a test its own pair of loopback addresses (looptest),
 // so that no two tests, here or in a run beside this one, share a UDP
 // 4791 socket.
 func nextPair(t testing.TB) (netip.Addr, netip.Addr) {
 	t.Helper()
-	return loopaddr.Pair(t)
+	return looptest.Pair(t)
 }
 
 // node is one device with a PD, a CQ and a registered buffer.

@@ -13,7 +13,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/rnicd/rnicd/internal/debtool"
+	"github.com/rnicd/rnicd/internal/debtest"
 )
 
 // The C library (clib/) lets Debian's own libibverbs programs run on
@@ -34,8 +34,8 @@ var clibBuild struct {
 // is set (CI installs them).
 func clibDir(t *testing.T) string {
 	t.Helper()
-	debtool.Ensure(t, "make", "make")
-	debtool.Ensure(t, "gcc", "gcc")
+	debtest.Ensure(t, "make", "make")
+	debtest.Ensure(t, "gcc", "gcc")
 	if _, err := os.Stat("/usr/include/infiniband/verbs.h"); err != nil {
 		msg := "no <infiniband/verbs.h>: apt-get install libibverbs-dev to build the C library"
 		if os.Getenv("RNICD_REQUIRE_TOOLS") != "" {
@@ -59,7 +59,7 @@ func clibDir(t *testing.T) string {
 func debianTool(t *testing.T, tool, pkg string) runner {
 	t.Helper()
 	lib := clibDir(t)
-	bin := debtool.Ensure(t, tool, pkg)
+	bin := debtest.Ensure(t, tool, pkg)
 	return func(ctx context.Context, _ string, args ...string) *exec.Cmd {
 		cmd := exec.CommandContext(ctx, bin, args...)
 		cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+lib)

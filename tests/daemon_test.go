@@ -13,14 +13,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rnicd/rnicd/internal/loopaddr"
+	"github.com/rnicd/rnicd/internal/looptest"
 )
 
 // TestDaemonStartStop builds rnicd, starts it on a loopback address, checks
 // what it reports about its port, and stops it with SIGTERM.
 func TestDaemonStartStop(t *testing.T) {
 	dir := t.TempDir()
-	ip := loopaddr.Get(t)
+	ip := looptest.Get(t)
 	addr := ip.String()
 	// A socket left by a daemon that died: the new one removes it.
 	stale, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: filepath.Join(dir, "rnic0.sock"), Net: "unixpacket"})

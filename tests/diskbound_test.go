@@ -18,7 +18,7 @@ import (
 
 	"github.com/gopacket/gopacket/pcapgo"
 
-	"github.com/rnicd/rnicd/internal/debtool"
+	"github.com/rnicd/rnicd/internal/debtest"
 	"github.com/rnicd/rnicd/rnic/trace"
 )
 
@@ -32,7 +32,7 @@ import (
 // that read on their own. The bound is the same arithmetic at any size:
 // the daemon's default (10 files of 100 MiB) is this with other numbers.
 func TestDiskBound(t *testing.T) {
-	tshark := debtool.Ensure(t, "tshark", "tshark")
+	tshark := debtest.Ensure(t, "tshark", "tshark")
 	dir := t.TempDir()
 	out := filepath.Join(dir, "out")
 	if err := os.Mkdir(out, 0o755); err != nil {

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rnicd/rnicd/internal/loopaddr"
+	"github.com/rnicd/rnicd/internal/looptest"
 	"github.com/rnicd/rnicd/verbs"
 )
 
@@ -166,7 +166,7 @@ func daemons(t testing.TB) (*daemon, *daemon) {
 // other test, here or in a run beside this one, binds UDP 4791 on.
 func ownAddr(t testing.TB) string {
 	t.Helper()
-	return loopaddr.Get(t).String()
+	return looptest.Get(t).String()
 }
 
 // nodeGUID is the node GUID a NIC on IPv4 address a reports, as

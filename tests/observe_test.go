@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rnicd/rnicd/internal/debtool"
+	"github.com/rnicd/rnicd/internal/debtest"
 	"github.com/rnicd/rnicd/verbs"
 )
 
@@ -30,7 +30,7 @@ import (
 // with rnic inject must end a WRITE in RETRY_EXC_ERR with the retries
 // counted, until `inject off` lets WRITEs through again.
 func TestObserveDaemons(t *testing.T) {
-	tshark := debtool.Ensure(t, "tshark", "tshark")
+	tshark := debtest.Ensure(t, "tshark", "tshark")
 	rnic := filepath.Join(binDir, "rnic")
 	dir := t.TempDir()
 	files := func(name string) (tr, pc string) {

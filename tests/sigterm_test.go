@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/rnicd/rnicd/internal/loopaddr"
+	"github.com/rnicd/rnicd/internal/looptest"
 	"github.com/rnicd/rnicd/verbs"
 )
 
@@ -26,7 +26,7 @@ func TestSIGTERMFlushes(t *testing.T) {
 	// Nobody answers at an address of this test's own that no NIC binds,
 	// and retry_cnt 7 retries forever: the WRITEs stay outstanding until
 	// the daemon stops.
-	connectTo(t, e, 0x99, loopaddr.Get(t), 7, 10)
+	connectTo(t, e, 0x99, looptest.Get(t), 7, 10)
 	for id := range uint64(3) {
 		postRecv(t, e, 100+id, int(id)*64, 64)
 	}

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rnicd/rnicd/internal/loopaddr"
+	"github.com/rnicd/rnicd/internal/looptest"
 	"github.com/rnicd/rnicd/verbs"
 )
 
@@ -162,9 +162,9 @@ func leftover(m map[string]uint64) string {
 }
 
 // freePort finds a TCP port for a tool's exchange, of this process's own
-// (see loopaddr.Port): a port the kernel picked with :0 is in the
+// (see looptest.Port): a port the kernel picked with :0 is in the
 // ephemeral range, where a connect() of a run beside this one could take
 // it before the tool listens.
 func freePort(t *testing.T) string {
-	return fmt.Sprint(loopaddr.Port(t))
+	return fmt.Sprint(looptest.Port(t))
 }

@@ -3,14 +3,14 @@ package verbs_test
 import (
 	"testing"
 
-	"github.com/rnicd/rnicd/internal/loopaddr"
+	"github.com/rnicd/rnicd/internal/looptest"
 	"github.com/rnicd/rnicd/verbs"
 )
 
 // benchPair is two in-process NICs with an RC QP each, connected, and
 // 8-byte WRITE requests from a to b.
 func benchPair(b *testing.B) (*verbs.QP, side, verbs.SendWR) {
-	ca, cb := openLocal(b, loopaddr.Get(b)), openLocal(b, loopaddr.Get(b))
+	ca, cb := openLocal(b, looptest.Get(b)), openLocal(b, looptest.Get(b))
 	qa, ma := rcQP(b, ca)
 	qb, mb := rcQP(b, cb)
 	connect(b, qa, qb, cb)

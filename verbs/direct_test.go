@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rnicd/rnicd/internal/loopaddr"
+	"github.com/rnicd/rnicd/internal/looptest"
 	"github.com/rnicd/rnicd/rnic"
 	"github.com/rnicd/rnicd/rnic/hostif"
 	"github.com/rnicd/rnicd/verbs"
@@ -49,7 +49,7 @@ func startSteeredDaemon(t *testing.T, name string, addr netip.Addr) *rnic.Device
 // through the daemon's device, while a client of the daemon itself is
 // served beside it; closing the Context returns its QPN block.
 func TestOpenDirect(t *testing.T) {
-	addrA := loopaddr.Get(t)
+	addrA := looptest.Get(t)
 	dev := startSteeredDaemon(t, "rnd", addrA)
 	a, err := verbs.OpenDirect("rnd")
 	if err != nil {
@@ -62,7 +62,7 @@ func TestOpenDirect(t *testing.T) {
 	if pa, err := a.QueryPort(); err != nil || pa.Addr != addrA {
 		t.Fatalf("direct port address %v, %v; want the daemon's", pa.Addr, err)
 	}
-	b := openLocal(t, loopaddr.Get(t))
+	b := openLocal(t, looptest.Get(t))
 	qa, ma, qb, mb := connectedPair(t, a, b, 1)
 
 	write(t, qa, ma, mb, 64, "to the peer, from a borrowed socket", nil)

@@ -7,7 +7,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/rnicd/rnicd/internal/loopaddr"
+	"github.com/rnicd/rnicd/internal/looptest"
 	"github.com/rnicd/rnicd/verbs"
 )
 
@@ -15,7 +15,7 @@ import (
 // ErrQPState, a refused WR a *WRError naming it, a refused request a
 // *RequestError carrying libibverbs' errno.
 func TestErrors(t *testing.T) {
-	c := openLocal(t, loopaddr.Get(t))
+	c := openLocal(t, looptest.Get(t))
 	qp, s := rcQP(t, c)
 
 	err := qp.PostSend([]verbs.SendWR{{WRID: 1, Opcode: verbs.WRSend}})

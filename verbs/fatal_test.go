@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rnicd/rnicd/internal/loopaddr"
+	"github.com/rnicd/rnicd/internal/looptest"
 	"github.com/rnicd/rnicd/rnic"
 	"github.com/rnicd/rnicd/rnic/hostif"
 	"github.com/rnicd/rnicd/wire/ibudp"
@@ -19,7 +19,7 @@ import (
 // connection closes, as a killed rnicd's does), a waiter on a CQ or a
 // completion channel gets ErrDeviceFatal instead of waiting forever.
 func TestDaemonGoneIsFatal(t *testing.T) {
-	c, err := OpenLocal(LocalConfig{Addr: loopaddr.Get(t), MTU: 1024})
+	c, err := OpenLocal(LocalConfig{Addr: looptest.Get(t), MTU: 1024})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +112,7 @@ func TestEventFDWaitAfterRacingCancel(t *testing.T) {
 // not the socket's broken pipe: a killed rnicd looks the same to an
 // application whether it was waiting or posting.
 func TestPostToGoneDaemonIsFatal(t *testing.T) {
-	port, err := ibudp.Open(ibudp.Config{Addr: loopaddr.Get(t), MTU: 1024})
+	port, err := ibudp.Open(ibudp.Config{Addr: looptest.Get(t), MTU: 1024})
 	if err != nil {
 		t.Fatal(err)
 	}

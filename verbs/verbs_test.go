@@ -10,15 +10,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rnicd/rnicd/internal/loopaddr"
+	"github.com/rnicd/rnicd/internal/looptest"
 	"github.com/rnicd/rnicd/verbs"
 )
 
 // An RC WRITE between two in-process NICs through the verbs API: the
 // smallest program an application writes.
 func TestLocalWrite(t *testing.T) {
-	a := openLocal(t, loopaddr.Get(t))
-	b := openLocal(t, loopaddr.Get(t))
+	a := openLocal(t, looptest.Get(t))
+	b := openLocal(t, looptest.Get(t))
 	qa, ma := rcQP(t, a)
 	qb, mb := rcQP(t, b)
 	connect(t, qa, qb, b)
@@ -170,7 +170,7 @@ func TestNodeGUID(t *testing.T) {
 			t.Errorf("NodeGUID(%s) = %#016x, want %#016x", c.addr, got, c.want)
 		}
 	}
-	addr := loopaddr.Get(t)
+	addr := looptest.Get(t)
 	a, err := openLocal(t, addr).QueryDevice()
 	if err != nil {
 		t.Fatal(err)
@@ -186,7 +186,7 @@ func TestNodeGUID(t *testing.T) {
 // The GID table QueryPort gives is the one the daemon checks sgid_index
 // against: every index of it is taken, the one past it refused.
 func TestGIDTableBound(t *testing.T) {
-	c := openLocal(t, loopaddr.Get(t))
+	c := openLocal(t, looptest.Get(t))
 	pa, err := c.QueryPort()
 	if err != nil {
 		t.Fatal(err)

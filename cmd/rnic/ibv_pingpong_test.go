@@ -15,7 +15,7 @@ import (
 	"github.com/gopacket/gopacket/layers"
 	"github.com/gopacket/gopacket/pcapgo"
 
-	"github.com/rnicd/rnicd/internal/loopaddr"
+	"github.com/rnicd/rnicd/internal/looptest"
 	"github.com/rnicd/rnicd/verbs"
 	"github.com/rnicd/rnicd/wire/bth"
 )
@@ -369,8 +369,8 @@ func TestPingpongLocal(t *testing.T) {
 			}
 		}
 		t.Run(tc.kind.tool()+" "+flags, func(t *testing.T) {
-			srvAddr := loopaddr.Get(t).String()
-			srv, cli, srvOut, cliOut := ppRunPair(t, srvAddr, loopaddr.Get(t).String(), tc.kind, tc.flags...)
+			srvAddr := looptest.Get(t).String()
+			srv, cli, srvOut, cliOut := ppRunPair(t, srvAddr, looptest.Get(t).String(), tc.kind, tc.flags...)
 			nqp := len(srv.Local)
 			if len(srvOut) != 2*nqp+2 || len(cliOut) != 2*nqp+2 {
 				t.Fatalf("server said:\n%s\nclient said:\n%s", strings.Join(srvOut, "\n"), strings.Join(cliOut, "\n"))
@@ -434,7 +434,7 @@ func TestPingpongQPAttributes(t *testing.T) {
 	} {
 		t.Run(tc.kind.tool(), func(t *testing.T) {
 			g := ppLoadGolden(t, tc.golden)
-			cfg, err := parsePingpong(tc.kind, append([]string{"--local", loopaddr.Get(t).String(), "-g", "0", "-n", "4"}, append(tc.flags, "198.18.0.2")...), io.Discard)
+			cfg, err := parsePingpong(tc.kind, append([]string{"--local", looptest.Get(t).String(), "-g", "0", "-n", "4"}, append(tc.flags, "198.18.0.2")...), io.Discard)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -501,7 +501,7 @@ func TestPingpongQPAttributes(t *testing.T) {
 // exchange with rdma-core's message and the table's size, on every kind.
 func TestPingpongGIDIndexOutOfTable(t *testing.T) {
 	for _, k := range []ppKind{ppRC, ppUC, ppUD, ppSRQ} {
-		srvAddr := loopaddr.Get(t).String()
+		srvAddr := looptest.Get(t).String()
 		ln, err := net.Listen("tcp", srvAddr+":0")
 		if err != nil {
 			t.Fatal(err)

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/rnicd/rnicd/internal/loopaddr"
+	"github.com/rnicd/rnicd/internal/looptest"
 	"github.com/rnicd/rnicd/verbs"
 )
 
@@ -23,7 +23,7 @@ func ibvRunTool(t *testing.T, args ...string) (string, int) {
 }
 
 func TestDevicesLocal(t *testing.T) {
-	addr := loopaddr.Get(t)
+	addr := looptest.Get(t)
 	v4 := addr.As4()
 	out, rc := ibvRunTool(t, "ibv_devices", "--local", addr.String())
 	// The node GUID is 02:00:00:00 and the IPv4 address's four bytes.
@@ -36,7 +36,7 @@ func TestDevicesLocal(t *testing.T) {
 }
 
 func TestDevinfoLocal(t *testing.T) {
-	addr := loopaddr.Get(t)
+	addr := looptest.Get(t)
 	v4 := addr.As4()
 	out, rc := ibvRunTool(t, "ibv_devinfo", "--local", addr.String(), "-d", "rnic7", "-v")
 	if rc != 0 {
@@ -88,7 +88,7 @@ func TestToolsNeedADevice(t *testing.T) {
 			t.Errorf("%v: rc %d, stderr %q, want rc 1 and %q", args, rc, errb.String(), want)
 		}
 	}
-	local := loopaddr.Get(t).String()
+	local := looptest.Get(t).String()
 	for _, bad := range [][]string{
 		{"ibv_rc_pingpong", "--local", local, "-o"},
 		{"ibv_rc_pingpong", "--local", local, "-t"},
@@ -105,7 +105,7 @@ func TestToolsNeedADevice(t *testing.T) {
 
 // res lists a connected QP with its numbers as rdma res show qp does.
 func TestResLine(t *testing.T) {
-	c, err := verbs.OpenLocal(verbs.LocalConfig{Addr: loopaddr.Get(t)})
+	c, err := verbs.OpenLocal(verbs.LocalConfig{Addr: looptest.Get(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,7 +174,7 @@ func TestHelpExitsZero(t *testing.T) {
 // index with its GID, the IPv4 address of a mapped GID, v2, the interface
 // that holds the address (lo holds 127/8), and the count.
 func TestShowGIDsLocal(t *testing.T) {
-	addr := loopaddr.Get(t)
+	addr := looptest.Get(t)
 	v4 := addr.As4()
 	out, rc := ibvRunTool(t, "show_gids", "--local", addr.String())
 	// The IPv4-mapped GID, written out from the address's bytes.

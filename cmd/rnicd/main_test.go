@@ -12,7 +12,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/rnicd/rnicd/internal/loopaddr"
+	"github.com/rnicd/rnicd/internal/looptest"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
@@ -108,7 +108,7 @@ func TestHelp(t *testing.T) {
 // twice, once as a steering warning).
 func TestPortInUseOneError(t *testing.T) {
 	t.Setenv("RNICD_DIR", t.TempDir())
-	addr := loopaddr.Get(t).String()
+	addr := looptest.Get(t).String()
 	c, err := net.ListenPacket("udp4", addr+":4791")
 	if err != nil {
 		t.Fatal(err)

@@ -18,8 +18,8 @@ import (
 	"github.com/gopacket/gopacket/pcapgo"
 
 	"github.com/rnicd/rnicd/ib"
-	"github.com/rnicd/rnicd/internal/debtool"
-	"github.com/rnicd/rnicd/internal/loopaddr"
+	"github.com/rnicd/rnicd/internal/debtest"
+	"github.com/rnicd/rnicd/internal/looptest"
 	"github.com/rnicd/rnicd/rnic"
 	"github.com/rnicd/rnicd/rnic/cm"
 	"github.com/rnicd/rnicd/wire/ibudp"
@@ -155,7 +155,7 @@ func (p *peer) connect(to *peer, qp *rnic.QP) *cm.ID {
 }
 
 func TestAgentConnectsRealQPs(t *testing.T) {
-	a, b := newPeer(t, loopaddr.Get(t).String(), 0xa), newPeer(t, loopaddr.Get(t).String(), 0xb)
+	a, b := newPeer(t, looptest.Get(t).String(), 0xa), newPeer(t, looptest.Get(t).String(), 0xb)
 	b.agent.Do(func(c *cm.CM) {
 		if _, err := c.Listen(service, nil); err != nil {
 			t.Fatal(err)
@@ -242,7 +242,7 @@ func TestAgentConnectsRealQPs(t *testing.T) {
 }
 
 func TestAgentConnectionRefused(t *testing.T) {
-	a, b := newPeer(t, loopaddr.Get(t).String(), 0xa), newPeer(t, loopaddr.Get(t).String(), 0xb)
+	a, b := newPeer(t, looptest.Get(t).String(), 0xa), newPeer(t, looptest.Get(t).String(), 0xb)
 	a.connect(b, a.createQP())
 	e := a.event(cm.EventRejected)
 	var re *cm.RejectError
@@ -255,7 +255,7 @@ func TestAgentConnectionRefused(t *testing.T) {
 // The first REQ is lost on the wire (the fault injector on QP1's traffic):
 // the CM resends it after its timeout and the connection still forms.
 func TestAgentLostREQ(t *testing.T) {
-	a, b := newPeer(t, loopaddr.Get(t).String(), 0xa), newPeer(t, loopaddr.Get(t).String(), 0xb)
+	a, b := newPeer(t, looptest.Get(t).String(), 0xa), newPeer(t, looptest.Get(t).String(), 0xb)
 	b.agent.Do(func(c *cm.CM) { c.Listen(service, nil) })
 	a.faulty.SetTX(ibudp.Faults{FilterQPN: true, QPN: rnic.GSIQPN, DropNth: 1})
 	qa, qb := a.createQP(), b.createQP()
@@ -280,7 +280,7 @@ func TestAgentLostREQ(t *testing.T) {
 // packets as CM MADs (the check that the bytes are what Linux's CM sends),
 // and so does this package's gopacket layer.
 func TestAgentCaptureTshark(t *testing.T) {
-	tshark := debtool.Ensure(t, "tshark", "tshark")
+	tshark := debtest.Ensure(t, "tshark", "tshark")
 	path := filepath.Join(t.TempDir(), "cm.pcap")
 	w, err := pcap.Create(pcap.Config{Path: path})
 	if err != nil {
@@ -288,7 +288,7 @@ func TestAgentCaptureTshark(t *testing.T) {
 	}
 	// rdma_cm's own timers (4.3 s, 1.1 s): no resend on a slow machine
 	// adds frames to the capture.
-	a, b := newPeerTimers(t, loopaddr.Get(t).String(), 0xa, 20, 18), newPeerTimers(t, loopaddr.Get(t).String(), 0xb, 20, 18)
+	a, b := newPeerTimers(t, looptest.Get(t).String(), 0xa, 20, 18), newPeerTimers(t, looptest.Get(t).String(), 0xb, 20, 18)
 	a.dev.SetCapture(w)
 	b.agent.Do(func(c *cm.CM) { c.Listen(service, nil) })
 	qa, qb := a.createQP(), b.createQP()
@@ -383,7 +383,7 @@ func cycle(tb testing.TB, a, b *peer, qa, qb *rnic.QP) {
 // Connect/disconnect cycles on real devices leave no CM ID behind and end
 // with the QPs reusable.
 func TestAgentCycles(t *testing.T) {
-	a, b := newPeer(t, loopaddr.Get(t).String(), 0xa), newPeer(t, loopaddr.Get(t).String(), 0xb)
+	a, b := newPeer(t, looptest.Get(t).String(), 0xa), newPeer(t, looptest.Get(t).String(), 0xb)
 	b.agent.Do(func(c *cm.CM) { c.Listen(service, nil) })
 	qa, qb := a.createQP(), b.createQP()
 	for range 200 {
@@ -411,7 +411,7 @@ func TestAgentCycles(t *testing.T) {
 // through two CM agents on loopback, TIMEWAIT included (4.096 us * 2^11 =
 // 8.4 ms with the short timers of newPeer).
 func BenchmarkAgentCycle(bm *testing.B) {
-	a, b := newPeer(bm, loopaddr.Get(bm).String(), 0xa), newPeer(bm, loopaddr.Get(bm).String(), 0xb)
+	a, b := newPeer(bm, looptest.Get(bm).String(), 0xa), newPeer(bm, looptest.Get(bm).String(), 0xb)
 	b.agent.Do(func(c *cm.CM) { c.Listen(service, nil) })
 	qa, qb := a.createQP(), b.createQP()
 	for bm.Loop() {

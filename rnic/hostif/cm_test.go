@@ -8,15 +8,15 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rnicd/rnicd/ib"
-	"github.com/rnicd/rnicd/internal/loopaddr"
+	"github.com/rnicd/rnicd/internal/looptest"
 	"github.com/rnicd/rnicd/rnic/cm"
 	"github.com/rnicd/rnicd/wire/mad"
 )
 
-// cmNIC is newNIC on an address of its own (loopaddr) with the CM agent running on the device's QP1.
+// cmNIC is newNIC on an address of its own (looptest) with the CM agent running on the device's QP1.
 func cmNIC(t *testing.T, guid uint64) *nic {
 	t.Helper()
-	n := newNIC(t, loopaddr.Get(t).String())
+	n := newNIC(t, looptest.Get(t).String())
 	if err := n.srv.StartCM(n.dev.GSI(), guid); err != nil {
 		t.Fatal(err)
 	}

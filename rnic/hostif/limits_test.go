@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/rnicd/rnicd/ib"
-	"github.com/rnicd/rnicd/internal/loopaddr"
+	"github.com/rnicd/rnicd/internal/looptest"
 )
 
 // limitedNIC is newNIC with its server under lim.
@@ -31,7 +31,7 @@ func TestLentLimit(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("skipped: steering loads an eBPF program, which needs root (CAP_BPF); CI runs as root")
 	}
-	n := limitedOpenNIC(t, loopaddr.Get(t).String(), true, Limits{Client: Quota{ResLent: 1}})
+	n := limitedOpenNIC(t, looptest.Get(t).String(), true, Limits{Client: Quota{ResLent: 1}})
 	lend := func(c *Client) error {
 		fds, err := c.Call(KindLendPort, &Empty{}, nil, &LendReply{})
 		closeAll(fds)
@@ -82,7 +82,7 @@ func createQP(c *Client, pd, cq uint32) (h uint32, ring uint64, err error) {
 // the flag named, change nothing, and work again once it frees what it
 // held; a client that hangs up gives back everything.
 func TestClientLimits(t *testing.T) {
-	n := limitedNIC(t, loopaddr.Get(t).String(), Limits{Client: Quota{ResQPs: 2, ResMRBytes: 1 << 20, ResConns: 2, ResRingBytes: 1 << 20}})
+	n := limitedNIC(t, looptest.Get(t).String(), Limits{Client: Quota{ResQPs: 2, ResMRBytes: 1 << 20, ResConns: 2, ResRingBytes: 1 << 20}})
 	c := n.client(t)
 	var pd Handle
 	call(t, c, KindAllocPD, &Empty{}, nil, &pd)
@@ -148,7 +148,7 @@ func TestClientLimits(t *testing.T) {
 
 // The daemon's limits hold for all clients together.
 func TestDaemonLimits(t *testing.T) {
-	n := limitedNIC(t, loopaddr.Get(t).String(), Limits{Daemon: Quota{ResCQs: 1, ResFDs: 3}})
+	n := limitedNIC(t, looptest.Get(t).String(), Limits{Daemon: Quota{ResCQs: 1, ResFDs: 3}})
 	c := n.client(t)
 	var cq RingReply
 	closeAll(call(t, c, KindCreateCQ, &CreateCQReq{CQE: 16}, []int{eventfd(t)}, &cq))

@@ -10,7 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rnicd/rnicd/ib"
-	"github.com/rnicd/rnicd/internal/loopaddr"
+	"github.com/rnicd/rnicd/internal/looptest"
 )
 
 // kit is one object of every kind, made by one client through the
@@ -140,7 +140,7 @@ func refused(t *testing.T, what string, err error, why string) {
 // says what the handle names, and changes nothing: every object still
 // works and is then destroyed by the right request.
 func TestDestroyOfAnotherKind(t *testing.T) {
-	n := newNIC(t, loopaddr.Get(t).String())
+	n := newNIC(t, looptest.Get(t).String())
 	c := n.client(t)
 	k := newKit(t, n, c)
 	k.works(t)
@@ -179,7 +179,7 @@ func TestDestroyOfAnotherKind(t *testing.T) {
 // object it would use, is refused as if the handle did not exist and
 // changes nothing: the owner's objects all still work.
 func TestOtherClientsObjects(t *testing.T) {
-	n := newNIC(t, loopaddr.Get(t).String())
+	n := newNIC(t, looptest.Get(t).String())
 	owner, thief := n.client(t), n.client(t)
 	// The thief's own PD and CQ take its handles 1 and 2; the owner's
 	// kit starts at 3, so every handle of it is one the thief lacks.
@@ -261,7 +261,7 @@ func TestRequestTargets(t *testing.T) {
 // WRITE to itself and one receive posted, the next PSNs on both sides
 // have moved by one and the receive waits.
 func TestListQPs(t *testing.T) {
-	n := newNIC(t, loopaddr.Get(t).String())
+	n := newNIC(t, looptest.Get(t).String())
 	c := n.client(t)
 	k := newKit(t, n, c)
 	var cons uint32

@@ -11,7 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rnicd/rnicd/ib"
-	"github.com/rnicd/rnicd/internal/loopaddr"
+	"github.com/rnicd/rnicd/internal/looptest"
 	"github.com/rnicd/rnicd/rnic"
 	"github.com/rnicd/rnicd/wire/ibudp"
 )
@@ -106,7 +106,7 @@ func eventfd(t *testing.T) int {
 // Every malformed, misdirected or unknown request gets an error reply with
 // the right code and changes nothing; the connection serves on.
 func TestHostileRequests(t *testing.T) {
-	n := newNIC(t, loopaddr.Get(t).String())
+	n := newNIC(t, looptest.Get(t).String())
 	c := n.client(t)
 	var pd Handle
 	call(t, c, KindAllocPD, &Empty{}, nil, &pd)
@@ -187,7 +187,7 @@ func asyncErr(t *testing.T, c *Client) error {
 // A handle names an object of its own client only: another client's
 // handle is refused and the object is untouched.
 func TestOtherClientsHandle(t *testing.T) {
-	n := newNIC(t, loopaddr.Get(t).String())
+	n := newNIC(t, looptest.Get(t).String())
 	c1, c2 := n.client(t), n.client(t)
 	var pd Handle
 	call(t, c1, KindAllocPD, &Empty{}, nil, &pd)
@@ -209,7 +209,7 @@ func TestOtherClientsHandle(t *testing.T) {
 // RegMR maps only a memfd sealed against shrinking, and only as much of
 // it as it has.
 func TestRegMRDescriptors(t *testing.T) {
-	n := newNIC(t, loopaddr.Get(t).String())
+	n := newNIC(t, looptest.Get(t).String())
 	c := n.client(t)
 	var pd Handle
 	call(t, c, KindAllocPD, &Empty{}, nil, &pd)
@@ -377,7 +377,7 @@ func qpState(t *testing.T, c *Client, h uint32) ib.QPState {
 // the host interface counts the ones it refused at fetch, and nothing
 // is read or written outside the client's MRs.
 func TestHostileWQEs(t *testing.T) {
-	n := newNIC(t, loopaddr.Get(t).String())
+	n := newNIC(t, looptest.Get(t).String())
 	c := n.client(t)
 	var pd, otherPD Handle
 	call(t, c, KindAllocPD, &Empty{}, nil, &pd)
@@ -493,7 +493,7 @@ func TestHostileWQEs(t *testing.T) {
 // A full completion ring sets the overrun flag and counts, rather than
 // losing completions silently or overwriting unpolled ones.
 func TestCQOverrun(t *testing.T) {
-	n := newNIC(t, loopaddr.Get(t).String())
+	n := newNIC(t, looptest.Get(t).String())
 	c := n.client(t)
 	var pd Handle
 	call(t, c, KindAllocPD, &Empty{}, nil, &pd)
@@ -531,7 +531,7 @@ func TestCQOverrun(t *testing.T) {
 // SIGTERM can come first): every posted WQE completes with WR_FLUSH_ERR,
 // in order, and the QP is in ERR.
 func TestShutdownFlushesUnrungWQEs(t *testing.T) {
-	n := newNIC(t, loopaddr.Get(t).String())
+	n := newNIC(t, looptest.Get(t).String())
 	c := n.client(t)
 	var pd Handle
 	call(t, c, KindAllocPD, &Empty{}, nil, &pd)
@@ -558,7 +558,7 @@ func TestShutdownFlushesUnrungWQEs(t *testing.T) {
 // before it; once the daemon has begun that fetch, the next post rings
 // again.
 func TestDoorbellCoalescing(t *testing.T) {
-	n := newNIC(t, loopaddr.Get(t).String())
+	n := newNIC(t, looptest.Get(t).String())
 	c := n.client(t)
 	var pd Handle
 	call(t, c, KindAllocPD, &Empty{}, nil, &pd)
@@ -588,7 +588,7 @@ func TestDoorbellCoalescing(t *testing.T) {
 // steering, one socket per client (a second ask is refused, the first
 // socket kept), and the client's exit returns its block.
 func TestLendPort(t *testing.T) {
-	n := newNIC(t, loopaddr.Get(t).String())
+	n := newNIC(t, looptest.Get(t).String())
 	c := n.client(t)
 	_, err := c.Call(KindLendPort, &Empty{}, nil, &LendReply{})
 	wantCode(t, "lend_port without steering", err, CodeFailed)
@@ -596,7 +596,7 @@ func TestLendPort(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("skipped: steering loads an eBPF program, which needs root (CAP_BPF); CI runs as root")
 	}
-	sn := openNIC(t, loopaddr.Get(t).String(), true)
+	sn := openNIC(t, looptest.Get(t).String(), true)
 	lend := func(c *Client) LendReply {
 		t.Helper()
 		var r LendReply

@@ -15,7 +15,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/rnicd/rnicd/internal/debtool"
+	"github.com/rnicd/rnicd/internal/debtest"
 	"github.com/rnicd/rnicd/rnic/monitor"
 	"github.com/rnicd/rnicd/rnic/rnictest"
 	"github.com/rnicd/rnicd/rnic/trace"
@@ -40,7 +40,7 @@ type pagePacket struct {
 // final PSNs. With RNICD_SCREENSHOT=1 the page is saved to
 // docs/webview.png for the README.
 func TestWebView(t *testing.T) {
-	chromium := debtool.Ensure(t, "chromium", "chromium")
+	chromium := debtest.Ensure(t, "chromium", "chromium")
 	tr := trace.New(0)
 	a, b := rnictest.NewEnds(t, tr)
 	m, err := monitor.New(monitor.Config{Devices: []monitor.Device{{Dev: a.Dev, Faulty: a.Faulty}, {Dev: b.Dev, Faulty: b.Faulty}}, Tracer: tr})

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/rnicd/rnicd/ib"
-	"github.com/rnicd/rnicd/internal/loopaddr"
+	"github.com/rnicd/rnicd/internal/looptest"
 	"github.com/rnicd/rnicd/rnic"
 	"github.com/rnicd/rnicd/rnic/trace"
 	"github.com/rnicd/rnicd/wire/ibudp"
@@ -31,7 +31,7 @@ type End struct {
 const MemVA = 0x10000
 
 // NewEnds opens two devices on loopback addresses of the test's own (see
-// loopaddr), named rnic0 and rnic1, sharing tracer tr, with one RC QP
+// looptest), named rnic0 and rnic1, sharing tracer tr, with one RC QP
 // each connected to the other.
 func NewEnds(t testing.TB, tr *trace.Tracer) (a, b *End) {
 	t.Helper()
@@ -59,8 +59,8 @@ func NewEnds(t testing.TB, tr *trace.Tracer) (a, b *End) {
 		}
 		return e
 	}
-	a = open(loopaddr.Get(t), "rnic0")
-	b = open(loopaddr.Get(t), "rnic1")
+	a = open(looptest.Get(t), "rnic0")
+	b = open(looptest.Get(t), "rnic1")
 	connect := func(x, y *End) {
 		steps := []struct {
 			a    ib.QPAttr

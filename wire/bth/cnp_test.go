@@ -17,7 +17,7 @@ import (
 	"github.com/gopacket/gopacket/layers"
 	"github.com/gopacket/gopacket/pcapgo"
 
-	"github.com/rnicd/rnicd/internal/debtool"
+	"github.com/rnicd/rnicd/internal/debtest"
 )
 
 // cnpRef is the envelope and destination QP of the reference CNP in
@@ -176,7 +176,7 @@ func TestCNPLayer(t *testing.T) {
 // tshark decodes the CNP we build as InfiniBand: opcode 129, the
 // destination QP, P_Key, PSN and ICRC we wrote, nothing malformed.
 func TestCNPTshark(t *testing.T) {
-	tshark := debtool.Ensure(t, "tshark", "tshark")
+	tshark := debtest.Ensure(t, "tshark", "tshark")
 	path := filepath.Join(t.TempDir(), "cnp.pcap")
 	f, err := os.Create(path)
 	if err != nil {

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rnicd/rnicd/internal/loopaddr"
+	"github.com/rnicd/rnicd/internal/looptest"
 )
 
 // Packets per second through a loopback pair, for each mode and for a plain
@@ -34,8 +34,8 @@ func BenchmarkPort(b *testing.B) {
 				if mode == ModePacket {
 					needRoot(b)
 				}
-				a := openPort(b, Config{Addr: loopaddr.Get(b), Mode: mode})
-				z := openPort(b, Config{Addr: loopaddr.Get(b), Mode: mode})
+				a := openPort(b, Config{Addr: looptest.Get(b), Mode: mode})
+				z := openPort(b, Config{Addr: looptest.Get(b), Mode: mode})
 				benchPort(b, a, z, payload, NotECT)
 			})
 		}
@@ -48,7 +48,7 @@ func BenchmarkPort(b *testing.B) {
 				if mode == ModePacket {
 					needRoot(b)
 				}
-				pa, pz := uint16(loopaddr.Port(b)), uint16(loopaddr.Port(b))
+				pa, pz := uint16(looptest.Port(b)), uint16(looptest.Port(b))
 				a := openPort(b, Config{Addr: addr("::1"), Port: pa, RemotePort: pz, Mode: mode})
 				z := openPort(b, Config{Addr: addr("::1"), Port: pz, RemotePort: pa, Mode: mode})
 				benchPort(b, a, z, payload, NotECT)
@@ -59,8 +59,8 @@ func BenchmarkPort(b *testing.B) {
 	// message per sendmmsg message, which the default (TOS 0) goes without.
 	for _, payload := range benchPayloads {
 		b.Run(fmt.Sprintf("udp-ect0/%dB", payload+58), func(b *testing.B) {
-			a := openPort(b, Config{Addr: loopaddr.Get(b), Mode: ModeUDP})
-			z := openPort(b, Config{Addr: loopaddr.Get(b), Mode: ModeUDP})
+			a := openPort(b, Config{Addr: looptest.Get(b), Mode: ModeUDP})
+			z := openPort(b, Config{Addr: looptest.Get(b), Mode: ModeUDP})
 			benchPort(b, a, z, payload, ECT0)
 		})
 	}
@@ -181,8 +181,8 @@ func report(b *testing.B, received, sent int, elapsed time.Duration, stalls int)
 // benchPlainUDP is the same loop on two net.UDPConns, one datagram per
 // system call.
 func benchPlainUDP(b *testing.B, payload int) {
-	la := &net.UDPAddr{IP: loopaddr.Get(b).AsSlice(), Port: 4791}
-	lz := &net.UDPAddr{IP: loopaddr.Get(b).AsSlice(), Port: 4791}
+	la := &net.UDPAddr{IP: looptest.Get(b).AsSlice(), Port: 4791}
+	lz := &net.UDPAddr{IP: looptest.Get(b).AsSlice(), Port: 4791}
 	a, err := net.ListenUDP("udp4", la)
 	if err != nil {
 		b.Fatal(err)
@@ -247,8 +247,8 @@ func TestPortPathAllocs(t *testing.T) {
 	}
 	for _, mode := range modes {
 		t.Run(mode.String(), func(t *testing.T) {
-			a := openPort(t, Config{Addr: loopaddr.Get(t), Mode: mode})
-			z := openPort(t, Config{Addr: loopaddr.Get(t), Mode: mode})
+			a := openPort(t, Config{Addr: looptest.Get(t), Mode: mode})
+			z := openPort(t, Config{Addr: looptest.Get(t), Mode: mode})
 			pool := NewPool(2*benchBatch, 0)
 			bufs, rb := make([]*Buf, benchBatch), make([]*Buf, benchBatch)
 			pool.GetBatch(rb)

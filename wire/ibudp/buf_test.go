@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rnicd/rnicd/internal/loopaddr"
+	"github.com/rnicd/rnicd/internal/looptest"
 )
 
 func TestPool(t *testing.T) {
@@ -64,7 +64,7 @@ func TestBufRoCE(t *testing.T) {
 // Stats.RxKernelDrops. Without GSO/GRO, so that the kernel counts packets
 // and not runs.
 func TestKernelDropsCounted(t *testing.T) {
-	ipA := loopaddr.Get(t)
+	ipA := looptest.Get(t)
 	modes := []Mode{ModeUDP}
 	if canRaw() {
 		modes = append(modes, ModePacket)

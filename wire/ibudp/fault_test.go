@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rnicd/rnicd/internal/loopaddr"
+	"github.com/rnicd/rnicd/internal/looptest"
 	"github.com/rnicd/rnicd/wire/bth"
 )
 
@@ -347,8 +347,8 @@ func TestFaultCorruptTXRealPorts(t *testing.T) {
 	}
 	for _, mode := range modes {
 		t.Run(mode.String(), func(t *testing.T) {
-			a := openPort(t, Config{Addr: loopaddr.Get(t), Mode: mode})
-			b := openPort(t, Config{Addr: loopaddr.Get(t), Mode: mode})
+			a := openPort(t, Config{Addr: looptest.Get(t), Mode: mode})
+			b := openPort(t, Config{Addr: looptest.Get(t), Mode: mode})
 			r := startReceiver(b)
 			f := NewFaulty(a, 7)
 			defer f.Close()

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rnicd/rnicd/internal/loopaddr"
+	"github.com/rnicd/rnicd/internal/looptest"
 	"github.com/rnicd/rnicd/wire/bth"
 )
 
@@ -15,7 +15,7 @@ import (
 // one size to one peer with one TOS behind a first that carries a full IB
 // MTU, a shorter last one ending it.
 func TestGSORun(t *testing.T) {
-	ipA, ipB := loopaddr.Get(t), loopaddr.Get(t)
+	ipA, ipB := looptest.Get(t), looptest.Get(t)
 	p1, p2 := ipA, ipB
 	mk := func(payload int, peer netip.Addr, tos uint8) *Buf {
 		b := NewBuf()
@@ -77,7 +77,7 @@ func TestGSORun(t *testing.T) {
 // packet's ICRC with its own IPv4 ID (0, 1, 2, ...); a ModeUDP receiver
 // gets packets the kernel cut and finds the same IDs.
 func TestGSORunReceived(t *testing.T) {
-	ipA, ipB, ipC := loopaddr.Get(t), loopaddr.Get(t), loopaddr.Get(t)
+	ipA, ipB, ipC := looptest.Get(t), looptest.Get(t), looptest.Get(t)
 	needRoot(t)
 	u := openPort(t, Config{Addr: ipA, Mode: ModeUDP})
 	if !u.(*udpPort).gso {
@@ -126,7 +126,7 @@ func TestGSORunReceived(t *testing.T) {
 // frame on lo holding them all, which a ModeUDP receiver gets cut by the
 // kernel, every packet byte for byte with its own IPv4 ID.
 func TestGSOSmallRuns(t *testing.T) {
-	src, dst := loopaddr.Get(t), loopaddr.Get(t)
+	src, dst := looptest.Get(t), looptest.Get(t)
 	needRoot(t)
 	capt := openCapture(t, dst)
 	u := openPort(t, Config{Addr: src, Mode: ModeUDP, SmallRuns: true})
@@ -166,7 +166,7 @@ func TestGSOSmallRuns(t *testing.T) {
 // Off the wire, a run on lo is one frame; cut as the kernel cuts it, every
 // packet's ICRC is right by bth.ParseIP, which knows nothing of runs.
 func TestGSOOnTheWire(t *testing.T) {
-	ipA, ipB := loopaddr.Get(t), loopaddr.Get(t)
+	ipA, ipB := looptest.Get(t), looptest.Get(t)
 	needRoot(t)
 	src, dst := ipA, ipB
 	capt := openCapture(t, dst)
@@ -214,7 +214,7 @@ func refOnesSum(b []byte) uint16 {
 // is dropped and counted, and a corrupted first packet does not take the
 // others with it.
 func TestGRORunThroughFewBufs(t *testing.T) {
-	ipA, ipB := loopaddr.Get(t), loopaddr.Get(t)
+	ipA, ipB := looptest.Get(t), looptest.Get(t)
 	u := openPort(t, Config{Addr: ipA, Mode: ModeUDP})
 	r := openPort(t, Config{Addr: ipB, Mode: ModeUDP})
 	if !r.(*udpPort).gro {
@@ -274,7 +274,7 @@ func TestGRORunThroughFewBufs(t *testing.T) {
 // Two runs in one batch come out in the order they were sent, each run
 // whole before the next, with enough Bufs and with too few.
 func TestGROOrderAcrossRuns(t *testing.T) {
-	ipA, ipB := loopaddr.Get(t), loopaddr.Get(t)
+	ipA, ipB := looptest.Get(t), looptest.Get(t)
 	u := openPort(t, Config{Addr: ipA, Mode: ModeUDP})
 	r := openPort(t, Config{Addr: ipB, Mode: ModeUDP})
 	for _, nbufs := range []int{64, 5} {

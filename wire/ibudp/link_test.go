@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rnicd/rnicd/internal/loopaddr"
+	"github.com/rnicd/rnicd/internal/looptest"
 	"github.com/rnicd/rnicd/wire/bth"
 )
 
@@ -18,8 +18,8 @@ func eachLinkMode(t *testing.T, test func(t *testing.T, f *Faulty, a, b Port, r 
 	}
 	for _, mode := range modes {
 		t.Run(mode.String(), func(t *testing.T) {
-			a := openPort(t, Config{Addr: loopaddr.Get(t), Mode: mode})
-			b := openPort(t, Config{Addr: loopaddr.Get(t), Mode: mode})
+			a := openPort(t, Config{Addr: looptest.Get(t), Mode: mode})
+			b := openPort(t, Config{Addr: looptest.Get(t), Mode: mode})
 			f := NewFaulty(a, 7)
 			t.Cleanup(func() { f.Close() })
 			test(t, f, a, b, startReceiver(b))
@@ -161,8 +161,8 @@ func TestLinkRED(t *testing.T) {
 // The link on the RX side: the engine above the Faulty sees what the far
 // side sent, marked and thinned as the queue in front of it decides.
 func TestLinkRX(t *testing.T) {
-	a := openPort(t, Config{Addr: loopaddr.Get(t)})
-	b := openPort(t, Config{Addr: loopaddr.Get(t)})
+	a := openPort(t, Config{Addr: looptest.Get(t)})
+	b := openPort(t, Config{Addr: looptest.Get(t)})
 	f := NewFaulty(b, 7)
 	t.Cleanup(func() { f.Close() })
 	f.SetRX(Faults{Link: Link{Rate: 800_000_000, Queue: 8 << 10, KMin: 0, KMax: 0}})

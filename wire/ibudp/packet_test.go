@@ -10,7 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/rnicd/rnicd/internal/loopaddr"
+	"github.com/rnicd/rnicd/internal/looptest"
 	"github.com/rnicd/rnicd/wire/bth"
 )
 
@@ -20,7 +20,7 @@ import (
 func TestPacketExchange(t *testing.T) { eachWait(t, testPacketExchange) }
 
 func testPacketExchange(t *testing.T, waitInKernel bool) {
-	ipA, ipB := loopaddr.Get(t), loopaddr.Get(t)
+	ipA, ipB := looptest.Get(t), looptest.Get(t)
 	needRoot(t)
 	a := openPort(t, Config{Addr: ipA, Mode: ModePacket, WaitInKernel: waitInKernel})
 	b := openPort(t, Config{Addr: ipB, Mode: ModePacket, WaitInKernel: waitInKernel})
@@ -57,7 +57,7 @@ func testPacketExchange(t *testing.T, waitInKernel bool) {
 func TestPacketExchangeIPv6(t *testing.T) {
 	needRoot(t)
 	// Ports of this test's own: ::1 is the one IPv6 loopback address.
-	pa, pb := uint16(loopaddr.Port(t)), uint16(loopaddr.Port(t))
+	pa, pb := uint16(looptest.Port(t)), uint16(looptest.Port(t))
 	a, err := Open(Config{Addr: addr("::1"), Port: pa, RemotePort: pb, Mode: ModePacket})
 	if err != nil {
 		t.Skipf("no IPv6 loopback: %v", err)
@@ -79,7 +79,7 @@ func TestPacketExchangeIPv6(t *testing.T) {
 // all 32 bits of an ID-0 packet. The other way, ModeUDP needs the any-ID
 // check for ModePacket's nonzero IDs.
 func TestUDPToPacketAndBack(t *testing.T) {
-	ipA, ipB := loopaddr.Get(t), loopaddr.Get(t)
+	ipA, ipB := looptest.Get(t), looptest.Get(t)
 	needRoot(t)
 	u := openPort(t, Config{Addr: ipA, Mode: ModeUDP})
 	p := openPort(t, Config{Addr: ipB, Mode: ModePacket})
@@ -108,7 +108,7 @@ func TestUDPToPacketAndBack(t *testing.T) {
 // destination port 4791, UDP checksum 0 and an ICRC that bth.ParseIP
 // accepts.
 func TestUDPOnTheWire(t *testing.T) {
-	ipA, ipB := loopaddr.Get(t), loopaddr.Get(t)
+	ipA, ipB := looptest.Get(t), looptest.Get(t)
 	needRoot(t)
 	src, dst := ipA, ipB
 	capt := openCapture(t, dst)
@@ -145,7 +145,7 @@ func TestUDPOnTheWire(t *testing.T) {
 // The same for ModePacket: IDs nonzero and incrementing, DF, chosen source
 // port, UDP checksum 0, ICRC per bth.ParseIP.
 func TestPacketOnTheWire(t *testing.T) {
-	ipA, ipB := loopaddr.Get(t), loopaddr.Get(t)
+	ipA, ipB := looptest.Get(t), looptest.Get(t)
 	needRoot(t)
 	src, dst := ipA, ipB
 	capt := openCapture(t, dst)
@@ -178,7 +178,7 @@ func TestPacketOnTheWire(t *testing.T) {
 // header checksum, and garbage, all injected with a raw socket; the good
 // packet after them arrives.
 func TestPacketDropsBadICRC(t *testing.T) {
-	ipA, ipB := loopaddr.Get(t), loopaddr.Get(t)
+	ipA, ipB := looptest.Get(t), looptest.Get(t)
 	needRoot(t)
 	src, dst := ipA, ipB
 	p := openPort(t, Config{Addr: dst, Mode: ModePacket})
@@ -214,7 +214,7 @@ func TestPacketDropsBadICRC(t *testing.T) {
 // rxe sends nonzero IPv4 IDs; a ModeUDP port accepts such a packet through
 // bth's any-ID ICRC check and reports the ID.
 func TestUDPAcceptsNonzeroID(t *testing.T) {
-	ipA, ipB := loopaddr.Get(t), loopaddr.Get(t)
+	ipA, ipB := looptest.Get(t), looptest.Get(t)
 	needRoot(t)
 	src, dst := ipA, ipB
 	p := openPort(t, Config{Addr: dst, Mode: ModeUDP})
@@ -233,7 +233,7 @@ func TestUDPAcceptsNonzeroID(t *testing.T) {
 }
 
 func TestPacketCloseUnblocksRecv(t *testing.T) {
-	ipA := loopaddr.Get(t)
+	ipA := looptest.Get(t)
 	needRoot(t)
 	eachWait(t, func(t *testing.T, waitInKernel bool) {
 		testCloseUnblocks(t, openPort(t, Config{Addr: ipA, Mode: ModePacket, WaitInKernel: waitInKernel}))

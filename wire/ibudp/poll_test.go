@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rnicd/rnicd/internal/loopaddr"
+	"github.com/rnicd/rnicd/internal/looptest"
 )
 
 // A polled port: TryRecv never waits, WaitRecv wakes for a packet without
@@ -13,7 +13,7 @@ import (
 func TestPoller(t *testing.T) { eachWait(t, testPoller) }
 
 func testPoller(t *testing.T, waitInKernel bool) {
-	ipA, ipB := loopaddr.Get(t), loopaddr.Get(t)
+	ipA, ipB := looptest.Get(t), looptest.Get(t)
 	a := openPort(t, Config{Addr: ipA, Mode: ModeUDP, WaitInKernel: waitInKernel})
 	b := openPort(t, Config{Addr: ipB, Mode: ModeUDP, WaitInKernel: waitInKernel})
 	p, ok := b.(Poller)
@@ -77,7 +77,7 @@ func testPoller(t *testing.T, waitInKernel bool) {
 // The rest of a GRO datagram that did not fit is Pending, and the next
 // TryRecv hands it out before reading the socket again.
 func TestPollerPending(t *testing.T) {
-	ipA, ipB := loopaddr.Get(t), loopaddr.Get(t)
+	ipA, ipB := looptest.Get(t), looptest.Get(t)
 	u := openPort(t, Config{Addr: ipA, Mode: ModeUDP})
 	r := openPort(t, Config{Addr: ipB, Mode: ModeUDP})
 	if !r.(*udpPort).gro {

@@ -7,7 +7,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/rnicd/rnicd/internal/loopaddr"
+	"github.com/rnicd/rnicd/internal/looptest"
 	"github.com/rnicd/rnicd/wire/bth"
 )
 
@@ -37,7 +37,7 @@ func gotQPN(t *testing.T, r *receiver, what string, qpn, psn uint32) {
 // block: a lent block's to the lent socket, every other to the port's,
 // and a released block's to the port's again.
 func TestSteering(t *testing.T) {
-	ipA, ipB := loopaddr.Get(t), loopaddr.Get(t)
+	ipA, ipB := looptest.Get(t), looptest.Get(t)
 	needRoot(t)
 	port := openPort(t, Config{Addr: ipA, Mode: ModeUDP, Steered: true})
 	s := SteeringOf(port)
@@ -96,7 +96,7 @@ func TestSteering(t *testing.T) {
 // second port there fails, whichever kind. The steering options need
 // ModeUDP.
 func TestSteeringConfig(t *testing.T) {
-	ipA, ipB, ipC := loopaddr.Get(t), loopaddr.Get(t), loopaddr.Get(t)
+	ipA, ipB, ipC := looptest.Get(t), looptest.Get(t), looptest.Get(t)
 	openPort(t, Config{Addr: ipA, Mode: ModeUDP})
 	for _, steered := range []bool{false, true} {
 		if _, err := Open(Config{Addr: ipA, Mode: ModeUDP, Steered: steered}); err == nil {
@@ -126,7 +126,7 @@ func TestSteeringConfig(t *testing.T) {
 
 // A lent socket is the port's from Open on: a failed Open closes it.
 func TestSocketFDClosedOnFailure(t *testing.T) {
-	ipA := loopaddr.Get(t)
+	ipA := looptest.Get(t)
 	for _, cfg := range []Config{
 		{Addr: ipA, Mode: ModeUDP, MTU: 1234},    // refused by the config check
 		{Addr: ipA, Mode: ModePacket, MTU: 1024}, // packet mode cannot take one

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rnicd/rnicd/internal/loopaddr"
+	"github.com/rnicd/rnicd/internal/looptest"
 	"github.com/rnicd/rnicd/wire/bth"
 )
 
@@ -19,7 +19,7 @@ var testSizes = []int{0, 1, 2, 3, 256, 1024, 1500, 4096}
 func TestUDPExchange(t *testing.T) { eachWait(t, testUDPExchange) }
 
 func testUDPExchange(t *testing.T, waitInKernel bool) {
-	ipA, ipB := loopaddr.Get(t), loopaddr.Get(t)
+	ipA, ipB := looptest.Get(t), looptest.Get(t)
 	a := openPort(t, Config{Addr: ipA, Mode: ModeUDP, WaitInKernel: waitInKernel})
 	b := openPort(t, Config{Addr: ipB, Mode: ModeUDP, WaitInKernel: waitInKernel})
 	if a.MTU() != 4096 {
@@ -57,7 +57,7 @@ func testUDPExchange(t *testing.T, waitInKernel bool) {
 // IPv6: two ports on ::1 (different UDP ports, RemotePort crosses them).
 func TestUDPExchangeIPv6(t *testing.T) {
 	// Ports of this test's own: ::1 is the one IPv6 loopback address.
-	pa, pb := uint16(loopaddr.Port(t)), uint16(loopaddr.Port(t))
+	pa, pb := uint16(looptest.Port(t)), uint16(looptest.Port(t))
 	a, err := Open(Config{Addr: addr("::1"), Port: pa, RemotePort: pb, Mode: ModeUDP})
 	if err != nil {
 		t.Skipf("no IPv6 loopback: %v", err)
@@ -79,13 +79,13 @@ func TestUDPExchangeIPv6(t *testing.T) {
 func TestUDPCloseUnblocksRecv(t *testing.T) { eachWait(t, testUDPCloseUnblocksRecv) }
 
 func testUDPCloseUnblocksRecv(t *testing.T, waitInKernel bool) {
-	ipA := loopaddr.Get(t)
+	ipA := looptest.Get(t)
 	p := openPort(t, Config{Addr: ipA, Mode: ModeUDP, WaitInKernel: waitInKernel})
 	testCloseUnblocks(t, p)
 }
 
 func testCloseUnblocks(t *testing.T, p Port) {
-	ipA := loopaddr.Get(t)
+	ipA := looptest.Get(t)
 	t.Helper()
 	done := make(chan error, 1)
 	go func() {
@@ -126,7 +126,7 @@ func testCloseUnblocks(t *testing.T, p Port) {
 // Garbage sent to a ModeUDP port from an ordinary socket is counted and
 // dropped; a good packet after it still arrives.
 func TestUDPDropsGarbage(t *testing.T) {
-	ipA, ipB := loopaddr.Get(t), loopaddr.Get(t)
+	ipA, ipB := looptest.Get(t), looptest.Get(t)
 	p := openPort(t, Config{Addr: ipA, Mode: ModeUDP})
 	r := startReceiver(p)
 	c, err := net.DialUDP("udp4", &net.UDPAddr{IP: ipB.AsSlice()}, &net.UDPAddr{IP: ipA.AsSlice(), Port: 4791})
@@ -163,7 +163,7 @@ func TestUDPDropsGarbage(t *testing.T) {
 
 // Send refuses, and counts, Bufs it cannot send, and sends the rest.
 func TestSendInvalid(t *testing.T) {
-	ipA, ipB := loopaddr.Get(t), loopaddr.Get(t)
+	ipA, ipB := looptest.Get(t), looptest.Get(t)
 	a := openPort(t, Config{Addr: ipA, Mode: ModeUDP})
 	b := openPort(t, Config{Addr: ipB, Mode: ModeUDP})
 	r := startReceiver(b)
@@ -187,7 +187,7 @@ func TestSendInvalid(t *testing.T) {
 // A packet too big for the path is refused by the kernel (DF), counted as
 // a send error, and does not stop the rest of the batch.
 func TestSendErrorCounted(t *testing.T) {
-	ipA := loopaddr.Get(t)
+	ipA := looptest.Get(t)
 	needRoot(t) // sets an MTU on a namespace's loopback
 	withNetns(t, func(ns *testNetns) {
 		ns.run(t, ns.a, func() error {

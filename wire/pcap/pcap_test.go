@@ -13,7 +13,7 @@ import (
 	"github.com/gopacket/gopacket/layers"
 	"github.com/gopacket/gopacket/pcapgo"
 
-	"github.com/rnicd/rnicd/internal/loopaddr"
+	"github.com/rnicd/rnicd/internal/looptest"
 	"github.com/rnicd/rnicd/wire/bth"
 	"github.com/rnicd/rnicd/wire/ibudp"
 	"github.com/rnicd/rnicd/wire/pcap"
@@ -88,7 +88,7 @@ func openPort(t *testing.T, a netip.Addr) ibudp.Port {
 // Ethernet frame whose synthesized IPv4 and UDP headers are those the ICRC
 // was sealed for.
 func TestCaptureModeUDP(t *testing.T) {
-	a, b := loopaddr.Pair(t)
+	a, b := looptest.Pair(t)
 	pa, pb := openPort(t, a), openPort(t, b)
 	path := filepath.Join(t.TempDir(), "cap.pcap")
 	const max = 8 << 10

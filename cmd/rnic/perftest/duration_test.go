@@ -10,12 +10,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rnicd/rnicd/internal/loopaddr"
+	"github.com/rnicd/rnicd/internal/looptest"
 	"github.com/rnicd/rnicd/verbs"
 )
 
 // runLocalPair runs tool with args as a server and a client, each on an
-// in-process NIC on an address of its own (loopaddr), and returns what
+// in-process NIC on an address of its own (looptest), and returns what
 // each printed and returned.
 func runLocalPair(t *testing.T, tool string, args ...string) (srvOut, cliOut string, srvErr, cliErr error) {
 	t.Helper()
@@ -41,7 +41,7 @@ func runLocalPair(t *testing.T, tool string, args ...string) (srvOut, cliOut str
 	}
 	var sout, cout bytes.Buffer
 	done := make(chan error, 1)
-	srvAddr, cliAddr := loopaddr.Get(t).String(), loopaddr.Get(t).String()
+	srvAddr, cliAddr := looptest.Get(t).String(), looptest.Get(t).String()
 	go func() { done <- run(srvAddr, ln, &sout) }()
 	cliErr = run(cliAddr, nil, &cout, "127.0.0.1")
 	srvErr = <-done
@@ -72,7 +72,7 @@ func TestSendBWDuration(t *testing.T) {
 // timeout (a CQ gone, a daemon gone) says that reason, at once, instead
 // of "no completion for 2m0s".
 func TestPollerPassesWaitErrors(t *testing.T) {
-	c, err := verbs.OpenLocal(verbs.LocalConfig{Addr: loopaddr.Get(t), MTU: 1024})
+	c, err := verbs.OpenLocal(verbs.LocalConfig{Addr: looptest.Get(t), MTU: 1024})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,7 @@ import (
 	"github.com/gopacket/gopacket/layers"
 	"github.com/gopacket/gopacket/pcapgo"
 
-	"github.com/rnicd/rnicd/internal/loopaddr"
+	"github.com/rnicd/rnicd/internal/looptest"
 	"github.com/rnicd/rnicd/verbs"
 )
 
@@ -71,7 +71,7 @@ type peerNIC struct {
 
 func newPeerNIC(t *testing.T, typ verbs.QPType) *peerNIC {
 	t.Helper()
-	ctx, err := verbs.OpenLocal(verbs.LocalConfig{Name: "rxe0", Addr: loopaddr.Get(t), MTU: 1024})
+	ctx, err := verbs.OpenLocal(verbs.LocalConfig{Name: "rxe0", Addr: looptest.Get(t), MTU: 1024})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +204,7 @@ func replay(t *testing.T, rc replayCase, ourClient bool) {
 		typ = verbs.QPTypeRC
 	}
 	peer := newPeerNIC(t, typ)
-	ourAddr := loopaddr.Get(t)
+	ourAddr := looptest.Get(t)
 	var out, errOut bytes.Buffer
 	cfg := Config{Stdout: &out, Stderr: &errOut, IdleTimeout: 20 * time.Second,
 		Open: func(*Params) (*verbs.Context, error) {

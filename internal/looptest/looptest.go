@@ -1,4 +1,4 @@
-// Package loopaddr hands each test its own IPv4 loopback addresses, so
+// Package looptest hands each test its own IPv4 loopback addresses, so
 // that tests starting NICs on real sockets (UDP 4791) never collide with
 // the tests of another package running beside them (go test -p 2) or with
 // another run of the suite on the same machine.
@@ -18,7 +18,7 @@
 // below the kernel's ephemeral range (32768 and up by default), so no
 // connect() anywhere is given one between the check and the bind, as
 // happens to a port the kernel chose with :0.
-package loopaddr
+package looptest
 
 import (
 	"errors"
@@ -96,7 +96,7 @@ func Port(t testing.TB) int {
 			return p
 		}
 	}
-	t.Fatalf("loopaddr: all %d ports of block %d are taken", blockPorts, alloc.block)
+	t.Fatalf("looptest: all %d ports of block %d are taken", blockPorts, alloc.block)
 	return 0
 }
 
@@ -131,9 +131,9 @@ func get() (netip.Addr, error) {
 // lockBlock takes the first block from first onwards whose lock file is
 // not held by another process.
 func lockBlock(first int) error {
-	dir := filepath.Join(os.TempDir(), "rnicd-loopaddr")
+	dir := filepath.Join(os.TempDir(), "rnicd-looptest")
 	if err := os.MkdirAll(dir, 0o777); err != nil {
-		return fmt.Errorf("loopaddr: %w", err)
+		return fmt.Errorf("looptest: %w", err)
 	}
 	os.Chmod(dir, 0o777|os.ModeSticky) // shared by every user's runs
 	for i := range nBlocks {
@@ -149,10 +149,10 @@ func lockBlock(first int) error {
 		}
 		f.Close()
 		if !errors.Is(err, syscall.EWOULDBLOCK) {
-			return fmt.Errorf("loopaddr: lock block %d: %w", b, err)
+			return fmt.Errorf("looptest: lock block %d: %w", b, err)
 		}
 	}
-	return fmt.Errorf("loopaddr: all %d blocks of 127.128.0.0/9 are held by other processes", nBlocks)
+	return fmt.Errorf("looptest: all %d blocks of 127.128.0.0/9 are held by other processes", nBlocks)
 }
 
 // addrOf is host offset off in block b of 127.128.0.0/9.

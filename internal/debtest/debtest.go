@@ -1,7 +1,7 @@
-// Package debtool finds a program a test needs and, when it is missing,
+// Package debtest finds a program a test needs and, when it is missing,
 // installs it from Debian's packages with apt-get, as the project's rules
 // ask of tests that drive tshark or Chromium.
-package debtool
+package debtest
 
 import (
 	"os"

@@ -1,4 +1,4 @@
-package loopaddr
+package looptest
 
 import (
 	"fmt"
