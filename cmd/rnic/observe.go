@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -169,12 +170,30 @@ func runStat(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stdout, " %s %d", name, d.Counters[name])
 		}
 		fmt.Fprintln(stdout)
+		// The CM agent's messages, with Linux's per-port CM counter names.
+		fmt.Fprintf(stdout, "cm %s", d.Name)
+		for _, name := range cmCounterNames(d.Counters) {
+			fmt.Fprintf(stdout, " %s %d", name, d.Counters[name])
+		}
+		fmt.Fprintln(stdout)
 	}
 	if !found {
 		fmt.Fprintf(stderr, "rnic stat: no device %q\n", m.dev)
 		return 1
 	}
 	return 0
+}
+
+// cmCounterNames are the cm_ counters of m, sorted.
+func cmCounterNames(m map[string]uint64) []string {
+	var names []string
+	for k := range m {
+		if strings.HasPrefix(k, "cm_") {
+			names = append(names, k)
+		}
+	}
+	sort.Strings(names)
+	return names
 }
 
 func orDash(s string) string {

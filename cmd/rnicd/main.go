@@ -303,19 +303,20 @@ func run(args []string, stdout, stderr io.Writer) error {
 		os.Remove(path)
 		return fmt.Errorf("start device: %w", err)
 	}
-	obs, err := startObservers(c, dev, faulty, tr, verbs.MonitorSocketPath(c.name), log)
-	if err != nil {
+	srv := hostif.NewServer(hostif.Config{Device: dev, Name: c.name, Log: log, Steering: steer, Limits: c.limits})
+	log.Info("limits", "daemon", c.limits.Daemon, "client", c.limits.Client)
+	// The CM agent on QP1 serves rdma_cm's requests (hostif's KindCM*),
+	// with the node GUID ibv_devinfo shows as its CA GUID. It starts
+	// before the monitor, which shows its counters.
+	if err := srv.StartCM(dev.GSI(), verbs.NodeGUID(dev.QueryPort().Addr)); err != nil {
 		dev.Close()
 		l.Close()
 		os.Remove(path)
 		return err
 	}
-	srv := hostif.NewServer(hostif.Config{Device: dev, Name: c.name, Log: log, Steering: steer, Limits: c.limits})
-	log.Info("limits", "daemon", c.limits.Daemon, "client", c.limits.Client)
-	// The CM agent on QP1 serves rdma_cm's requests (hostif's KindCM*),
-	// with the node GUID ibv_devinfo shows as its CA GUID.
-	if err := srv.StartCM(dev.GSI(), verbs.NodeGUID(dev.QueryPort().Addr)); err != nil {
-		obs.close()
+	obs, err := startObservers(c, dev, faulty, srv.CMCounters, tr, verbs.MonitorSocketPath(c.name), log)
+	if err != nil {
+		srv.StopCM()
 		dev.Close()
 		l.Close()
 		os.Remove(path)

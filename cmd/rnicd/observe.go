@@ -48,7 +48,7 @@ type observers struct {
 
 // startObservers starts what c asks for, and always the monitor on
 // socketPath. On error it undoes what it started.
-func startObservers(c config, dev *rnic.Device, faulty *ibudp.Faulty, tr *trace.Tracer,
+func startObservers(c config, dev *rnic.Device, faulty *ibudp.Faulty, cmCounters func() map[string]uint64, tr *trace.Tracer,
 	socketPath string, log *slog.Logger) (_ *observers, err error) {
 	o := &observers{log: log, dev: dev, stopped: make(chan error, 4)}
 	defer func() {
@@ -72,7 +72,7 @@ func startObservers(c config, dev *rnic.Device, faulty *ibudp.Faulty, tr *trace.
 		dev.SetCapture(w)
 		log.Info("capture", "path", c.pcap, "keeps", c.pcapLim, "at_most_bytes", c.pcapLim.bound())
 	}
-	if o.mon, err = monitor.New(monitor.Config{Devices: []monitor.Device{{Dev: dev, Faulty: faulty}}, Tracer: tr}); err != nil {
+	if o.mon, err = monitor.New(monitor.Config{Devices: []monitor.Device{{Dev: dev, Faulty: faulty, Counters: cmCounters}}, Tracer: tr}); err != nil {
 		return nil, err
 	}
 	// The daemon owns the device's control socket, so a monitor socket

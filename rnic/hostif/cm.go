@@ -51,17 +51,15 @@ func (s *Server) StopCM() {
 	}
 }
 
-// cmCounters adds the CM's counters to m, named as Linux's per-port CM
-// counters (cm_tx_msgs/req is cm_tx_msgs_req); nothing without an agent.
-func (s *Server) cmCounters(m map[string]uint64) {
-	if s.cmAgent == nil {
-		return
+// CMCounters are the CM agent's message counters, named as Linux's
+// per-port CM counters (cm_tx_msgs/req is cm_tx_msgs_req), for /metrics
+// and rnic stat; nil without an agent.
+func (s *Server) CMCounters() map[string]uint64 {
+	c, _, ok := s.cmSnapshot()
+	if !ok {
+		return nil
 	}
-	var c cm.Counters
-	var ids int
-	if !s.cmAgent.Do(func(x *cm.CM) { c, ids = x.Counters(), x.NumIDs() }) {
-		return
-	}
+	m := map[string]uint64{}
 	for a := mad.AttrREQ; a <= mad.AttrSIDRRep; a++ {
 		name := strings.ToLower(a.String())
 		m["cm_tx_msgs_"+name] = c.Sent[a]
@@ -72,7 +70,28 @@ func (s *Server) cmCounters(m map[string]uint64) {
 	m["cm_rx_duplicates"] = c.Duplicates
 	m["cm_rx_dropped"] = c.Dropped
 	m["cm_tx_errors"] = c.SendErrors
-	m["cm_ids"] = uint64(ids) // connections the CM holds, TIMEWAIT included
+	return m
+}
+
+// cmSnapshot reads the agent's counters and how many connections it
+// holds (TIMEWAIT included); ok is false without a running agent.
+func (s *Server) cmSnapshot() (c cm.Counters, ids int, ok bool) {
+	if s.cmAgent == nil {
+		return c, 0, false
+	}
+	ok = s.cmAgent.Do(func(x *cm.CM) { c, ids = x.Counters(), x.NumIDs() })
+	return c, ids, ok
+}
+
+// cmCounters adds the CM's counters to m, and cm_ids, the connections
+// the CM holds; nothing without an agent.
+func (s *Server) cmCounters(m map[string]uint64) {
+	for k, v := range s.CMCounters() {
+		m[k] = v
+	}
+	if _, ids, ok := s.cmSnapshot(); ok {
+		m["cm_ids"] = uint64(ids)
+	}
 }
 
 // cmQPs is the agent's QPModifier: it moves a QP only if the QP's owner

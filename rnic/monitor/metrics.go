@@ -10,7 +10,8 @@ import (
 
 // collector reads the devices' counters at every scrape. Metric names:
 //
-//	rnicd_<counter>_total{device}        every device counter, rxe's names (sent_pkts, rcvd_seq_err, ...) and each drop reason
+//	rnicd_<counter>_total{device}        every device counter, rxe's names (sent_pkts, rcvd_seq_err, ...) and each drop reason,
+//	                                     and the CM agent's, Linux's names (cm_tx_msgs_req, cm_rx_msgs_rep, cm_tx_retries, ...)
 //	rnicd_port_<counter>_total{device}   the port's counters (icrc_err, rx_kernel_drops, ...)
 //	rnicd_fault_<what>_total{device,dir} what the fault injector did (dropped, duplicated, ...)
 //	rnicd_doorbell_depth{device}         QPs waiting for the send pipeline
@@ -30,7 +31,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for _, d := range c.m.cfg.Devices {
 		dev := prometheus.Labels{"device": d.Dev.Name()}
-		for name, v := range d.Dev.Counters() {
+		for name, v := range d.counters() {
 			emit("rnicd_"+name+"_total", "Device counter "+name+" (rxe's name where rxe has one).", prometheus.CounterValue, float64(v), dev)
 		}
 		d.Dev.PortStats().Each(func(name string, v uint64) {

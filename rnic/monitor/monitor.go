@@ -41,6 +41,21 @@ type Device struct {
 	// Faulty is the fault injector in front of the device's port, nil
 	// if it has none (then /api/inject refuses the device).
 	Faulty *ibudp.Faulty
+	// Counters, if set, gives the counters of the device's blocks that
+	// live outside it (the daemon's CM agent: cm_tx_msgs_req, ...); they
+	// join the device's own in /metrics and /api/state.
+	Counters func() map[string]uint64
+}
+
+// counters are d's device counters and those of its other blocks.
+func (d Device) counters() map[string]uint64 {
+	m := d.Dev.Counters()
+	if d.Counters != nil {
+		for k, v := range d.Counters() {
+			m[k] = v
+		}
+	}
+	return m
 }
 
 // Config says what to show.
@@ -170,7 +185,7 @@ func (m *Monitor) State() State {
 	for _, d := range m.cfg.Devices {
 		pa := d.Dev.QueryPort()
 		ds := DeviceState{Name: d.Dev.Name(), Addr: pa.Addr.String(), GID: pa.GID.String(), MTU: pa.ActiveMTU,
-			Counters: d.Dev.Counters(), Port: map[string]uint64{}, Doorbell: d.Dev.DoorbellDepth(), QPs: []QPState{},
+			Counters: d.counters(), Port: map[string]uint64{}, Doorbell: d.Dev.DoorbellDepth(), QPs: []QPState{},
 			CC: d.Dev.CongestionControl()}
 		d.Dev.PortStats().Each(func(name string, v uint64) { ds.Port[name] = v })
 		if d.Faulty != nil {
