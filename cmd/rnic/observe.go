@@ -170,12 +170,15 @@ func runStat(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stdout, " %s %d", name, d.Counters[name])
 		}
 		fmt.Fprintln(stdout)
-		// The CM agent's messages, with Linux's per-port CM counter names.
-		fmt.Fprintf(stdout, "cm %s", d.Name)
-		for _, name := range cmCounterNames(d.Counters) {
-			fmt.Fprintf(stdout, " %s %d", name, d.Counters[name])
+		// The CM agent's messages, with Linux's per-port CM counter
+		// names; a device without an agent has none.
+		if names := cmCounterNames(d.Counters); len(names) > 0 {
+			fmt.Fprintf(stdout, "cm %s", d.Name)
+			for _, name := range names {
+				fmt.Fprintf(stdout, " %s %d", name, d.Counters[name])
+			}
+			fmt.Fprintln(stdout)
 		}
-		fmt.Fprintln(stdout)
 	}
 	if !found {
 		fmt.Fprintf(stderr, "rnic stat: no device %q\n", m.dev)
