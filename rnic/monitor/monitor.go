@@ -142,10 +142,24 @@ type DeviceState struct {
 	// Fault is the injector's counters per direction, nil without one.
 	Fault    *ibudp.FaultStats `json:"fault,omitempty"`
 	FaultCfg map[string]string `json:"fault_cfg,omitempty"`
-	Doorbell int               `json:"doorbell_depth"`
+	// Links are the injector's bottleneck links (congestion points) by
+	// direction ("tx", "rx"), for the queue chart's scale and its Kmin
+	// and Kmax lines; none without a link set.
+	Links    map[string]LinkState `json:"links,omitempty"`
+	Doorbell int                  `json:"doorbell_depth"`
 	// CC is the congestion control, "dcqcn" or "none" (rnicd -cc).
 	CC  string    `json:"cc"`
 	QPs []QPState `json:"qps"`
+}
+
+// LinkState is a congestion point as the queue chart draws it: the
+// queue's size, RED's marking thresholds in bytes, and the drain rate in
+// bits per second.
+type LinkState struct {
+	Rate  uint64 `json:"rate_bps"`
+	Queue int    `json:"queue_bytes"`
+	KMin  int    `json:"kmin_bytes"`
+	KMax  int    `json:"kmax_bytes"`
 }
 
 // QPState is one row of the QP table in /api/state.
@@ -192,6 +206,14 @@ func (m *Monitor) State() State {
 			fs := d.Faulty.FaultStats()
 			ds.Fault = &fs
 			ds.FaultCfg = map[string]string{"tx": describeFaults(d.Faulty.TX()), "rx": describeFaults(d.Faulty.RX())}
+			for dir, f := range map[string]ibudp.Faults{"tx": d.Faulty.TX(), "rx": d.Faulty.RX()} {
+				if l := f.Link; l.Rate > 0 {
+					if ds.Links == nil {
+						ds.Links = map[string]LinkState{}
+					}
+					ds.Links[dir] = LinkState{Rate: l.Rate, Queue: l.Queue, KMin: l.KMin, KMax: l.KMax}
+				}
+			}
 		}
 		for _, q := range d.Dev.QPInfo() {
 			qs := QPState{QPN: q.QPN, Type: q.Type, State: q.State, SQPSN: q.SQPSN, UnaPSN: q.UnaPSN, RQPSN: q.RQPSN,

@@ -3,8 +3,10 @@ package monitor_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"image/png"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -53,46 +55,16 @@ func TestWebView(t *testing.T) {
 
 	// Traffic until told to stop: a WRITE of 3 packets every few ms, and
 	// every tenth loses its second packet.
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	var werr error
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for i := uint64(1); ; i++ {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			if i%10 == 0 {
-				a.Faulty.SetTX(ibudp.Faults{FilterQPN: true, QPN: b.QP.QPN, DropNth: 2})
-			}
-			if werr = rnictest.TryWrite(a, b, i, 3*1024); werr != nil {
-				return
-			}
-			time.Sleep(5 * time.Millisecond) // pace it for the eye
+	stopTraffic := traffic(func(i uint64) error {
+		if i%10 == 0 {
+			a.Faulty.SetTX(ibudp.Faults{FilterQPN: true, QPN: b.QP.QPN, DropNth: 2})
 		}
-	}()
-	stopped := false
-	stopTraffic := func() {
-		if !stopped {
-			stopped = true
-			close(stop)
-			wg.Wait()
-		}
-	}
+		err := rnictest.TryWrite(a, b, i, 3*1024)
+		time.Sleep(5 * time.Millisecond) // pace it for the eye
+		return err
+	})
 	defer stopTraffic()
-
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromium), chromedp.NoSandbox,
-		chromedp.Flag("disable-gpu", true), chromedp.WindowSize(1400, 1100))
-	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancelA()
-	ctx, cancel := chromedp.NewContext(actx)
-	defer cancel()
-	if err := chromedp.Do(ctx, chromedp.Navigate(srv.URL+"/")); err != nil {
-		t.Fatalf("chromium: %v", err)
-	}
+	ctx := openPage(t, chromium, srv.URL, 1100)
 	// Wait (a hang guard, not a timing check) for the diagram to show a
 	// loss, a NAK and a retransmission.
 	wctx, wcancel := context.WithTimeout(ctx, 90*time.Second)
@@ -192,9 +164,8 @@ func TestWebView(t *testing.T) {
 	cancel1()
 
 	// Stopped, the table must settle on the devices' real QPNs and PSNs.
-	stopTraffic()
-	if werr != nil {
-		t.Fatal(werr)
+	if err := stopTraffic(); err != nil {
+		t.Fatal(err)
 	}
 	for _, e := range []*rnictest.End{a, b} {
 		for _, q := range e.Dev.QPInfo() {
@@ -274,4 +245,190 @@ func checkBlocks(t *testing.T, ctx context.Context) {
 			}
 		}
 	}
+}
+
+// TestWebViewDCQCN loads the web view while a sends RDMA WRITEs to b
+// through a bottleneck in front of b (a congestion point of 300 Mbit/s
+// marking with RED, as `rnic inject --rx link 300mbit queue 256KB ecn
+// 20KB 200KB 10%` sets it), both devices running DCQCN: the Flow Control
+// block must be in each device's diagram, between the Completer and the
+// Port, and show the devices' real mlx5 counters; a's rate chart must
+// draw its QP's current and target rate below the line rate, with
+// values the QP really had, and b's queue chart the congestion point's
+// depth, never above the peak it recorded. With RNICD_SCREENSHOT=1 the
+// page is saved to docs/webview-dcqcn.png for the README.
+func TestWebViewDCQCN(t *testing.T) {
+	chromium := debtest.Ensure(t, "chromium", "chromium")
+	a, b := rnictest.NewEndsCC(t, trace.New(0), "dcqcn")
+	b.Faulty.SetRX(ibudp.Faults{Link: ibudp.Link{Rate: 300e6, Queue: 256 << 10, KMin: 20 << 10, KMax: 200 << 10, PMax: 0.1}})
+	m, err := monitor.New(monitor.Config{Devices: []monitor.Device{{Dev: a.Dev, Faulty: a.Faulty}, {Dev: b.Dev, Faulty: b.Faulty}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	// served keeps every (rate, target) of a's QP that /api/state gave
+	// the page, to check the chart draws those and nothing else.
+	var mu sync.Mutex
+	served := map[[2]uint64]bool{}
+	h := m.Handler()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/api/state" {
+			h.ServeHTTP(w, r)
+			return
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, r)
+		var st monitor.State
+		if err := json.Unmarshal(rec.Body.Bytes(), &st); err != nil {
+			t.Errorf("/api/state: %v", err)
+		}
+		mu.Lock()
+		for _, d := range st.Devices {
+			for _, q := range d.QPs {
+				if d.Name == a.Dev.Name() && q.QPN == a.QP.QPN && q.CCRate != 0 {
+					served[[2]uint64{q.CCRate, q.CCTarget}] = true
+				}
+			}
+		}
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(rec.Body.Bytes())
+	}))
+	defer srv.Close()
+
+	// WRITEs of 256 KB back to back, more than the bottleneck drains.
+	stopTraffic := traffic(func(i uint64) error { return rnictest.TryWrite(a, b, i, 256<<10) })
+	defer stopTraffic()
+	ctx := openPage(t, chromium, srv.URL, 1000)
+	// Wait (a hang guard, not a timing check) until a's chart has drawn
+	// 8 samples of its QP's rate, and b's queue chart some depth.
+	wctx, wcancel := context.WithTimeout(ctx, 90*time.Second)
+	defer wcancel()
+	rateSel := fmt.Sprintf(`#rate-%s polyline[data-name="qp 0x%x rate"]`, a.Dev.Name(), a.QP.QPN)
+	queueSel := fmt.Sprintf(`#queue-%s polyline[data-name="rx queue"]`, b.Dev.Name())
+	enough := fmt.Sprintf(`(() => { const r = document.querySelector(%q), q = document.querySelector(%q); return !!r && +r.dataset.n >= 8 && !!q && +q.dataset.max > 0; })()`, rateSel, queueSel)
+	if _, err := chromedp.Run(wctx, chromedp.Poll[bool](enough)); err != nil {
+		t.Fatalf("charts never drew 8 rate samples and a queue: %v", err)
+	}
+	type line struct {
+		N        int     `json:"n"`
+		Last     float64 `json:"last"`
+		Min, Max float64
+	}
+	get := func(sel string) line {
+		t.Helper()
+		l, err := chromedp.Run(ctx, chromedp.Evaluate[line](fmt.Sprintf(`(() => { const e = document.querySelector(%q); return {n: +e.dataset.n, last: +e.dataset.last, Min: +e.dataset.min, Max: +e.dataset.max}; })()`, sel)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	rl := get(rateSel)
+	tl := get(fmt.Sprintf(`#rate-%s polyline[data-name="qp 0x%x target"]`, a.Dev.Name(), a.QP.QPN))
+	ql := get(queueSel)
+	polled, err := chromedp.Run(ctx, chromedp.Evaluate[[][]float64](fmt.Sprintf(`history[%q].filter(s => s.qps[%d]).map(s => s.qps[%d])`, a.Dev.Name(), a.QP.QPN, a.QP.QPN)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	shot, err := chromedp.Run(ctx, chromedp.FullScreenshot(100)) // congested, for the README
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stopTraffic(); err != nil {
+		t.Fatal(err)
+	}
+	// Every point the chart drew is a (rate, target) /api/state served
+	// for a's QP, and DCQCN keeps the rate at or below the target.
+	mu.Lock()
+	for _, p := range polled {
+		if len(p) != 2 || !served[[2]uint64{uint64(p[0]), uint64(p[1])}] {
+			t.Errorf("rate chart drew %v, which /api/state never served", p)
+		} else if p[0] > p[1] {
+			t.Errorf("rate chart: rate %v above target %v", p[0], p[1])
+		}
+	}
+	mu.Unlock()
+	t.Logf("rate chart: %d points, rate %+v, target %+v; queue %+v", len(polled), rl, tl, ql)
+	const line10G = 10e9 // flowctl.DefaultLineRate
+	if rl.Min <= 0 || rl.Min >= line10G || rl.Max > line10G || tl.Max > line10G || rl.Min > tl.Max {
+		t.Errorf("rate chart: rate %+v target %+v, want a rate below the line rate and the target", rl, tl)
+	}
+	if peak := b.Faulty.FaultStats().RX.QueuePeak; ql.Max <= 0 || ql.Max > float64(peak) || peak > 256<<10 {
+		t.Errorf("queue chart: max %v, congestion point's peak %d of a 256 KB queue", ql.Max, peak)
+	}
+
+	// The Flow Control block sits between the Completer and the Port and
+	// settles on the devices' real counters.
+	for _, e := range []*rnictest.End{a, b} {
+		order, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](fmt.Sprintf(`Array.from(document.querySelectorAll('.device[data-name=%q] .block')).map(b => b.dataset.name)`, e.Dev.Name())))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := len(order); n < 3 || order[n-3] != "Completer" || order[n-2] != "Flow Control" || order[n-1] != "Port" {
+			t.Errorf("%s blocks %q: want Completer, Flow Control, Port at the end", e.Dev.Name(), order)
+		}
+		c := e.Dev.Counters()
+		for _, name := range []string{"np_ecn_marked_roce_packets", "np_cnp_sent", "rp_cnp_handled", "rp_cnp_ignored"} {
+			cond := fmt.Sprintf(`Array.from(document.querySelectorAll('.device[data-name=%q] .block[data-name="Flow Control"] .group.totals .fig')).some(f => f.textContent === %q)`,
+				e.Dev.Name(), fmt.Sprintf("%s %d", name, c[name]))
+			if _, err := chromedp.Run(wctx, chromedp.Poll[bool](cond)); err != nil {
+				t.Errorf("%s Flow Control block never showed %s %d: %v", e.Dev.Name(), name, c[name], err)
+			}
+		}
+	}
+	if c := b.Dev.Counters(); c["np_cnp_sent"] == 0 || a.Dev.Counters()["rp_cnp_handled"] == 0 {
+		t.Errorf("no congestion: b sent %d CNPs, a handled %d", c["np_cnp_sent"], a.Dev.Counters()["rp_cnp_handled"])
+	}
+	checkBlocks(t, ctx)
+	if os.Getenv("RNICD_SCREENSHOT") != "" {
+		out := filepath.Join("..", "..", "docs", "webview-dcqcn.png")
+		if err := os.WriteFile(out, shot, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("wrote %s", out)
+	}
+}
+
+// traffic runs step(1), step(2), ... in a goroutine until step fails or
+// the returned stop is called; stop waits for it and returns step's
+// error. Calling stop again returns the same.
+func traffic(step func(i uint64) error) (stop func() error) {
+	quit := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		for i := uint64(1); ; i++ {
+			select {
+			case <-quit:
+				done <- nil
+				return
+			default:
+			}
+			if err := step(i); err != nil {
+				done <- err
+				return
+			}
+		}
+	}()
+	var once sync.Once
+	var err error
+	return func() error {
+		once.Do(func() { close(quit); err = <-done })
+		return err
+	}
+}
+
+// openPage opens url in a headless Chromium window 1400 pixels wide
+// and height high, closed when the test ends.
+func openPage(t *testing.T, chromium, url string, height int) context.Context {
+	t.Helper()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromium), chromedp.NoSandbox,
+		chromedp.Flag("disable-gpu", true), chromedp.WindowSize(1400, height))
+	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
+	t.Cleanup(cancelA)
+	ctx, cancel := chromedp.NewContext(actx)
+	t.Cleanup(cancel)
+	if err := chromedp.Do(ctx, chromedp.Navigate(url+"/")); err != nil {
+		t.Fatalf("chromium: %v", err)
+	}
+	return ctx
 }

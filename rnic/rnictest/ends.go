@@ -13,6 +13,7 @@ import (
 	"github.com/rnicd/rnicd/ib"
 	"github.com/rnicd/rnicd/internal/looptest"
 	"github.com/rnicd/rnicd/rnic"
+	"github.com/rnicd/rnicd/rnic/flowctl"
 	"github.com/rnicd/rnicd/rnic/trace"
 	"github.com/rnicd/rnicd/wire/ibudp"
 )
@@ -35,13 +36,24 @@ const MemVA = 0x10000
 // each connected to the other.
 func NewEnds(t testing.TB, tr *trace.Tracer) (a, b *End) {
 	t.Helper()
+	return NewEndsCC(t, tr, "none")
+}
+
+// NewEndsCC is NewEnds with congestion control cc on both devices
+// (flowctl.NewAlgorithm's names, rnicd -cc), with mlx5's defaults.
+func NewEndsCC(t testing.TB, tr *trace.Tracer, cc string) (a, b *End) {
+	t.Helper()
 	open := func(addr netip.Addr, name string) *End {
 		port, err := ibudp.Open(ibudp.Config{Addr: addr, MTU: 1024})
 		if err != nil {
 			t.Fatalf("open port %v: %v", addr, err)
 		}
 		e := &End{Faulty: ibudp.NewFaulty(port, 1)}
-		if e.Dev, err = rnic.Open(rnic.Config{Port: e.Faulty, Name: name, Trace: tr}); err != nil {
+		alg, err := flowctl.NewAlgorithm(cc, flowctl.DefaultParams(), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e.Dev, err = rnic.Open(rnic.Config{Port: e.Faulty, Name: name, Trace: tr, CC: alg}); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { e.Dev.Close() })

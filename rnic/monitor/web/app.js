@@ -64,6 +64,7 @@ function blocks(dev) {
     { name: "Completer", rates: [["done", rate(dev, d => c(d).rdma_sends + c(d).rdma_recvs)], ["NAKs", naks]],
       totals: [["NAKs rcvd", dev.counters.rcvd_seq_err], ["RNR NAKs", dev.counters.rcvd_rnr_err]],
       why: naks > 0 ? "NAKs arriving now: the peer saw a gap or had no receive posted" : "" },
+    flowControl(dev),
     { name: "Port", now: [dev.fault ? `fault tx: ${dev.fault_cfg.tx}` : "no injector", dev.fault ? `fault rx: ${dev.fault_cfg.rx}` : ""],
       rates: [["tx", rate(dev, d => pt(d).sent_pkts)], ["rx", rate(dev, d => pt(d).rcvd_pkts)]],
       totals: [["tx", dev.port.sent_pkts], ["rx", dev.port.rcvd_pkts], ["ICRC errors", dev.port.icrc_err]],
@@ -79,16 +80,129 @@ function blocks(dev) {
     (b.why ? `<div class="why">&#x25B2; ${b.why}</div>` : "") + `</div>`).join("") + `</div>`;
 }
 
+// flowControl is the Flow Control block (rnic/flowctl): the algorithm,
+// the QPs its pacer slows now, and the mlx5 counters of both of its
+// halves, the notification point (np_: CE-marked packets in, CNPs out)
+// and the reaction point (rp_: CNPs in, taken or ignored).
+function flowControl(dev) {
+  const c = d => d.counters;
+  const paced = dev.qps.filter(q => q.cc_paced);
+  const slowest = paced.length ? Math.min(...paced.map(q => q.cc_rate)) : 0;
+  const cnps = rate(dev, d => c(d).rp_cnp_handled || 0);
+  const ce = rate(dev, d => c(d).np_ecn_marked_roce_packets || 0);
+  return { name: "Flow Control", now: [`cc ${dev.cc || "none"}`, `${paced.length} QP(s) paced`, paced.length ? `slowest ${fmtBits(slowest)}` : ""],
+    rates: [["CE rcvd", ce], ["CNP sent", rate(dev, d => c(d).np_cnp_sent || 0)], ["CNP handled", cnps]],
+    totals: [["np_ecn_marked_roce_packets", c(dev).np_ecn_marked_roce_packets], ["np_cnp_sent", c(dev).np_cnp_sent],
+      ["rp_cnp_handled", c(dev).rp_cnp_handled], ["rp_cnp_ignored", c(dev).rp_cnp_ignored]],
+    why: cnps > 0 ? "CNPs arriving now: DCQCN cuts the rate of the QPs they name" :
+      ce > 0 ? "packets arrive marked CE: the NIC answers with CNPs" : "" };
+}
+
+// fmtBits says a rate in bits per second as tc and ethtool do.
+function fmtBits(b) {
+  if (b >= 1e9) return (b / 1e9).toFixed(1) + " Gbit/s";
+  if (b >= 1e6) return (b / 1e6).toFixed(1) + " Mbit/s";
+  if (b >= 1e3) return (b / 1e3).toFixed(1) + " kbit/s";
+  return b.toFixed(0) + " bit/s";
+}
+
+function fmtBytes(b) {
+  if (b >= 1 << 20) return (b / (1 << 20)).toFixed(1) + " MB";
+  if (b >= 1 << 10) return (b / (1 << 10)).toFixed(0) + " KB";
+  return b + " B";
+}
+
+// history keeps, per device, the last keepSamples polls of what the
+// rate chart draws: each QP's current and target rate and the
+// congestion point's queue depth. The page is the only memory: the
+// daemon keeps no history, so the chart starts when the page opens.
+const history = {};
+const keepSamples = 240; // 2 minutes at one poll every 0.5 s
+
+function record() {
+  for (const dev of state.devices) {
+    const h = history[dev.name] || (history[dev.name] = []);
+    const qps = {};
+    for (const q of dev.qps) if (q.cc_rate) qps[q.qpn] = [q.cc_rate, q.cc_target];
+    const depth = {};
+    if (dev.fault) for (const dir in dev.links || {}) depth[dir] = dev.fault[dir.toUpperCase()].QueueDepth;
+    h.push({ t: state.time_ns, qps, depth });
+    if (h.length > keepSamples) h.shift();
+  }
+}
+
+const qpColors = ["#2f6fd0", "#d0342c", "#2e9d3a", "#b3409b", "#e07b00", "#138a8a", "#6b4fd0", "#8a6d00"];
+
+// chart draws one time series panel as SVG: series is a list of
+// {name, color, dash, points: [[t, v]...]}, hlines marks levels (Kmin,
+// Kmax, the queue's size), fmt says a value. The x axis is the last
+// keepSamples polls, newest at the right.
+function chart(id, title, series, ymax, fmt, hlines) {
+  const w = 560, l = 92, r = 12, top = 22 + 14 * Math.ceil(series.length / 2), bot = 26, h = top + 160 + bot;
+  const all = series.flatMap(s => s.points);
+  if (!all.length) return `<svg class="chart" id="${id}" width="${w}" height="${h}"><text x="${w / 2}" y="${h / 2}" text-anchor="middle" fill="#666">${title}: nothing yet</text></svg>`;
+  const t1 = Math.max(...all.map(p => p[0])), t0 = Math.min(...all.map(p => p[0]));
+  ymax = Math.max(ymax || 0, ...all.map(p => p[1]), 1);
+  const X = t => l + (w - l - r) * (t - t0) / Math.max(t1 - t0, 1);
+  const Y = v => top + (h - top - bot) * (1 - v / ymax);
+  let out = `<svg class="chart" id="${id}" width="${w}" height="${h}" xmlns="http://www.w3.org/2000/svg">`;
+  out += `<text x="${l}" y="14" font-weight="bold">${title}</text>`;
+  for (const f of [0, 0.25, 0.5, 0.75, 1]) {
+    out += `<line x1="${l}" x2="${w - r}" y1="${Y(f * ymax)}" y2="${Y(f * ymax)}" stroke="#e3e6ec"/>`;
+    out += `<text x="${l - 4}" y="${Y(f * ymax) + 4}" text-anchor="end" fill="#555">${fmt(f * ymax)}</text>`;
+  }
+  out += `<text x="${w - r}" y="${h - 6}" text-anchor="end" fill="#555">now</text><text x="${l}" y="${h - 6}" fill="#555">${((t1 - t0) / 1e9).toFixed(0)} s ago</text>`;
+  for (const [v, name] of hlines || []) {
+    out += `<line class="level" x1="${l}" x2="${w - r}" y1="${Y(v)}" y2="${Y(v)}" stroke="#d99a00" stroke-dasharray="3,3"/>`;
+    out += `<text x="${w - r - 2}" y="${Y(v) - 3}" text-anchor="end" fill="#8a5a00">${name}</text>`;
+  }
+  series.forEach((s, i) => {
+    const pts = s.points.map(p => `${X(p[0]).toFixed(1)},${Y(p[1]).toFixed(1)}`).join(" ");
+    const last = s.points[s.points.length - 1];
+    out += `<polyline class="series" data-name="${s.name}" data-last="${last[1]}" data-n="${s.points.length}" data-max="${Math.max(...s.points.map(p => p[1]))}" data-min="${Math.min(...s.points.map(p => p[1]))}" points="${pts}" fill="none" stroke="${s.color}" stroke-width="2"${s.dash ? ' stroke-dasharray="6,4"' : ""}/>`;
+    out += `<text class="key" x="${l + 8 + (i % 2) * 210}" y="${32 + Math.floor(i / 2) * 14}" fill="${s.color}">${s.dash ? "- - " : "\u2014 "}${s.name} ${fmt(last[1])}</text>`;
+  });
+  return out + `</svg>`;
+}
+
+// rateCharts draws, for a device whose QPs DCQCN has slowed, each QP's
+// current rate (solid) and target rate (dashed) over time, the sawtooth
+// of DCQCN: a cut on each CNP, then fast recovery toward the target,
+// additive and hyper increase; beside it the congestion point's queue,
+// with RED's Kmin and Kmax, whose marks cause the cuts.
+function rateCharts(dev) {
+  const h = history[dev.name] || [];
+  const qpns = [...new Set(h.flatMap(s => Object.keys(s.qps)))];
+  const dirs = Object.keys(dev.links || {});
+  if (!qpns.length && !dirs.length) return "";
+  const series = [];
+  qpns.forEach((qpn, i) => {
+    const pts = k => h.filter(s => s.qps[qpn]).map(s => [s.t, s.qps[qpn][k]]);
+    const col = qpColors[i % qpColors.length];
+    series.push({ name: `qp ${hex(+qpn)} rate`, color: col, points: pts(0) });
+    series.push({ name: `qp ${hex(+qpn)} target`, color: col, dash: true, points: pts(1) });
+  });
+  const queues = dirs.map((dir, i) => ({ name: `${dir} queue`, color: qpColors[(i + 4) % qpColors.length],
+    points: h.filter(s => dir in s.depth).map(s => [s.t, s.depth[dir]]) }));
+  const link = dev.links && dev.links[dirs[0]];
+  const levels = link ? [[link.kmin_bytes, "Kmin"], [link.kmax_bytes, "Kmax"], [link.queue_bytes, "queue size"]] : [];
+  return `<div class="charts">` +
+    (qpns.length ? chart(`rate-${dev.name}`, "rate per QP: current (solid), target (dashed)", series, 0, fmtBits) : "") +
+    (dirs.length ? chart(`queue-${dev.name}`, `congestion point queue (${dirs.map(d => d + ": " + fmtBits(dev.links[d].rate_bps)).join(", ")})`, queues, link.queue_bytes, fmtBytes, levels) : "") +
+    `</div>`;
+}
+
 function qpTable(dev) {
   const rows = dev.qps.map(q => {
     const sqBar = q.sq_cap ? `<span class="bar" style="width:${Math.round(60 * q.sq_used / q.sq_cap)}px"></span>` : "";
     return `<tr class="qp" data-qpn="${q.qpn}"><td>${hex(q.qpn)}</td><td class="l">${q.type}</td><td class="l">${q.state}</td>` +
       `<td class="sqpsn">${hex(q.sq_psn, 6)}</td><td>${hex(q.una_psn, 6)}</td><td class="rqpsn">${hex(q.rq_psn, 6)}</td>` +
       `<td class="l">${q.dest || "-"}</td><td>${q.dest_qpn ? hex(q.dest_qpn) : "-"}</td><td>${q.path_mtu}</td>` +
-      `<td class="l">${q.sq_used}/${q.sq_cap} (${q.sq_inflight} in flight)${sqBar}</td><td>${q.rq_used}${q.rq_cap ? "/" + q.rq_cap : ""}</td></tr>`;
+      `<td class="l">${q.sq_used}/${q.sq_cap} (${q.sq_inflight} in flight)${sqBar}</td><td>${q.rq_used}${q.rq_cap ? "/" + q.rq_cap : ""}</td>` +
+      `<td class="ccrate">${q.cc_rate ? fmtBits(q.cc_rate) : "-"}</td><td>${q.cc_target ? fmtBits(q.cc_target) : "-"}</td><td>${q.cc_rate ? (q.cc_alpha || 0) + "/1024" : "-"}</td></tr>`;
   }).join("");
   return `<table><thead><tr><th>QPN</th><th class="l">type</th><th class="l">state</th><th>SQ PSN</th><th>unacked PSN</th>` +
-    `<th>RQ PSN</th><th class="l">dest</th><th>dest QPN</th><th>MTU</th><th class="l">SQ ring</th><th>RQ ring</th></tr></thead>` +
+    `<th>RQ PSN</th><th class="l">dest</th><th>dest QPN</th><th>MTU</th><th class="l">SQ ring</th><th>RQ ring</th><th>rate</th><th>target</th><th>alpha</th></tr></thead>` +
     `<tbody>${rows}</tbody></table>`;
 }
 
@@ -96,7 +210,7 @@ function drawDevices() {
   const el = document.getElementById("devices");
   el.innerHTML = state.devices.map(dev =>
     `<div class="panel device" data-name="${dev.name}"><h3>${dev.name} <span class="sub">${dev.addr} &middot; gid ${dev.gid} &middot; active MTU ${dev.active_mtu}</span></h3>` +
-    blocks(dev) + qpTable(dev) +
+    blocks(dev) + rateCharts(dev) + qpTable(dev) +
     `<div class="counters"><b>since start:</b> ${Object.keys(dev.counters).sort().filter(k => dev.counters[k]).map(k => `${k} ${dev.counters[k]}`).join(" &middot; ")}</div></div>`
   ).join("");
 }
@@ -154,6 +268,7 @@ async function poll() {
       fetch("api/packets?after=" + after).then(r => r.json()),
     ]);
     prev = state; state = s;
+    record();
     lanes = pk.lanes;
     if (pk.packets.length) {
       packets = packets.concat(pk.packets).slice(-maxPackets);
