@@ -34,7 +34,16 @@ func TestLossRecovery(t *testing.T) {
 		bAtom   = 3 << 20
 		memSize = 4 << 20
 	)
-	p := newPair(t, pairOpts{mtu: 1024, memLen: memSize, faulty: true, retry: 7, rnrRetry: 7, timeout: 14}) // 67 ms: under -race on 2 shared cores a 4 ms timeout fires spuriously and go-back-N feeds on itself
+	// timeout 14, 67 ms: under -race on 2 shared cores a 4 ms timeout fires
+	// spuriously and go-back-N feeds on itself. retry_cnt 7 is forever here
+	// (rxe's reading, Retry7Forever): this test is about recovering every
+	// byte, and with IBTA's seven retries about one run in ten under -race
+	// beside other tests failed a READ or atomic with RETRY_EXC_ERR after
+	// only ~9 ACK timeouts in the whole run, its retries used up by NAKs and
+	// implied NAKs that made no progress in between. That is a finding of
+	// its own, written down in the closing note; the retry budget itself is
+	// tested exactly in errors_test.go.
+	p := newPair(t, pairOpts{mtu: 1024, memLen: memSize, faulty: true, retry: 7, rnrRetry: 7, timeout: 14, retry7Ever: true})
 	a, b := p.a, p.b
 	fill(b.mem[bRSrc:bRSrc+1<<20], 99)
 	b.fence()
@@ -98,6 +107,10 @@ func TestLossRecovery(t *testing.T) {
 		for k, wc := range wcs {
 			o := batch[k]
 			i := r*round + k
+			if wc.Status != ib.WCSuccess {
+				t.Logf("a's counters: %v", a.dev.Counters())
+				t.Logf("b's counters: %v", b.dev.Counters())
+			}
 			checkWC(t, wc, rnic.WC{WRID: uint64(i), Opcode: o.kind.WCOpcode(), ByteLen: uint32(o.size), QPNum: p.qa.QPN})
 			what := fmt.Sprintf("op %d (%v, %d bytes)", i, o.kind, o.size)
 			switch o.kind {
