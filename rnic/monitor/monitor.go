@@ -80,9 +80,11 @@ type Monitor struct {
 	start time.Time
 
 	mu       sync.Mutex
-	packets  []Packet // ring of the newest keepPackets
-	peers    []farEnd // far ends seen, the diagram's lanes after the devices
-	nextSeq  uint64   // Seq of the next Packet
+	packets  []Packet   // ring of the newest keepPackets
+	peers    []farEnd   // far ends seen, the diagram's lanes after the devices
+	nextSeq  uint64     // Seq of the next Packet
+	rates    []RateStep // ring of the newest keepRates
+	rateSeq  uint64     // Seq of the newest RateStep
 	follow   context.CancelFunc
 	lastAsk  time.Time
 	followWG sync.WaitGroup

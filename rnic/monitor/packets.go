@@ -47,6 +47,8 @@ type packetsReply struct {
 	Lanes   []Lane   `json:"lanes"`
 	Packets []Packet `json:"packets"`
 	Next    uint64   `json:"next"` // ask with after=Next-1 for newer ones
+	// Rates are the rate steps newer than ?rates_after=SEQ.
+	Rates []RateStep `json:"rates"`
 	// Recording is false while the monitor was not following the trace
 	// (it starts on this request).
 	Recording bool `json:"recording"`
@@ -56,9 +58,15 @@ type packetsReply struct {
 // keeps recording for packetIdle more.
 func (m *Monitor) servePackets(w http.ResponseWriter, r *http.Request) {
 	after, _ := strconv.ParseUint(r.URL.Query().Get("after"), 10, 64)
+	ratesAfter, _ := strconv.ParseUint(r.URL.Query().Get("rates_after"), 10, 64)
 	rec := m.keepFollowing()
 	m.mu.Lock()
-	reply := packetsReply{Lanes: m.lanes(), Packets: []Packet{}, Next: m.nextSeq, Recording: rec}
+	reply := packetsReply{Lanes: m.lanes(), Packets: []Packet{}, Next: m.nextSeq, Recording: rec, Rates: []RateStep{}}
+	for _, r := range m.rates {
+		if r.Seq > ratesAfter {
+			reply.Rates = append(reply.Rates, r)
+		}
+	}
 	for _, p := range m.packets {
 		if p.Seq > after {
 			reply.Packets = append(reply.Packets, p)
@@ -284,10 +292,15 @@ func (m *Monitor) followTrace(ctx context.Context, sub *trace.Sub) {
 			continue // no packets for a while
 		}
 		var out []Packet
+		var steps []RateStep
 		book.fresh = false
 		for i := range buf[:n] {
 			e := &buf[i]
 			if !mine[e.NIC] { // a tracer shared with devices not shown
+				continue
+			}
+			if r, ok := rateStep(e); ok {
+				steps = append(steps, r)
 				continue
 			}
 			var p Packet
@@ -337,6 +350,7 @@ func (m *Monitor) followTrace(ctx context.Context, sub *trace.Sub) {
 			clear(retx)
 		}
 		m.record(out)
+		m.recordRates(steps)
 	}
 }
 

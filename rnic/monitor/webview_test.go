@@ -259,28 +259,33 @@ func checkBlocks(t *testing.T, ctx context.Context) {
 // page is saved to docs/webview-dcqcn.png for the README.
 func TestWebViewDCQCN(t *testing.T) {
 	chromium := debtest.Ensure(t, "chromium", "chromium")
-	a, b := rnictest.NewEndsCC(t, trace.New(0), "dcqcn")
+	tr := trace.New(0)
+	a, b := rnictest.NewEndsCC(t, tr, "dcqcn")
 	b.Faulty.SetRX(ibudp.Faults{Link: ibudp.Link{Rate: 300e6, Queue: 256 << 10, KMin: 20 << 10, KMax: 200 << 10, PMax: 0.1}})
-	m, err := monitor.New(monitor.Config{Devices: []monitor.Device{{Dev: a.Dev, Faulty: a.Faulty}, {Dev: b.Dev, Faulty: b.Faulty}}})
+	m, err := monitor.New(monitor.Config{Devices: []monitor.Device{{Dev: a.Dev, Faulty: a.Faulty}, {Dev: b.Dev, Faulty: b.Faulty}}, Tracer: tr})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer m.Close()
 	// served keeps every (rate, target) of a's QP that /api/state gave
-	// the page, to check the chart draws those and nothing else.
+	// the page, and servedSteps every one of the rate steps /api/packets
+	// gave it, to check the chart draws those and nothing else.
 	var mu sync.Mutex
-	served := map[[2]uint64]bool{}
+	served, servedSteps := map[[2]uint64]bool{}, map[[2]uint64]bool{}
 	h := m.Handler()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/api/state" {
+		if r.URL.Path != "/api/state" && r.URL.Path != "/api/packets" {
 			h.ServeHTTP(w, r)
 			return
 		}
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, r)
-		var st monitor.State
+		var st struct {
+			monitor.State
+			Rates []monitor.RateStep `json:"rates"`
+		}
 		if err := json.Unmarshal(rec.Body.Bytes(), &st); err != nil {
-			t.Errorf("/api/state: %v", err)
+			t.Errorf("%s: %v", r.URL.Path, err)
 		}
 		mu.Lock()
 		for _, d := range st.Devices {
@@ -288,6 +293,11 @@ func TestWebViewDCQCN(t *testing.T) {
 				if d.Name == a.Dev.Name() && q.QPN == a.QP.QPN && q.CCRate != 0 {
 					served[[2]uint64{q.CCRate, q.CCTarget}] = true
 				}
+			}
+		}
+		for _, r := range st.Rates {
+			if r.NIC == a.Dev.Name() && r.QPN == a.QP.QPN {
+				servedSteps[[2]uint64{r.Rate, r.Target}] = true
 			}
 		}
 		mu.Unlock()
@@ -301,12 +311,13 @@ func TestWebViewDCQCN(t *testing.T) {
 	defer stopTraffic()
 	ctx := openPage(t, chromium, srv.URL, 1000)
 	// Wait (a hang guard, not a timing check) until a's chart has drawn
-	// 8 samples of its QP's rate, and b's queue chart some depth.
+	// its QP's rate and the page has polled 8 times, and b's queue chart
+	// some depth.
 	wctx, wcancel := context.WithTimeout(ctx, 90*time.Second)
 	defer wcancel()
 	rateSel := fmt.Sprintf(`#rate-%s polyline[data-name="qp 0x%x rate"]`, a.Dev.Name(), a.QP.QPN)
 	queueSel := fmt.Sprintf(`#queue-%s polyline[data-name="rx queue"]`, b.Dev.Name())
-	enough := fmt.Sprintf(`(() => { const r = document.querySelector(%q), q = document.querySelector(%q); return !!r && +r.dataset.n >= 8 && !!q && +q.dataset.max > 0; })()`, rateSel, queueSel)
+	enough := fmt.Sprintf(`(() => { const r = document.querySelector(%q), q = document.querySelector(%q); return !!r && (history[%q] || []).length >= 8 && !!q && +q.dataset.max > 0; })()`, rateSel, queueSel, a.Dev.Name())
 	if _, err := chromedp.Run(wctx, chromedp.Poll[bool](enough)); err != nil {
 		t.Fatalf("charts never drew 8 rate samples and a queue: %v", err)
 	}
@@ -330,9 +341,18 @@ func TestWebViewDCQCN(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	shot, err := chromedp.Run(ctx, chromedp.FullScreenshot(100)) // congested, for the README
+	drawn, err := chromedp.Run(ctx, chromedp.Evaluate[[][]float64](fmt.Sprintf(`(steps[%q] || {})[%d] || []`, a.Dev.Name(), a.QP.QPN)))
 	if err != nil {
 		t.Fatal(err)
+	}
+	// The devices, congested, for the README (the packet diagram below
+	// them is the other screenshot's).
+	shot, err := chromedp.Run(ctx, chromedp.Screenshot("#devices"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg, err := png.DecodeConfig(bytes.NewReader(shot)); err != nil || cfg.Width < 800 || cfg.Height < 600 {
+		t.Fatalf("screenshot: %v, %dx%d", err, cfg.Width, cfg.Height)
 	}
 	if err := stopTraffic(); err != nil {
 		t.Fatal(err)
@@ -347,7 +367,26 @@ func TestWebViewDCQCN(t *testing.T) {
 			t.Errorf("rate chart: rate %v above target %v", p[0], p[1])
 		}
 	}
+	// The steps the page drew come from the trace through /api/packets,
+	// and they are a sawtooth: cuts and increases.
+	cuts, ups := 0, 0
+	for i, p := range drawn {
+		if len(p) != 3 || !servedSteps[[2]uint64{uint64(p[1]), uint64(p[2])}] {
+			t.Errorf("rate chart drew step %v, which /api/packets never served", p)
+			continue
+		}
+		if i > 0 && p[1] < drawn[i-1][1] {
+			cuts++
+		}
+		if i > 0 && p[1] > drawn[i-1][1] {
+			ups++
+		}
+	}
+	if cuts == 0 || ups == 0 {
+		t.Errorf("rate chart: %d steps, %d cuts and %d increases; want a sawtooth", len(drawn), cuts, ups)
+	}
 	mu.Unlock()
+	t.Logf("rate chart: %d steps (%d cuts, %d increases), %d polls", len(drawn), cuts, ups, len(polled))
 	t.Logf("rate chart: %d points, rate %+v, target %+v; queue %+v", len(polled), rl, tl, ql)
 	const line10G = 10e9 // flowctl.DefaultLineRate
 	if rl.Min <= 0 || rl.Min >= line10G || rl.Max > line10G || tl.Max > line10G || rl.Min > tl.Max {

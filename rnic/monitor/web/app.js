@@ -119,6 +119,24 @@ function fmtBytes(b) {
 const history = {};
 const keepSamples = 240; // 2 minutes at one poll every 0.5 s
 
+// steps keeps, per device and QP, the reaction point's steps from the
+// trace ([time, rate, target], via /api/packets): every cut and every
+// increase, which is the sawtooth; polls alone would miss it (DCQCN's
+// timer steps every 300 us). keepSteps bounds what one QP keeps.
+const steps = {};
+const keepSteps = 4000;
+let ratesAfter = 0;
+
+function recordSteps(rs) {
+  for (const r of rs) {
+    const d = steps[r.nic] || (steps[r.nic] = {});
+    const q = d[r.qpn] || (d[r.qpn] = []);
+    q.push([r.time_ns, r.rate, r.target]);
+    if (q.length > keepSteps) q.splice(0, q.length - keepSteps);
+    ratesAfter = r.seq;
+  }
+}
+
 function record() {
   for (const dev of state.devices) {
     const h = history[dev.name] || (history[dev.name] = []);
@@ -137,7 +155,8 @@ const qpColors = ["#2f6fd0", "#d0342c", "#2e9d3a", "#b3409b", "#e07b00", "#138a8
 // {name, color, dash, points: [[t, v]...]}, hlines marks levels (Kmin,
 // Kmax, the queue's size), fmt says a value. The x axis is the last
 // keepSamples polls, newest at the right.
-function chart(id, title, series, ymax, fmt, hlines) {
+function chart(id, title, series, ymax, fmt, hlines, from) {
+  if (from) series = series.map(s => ({ ...s, points: s.points.filter(p => p[0] >= from) })).filter(s => s.points.length);
   const w = 560, l = 92, r = 12, top = 22 + 14 * Math.ceil(series.length / 2), bot = 26, h = top + 160 + bot;
   const all = series.flatMap(s => s.points);
   if (!all.length) return `<svg class="chart" id="${id}" width="${w}" height="${h}"><text x="${w / 2}" y="${h / 2}" text-anchor="middle" fill="#666">${title}: nothing yet</text></svg>`;
@@ -172,12 +191,16 @@ function chart(id, title, series, ymax, fmt, hlines) {
 // with RED's Kmin and Kmax, whose marks cause the cuts.
 function rateCharts(dev) {
   const h = history[dev.name] || [];
-  const qpns = [...new Set(h.flatMap(s => Object.keys(s.qps)))];
+  const st = steps[dev.name] || {};
+  const qpns = [...new Set(h.flatMap(s => Object.keys(s.qps)).concat(Object.keys(st)))];
   const dirs = Object.keys(dev.links || {});
   if (!qpns.length && !dirs.length) return "";
   const series = [];
   qpns.forEach((qpn, i) => {
-    const pts = k => h.filter(s => s.qps[qpn]).map(s => [s.t, s.qps[qpn][k]]);
+    // From the trace's steps, drawn as steps, when the page has them;
+    // else from the polls.
+    const pts = k => st[qpn] && st[qpn].length ? st[qpn].flatMap((p, j, a) => j ? [[p[0], a[j - 1][k + 1]], [p[0], p[k + 1]]] : [[p[0], p[k + 1]]]) :
+      h.filter(s => s.qps[qpn]).map(s => [s.t, s.qps[qpn][k]]);
     const col = qpColors[i % qpColors.length];
     series.push({ name: `qp ${hex(+qpn)} rate`, color: col, points: pts(0) });
     series.push({ name: `qp ${hex(+qpn)} target`, color: col, dash: true, points: pts(1) });
@@ -186,9 +209,11 @@ function rateCharts(dev) {
     points: h.filter(s => dir in s.depth).map(s => [s.t, s.depth[dir]]) }));
   const link = dev.links && dev.links[dirs[0]];
   const levels = link ? [[link.kmin_bytes, "Kmin"], [link.kmax_bytes, "Kmax"], [link.queue_bytes, "queue size"]] : [];
+  // Both charts over the same time: the rate steps' span.
+  const from = Math.min(...series.map(s => s.points.length ? s.points[0][0] : Infinity));
   return `<div class="charts">` +
     (qpns.length ? chart(`rate-${dev.name}`, "rate per QP: current (solid), target (dashed)", series, 0, fmtBits) : "") +
-    (dirs.length ? chart(`queue-${dev.name}`, `congestion point queue (${dirs.map(d => d + ": " + fmtBits(dev.links[d].rate_bps)).join(", ")})`, queues, link.queue_bytes, fmtBytes, levels) : "") +
+    (dirs.length ? chart(`queue-${dev.name}`, `congestion point queue (${dirs.map(d => d + ": " + fmtBits(dev.links[d].rate_bps)).join(", ")})`, queues, link.queue_bytes, fmtBytes, levels, isFinite(from) ? from : 0) : "") +
     `</div>`;
 }
 
@@ -265,10 +290,11 @@ async function poll() {
   try {
     const [s, pk] = await Promise.all([
       fetch("api/state").then(r => r.json()),
-      fetch("api/packets?after=" + after).then(r => r.json()),
+      fetch("api/packets?after=" + after + "&rates_after=" + ratesAfter).then(r => r.json()),
     ]);
     prev = state; state = s;
     record();
+    recordSteps(pk.rates || []);
     lanes = pk.lanes;
     if (pk.packets.length) {
       packets = packets.concat(pk.packets).slice(-maxPackets);
