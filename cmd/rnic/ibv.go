@@ -14,6 +14,7 @@ import (
 
 	"github.com/rnicd/rnicd/rnic/monitor"
 	"github.com/rnicd/rnicd/verbs"
+	"github.com/rnicd/rnicd/wire/mad"
 )
 
 // ibvCommands are rdma-core's ibv_* tools, rdma res and the demo.
@@ -26,7 +27,7 @@ func ibvCommands() []command {
 		{"ibv_devices", "list the devices and their node GUIDs", runDevices},
 		{"ibv_devinfo", "print a device's attributes and its port (-v: limits, GID table)", runDevinfo},
 		{"show_gids", "the port's GID table, one line per GID with its index (the -x/-g to give)", runShowGIDs},
-		{"res", "the device's QPs as `rdma res show qp` prints them", runRes},
+		{"res", "the device's QPs (res show qp) or CM IDs (res show cm_id) as `rdma res` prints them", runRes},
 		{"demo", "two in-process NICs: WRITE, READ, SEND, FETCH_AND_ADD, and what each block did", runDemo},
 	}
 }
@@ -405,11 +406,13 @@ func runRes(args []string, stdout, stderr io.Writer) int {
 	if len(rest) > 0 && rest[0] == "show" {
 		rest = rest[1:]
 	}
-	if len(rest) > 0 && rest[0] == "qp" {
+	cmIDs := false
+	if len(rest) > 0 && (rest[0] == "qp" || rest[0] == "cm_id") {
+		cmIDs = rest[0] == "cm_id"
 		rest = rest[1:]
 	}
 	if len(rest) > 0 {
-		fmt.Fprintf(stderr, "res: unknown argument %q (only `res [show qp]`)\n", rest[0])
+		fmt.Fprintf(stderr, "res: unknown argument %q (only `res [show qp|cm_id]`)\n", rest[0])
 		return 2
 	}
 	ctxs, err := dev.deviceList()
@@ -419,6 +422,15 @@ func runRes(args []string, stdout, stderr io.Writer) int {
 	}
 	defer ibvCloseAll(ctxs)
 	for _, c := range ctxs {
+		if cmIDs {
+			ids, err := c.CMIDs()
+			if err != nil {
+				fmt.Fprintf(stderr, "res: %s: %v\n", c.Name(), err)
+				return 1
+			}
+			printCMIDs(stdout, c.Name(), ids)
+			continue
+		}
 		qps, err := c.QPs()
 		if err != nil {
 			fmt.Fprintf(stderr, "res: %s: %v\n", c.Name(), err)
@@ -427,6 +439,43 @@ func runRes(args []string, stdout, stderr io.Writer) int {
 		printRes(stdout, c.Name(), qps, verbose)
 	}
 	return 0
+}
+
+// printCMIDs prints ids in rdma res show cm_id's order of fields (as
+// iproute2's rdma/res-cmid.c prints them): lqpn and qp-type only with a
+// QP bound, an address only if the daemon knows it.
+func printCMIDs(w io.Writer, dev string, ids []verbs.CMIDInfo) {
+	for _, id := range ids {
+		fmt.Fprintf(w, "link %s/1 ", dev)
+		if id.QPN != 0 {
+			typ := "RC"
+			if mad.PortSpace(id.PS) == mad.PSUDP {
+				typ = "UD"
+			}
+			fmt.Fprintf(w, "lqpn %d qp-type %s ", id.QPN, typ)
+		}
+		fmt.Fprintf(w, "state %s ps %s pid %d comm %s cm-idn %d", id.State, psName(mad.PortSpace(id.PS)), id.PID, id.Comm, id.IDN)
+		if id.Src.IsValid() {
+			fmt.Fprintf(w, " src-addr %s:%d", id.Src.Addr(), id.Src.Port())
+		}
+		if id.Dst.IsValid() {
+			fmt.Fprintf(w, " dst-addr %s:%d", id.Dst.Addr(), id.Dst.Port())
+		}
+		fmt.Fprintln(w)
+	}
+}
+
+// psName is a port space as rdma res names it.
+func psName(ps mad.PortSpace) string {
+	switch ps {
+	case mad.PSIPoIB, mad.PSIB:
+		return "IPoIB" // rdma prints both so
+	case mad.PSTCP:
+		return "TCP"
+	case mad.PSUDP:
+		return "UDP"
+	}
+	return "---"
 }
 
 // printRes prints qps in rdma res show qp's order of fields. rqpn, rq-psn

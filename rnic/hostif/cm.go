@@ -3,6 +3,7 @@ package hostif
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"strings"
 	"sync"
 
@@ -163,6 +164,11 @@ type cmIDObj struct {
 	id  *cm.ID
 	l   *cm.Listener
 	qpn uint32 // the QP bound by Connect or Accept; 0: none
+	// idn numbers the ID in rdma res show cm_id; ps, src and dst are
+	// its port space and addresses (set and read inside the agent's Do).
+	idn      uint32
+	ps       mad.PortSpace
+	src, dst netip.AddrPort
 }
 
 func (*cmIDObj) kind() objKind { return kindCMID }
@@ -219,7 +225,8 @@ func (s *Server) cmEvent(e cm.Event) {
 		if listen == nil {
 			return
 		}
-		o = &cmIDObj{owner: listen.owner, ch: listen.ch, id: e.ID}
+		o = &cmIDObj{owner: listen.owner, ch: listen.ch, id: e.ID, idn: s.cmIDN.Add(1) - 1}
+		o.setRequestAddrs(listen, e.PrivateData)
 		e.ID.SetContext(o)
 	} else if o, _ = e.ID.Context().(*cmIDObj); o == nil {
 		return
@@ -267,7 +274,7 @@ func (c *conn) cmCreateID(ch object, _ Body, _ []int) (Body, []int, error) {
 	}
 	co := ch.(*cmChanObj)
 	co.hold()
-	o := &cmIDObj{owner: c, ch: co}
+	o := &cmIDObj{owner: c, ch: co, idn: c.s.cmIDN.Add(1) - 1}
 	o.h = c.add(o)
 	return &Handle{H: o.h}, nil, nil
 }
@@ -280,7 +287,9 @@ func (c *conn) cmListen(t object, b Body, _ []int) (Body, []int, error) {
 			err = errors.New("the CM ID is already listening or connected")
 			return
 		}
-		o.l, err = m.Listen(r.ServiceID, o)
+		if o.l, err = m.Listen(r.ServiceID, o); err == nil {
+			o.setListenAddrs(c.s.dev.QueryPort().Addr, r.ServiceID)
+		}
 	})
 	if err != nil {
 		return nil, nil, errf(CodeInvalid, "listen: %v", err)
@@ -333,7 +342,9 @@ func (c *conn) cmConnect(t object, b Body, _ []int) (Body, []int, error) {
 			err = errors.New("the CM ID is already listening or connected")
 			return
 		}
-		o.id, err = m.Connect(p)
+		if o.id, err = m.Connect(p); err == nil {
+			o.setConnectAddrs(c.s.dev.QueryPort().Addr, r.ServiceID, netip.AddrFrom16(r.DGID).Unmap(), r.PrivateData)
+		}
 	})
 	if err != nil {
 		c.unbindQP(o)

@@ -2,6 +2,7 @@ package hostif
 
 import (
 	"bytes"
+	"net/netip"
 	"reflect"
 	"testing"
 
@@ -31,6 +32,7 @@ func seedRequests() [][]byte {
 		Encode(KindCMAccept, 0, 14, &CMAcceptReq{H: 6, QP: 3, ResponderResources: 1, PrivateData: []byte{1}}),
 		Encode(KindCMReject, 0, 15, &CMDataReq{H: 6, Reason: 28, PrivateData: []byte{2}}),
 		Encode(KindCMGetEvent, 0, 16, &Handle{H: 4}),
+		Encode(KindListCMIDs, 0, 17, &ListCMIDsReq{From: 2}),
 	}
 }
 
@@ -56,11 +58,13 @@ func FuzzDecode(f *testing.F) {
 // FuzzDecodeReply drives the client's reply decoder for every body kind.
 func FuzzDecodeReply(f *testing.F) {
 	f.Add(encodeReply(KindListQPs, 1, &ListQPsReply{Rows: []QPRow{{QPN: 17, Comm: "x"}}, More: true, Next: 18})[HeaderLen:])
+	f.Add(encodeReply(KindListCMIDs, 1, &ListCMIDsReply{Rows: []CMIDRow{{IDN: 3, State: "LISTEN", PS: 0x106,
+		Src: netip.MustParseAddrPort("198.18.0.1:7174"), Dst: netip.MustParseAddrPort("[2001:db8::2]:9")}}})[HeaderLen:])
 	f.Add(encodeReply(KindCounters, 1, &CountersReply{Counters: map[string]uint64{"a": 1}})[HeaderLen:])
 	f.Add(encodeError(KindAllocPD, 1, CodeInvalid, "no")[HeaderLen:])
 	f.Add(encodeReply(KindLendPort, 1, &LendReply{QPNFirst: 1 << 16, QPNLast: 1<<16 | 0xffff})[HeaderLen:])
 	f.Fuzz(func(t *testing.T, body []byte) {
-		for _, b := range []Body{&PortReply{}, &RegMRReply{}, &RingReply{}, &QPAttrReply{}, &ListQPsReply{}, &CountersReply{}, &Handle{}, &LendReply{}} {
+		for _, b := range []Body{&PortReply{}, &RegMRReply{}, &RingReply{}, &QPAttrReply{}, &ListQPsReply{}, &ListCMIDsReply{}, &CountersReply{}, &Handle{}, &LendReply{}} {
 			DecodeReply(KindQueryPort, body, b)
 		}
 	})

@@ -48,6 +48,8 @@ const (
 	KindCMReject         Kind = 27
 	KindCMDisconnect     Kind = 28
 	KindCMGetEvent       Kind = 29
+	// KindListCMIDs lists every client's CM IDs (rdma res show cm_id).
+	KindListCMIDs Kind = 30
 )
 
 // Header flags.

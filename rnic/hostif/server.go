@@ -66,6 +66,7 @@ type Server struct {
 	cmStop    chan struct{}
 	cmRunning sync.WaitGroup
 	cmDropped atomic.Uint64
+	cmIDN     atomic.Uint32 // the last cm-idn given (cmres.go)
 }
 
 // NewServer returns a server for cfg.Device; the caller keeps owning the
@@ -339,6 +340,7 @@ func init() {
 		KindCMReject:         {name: "reject", body: func() Body { return &CMDataReq{} }, target: kindCMID, handle: (*conn).cmReject},
 		KindCMDisconnect:     {name: "disconnect", body: func() Body { return &CMDataReq{} }, target: kindCMID, handle: (*conn).cmDisconnect},
 		KindCMGetEvent:       {name: "get_cm_event", body: handle, target: kindCMChannel, handle: (*conn).cmGetEvent},
+		KindListCMIDs:        {name: "list_cm_ids", body: func() Body { return &ListCMIDsReq{} }, handle: (*conn).listCMIDs},
 	}
 }
 
