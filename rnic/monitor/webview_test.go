@@ -418,6 +418,28 @@ func TestWebViewDCQCN(t *testing.T) {
 	if c := b.Dev.Counters(); c["np_cnp_sent"] == 0 || a.Dev.Counters()["rp_cnp_handled"] == 0 {
 		t.Errorf("no congestion: b sent %d CNPs, a handled %d", c["np_cnp_sent"], a.Dev.Counters()["rp_cnp_handled"])
 	}
+	// /metrics has the same counters by mlx5's names, and a's QP's rate,
+	// target and alpha.
+	resp, err := http.Get(srv.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var body bytes.Buffer
+	body.ReadFrom(resp.Body)
+	resp.Body.Close()
+	bc := b.Dev.Counters()
+	for _, want := range []string{
+		fmt.Sprintf("rnicd_np_ecn_marked_roce_packets_total{device=%q} %d\n", b.Dev.Name(), bc["np_ecn_marked_roce_packets"]),
+		fmt.Sprintf("rnicd_np_cnp_sent_total{device=%q} %d\n", b.Dev.Name(), bc["np_cnp_sent"]),
+		fmt.Sprintf("rnicd_rp_cnp_ignored_total{device=%q} 0\n", a.Dev.Name()),
+		fmt.Sprintf("rnicd_qp_cc_rate_bps{device=%q,qpn=\"%#x\",type=\"RC\"} ", a.Dev.Name(), a.QP.QPN),
+		fmt.Sprintf("rnicd_qp_cc_target_rate_bps{device=%q,qpn=\"%#x\",type=\"RC\"} ", a.Dev.Name(), a.QP.QPN),
+		fmt.Sprintf("rnicd_qp_cc_alpha{device=%q,qpn=\"%#x\",type=\"RC\"} ", a.Dev.Name(), a.QP.QPN),
+	} {
+		if !strings.Contains(body.String(), want) {
+			t.Errorf("/metrics has no %q", want)
+		}
+	}
 	checkBlocks(t, ctx)
 	if os.Getenv("RNICD_SCREENSHOT") != "" {
 		out := filepath.Join("..", "..", "docs", "webview-dcqcn.png")
