@@ -125,6 +125,7 @@ func (c *CM) handleREP(from Dest, tid uint64, rep mad.REP) {
 	}
 	id.cancel()
 	id.state = StateREPRcvd
+	id.traceRecv()
 	id.remoteID = rep.LocalCommID()
 	id.remoteCAGUID = rep.LocalCAGUID()
 	id.remoteQPN = rep.LocalQPN()
@@ -155,8 +156,8 @@ func (c *CM) handleREP(from Dest, tid uint64, rep mad.REP) {
 	// duplicate REP gets again.
 	f := mad.RTUFields{LocalCommID: id.localID, RemoteCommID: id.remoteID}
 	mad.RTU(format(&id.last, mad.AttrRTU, id.tid)).Encode(&f)
+	id.state = StateEstablished // before the send: the trace shows RTU sent -> ESTABLISHED
 	id.sendLast()
-	id.state = StateEstablished
 	c.event(Event{Type: EventEstablished, ID: id, Remote: remote, PrivateData: clonePD(rep.PrivateData())})
 }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/rnicd/rnicd/ib"
+	"github.com/rnicd/rnicd/rnic/trace"
 	"github.com/rnicd/rnicd/wire/mad"
 )
 
@@ -57,6 +58,9 @@ type Config struct {
 	// MaxCMRetries is how many times a REQ is resent. Default 15, rdma_cm's
 	// CMA_MAX_CM_RETRIES; the passive side uses the REQ's value.
 	MaxCMRetries uint8
+	// Trace, if set, gets an event for each CM MAD sent and received,
+	// with the connection's state change.
+	Trace *trace.Probe
 	// MaxIDs bounds the connections (REQs from the network create them).
 	// Default 4096; past it a REQ gets REJ "no resources".
 	MaxIDs int
@@ -87,6 +91,10 @@ type CM struct {
 	nextID    uint32
 	buf       [mad.MADLen]byte // responses that need no retry
 	counters  Counters
+	// rxTrace is the attribute of the MAD HandleMAD is handling while
+	// its received event is not yet traced (trace.go); rxPending says so.
+	rxTrace   mad.AttrID
+	rxPending bool
 }
 
 // remoteKey names the peer's side of a connection: its comm ID (remote)
@@ -183,7 +191,8 @@ type ID struct {
 	msgLive  bool
 	deadline time.Time
 	timeout  time.Duration
-	retries  int // resends left
+	retries  int   // resends left
+	traced   State // the state the trace last showed (trace.go)
 	// The last answer sent (MRA, REP, RTU, DREP), resent on a duplicate.
 	last     [mad.MADLen]byte
 	lastLive bool
@@ -302,11 +311,15 @@ func (c *CM) event(e Event) {
 	c.cfg.Event(e)
 }
 
-// send sends the MAD in b to dest and counts it.
-func (c *CM) send(dest Dest, b []byte) {
+// send sends the MAD in b to dest for id (nil: for no connection),
+// counts it and traces it.
+func (c *CM) send(id *ID, dest Dest, b []byte) {
 	m := mad.MAD(b)
 	if a := m.AttrID(); a <= mad.AttrSIDRRep {
 		c.counters.Sent[a]++
+	}
+	if c.cfg.Trace.On() {
+		c.traceSent(id, m.AttrID())
 	}
 	if err := c.cfg.Send(dest, b); err != nil {
 		c.counters.SendErrors++
@@ -331,14 +344,14 @@ func (id *ID) sendRetried(timeout time.Duration, retries int) {
 	id.timeout = timeout
 	id.retries = retries
 	id.deadline = c.cfg.Now().Add(timeout)
-	c.send(id.dest, id.msg[:])
+	c.send(id, id.dest, id.msg[:])
 }
 
 // sendLast sends the answer in id.last (no retry: the peer's retry asks
 // for it again).
 func (id *ID) sendLast() {
 	id.lastLive = true
-	id.cm.send(id.dest, id.last[:])
+	id.cm.send(id, id.dest, id.last[:])
 }
 
 // cancel stops the retry of id.msg (ib_cancel_mad).
@@ -371,7 +384,7 @@ func (c *CM) Expire() {
 			id.retries--
 			id.deadline = now.Add(id.timeout)
 			c.counters.Retries++
-			c.send(id.dest, id.msg[:])
+			c.send(id, id.dest, id.msg[:])
 			continue
 		}
 		id.msgLive = false
@@ -449,6 +462,10 @@ func (c *CM) HandleMAD(from Dest, b []byte) {
 		return
 	}
 	c.counters.Received[attr]++
+	if c.cfg.Trace.On() {
+		c.rxTrace, c.rxPending = attr, true
+		defer c.traceRecv(nil)
+	}
 	d := m.Data()
 	tid := m.TID()
 	switch attr {
@@ -494,7 +511,7 @@ func (id *ID) sendREJ(reason mad.RejReason, rejected mad.MsgKind, ari, privateDa
 	copy(f.ARI[:], ari)
 	copy(f.PrivateData[:], privateData)
 	mad.REJ(format(&c.buf, mad.AttrREJ, id.tid)).Encode(&f)
-	c.send(id.dest, c.buf[:])
+	c.send(id, id.dest, c.buf[:])
 }
 
 // issueREJ answers a message that matches no connection (Linux
@@ -502,7 +519,7 @@ func (id *ID) sendREJ(reason mad.RejReason, rejected mad.MsgKind, ari, privateDa
 func (c *CM) issueREJ(to Dest, tid uint64, theirLocal, theirRemote uint32, reason mad.RejReason, rejected mad.MsgKind) {
 	f := mad.REJFields{LocalCommID: theirRemote, RemoteCommID: theirLocal, MessageRejected: rejected, Reason: reason}
 	mad.REJ(format(&c.buf, mad.AttrREJ, tid)).Encode(&f)
-	c.send(to, c.buf[:])
+	c.send(nil, to, c.buf[:])
 }
 
 func clonePD(b []byte) []byte { return append([]byte(nil), b...) }

@@ -40,7 +40,7 @@ func (c *CM) handleDREQ(from Dest, tid uint64, dreq mad.DREQ) {
 		c.drop()
 		f := mad.DREPFields{LocalCommID: dreq.RemoteCommID(), RemoteCommID: dreq.LocalCommID()}
 		mad.DREP(format(&c.buf, mad.AttrDREP, tid)).Encode(&f)
-		c.send(from, c.buf[:])
+		c.send(nil, from, c.buf[:])
 		return
 	}
 	if dreq.RemoteQPN() != id.qpn {
@@ -62,8 +62,12 @@ func (c *CM) handleDREQ(from Dest, tid uint64, dreq mad.DREQ) {
 	}
 	id.cancel()
 	id.toErr()
-	id.sendDREP(tid)
+	id.state = StateDREQRcvd
+	id.traceRecv()
+	// TIMEWAIT before the DREP goes, so that the trace shows DREP sent
+	// DREQ_RCVD -> TIMEWAIT.
 	id.enterTimewait()
+	id.sendDREP(tid)
 	c.event(Event{Type: EventDisconnected, ID: id, PrivateData: clonePD(dreq.PrivateData())})
 }
 
@@ -85,6 +89,7 @@ func (c *CM) handleDREP(drep mad.DREP) {
 	}
 	id.cancel()
 	id.enterTimewait()
+	id.traceRecv()
 	c.event(Event{Type: EventDisconnected, ID: id, PrivateData: clonePD(drep.PrivateData())})
 }
 

@@ -70,6 +70,7 @@ func (c *CM) handleREQ(from Dest, tid uint64, req mad.REQ) {
 	id.cmRetries = int(req.MaxCMRetries())
 	c.remote[remoteKey{id.remoteID, id.remoteCAGUID}] = id
 	c.remoteQPs[remoteKey{id.remoteQPN, id.remoteCAGUID}] = id
+	id.traceRecv()
 	c.event(Event{Type: EventConnectRequest, ID: id, Listener: l, PrivateData: clonePD(req.PrivateData()),
 		Remote: Remote{GID: from.GID, CAGUID: id.remoteCAGUID, ServiceID: id.serviceID, QPN: id.remoteQPN,
 			StartingPSN: id.rqPSN, PathMTU: id.pathMTU, ResponderResources: req.ResponderResources(),
@@ -94,7 +95,7 @@ func (c *CM) dupREQ(id *ID, tid uint64) {
 		id.sendLast() // the MRA again
 	case StateREPSent, StateMRAREPRcvd:
 		// Our REP was lost: send it again now rather than at its timer.
-		c.send(id.dest, id.msg[:])
+		c.send(id, id.dest, id.msg[:])
 	case StateTimewait:
 		// An old connection's REQ (12.9.8.4): stale. The REJ echoes the
 		// REQ's transaction, not our DREQ's.
@@ -194,5 +195,6 @@ func (c *CM) handleRTU(rtu mad.RTU) {
 	}
 	id.cancel()
 	id.state = StateEstablished
+	id.traceRecv()
 	c.event(Event{Type: EventEstablished, ID: id, PrivateData: clonePD(rtu.PrivateData())})
 }

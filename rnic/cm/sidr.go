@@ -78,7 +78,7 @@ func (c *CM) handleSIDRReq(from Dest, tid uint64, req mad.SIDRReq) {
 		}
 		f := mad.SIDRRepFields{RequestID: req.RequestID(), Status: status, ServiceID: req.ServiceID()}
 		mad.SIDRRep(format(&c.buf, mad.AttrSIDRRep, tid)).Encode(&f)
-		c.send(from, c.buf[:])
+		c.send(nil, from, c.buf[:])
 		return
 	}
 	id.listener, id.context = l, l.context
@@ -98,7 +98,7 @@ func (id *ID) sidrReply(status mad.SIDRStatus, qpn, qkey uint32, privateData []b
 	f := mad.SIDRRepFields{RequestID: id.remoteID, Status: status, QPN: qpn, ServiceID: id.serviceID, QKey: qkey}
 	copy(f.PrivateData[:], privateData)
 	mad.SIDRRep(format(&c.buf, mad.AttrSIDRRep, id.tid)).Encode(&f)
-	c.send(id.dest, c.buf[:])
+	c.send(id, id.dest, c.buf[:])
 	id.state = StateIdle
 	c.free(id)
 	return nil

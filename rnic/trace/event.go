@@ -8,6 +8,7 @@ import (
 	"github.com/rnicd/rnicd/ib"
 	"github.com/rnicd/rnicd/wire/bth"
 	"github.com/rnicd/rnicd/wire/ibudp"
+	"github.com/rnicd/rnicd/wire/mad"
 )
 
 // Module is the NIC block an event comes from, as DESIGN.md lays them out.
@@ -24,10 +25,11 @@ const (
 	ModPort                        // Ethernet/UDP port: ICRC, wire
 	ModFault                       // the fault injector in front of the port
 	ModFlowCtl                     // Flow Control Manager: CE, CNPs, rate changes
+	ModCM                          // Communication Manager on QP1: CM MADs and connection states
 	numModules
 )
 
-var moduleNames = [numModules]string{"", "verbs", "doorbell", "qpmgr", "wqe", "dma", "rx", "comp", "port", "fault", "flowctl"}
+var moduleNames = [numModules]string{"", "verbs", "doorbell", "qpmgr", "wqe", "dma", "rx", "comp", "port", "fault", "flowctl", "cm"}
 
 func (m Module) String() string {
 	if m < numModules && moduleNames[m] != "" {
@@ -66,13 +68,15 @@ const (
 	StepCNPSent                   // notification point: CNP sent to DestQPN
 	StepCNPRecv                   // reaction point: CNP received
 	StepRate                      // reaction point: Arg a flowctl.EventKind, Aux the current rate and Len the target, in Mb/s, WRID alpha (1024ths)
+	StepCMSent                    // CM MAD sent: Arg its mad.AttrID, Aux the connection's state before and Len after (CMNoState: none), WRID the local comm ID
+	StepCMRecv                    // CM MAD received: as StepCMSent
 	numSteps
 )
 
 var stepNames = [numSteps]string{"", "post", "post_recv", "doorbell", "fetch", "dma_read", "segment",
 	"headers", "icrc", "transmit", "receive", "icrc_check", "psn_check", "dma_write", "ack_sent",
 	"ack_recv", "retry", "rewind", "complete", "drop", "fault_drop", "link_mark", "link_drop",
-	"ce_received", "cnp_sent", "cnp_received", "rate"}
+	"ce_received", "cnp_sent", "cnp_received", "rate", "cm_sent", "cm_received"}
 
 func (s Step) String() string {
 	if s < numSteps && stepNames[s] != "" {
@@ -165,7 +169,7 @@ type Event struct {
 // HasPSN reports whether the event is about a packet or a PSN.
 func (e *Event) HasPSN() bool {
 	switch e.Step {
-	case StepPost, StepPostRecv, StepDoorbell, StepDMARead, StepDMAWrite, StepComplete:
+	case StepPost, StepPostRecv, StepDoorbell, StepDMARead, StepDMAWrite, StepComplete, StepCMSent, StepCMRecv:
 		return false
 	case StepDrop:
 		return e.Opcode != 0 || e.PSN != 0
@@ -284,6 +288,15 @@ func (e *Event) Detail() string {
 		return fmt.Sprintf("CNP sent to qp %#x", e.DestQPN)
 	case StepCNPRecv:
 		return "CNP received"
+	case StepCMSent, StepCMRecv:
+		verb := "sent"
+		if e.Step == StepCMRecv {
+			verb = "received"
+		}
+		if e.Aux == CMNoState {
+			return fmt.Sprintf("%v %s: no connection", mad.AttrID(e.Arg), verb)
+		}
+		return fmt.Sprintf("%v %s: %s -> %s comm_id %#x", mad.AttrID(e.Arg), verb, cmStateName(e.Aux), cmStateName(e.Len), e.WRID)
 	case StepRate:
 		return fmt.Sprintf("%s: rate %d Mb/s, target %d Mb/s, alpha %d/1024", rateStepNames[min(e.Arg, uint32(len(rateStepNames)-1))], e.Aux, e.Len, e.WRID)
 	}
@@ -293,6 +306,24 @@ func (e *Event) Detail() string {
 // rateStepNames name StepRate's Arg, flowctl.EventKind's values (trace
 // sits below flowctl and does not import it).
 var rateStepNames = [...]string{"", "cnp", "rate_decrease", "fast_recovery", "additive_increase", "hyper_increase", "recovered", "rate(?)"}
+
+// CMNoState is the state of a CM event whose MAD names no connection
+// (dropped, or answered without one).
+const CMNoState = ^uint32(0)
+
+// CMStateNames name the CM's connection states, cm.State's values in its
+// order (trace sits below rnic/cm and does not import it; a test there
+// holds the two together).
+var CMStateNames = [...]string{"IDLE", "LISTEN", "REQ_SENT", "REQ_RCVD", "MRA_REQ_SENT", "MRA_REQ_RCVD",
+	"REP_SENT", "REP_RCVD", "MRA_REP_SENT", "MRA_REP_RCVD", "ESTABLISHED", "DREQ_SENT", "DREQ_RCVD",
+	"TIMEWAIT", "SIDR_REQ_SENT", "SIDR_REQ_RCVD"}
+
+func cmStateName(s uint32) string {
+	if s < uint32(len(CMStateNames)) {
+		return CMStateNames[s]
+	}
+	return fmt.Sprintf("state(%d)", s)
+}
 
 // Format renders e as one timeline line, with its time in seconds since
 // t0 (Unix nanoseconds):
