@@ -5,6 +5,7 @@ package interop
 
 import (
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -105,6 +106,41 @@ func matrix(ibMTU int) []tcase {
 		tcase{tool: "ibv_rc_pingpong", args: []string{"-s", "4096", "-n", "50", "--chk"}, ipv6: true},
 	)
 	return cs
+}
+
+// selectCases keeps the cases whose name matches the regular expression
+// expr (RNICD_INTEROP_CASES), so that one who works on a case runs only
+// it: RNICD_INTEROP_CASES='rping' runs the rping cases of both MTUs, in
+// both roles. An empty expr keeps every case, as CI runs them.
+func selectCases(cs []tcase, expr string) ([]tcase, error) {
+	if expr == "" {
+		return cs, nil
+	}
+	re, err := regexp.Compile(expr)
+	if err != nil {
+		return nil, fmt.Errorf("RNICD_INTEROP_CASES: %w", err)
+	}
+	var kept []tcase
+	for _, c := range cs {
+		if re.MatchString(c.name()) {
+			kept = append(kept, c)
+		}
+	}
+	if len(kept) == 0 {
+		return nil, fmt.Errorf("RNICD_INTEROP_CASES=%q matches no case", expr)
+	}
+	return kept, nil
+}
+
+// sendsFrom says whether some case of cs makes rnicd send from host
+// address a, so that the capture must hold its packets.
+func sendsFrom(cs []tcase, a string) bool {
+	for _, c := range cs {
+		if c.ipv6 == (a == hostAddr6) {
+			return true
+		}
+	}
+	return false
 }
 
 // sizedDeadline bounds one run of c, either side: 30 s to start and

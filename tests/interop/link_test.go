@@ -59,12 +59,15 @@ func runLink(t *testing.T, bin, img string, linkMTU, ibMTU int) []result {
 	}()
 	t.Setenv("RNICD_DIR", l.dir)
 
-	phases := plan(matrix(ibMTU))
+	cases, err := selectCases(matrix(ibMTU), os.Getenv("RNICD_INTEROP_CASES"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	phases := plan(cases)
 	script := filepath.Join(l.dir, "case.sh")
 	if err := os.WriteFile(script, []byte(vmScript(phases)), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	var err error
 	if l.vm, err = bootVM(ctx, img, l.ns, linkMTU, script, l.dir, phases); err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +82,9 @@ func runLink(t *testing.T, bin, img string, linkMTU, ibMTU int) []result {
 		l.vm.kill()
 	}
 	l.checkGIDs()
-	l.checkIPv6Device()
+	if sendsFrom(cases, hostAddr6) {
+		l.checkIPv6Device()
+	}
 	d.Process.Signal(os.Interrupt)
 	d.Wait()
 	dump.Process.Signal(os.Interrupt)
@@ -91,7 +96,7 @@ func runLink(t *testing.T, bin, img string, linkMTU, ibMTU int) []result {
 	}
 	t.Logf("MTU %d: capture of tap0: ICRC good %v, bad %v, GSO super-frames %d", ibMTU, st.good, st.bad, st.oversized)
 	for _, a := range []string{hostAddr, hostAddr6} {
-		if st.good[a] == 0 || st.bad[a] != 0 {
+		if (st.good[a] == 0 && sendsFrom(cases, a)) || st.bad[a] != 0 {
 			t.Errorf("MTU %d: rnicd's packets on the wire from %s: %d with a good ICRC, %d bad", ibMTU, a, st.good[a], st.bad[a])
 		}
 	}
