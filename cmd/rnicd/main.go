@@ -103,7 +103,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	ccParams := fs.String("cc-params", "", "DCQCN parameters by their mlx5 names, `name=value,...` (rp_ai_rate=5,np_min_time_between_cnps=4; see README)")
 	ccConfig := fs.String("cc-config", "", "read DCQCN parameters from `FILE`, one name=value a line, # comments (applied before -cc-params)")
 	httpAddr := fs.String("http", "", "also serve the monitor (web view, /metrics, /api/...) on this TCP `ADDR`ess, host:port")
-	fs.BoolVar(&c.small, "small-runs", false, "send runs of equal-sized packets shorter than the MTU (64-byte WRITEs) as one UDP_SEGMENT message: about 3x the small-message rate, but a -mode packet rnicd on the same host or across a veth cannot take them yet")
+	fs.BoolVar(&c.small, "small-runs", true, "send runs of equal-sized packets shorter than the MTU (64-byte WRITEs to one peer) as one UDP_SEGMENT message, 3-8x the small-message rate; -small-runs=false sends only runs of full-MTU packets")
 	fs.StringVar(&c.cpuProf, "cpuprofile", "", "write a pprof CPU profile of the daemon's whole run to `FILE` (go tool pprof; for BENCHMARKS.md's breakdowns)")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
@@ -263,7 +263,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	pcfg := ibudp.Config{Addr: c.addr, Mode: c.mode, MTU: c.mtu, WaitInKernel: true, SmallRuns: c.small}
+	pcfg := ibudp.Config{Addr: c.addr, Mode: c.mode, MTU: c.mtu, WaitInKernel: true, FullMTURunsOnly: !c.small}
 	pcfg.Steered = c.lend && c.mode == ibudp.ModeUDP
 	port, err := ibudp.Open(pcfg)
 	if err != nil && pcfg.Steered {

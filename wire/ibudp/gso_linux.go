@@ -56,18 +56,18 @@ func putGSOCmsg(b []byte, size int) int {
 }
 
 // gsoRun returns how many Bufs from the start of bufs go out as one run
-// behind bufs[0], which must carry a full IB MTU of payload: same peer and
-// TOS, valid, the size of the first except for a shorter last one, within
-// the kernel's limits. A packet longer than
-// the next (a FIRST with its RETH before the MIDDLEs) goes alone, so that
-// the run starts with the packets that share a size.
+// behind bufs[0]: same peer and TOS, valid, the size of the first except for
+// a shorter last one, within the kernel's limits. A packet longer than the
+// next (a FIRST with its RETH before the MIDDLEs) goes alone, so that the
+// run starts with the packets that share a size.
 //
-// With small (Config.SmallRuns) the first may be of any size: 64-byte
-// WRITEs to one peer are runs too.
+// With small (unless Config.FullMTURunsOnly) the first may be of any size,
+// so that 64-byte WRITEs to one peer are runs too; without, it must carry a
+// full IB MTU of payload.
 func gsoRun(bufs []*Buf, small bool) int {
 	first := bufs[0]
 	if !small && !fullMTU(first.RoCE()) {
-		return 1 // a receiver that sees the run uncut finds its size so (runs_linux.go)
+		return 1
 	}
 	size, total := first.N, first.N
 	n := 1
@@ -113,7 +113,7 @@ func (u *udpPort) sendGSO(bufs []*Buf) error {
 				bufs = bufs[1:]
 				continue
 			}
-			n := min(gsoRun(bufs, u.cfg.SmallRuns), len(m.iovs)-iov)
+			n := min(gsoRun(bufs, !u.cfg.FullMTURunsOnly), len(m.iovs)-iov)
 			env := bth.Envelope{
 				Src: u.cfg.Addr, Dst: peer,
 				SrcPort: u.cfg.Port, DstPort: u.cfg.RemotePort,

@@ -51,8 +51,8 @@ func TestGSORun(t *testing.T) {
 			t.Errorf("%s: run of %d, want %d", c.name, got, c.want)
 		}
 	}
-	// With SmallRuns a first packet of any size starts a run; the rest
-	// of the rules hold.
+	// By default (small) a first packet of any size starts a run; the
+	// rest of the rules hold.
 	for _, c := range []struct {
 		name string
 		bufs []*Buf
@@ -75,61 +75,92 @@ func TestGSORun(t *testing.T) {
 // A ModeUDP port sends a run as one message; a ModePacket receiver, which
 // sees the run before the kernel cuts it, cuts it itself and checks every
 // packet's ICRC with its own IPv4 ID (0, 1, 2, ...); a ModeUDP receiver
-// gets packets the kernel cut and finds the same IDs.
+// gets packets the kernel cut and finds the same IDs. So for runs of
+// full-MTU packets and of small ones (64-byte WRITEs, the smallest packets,
+// odd sizes with a shorter last one), and with only full-MTU runs sent
+// (Config.FullMTURunsOnly), where the small packets go one a message.
 func TestGSORunReceived(t *testing.T) {
-	ipA, ipB, ipC := looptest.Get(t), looptest.Get(t), looptest.Get(t)
+	ipA, ipB, ipC, ipD := looptest.Get(t), looptest.Get(t), looptest.Get(t), looptest.Get(t)
 	needRoot(t)
 	u := openPort(t, Config{Addr: ipA, Mode: ModeUDP})
 	if !u.(*udpPort).gso {
 		t.Fatal("kernel without UDP_SEGMENT: this test needs Linux 4.18")
 	}
+	full := openPort(t, Config{Addr: ipD, Mode: ModeUDP, FullMTURunsOnly: true})
 	pk := openPort(t, Config{Addr: ipB, Mode: ModePacket})
 	ud := openPort(t, Config{Addr: ipC, Mode: ModeUDP})
 	rp, ru := startReceiver(pk), startReceiver(ud)
-	sizes := make([]int, 41)
-	for i := range sizes {
-		sizes[i] = 1024
+	repeat := func(n, size, last int) []int {
+		s := make([]int, n)
+		for i := range s {
+			s[i] = size
+		}
+		if last > 0 {
+			s[n-1] = last
+		}
+		return s
 	}
-	sizes[40] = 300
+	psn := uint32(100)
 	for _, c := range []struct {
-		to     Port
-		r      *receiver
-		status func(id uint16) ICRCStatus
+		name    string
+		from    Port
+		sizes   []int
+		batches uint64 // sendmmsg calls per receiver
 	}{
-		{pk, rp, func(uint16) ICRCStatus { return ICRCVerified }},
-		{ud, ru, func(id uint16) ICRCStatus {
-			if id == 0 {
-				return ICRCVerified
-			}
-			return ICRCVerifiedAnyID
-		}},
+		{"full MTU", u, repeat(41, 1024, 300), 1},
+		{"64 B", u, repeat(48, 64, 0), 1},
+		{"1 B", u, repeat(64, 1, 0), 1},
+		{"37 B, shorter last", u, repeat(30, 37, 5), 1},
+		{"64 B, full-MTU runs only", full, repeat(48, 64, 0), 1},
 	} {
-		sent := sendBatch(t, u, c.to.Addr(), 41, 100, sizes, 0, 0)
-		got := c.r.get(t, 41, 3*time.Second)
-		matchAll(t, sent, got)
-		for _, g := range got {
-			k := uint16(bth.BTH(g.roce).PSN() - 100)
-			if g.ipid != k || g.icrc != c.status(k) {
-				t.Errorf("packet %d at %v: IPv4 ID %d, ICRC %v", k, c.to.Addr(), g.ipid, g.icrc)
+		n := len(c.sizes)
+		for _, r := range []struct {
+			to     Port
+			r      *receiver
+			status func(id uint16) ICRCStatus
+		}{
+			{pk, rp, func(uint16) ICRCStatus { return ICRCVerified }},
+			{ud, ru, func(id uint16) ICRCStatus {
+				if id == 0 || c.from == full {
+					return ICRCVerified
+				}
+				return ICRCVerifiedAnyID
+			}},
+		} {
+			before, rbefore := c.from.Stats(), r.to.Stats()
+			sent := sendBatch(t, c.from, r.to.Addr(), n, psn, c.sizes, 0, 0)
+			got := r.r.get(t, n, 3*time.Second)
+			matchAll(t, sent, got)
+			for _, g := range got {
+				k := uint16(bth.BTH(g.roce).PSN() - psn)
+				wantID := k
+				if c.from == full {
+					wantID = 0 // one datagram each, from an unconnected socket
+				}
+				if g.ipid != wantID || g.icrc != r.status(k) {
+					t.Errorf("%s: packet %d at %v: IPv4 ID %d, ICRC %v", c.name, k, r.to.Addr(), g.ipid, g.icrc)
+				}
+			}
+			psn += uint32(n)
+			after, rafter := c.from.Stats(), r.to.Stats()
+			if tx, b := after.TxPackets-before.TxPackets, after.TxBatches-before.TxBatches; tx != uint64(n) || b != c.batches || after.TxErrors != 0 {
+				t.Errorf("%s: sender sent %d packets in %d sendmmsg calls, want %d in %d", c.name, tx, b, n, c.batches)
+			}
+			if rx := rafter.RxPackets - rbefore.RxPackets; rx != uint64(n) || rafter.RxICRCErrors != 0 {
+				t.Errorf("%s: receiver %v took %d packets, want %d; stats %v", c.name, r.to.Addr(), rx, n, rafter)
 			}
 		}
 	}
-	if s := u.Stats(); s.TxPackets != 82 || s.TxBatches != 2 || s.TxErrors != 0 {
-		t.Errorf("sender stats %v: want 82 packets in 2 sendmmsg calls", s)
-	}
-	if s := pk.Stats(); s.RxPackets != 41 || s.RxICRCErrors != 0 {
-		t.Errorf("ModePacket receiver stats %v", s)
-	}
 }
 
-// With SmallRuns, 64-byte WRITEs to one peer leave as one message: one
+// By default, 64-byte WRITEs to one peer leave as one message: one
 // frame on lo holding them all, which a ModeUDP receiver gets cut by the
 // kernel, every packet byte for byte with its own IPv4 ID.
 func TestGSOSmallRuns(t *testing.T) {
 	src, dst := looptest.Get(t), looptest.Get(t)
 	needRoot(t)
 	capt := openCapture(t, dst)
-	u := openPort(t, Config{Addr: src, Mode: ModeUDP, SmallRuns: true})
+	u := openPort(t, Config{Addr: src, Mode: ModeUDP})
 	if !u.(*udpPort).gso {
 		t.Fatal("kernel without UDP_SEGMENT: this test needs Linux 4.18")
 	}

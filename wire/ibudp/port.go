@@ -108,15 +108,18 @@ type Config struct {
 	// taken whole (UDP_GRO), where the kernel supports it; sending runs
 	// costs a UDP checksum (computed by the offload) where rxe sends 0.
 	NoGSO bool
-	// SmallRuns also sends runs of equal-sized packets shorter than an IB
-	// MTU as one UDP_SEGMENT message (64-byte WRITEs to one peer: 48 of
-	// them a doorbell through rnicd). Two rnicd over veth, ib_write_bw -s
-	// 64, back to back: 0.105 -> 0.351 Mpps, the requesting rnicd's CPU
-	// 5.7 -> 1.2 us a WQE, ACKs 95,000 -> 10,000 for 500,000 WRITEs
-	// (BENCHMARKS.md). Off by default: a ModePacket receiver on the same
-	// host or across a veth sees such a run uncut and can cut only runs
-	// whose first packet carries a full IB MTU (runs_linux.go).
-	SmallRuns bool
+	// FullMTURunsOnly makes a ModeUDP port send as runs only packets that
+	// carry a full IB MTU (the middle of one large message), as it did
+	// before a ModePacket receiver could cut other runs. By default runs
+	// of equal-sized smaller packets to one peer go as one UDP_SEGMENT
+	// message too: 64-byte WRITEs, 48 of them a doorbell through rnicd.
+	// Two rnicd over veth, ib_write_bw -s 64, back to back: 0.105 -> 0.351
+	// Mpps, the requesting rnicd's CPU 5.7 -> 1.2 us a WQE, ACKs 95,000 ->
+	// 10,000 for 500,000 WRITEs (BENCHMARKS.md). A receiver that sees such
+	// a run uncut (ModePacket on this host or across a veth) finds its
+	// packets' size itself (runs_linux.go); rxe gets them cut by the
+	// kernel.
+	FullMTURunsOnly bool
 	// RcvBuf and SndBuf are socket buffer sizes in bytes; 0 takes the
 	// defaults. Above net.core.[rw]mem_max they need CAP_NET_ADMIN.
 	RcvBuf, SndBuf int

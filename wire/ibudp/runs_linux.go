@@ -10,19 +10,23 @@ import (
 // A UDP_SEGMENT run from a sender on this host, or across a veth, reaches
 // an AF_PACKET socket before the kernel cuts it apart: one frame holding the
 // whole run under the IP and UDP headers of its first packet, with the
-// lengths of the whole. ModePacket cuts it apart as the kernel would (the
-// IPv4 ID counting up per packet, the lengths of each) and checks each
-// packet's ICRC under the headers that packet would have had.
+// lengths of the whole. The segment size the sender gave is not in the
+// frame (a cooked AF_PACKET socket has no virtio_net_hdr to carry it:
+// PACKET_VNET_HDR needs SOCK_RAW and so the link header of every kind of
+// interface). ModePacket cuts the run apart as the kernel would (the IPv4 ID
+// counting up per packet, the lengths of each) and checks each packet's
+// ICRC under the headers that packet would have had.
 //
 // A frame is taken for a run only when its ICRC fails as one packet and a
-// cut after a first packet carrying a full IB MTU of payload (the only runs
-// gsoRun makes) gives that first packet a good ICRC.
+// cut after a first packet of some size gives that packet a good ICRC. The
+// size is found as segSize says: a RoCE packet's length is whole 32-bit
+// words, and every cut must fall on a well-formed transport header.
 
-// ibMTUs are the payload sizes a run's packets can carry.
+// ibMTUs are the payload sizes of the packets of a run of a multi-packet
+// message, the sizes tried first.
 var ibMTUs = [...]int{256, 512, 1024, 2048, 4096}
 
-// fullMTU reports whether roce carries exactly an IB MTU of payload, which
-// a run's first packet does.
+// fullMTU reports whether roce carries exactly an IB MTU of payload.
 func fullMTU(roce []byte) bool {
 	op := bth.Opcode(roce[0])
 	for _, m := range ibMTUs {
@@ -81,14 +85,7 @@ func (r *runs) alloc() {
 // bad reports the packets of a run that failed their ICRC.
 func (r *runs) cut(c *icrc, raw []byte, h ipHeader, tap Tap) (ok bool, bad int) {
 	roce := raw[h.hdrLen:h.end]
-	op := bth.Opcode(roce[0])
-	size := 0
-	for _, m := range ibMTUs {
-		if s := bth.PacketLen(op, m); s < len(roce) && r.checkSeg(c, raw[:h.hdrLen], h, 0, roce[:s]) {
-			size = s
-			break
-		}
-	}
+	size := r.segSize(c, raw[:h.hdrLen], h, roce)
 	if size == 0 {
 		return false, 0
 	}
@@ -104,10 +101,79 @@ func (r *runs) cut(c *icrc, raw []byte, h ipHeader, tap Tap) (ok bool, bad int) 
 		if tap != nil {
 			tap.Packet(TapReceived, r.hdr[:h.hdrLen], seg, ICRCVerified)
 		}
-		r.push(seg, runPkt{peer: h.env.Src, peerPort: h.env.SrcPort, tos: h.env.TOS,
-			id: h.env.ID + uint16(k), icrc: ICRCVerified})
+		id := h.env.ID // 0 over IPv6, which has none
+		if h.env.Src.Is4() {
+			id += uint16(k)
+		}
+		r.push(seg, runPkt{peer: h.env.Src, peerPort: h.env.SrcPort, tos: h.env.TOS, id: id, icrc: ICRCVerified})
 	}
 	return true, bad
+}
+
+// Bounds on the work of finding a run's segment size in one frame, so that
+// a forged frame costs at most a few passes over it: candidates whose cuts
+// all fall on well-formed headers are rare (a 64-byte WRITE run of 48
+// packets has one, its own), so the first ICRC tried is nearly always the
+// one that holds.
+const (
+	maxRxGSOSegs  = 128 // UDP_MAX_SEGMENTS since Linux 6.11 (64 before)
+	maxCutParses  = 4096
+	maxCutICRCs   = 8
+	roceWordBytes = 4
+)
+
+// segSize returns the size of the packets of the run roce, 0 if no size
+// fits. A size fits when every packet of the cut (all of that size but a
+// shorter last one, at most maxRxGSOSegs) parses as a transport packet and
+// the first one's ICRC (or the second's) holds under its own headers. Full-MTU packets (the
+// runs of one large message) are tried first, then every size in whole
+// words from the smallest the segment limit allows.
+func (r *runs) segSize(c *icrc, hdr []byte, h ipHeader, roce []byte) int {
+	parses, icrcs := maxCutParses, maxCutICRCs
+	fits := func(s int) bool {
+		if s < minRoCELen || s >= len(roce) || (len(roce)+s-1)/s > maxRxGSOSegs {
+			return false
+		}
+		if last := len(roce) % s; last != 0 && last < minRoCELen {
+			return false
+		}
+		for off := 0; off < len(roce); off += s {
+			if parses--; parses < 0 {
+				return false
+			}
+			if _, err := bth.Parse(roce[off:min(off+s, len(roce))]); err != nil {
+				return false
+			}
+		}
+		// The first packet's ICRC, or the second's if the first was
+		// damaged on the way, so that one bad packet does not lose the run.
+		for k := 0; k < 2; k++ {
+			if icrcs--; icrcs < 0 {
+				return false
+			}
+			if r.checkSeg(c, hdr, h, k, roce[k*s:min((k+1)*s, len(roce))]) {
+				return true
+			}
+		}
+		return false
+	}
+	op := bth.Opcode(roce[0])
+	for _, m := range ibMTUs {
+		if s := bth.PacketLen(op, m); fits(s) {
+			return s
+		}
+	}
+	from := max(minRoCELen, (len(roce)+maxRxGSOSegs-1)/maxRxGSOSegs)
+	from = (from + roceWordBytes - 1) &^ (roceWordBytes - 1)
+	for s := from; s < len(roce) && parses > 0 && icrcs > 0; s += roceWordBytes {
+		if fullMTU(roce[:s]) {
+			continue // tried above
+		}
+		if fits(s) {
+			return s
+		}
+	}
+	return 0
 }
 
 // checkSeg checks packet k of a run, seg, under the headers the kernel
