@@ -178,3 +178,39 @@ func TestDelayedAckOwedOnDestroy(t *testing.T) {
 		})
 	}
 }
+
+// A run of WRITEs that arrives as one GRO datagram, more packets than the
+// responder's receive batch, gets one ACK for the run, not one per Recv:
+// every WRITE asks for an ACK (each is a message's last packet), the
+// coalesced ACK covers the newest PSN, and the ACK goes out once the port
+// holds none of the datagram's packets (rnic.Device.receive). So b sends
+// at most one ACK per recvmmsg call that brought packets, where it sent
+// one per 8 packets (its batch) before.
+func TestOneAckPerRun(t *testing.T) {
+	const n, size = 40, 64
+	p := newPair(t, pairOpts{batchB: 8})
+	a, b := p.a, p.b
+	fill(a.mem[:n*size], 7)
+	a.fence()
+	var wrs []rnic.SendWR
+	for i := range n {
+		wrs = append(wrs, rnic.SendWR{WRID: uint64(i), Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled,
+			SGL: []rnic.SGE{sge(a, i*size, size)}, RemoteAddr: memVA + uint64(8192+i*size), RKey: b.mr.RKey})
+	}
+	rxBefore := b.dev.Port().Stats()
+	mustPost(t, a, p.qa, wrs...)
+	for i, wc := range a.poll(n, 10*time.Second) {
+		checkWC(t, wc, rnic.WC{WRID: uint64(i), Opcode: ib.WCRDMAWrite, ByteLen: size, QPNum: p.qa.QPN})
+	}
+	b.fence()
+	sameBytes(t, "WRITEs", b.mem[8192:8192+n*size], a.mem[:n*size])
+	rx := b.dev.Port().Stats()
+	acks, batches := rx.TxPackets-rxBefore.TxPackets, rx.RxBatches-rxBefore.RxBatches
+	if rx.RxPackets-rxBefore.RxPackets != n {
+		t.Fatalf("b received %d packets, want %d", rx.RxPackets-rxBefore.RxPackets, n)
+	}
+	if acks == 0 || acks > batches {
+		t.Fatalf("b sent %d ACKs for %d WRITEs that came in %d recvmmsg calls: want one per call at most", acks, n, batches)
+	}
+	t.Logf("%d WRITEs of %d bytes, %d recvmmsg calls, %d ACKs", n, size, batches, acks)
+}

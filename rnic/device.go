@@ -301,7 +301,7 @@ func (d *Device) recvPipeline() {
 			continue
 		}
 		d.recvMu.Lock()
-		d.handle(n)
+		d.handle(n, true)
 		d.recvMu.Unlock()
 	}
 }
@@ -311,7 +311,7 @@ func (d *Device) recvPipeline() {
 func (d *Device) pollPipeline(p ibudp.Poller) {
 	for {
 		d.recvMu.Lock()
-		n, err := d.receive(p.TryRecv)
+		n, err := d.receive(p)
 		d.recvMu.Unlock()
 		if err != nil && d.portGone(err) {
 			return
@@ -340,7 +340,7 @@ func (d *Device) PollRx() int {
 	defer d.recvMu.Unlock()
 	total := 0
 	for {
-		n, err := d.receive(p.TryRecv)
+		n, err := d.receive(p)
 		total += n
 		// Packets the port holds are invisible to the pipeline's
 		// WaitRecv: take them all before leaving.
@@ -350,22 +350,36 @@ func (d *Device) PollRx() int {
 	}
 }
 
-// receive runs recv, which must not block, once into recvBufs and the RX
-// packet handler on what it returns; recvMu is held.
-func (d *Device) receive(recv func([]*ibudp.Buf) (int, error)) (int, error) {
-	n, err := recv(d.recvBufs)
+// receive takes the packets waiting on p, without blocking, into recvBufs
+// and runs the RX packet handler on them; recvMu is held. The ACKs they
+// owe go out at the end, one per QP, unless p still holds packets of the
+// same arrival (the rest of a GRO datagram, Pending), which the caller's
+// next receive takes at once: so a run of WRITEs larger than recvBufs gets
+// one ACK, for its last PSN, not one per Recv.
+func (d *Device) receive(p ibudp.Poller) (int, error) {
+	n, err := p.TryRecv(d.recvBufs)
 	if err != nil {
+		d.flushAcks()
 		return 0, err
 	}
-	d.handle(n)
+	d.handle(n, !p.Pending())
 	return n, nil
 }
 
-// handle runs the RX packet handler on recvBufs[:n]; recvMu is held.
-func (d *Device) handle(n int) {
+// handle runs the RX packet handler on recvBufs[:n], then sends what it
+// answered and, with acks, the ACKs coalesced so far; recvMu is held.
+func (d *Device) handle(n int, acks bool) {
 	for _, b := range d.recvBufs[:n] {
 		d.rx.Receive(b, d.recvTX)
 	}
+	if acks {
+		d.rx.Flush(d.recvTX)
+	}
+	d.recvTX.flush()
+}
+
+// flushAcks sends the ACKs coalesced so far; recvMu is held.
+func (d *Device) flushAcks() {
 	d.rx.Flush(d.recvTX)
 	d.recvTX.flush()
 }

@@ -70,7 +70,7 @@ func openNode(t testing.TB, addr netip.Addr, o pairOpts, seed int64, name string
 		t.Fatal(err)
 	}
 	n.dev, err = rnic.Open(rnic.Config{Port: p, Name: name, Trace: o.trace, Window: o.window, AckHold: o.ackHold, CC: cc,
-		Retry7Forever: o.retry7Ever})
+		Retry7Forever: o.retry7Ever, Batch: o.batch})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,6 +118,8 @@ type pairOpts struct {
 	cc, ccB    string        // congestion control of a (and of b, if set; else a's): flowctl.NewAlgorithm's names
 	ccParams   string        // its parameters, mlx5 names (flowctl.Params.SetList)
 	retry7Ever bool          // rnic.Config.Retry7Forever
+	batchB     int           // rnic.Config.Batch of b only
+	batch      int           // set from batchB for b
 }
 
 func newPair(t testing.TB, o pairOpts) *pair {
@@ -141,6 +143,7 @@ func newPair(t testing.TB, o pairOpts) *pair {
 	ob := o
 	ob.pollOnly = o.pollOnly || o.pollOnlyB
 	ob.cc = cmp.Or(o.ccB, o.cc)
+	ob.batch = o.batchB
 	p := &pair{a: openNode(t, aa, o, 1, "rnic0"), b: openNode(t, ab, ob, 2, "rnic1")}
 	p.a.peer, p.b.peer = p.b, p.a
 	p.qa = p.a.createQP(o)
