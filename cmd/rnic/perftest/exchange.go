@@ -35,10 +35,16 @@ type exchange struct {
 func openExchange(p *Params, cfg Config, ctx *verbs.Context) (*exchange, error) {
 	x := &exchange{out: cfg.Stdout, verb: p.Tool.Verb, link: link{size: p.Size}}
 	var err error
-	if p.Client() {
+	switch {
+	case p.RDMACM:
+		x.conn, err = openCMConn(p, cfg, ctx)
+		// Over rdma_cm perftest prints the QPs as the control QP's verb,
+		// a SEND: no rkey, address or reads.
+		x.verb = Send
+	case p.Client():
 		x.conn, err = Dial(net.JoinHostPort(p.ServerName, strconv.Itoa(p.Port)))
-	} else {
-		fmt.Fprint(x.out, "\n************************************\n* Waiting for client to connect... *\n************************************\n")
+	default:
+		printWaiting(x.out)
 		ln := cfg.Listener
 		if ln == nil {
 			if ln, err = Listen(p.Port); err != nil {
@@ -55,6 +61,36 @@ func openExchange(p *Params, cfg Config, ctx *verbs.Context) (*exchange, error) 
 		return nil, err
 	}
 	return x, nil
+}
+
+func printWaiting(w io.Writer) {
+	fmt.Fprint(w, "\n************************************\n* Waiting for client to connect... *\n************************************\n")
+}
+
+// openCMConn connects the exchange over rdma_cm's control QP on the
+// device of ctx (cmpipe.go).
+func openCMConn(p *Params, cfg Config, ctx *verbs.Context) (*Conn, error) {
+	idle := cfg.IdleTimeout
+	if idle == 0 {
+		idle = defIdle
+	}
+	var pipe *cmPipe
+	if p.Client() {
+		addr, err := cmAddr(p.ServerName, p.Port)
+		if err != nil {
+			return nil, err
+		}
+		if pipe, err = dialCM(ctx, addr, idle); err != nil {
+			return nil, err
+		}
+	} else {
+		printWaiting(cfg.Stdout)
+		var err error
+		if pipe, err = acceptCM(ctx, uint16(p.Port), idle); err != nil {
+			return nil, err
+		}
+	}
+	return &Conn{p: pipe, client: p.Client(), cm: true}, nil
 }
 
 // start exchanges versions, system data and MTU, and settles the link.
@@ -158,8 +194,11 @@ func (t *test) establish(pre preamble) error {
 	if err := t.ex.handShakeAll(my, t.res.rem); err != nil {
 		return err
 	}
-	if err := t.res.connectQPs(t.p.Tool.Kind == Lat || t.p.Client()); err != nil {
-		return err
+	// Over rdma_cm the CM has connected the QPs already (cmdata.go).
+	if !t.p.RDMACM {
+		if err := t.res.connectQPs(t.p.Tool.Kind == Lat || t.p.Client()); err != nil {
+			return err
+		}
 	}
 	if pre.barrierFirst {
 		if err := t.ex.barrier(my); err != nil {

@@ -62,6 +62,47 @@ func (d *Dest) Marshal() []byte {
 	return msg
 }
 
+// cmDestLen is sizeof(struct pingpong_dest) on x86-64, what perftest
+// SENDs for a QP over rdma_cm (rdma_write_keys): lid, out_reads, qpn,
+// psn, rkey as big-endian 32-bit words, 4 bytes of padding, vaddr (64),
+// the GID, srqn and gid_index.
+const cmDestLen = 56
+
+// MarshalCM returns d as perftest's rdma_cm exchange sends it.
+func (d *Dest) MarshalCM() []byte {
+	b := make([]byte, cmDestLen)
+	for i, v := range []uint32{uint32(d.LID), d.OutReads, d.QPN, d.PSN, d.RKey} {
+		binary.BigEndian.PutUint32(b[4*i:], v)
+	}
+	binary.BigEndian.PutUint64(b[24:], d.VAddr)
+	copy(b[32:48], d.GID[:])
+	binary.BigEndian.PutUint32(b[48:], d.SRQN)
+	return b // gid_index (52) stays 0: perftest's reader ignores it
+}
+
+// ParseCMDest reads a peer's Dest from the rdma_cm exchange as perftest's
+// rdma_read_keys does: every field but srqn and gid_index, which it
+// leaves alone. The peer's widths are taken as they come: a QPN or PSN
+// beyond 24 bits is refused, as no QP has one.
+func ParseCMDest(b []byte) (Dest, error) {
+	var d Dest
+	if len(b) != cmDestLen {
+		return d, fmt.Errorf("perftest: QP message of %d bytes, want %d", len(b), cmDestLen)
+	}
+	lid := binary.BigEndian.Uint32(b)
+	d.OutReads = binary.BigEndian.Uint32(b[4:])
+	d.QPN = binary.BigEndian.Uint32(b[8:])
+	d.PSN = binary.BigEndian.Uint32(b[12:])
+	d.RKey = binary.BigEndian.Uint32(b[16:])
+	d.VAddr = binary.BigEndian.Uint64(b[24:])
+	copy(d.GID[:], b[32:48])
+	if lid > 0xffff || d.QPN > 0xffffff || d.PSN > 0xffffff {
+		return d, fmt.Errorf("perftest: QP message with LID %#x, QPN %#x, PSN %#x", lid, d.QPN, d.PSN)
+	}
+	d.LID = uint16(lid)
+	return d, nil
+}
+
 // ParseDest reads a 108-byte message from the peer. It accepts any field
 // widths (perftest parses with strtol) but nothing that is not hex.
 func ParseDest(msg []byte) (Dest, error) {
@@ -111,18 +152,52 @@ type BWReport struct {
 	MsgRate float64
 }
 
-// Conn is the out-of-band TCP connection of one test, perftest's
-// "Ethernet" data exchange method. In every exchange the client writes
-// first and then reads; the server reads first and then writes.
+// Conn is the out-of-band connection of one test: perftest's "Ethernet"
+// data exchange method over TCP, or its rdma_cm method over a control RC
+// QP (-R, cmpipe.go). In every exchange the client writes first and then
+// reads; the server reads first and then writes.
 type Conn struct {
-	c      net.Conn
+	p      pipe
 	client bool
+	// cm: the exchange runs over rdma_cm's control QP, where perftest
+	// sends a QP's Dest as its binary struct pingpong_dest and ends
+	// without "done".
+	cm bool
 	// PeerVersion is the version the peer advertised.
 	PeerVersion string
 }
 
+// pipe carries the exchange's messages, each of a size both sides know.
+type pipe interface {
+	write(b []byte) error
+	read(b []byte) error
+	Close() error
+}
+
+// tcpPipe is the exchange over TCP.
+type tcpPipe struct{ c net.Conn }
+
+func (t tcpPipe) write(b []byte) error {
+	if _, err := t.c.Write(b); err != nil {
+		return fmt.Errorf("perftest: write to peer: %w", err)
+	}
+	return nil
+}
+
+func (t tcpPipe) read(b []byte) error {
+	if _, err := io.ReadFull(t.c, b); err != nil {
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return fmt.Errorf("perftest: peer closed the connection: %w", err)
+		}
+		return fmt.Errorf("perftest: read from peer: %w", err)
+	}
+	return nil
+}
+
+func (t tcpPipe) Close() error { return t.c.Close() }
+
 // NewConn wraps an established connection; client says which side we are.
-func NewConn(c net.Conn, client bool) *Conn { return &Conn{c: c, client: client} }
+func NewConn(c net.Conn, client bool) *Conn { return &Conn{p: tcpPipe{c}, client: client} }
 
 // Dial connects to a perftest server at host:port (ethernet_client_connect),
 // resolving the host as getaddrinfo with AF_UNSPEC does: an IPv4 or IPv6
@@ -159,38 +234,21 @@ func Accept(ln net.Listener) (*Conn, error) {
 }
 
 // Close closes the connection without the closing handshake.
-func (c *Conn) Close() error { return c.c.Close() }
+func (c *Conn) Close() error { return c.p.Close() }
 
 // xchg sends mine and receives len(theirs) bytes, in the order of the
-// side (ctx_xchg_data_ethernet).
+// side (ctx_xchg_data_ethernet, ctx_xchg_data_rdma).
 func (c *Conn) xchg(mine, theirs []byte) error {
 	if c.client {
-		if err := c.write(mine); err != nil {
+		if err := c.p.write(mine); err != nil {
 			return err
 		}
-		return c.read(theirs)
+		return c.p.read(theirs)
 	}
-	if err := c.read(theirs); err != nil {
+	if err := c.p.read(theirs); err != nil {
 		return err
 	}
-	return c.write(mine)
-}
-
-func (c *Conn) write(b []byte) error {
-	if _, err := c.c.Write(b); err != nil {
-		return fmt.Errorf("perftest: write to peer: %w", err)
-	}
-	return nil
-}
-
-func (c *Conn) read(b []byte) error {
-	if _, err := io.ReadFull(c.c, b); err != nil {
-		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-			return fmt.Errorf("perftest: peer closed the connection: %w", err)
-		}
-		return fmt.Errorf("perftest: read from peer: %w", err)
-	}
-	return nil
+	return c.p.write(mine)
 }
 
 // ExchangeVersions swaps the 16-byte version strings and checks the
@@ -278,6 +336,13 @@ func (c *Conn) ExchangeMTU(mtu verbs.MTU) (verbs.MTU, error) {
 // HandShake swaps one QP's Dest (ctx_hand_shake); perftest also uses it
 // as a barrier, with whatever Dest is at hand.
 func (c *Conn) HandShake(my *Dest) (Dest, error) {
+	if c.cm {
+		theirs := make([]byte, cmDestLen)
+		if err := c.xchg(my.MarshalCM(), theirs); err != nil {
+			return Dest{}, err
+		}
+		return ParseCMDest(theirs)
+	}
 	theirs := make([]byte, destLen)
 	if err := c.xchg(my.Marshal(), theirs); err != nil {
 		return Dest{}, err
@@ -320,14 +385,19 @@ func (c *Conn) ExchangeBWReports(my BWReport) (BWReport, error) {
 }
 
 // CloseConnection is perftest's ctx_close_connection: a last handshake,
-// then "done" and close. The peer's "done" is not waited for.
+// then, over TCP, "done" and close. The peer's "done" is not waited for.
+// Over rdma_cm the handshake is all; the connection is torn down with
+// the test's QPs.
 func (c *Conn) CloseConnection(my *Dest) error {
 	if _, err := c.HandShake(my); err != nil {
-		c.c.Close()
+		c.p.Close()
 		return err
 	}
-	err := c.write(doneMsg)
-	if cerr := c.c.Close(); err == nil && cerr != nil {
+	if c.cm {
+		return nil
+	}
+	err := c.p.write(doneMsg)
+	if cerr := c.p.Close(); err == nil && cerr != nil {
 		err = fmt.Errorf("perftest: close: %w", cerr)
 	}
 	return err

@@ -50,7 +50,7 @@ func TestExchangeBothFamilies(t *testing.T) {
 			if cli.PeerVersion != Version || srv.c.PeerVersion != Version {
 				t.Fatalf("versions %q / %q", cli.PeerVersion, srv.c.PeerVersion)
 			}
-			from := srv.c.c.RemoteAddr().(*net.TCPAddr).AddrPort().Addr()
+			from := srv.c.p.(tcpPipe).c.RemoteAddr().(*net.TCPAddr).AddrPort().Addr()
 			if from.Unmap().String() != host {
 				t.Fatalf("server sees the client at %v, want %s", from, host)
 			}

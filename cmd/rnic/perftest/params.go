@@ -123,6 +123,7 @@ type Params struct {
 	NoPeak      bool // -N
 	OutReads    int  // -o; 0: the device's maximum
 	Unsorted    bool // -U: print every latency sample unsorted
+	RDMACM      bool // -R: the exchange and the QPs' connection through rdma_cm
 }
 
 // ErrHelp is returned by Parse for -h; the usage has been written.
@@ -247,6 +248,7 @@ func (p *Params) options() []option {
 			p.Unsorted = true
 			return nil
 		}},
+		{'R', "rdma_cm", false, func(p *Params, _ string) error { p.RDMACM = true; return nil }},
 		{0, "report_gbits", false, func(p *Params, _ string) error { p.ReportGbits = true; return nil }},
 		{0, "direct", false, func(p *Params, _ string) error { p.Direct = true; return nil }},
 		{0, "local", true, func(p *Params, v string) error {
@@ -394,6 +396,16 @@ func (p *Params) Client() bool { return p.ServerName != "" }
 // (force_dependecies and the checks around it), as far as they concern
 // the options this package has.
 func (p *Params) forceDependencies() error {
+	if p.RDMACM {
+		switch {
+		case p.Conn == verbs.QPTypeUC:
+			return errors.New("UC is not supported in librdmacm") // as perftest refuses it
+		case p.Conn == verbs.QPTypeUD:
+			return errors.New("-R with UD (rdma_cm's UDP port space, SIDR) is not built: RC only")
+		case p.Local.IsValid() || p.Direct:
+			return errors.New("-R connects through rnicd's CM agent: not with --local or --direct")
+		}
+	}
 	if p.Duration > 0 {
 		if p.Margin < 0 {
 			p.Margin = p.Duration / 4

@@ -72,6 +72,7 @@ func Usage(w io.Writer, tool Tool) {
 		"  -p, --port=<port>         TCP port of the exchange (default 18515)",
 		"  -q, --qp=<num>            Number of QPs (bw tests)",
 		"  -Q, --cq-mod              Signal a completion every this many WRs (default 100)",
+		"  -R, --rdma_cm             Connect the exchange and the QPs through rdma_cm (RC)",
 		"  -r, --rx-depth=<dep>      Receive queue depth (send tests, default 512)",
 		"  -s, --size=<size>         Message size (K and M suffixes)",
 		"  -t, --tx-depth=<dep>      Send queue depth (default 128 bw, 1 lat)",

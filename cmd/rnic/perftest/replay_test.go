@@ -30,18 +30,8 @@ type segment struct {
 // /work/shared/golden).
 func goldenExchange(t *testing.T, name string) []segment {
 	t.Helper()
-	f, err := os.Open("testdata/" + name + ".pcap")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	r, err := pcapgo.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var segs []segment
-	src := gopacket.NewPacketSource(r, r.LinkType())
-	for pkt := range src.Packets() {
+	for _, pkt := range goldenPackets(t, name) {
 		tcp, ok := pkt.Layer(layers.LayerTypeTCP).(*layers.TCP)
 		if !ok || len(tcp.Payload) == 0 {
 			continue
@@ -55,6 +45,25 @@ func goldenExchange(t *testing.T, name string) []segment {
 		t.Fatalf("%s: no perftest exchange in the capture", name)
 	}
 	return segs
+}
+
+// goldenPackets reads every packet of testdata/NAME.pcap.
+func goldenPackets(t *testing.T, name string) []gopacket.Packet {
+	t.Helper()
+	f, err := os.Open("testdata/" + name + ".pcap")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	r, err := pcapgo.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pkts []gopacket.Packet
+	for pkt := range gopacket.NewPacketSource(r, r.LinkType()).Packets() {
+		pkts = append(pkts, pkt)
+	}
+	return pkts
 }
 
 // peerNIC is the RDMA side of the fake peer: a real QP on an in-process

@@ -227,7 +227,19 @@ func printTestInfo(w io.Writer, p *Params, mtu verbs.MTU, gidIndex, outReads int
 	} else {
 		fmt.Fprintf(w, " Outstand reads  : %d\n", outReads)
 	}
-	fmt.Fprint(w, " rdma_cm QPs\t : OFF\n")
-	fmt.Fprint(w, " Data ex. method : Ethernet\n")
-	fmt.Fprint(w, resultLine)
+	if !p.RDMACM {
+		fmt.Fprint(w, " rdma_cm QPs\t : OFF\n")
+		fmt.Fprint(w, " Data ex. method : Ethernet\n")
+		fmt.Fprint(w, resultLine)
+		return
+	}
+	fmt.Fprint(w, " rdma_cm QPs\t : ON\n")
+	fmt.Fprint(w, " Data ex. method : rdma_cm")
+	if !p.Client() {
+		// perftest prints it once the QPs are connected already.
+		fmt.Fprint(w, "\n"+resultLine)
+		fmt.Fprint(w, " Waiting for client rdma_cm QP to connect\n")
+		fmt.Fprint(w, " Please run the same command with the IB/RoCE interface IP")
+	}
+	fmt.Fprint(w, "\n"+resultLine)
 }

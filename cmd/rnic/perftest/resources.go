@@ -20,6 +20,10 @@ type resources struct {
 	gidIndex int
 	outReads int
 
+	gid    verbs.GID // the port's GID at gidIndex
+	pd     *verbs.PD
+	access verbs.Access // the MR's
+
 	buf    []byte // send areas of every QP, then their receive areas
 	bufLen int    // BUFF_SIZE: one QP's area, at least a cycle buffer
 	mr     *verbs.MR
@@ -100,29 +104,45 @@ func newResources(ctx *verbs.Context, p *Params, l link) (*resources, error) {
 		}
 		r.gidIndex = p.GIDIndex
 	}
-	gid := port.GIDs[r.gidIndex]
+	r.gid, r.pd, r.access = port.GIDs[r.gidIndex], pd, access
+	r.rem = make([]Dest, n)
+	r.ahs = make([]*verbs.AH, n)
+	if p.RDMACM {
+		return r, nil // rdma_cm makes the QPs as it connects them (cmdata.go)
+	}
 	for i := 0; i < n; i++ {
-		qp, err := pd.CreateQP(verbs.QPInitAttr{Type: p.Conn, SendCQ: r.sendCQ, RecvCQ: r.recvCQ,
-			Cap: verbs.QPCap{MaxSendWR: p.TxDepth, MaxSendSGE: 1, MaxRecvWR: p.RxDepth, MaxRecvSGE: 1, MaxInlineData: p.Inline}})
+		qp, err := pd.CreateQP(r.qpInitAttr())
 		if err != nil {
 			return nil, fmt.Errorf("perftest: create QP: %w", err)
 		}
 		if err := qp.Modify(r.initAttr()); err != nil {
 			return nil, fmt.Errorf("perftest: modify QP to INIT: %w", err)
 		}
-		r.qps = append(r.qps, qp)
-		d := Dest{OutReads: uint32(r.outReads), QPN: qp.QPN, PSN: rand.Uint32() & 0xffffff,
-			VAddr: r.mr.Addr + uint64((n+i)*r.bufLen), GID: gid}
-		// rxe gives an MR without remote access rkey 0; perftest sends
-		// what it got.
-		if access != verbs.AccessLocalWrite {
-			d.RKey = r.mr.RKey
-		}
-		r.my = append(r.my, d)
+		r.addQP(qp)
 	}
-	r.rem = make([]Dest, n)
-	r.ahs = make([]*verbs.AH, n)
 	return r, nil
+}
+
+// qpInitAttr are the capabilities of every QP of the run.
+func (r *resources) qpInitAttr() verbs.QPInitAttr {
+	p := r.p
+	return verbs.QPInitAttr{Type: p.Conn, SendCQ: r.sendCQ, RecvCQ: r.recvCQ,
+		Cap: verbs.QPCap{MaxSendWR: p.TxDepth, MaxSendSGE: 1, MaxRecvWR: p.RxDepth, MaxRecvSGE: 1, MaxInlineData: p.Inline}}
+}
+
+// addQP takes the run's next QP and describes it in a Dest
+// (set_up_connection): each QP gives its receive area's address.
+func (r *resources) addQP(qp *verbs.QP) {
+	i := len(r.qps)
+	r.qps = append(r.qps, qp)
+	d := Dest{OutReads: uint32(r.outReads), QPN: qp.QPN, PSN: rand.Uint32() & 0xffffff,
+		VAddr: r.mr.Addr + uint64((r.p.NumQPs+i)*r.bufLen), GID: r.gid}
+	// rxe gives an MR without remote access rkey 0; perftest sends
+	// what it got.
+	if r.access != verbs.AccessLocalWrite {
+		d.RKey = r.mr.RKey
+	}
+	r.my = append(r.my, d)
 }
 
 // initAttr is the INIT transition of perftest's QPs: a Q_Key for UD, the

@@ -29,6 +29,10 @@ type Config struct {
 	IdleTimeout time.Duration
 }
 
+// defIdle is Config.IdleTimeout's default: the time perftest's
+// check_alive allows.
+const defIdle = 120 * time.Second
+
 // ErrRun marks a failure during the measured run (perftest exits 17).
 var ErrRun = errors.New("perftest: run failed")
 
@@ -42,6 +46,7 @@ type test struct {
 	idle time.Duration
 	ex   *exchange
 	res  *resources
+	cm   *cmQPs // -R: the test QPs' CM IDs
 }
 
 // Run runs one test to the end: connection, set-up, the measurement and
@@ -49,7 +54,7 @@ type test struct {
 func Run(p *Params, cfg Config) error {
 	t := &test{p: p, cfg: cfg, out: cfg.Stdout, idle: cfg.IdleTimeout}
 	if t.idle == 0 {
-		t.idle = 120 * time.Second
+		t.idle = defIdle
 	}
 	ctx, err := cfg.Open(p)
 	if err != nil {
@@ -73,6 +78,22 @@ func Run(p *Params, cfg Config) error {
 	defer t.ex.conn.Close()
 	if t.res, err = newResources(ctx, p, t.ex.link); err != nil {
 		return err
+	}
+	if p.RDMACM {
+		// Deferred after the exchange's Close, so it runs before: the
+		// test's QPs go first, the control QP last, as perftest's
+		// destroy_ctx calls come.
+		defer func() {
+			if t.cm == nil {
+				return
+			}
+			if err := t.cm.close(); err != nil {
+				fmt.Fprintf(cfg.Stderr, " Failed to disconnect RDMA CM nodes: %v\n", err)
+			}
+		}()
+		if err := t.connectCM(); err != nil {
+			return err
+		}
 	}
 	printTestInfo(t.out, p, t.res.mtu, t.res.gidIndex, t.res.outReads)
 	switch {
