@@ -2,9 +2,11 @@ package verbs_test
 
 import (
 	"bytes"
+	"fmt"
 	"net"
 	"net/netip"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -98,6 +100,37 @@ func TestOpenDirect(t *testing.T) {
 	write(t, qb2, mb2, mc, 0, "to the daemon's QP", dev.Fence)
 	if dev.Counters()["rcvd_pkts"] == 0 {
 		t.Fatal("the daemon's device received nothing for its own QP")
+	}
+
+	// The borrower is part of the daemon's NIC: the daemon lists its QP
+	// beside its own, owned by this process, and counts its packets.
+	qps, err := c.QPs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var row *verbs.QPInfo
+	for i := range qps {
+		if qps[i].QPN == qa.QPN {
+			row = &qps[i]
+		}
+	}
+	owner := fmt.Sprintf("[%d]", os.Getpid())
+	if row == nil || row.State != verbs.QPSRTS || row.DestQPN != qb.QPN || row.Type != verbs.QPTypeRC || !strings.HasSuffix(row.Owner, owner) {
+		t.Fatalf("the daemon's listing of the direct QP %#x: %+v (of %d QPs); want RTS to %#x, owner ...%s", qa.QPN, row, len(qps), qb.QPN, owner)
+	}
+	own, err := a.Counters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	all, err := c.Counters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	daemon := dev.Counters()
+	for _, k := range []string{"sent_pkts", "rcvd_pkts"} {
+		if own[k] == 0 || all[k] != daemon[k]+own[k] {
+			t.Errorf("%s: the daemon says %d, its own device %d and the borrower %d", k, all[k], daemon[k], own[k])
+		}
 	}
 
 	// Closing the direct Context returns block 1 for the next one.

@@ -22,6 +22,7 @@ import (
 	"github.com/rnicd/rnicd/internal/kwait"
 	"github.com/rnicd/rnicd/rnic"
 	"github.com/rnicd/rnicd/rnic/hostif"
+	"github.com/rnicd/rnicd/rnic/lend"
 	"github.com/rnicd/rnicd/wire/ibudp"
 )
 
@@ -37,6 +38,10 @@ type Context struct {
 	// lender, for OpenDirect, is the connection to the daemon whose
 	// socket local runs on; closing it returns the socket.
 	lender *hostif.Client
+	// borrower is this process's end of the memory shared with that
+	// daemon: local's QPs, counters, trace and packets reach the daemon
+	// through it, and the daemon's fault injection reaches local.
+	borrower *lend.Borrower
 
 	mem allocs
 
@@ -225,22 +230,40 @@ func openDirect(name string, lender *hostif.Client) (*Context, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(fds) != 1 {
+	if len(fds) != 2 {
 		for _, fd := range fds {
 			unix.Close(fd)
 		}
-		return nil, fmt.Errorf("lend_port reply carries %d descriptors, want a socket", len(fds))
+		return nil, fmt.Errorf("lend_port reply carries %d descriptors, want a socket and the shared area", len(fds))
+	}
+	area, err := lend.Map(fds[1])
+	unix.Close(fds[1])
+	if err != nil {
+		unix.Close(fds[0])
+		return nil, err
 	}
 	addr := netip.AddrFrom16(port.Addr).Unmap()
 	p, err := ibudp.Open(ibudp.Config{Addr: addr, MTU: int(port.ActiveMTU), SocketFD: fds[0]})
 	if err != nil {
+		area.Close()
 		return nil, err
 	}
-	c, err := openNIC(rnic.Config{Port: p, Name: name, QPNFirst: lent.QPNFirst, QPNLast: lent.QPNLast})
+	// The daemon's fault injector cannot see the packets the kernel
+	// steers here: this NIC's own impairs them as the daemon says.
+	var faulty *ibudp.FaultyPoller
+	if pp, ok := p.(ibudp.Poller); ok {
+		faulty = ibudp.NewFaultyPoller(pp, time.Now().UnixNano())
+		p = faulty
+	}
+	b := lend.NewBorrower(area, faulty)
+	c, err := openNIC(rnic.Config{Port: p, Name: name, QPNFirst: lent.QPNFirst, QPNLast: lent.QPNLast, Trace: b.Tracer()})
 	if err != nil {
+		b.Close()
 		return nil, err
 	}
-	c.lender = lender
+	c.local.dev.SetCapture(b.Capture())
+	b.Start(c.local.dev)
+	c.lender, c.borrower = lender, b
 	return c, nil
 }
 
@@ -261,6 +284,11 @@ func (c *Context) Close() error {
 		if e := c.local.dev.Close(); err == nil {
 			err = e
 		}
+	}
+	if c.borrower != nil {
+		// After the device: its last events and packets may still go to
+		// the shared area.
+		c.borrower.Close()
 	}
 	if c.lender != nil {
 		c.lender.Close()

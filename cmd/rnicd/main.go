@@ -41,6 +41,7 @@ import (
 	"github.com/rnicd/rnicd/rnic"
 	"github.com/rnicd/rnicd/rnic/flowctl"
 	"github.com/rnicd/rnicd/rnic/hostif"
+	"github.com/rnicd/rnicd/rnic/lend"
 	"github.com/rnicd/rnicd/rnic/trace"
 	"github.com/rnicd/rnicd/verbs"
 	"github.com/rnicd/rnicd/wire/ibudp"
@@ -314,7 +315,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		os.Remove(path)
 		return err
 	}
-	obs, err := startObservers(c, dev, faulty, srv.CMCounters, tr, verbs.MonitorSocketPath(c.name), log)
+	obs, err := startObservers(c, dev, faulty, srv.CMCounters, srv.Lent(), tr, verbs.MonitorSocketPath(c.name), log)
 	if err != nil {
 		srv.StopCM()
 		dev.Close()
@@ -404,6 +405,9 @@ func raiseNofile() (uint64, error) {
 // printCounters writes the nonzero counters, as `rdma statistic show` does.
 func printCounters(w io.Writer, dev *rnic.Device, srv *hostif.Server) {
 	m := dev.Counters()
+	if l := srv.Lent(); l != nil {
+		lend.AddCounters(m, l.Snapshots())
+	}
 	for k, v := range srv.Counters() {
 		m[k] = v
 	}

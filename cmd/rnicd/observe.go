@@ -13,6 +13,7 @@ import (
 
 	"github.com/rnicd/rnicd/internal/rotate"
 	"github.com/rnicd/rnicd/rnic"
+	"github.com/rnicd/rnicd/rnic/lend"
 	"github.com/rnicd/rnicd/rnic/monitor"
 	"github.com/rnicd/rnicd/rnic/trace"
 	"github.com/rnicd/rnicd/wire/ibudp"
@@ -26,6 +27,9 @@ import (
 type observers struct {
 	log *slog.Logger
 	dev *rnic.Device
+	// lent are the areas shared with the clients the daemon lent
+	// sockets (nil if it lends none): their packets join the capture.
+	lent *lend.Registry
 
 	traceFile *rotate.Files
 	traceSub  *trace.Sub
@@ -48,9 +52,9 @@ type observers struct {
 
 // startObservers starts what c asks for, and always the monitor on
 // socketPath. On error it undoes what it started.
-func startObservers(c config, dev *rnic.Device, faulty *ibudp.Faulty, cmCounters func() map[string]uint64, tr *trace.Tracer,
-	socketPath string, log *slog.Logger) (_ *observers, err error) {
-	o := &observers{log: log, dev: dev, stopped: make(chan error, 4)}
+func startObservers(c config, dev *rnic.Device, faulty *ibudp.Faulty, cmCounters func() map[string]uint64, lent *lend.Registry,
+	tr *trace.Tracer, socketPath string, log *slog.Logger) (_ *observers, err error) {
+	o := &observers{log: log, dev: dev, lent: lent, stopped: make(chan error, 4)}
 	defer func() {
 		if err != nil {
 			o.stopServing()
@@ -69,10 +73,10 @@ func startObservers(c config, dev *rnic.Device, faulty *ibudp.Faulty, cmCounters
 			return nil, err
 		}
 		o.capture = w
-		dev.SetCapture(w)
+		o.setCapture(w)
 		log.Info("capture", "path", c.pcap, "keeps", c.pcapLim, "at_most_bytes", c.pcapLim.bound())
 	}
-	if o.mon, err = monitor.New(monitor.Config{Devices: []monitor.Device{{Dev: dev, Faulty: faulty, Counters: cmCounters}}, Tracer: tr}); err != nil {
+	if o.mon, err = monitor.New(monitor.Config{Devices: []monitor.Device{{Dev: dev, Faulty: faulty, Counters: cmCounters, Lent: lent}}, Tracer: tr}); err != nil {
 		return nil, err
 	}
 	// The daemon owns the device's control socket, so a monitor socket
@@ -113,6 +117,22 @@ func (o *observers) startTrace(path string, lim fileLimit, tr *trace.Tracer) err
 	return nil
 }
 
+// setCapture hands the device's packets and its borrowers' to c, nil to
+// stop.
+func (o *observers) setCapture(c *pcap.Writer) {
+	if c == nil {
+		o.dev.SetCapture(nil)
+		if o.lent != nil {
+			o.lent.SetCapture(nil)
+		}
+		return
+	}
+	o.dev.SetCapture(c)
+	if o.lent != nil {
+		o.lent.SetCapture(c)
+	}
+}
+
 func (o *observers) serve(l net.Listener) {
 	// The monitor's streams (/api/trace) last as long as their client, so
 	// there is no write timeout; a slow header is a hostile one.
@@ -146,7 +166,7 @@ func (o *observers) tick() {
 		if err := o.capture.Flush(); err != nil {
 			o.log.Error("capture stopped: cannot write it; the daemon runs on without", "err", err)
 			o.captureFailed = true
-			o.dev.SetCapture(nil)
+			o.setCapture(nil)
 		}
 	}
 	if o.traceSub != nil {
@@ -186,7 +206,7 @@ func (o *observers) stopServing() {
 // stopped, so that they hold its last packets and events.
 func (o *observers) close() {
 	if o.capture != nil {
-		o.dev.SetCapture(nil)
+		o.setCapture(nil)
 		st := o.capture.Stats()
 		if err := o.capture.Close(); err != nil && !o.captureFailed {
 			o.log.Error("capture", "err", err)

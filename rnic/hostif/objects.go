@@ -224,6 +224,8 @@ func (c *conn) teardown() {
 		}
 	}
 	if c.lent {
+		c.s.lent.Remove(c.area)
+		c.area = nil
 		if err := c.s.steer.Release(c.block); err != nil {
 			c.s.log.Warn("release a lent socket", "err", err)
 		}

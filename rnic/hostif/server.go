@@ -18,6 +18,7 @@ import (
 	"github.com/rnicd/rnicd/ib"
 	"github.com/rnicd/rnicd/rnic"
 	"github.com/rnicd/rnicd/rnic/cm"
+	"github.com/rnicd/rnicd/rnic/lend"
 	"github.com/rnicd/rnicd/wire/ibudp"
 )
 
@@ -41,6 +42,10 @@ type Server struct {
 	name  string
 	log   *slog.Logger
 	steer *ibudp.Steering // nil: no sockets to lend
+	// lent holds the areas shared with the borrowers of the port's
+	// sockets, through which their QPs, counters, trace and packets are
+	// the daemon's (package lend); nil without steering.
+	lent *lend.Registry
 
 	mu    sync.Mutex
 	conns map[*conn]struct{}
@@ -80,9 +85,17 @@ func NewServer(cfg Config) *Server {
 	if name == "" {
 		name = "rnic0"
 	}
-	return &Server{dev: cfg.Device, name: name, log: log, steer: cfg.Steering, conns: make(map[*conn]struct{}),
+	s := &Server{dev: cfg.Device, name: name, log: log, steer: cfg.Steering, conns: make(map[*conn]struct{}),
 		acct: accounts{lim: cfg.Limits}}
+	if s.steer != nil {
+		s.lent = lend.NewRegistry(cfg.Device.Probe())
+	}
+	return s
 }
+
+// Lent is the registry of the borrowers' shared areas, for the monitor
+// and the capture to show them; nil if the server lends no sockets.
+func (s *Server) Lent() *lend.Registry { return s.lent }
 
 // Serve accepts connections on l until l is closed.
 func (s *Server) Serve(l *net.UnixListener) error {
@@ -230,6 +243,9 @@ func (s *Server) Shutdown() {
 	}
 	for _, qp := range s.dev.QPs() {
 		s.dev.EnterError(qp)
+	}
+	if s.lent != nil {
+		s.lent.Close()
 	}
 }
 
@@ -398,6 +414,7 @@ type conn struct {
 	// lent says the client borrowed the port's socket of QPN block
 	// block (KindLendPort); teardown releases it.
 	lent  bool
+	area  *lend.Lent // the memory shared with the borrower
 	block uint8
 
 	warned bool // the log said once that this client went over a limit
@@ -596,7 +613,9 @@ func (c *conn) queryPort(object, Body, []int) (Body, []int, error) {
 // QPNs, one per client.
 func (c *conn) lendPort(object, Body, []int) (Body, []int, error) {
 	if c.s.steer == nil {
-		return nil, nil, errf(CodeFailed, "lend_port: this daemon's port is not steered (rnicd -lend, CAP_BPF)")
+		// ENOSYS, not EIO: this daemon lends nothing, which a client
+		// that tries by default takes quietly (verbs.Open).
+		return nil, nil, errf(CodeUnknown, "lend_port: this daemon's port is not steered (rnicd -lend, CAP_BPF)")
 	}
 	if c.lent {
 		return nil, nil, errf(CodeBusy, "lend_port: block %d is lent to this client already", c.block)
@@ -605,10 +624,18 @@ func (c *conn) lendPort(object, Body, []int) (Body, []int, error) {
 	if err != nil {
 		return nil, nil, errf(CodeFailed, "lend_port: %v", err)
 	}
-	c.lent, c.block = true, b
 	first, last := ibudp.SteerBlockQPNs(b)
+	areaFD, area, err := c.s.lent.Add(uint32(c.pid), c.comm, first, last)
+	if err != nil {
+		unix.Close(fd)
+		if rerr := c.s.steer.Release(b); rerr != nil {
+			c.s.log.Warn("release a lent socket", "err", rerr)
+		}
+		return nil, nil, errf(CodeFailed, "lend_port: %v", err)
+	}
+	c.lent, c.block, c.area = true, b, area
 	c.s.log.Info("socket lent", "pid", c.pid, "comm", c.comm, "qpns", fmt.Sprintf("%#x..%#x", first, last))
-	return &LendReply{QPNFirst: first, QPNLast: last}, []int{fd}, nil
+	return &LendReply{QPNFirst: first, QPNLast: last}, []int{fd, areaFD}, nil
 }
 
 func (c *conn) allocPD(object, Body, []int) (Body, []int, error) {
@@ -712,6 +739,9 @@ func ringMem(n uint64) (int, []byte, error) {
 
 func (c *conn) counters(object, Body, []int) (Body, []int, error) {
 	m := c.s.dev.Counters()
+	if c.s.lent != nil {
+		lend.AddCounters(m, c.s.lent.Snapshots())
+	}
 	for k, v := range c.s.Counters() {
 		m[k] = v
 	}
@@ -742,6 +772,25 @@ func (c *conn) listQPs(_ object, b Body, _ []int) (Body, []int, error) {
 		row.Dest = st.Attr.AH.DGID
 		row.SQDepth, row.RQDepth = uint32(st.SQUsed), uint32(st.RQUsed)
 		out.Rows = append(out.Rows, row)
+	}
+	if out.More || c.s.lent == nil {
+		return out, nil, nil
+	}
+	// The borrowers' QPs follow, block by block: their QPNs are above
+	// the daemon's own (ibudp.Steering).
+	for _, snap := range c.s.lent.Snapshots() {
+		for _, q := range snap.QPs {
+			if q.QPN < from {
+				continue
+			}
+			if len(out.Rows) == maxRows {
+				out.More, out.Next = true, q.QPN
+				return out, nil, nil
+			}
+			out.Rows = append(out.Rows, QPRow{QPN: q.QPN, SQPSN: q.SQPSN, RQPSN: q.RQPSN, DestQPN: q.DestQPN,
+				Type: q.Type, State: q.State, PathMTU: q.PathMTU, Dest: q.Dest, SQDepth: q.SQUsed, RQDepth: q.RQUsed,
+				PID: snap.PID, Comm: snap.Comm})
+		}
 	}
 	return out, nil, nil
 }

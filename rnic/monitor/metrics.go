@@ -29,7 +29,8 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		d := prometheus.NewDesc(name, help, nil, labels)
 		ch <- prometheus.MustNewConstMetric(d, t, v)
 	}
-	for _, d := range c.m.cfg.Devices {
+	for _, dv := range c.m.cfg.Devices {
+		d := dv.view()
 		dev := prometheus.Labels{"device": d.Dev.Name()}
 		for name, v := range d.counters() {
 			emit("rnicd_"+name+"_total", "Device counter "+name+" (rxe's name where rxe has one).", prometheus.CounterValue, float64(v), dev)
@@ -38,7 +39,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 			emit("rnicd_port_"+name+"_total", "Port counter "+name+".", prometheus.CounterValue, float64(v), dev)
 		})
 		if d.Faulty != nil {
-			fs := d.Faulty.FaultStats()
+			fs := d.faultStats()
 			for dir, fc := range map[string]ibudp.FaultCounts{"tx": fs.TX, "rx": fs.RX} {
 				l := prometheus.Labels{"device": d.Dev.Name(), "dir": dir}
 				for name, v := range map[string]uint64{"packets": fc.Packets, "matched": fc.Matched, "dropped": fc.Dropped,
@@ -52,7 +53,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 			}
 		}
 		emit("rnicd_doorbell_depth", "QPs waiting on the send pipeline's run list.", prometheus.GaugeValue, float64(d.Dev.DoorbellDepth()), dev)
-		for _, q := range d.Dev.QPInfo() {
+		for _, q := range d.qps() {
 			l := prometheus.Labels{"device": d.Dev.Name(), "qpn": fmt.Sprintf("%#x", q.QPN), "type": q.Type}
 			for name, v := range map[string]int{"sq_psn": int(q.SQPSN), "una_psn": int(q.UnaPSN), "rq_psn": int(q.RQPSN),
 				"sq_used": q.SQUsed, "sq_inflight": q.SQInFlight, "rq_used": q.RQUsed} {

@@ -28,6 +28,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/rnicd/rnicd/rnic"
+	"github.com/rnicd/rnicd/rnic/lend"
 	"github.com/rnicd/rnicd/rnic/trace"
 	"github.com/rnicd/rnicd/wire/ibudp"
 )
@@ -45,17 +46,60 @@ type Device struct {
 	// live outside it (the daemon's CM agent: cm_tx_msgs_req, ...); they
 	// join the device's own in /metrics and /api/state.
 	Counters func() map[string]uint64
+	// Lent, if set, holds the areas the device shares with the clients
+	// it lent sockets (package lend): their QPs, counters and injector
+	// counters are shown as the device's own, and injected faults apply
+	// to their packets too.
+	Lent *lend.Registry
 }
 
-// counters are d's device counters and those of its other blocks.
-func (d Device) counters() map[string]uint64 {
+// view is what the monitor shows of one device at one moment: the
+// device's own state and what its borrowers published.
+type view struct {
+	Device
+	lent []lend.Snapshot
+}
+
+func (d Device) view() view {
+	v := view{Device: d}
+	if d.Lent != nil {
+		v.lent = d.Lent.Snapshots()
+	}
+	return v
+}
+
+// counters are d's device counters, its borrowers' added in, and those
+// of its other blocks.
+func (d view) counters() map[string]uint64 {
 	m := d.Dev.Counters()
+	lend.AddCounters(m, d.lent)
 	if d.Counters != nil {
 		for k, v := range d.Counters() {
 			m[k] = v
 		}
 	}
 	return m
+}
+
+// faultStats are what the device's injector and its borrowers' did.
+func (d view) faultStats() ibudp.FaultStats {
+	st := d.Faulty.FaultStats()
+	lend.AddFaults(&st, d.lent)
+	return st
+}
+
+// qps is the device's QP table with its borrowers' QPs after its own.
+func (d view) qps() []rnic.QPInfo {
+	qps := d.Dev.QPInfo()
+	for _, s := range d.lent {
+		for _, q := range s.QPs {
+			qps = append(qps, rnic.QPInfo{QPN: q.QPN, Type: q.Type.String(), State: q.State.String(),
+				SQPSN: q.SQPSN, UnaPSN: q.UnaPSN, RQPSN: q.RQPSN, DestQPN: q.DestQPN, Dest: q.DestAddr(),
+				PathMTU: int(q.PathMTUBytes), SQUsed: int(q.SQUsed), SQCap: int(q.SQCap), SQInFlight: int(q.SQInFlight),
+				RQUsed: int(q.RQUsed), RQCap: int(q.RQCap)})
+		}
+	}
+	return qps
 }
 
 // Config says what to show.
@@ -198,14 +242,15 @@ type State struct {
 // State reads every device's counters and QP table.
 func (m *Monitor) State() State {
 	st := State{TimeNS: time.Now().UnixNano()}
-	for _, d := range m.cfg.Devices {
+	for _, dev := range m.cfg.Devices {
+		d := dev.view()
 		pa := d.Dev.QueryPort()
 		ds := DeviceState{Name: d.Dev.Name(), Addr: pa.Addr.String(), GID: pa.GID.String(), MTU: pa.ActiveMTU,
 			Counters: d.counters(), Port: map[string]uint64{}, Doorbell: d.Dev.DoorbellDepth(), QPs: []QPState{},
 			CC: d.Dev.CongestionControl()}
 		d.Dev.PortStats().Each(func(name string, v uint64) { ds.Port[name] = v })
 		if d.Faulty != nil {
-			fs := d.Faulty.FaultStats()
+			fs := d.faultStats()
 			ds.Fault = &fs
 			ds.FaultCfg = map[string]string{"tx": describeFaults(d.Faulty.TX()), "rx": describeFaults(d.Faulty.RX())}
 			for dir, f := range map[string]ibudp.Faults{"tx": d.Faulty.TX(), "rx": d.Faulty.RX()} {
@@ -217,7 +262,7 @@ func (m *Monitor) State() State {
 				}
 			}
 		}
-		for _, q := range d.Dev.QPInfo() {
+		for _, q := range d.qps() {
 			qs := QPState{QPN: q.QPN, Type: q.Type, State: q.State, SQPSN: q.SQPSN, UnaPSN: q.UnaPSN, RQPSN: q.RQPSN,
 				DestQPN: q.DestQPN, PathMTU: q.PathMTU, SQUsed: q.SQUsed, SQCap: q.SQCap, SQInFlight: q.SQInFlight,
 				RQUsed: q.RQUsed, RQCap: q.RQCap}
@@ -289,6 +334,11 @@ func (m *Monitor) serveInject(w http.ResponseWriter, r *http.Request) {
 		if err := Inject(d.Faulty, req); err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
+		}
+		if d.Lent != nil {
+			// The borrowers' packets never pass the daemon's injector:
+			// each applies the same faults to its own.
+			d.Lent.SetFaults(d.Faulty.TX(), d.Faulty.RX())
 		}
 		writeJSON(w, map[string]string{"tx": describeFaults(d.Faulty.TX()), "rx": describeFaults(d.Faulty.RX())})
 		return

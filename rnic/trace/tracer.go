@@ -14,8 +14,19 @@ const DefaultRing = 1 << 16
 // drain. It records only while at least one reader is subscribed; with
 // none, a Probe's On reports false and the engines build no events. It is
 // safe for concurrent use.
+//
+// A forwarding Tracer (NewForward) has no ring and no readers of its own:
+// it is a NIC's in a borrower's process, whose events go to the daemon's
+// Tracer (package lend).
 type Tracer struct {
-	on atomic.Bool // a reader is subscribed
+	// on is 1 while events are wanted: own, or for a forwarding Tracer a
+	// word the daemon sets in shared memory. Probe.On is one load of it.
+	on  *atomic.Uint32
+	own atomic.Uint32 // a reader is subscribed
+	// sink, for a forwarding Tracer, takes each event instead of the ring.
+	sink func(*Event)
+	// onSwitch, if set, is told when recording starts and stops.
+	onSwitch func(on bool)
 
 	mu   sync.Mutex
 	ring []Event // power-of-two length; event seq s lives at s & mask
@@ -34,7 +45,38 @@ func New(size int) *Tracer {
 	for n < size {
 		n <<= 1
 	}
-	return &Tracer{ring: make([]Event, n), mask: uint64(n - 1), subs: make(map[*Sub]struct{})}
+	t := &Tracer{ring: make([]Event, n), mask: uint64(n - 1), subs: make(map[*Sub]struct{})}
+	t.on = &t.own
+	return t
+}
+
+// NewForward returns a Tracer whose probes are on while *on is not 0 and
+// hand each event, stamped, to sink instead of a ring; sink must be safe
+// for concurrent use. It takes no readers.
+func NewForward(on *atomic.Uint32, sink func(*Event)) *Tracer {
+	// A ring of one and a reader map keep Subscribe harmless; no event
+	// reaches them.
+	return &Tracer{on: on, sink: sink, ring: make([]Event, 1), subs: make(map[*Sub]struct{})}
+}
+
+// OnSwitch makes f be told, at once and whenever it changes, whether t
+// records (has a reader). f runs with t's lock held: it must not call t.
+func (t *Tracer) OnSwitch(f func(on bool)) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.onSwitch = f
+	f(t.own.Load() != 0)
+}
+
+// setOn records whether t has readers; t.mu is held.
+func (t *Tracer) setOn(on bool) {
+	v := uint32(0)
+	if on {
+		v = 1
+	}
+	if t.own.Swap(v) != v && t.onSwitch != nil {
+		t.onSwitch(on)
+	}
 }
 
 // Probe is one NIC's handle on a Tracer: the engines of a device hold it,
@@ -55,7 +97,10 @@ func (t *Tracer) Probe(nic string) *Probe {
 
 // On reports whether events are wanted: p is not nil and its Tracer has a
 // reader. Engines check it before building an event.
-func (p *Probe) On() bool { return p != nil && p.t.on.Load() }
+func (p *Probe) On() bool { return p != nil && p.t.on.Load() != 0 }
+
+// Tracer is the Tracer p emits into.
+func (p *Probe) Tracer() *Tracer { return p.t }
 
 // NIC is the name the probe stamps on its events.
 func (p *Probe) NIC() string { return p.nic }
@@ -63,9 +108,20 @@ func (p *Probe) NIC() string { return p.nic }
 // Emit stamps e with the NIC's name, the time and a sequence number, and
 // puts it in the ring. Call it only when On reported true.
 func (p *Probe) Emit(e Event) {
-	e.NIC = p.nic
 	e.Time = time.Now().UnixNano()
+	p.Forward(e)
+}
+
+// Forward is Emit for an event that happened elsewhere, at e.Time: a
+// borrower's, which the daemon drains from shared memory (package lend)
+// and shows as its own NIC's.
+func (p *Probe) Forward(e Event) {
+	e.NIC = p.nic
 	t := p.t
+	if t.sink != nil {
+		t.sink(&e)
+		return
+	}
 	t.mu.Lock()
 	t.seq++
 	e.Seq = t.seq
@@ -121,7 +177,7 @@ func (t *Tracer) Subscribe(f Filter) *Sub {
 	defer t.mu.Unlock()
 	s := &Sub{t: t, f: f, next: t.seq + 1, wake: make(chan struct{}, 1)}
 	t.subs[s] = struct{}{}
-	t.on.Store(true)
+	t.setOn(true)
 	return s
 }
 
@@ -135,7 +191,7 @@ func (s *Sub) Close() {
 	}
 	s.closed = true
 	delete(t.subs, s)
-	t.on.Store(len(t.subs) > 0)
+	t.setOn(len(t.subs) > 0)
 }
 
 // Lost is the number of events the reader missed because it fell more
