@@ -35,7 +35,7 @@ const (
 	MaxCounters    = 128
 	counterNameLen = 40
 
-	offFaultStats = offCounters + MaxCounters*counterLen // 2 directions * faultCountsLen
+	offFaultStats  = offCounters + MaxCounters*counterLen // 2 directions * faultCountsLen
 	faultCountsLen = 16 * 8
 
 	offRingHead = 8192 // u64: consumer (daemon) position
@@ -48,7 +48,7 @@ const (
 	// 16,000 events or 110 packets of MTU 9000, 10 ms of a busy QP.
 	RingLen = 1 << 20
 
-	offQPs = offRing + RingLen
+	offQPs   = offRing + RingLen
 	qpRowLen = 64
 	// MaxQPs is the rows the QP table holds: a borrower's whole QPN block
 	// (ibudp.Steering, 65,536 QPNs).
