@@ -56,7 +56,7 @@ func (c *CM) Connect(p ConnectParam) (*ID, error) {
 	id.serviceID = p.ServiceID
 	id.transport = p.Transport
 	id.qpn = p.QPN & 0xffffff
-	id.sqPSN = p.StartingPSN & 0xffffff
+	id.ownPSN = p.StartingPSN & 0xffffff
 	id.pathMTU = uint8(p.PathMTU)
 	id.respRes, id.initDepth = p.ResponderResources, p.InitiatorDepth
 	id.retryCount = p.RetryCount
@@ -76,7 +76,7 @@ func (c *CM) Connect(p ConnectParam) (*ID, error) {
 		LocalCommID: id.localID, ServiceID: p.ServiceID, LocalCAGUID: c.cfg.CAGUID,
 		LocalQPN: id.qpn, ResponderResources: p.ResponderResources, InitiatorDepth: p.InitiatorDepth,
 		RemoteCMResponseTimeout: c.cfg.CMResponseTimeout, TransportType: p.Transport,
-		StartingPSN: id.sqPSN, LocalCMResponseTimeout: c.cfg.CMResponseTimeout,
+		StartingPSN: id.ownPSN, LocalCMResponseTimeout: c.cfg.CMResponseTimeout,
 		RetryCount: p.RetryCount, PKey: p.Dest.PKey, PathMTU: id.pathMTU,
 		RNRRetryCount: p.RNRRetryCount, MaxCMRetries: c.cfg.MaxCMRetries,
 		// RoCE has no LIDs: rxe and Linux's CM send the permissive LID.
@@ -129,7 +129,7 @@ func (c *CM) handleREP(from Dest, tid uint64, rep mad.REP) {
 	id.remoteID = rep.LocalCommID()
 	id.remoteCAGUID = rep.LocalCAGUID()
 	id.remoteQPN = rep.LocalQPN()
-	id.rqPSN = rep.StartingPSN()
+	id.peerPSN = rep.StartingPSN()
 	// The peer's resources bound ours: we may issue as many READs as it
 	// accepts, and accept as many as it issues (cm_rep_handler).
 	id.initDepth = min(id.initDepth, rep.ResponderResources())
@@ -138,7 +138,7 @@ func (c *CM) handleREP(from Dest, tid uint64, rep mad.REP) {
 	c.remote[remoteKey{id.remoteID, id.remoteCAGUID}] = id
 	c.remoteQPs[remoteKey{id.remoteQPN, id.remoteCAGUID}] = id
 	remote := Remote{GID: id.dest.GID, CAGUID: id.remoteCAGUID, ServiceID: id.serviceID,
-		QPN: id.remoteQPN, QKey: rep.LocalQKey(), StartingPSN: id.rqPSN, PathMTU: id.pathMTU,
+		QPN: id.remoteQPN, QKey: rep.LocalQKey(), StartingPSN: id.peerPSN, PathMTU: id.pathMTU,
 		ResponderResources: rep.ResponderResources(), InitiatorDepth: rep.InitiatorDepth(),
 		RNRRetryCount: id.rnrRetry, TransportType: id.transport}
 

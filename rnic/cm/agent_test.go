@@ -183,7 +183,7 @@ func TestAgentConnectsRealQPs(t *testing.T) {
 		qp          *rnic.QP
 		state       ib.QPState
 		dest, sqPSN uint32
-	}{{qa, ib.QPSRTS, qb.QPN, 0x173280}, {qb, ib.QPSRTS, qa.QPN, 0x96ea7b}} {
+	}{{qa, ib.QPSRTS, qb.QPN, 0x96ea7b}, {qb, ib.QPSRTS, qa.QPN, 0x173280}} { // each sends from the peer's Starting PSN
 		attr := a.dev.QueryQP(c.qp)
 		if c.qp == qb {
 			attr = b.dev.QueryQP(qb)

@@ -168,8 +168,14 @@ type ID struct {
 	transport    uint8 // mad.TransportRC or mad.TransportUC
 	qpn          uint32
 	remoteQPN    uint32
-	sqPSN        uint32 // our starting PSN
-	rqPSN        uint32 // the peer's starting PSN
+	// ownPSN is the Starting PSN of our REQ or REP, peerPSN the peer's.
+	// As Linux reads them (cm_req_handler and cm_rep_handler set sq_psn
+	// from the message received), a side's Starting PSN is where the
+	// other side's packets to it start: its RQ PSN; its SQ PSN is the
+	// peer's. In write_bw_rdmacm.pcap (rxe to rxe) the client's first
+	// SEND carries the REP's Starting PSN, the server's the REQ's.
+	ownPSN       uint32
+	peerPSN      uint32
 	pathMTU      uint8
 	respRes      uint8 // RDMA READ/atomic we accept: the QP's max_dest_rd_atomic
 	initDepth    uint8 // RDMA READ/atomic we issue: the QP's max_rd_atomic

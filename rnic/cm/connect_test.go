@@ -104,10 +104,12 @@ func TestConnectAndDisconnect(t *testing.T) {
 	if rep != wantREP {
 		t.Errorf("REP\n got %+v\nwant %+v", rep, wantREP)
 	}
-	checkQPToRTS(t, "b", w.b.qp, qpnB, qpnA, psnA, psnB, gidA)
+	// Each side receives from the PSN its own message carried and sends
+	// from the peer's, as Linux (ID.ownPSN).
+	checkQPToRTS(t, "b", w.b.qp, qpnB, qpnA, psnB, psnA, gidA)
 
 	w.deliver() // REP to a, RTU to b
-	checkQPToRTS(t, "a", w.a.qp, qpnA, qpnB, psnB, psnA, gidB)
+	checkQPToRTS(t, "a", w.a.qp, qpnA, qpnB, psnA, psnB, gidB)
 	if a.State() != StateEstablished || b.State() != StateEstablished {
 		t.Fatalf("a %v, b %v", a.State(), b.State())
 	}

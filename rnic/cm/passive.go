@@ -53,7 +53,7 @@ func (c *CM) handleREQ(from Dest, tid uint64, req mad.REQ) {
 	id.serviceID = req.ServiceID()
 	id.transport = req.TransportType()
 	id.remoteQPN = req.LocalQPN()
-	id.rqPSN = req.StartingPSN()
+	id.peerPSN = req.StartingPSN()
 	id.pathMTU = req.PathMTU()
 	// What the peer issues we must accept, and the other way round
 	// (cm_req_handler: initiator_depth = REQ responder resources).
@@ -73,7 +73,7 @@ func (c *CM) handleREQ(from Dest, tid uint64, req mad.REQ) {
 	id.traceRecv()
 	c.event(Event{Type: EventConnectRequest, ID: id, Listener: l, PrivateData: clonePD(req.PrivateData()),
 		Remote: Remote{GID: from.GID, CAGUID: id.remoteCAGUID, ServiceID: id.serviceID, QPN: id.remoteQPN,
-			StartingPSN: id.rqPSN, PathMTU: id.pathMTU, ResponderResources: req.ResponderResources(),
+			StartingPSN: id.peerPSN, PathMTU: id.pathMTU, ResponderResources: req.ResponderResources(),
 			InitiatorDepth: req.InitiatorDepth(), RetryCount: id.retryCount, RNRRetryCount: id.rnrRetry,
 			TransportType: id.transport}})
 }
@@ -141,7 +141,7 @@ func (id *ID) Accept(p AcceptParam) error {
 	}
 	c := id.cm
 	id.qpn = p.QPN & 0xffffff
-	id.sqPSN = p.StartingPSN & 0xffffff
+	id.ownPSN = p.StartingPSN & 0xffffff
 	id.respRes = min(p.ResponderResources, id.respRes)
 	id.initDepth = min(p.InitiatorDepth, id.initDepth)
 	err := id.toInit()
@@ -157,7 +157,7 @@ func (id *ID) Accept(p AcceptParam) error {
 		return err
 	}
 	f := mad.REPFields{LocalCommID: id.localID, RemoteCommID: id.remoteID, LocalQPN: id.qpn,
-		StartingPSN: id.sqPSN, ResponderResources: id.respRes, InitiatorDepth: id.initDepth,
+		StartingPSN: id.ownPSN, ResponderResources: id.respRes, InitiatorDepth: id.initDepth,
 		TargetACKDelay: targetACKDelay, RNRRetryCount: p.RNRRetryCount & 7, LocalCAGUID: c.cfg.CAGUID}
 	copy(f.PrivateData[:], p.PrivateData)
 	mad.REP(format(&id.msg, mad.AttrREP, id.tid)).Encode(&f)

@@ -26,7 +26,7 @@ func (id *ID) toRTS() error {
 		State:   ib.QPSRTR,
 		PathMTU: ib.MTU(id.pathMTU),
 		DestQPN: id.remoteQPN,
-		RQPSN:   id.rqPSN,
+		RQPSN:   id.ownPSN, // see ID.ownPSN: the peer starts at the PSN we sent
 		AH: ib.AH{DGID: id.dest.GID, FlowLabel: id.flowLabel, HopLimit: id.hopLimit,
 			TrafficClass: id.trafficClass},
 	}
@@ -39,7 +39,7 @@ func (id *ID) toRTS() error {
 	if err := id.modifyQP(&rtr, mask); err != nil {
 		return err
 	}
-	rts := ib.QPAttr{State: ib.QPSRTS, SQPSN: id.sqPSN}
+	rts := ib.QPAttr{State: ib.QPSRTS, SQPSN: id.peerPSN}
 	mask = ib.AttrState | ib.AttrSQPSN
 	if id.transport == 0 {
 		rts.Timeout = id.ackTimeout

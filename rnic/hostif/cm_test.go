@@ -136,7 +136,7 @@ func TestCMConnectThroughHostif(t *testing.T) {
 		q      *cmQP
 		dest   uint32
 		sq, rq uint32
-	}{{ca, qa, qb.qpn, 0x654321, 0x123456}, {cb, qb, qa.qpn, 0x123456, 0x654321}} {
+	}{{ca, qa, qb.qpn, 0x123456, 0x654321}, {cb, qb, qa.qpn, 0x654321, 0x123456}} { // each sends from the peer's Starting PSN, as Linux
 		var r QPAttrReply
 		call(t, s.c, KindQueryQP, &Handle{H: s.q.h}, nil, &r)
 		if r.Attr.State != ib.QPSRTS || r.Attr.DestQPN != s.dest || r.Attr.SQPSN != s.sq || r.Attr.RQPSN != s.rq {
