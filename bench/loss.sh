@@ -15,7 +15,7 @@ while [ $# -gt 0 ]; do
 	esac
 done
 [ $# -gt 0 ] || { echo "usage: bench/loss.sh [-n ITERS] [-drop P%] [-rounds N] BIN_DIR..." >&2; exit 2; }
-counters='sent_pkts|rcvd_pkts|retransmitted_pkts|local_ack_timeout_err|naks_sent|naks_repeated|rcvd_seq_err|out_of_seq_request'
+counters='sent_pkts|completer_retry_err|rcvd_pkts|retransmitted_pkts|local_ack_timeout_err|naks_sent|naks_repeated|rcvd_seq_err|out_of_seq_request'
 
 one() { # BIN DROP
 	local b=$1 d=$2 dir pa pb ps port

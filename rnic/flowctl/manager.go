@@ -3,8 +3,6 @@ package flowctl
 import (
 	"fmt"
 	"time"
-
-	"github.com/rnicd/rnicd/wire/bth"
 )
 
 // DefaultWindow is the most PSNs an RC QP may have sent and not had
@@ -144,6 +142,9 @@ type QP struct {
 	cnpSent bool  // the notification point has sent a CNP for this QP
 	lastCNP int64 // when
 
+	// win is the loss window and the round trip (window.go).
+	win Window
+
 	// Wake is the device's: the timer that runs the QP's requester again
 	// when the pacer lets it send. Guarded by the QP's lock.
 	Wake *time.Timer
@@ -152,12 +153,6 @@ type QP struct {
 // Paced reports whether the QP is limited by its pacer now: what a caller
 // checks before working out the byte count Sent takes.
 func (q *QP) Paced() bool { return q.paced }
-
-// WindowOpen reports whether an RC QP whose oldest unacknowledged PSN is
-// una may send PSN psn.
-func (m *Manager) WindowOpen(psn, una uint32) bool {
-	return int(bth.PSNDiff(psn, una)) < m.window
-}
 
 // Wait returns how long q must wait before its next packet; 0: it may
 // send now. An unpaced QP does not read the clock.

@@ -153,7 +153,7 @@ func TestWindow(t *testing.T) {
 		psn, una uint32
 		open     bool
 	}{{127, 0, true}, {128, 0, false}, {0xffffff, 0xffff80, true}, {0x7e, 0xffffff, true}, {0x7f, 0xffffff, false}} {
-		if got := m.WindowOpen(c.psn, c.una); got != c.open {
+		if got := m.WindowOpen(&QP{}, c.psn, c.una); got != c.open {
 			t.Errorf("PSN %#x with %#x unacknowledged: open %v, want %v", c.psn, c.una, got, c.open)
 		}
 	}

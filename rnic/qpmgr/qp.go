@@ -112,12 +112,17 @@ type CompState struct {
 	// another one each.
 	RetriedPSN  uint32
 	HaveRetried bool
-	// NAKPSN is the PSN of the last sequence error NAK that cost a retry,
-	// at NAKAt (HaveNAK set): a repeat of it within the ACK timeout
-	// costs none (rx.Handler.retryNAK).
-	NAKPSN  uint32
-	NAKAt   time.Time
-	HaveNAK bool
+	// Retrying is set by a retry and cleared by forward progress: the
+	// NAKs and implied NAKs that come while it is set belong to the same
+	// retry sequence and cost no retry_cnt, only ACK timeouts do (rxe:
+	// comp.started_retry).
+	Retrying bool
+	// GoBackPSN is where the last go-back started, at GoBackAt
+	// (HaveGoBack set): a NAK for it within a round trip is answered by
+	// the go-back already under way (rx.Handler.retryNAK).
+	GoBackPSN  uint32
+	GoBackAt   time.Time
+	HaveGoBack bool
 }
 
 // RespResource is an RDMA READ or atomic a responder keeps to serve again
@@ -215,7 +220,15 @@ type QP struct {
 	// do not feed on themselves; progress resets it. rxe and the IBTA use
 	// a fixed timeout; a large cap would let a message that is unlucky a
 	// few times in a row (likely at 5% loss) wait seconds for its retry.
-	Backoff   uint8
+	Backoff uint8
+	// RTO, when not zero, is a retransmission timeout shorter than the
+	// ACK timeout, from the round trip the completer measured (rx): the
+	// timer fires after it, doubled per Probes, before the ACK timeout
+	// of the period (ackDue) runs out, and such an early expiry is a
+	// probe, not a timeout (AckTimeoutDue).
+	RTO       time.Duration
+	Probes    uint8
+	ackDue    time.Time
 	destroyed bool
 	// sendSrc, if set, is told of every send WQE retired.
 	sendSrc SendSource
@@ -518,11 +531,23 @@ func (qp *QP) RetryTimeout() time.Duration {
 const MaxBackoff = 3
 
 // ArmTimer starts the retransmission timer if it is not running (rxe
-// arms it when a packet goes out and no timer is pending).
+// arms it when a packet goes out and no timer is pending). It runs until
+// the ACK timeout of the current period, opened now if none is, or
+// until RTO (doubled per probe) if that comes first.
 func (qp *QP) ArmTimer() {
 	d := qp.RetryTimeout()
 	if d == 0 || qp.destroyed || qp.timerArmed {
 		return
+	}
+	now := time.Now()
+	if !qp.ackDue.After(now) {
+		// None open, or one whose expiry no Timeout consumed (the QP
+		// had nothing outstanding by then): a new period.
+		qp.ackDue = now.Add(d)
+	}
+	d = max(qp.ackDue.Sub(now), time.Microsecond)
+	if qp.RTO > 0 {
+		d = min(d, qp.RTO<<min(qp.Probes, MaxBackoff))
 	}
 	qp.timerArmed = true
 	if qp.timer == nil {
@@ -548,7 +573,19 @@ func (qp *QP) stopTimer() {
 		qp.timer.Stop()
 	}
 	qp.timerArmed = false
+	qp.ackDue = time.Time{}
 	qp.TimerFired.Store(false)
+}
+
+// AckTimeoutDue reports, for an expiry of the timer, whether the ACK
+// timeout of the period ran out (the next ArmTimer opens a new period)
+// or the expiry came early, after RTO: a probe.
+func (qp *QP) AckTimeoutDue() bool {
+	if !qp.ackDue.IsZero() && time.Now().Before(qp.ackDue) {
+		return false
+	}
+	qp.ackDue = time.Time{}
+	return true
 }
 
 // TimerExpired is called by the send pipeline, with the lock held, when

@@ -125,6 +125,7 @@ const (
 	RetryNAK                               // NAK PSN sequence error
 	RetryRNR                               // RNR NAK: wait, then resend
 	RetryImpliedNAK                        // a response or ACK skipped a READ/atomic, or READ responses have a gap
+	RetryProbe                             // the measured round trip passed with no answer, before the ACK timeout
 )
 
 func (r RetryReason) String() string {
@@ -137,6 +138,8 @@ func (r RetryReason) String() string {
 		return "RNR"
 	case RetryImpliedNAK:
 		return "implied NAK"
+	case RetryProbe:
+		return "probe"
 	}
 	return "reason(?)"
 }

@@ -92,7 +92,7 @@ func (e *Engine) nextWQE(qp *qpmgr.QP) (*qpmgr.SendWQE, bool) {
 	if w.State == qpmgr.WQEPosted {
 		psn = qp.Req.PSN
 	}
-	if qp.Type == ib.QPTypeRC && !e.FC.WindowOpen(psn, qp.Comp.PSN) {
+	if qp.Type == ib.QPTypeRC && !e.FC.WindowOpen(&qp.FC, psn, qp.Comp.PSN) {
 		return nil, false
 	}
 	if w.State == qpmgr.WQEPosted {
@@ -190,10 +190,20 @@ func (e *Engine) emit(qp *qpmgr.QP, w *qpmgr.SendWQE, tx qpmgr.TX) error {
 		p.DETH().Encode(qkey, qp.QPN)
 	}
 	if qp.Type == ib.QPTypeRC {
+		// AckReq on a message's last packet and every MaxPktsPerAck
+		// packets (rxe), and at least twice per window: a window that
+		// shrank under loss (flowctl.Window) to fewer PSNs than rxe's
+		// ACK interval would otherwise close with no ACK asked for,
+		// and wait for the ACK timeout.
+		win := e.FC.QPWindow(&qp.FC)
 		qp.Req.NoAckPkts++
-		if last || qp.Req.NoAckPkts > qpmgr.MaxPktsPerAck {
+		if last || qp.Req.NoAckPkts > min(qpmgr.MaxPktsPerAck, win/2) ||
+			!e.FC.WindowOpen(&qp.FC, bth.PSNAdd(w.PSN, 1), qp.Comp.PSN) {
 			f.AckReq = true
 			qp.Req.NoAckPkts = 0
+			if !w.Retried {
+				e.FC.SentNew(&qp.FC, w.PSN)
+			}
 		}
 	}
 	p.BTH().Encode(&f)
