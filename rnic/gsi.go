@@ -114,6 +114,10 @@ func (d *Device) GSI() *GSI { return d.gsi }
 // on QP1 beside it; nil when the device traces nothing.
 func (d *Device) Probe() *trace.Probe { return d.probe }
 
+// Addr is the address of the port QP1 serves: its GID is the one CM
+// peers name as ours.
+func (g *GSI) Addr() netip.Addr { return g.d.port.Addr() }
+
 // QP returns QP1 itself, for tests and for showing it.
 func (g *GSI) QP() *qpmgr.QP { return g.qp }
 

@@ -10,6 +10,7 @@ import (
 // GSIPort is a device's QP1 as the agent uses it (rnic.GSI): send a MAD to
 // a port's QP1, take the next MAD received, learn when one may be waiting.
 type GSIPort interface {
+	Addr() netip.Addr // the port's address: its GID (Config.PortGID)
 	SendMAD(to netip.Addr, mad []byte) error
 	RecvMAD(mad []byte) (from netip.Addr, srcQP uint32, n int, ok bool)
 	Ready() <-chan struct{}
@@ -35,6 +36,9 @@ type Agent struct {
 func NewAgent(gsi GSIPort, cfg Config) (*Agent, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.PortGID == (mad.GID{}) {
+		cfg.PortGID = mad.GIDFromAddr(gsi.Addr())
 	}
 	if cfg.Send == nil {
 		cfg.Send = func(to Dest, b []byte) error {

@@ -45,6 +45,11 @@ type Config struct {
 	// CAGUID is the node's CA GUID, sent in REQ and REP (rxe derives it
 	// from the MAC address).
 	CAGUID uint64
+	// PortGID is the GID of the port the CM serves, the one its peers'
+	// MADs are addressed to: a REQ whose primary path names another GID
+	// as ours is rejected (handleREQ). NewAgent takes it from QP1's port;
+	// the zero value leaves only the check of the sender's GID.
+	PortGID mad.GID
 	// TIDHigh is the upper half of the transaction IDs this CM forms
 	// (Linux: its MAD agent's hi_tid). Default 1.
 	TIDHigh uint32
@@ -523,7 +528,14 @@ func (id *ID) sendREJ(reason mad.RejReason, rejected mad.MsgKind, ari, privateDa
 // issueREJ answers a message that matches no connection (Linux
 // cm_issue_rej): the comm IDs swapped from the message, its TID echoed.
 func (c *CM) issueREJ(to Dest, tid uint64, theirLocal, theirRemote uint32, reason mad.RejReason, rejected mad.MsgKind) {
-	f := mad.REJFields{LocalCommID: theirRemote, RemoteCommID: theirLocal, MessageRejected: rejected, Reason: reason}
+	c.issueREJInfo(to, tid, theirLocal, theirRemote, reason, rejected, nil)
+}
+
+// issueREJInfo is issueREJ with additional reject information (ARI).
+func (c *CM) issueREJInfo(to Dest, tid uint64, theirLocal, theirRemote uint32, reason mad.RejReason, rejected mad.MsgKind, ari []byte) {
+	f := mad.REJFields{LocalCommID: theirRemote, RemoteCommID: theirLocal, MessageRejected: rejected, Reason: reason,
+		RejectInfoLength: uint8(len(ari))}
+	copy(f.ARI[:], ari)
 	mad.REJ(format(&c.buf, mad.AttrREJ, tid)).Encode(&f)
 	c.send(nil, to, c.buf[:])
 }

@@ -89,6 +89,7 @@ func newWorld(t testing.TB, tweak func(*Config)) *world {
 			QP:         n.qp,
 			Event:      func(e Event) { n.events = append(n.events, e) },
 			CAGUID:     guid,
+			PortGID:    gid,
 			TIDHigh:    2,
 			CommIDSeed: seed,
 		}

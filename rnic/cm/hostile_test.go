@@ -2,6 +2,7 @@ package cm
 
 import (
 	"errors"
+	"net/netip"
 	"testing"
 
 	"github.com/rnicd/rnicd/wire/mad"
@@ -21,7 +22,7 @@ func TestHostileMADs(t *testing.T) {
 		return mkMAD(mad.AttrREQ, 7, func(d []byte) { mad.REQ(d).Encode(f) })
 	}
 	base := mad.REQFields{LocalCommID: 0x99, ServiceID: rpingService, LocalCAGUID: 1, LocalQPN: 5, PathMTU: 3,
-		PKey: 0xffff, LocalCMResponseTimeout: 20, MaxCMRetries: 15}
+		PKey: 0xffff, LocalCMResponseTimeout: 20, MaxCMRetries: 15, PrimaryLocalGID: gidA, PrimaryRemoteGID: gidB}
 	for _, c := range []struct {
 		name      string
 		mad       func() []byte
@@ -51,6 +52,16 @@ func TestHostileMADs(t *testing.T) {
 			f.TransportType = 2
 			return goodREQ(&f)
 		}, wantReply: mad.AttrREJ, wantRej: mad.RejInvalidTransportType},
+		{name: "REQ naming another GID as ours", mad: func() []byte {
+			f := base
+			f.PrimaryRemoteGID = mad.GIDFromAddr(netip.MustParseAddr("198.18.0.9"))
+			return goodREQ(&f)
+		}, wantReply: mad.AttrREJ, wantRej: mad.RejInvalidGID},
+		{name: "REQ whose sender is not the packet's", mad: func() []byte {
+			f := base
+			f.PrimaryLocalGID = mad.GIDFromAddr(netip.MustParseAddr("198.18.0.9"))
+			return goodREQ(&f)
+		}, wantReply: mad.AttrREJ, wantRej: mad.RejInvalidGID},
 		{name: "REP for no connection", mad: func() []byte {
 			return mkMAD(mad.AttrREP, 1, func(d []byte) {
 				mad.REP(d).Encode(&mad.REPFields{LocalCommID: 5, RemoteCommID: 0x1234})
@@ -84,8 +95,17 @@ func TestHostileMADs(t *testing.T) {
 				t.Fatalf("replies %v, want %v", attrs(out), c.wantReply)
 			}
 			if c.wantReply == mad.AttrREJ {
-				if r := mad.REJ(mad.MAD(out[0].b).Data()); r.Reason() != c.wantRej {
-					t.Errorf("REJ reason %d, want %d", r.Reason(), c.wantRej)
+				r := mad.REJ(mad.MAD(out[0].b).Data())
+				if r.Reason() != c.wantRej || r.MessageRejected() != mad.MsgKindREQ && c.wantRej != mad.RejInvalidCommID {
+					t.Errorf("REJ reason %d of message %d, want %d of the REQ", r.Reason(), r.MessageRejected(), c.wantRej)
+				}
+				// An invalid GID names ours as its additional information,
+				// as Linux's CM does (the port's GID, 16 bytes).
+				if c.wantRej == mad.RejInvalidGID && (r.RejectInfoLength() != 16 || mad.GID(r.ARI()[:16]) != gidB) {
+					t.Errorf("REJ ARI %d bytes %x, want b's GID", r.RejectInfoLength(), r.ARI()[:16])
+				}
+				if to := out[0].to; to != gidA {
+					t.Errorf("REJ sent to %v, want the packet's sender", to)
 				}
 			}
 			if got := w.b.cm.Counters().Dropped; got != c.dropped {
@@ -116,7 +136,8 @@ func TestMaxIDs(t *testing.T) {
 	w := newWorld(t, func(c *Config) { c.MaxIDs = 2 })
 	w.listen()
 	for i := uint32(1); i <= 3; i++ {
-		f := mad.REQFields{LocalCommID: i, ServiceID: rpingService, LocalCAGUID: 1, LocalQPN: i, PathMTU: 3}
+		f := mad.REQFields{LocalCommID: i, ServiceID: rpingService, LocalCAGUID: 1, LocalQPN: i, PathMTU: 3,
+			PrimaryLocalGID: gidA, PrimaryRemoteGID: gidB}
 		w.inject(w.b, mkMAD(mad.AttrREQ, uint64(i), func(d []byte) { mad.REQ(d).Encode(&f) }))
 	}
 	out := w.take()

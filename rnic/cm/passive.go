@@ -33,6 +33,15 @@ func (c *CM) handleREQ(from Dest, tid uint64, req mad.REQ) {
 		// echo: the REJ names only the sender's.
 		c.issueREJ(from, tid, req.LocalCommID(), 0, mad.RejInvalidServiceID, mad.MsgKindREQ)
 		return
+	case !c.pathGIDsMatch(from, req):
+		// The REQ's path is not the one its packet took: Linux's
+		// cm_req_handler rejects a primary path it cannot resolve from
+		// the port it came in on with "invalid GID", our GID as the
+		// additional information. Answering it would send the REP, and
+		// the QP's packets, to a GID that did not ask.
+		gid := c.cfg.PortGID
+		c.issueREJInfo(from, tid, req.LocalCommID(), 0, mad.RejInvalidGID, mad.MsgKindREQ, gid[:])
+		return
 	case req.TransportType() > mad.TransportUC:
 		c.issueREJ(from, tid, req.LocalCommID(), 0, mad.RejInvalidTransportType, mad.MsgKindREQ)
 		return
@@ -76,6 +85,17 @@ func (c *CM) handleREQ(from Dest, tid uint64, req mad.REQ) {
 			StartingPSN: id.peerPSN, PathMTU: id.pathMTU, ResponderResources: req.ResponderResources(),
 			InitiatorDepth: req.InitiatorDepth(), RetryCount: id.retryCount, RNRRetryCount: id.rnrRetry,
 			TransportType: id.transport}})
+}
+
+// pathGIDsMatch checks a REQ's primary path against its packet: the
+// path's local GID must be the sender's (the packet's source), and its
+// remote GID ours (the packet's destination, the port's GID).
+func (c *CM) pathGIDsMatch(from Dest, req mad.REQ) bool {
+	if req.PrimaryLocalGID() != from.GID {
+		return false
+	}
+	var zero mad.GID
+	return c.cfg.PortGID == zero || req.PrimaryRemoteGID() == c.cfg.PortGID
 }
 
 // dupREQ answers a REQ for a connection we already have: the active side
