@@ -51,6 +51,26 @@ func (c tcase) name() string {
 // perftest (-x).
 func (c tcase) isPingpong() bool { return strings.HasPrefix(c.tool, "ibv_") }
 
+// isRdmaCM tells librdmacm's example tools (rping): they connect through
+// rdma_cm, by address and port (-a, -p), over QP1's CM MADs, and take no
+// device (their -d is debug) and no GID index.
+func (c tcase) isRdmaCM() bool { return c.tool == "rping" }
+
+// connectsByCM says whether c's QPs connect through rdma_cm, so that the
+// disconnect must leave both sides clean (the VM's cmCheck, rnicd's
+// checkCMClean): the rdma_cm tools and perftest's -R.
+func (c tcase) connectsByCM() bool {
+	if c.isRdmaCM() {
+		return true
+	}
+	for _, a := range c.args {
+		if a == "-R" || a == "--rdma_cm" {
+			return true
+		}
+	}
+	return false
+}
+
 // exchange6 says whether the TCP exchange of an IPv6 case goes over IPv6:
 // only a pingpong with rnic as the server. Debian 12's perftest (4.5)
 // resolves and listens with AF_INET only (its --ipv6 picks a GID, not the
@@ -104,6 +124,12 @@ func matrix(ibMTU int) []tcase {
 		tcase{tool: "ib_send_bw", args: []string{"-s", strconv.Itoa(ibMTU + 1), "-n", "50"}, ipv6: true},
 		tcase{tool: "ib_atomic_bw", args: []string{"-A", "FETCH_AND_ADD", "-n", "50"}, ipv6: true},
 		tcase{tool: "ibv_rc_pingpong", args: []string{"-s", "4096", "-n", "50", "--chk"}, ipv6: true},
+		// rdma_cm: the connection through QP1's CM MADs (REQ, REP, RTU,
+		// then DREQ, DREP), 100 pings with the data checked by the
+		// client and each ping's data in both sides' output (rpingCheck).
+		// A ping is four SENDs, a READ and a WRITE: 100 take under a
+		// second even in the VM, the deadline is for a connect that hangs.
+		tcase{tool: "rping", args: []string{"-C", "100", "-v", "-V"}, deadline: 60 * time.Second},
 	)
 	return cs
 }
@@ -221,6 +247,14 @@ func plan(cases []tcase) []phase {
 // vmCommand is the rdma-core command line of c in the VM. An IPv6 case
 // takes the index of rxe0's IPv6 GID from $g6, which the script sets.
 func vmCommand(c tcase, port int, client bool) string {
+	if c.isRdmaCM() {
+		// rping's server binds its own address, the client names the
+		// server's; rdma_cm finds rxe0 from the address.
+		if client {
+			return fmt.Sprintf("%s -c -a %s -p %d %s", c.tool, hostAddr, port, strings.Join(c.args, " "))
+		}
+		return fmt.Sprintf("%s -s -a %s -p %d %s", c.tool, vmAddr, port, strings.Join(c.args, " "))
+	}
 	index, server := "1", hostAddr
 	if c.ipv6 {
 		index = "$g6"
@@ -241,6 +275,15 @@ func vmCommand(c tcase, port int, client bool) string {
 
 // hostArgs is the rnic command line of c on the host.
 func hostArgs(c tcase, port int, client bool) []string {
+	if c.isRdmaCM() {
+		// rdma_cm picks the rnicd that owns the address: the server's
+		// -a, the client's source -I (three rnicd share the bridge).
+		args := []string{c.tool, "-s", "-a", hostAddr}
+		if client {
+			args = []string{c.tool, "-c", "-a", vmAddr, "-I", hostAddr}
+		}
+		return append(append(args, "-p", strconv.Itoa(port)), c.args...)
+	}
 	gid := []string{"-x", "1"}
 	if c.isPingpong() {
 		gid = []string{"-g", "1"}

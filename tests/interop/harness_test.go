@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -238,5 +239,98 @@ func TestStalledVMIsKilledAndReported(t *testing.T) {
 		if rs[i].ok || !strings.Contains(rs[i].detail, want) {
 			t.Errorf("case %d: ok %v, verdict %q; want one that says %q", i, rs[i].ok, rs[i].detail, want)
 		}
+	}
+}
+
+// The VM's check after an rdma_cm case, run here over a fake rdma and a
+// fake hw_counters directory: it reports the CM IDs rdma res still lists
+// (after waiting 5 s for them to go) and the error counters that moved,
+// by how much, and adds the IDs to the case's output.
+func TestCMCheckScript(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		cmIDs  string // what the fake rdma res show cm_id prints
+		moved  map[string]int
+		want   cmState
+		output string
+	}{
+		{name: "clean", want: cmState{}},
+		{name: "an error counter moved", moved: map[string]int{"send_err": 2, "rcvd_seq_err": 1},
+			want: cmState{errors: []string{"rcvd_seq_err=1", "send_err=2"}}},
+		{name: "an ID left", cmIDs: "link rxe0/1 cm-idn 3 state LISTEN ps TCP comm rping src-addr 198.18.0.2:20000",
+			want: cmState{ids: 1}, output: "cm-idn 3 state LISTEN"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			hw := filepath.Join(dir, "hw")
+			os.Mkdir(hw, 0o755)
+			for _, f := range strings.Fields(rxeErrCounters) {
+				os.WriteFile(filepath.Join(hw, f), []byte("5\n"), 0o644)
+			}
+			var bump strings.Builder
+			for f, n := range tc.moved {
+				fmt.Fprintf(&bump, "echo %d > $hw/%s\n", 5+n, f)
+			}
+			os.Mkdir(filepath.Join(dir, "bin"), 0o755)
+			os.WriteFile(filepath.Join(dir, "bin", "rdma"), []byte("#!/bin/sh\n[ -n \"$FAKE_CMIDS\" ] && echo \"$FAKE_CMIDS\"\nexit 0\n"), 0o755)
+			script := "tty=" + filepath.Join(dir, "tty") + "; out=" + filepath.Join(dir, "out") + "; hw=" + hw + "\n: > $out\n" +
+				cmBefore + bump.String() + cmCheck(0, 1)
+			cmd := exec.Command("sh", "-c", script)
+			cmd.Env = append(os.Environ(), "PATH="+filepath.Join(dir, "bin")+":"+os.Getenv("PATH"), "FAKE_CMIDS="+tc.cmIDs)
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("%v: %s", err, out)
+			}
+			log, _ := os.ReadFile(filepath.Join(dir, "tty"))
+			got, ok := parseVMLog(log).cm[caseID{0, 1}]
+			if !ok {
+				t.Fatalf("no cm line in %q", log)
+			}
+			sort.Strings(got.errors)
+			if got.ids != tc.want.ids || strings.Join(got.errors, " ") != strings.Join(tc.want.errors, " ") {
+				t.Errorf("cm %+v, want %+v (log %q)", got, tc.want, log)
+			}
+			if out, _ := os.ReadFile(filepath.Join(dir, "out")); !strings.Contains(string(out), tc.output) {
+				t.Errorf("case output %q lacks %q", out, tc.output)
+			}
+		})
+	}
+}
+
+// rping's data as Debian's rping printed it between two rxe
+// (testdata/rping.client.txt, from ../shared/golden): rpingData makes the
+// same, and rpingCheck takes both sides' output of a good run and refuses
+// a short or wrong one.
+func TestRpingData(t *testing.T) {
+	golden, err := os.ReadFile("testdata/rping.client.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	for _, line := range strings.Split(string(golden), "\n") {
+		if d, ok := strings.CutPrefix(line, "ping data: "); ok {
+			if want := rpingData(n, 64); d != want {
+				t.Errorf("ping %d: golden %q, rpingData %q", n, d, want)
+			}
+			n++
+		}
+	}
+	if n != 3 {
+		t.Fatalf("%d pings in the golden output, want 3", n)
+	}
+	c := tcase{tool: "rping", args: []string{"-C", "3", "-v", "-V"}}
+	var cli, srv strings.Builder
+	for i := range 3 {
+		fmt.Fprintf(&cli, "ping data: %s\n", rpingData(i, 64))
+		fmt.Fprintf(&srv, "server ping data: %s\nserver noise\n", rpingData(i, 64))
+	}
+	if msg := rpingCheck(c, "server", cli.String(), srv.String()+"server DISCONNECT EVENT...\n"); msg != "" {
+		t.Errorf("a good run: %s", msg)
+	}
+	if msg := rpingCheck(c, "client", cli.String(), srv.String()); !strings.Contains(msg, "rxe's client printed 0 pings") {
+		t.Errorf("the outputs swapped: %q", msg)
+	}
+	bad := strings.Replace(cli.String(), "rdma-ping-1: B", "rdma-ping-1: X", 1)
+	if msg := rpingCheck(c, "server", bad, srv.String()); !strings.Contains(msg, "rnic's client's ping 1") {
+		t.Errorf("a wrong ping: %q", msg)
 	}
 }

@@ -16,8 +16,8 @@
 // One concern a file: the namespace and the tap's impairments
 // (netns_test.go), the cases and their phases (case_test.go), the VM and
 // its log (vm_test.go), one link MTU's bench and the phases run on it
-// (link_test.go), the verdicts and the table (verdict_test.go), the ICRC
-// checker (icrc_test.go).
+// (link_test.go), the verdicts and the table (verdict_test.go), what the
+// rdma_cm tools print (rdmacm_test.go), the ICRC checker (icrc_test.go).
 package interop
 
 import (

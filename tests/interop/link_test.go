@@ -149,6 +149,7 @@ func (l *link) runPhase(pi int, ph phase) []result {
 	before := counters(l.t)
 	host := l.runCases(pi, ph)
 	remove()
+	l.checkCMClean(ph)
 	moved := diff(before, counters(l.t))
 	var want, impair string
 	if ph.impair != nil {
@@ -300,6 +301,31 @@ func (l *link) checkIPv6Device() {
 	if m["sent_pkts"] == 0 || m["rcvd_pkts"] == 0 || len(bad) != 0 {
 		l.t.Errorf("MTU %d: %s sent %d and received %d packets, dropped %v", l.ibMTU, device6, m["sent_pkts"], m["rcvd_pkts"], bad)
 	}
+}
+
+// checkCMClean checks, after a phase with cases that connected through
+// rdma_cm, that rnicd holds nothing of them: no application CM ID or
+// event channel (hostif_objects_*), and no connection in its CM agent
+// (cm_ids; one in TIMEWAIT leaves within the path's ACK timeout). The
+// VM's side is cmCheck's.
+func (l *link) checkCMClean(ph phase) {
+	some := false
+	for _, c := range ph.cases {
+		some = some || c.connectsByCM()
+	}
+	if !some {
+		return
+	}
+	keys := []string{"hostif_objects_cm_id", "hostif_objects_cm_event_channel", "cm_ids"}
+	var m map[string]uint64
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		m = counters(l.t)
+		if m[keys[0]]+m[keys[1]]+m[keys[2]] == 0 {
+			return
+		}
+	}
+	l.t.Errorf("MTU %d, rxe %s: after the phase %s keeps %s=%d %s=%d %s=%d", l.ibMTU, ph.rxeRole, device,
+		keys[0], m[keys[0]], keys[1], m[keys[1]], keys[2], m[keys[2]])
 }
 
 // sysfsGID is the GID of addr as sysfs shows it: eight groups of four hex

@@ -42,8 +42,9 @@ type vmRun struct {
 	rc       int
 	finished bool
 	out      string
-	drops    *[3]int // after an IPv6 case: see vmLog.drops
-	stall    string  // why the VM was declared stalled, if it was
+	drops    *[3]int  // after an IPv6 case: see vmLog.drops
+	stall    string   // why the VM was declared stalled, if it was
+	cm       *cmState // after a case that connected through rdma_cm
 }
 
 // judge gives the verdict on one case of a phase: both sides must exit 0,
@@ -89,6 +90,14 @@ func (r *result) judge(host hostRun, guest vmRun, want string) {
 	case r.c.ipv6 && *guest.drops != [3]int{}:
 		d := *guest.drops
 		r.detail = fmt.Sprintf("the VM dropped rnicd's IPv6 packets: Udp6InCsumErrors %d, Udp6InErrors %d, rxe's \"bad ICRC\" %d", d[0], d[1], d[2])
+	case r.c.connectsByCM() && guest.cm == nil:
+		r.detail = "the VM did not say what its CM IDs and rxe's counters were after the case" + said
+	case r.c.connectsByCM() && guest.cm.ids != 0:
+		r.detail = fmt.Sprintf("the disconnect left %d CM IDs in the VM (rdma res show cm_id)", guest.cm.ids) + said
+	case r.c.connectsByCM() && len(guest.cm.errors) != 0:
+		r.detail = fmt.Sprintf("rxe's error counters moved: %s", strings.Join(guest.cm.errors, " ")) + said
+	case r.c.isRdmaCM() && rpingCheck(r.c, r.rxeRole, host.out, guest.out) != "":
+		r.detail = rpingCheck(r.c, r.rxeRole, host.out, guest.out) + said
 	case want != "":
 		r.detail = "both sides exit 0, but rnicd's counters do not show the recovery: want " + want
 	default:

@@ -37,26 +37,38 @@ import (
 func vmScript(phases []phase) string {
 	var b strings.Builder
 	b.WriteString("tty=${RNICD_VM_TTY:-/dev/ttyS1}; out=${RNICD_VM_TMP:-/tmp}/out\n")
+	b.WriteString("hw=${RNICD_VM_HW:-/sys/class/infiniband/rxe0/ports/1/hw_counters}\n")
 	fmt.Fprintf(&b, "g6=; for n in 0 1 2 3 4 5 6 7; do [ \"$(cat /sys/class/infiniband/rxe0/ports/1/gids/$n 2>/dev/null)\" = %s ] && g6=$n; done\n",
 		sysfsGID(netip.MustParseAddr(vmAddr6)))
 	for pi, ph := range phases {
 		for i, c := range ph.cases {
 			secs := int((ph.deadlines[i] + time.Second - 1) / time.Second)
 			fmt.Fprintf(&b, "echo \"=== start %d %d\" >> $tty\n", pi, i)
+			if c.connectsByCM() {
+				b.WriteString(cmBefore)
+			}
 			// perftest measures the CPU clock for its report and gives up
 			// ("Can't produce a report") when the samples scatter, as they
 			// may in an emulated CPU: that case runs again, at most twice,
 			// and a retry line tells the host to run its side again too.
 			fmt.Fprintf(&b, "a=0; while :; do\n")
+			// The tool's output and its exit code. rping prints its pings
+			// to stdout, buffered in a file, and its CM events to stderr,
+			// unbuffered: its stderr goes after its stdout rather than
+			// into the middle of a ping's line.
+			redir := "> $out 2>&1; rc=$?"
+			if c.isRdmaCM() {
+				redir = "> $out 2> $out.err; rc=$?; cat $out.err >> $out"
+			}
 			if ph.rxeRole == "client" {
 				// Retry only while the host's server is not listening yet,
 				// and only until the deadline.
 				fmt.Fprintf(&b, "  end=$(($(date +%%s)+%d)); while :; do left=$((end-$(date +%%s))); [ $left -gt 0 ] || { rc=137; break; }; "+
-					"timeout -s KILL $left %s > $out 2>&1; rc=$?; [ $rc -eq 0 ] && break; [ $rc -eq 137 ] && break; "+
-					"grep -q \"Couldn't connect\" $out || break; sleep 1; done\n",
-					secs, vmCommand(c, ph.ports[i], true))
+					"timeout -s KILL $left %s %s; [ $rc -eq 0 ] && break; [ $rc -eq 137 ] && break; "+
+					"grep -q -e \"Couldn't connect\" -e \"RDMA_CM_EVENT_REJECTED, error 8\" $out || break; sleep 1; done\n",
+					secs, vmCommand(c, ph.ports[i], true), redir)
 			} else {
-				fmt.Fprintf(&b, "  timeout -s KILL %d %s > $out 2>&1; rc=$?\n", secs, vmCommand(c, ph.ports[i], false))
+				fmt.Fprintf(&b, "  timeout -s KILL %d %s %s\n", secs, vmCommand(c, ph.ports[i], false), redir)
 			}
 			fmt.Fprintf(&b, "  [ $rc -ne 0 ] && [ $a -lt 2 ] && grep -q \"Can't produce a report\" $out || break\n"+
 				"  a=$((a+1)); echo \"=== retry %d %d $a\" >> $tty\ndone\n", pi, i)
@@ -65,10 +77,36 @@ func vmScript(phases []phase) string {
 				fmt.Fprintf(&b, "echo \"=== drops %d %d $(awk '/^Udp6InCsumErrors/{c=$2} /^Udp6InErrors/{e=$2} END{print c+0, e+0}' /proc/net/snmp6) "+
 					"$(dmesg | grep -c 'bad ICRC from %s')\" >> $tty\n", pi, i, hostAddr6)
 			}
+			if c.connectsByCM() {
+				b.WriteString(cmCheck(pi, i))
+			}
 			fmt.Fprintf(&b, "{ sed 's/^/=== out %d %d /' $out; echo \"=== case %d %d rc=$rc\"; } >> $tty\n", pi, i, pi, i)
 		}
 	}
 	return b.String()
+}
+
+// rxeErrCounters are rxe's hw_counters (rxe_hw_counters.c) that count a
+// fault: a request repeated or out of sequence, an RNR or sequence NAK, a
+// retry count exhausted, a send that failed, the link down. A clean
+// connection and disconnect moves none of them.
+const rxeErrCounters = "duplicate_request out_of_seq_request rcvd_rnr_err send_rnr_err rcvd_seq_err " +
+	"retry_exceeded_err retry_rnr_exceeded_err completer_retry_err send_err link_downed"
+
+// cmBefore reads rxe's error counters before a case, for cmCheck after.
+const cmBefore = "for f in " + rxeErrCounters + "; do eval \"b_$f=$(cat $hw/$f)\"; done\n"
+
+// cmCheck is the script's check after case i of phase pi, one that
+// connected through rdma_cm: the tool gone, `rdma res show cm_id` must
+// come back empty (it may take the kernel a moment: up to 5 s), and rxe's
+// error counters must not have moved. It says "=== cm P I N name=delta..."
+// with N the CM IDs left, and adds what rdma res listed to the case's
+// output.
+func cmCheck(pi, i int) string {
+	return "k=0; while [ $k -lt 50 ] && [ -n \"$(rdma res show cm_id 2>&1)\" ]; do sleep 0.1; k=$((k+1)); done\n" +
+		"rdma res show cm_id >> $out 2>&1\n" +
+		"d=; for f in " + rxeErrCounters + "; do eval \"v=\\$b_$f\"; n=$(cat $hw/$f); [ \"$n\" = \"$v\" ] || d=\"$d $f=$((n-v))\"; done\n" +
+		fmt.Sprintf("echo \"=== cm %d %d $(rdma res show cm_id 2>&1 | grep -c .)$d\" >> $tty\n", pi, i)
 }
 
 // caseID is case i of phase p.
@@ -87,6 +125,16 @@ type vmLog struct {
 	// drops are what the VM dropped of rnicd's IPv6 packets by the end
 	// of an IPv6 case: Udp6InCsumErrors, Udp6InErrors, "bad ICRC" lines.
 	drops map[caseID][3]int
+	// cm is the VM's state after a case that connected through rdma_cm
+	// (cmCheck): the CM IDs rdma res still lists, and rxe's error
+	// counters that moved, "name=delta" each.
+	cm map[caseID]cmState
+}
+
+// cmState is what cmCheck found after a case.
+type cmState struct {
+	ids    int
+	errors []string
 }
 
 var (
@@ -97,12 +145,13 @@ var (
 	outRE     = regexp.MustCompile(`^=== out (\d+) (\d+) (.*)`)
 	gidRE     = regexp.MustCompile(`^=== gid (\d+) (\S*)`)
 	dropsRE   = regexp.MustCompile(`^=== drops (\d+) (\d+) (\d+) (\d+) (\d+)`)
+	cmRE      = regexp.MustCompile(`^=== cm (\d+) (\d+) (\d+)(.*)`)
 )
 
 // parseVMLog reads the whole log: it is small.
 func parseVMLog(data []byte) *vmLog {
 	l := &vmLog{started: map[caseID]bool{}, timedOut: map[caseID]bool{}, rc: map[caseID]int{}, retries: map[caseID]int{}, out: map[caseID]*strings.Builder{}, gids: map[int]string{},
-		drops: map[caseID][3]int{}}
+		drops: map[caseID][3]int{}, cm: map[caseID]cmState{}}
 	id := func(m []string) caseID {
 		p, _ := strconv.Atoi(m[1])
 		i, _ := strconv.Atoi(m[2])
@@ -129,6 +178,9 @@ func parseVMLog(data []byte) *vmLog {
 				d[k], _ = strconv.Atoi(m[3+k])
 			}
 			l.drops[id(m)] = d
+		} else if m := cmRE.FindStringSubmatch(line); m != nil {
+			n, _ := strconv.Atoi(m[3])
+			l.cm[id(m)] = cmState{ids: n, errors: strings.Fields(m[4])}
 		} else if m := gidRE.FindStringSubmatch(line); m != nil {
 			n, _ := strconv.Atoi(m[1])
 			l.gids[n] = m[2]
@@ -313,6 +365,9 @@ func (v *vm) run(id caseID) vmRun {
 	}
 	if d, ok := v.log.drops[id]; ok {
 		r.drops = &d
+	}
+	if c, ok := v.log.cm[id]; ok {
+		r.cm = &c
 	}
 	return r
 }
