@@ -19,8 +19,9 @@ type InjectRequest struct {
 	// BTH destination QP: the peer's QPN on TX, ours on RX).
 	QPN *uint32 `json:"qpn,omitempty"`
 	// Spec is what to do: "drop 2%", "dup 1%", "reorder 5%",
-	// "delay 200us", "jitter 50us", "corrupt 1%", several at once
-	// ("drop 2% delay 1ms"), or "off".
+	// "delay 200us", "jitter 50us", "corrupt 1%", "dropnth 1" (the first
+	// packet matched from now on, once: with QPN 1 on TX, a CM's next
+	// MAD), several at once ("drop 2% delay 1ms"), or "off".
 	Spec string `json:"spec"`
 }
 
@@ -74,6 +75,12 @@ func ApplySpec(f ibudp.Faults, spec string) (ibudp.Faults, error) {
 			case "corrupt":
 				f.Corrupt = p
 			}
+		case "dropnth":
+			n, err := strconv.Atoi(val)
+			if err != nil || n < 1 || n > 1<<20 {
+				return orig, fmt.Errorf("inject: dropnth %q: want a packet count from 1", val)
+			}
+			f.DropNth = n
 		case "delay", "jitter":
 			d, err := time.ParseDuration(val)
 			if err != nil || d < 0 || d > time.Minute {
@@ -106,7 +113,7 @@ func ApplySpec(f ibudp.Faults, spec string) (ibudp.Faults, error) {
 		case "ecn":
 			ecn = vals
 		default:
-			return orig, fmt.Errorf("inject: unknown impairment %q: want drop, dup, reorder, corrupt, delay, jitter, link, queue, ecn or off", what)
+			return orig, fmt.Errorf("inject: unknown impairment %q: want drop, dropnth, dup, reorder, corrupt, delay, jitter, link, queue, ecn or off", what)
 		}
 	}
 	if (queue != nil || ecn != nil) && f.Link.Rate == 0 {

@@ -71,3 +71,17 @@ func FuzzApplySpec(f *testing.F) {
 		}
 	})
 }
+
+// dropnth N loses the Nth packet matched from then on, once; with --qp 1
+// on TX that is the CM's next MAD (tests/cm_loss_test.go).
+func TestApplySpecDropNth(t *testing.T) {
+	got, err := monitor.ApplySpec(ibudp.Faults{Drop: 0.5}, "dropnth 2")
+	if err != nil || got.DropNth != 2 || got.Drop != 0.5 {
+		t.Fatalf("dropnth 2: %+v, %v", got, err)
+	}
+	for _, bad := range []string{"dropnth 0", "dropnth -1", "dropnth x", "dropnth 2000000", "dropnth"} {
+		if _, err := monitor.ApplySpec(ibudp.Faults{}, bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
