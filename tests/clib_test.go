@@ -36,12 +36,17 @@ func clibDir(t *testing.T) string {
 	t.Helper()
 	debtest.Ensure(t, "make", "make")
 	debtest.Ensure(t, "gcc", "gcc")
-	if _, err := os.Stat("/usr/include/infiniband/verbs.h"); err != nil {
-		msg := "no <infiniband/verbs.h>: apt-get install libibverbs-dev to build the C library"
-		if os.Getenv("RNICD_REQUIRE_TOOLS") != "" {
-			t.Fatal(msg + " (RNICD_REQUIRE_TOOLS is set)")
+	for _, h := range []struct{ file, pkg string }{
+		{"/usr/include/infiniband/verbs.h", "libibverbs-dev"},
+		{"/usr/include/rdma/rdma_cma.h", "librdmacm-dev"},
+	} {
+		if _, err := os.Stat(h.file); err != nil {
+			msg := fmt.Sprintf("no %s: apt-get install %s to build the C library", h.file, h.pkg)
+			if os.Getenv("RNICD_REQUIRE_TOOLS") != "" {
+				t.Fatal(msg + " (RNICD_REQUIRE_TOOLS is set)")
+			}
+			t.Skip(msg)
 		}
-		t.Skip(msg)
 	}
 	b := &clibBuild
 	b.once.Do(func() {

@@ -25,7 +25,7 @@ void rnic_log(const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
-	fputs("libibverbs-rnicd: ", stderr);
+	fputs(LOG_NAME ": ", stderr);
 	vfprintf(stderr, fmt, ap);
 	fputc('\n', stderr);
 	va_end(ap);
@@ -146,6 +146,10 @@ static const char *kind_name(int k)
 		[K_DESTROY_CQ] = "destroy_cq", [K_CREATE_SRQ] = "create_srq", [K_DESTROY_SRQ] = "destroy_srq",
 		[K_CREATE_QP] = "create_qp", [K_MODIFY_QP] = "modify_qp", [K_QUERY_QP] = "query_qp",
 		[K_DESTROY_QP] = "destroy_qp", [K_DOORBELL] = "doorbell",
+		[K_CM_CREATE_CHANNEL] = "rdma_create_event_channel", [K_CM_DESTROY_CHANNEL] = "rdma_destroy_event_channel",
+		[K_CM_CREATE_ID] = "rdma_create_id", [K_CM_DESTROY_ID] = "rdma_destroy_id", [K_CM_LISTEN] = "rdma_listen",
+		[K_CM_CONNECT] = "rdma_connect", [K_CM_ACCEPT] = "rdma_accept", [K_CM_REJECT] = "rdma_reject",
+		[K_CM_DISCONNECT] = "rdma_disconnect", [K_CM_GET_EVENT] = "rdma_get_cm_event",
 	};
 	if (k > 0 && k < (int)(sizeof(names) / sizeof(names[0])) && names[k])
 		return names[k];
@@ -166,6 +170,11 @@ static int code_errno(uint32_t code)
 	}
 }
 
+/* rnic_quiet, set by a caller for one request, keeps a refusal it
+ * handles itself off stderr (librdmacm's rdma_disconnect whose DREQ
+ * crossed the peer's). */
+__thread int rnic_quiet;
+
 /* reply_error reports a refused request's reply: the daemon's message
  * goes to stderr, its code becomes an errno value. */
 static int reply_error(int kind, struct buf *rep, uint32_t code)
@@ -176,7 +185,8 @@ static int reply_error(int kind, struct buf *rep, uint32_t code)
 		n = 1024;
 	getn(rep, msg, n);
 	msg[rep->bad ? 0 : n] = 0;
-	rnic_log("rnicd refused %s: %s", kind_name(kind), msg);
+	if (!rnic_quiet)
+		rnic_log("rnicd refused %s: %s", kind_name(kind), msg);
 	return code_errno(code);
 }
 

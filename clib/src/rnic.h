@@ -45,6 +45,16 @@ enum rnic_kind {
 	K_QUERY_QP = 14,
 	K_DESTROY_QP = 15,
 	K_DOORBELL = 18,
+	K_CM_CREATE_CHANNEL = 20,
+	K_CM_DESTROY_CHANNEL = 21,
+	K_CM_CREATE_ID = 22,
+	K_CM_DESTROY_ID = 23,
+	K_CM_LISTEN = 24,
+	K_CM_CONNECT = 25,
+	K_CM_ACCEPT = 26,
+	K_CM_REJECT = 27,
+	K_CM_DISCONNECT = 28,
+	K_CM_GET_EVENT = 29,
 };
 
 #define HDR_LEN 16
@@ -99,6 +109,7 @@ void conn_close(struct conn *c);
  * gets the descriptor the reply carries, or -1. It returns 0 or an errno
  * value, and prints the daemon's message for a refused request. */
 int conn_call(struct conn *c, int k, struct buf *req, int fd, struct buf *rep, int *rfd);
+extern __thread int rnic_quiet;
 int conn_doorbell(struct conn *c, uint32_t h, uint8_t queue);
 int conn_hung_up(struct conn *c);
 
@@ -176,8 +187,9 @@ static inline void ring_store(uint8_t *ring, int off, uint32_t v)
 	__atomic_store_n((uint32_t *)(ring + off), v, __ATOMIC_RELEASE);
 }
 
-/* rnic_log prints a message naming the library on stderr: a program
- * that fails here says why, as rdma-core's providers do. */
+/* rnic_log prints a message naming the library (LOG_NAME, set by the
+ * Makefile for each library) on stderr: a program that fails here says
+ * why, as rdma-core's providers do. */
 void rnic_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 #endif

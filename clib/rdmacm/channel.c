@@ -1,0 +1,518 @@
+/*
+ * channel.c: event channels and their events (rdma_create_event_channel,
+ * rdma_get_cm_event, rdma_ack_cm_event).
+ *
+ * Each rnicd an ID of the channel uses gets a CM channel of the daemon
+ * holding a copy of the channel's eventfd (created on first use) and
+ * writes it when it queues an event; the events made here
+ * (ADDR_RESOLVED, ROUTE_RESOLVED) write it too. The channel's fd is an
+ * epoll instance watching the eventfd (see struct cm_channel). rdma_get_cm_event drains
+ * it, fetches what every rnicd holds into the channel's queue and hands
+ * out the oldest; while the queue is not empty the fd stays readable, so
+ * a program that polls the fd (rping of rdma-core 45 and later) sees an
+ * event exactly when rdma_get_cm_event has one, as with the kernel's
+ * /dev/infiniband/rdma_cm. A program that set O_NONBLOCK on the fd gets
+ * EAGAIN instead of a wait, as cma.c documents.
+ *
+ * The daemon's events become rdma_cm's as cma.c's rdma_get_cm_event
+ * turns the kernel's: a connect request gets a new cm_id (the listener's
+ * context, its port, the peer's address from the cma_hdr, whose 36 bytes
+ * are taken off the private data); ESTABLISHED finds the QP in RTS (the
+ * agent moved it: ucma_process_conn_resp's work); REJECTED moves the QP
+ * to ERR (ucma_modify_qp_err) and its status is the REJ reason.
+ */
+#include <fcntl.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "cma.h"
+
+/* The daemon's event types (rnic/cm EventType) as rdma_cm's. */
+static int cm_type(uint8_t t)
+{
+	switch (t) {
+	case 1: return RDMA_CM_EVENT_CONNECT_REQUEST;
+	case 2: return RDMA_CM_EVENT_ESTABLISHED;
+	case 3: return RDMA_CM_EVENT_REJECTED;
+	case 4: return RDMA_CM_EVENT_UNREACHABLE;
+	case 5: return RDMA_CM_EVENT_CONNECT_ERROR;
+	case 6: return RDMA_CM_EVENT_DISCONNECTED;
+	case 7: return RDMA_CM_EVENT_TIMEWAIT_EXIT;
+	default: return -1;
+	}
+}
+
+EXPORT struct rdma_event_channel *rdma_create_event_channel(void)
+{
+	int err = devs_init();
+	if (err) {
+		errno = err;
+		return NULL;
+	}
+	struct cm_channel *ch = calloc(1, sizeof(*ch));
+	if (!ch) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	ch->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	ch->ch.fd = epoll_create1(EPOLL_CLOEXEC);
+	struct epoll_event ev = {.events = EPOLLIN};
+	if (ch->efd < 0 || ch->ch.fd < 0 || epoll_ctl(ch->ch.fd, EPOLL_CTL_ADD, ch->efd, &ev) < 0) {
+		int err = errno;
+		if (ch->efd >= 0)
+			close(ch->efd);
+		if (ch->ch.fd >= 0)
+			close(ch->ch.fd);
+		free(ch);
+		errno = err;
+		return NULL;
+	}
+	pthread_mutex_init(&ch->mu, NULL);
+	return &ch->ch;
+}
+
+/* rdma_destroy_event_channel: the program destroyed the channel's IDs
+ * and acked its events first (rdma_cma.h). A thread still blocked in
+ * rdma_get_cm_event on it (rping's CM thread at exit) stays blocked, as
+ * in a read of the kernel's closed rdma_cm file; the channel's memory
+ * and fd are left to it. */
+EXPORT void rdma_destroy_event_channel(struct rdma_event_channel *channel)
+{
+	struct cm_channel *ch = to_channel(channel);
+	pthread_mutex_lock(&ch->mu);
+	ch->closed = 1;
+	for (int i = 0; i < devs_count(); i++) {
+		if (!ch->h[i])
+			continue;
+		uint8_t b[4], r[16];
+		struct buf req = {.p = b, .len = 4}, rep = {.p = r, .len = sizeof(r)};
+		put32(&req, ch->h[i]);
+		cm_call(dev_at(i), K_CM_DESTROY_CHANNEL, &req, -1, &rep);
+		ch->h[i] = 0;
+	}
+	int keep = ch->waiters > 0;
+	struct cm_event *e = ch->head;
+	ch->head = ch->tail = NULL;
+	pthread_mutex_unlock(&ch->mu);
+	while (e) {
+		struct cm_event *n = e->next;
+		free(e);
+		e = n;
+	}
+	if (!keep) {
+		close(ch->ch.fd);
+		close(ch->efd);
+		pthread_mutex_destroy(&ch->mu);
+		free(ch);
+	}
+}
+
+/* channel_on returns the channel's CM channel on d's rnicd, creating it
+ * with a copy of the eventfd; ch->mu is held. */
+int channel_on(struct cm_channel *ch, struct cm_dev *d, uint32_t *h)
+{
+	int i = dev_index(d);
+	if (!ch->h[i]) {
+		uint8_t r[16];
+		struct buf req = {.p = NULL, .len = 0}, rep = {.p = r, .len = sizeof(r)};
+		int err = cm_call(d, K_CM_CREATE_CHANNEL, &req, ch->efd, &rep);
+		if (err)
+			return err;
+		ch->h[i] = get32(&rep);
+		if (rep.bad || !ch->h[i])
+			return EPROTO;
+	}
+	*h = ch->h[i];
+	return 0;
+}
+
+static void signal_fd(struct cm_channel *ch)
+{
+	uint64_t one = 1;
+	if (write(ch->efd, &one, sizeof(one)) < 0) {
+		/* Only an overflow of the counter fails: it is readable then. */
+	}
+}
+
+static void append(struct cm_channel *ch, struct cm_event *e)
+{
+	e->next = NULL;
+	if (ch->tail)
+		ch->tail->next = e;
+	else
+		ch->head = e;
+	ch->tail = e;
+}
+
+/* queue_event queues an event made here (no rnicd sends it). */
+void queue_event(struct cm_channel *ch, struct cm_id *id, enum rdma_cm_event_type type, int status)
+{
+	struct cm_event *e = calloc(1, sizeof(*e));
+	if (!e)
+		return; /* the program waits for an event that never comes: cma.c's ENOMEM is as fatal */
+	e->id = id;
+	e->ev.id = &id->id;
+	e->ev.event = type;
+	e->ev.status = status;
+	pthread_mutex_lock(&ch->mu);
+	append(ch, e);
+	pthread_mutex_unlock(&ch->mu);
+	signal_fd(ch);
+}
+
+void channel_add(struct cm_channel *ch, struct cm_id *id)
+{
+	pthread_mutex_lock(&ch->mu);
+	id->next = ch->ids;
+	ch->ids = id;
+	pthread_mutex_unlock(&ch->mu);
+}
+
+/* channel_remove takes id off the channel once the program acked its
+ * events; ch->mu is held. */
+void channel_remove(struct cm_channel *ch, struct cm_id *id)
+{
+	while (id->events > 0)
+		pthread_cond_wait(&id->acked, &ch->mu);
+	for (struct cm_id **p = &ch->ids; *p; p = &(*p)->next) {
+		if (*p == id) {
+			*p = id->next;
+			break;
+		}
+	}
+	/* Events queued for it and not handed out yet go with it. */
+	for (struct cm_event **p = &ch->head; *p;) {
+		struct cm_event *e = *p;
+		if (e->id == id || e->ev.listen_id == &id->id) {
+			*p = e->next;
+			free(e);
+		} else {
+			p = &e->next;
+		}
+	}
+	ch->tail = NULL;
+	for (struct cm_event *e = ch->head; e; e = e->next)
+		ch->tail = e;
+}
+
+struct cm_id *id_alloc(struct cm_channel *ch, void *context, enum rdma_port_space ps)
+{
+	struct cm_id *c = calloc(1, sizeof(*c));
+	if (!c)
+		return NULL;
+	c->ch = ch;
+	c->id.channel = &ch->ch;
+	c->id.context = context;
+	c->id.ps = ps;
+	c->id.qp_type = ps == RDMA_PS_UDP ? IBV_QPT_UD : IBV_QPT_RC;
+	c->id.route.addr.addr.ibaddr.pkey = htons(0xffff);
+	pthread_cond_init(&c->acked, NULL);
+	return c;
+}
+
+/* find_id is the channel's ID that is CM ID h on device i; ch->mu held. */
+static struct cm_id *find_id(struct cm_channel *ch, int i, uint32_t h, int listener)
+{
+	for (struct cm_id *c = ch->ids; c; c = c->next) {
+		if (listener && c->wild ? c->lh[i] == h : (c->dev == dev_at(i) && c->h == h))
+			return c;
+	}
+	return NULL;
+}
+
+/* The fields of hostif.CMEvent. */
+struct wire_event {
+	uint8_t type;
+	uint32_t id, listen;
+	uint16_t reject_reason;
+	uint8_t gid[16];
+	uint32_t remote_qpn, psn;
+	uint8_t mtu, resp_res, init_depth, retry, rnr_retry;
+	uint16_t pd_len;
+	const uint8_t *pd;
+};
+
+static int decode_event(struct buf *b, struct wire_event *w)
+{
+	w->type = get8(b);
+	w->id = get32(b);
+	w->listen = get32(b);
+	w->reject_reason = get16(b);
+	uint16_t n = get16(b);
+	b->off += n; /* the error's text: the status says it */
+	if (b->off > b->len)
+		b->bad = 1;
+	getn(b, w->gid, 16);
+	w->remote_qpn = get32(b);
+	w->psn = get32(b);
+	w->mtu = get8(b);
+	w->resp_res = get8(b);
+	w->init_depth = get8(b);
+	w->retry = get8(b);
+	w->rnr_retry = get8(b);
+	w->pd_len = get16(b);
+	w->pd = b->p + b->off;
+	b->off += w->pd_len;
+	return b->bad || b->off != b->len ? EPROTO : 0;
+}
+
+static void conn_param(struct cm_event *e, const struct wire_event *w, const uint8_t *pd, size_t n)
+{
+	struct rdma_conn_param *p = &e->ev.param.conn;
+	if (n > sizeof(e->data))
+		n = sizeof(e->data);
+	memcpy(e->data, pd, n);
+	p->private_data = n ? e->data : NULL;
+	p->private_data_len = n;
+	p->responder_resources = w->resp_res;
+	p->initiator_depth = w->init_depth;
+	p->retry_count = w->retry;
+	p->rnr_retry_count = w->rnr_retry;
+	p->qp_num = w->remote_qpn;
+}
+
+static void destroy_remote(struct cm_dev *d, uint32_t h)
+{
+	uint8_t b[4], r[16];
+	struct buf req = {.p = b, .len = 4}, rep = {.p = r, .len = sizeof(r)};
+	put32(&req, h);
+	cm_call(d, K_CM_DESTROY_ID, &req, -1, &rep);
+}
+
+/* connect_request makes the new cm_id of a connect request to listener
+ * l (cma.c ucma_process_conn_req); ch->mu is held. */
+static struct cm_event *connect_request(struct cm_channel *ch, struct cm_dev *d, struct cm_id *l,
+					const struct wire_event *w)
+{
+	struct cm_id *c = id_alloc(ch, l->id.context, l->id.ps);
+	struct cm_event *e = calloc(1, sizeof(*e));
+	if (!c || !e) {
+		free(c);
+		free(e);
+		destroy_remote(d, w->id); /* the REQ is rejected */
+		return NULL;
+	}
+	id_bind_dev(c, d);
+	c->h = w->id;
+	c->state = ID_CONNECTING;
+	/* The cma_hdr (wire/mad/cma.go): version 0, IP version in the top
+	 * nibble, the peer's port, its address, the address it connected to. */
+	const uint8_t *pd = w->pd;
+	size_t n = w->pd_len;
+	if (n >= 36 && pd[0] == 0 && ((pd[1] >> 4) == 4 || (pd[1] >> 4) == 6)) {
+		uint8_t src[16] = {0}, dst[16] = {0};
+		if ((pd[1] >> 4) == 4) {
+			src[10] = src[11] = dst[10] = dst[11] = 0xff;
+			memcpy(src + 12, pd + 16, 4);
+			memcpy(dst + 12, pd + 32, 4);
+		} else {
+			memcpy(src, pd + 4, 16);
+			memcpy(dst, pd + 20, 16);
+		}
+		uint16_t sport;
+		memcpy(&sport, pd + 2, 2);
+		gid_to_addr(dst, rdma_get_src_port(&l->id), &c->id.route.addr.src_storage);
+		gid_to_addr(src, sport, &c->id.route.addr.dst_storage);
+		pd += 36;
+		n -= 36;
+	} else {
+		gid_to_addr(d->gid.raw, rdma_get_src_port(&l->id), &c->id.route.addr.src_storage);
+		gid_to_addr(w->gid, 0, &c->id.route.addr.dst_storage);
+	}
+	id_set_route(c, &c->id.route.addr.dst_addr);
+	c->next = ch->ids;
+	ch->ids = c;
+	e->id = c;
+	e->ev.id = &c->id;
+	e->ev.listen_id = &l->id;
+	e->ev.event = RDMA_CM_EVENT_CONNECT_REQUEST;
+	conn_param(e, w, pd, n);
+	return e;
+}
+
+/* convert turns the daemon's event into rdma_cm's, or NULL for an event
+ * of an ID the program destroyed meanwhile; ch->mu is held. */
+static struct cm_event *convert(struct cm_channel *ch, int i, const struct wire_event *w)
+{
+	struct cm_dev *d = dev_at(i);
+	int type = cm_type(w->type);
+	if (type == RDMA_CM_EVENT_CONNECT_REQUEST) {
+		struct cm_id *l = find_id(ch, i, w->listen, 1);
+		if (!l || l->state != ID_LISTEN) {
+			destroy_remote(d, w->id);
+			return NULL;
+		}
+		return connect_request(ch, d, l, w);
+	}
+	struct cm_id *c = find_id(ch, i, w->id, 0);
+	if (!c || type < 0)
+		return NULL;
+	struct cm_event *e = calloc(1, sizeof(*e));
+	if (!e)
+		return NULL;
+	e->id = c;
+	e->ev.id = &c->id;
+	e->ev.event = type;
+	conn_param(e, w, w->pd, w->pd_len);
+	switch (type) {
+	case RDMA_CM_EVENT_ESTABLISHED:
+		c->state = ID_CONNECTED;
+		if (c->id.qp)
+			rnicd_qp_sync(c->id.qp);
+		break;
+	case RDMA_CM_EVENT_REJECTED:
+		/* The status is the REJ reason, as the kernel's rdma_cm
+		 * reports it (8, invalid service ID: nobody listens). */
+		e->ev.status = w->reject_reason;
+		/* fall through */
+	case RDMA_CM_EVENT_UNREACHABLE:
+	case RDMA_CM_EVENT_CONNECT_ERROR:
+		if (type == RDMA_CM_EVENT_UNREACHABLE)
+			e->ev.status = -ETIMEDOUT;
+		else if (type == RDMA_CM_EVENT_CONNECT_ERROR)
+			e->ev.status = -ECONNRESET;
+		c->state = ID_DISCONNECTED;
+		if (c->id.qp) {
+			struct ibv_qp_attr a = {.qp_state = IBV_QPS_ERR};
+			ibv_modify_qp(c->id.qp, &a, IBV_QP_STATE);
+		}
+		break;
+	case RDMA_CM_EVENT_DISCONNECTED:
+		c->state = ID_DISCONNECTED;
+		if (c->id.qp)
+			rnicd_qp_sync(c->id.qp);
+		break;
+	}
+	return e;
+}
+
+/* fetch moves every event the rnicds hold for the channel into its
+ * queue, the IDs' states following them; ch->mu is held. */
+int fetch(struct cm_channel *ch)
+{
+	static __thread uint8_t r[MAX_MSG];
+	for (int i = 0; i < devs_count(); i++) {
+		while (ch->h[i]) {
+			uint8_t b[4];
+			struct buf req = {.p = b, .len = 4}, rep = {.p = r, .len = sizeof(r)};
+			put32(&req, ch->h[i]);
+			int err = cm_call(dev_at(i), K_CM_GET_EVENT, &req, -1, &rep);
+			if (err)
+				return err;
+			struct wire_event w;
+			if (decode_event(&rep, &w)) {
+				rnic_log("rdma_get_cm_event: rnicd's event does not decode");
+				return EPROTO;
+			}
+			if (w.type == 0)
+				break;
+			struct cm_event *e = convert(ch, i, &w);
+			if (e)
+				append(ch, e);
+		}
+	}
+	return 0;
+}
+
+/* drain empties the eventfd (non-blocking) without waiting. */
+static void drain(struct cm_channel *ch)
+{
+	uint64_t v;
+	if (read(ch->efd, &v, sizeof(v)) < 0) {
+		/* EAGAIN: nothing to drain */
+	}
+}
+
+EXPORT int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_cm_event **event)
+{
+	if (!channel || !event)
+		return cm_err(EINVAL);
+	struct cm_channel *ch = to_channel(channel);
+	int nonblock = fcntl(ch->ch.fd, F_GETFL) & O_NONBLOCK;
+	pthread_mutex_lock(&ch->mu);
+	ch->waiters++;
+	for (;;) {
+		if (ch->closed) {
+			/* Destroyed under a waiting thread: it waits on, as
+			 * on the kernel's file. */
+			pthread_mutex_unlock(&ch->mu);
+			for (;;)
+				poll(NULL, 0, -1);
+		}
+		/* Drained before the rnicds are asked, so that an event they
+		 * queue after the question wakes the next wait. */
+		drain(ch);
+		int err = fetch(ch);
+		struct cm_event *e = ch->head;
+		if (e) {
+			ch->head = e->next;
+			if (!ch->head)
+				ch->tail = NULL;
+			else
+				signal_fd(ch); /* more to come: the fd stays readable */
+			e->id->events++;
+			if (e->ev.listen_id)
+				to_id(e->ev.listen_id)->events++;
+			ch->waiters--;
+			pthread_mutex_unlock(&ch->mu);
+			*event = &e->ev;
+			return 0;
+		}
+		if (err || nonblock) {
+			ch->waiters--;
+			pthread_mutex_unlock(&ch->mu);
+			return cm_err(err ? err : EAGAIN);
+		}
+		pthread_mutex_unlock(&ch->mu);
+		struct pollfd p = {.fd = ch->ch.fd, .events = POLLIN};
+		poll(&p, 1, -1);
+		pthread_mutex_lock(&ch->mu);
+	}
+}
+
+EXPORT int rdma_ack_cm_event(struct rdma_cm_event *event)
+{
+	if (!event)
+		return cm_err(EINVAL);
+	struct cm_event *e = (struct cm_event *)event;
+	struct cm_channel *ch = e->id->ch;
+	pthread_mutex_lock(&ch->mu);
+	e->id->events--;
+	pthread_cond_broadcast(&e->id->acked);
+	if (event->listen_id) {
+		to_id(event->listen_id)->events--;
+		pthread_cond_broadcast(&to_id(event->listen_id)->acked);
+	}
+	pthread_mutex_unlock(&ch->mu);
+	free(e);
+	return 0;
+}
+
+EXPORT const char *rdma_event_str(enum rdma_cm_event_type event)
+{
+	static const char *names[] = {
+		[RDMA_CM_EVENT_ADDR_RESOLVED] = "RDMA_CM_EVENT_ADDR_RESOLVED",
+		[RDMA_CM_EVENT_ADDR_ERROR] = "RDMA_CM_EVENT_ADDR_ERROR",
+		[RDMA_CM_EVENT_ROUTE_RESOLVED] = "RDMA_CM_EVENT_ROUTE_RESOLVED",
+		[RDMA_CM_EVENT_ROUTE_ERROR] = "RDMA_CM_EVENT_ROUTE_ERROR",
+		[RDMA_CM_EVENT_CONNECT_REQUEST] = "RDMA_CM_EVENT_CONNECT_REQUEST",
+		[RDMA_CM_EVENT_CONNECT_RESPONSE] = "RDMA_CM_EVENT_CONNECT_RESPONSE",
+		[RDMA_CM_EVENT_CONNECT_ERROR] = "RDMA_CM_EVENT_CONNECT_ERROR",
+		[RDMA_CM_EVENT_UNREACHABLE] = "RDMA_CM_EVENT_UNREACHABLE",
+		[RDMA_CM_EVENT_REJECTED] = "RDMA_CM_EVENT_REJECTED",
+		[RDMA_CM_EVENT_ESTABLISHED] = "RDMA_CM_EVENT_ESTABLISHED",
+		[RDMA_CM_EVENT_DISCONNECTED] = "RDMA_CM_EVENT_DISCONNECTED",
+		[RDMA_CM_EVENT_DEVICE_REMOVAL] = "RDMA_CM_EVENT_DEVICE_REMOVAL",
+		[RDMA_CM_EVENT_MULTICAST_JOIN] = "RDMA_CM_EVENT_MULTICAST_JOIN",
+		[RDMA_CM_EVENT_MULTICAST_ERROR] = "RDMA_CM_EVENT_MULTICAST_ERROR",
+		[RDMA_CM_EVENT_ADDR_CHANGE] = "RDMA_CM_EVENT_ADDR_CHANGE",
+		[RDMA_CM_EVENT_TIMEWAIT_EXIT] = "RDMA_CM_EVENT_TIMEWAIT_EXIT",
+	};
+	if ((unsigned)event < sizeof(names) / sizeof(names[0]) && names[event])
+		return names[event];
+	return "UNKNOWN EVENT";
+}
