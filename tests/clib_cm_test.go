@@ -1,0 +1,295 @@
+package tests
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The C library's librdmacm.so.1 (clib/rdmacm): Debian's own rping and
+// perftest -R run on it between two rnicd, connected by the daemons' CM
+// agents, against themselves and against rnic's clones.
+
+// rpingData is what rping -v prints for ping i with its default 64-byte
+// buffer: "rdma-ping-i: " then letters from 'A'+i, cycling through 'A'..'z'
+// (rping_test_client's pattern), up to the buffer's last byte, a NUL.
+func rpingData(i int) string {
+	s := []byte(fmt.Sprintf("rdma-ping-%d: ", i))
+	for c := byte('A' + i%58); len(s) < 63; c++ {
+		if c > 'z' {
+			c = 'A'
+		}
+		s = append(s, c)
+	}
+	return string(s)
+}
+
+// rpingRejected says a client's output is that of a connect to a port
+// nobody listens on yet: REJ reason 8 as rnic's rping and Debian's print
+// it.
+func rpingRejected(out string) bool {
+	return strings.Contains(out, "connection refused") || strings.Contains(out, "RDMA_CM_EVENT_REJECTED, error 8")
+}
+
+// rpingPair runs an rping server (srvRun) on rnicA's address and a client
+// (cliRun) from rnicB's towards it, both with args, the client again
+// while the server does not listen yet; it returns what each printed
+// once both exited 0, and waits until both daemons hold nothing of them.
+func (tb *toolBench) rpingPair(t *testing.T, srvRun, cliRun runner, args ...string) (srv, cli string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	port := freePort(t)
+	server := srvRun(ctx, "rping", append([]string{"-s", "-a", tb.a.addr.String(), "-p", port}, args...)...)
+	sout, serr := &lockedBuf{}, &lockedBuf{}
+	server.Stdout, server.Stderr = sout, serr
+	if err := server.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var cout, cerr strings.Builder
+	var clientErr error
+	for {
+		cout.Reset()
+		cerr.Reset()
+		client := cliRun(ctx, "rping", append([]string{"-c", "-a", tb.a.addr.String(), "-I", tb.b.addr.String(), "-p", port}, args...)...)
+		client.Stdout, client.Stderr = &cout, &cerr
+		clientErr = client.Run()
+		if clientErr == nil || !rpingRejected(cout.String()+cerr.String()) || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if clientErr != nil {
+		server.Process.Kill()
+	}
+	serverErr := server.Wait()
+	if clientErr != nil || serverErr != nil {
+		t.Fatalf("rping %s\nclient: %v\n%s%s\nserver: %v\n%s%s", strings.Join(args, " "),
+			clientErr, cout.String(), cerr.String(), serverErr, sout.String(), serr.String())
+	}
+	tb.idle(t)
+	return sout.String(), cout.String()
+}
+
+// TestCLibRping runs Debian's rping -v -V -C 100 on the C library against
+// itself and against rnic's rping in both roles: every ping's data, as
+// the client validated it, is printed byte for byte by both sides, the
+// server ends at the client's disconnect with status 0, and neither
+// daemon keeps a CM ID, a QP or anything else of either.
+func TestCLibRping(t *testing.T) {
+	tb := newToolBench(t)
+	real := debianTool(t, "rping", "rdmacm-utils")
+	const n = 100
+	for _, p := range []struct {
+		name     string
+		srv, cli runner
+	}{{"real-real", real, real}, {"real-rnic", real, rnicTool}, {"rnic-real", rnicTool, real}} {
+		t.Run(p.name, func(t *testing.T) {
+			srv, cli := tb.rpingPair(t, p.srv, p.cli, "-v", "-V", "-C", strconv.Itoa(n))
+			var wantCli, wantSrv strings.Builder
+			for i := range n {
+				fmt.Fprintf(&wantCli, "ping data: %s\n", rpingData(i))
+				fmt.Fprintf(&wantSrv, "server ping data: %s\n", rpingData(i))
+			}
+			if cli != wantCli.String() {
+				t.Errorf("client printed\n%s\nwant\n%s", cli, wantCli.String())
+			}
+			if srv != wantSrv.String() {
+				t.Errorf("server printed\n%s\nwant\n%s", srv, wantSrv.String())
+			}
+		})
+	}
+}
+
+// resRows is `rnic res -d dev [show cm_id]`'s rows naming pid.
+func resRows(t *testing.T, dev string, pid int, cmIDs bool) []string {
+	t.Helper()
+	args := []string{"res", "-d", dev}
+	if cmIDs {
+		args = append(args, "show", "cm_id")
+	}
+	var rows []string
+	for _, l := range strings.Split(runTool(t, filepath.Join(binDir, "rnic"), args...), "\n") {
+		if strings.Contains(l, fmt.Sprintf(" pid %d ", pid)) {
+			rows = append(rows, l)
+		}
+	}
+	return rows
+}
+
+// waitRows polls until `rnic res` on dev shows want QP rows and want CM
+// ID rows of pid.
+func waitRows(t *testing.T, dev string, pid, want int) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		qps, ids := resRows(t, dev, pid, false), resRows(t, dev, pid, true)
+		if len(qps) == want && len(ids) == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: want %d QP and CM ID rows of pid %d, have\n%s\n%s", dev, want, pid,
+				strings.Join(qps, "\n"), strings.Join(ids, "\n"))
+		}
+	}
+}
+
+// TestCLibRpingKilled: Debian's rping client on the C library, killed in
+// the middle of its pings: `rnic res` shows its CM ID and QP before and
+// nothing after, its daemon's DREQ ends the server (DISCONNECTED, status
+// 0); a listening Debian server killed likewise leaves no CM ID.
+func TestCLibRpingKilled(t *testing.T) {
+	tb := newToolBench(t)
+	real := debianTool(t, "rping", "rdmacm-utils")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	port := freePort(t)
+	srv := real(ctx, "rping", "-s", "-a", tb.a.addr.String(), "-p", port)
+	srvErr := &lockedBuf{}
+	srv.Stderr = srvErr
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { srv.Process.Kill(); srv.Wait() }()
+	var cli *exec.Cmd
+	for {
+		// No -C: it pings until it is killed.
+		cli = real(ctx, "rping", "-c", "-v", "-a", tb.a.addr.String(), "-I", tb.b.addr.String(), "-p", port)
+		stdout, err := cli.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cliErr := &lockedBuf{}
+		cli.Stderr = cliErr
+		if err := cli.Start(); err != nil {
+			t.Fatal(err)
+		}
+		sc := bufio.NewScanner(stdout)
+		if sc.Scan() && sc.Text() == "ping data: "+rpingData(0) {
+			go func() {
+				for sc.Scan() {
+				}
+			}()
+			break
+		}
+		for sc.Scan() {
+		}
+		cli.Wait()
+		if !rpingRejected(cliErr.String()) || ctx.Err() != nil {
+			t.Fatalf("client: %s", cliErr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	defer func() { cli.Process.Kill(); cli.Wait() }()
+	waitRows(t, "rnicB", cli.Process.Pid, 1)
+	if rows := resRows(t, "rnicB", cli.Process.Pid, true); !strings.Contains(rows[0], " state CONNECT ps TCP ") ||
+		!strings.Contains(rows[0], " comm rping ") {
+		t.Errorf("the client's CM ID: %s", rows[0])
+	}
+	if err := cli.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	cli.Wait()
+	if err := srv.Wait(); err != nil {
+		t.Fatalf("server after the client was killed: %v\n%s", err, srvErr.String())
+	}
+	if !strings.Contains(srvErr.String(), "server DISCONNECT EVENT...") {
+		t.Errorf("server saw no DISCONNECTED:\n%s", srvErr.String())
+	}
+	waitRows(t, "rnicB", cli.Process.Pid, 0)
+	tb.idle(t)
+
+	// A listener killed: its CM ID goes with it.
+	lis := real(ctx, "rping", "-s", "-a", tb.a.addr.String(), "-p", port)
+	if err := lis.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { lis.Process.Kill(); lis.Wait() }()
+	for deadline := time.Now().Add(20 * time.Second); len(resRows(t, "rnicA", lis.Process.Pid, true)) != 1; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no listener of rping on rnicA")
+		}
+	}
+	if rows := resRows(t, "rnicA", lis.Process.Pid, true); !strings.Contains(rows[0], " state LISTEN ps TCP ") {
+		t.Errorf("the listener: %s", rows[0])
+	}
+	lis.Process.Signal(syscall.SIGKILL)
+	lis.Wait()
+	for deadline := time.Now().Add(20 * time.Second); len(resRows(t, "rnicA", lis.Process.Pid, true)) != 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the killed listener's CM ID is still on rnicA")
+		}
+	}
+	tb.idle(t)
+}
+
+// cmCounter reads one of the CM agent's counters of dev.
+func (tb *toolBench) cmCounter(t *testing.T, dev, name string) uint64 {
+	t.Helper()
+	c := tb.ca
+	if dev == "rnicB" {
+		c = tb.cb
+	}
+	m, err := c.Counters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m[name]
+}
+
+// checkCMPerftest checks a perftest -R side's output: its device, the
+// rdma_cm line, and a result line of size bytes and iters iterations
+// with a positive average bandwidth.
+func checkCMPerftest(t *testing.T, who, out, dev, size, iters string) {
+	t.Helper()
+	for _, want := range []string{"Device         : " + dev + "\n", " rdma_cm QPs\t : ON\n"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("%s printed no %q:\n%s", who, want, out)
+		}
+	}
+	lines := strings.Split(out, "\n")
+	for i, l := range lines {
+		if !strings.HasPrefix(l, " #bytes") || i+1 == len(lines) {
+			continue
+		}
+		f := strings.Fields(lines[i+1])
+		if len(f) < 5 || f[0] != size || f[1] != iters {
+			t.Fatalf("%s result line %q, want %s bytes and %s iterations", who, lines[i+1], size, iters)
+		}
+		if bw, err := strconv.ParseFloat(f[3], 64); err != nil || bw <= 0 {
+			t.Fatalf("%s result line %q: average bandwidth %q", who, lines[i+1], f[3])
+		}
+		return
+	}
+	t.Fatalf("%s printed no result:\n%s", who, out)
+}
+
+// TestCLibPerftestRDMACM runs Debian's ib_write_bw -R on the C library
+// against itself: the QPs are connected by the CM agents (one REQ from
+// rnicB, received on rnicA, per run) and the results are read by value.
+func TestCLibPerftestRDMACM(t *testing.T) {
+	tb := newToolBench(t)
+	tb.host = tb.a.addr.String()
+	real := debianTool(t, "ib_write_bw", "perftest")
+	// The client's rdma_cm source: rnicB's address, as rping's -I.
+	client := func(ctx context.Context, tool string, args ...string) *exec.Cmd {
+		return real(ctx, tool, append([]string{"--source_ip", tb.b.addr.String()}, args...)...)
+	}
+	const size, iters = "65536", "100"
+	reqs, reqsIn := tb.cmCounter(t, "rnicB", "cm_tx_msgs_req"), tb.cmCounter(t, "rnicA", "cm_rx_msgs_req")
+	srv, cli := tb.pairRun(t, real, client, "rnicA", "rnicB", "ib_write_bw", "-R", "-n", iters, "-s", size)
+	checkCMPerftest(t, "client", cli, "rnicB", size, iters)
+	checkCMPerftest(t, "server", srv, "rnicA", size, iters)
+	if d := tb.cmCounter(t, "rnicB", "cm_tx_msgs_req") - reqs; d != 1 {
+		t.Errorf("rnicB sent %d REQs, want 1", d)
+	}
+	if d := tb.cmCounter(t, "rnicA", "cm_rx_msgs_req") - reqsIn; d != 1 {
+		t.Errorf("rnicA received %d REQs, want 1", d)
+	}
+}
