@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -229,26 +230,29 @@ func TestCLibRpingKilled(t *testing.T) {
 	tb.idle(t)
 }
 
-// cmCounter reads one of the CM agent's counters of dev.
-func (tb *toolBench) cmCounter(t *testing.T, dev, name string) uint64 {
+// waitListener returns when rnicA has an rdma_cm listener: Debian's
+// perftest client takes a REJ of its control connection (nobody listens
+// yet) for a failure, where it retries a refused TCP connect.
+func (tb *toolBench) waitListener(t *testing.T) {
 	t.Helper()
-	c := tb.ca
-	if dev == "rnicB" {
-		c = tb.cb
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if strings.Contains(runTool(t, filepath.Join(binDir, "rnic"), "res", "-d", "rnicA", "show", "cm_id"), " state LISTEN ") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no rdma_cm listener on rnicA")
+		}
 	}
-	m, err := c.Counters()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m[name]
 }
 
-// checkCMPerftest checks a perftest -R side's output: its device, the
-// rdma_cm line, and a result line of size bytes and iters iterations
-// with a positive average bandwidth.
+// checkCMPerftest checks a perftest -R side's output: its device, that
+// it says rdma_cm, and a result line of size bytes and iters iterations
+// with a positive average bandwidth. (Debian's perftest -R prints the
+// GIDs of the device it opened first, not of its rdma_cm QPs'; the
+// daemons' CM counters say which ports connected.)
 func checkCMPerftest(t *testing.T, who, out, dev, size, iters string) {
 	t.Helper()
-	for _, want := range []string{"Device         : " + dev + "\n", " rdma_cm QPs\t : ON\n"} {
+	for _, want := range []string{"Device         : " + dev + "\n", " rdma_cm QPs\t : ON\n", " Data ex. method : rdma_cm"} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("%s printed no %q:\n%s", who, want, out)
 		}
@@ -271,25 +275,55 @@ func checkCMPerftest(t *testing.T, who, out, dev, size, iters string) {
 }
 
 // TestCLibPerftestRDMACM runs Debian's ib_write_bw -R on the C library
-// against itself: the QPs are connected by the CM agents (one REQ from
-// rnicB, received on rnicA, per run) and the results are read by value.
+// against itself and against rnic's ib_write_bw -R in both roles: the
+// control QP and the test's QP are each one connection of the CM agents
+// from rnicB to rnicA (an REP from rnicA and an RTU from rnicB each, no
+// timeout), and the results are read by value.
 func TestCLibPerftestRDMACM(t *testing.T) {
 	tb := newToolBench(t)
 	tb.host = tb.a.addr.String()
 	real := debianTool(t, "ib_write_bw", "perftest")
-	// The client's rdma_cm source: rnicB's address, as rping's -I.
-	client := func(ctx context.Context, tool string, args ...string) *exec.Cmd {
-		return real(ctx, tool, append([]string{"--source_ip", tb.b.addr.String()}, args...)...)
+	// Debian's client runs as on a host of its own, whose only rnicd is
+	// rnicB: rdma_cm routes its connection from there, as from rping's
+	// -I (perftest 4.5-0.17's --source_ip sets a raw Ethernet option
+	// instead, two of its long options having that name).
+	hostB := t.TempDir()
+	if err := os.Symlink(filepath.Join(os.Getenv("RNICD_DIR"), "rnicB.sock"), filepath.Join(hostB, "rnicB.sock")); err != nil {
+		t.Fatal(err)
+	}
+	realClient := func(ctx context.Context, tool string, args ...string) *exec.Cmd {
+		tb.waitListener(t)
+		cmd := real(ctx, tool, args...)
+		cmd.Env = append(cmd.Env, "RNICD_DIR="+hostB)
+		return cmd
 	}
 	const size, iters = "65536", "100"
-	reqs, reqsIn := tb.cmCounter(t, "rnicB", "cm_tx_msgs_req"), tb.cmCounter(t, "rnicA", "cm_rx_msgs_req")
-	srv, cli := tb.pairRun(t, real, client, "rnicA", "rnicB", "ib_write_bw", "-R", "-n", iters, "-s", size)
-	checkCMPerftest(t, "client", cli, "rnicB", size, iters)
-	checkCMPerftest(t, "server", srv, "rnicA", size, iters)
-	if d := tb.cmCounter(t, "rnicB", "cm_tx_msgs_req") - reqs; d != 1 {
-		t.Errorf("rnicB sent %d REQs, want 1", d)
-	}
-	if d := tb.cmCounter(t, "rnicA", "cm_rx_msgs_req") - reqsIn; d != 1 {
-		t.Errorf("rnicA received %d REQs, want 1", d)
+	for _, p := range []struct {
+		name     string
+		srv, cli runner
+	}{{"real-real", real, realClient}, {"real-rnic", real, rnicTool}, {"rnic-real", rnicTool, realClient}} {
+		t.Run(p.name, func(t *testing.T) {
+			beforeA, beforeB := must[map[string]uint64](t)(tb.ca.Counters()), must[map[string]uint64](t)(tb.cb.Counters())
+			srv, cli := tb.pairRun(t, p.srv, p.cli, "rnicA", "rnicB", "ib_write_bw", "-R", "-n", iters, "-s", size)
+			checkCMPerftest(t, "client", cli, "rnicB", size, iters)
+			checkCMPerftest(t, "server", srv, "rnicA", size, iters)
+			afterA, afterB := must[map[string]uint64](t)(tb.ca.Counters()), must[map[string]uint64](t)(tb.cb.Counters())
+			for _, w := range []struct {
+				before, after map[string]uint64
+				who, k        string
+				want          uint64
+			}{
+				{beforeA, afterA, "rnicA", "cm_tx_msgs_rep", 2},
+				{beforeB, afterB, "rnicB", "cm_rx_msgs_rep", 2},
+				{beforeB, afterB, "rnicB", "cm_tx_msgs_rtu", 2},
+				{beforeA, afterA, "rnicA", "cm_rx_msgs_rtu", 2},
+				{beforeA, afterA, "rnicA", "cm_timeouts", 0},
+				{beforeB, afterB, "rnicB", "cm_timeouts", 0},
+			} {
+				if got := w.after[w.k] - w.before[w.k]; got != w.want {
+					t.Errorf("%s counts %s %d, want %d", w.who, w.k, got, w.want)
+				}
+			}
+		})
 	}
 }
