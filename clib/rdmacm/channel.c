@@ -275,14 +275,6 @@ static void conn_param(struct cm_event *e, const struct wire_event *w, const uin
 	p->qp_num = w->remote_qpn;
 }
 
-static void destroy_remote(struct cm_dev *d, uint32_t h)
-{
-	uint8_t b[4], r[16];
-	struct buf req = {.p = b, .len = 4}, rep = {.p = r, .len = sizeof(r)};
-	put32(&req, h);
-	cm_call(d, K_CM_DESTROY_ID, &req, -1, &rep);
-}
-
 /* connect_request makes the new cm_id of a connect request to listener
  * l (cma.c ucma_process_conn_req); ch->mu is held. */
 static struct cm_event *connect_request(struct cm_channel *ch, struct cm_dev *d, struct cm_id *l,
@@ -293,7 +285,7 @@ static struct cm_event *connect_request(struct cm_channel *ch, struct cm_dev *d,
 	if (!c || !e) {
 		free(c);
 		free(e);
-		destroy_remote(d, w->id); /* the REQ is rejected */
+		cm_destroy_id(d, w->id); /* the REQ is rejected */
 		return NULL;
 	}
 	id_bind_dev(c, d);
@@ -343,7 +335,7 @@ static struct cm_event *convert(struct cm_channel *ch, int i, const struct wire_
 	if (type == RDMA_CM_EVENT_CONNECT_REQUEST) {
 		struct cm_id *l = find_id(ch, i, w->listen, 1);
 		if (!l || l->state != ID_LISTEN) {
-			destroy_remote(d, w->id);
+			cm_destroy_id(d, w->id);
 			return NULL;
 		}
 		return connect_request(ch, d, l, w);

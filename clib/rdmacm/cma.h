@@ -66,6 +66,7 @@ void gid_to_addr(const uint8_t gid[16], uint16_t port_be, struct sockaddr_storag
 socklen_t addr_len(const struct sockaddr *a);
 int cm_call(struct cm_dev *d, int k, struct buf *req, int fd, struct buf *rep);
 int cm_call_quiet(struct cm_dev *d, int k, struct buf *req, struct buf *rep);
+void cm_destroy_id(struct cm_dev *d, uint32_t h);
 
 /* Local states of a cm_id: what the program has asked of it, enough to
  * refuse a call out of order and to know a DISCONNECTED was seen. */

@@ -194,3 +194,13 @@ int cm_call_quiet(struct cm_dev *d, int k, struct buf *req, struct buf *rep)
 {
 	return cm_call_flags(d, k, req, -1, rep, 1);
 }
+
+/* cm_destroy_id destroys CM ID h in d's rnicd (rdma_destroy_id's
+ * request; a connect request's ID so destroyed is rejected). */
+void cm_destroy_id(struct cm_dev *d, uint32_t h)
+{
+	uint8_t b[4], r[16];
+	struct buf req = {.p = b, .len = 4}, rep = {.p = r, .len = sizeof(r)};
+	put32(&req, h);
+	cm_call(d, K_CM_DESTROY_ID, &req, -1, &rep);
+}

@@ -106,14 +106,6 @@ static int make_remote(struct cm_id *c, struct cm_dev *d, uint32_t *h)
 	return err;
 }
 
-static void destroy_remote(struct cm_dev *d, uint32_t h)
-{
-	uint8_t b[4], r[16];
-	struct buf req = {.p = b, .len = 4}, rep = {.p = r, .len = sizeof(r)};
-	put32(&req, h);
-	cm_call(d, K_CM_DESTROY_ID, &req, -1, &rep);
-}
-
 EXPORT int rdma_destroy_id(struct rdma_cm_id *id)
 {
 	struct cm_id *c = to_id(id);
@@ -124,10 +116,10 @@ EXPORT int rdma_destroy_id(struct rdma_cm_id *id)
 	/* The daemon ends what the ID had: a DREQ for a connection, a REJ
 	 * for one under way, the listen. */
 	if (c->h)
-		destroy_remote(c->dev, c->h);
+		cm_destroy_id(c->dev, c->h);
 	for (int i = 0; c->wild && i < devs_count(); i++)
 		if (c->lh[i])
-			destroy_remote(dev_at(i), c->lh[i]);
+			cm_destroy_id(dev_at(i), c->lh[i]);
 	pthread_cond_destroy(&c->acked);
 	free(c);
 	return 0;
@@ -292,12 +284,23 @@ static int resources(struct cm_dev *d, struct rdma_conn_param *p, uint8_t *resp,
 	return 0;
 }
 
-static int need_qp(struct cm_id *c, const char *call)
+/* conn_start checks what rdma_connect and rdma_accept share: the ID's
+ * state, its QP, the resources (into resp and init) and the length of
+ * the private data (into n, at most max). */
+static int conn_start(struct cm_id *c, enum id_state want, const char *call, struct rdma_conn_param *p,
+		      size_t max, uint8_t *resp, uint8_t *init, size_t *n)
 {
-	if (c->id.qp)
-		return 0;
-	rnic_log("%s without rdma_create_qp (conn_param->qp_num) is not built: rnicd's CM moves the QP itself", call);
-	return ENOSYS;
+	if (c->state != want || !c->h)
+		return EINVAL;
+	if (!c->id.qp) {
+		rnic_log("%s without rdma_create_qp (conn_param->qp_num) is not built: rnicd's CM moves the QP itself",
+			 call);
+		return ENOSYS;
+	}
+	*n = p && p->private_data ? p->private_data_len : 0;
+	if (*n > max || resources(c->dev, p, resp, init))
+		return EINVAL;
+	return 0;
 }
 
 /* The cma_hdr rdma_cm puts before a REQ's private data (wire/mad/cma.go):
@@ -324,17 +327,11 @@ static void cma_hdr(struct cm_id *c, uint8_t *h)
 EXPORT int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *p)
 {
 	struct cm_id *c = to_id(id);
-	if (c->state != ID_ROUTE_RESOLVED)
-		return cm_err(EINVAL);
-	int err = need_qp(c, "rdma_connect");
+	uint8_t resp, init;
+	size_t n;
+	int err = conn_start(c, ID_ROUTE_RESOLVED, "rdma_connect", p, REQ_PRIVATE - CMA_HDR, &resp, &init, &n);
 	if (err)
 		return cm_err(err);
-	uint8_t resp, init;
-	if (resources(c->dev, p, &resp, &init))
-		return cm_err(EINVAL);
-	size_t n = p && p->private_data ? p->private_data_len : 0;
-	if (n > REQ_PRIVATE - CMA_HDR)
-		return cm_err(EINVAL);
 	uint8_t b[160];
 	struct buf req = {.p = b, .len = sizeof(b)}, rep = {.p = b, .len = 0};
 	put32(&req, c->h);
@@ -362,17 +359,11 @@ EXPORT int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *p)
 EXPORT int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *p)
 {
 	struct cm_id *c = to_id(id);
-	if (c->state != ID_CONNECTING || !c->h)
-		return cm_err(EINVAL);
-	int err = need_qp(c, "rdma_accept");
+	uint8_t resp, init;
+	size_t n;
+	int err = conn_start(c, ID_CONNECTING, "rdma_accept", p, REP_PRIVATE, &resp, &init, &n);
 	if (err)
 		return cm_err(err);
-	uint8_t resp, init;
-	if (resources(c->dev, p, &resp, &init))
-		return cm_err(EINVAL);
-	size_t n = p && p->private_data ? p->private_data_len : 0;
-	if (n > REP_PRIVATE)
-		return cm_err(EINVAL);
 	uint8_t b[256];
 	struct buf req = {.p = b, .len = sizeof(b)}, rep = {.p = b, .len = 0};
 	put32(&req, c->h);
