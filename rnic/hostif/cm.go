@@ -384,9 +384,19 @@ func (c *conn) cmReject(t object, b Body, _ []int) (Body, []int, error) {
 	return c.onConnection(t, "reject", func(id *cm.ID) error { return id.Reject(reason, r.PrivateData) })
 }
 
+// cmDisconnect is rdma_disconnect: a DREQ for an established connection.
+// On one the peer disconnected first (its DREQ crossed ours, or came
+// before we asked) there is nothing to send and it succeeds, as the
+// kernel's rdma_disconnect answers 0 when ib_send_cm_dreq fails.
 func (c *conn) cmDisconnect(t object, b Body, _ []int) (Body, []int, error) {
 	r := b.(*CMDataReq)
-	return c.onConnection(t, "disconnect", func(id *cm.ID) error { return id.Disconnect(r.PrivateData) })
+	return c.onConnection(t, "disconnect", func(id *cm.ID) error {
+		switch id.State() {
+		case cm.StateDREQSent, cm.StateDREQRcvd, cm.StateTimewait:
+			return nil
+		}
+		return id.Disconnect(r.PrivateData)
+	})
 }
 
 // onConnection runs f on the agent with the connection of CM ID t.
