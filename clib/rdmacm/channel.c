@@ -383,8 +383,8 @@ static struct cm_event *convert(struct cm_channel *ch, int i, const struct wire_
 }
 
 /* fetch moves every event the rnicds hold for the channel into its
- * queue, the IDs' states following them; ch->mu is held. */
-int fetch(struct cm_channel *ch)
+ * queue; ch->mu is held. */
+static int fetch(struct cm_channel *ch)
 {
 	static __thread uint8_t r[MAX_MSG];
 	for (int i = 0; i < devs_count(); i++) {

@@ -36,7 +36,7 @@
 
 /* The private entries of this folder's libibverbs (src/private.c). */
 int rnicd_cm_call(struct ibv_context *ctx, int k, const void *req, size_t reqlen, int fd, void *rep, size_t cap,
-		  size_t *replen, int quiet);
+		  size_t *replen);
 int rnicd_qp_sync(struct ibv_qp *qp);
 
 /* The most rnicds one process uses: a listener on the wildcard address
@@ -65,7 +65,6 @@ void addr_to_gid(const struct sockaddr *a, union ibv_gid *gid);
 void gid_to_addr(const uint8_t gid[16], uint16_t port_be, struct sockaddr_storage *out);
 socklen_t addr_len(const struct sockaddr *a);
 int cm_call(struct cm_dev *d, int k, struct buf *req, int fd, struct buf *rep);
-int cm_call_quiet(struct cm_dev *d, int k, struct buf *req, struct buf *rep);
 void cm_destroy_id(struct cm_dev *d, uint32_t h);
 
 /* Local states of a cm_id: what the program has asked of it, enough to
@@ -132,7 +131,6 @@ static inline struct cm_channel *to_channel(struct rdma_event_channel *c) { retu
 
 /* channel.c */
 int channel_on(struct cm_channel *ch, struct cm_dev *d, uint32_t *h);
-int fetch(struct cm_channel *ch);
 void queue_event(struct cm_channel *ch, struct cm_id *id, enum rdma_cm_event_type type, int status);
 void channel_add(struct cm_channel *ch, struct cm_id *id);
 void channel_remove(struct cm_channel *ch, struct cm_id *id);

@@ -173,26 +173,14 @@ struct cm_dev *dev_route(const struct sockaddr *dst)
 
 /* cm_call sends CM request k with body req (and fd, if >= 0) to d's
  * rnicd; the reply's body goes to rep, read from its start. */
-static int cm_call_flags(struct cm_dev *d, int k, struct buf *req, int fd, struct buf *rep, int quiet)
+int cm_call(struct cm_dev *d, int k, struct buf *req, int fd, struct buf *rep)
 {
 	size_t n = 0;
-	int err = rnicd_cm_call(d->verbs, k, req->p, req->off, fd, rep->p, rep->len, &n, quiet);
+	int err = rnicd_cm_call(d->verbs, k, req->p, req->off, fd, rep->p, rep->len, &n);
 	rep->len = err ? 0 : n;
 	rep->off = 0;
 	rep->bad = 0;
 	return err;
-}
-
-int cm_call(struct cm_dev *d, int k, struct buf *req, int fd, struct buf *rep)
-{
-	return cm_call_flags(d, k, req, fd, rep, 0);
-}
-
-/* cm_call_quiet is cm_call for a refusal the caller handles: the
- * daemon's message is not printed. */
-int cm_call_quiet(struct cm_dev *d, int k, struct buf *req, struct buf *rep)
-{
-	return cm_call_flags(d, k, req, -1, rep, 1);
 }
 
 /* cm_destroy_id destroys CM ID h in d's rnicd (rdma_destroy_id's

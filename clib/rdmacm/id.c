@@ -396,7 +396,7 @@ static int send_data(struct cm_id *c, int k, uint16_t reason, const void *pd, si
 	put16(&req, n);
 	if (n)
 		putn(&req, pd, n);
-	int err = k == K_CM_DISCONNECT ? cm_call_quiet(c->dev, k, &req, &rep) : cm_call(c->dev, k, &req, -1, &rep);
+	int err = cm_call(c->dev, k, &req, -1, &rep);
 	return err ? cm_err(err) : 0;
 }
 
@@ -421,9 +421,9 @@ EXPORT int rdma_reject_ece(struct rdma_cm_id *id, const void *private_data, uint
 }
 
 /* rdma_disconnect moves the QP to ERR (ucma_shutdown) and sends the
- * DREQ. After the peer's DREQ (DISCONNECTED seen, or crossing ours in
- * the daemon) there is nothing left to send, and the kernel's rdma_cm
- * answers 0 then too. */
+ * DREQ; after the peer's (DISCONNECTED seen here, or crossing ours in
+ * the daemon) there is nothing to send, and it answers 0, as the
+ * kernel's rdma_cm does. */
 EXPORT int rdma_disconnect(struct rdma_cm_id *id)
 {
 	struct cm_id *c = to_id(id);
@@ -433,18 +433,12 @@ EXPORT int rdma_disconnect(struct rdma_cm_id *id)
 		if (err)
 			return cm_err(err);
 	}
-	/* The peer's DREQ may have come: its DISCONNECTED, fetched now,
-	 * says there is nothing to send (rnicd would refuse the request). */
-	pthread_mutex_lock(&c->ch->mu);
-	fetch(c->ch);
-	enum id_state st = c->state;
-	pthread_mutex_unlock(&c->ch->mu);
-	switch (st) {
+	switch (c->state) {
 	case ID_DISCONNECTED:
 		return 0;
 	case ID_CONNECTED:
 	case ID_CONNECTING:
-		if (send_data(c, K_CM_DISCONNECT, 0, NULL, 0, DREQ_PRIVATE) && errno != EINVAL)
+		if (send_data(c, K_CM_DISCONNECT, 0, NULL, 0, DREQ_PRIVATE))
 			return -1;
 		c->state = ID_DISCONNECTED;
 		return 0;

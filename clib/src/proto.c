@@ -170,11 +170,6 @@ static int code_errno(uint32_t code)
 	}
 }
 
-/* rnic_quiet, set by a caller for one request, keeps a refusal it
- * handles itself off stderr (librdmacm's rdma_disconnect whose DREQ
- * crossed the peer's). */
-__thread int rnic_quiet;
-
 /* reply_error reports a refused request's reply: the daemon's message
  * goes to stderr, its code becomes an errno value. */
 static int reply_error(int kind, struct buf *rep, uint32_t code)
@@ -185,8 +180,7 @@ static int reply_error(int kind, struct buf *rep, uint32_t code)
 		n = 1024;
 	getn(rep, msg, n);
 	msg[rep->bad ? 0 : n] = 0;
-	if (!rnic_quiet)
-		rnic_log("rnicd refused %s: %s", kind_name(kind), msg);
+	rnic_log("rnicd refused %s: %s", kind_name(kind), msg);
 	return code_errno(code);
 }
 

@@ -109,7 +109,6 @@ void conn_close(struct conn *c);
  * gets the descriptor the reply carries, or -1. It returns 0 or an errno
  * value, and prints the daemon's message for a refused request. */
 int conn_call(struct conn *c, int k, struct buf *req, int fd, struct buf *rep, int *rfd);
-extern __thread int rnic_quiet;
 int conn_doorbell(struct conn *c, uint32_t h, uint8_t queue);
 int conn_hung_up(struct conn *c);
 
