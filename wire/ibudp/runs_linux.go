@@ -67,7 +67,10 @@ func (r *runs) push(roce []byte, p runPkt) {
 const maxFrame = 65535
 
 func newRuns(slots int) *runs {
-	r := &runs{over: make([][]byte, slots), frame: make([]byte, maxFrame)}
+	// The arena starts with room for a batch of full packets, so that
+	// holding packets does not grow it in steps (growslice was 2% of a
+	// responding rnicd with 1024 QPs).
+	r := &runs{over: make([][]byte, slots), frame: make([]byte, maxFrame), arena: make([]byte, 0, slots*MaxRoCELen)}
 	r.alloc()
 	return r
 }

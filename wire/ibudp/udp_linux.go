@@ -36,6 +36,10 @@ type udpPort struct {
 	free    []*Buf // scratch of spread
 	order   []*Buf // scratch of spread
 	counted []bool // scratch of deliverHeld
+	// perDgram is how many packets the datagrams of the last batch held,
+	// on average, rounded up; recvGRO asks for as many datagrams as the
+	// caller's Bufs take at that rate (gro_linux.go).
+	perDgram int
 }
 
 func openUDP(cfg Config, ifc Interface, mtu int) (*udpPort, error) {
