@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # rnicd against the machine's own UDP and TCP, in one run on one veth pair
-# (issues 7 and 16); each run goes into BENCHMARKS.md above the earlier ones.
+# (issues 7 and 16): every target of issue 16 beside its anchor of the same
+# run; each run goes into BENCHMARKS.md above the earlier ones, with date,
+# machine and load average.
 # Needs root (network namespaces); installs iperf3 from Debian's packages.
 #   bench/run.sh [-quick] [-soak 10m] [-t SECONDS]
 set -euo pipefail
