@@ -32,7 +32,7 @@ func observeCommands() []command {
 	return []command{
 		{name: "stat", short: "counters and QPs of a running rnicd, like rdma statistic", run: runStat},
 		{name: "trace", short: "follow a running rnicd's trace as a timeline", run: runTrace},
-		{name: "inject", short: "impair a running rnicd's port: drop 2% | dropnth 1 | dup 1% | reorder 5% | delay 200us | corrupt 1% | link 2gbit [queue 256KB] [ecn 5KB 200KB 1%] | off", run: runInject},
+		{name: "inject", short: "impair a running rnicd's port: drop 2% | dropnth 1 | dup 1% | reorder 5% | delay 200us | corrupt 1% | link 2gbit [queue 256KB] [ecn 5KB 200KB 1%] [mark dequeue] | off", run: runInject},
 	}
 }
 
@@ -281,7 +281,7 @@ func showFaults(o *observeOpts, stdout, stderr io.Writer) int {
 	}
 	if err != nil {
 		fmt.Fprintln(stderr, "rnic inject:", err)
-		fmt.Fprintln(stderr, "usage: rnic inject [-d NAME] [--tx|--rx] [--qp N] drop P% | dropnth N | dup P% | reorder P% | corrupt P% | delay D | jitter D | link RATE [queue SIZE] [ecn KMIN KMAX P%|off] | off")
+		fmt.Fprintln(stderr, "usage: rnic inject [-d NAME] [--tx|--rx] [--qp N] drop P% | dropnth N | dup P% | reorder P% | corrupt P% | delay D | jitter D | link RATE [queue SIZE] [ecn KMIN KMAX P%|off] [mark enqueue|dequeue] | off")
 		return 1
 	}
 	found := false

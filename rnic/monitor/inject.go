@@ -29,10 +29,11 @@ type InjectRequest struct {
 // QP filter included. Other impairments of f stay as they were.
 //
 // A bottleneck link (ibudp.Link, DCQCN's congestion point) is
-// "link RATE [queue SIZE] [ecn KMIN KMAX P%|ecn off]", rates as tc
-// writes them (2gbit, 500mbit), sizes in bytes or KB/MB; a new link
-// starts with a 256KB queue and the DCQCN paper's marking (ecn 5KB 200KB
-// 1%), "link off" removes it.
+// "link RATE [queue SIZE] [ecn KMIN KMAX P%|ecn off] [mark
+// enqueue|dequeue]", rates as tc writes them (2gbit, 500mbit), sizes in
+// bytes or KB/MB; a new link starts with a 256KB queue, the DCQCN
+// paper's marking (ecn 5KB 200KB 1%) on the depth a packet meets (mark
+// enqueue); "link off" removes it.
 func ApplySpec(f ibudp.Faults, spec string) (ibudp.Faults, error) {
 	words := strings.Fields(spec)
 	if len(words) == 0 {
@@ -44,6 +45,7 @@ func ApplySpec(f ibudp.Faults, spec string) (ibudp.Faults, error) {
 	orig := f
 	var queue *int
 	var ecn []string
+	var mark *string
 	for i := 0; i < len(words); {
 		what := words[i]
 		n := 1 // values the impairment takes
@@ -112,12 +114,20 @@ func ApplySpec(f ibudp.Faults, spec string) (ibudp.Faults, error) {
 			queue = &q
 		case "ecn":
 			ecn = vals
+		case "mark":
+			if val != "enqueue" && val != "dequeue" {
+				return orig, fmt.Errorf("inject: mark %q: want enqueue or dequeue", val)
+			}
+			mark = &val
 		default:
-			return orig, fmt.Errorf("inject: unknown impairment %q: want drop, dropnth, dup, reorder, corrupt, delay, jitter, link, queue, ecn or off", what)
+			return orig, fmt.Errorf("inject: unknown impairment %q: want drop, dropnth, dup, reorder, corrupt, delay, jitter, link, queue, ecn, mark or off", what)
 		}
 	}
-	if (queue != nil || ecn != nil) && f.Link.Rate == 0 {
-		return orig, errors.New("inject: queue and ecn shape a link: say link RATE first")
+	if (queue != nil || ecn != nil || mark != nil) && f.Link.Rate == 0 {
+		return orig, errors.New("inject: queue, ecn and mark shape a link: say link RATE first")
+	}
+	if mark != nil {
+		f.Link.Dequeue = *mark == "dequeue"
 	}
 	if queue != nil {
 		f.Link.Queue = *queue

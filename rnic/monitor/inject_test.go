@@ -26,6 +26,8 @@ func TestApplySpecLink(t *testing.T) {
 		{from: paper, spec: "ecn 10k 10k 100%", want: ibudp.Link{Rate: 2e9, Queue: 256 << 10, KMin: 10 << 10, KMax: 10 << 10, PMax: 1}},
 		{from: paper, spec: "link off", want: ibudp.Link{}},
 		{from: paper, spec: "drop 1%", want: paper},
+		{spec: "link 150mbit ecn 5KB 50KB 20% mark dequeue", want: ibudp.Link{Rate: 150e6, Queue: 256 << 10, KMin: 5 << 10, KMax: 50 << 10, PMax: 0.2, Dequeue: true}},
+		{from: ibudp.Link{Rate: 150e6, Queue: 256 << 10, Dequeue: true}, spec: "mark enqueue", want: ibudp.Link{Rate: 150e6, Queue: 256 << 10}},
 	}
 	for _, c := range cases {
 		got, err := monitor.ApplySpec(ibudp.Faults{Link: c.from}, c.spec)
@@ -46,7 +48,8 @@ func TestApplySpecLink(t *testing.T) {
 	}
 	for _, bad := range []string{"link", "link fast", "link 10bit", "link 2tbit", "queue 256KB", "ecn 5KB 200KB 1%",
 		"link 1gbit queue 1KB", "link 1gbit queue 2GB", "link 1gbit ecn 200KB 5KB 1%", "link 1gbit ecn 5KB 200KB",
-		"link 1gbit ecn 5KB 200KB 101%", "link 1gbit ecn 0 0 1%", "link 1gbit queue -5KB", "link NaNgbit"} {
+		"link 1gbit ecn 5KB 200KB 101%", "link 1gbit ecn 0 0 1%", "link 1gbit queue -5KB", "link NaNgbit",
+		"mark dequeue", "link 1gbit mark", "link 1gbit mark later"} {
 		f := ibudp.Faults{Drop: 0.5}
 		if got, err := monitor.ApplySpec(f, bad); err == nil || got != f {
 			t.Errorf("%q: accepted (%+v) or changed the faults", bad, got)
@@ -57,7 +60,7 @@ func TestApplySpecLink(t *testing.T) {
 // ApplySpec reads what a client sends: never a panic, and what it
 // accepts is a spec of its own making again.
 func FuzzApplySpec(f *testing.F) {
-	for _, s := range []string{"drop 2% dup 1%", "link 2gbit queue 256KB ecn 20KB 200KB 1%", "ecn off", "link 1kbit ecn 1 1 0%", "off", "delay 1ms"} {
+	for _, s := range []string{"drop 2% dup 1%", "link 2gbit queue 256KB ecn 20KB 200KB 1%", "ecn off", "link 1kbit ecn 1 1 0%", "off", "delay 1ms", "link 1gbit ecn off mark dequeue"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, spec string) {

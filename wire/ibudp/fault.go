@@ -362,7 +362,7 @@ func (f *Faulty) impair(d int, b *Buf, now time.Time, out *[]*Buf) {
 				}
 			}
 			f.nDelay++
-			heap.Push(&f.timers, delayed{due: due, seq: f.nDelay, dir: d, b: f.keep(d, p)})
+			heap.Push(&f.timers, delayed{due: due, seq: f.nDelay, dir: d, b: f.keep(d, p), link: c.Link.Rate > 0})
 			fd.delayed++
 			f.poke()
 		default:
@@ -596,6 +596,9 @@ func (f *Faulty) timerLoop() {
 		for len(f.timers) > 0 && !f.timers[0].due.After(now) {
 			e := heap.Pop(&f.timers).(delayed)
 			f.dir[e.dir].delayed--
+			if e.link {
+				f.dequeue(e.dir, e.b, now)
+			}
 			f.deliver(e.dir, e.b, &send)
 		}
 		if len(f.timers) > 0 {
@@ -644,10 +647,11 @@ func (f *Faulty) timerLoop() {
 
 // delayed is a packet waiting in the delay queue.
 type delayed struct {
-	due time.Time
-	seq uint64 // order of arrival, so that packets due together keep it
-	dir int
-	b   *Buf
+	due  time.Time
+	seq  uint64 // order of arrival, so that packets due together keep it
+	dir  int
+	b    *Buf
+	link bool // it went through the bottleneck link's queue
 }
 
 // delayQueue is a min-heap of delayed packets by due time, then arrival:

@@ -196,3 +196,56 @@ func TestLinkRX(t *testing.T) {
 		}
 	}
 }
+
+// With Dequeue, a packet is marked on the queue it leaves behind: of a
+// burst into a 2 Mb/s link (a frame every 4.3 ms), the first ECT(0)
+// packets, which leave 45 or more frames behind them, leave marked (a
+// timer 150 ms late would be needed to unmark them); the
+// last ones, which leave less than 10 KB, never are (a late timer only
+// drains the queue further, so it can unmark a packet, never mark one);
+// the marks met at enqueue (TestLinkTailDropAndMark) are the other end
+// of the burst.
+func TestLinkMarkDequeue(t *testing.T) {
+	eachLinkMode(t, func(t *testing.T, f *Faulty, a, b Port, r *receiver) {
+		tap := &linkTap{}
+		SetTap(f, tap)
+		l := Link{Rate: 2_000_000, Queue: 50 << 10, KMin: 10 << 10, KMax: 10 << 10, PMax: 1, Dequeue: true}
+		f.SetTX(Faults{Link: l})
+		const frame = 12 + 1000 + 4 + 20 + 8 + 14 + 4
+		const n = 48 // what fits: 48 frames of 1082 bytes in 50 KB
+		bufs := make([]*Buf, n)
+		for i := range bufs {
+			bufs[i] = NewBuf()
+			fillPacket(t, bufs[i], 0x11, uint32(i), 1000)
+			bufs[i].Peer = b.Addr()
+			if i%2 == 0 {
+				bufs[i].SetECN(ECT0)
+			}
+		}
+		if err := f.Send(bufs); err != nil {
+			t.Fatal(err)
+		}
+		got := r.get(t, n, 10*time.Second)
+		ce := 0
+		for i, g := range got {
+			psn := int(bth.BTH(g.roce).PSN())
+			behind := (n - 1 - psn) * frame // the depth when it leaves, on time
+			isCE := ECN(g.tos&ecnMask) == CE
+			switch {
+			case psn != i:
+				t.Errorf("packet %d has PSN %d", i, psn)
+			case isCE && (psn%2 == 1 || behind < 10<<10):
+				t.Errorf("PSN %d (leaving %d bytes behind) marked CE", psn, behind)
+			case !isCE && psn%2 == 0 && psn < 3:
+				t.Errorf("PSN %d left %d bytes behind unmarked", psn, behind)
+			}
+			if isCE {
+				ce++
+			}
+		}
+		st := f.FaultStats().TX
+		if st.Marked != uint64(ce) || len(tap.marks) != ce || st.LinkDropped != 0 || st.LinkPackets != n {
+			t.Errorf("counts %+v, tap marks %d; %d CE received", st, len(tap.marks), ce)
+		}
+	})
+}
