@@ -130,6 +130,12 @@ func matrix(ibMTU int) []tcase {
 		// A ping is four SENDs, a READ and a WRITE: 100 take under a
 		// second even in the VM, the deadline is for a connect that hangs.
 		tcase{tool: "rping", args: []string{"-C", "100", "-v", "-V"}, deadline: 60 * time.Second},
+		// -R: the exchange over a control QP and the test's QPs connected
+		// by rdma_cm, CM MADs on QP1 both ways (rnic's CM agent and
+		// rxe's kernel CM).
+		tcase{tool: "ib_write_bw", args: []string{"-R", "-s", "65536", "-n", "20"}},
+		tcase{tool: "ib_send_bw", args: []string{"-R", "-s", strconv.Itoa(ibMTU + 1), "-n", "50"}},
+		tcase{tool: "ib_read_lat", args: []string{"-R", "-s", strconv.Itoa(ibMTU + 1), "-n", "50"}},
 	)
 	return cs
 }

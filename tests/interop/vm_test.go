@@ -61,11 +61,12 @@ func vmScript(phases []phase) string {
 				redir = "> $out 2> $out.err; rc=$?; cat $out.err >> $out"
 			}
 			if ph.rxeRole == "client" {
-				// Retry only while the host's server is not listening yet,
+				// Retry only while the host's server is not listening yet
+				// (perftest -R: the REQ's REJ fails rdma_client_connect),
 				// and only until the deadline.
 				fmt.Fprintf(&b, "  end=$(($(date +%%s)+%d)); while :; do left=$((end-$(date +%%s))); [ $left -gt 0 ] || { rc=137; break; }; "+
 					"timeout -s KILL $left %s %s; [ $rc -eq 0 ] && break; [ $rc -eq 137 ] && break; "+
-					"grep -q -e \"Couldn't connect\" -e \"RDMA_CM_EVENT_REJECTED, error 8\" $out || break; sleep 1; done\n",
+					"grep -q -e \"Couldn't connect\" -e \"RDMA_CM_EVENT_REJECTED, error 8\" -e \"Unable to perform rdma_client\" $out || break; sleep 1; done\n",
 					secs, vmCommand(c, ph.ports[i], true), redir)
 			} else {
 				fmt.Fprintf(&b, "  timeout -s KILL %d %s %s\n", secs, vmCommand(c, ph.ports[i], false), redir)
