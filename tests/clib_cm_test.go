@@ -327,3 +327,31 @@ func TestCLibPerftestRDMACM(t *testing.T) {
 		})
 	}
 }
+
+// TestCLibCMEvents runs the C test program cmevents: on a non-blocking
+// channel rdma_get_cm_event fails with EAGAIN and the fd is readable
+// exactly while an event waits; the ID takes the rnicd of its source
+// address; a connect where nobody listens ends in REJECTED with status
+// 8 and the QP in ERR; a call that is not built fails with ENOSYS and
+// says so on stderr.
+func TestCLibCMEvents(t *testing.T) {
+	tb := newToolBench(t)
+	lib := clibDir(t)
+	cmd := exec.Command(filepath.Join(lib, "cmevents"), tb.b.addr.String(), tb.a.addr.String(), freePort(t))
+	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+lib)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	want := "empty channel: EAGAIN, fd not readable\n" +
+		"ADDR_RESOLVED on rnicB, source " + tb.b.addr.String() + " with a port\n" +
+		"ROUTE_RESOLVED: one path to " + tb.a.addr.String() + "\n" +
+		"REJECTED, status 8 (nobody listens), the QP in ERR\n" +
+		"rdma_establish: ENOSYS\nPASS\n"
+	if err != nil || string(out) != want {
+		t.Fatalf("cmevents: %v\n%s\nwant\n%s\nstderr:\n%s", err, out, want, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "librdmacm-rnicd: rdma_establish is not built on rnicd") {
+		t.Errorf("rdma_establish said nothing on stderr:\n%s", stderr.String())
+	}
+	tb.idle(t)
+}
