@@ -136,6 +136,10 @@ func matrix(ibMTU int) []tcase {
 		tcase{tool: "ib_write_bw", args: []string{"-R", "-s", "65536", "-n", "20"}},
 		tcase{tool: "ib_send_bw", args: []string{"-R", "-s", strconv.Itoa(ibMTU + 1), "-n", "50"}},
 		tcase{tool: "ib_read_lat", args: []string{"-R", "-s", strconv.Itoa(ibMTU + 1), "-n", "50"}},
+		// Debian's rping on both ends, the host's on rnicd through the C
+		// library's librdmacm: the same unmodified binary, one end's
+		// rdma_cm without a kernel.
+		tcase{tool: "rping", args: []string{"-C", "100", "-v", "-V"}, deadline: 60 * time.Second, clib: true},
 	)
 	return cs
 }

@@ -93,10 +93,17 @@ func TestRxeInterop(t *testing.T) {
 func ensurePackages(t *testing.T) {
 	need := map[string]string{"qemu-system-x86_64": "qemu-system-x86", "busybox": "busybox-static", "cpio": "cpio",
 		"depmod": "kmod", "tcpdump": "tcpdump", "nft": "nftables", "ip": "iproute2", "rdma": "iproute2",
-		"ib_write_bw": "perftest", "ibv_rc_pingpong": "ibverbs-utils", "make": "make", "gcc": "gcc"}
+		"ib_write_bw": "perftest", "ibv_rc_pingpong": "ibverbs-utils", "make": "make", "gcc": "gcc",
+		"rping": "rdmacm-utils"}
 	var pkgs []string
 	for cmd, pkg := range need {
 		if _, err := exec.LookPath(cmd); err != nil {
+			pkgs = append(pkgs, pkg)
+		}
+	}
+	// The C library builds against rdma-core's headers.
+	for file, pkg := range map[string]string{"/usr/include/infiniband/verbs.h": "libibverbs-dev", "/usr/include/rdma/rdma_cma.h": "librdmacm-dev"} {
+		if _, err := os.Stat(file); err != nil {
 			pkgs = append(pkgs, pkg)
 		}
 	}

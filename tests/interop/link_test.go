@@ -129,7 +129,18 @@ func (l *link) rnic(ctx context.Context, c tcase, port int, client bool) hostRun
 		// Debian's binary of the tool, with the C library TestRxeInterop built.
 		cmd, env = cmd[1:], append([]string{"LD_LIBRARY_PATH=" + filepath.Join(l.bin, "clib")}, l.env...)
 	}
-	out, err := l.ns.command(ctx, env, cmd...).CombinedOutput()
+	run := l.ns.command(ctx, env, cmd...)
+	if c.clib && c.isRdmaCM() {
+		// Debian's rping buffers its pings (stdout, a pipe) and writes
+		// its CM events unbuffered, some without a newline: its stderr
+		// goes after its stdout, as the VM's script puts it, rather than
+		// into the middle of a ping's line.
+		var out, errb bytes.Buffer
+		run.Stdout, run.Stderr = &out, &errb
+		err := run.Run()
+		return hostRun{err: err, out: out.String() + errb.String()}
+	}
+	out, err := run.CombinedOutput()
 	return hostRun{err: err, out: string(out)}
 }
 
@@ -341,7 +352,8 @@ func sysfsGID(addr netip.Addr) string {
 
 // refused tells a client that found no server yet from a failed run.
 func refused(out string) bool {
-	return strings.Contains(out, "connection refused") || strings.Contains(out, "Couldn't connect") || strings.Contains(out, "connect:")
+	return strings.Contains(out, "connection refused") || strings.Contains(out, "Couldn't connect") || strings.Contains(out, "connect:") ||
+		strings.Contains(out, "RDMA_CM_EVENT_REJECTED, error 8") // Debian's rping on clib: REJ reason 8, nobody listens
 }
 
 func waitSocket(t *testing.T, path string) {
