@@ -1,9 +1,13 @@
 package tests
 
 import (
+	"bytes"
+	"context"
 	"fmt"
+	"os/exec"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestPerftestRDMACM runs perftest tools with -R between two rnicd: the
@@ -82,4 +86,25 @@ func TestPerftestRDMACM(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A -R client whose server does not listen is refused at once (REJ
+// reason 8 to its control QP's REQ): exit status 1, "connection refused",
+// and nothing left in its daemon.
+func TestPerftestRDMACMRefused(t *testing.T) {
+	tb := newToolBench(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	start := time.Now()
+	cmd := rnic(ctx, "ib_write_bw", "-R", "-d", "rnicB", "-p", freePort(t), tb.a.addr.String())
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 || !strings.Contains(out.String(), "connection refused") {
+		t.Fatalf("ib_write_bw -R to a closed port: %v\n%s", err, out.String())
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("refused after %v, want at once", d)
+	}
+	tb.idle(t)
 }

@@ -3,9 +3,12 @@ package perftest
 import (
 	"bytes"
 	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/gopacket/gopacket/layers"
+
+	"github.com/rnicd/rnicd/verbs"
 )
 
 // cmMessage is one SEND of perftest's rdma_cm exchange in a capture.
@@ -103,4 +106,30 @@ func FuzzParseCMDest(f *testing.F) {
 			t.Fatalf("%+v re-encoded decodes to %+v, %v", d, d2, err)
 		}
 	})
+}
+
+// -R as perftest takes it: RC by default, --rdma_cm the same; UC refused
+// as perftest refuses it ("UC is not supported in librdmacm"), UD said
+// to be not built, and the in-process NICs, which have no CM agent,
+// refused with a reason.
+func TestParseRDMACM(t *testing.T) {
+	sb, _ := Find("ib_send_bw")
+	for _, args := range [][]string{{"-R"}, {"--rdma_cm"}, {"-R", "-c", "RC", "host"}} {
+		p, err := Parse(sb, args)
+		if err != nil || !p.RDMACM || p.Conn != verbs.QPTypeRC {
+			t.Errorf("Parse(%q): %+v, %v", args, p, err)
+		}
+	}
+	for args, want := range map[string]string{
+		"-R -c UC":                 "UC is not supported in librdmacm",
+		"-R -c UD":                 "not built",
+		"-R --local 127.0.0.1":     "CM agent",
+		"-R --direct -d rnicA":     "CM agent",
+		"--rdma_cm -c UD 10.0.0.1": "not built",
+	} {
+		_, err := Parse(sb, strings.Fields(args))
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Parse(%q): %v, want an error saying %q", args, err, want)
+		}
+	}
 }
