@@ -166,7 +166,8 @@ func (b *Borrower) publish() {
 	a.u32(offNQPs).Store(uint32(n))
 }
 
-// Close stops serving the daemon and unmaps the area.
+// Close stops serving the daemon, publishes the device's final state and
+// unmaps the area. Call it after closing the device.
 func (b *Borrower) Close() error {
 	if b.closed.Swap(true) {
 		return nil
@@ -175,6 +176,9 @@ func (b *Borrower) Close() error {
 		b.a.u32(offReq).Add(1)
 		futexWake(b.a.u32(offReq))
 		<-b.done
+		// The last word: the daemon keeps these counters once this
+		// borrower has gone, so that its counters never go back.
+		b.publish()
 	}
 	return b.a.Close()
 }

@@ -2,6 +2,7 @@ package lend
 
 import (
 	"bytes"
+	"maps"
 	"sync"
 	"time"
 
@@ -33,6 +34,9 @@ type Registry struct {
 	traceOn bool
 	capture ibudp.Tap
 	tx, rx  ibudp.Faults // what every borrower applies (new ones too)
+	// departed sums the last counters of borrowers that have gone, so
+	// that the daemon's counters, theirs included, never go back.
+	departed Snapshot
 	wake    chan struct{}
 	done    chan struct{}
 	closed  bool
@@ -67,7 +71,8 @@ type Snapshot struct {
 // NewRegistry returns a registry whose borrowers' trace events join
 // probe's (the daemon's device's; nil: the daemon traces nothing).
 func NewRegistry(probe *trace.Probe) *Registry {
-	r := &Registry{probe: probe, lents: map[*Lent]struct{}{}, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	r := &Registry{probe: probe, lents: map[*Lent]struct{}{}, wake: make(chan struct{}, 1), done: make(chan struct{}),
+		departed: Snapshot{Counters: map[string]uint64{}}}
 	if probe != nil {
 		probe.Tracer().OnSwitch(r.setTrace)
 	}
@@ -119,12 +124,24 @@ func (r *Registry) Add(pid uint32, comm string, first, last uint32) (int, *Lent,
 	return fd, l, nil
 }
 
-// Remove forgets a borrower that hung up and unmaps its area.
+// Remove forgets a borrower that hung up and unmaps its area; its
+// counters, as it last published them (at its close, or before it died),
+// stay in the daemon's.
 func (r *Registry) Remove(l *Lent) {
 	r.mu.Lock()
 	delete(r.lents, l)
 	r.mu.Unlock()
+	l.mu.Lock()
+	if !l.gone {
+		l.read()
+	}
+	last := l.last
+	l.mu.Unlock()
 	l.unmap()
+	r.snapMu.Lock()
+	AddCounters(r.departed.Counters, []Snapshot{last})
+	AddFaults(&r.departed.Faults, []Snapshot{last})
+	r.snapMu.Unlock()
 }
 
 func (l *Lent) unmap() {
@@ -239,7 +256,8 @@ func (r *Registry) ask(lents []*Lent) {
 }
 
 // Snapshots asks every borrower for its state and returns what each
-// published, by QPN block.
+// published, by QPN block, and last the counters of those that have gone
+// (a Snapshot with no QPs and no PID).
 func (r *Registry) Snapshots() []Snapshot {
 	r.snapMu.Lock()
 	defer r.snapMu.Unlock()
@@ -249,11 +267,8 @@ func (r *Registry) Snapshots() []Snapshot {
 		lents = append(lents, l)
 	}
 	r.mu.Unlock()
-	if len(lents) == 0 {
-		return nil
-	}
 	r.ask(lents)
-	out := make([]Snapshot, 0, len(lents))
+	out := make([]Snapshot, 0, len(lents)+1)
 	for _, l := range lents {
 		l.mu.Lock()
 		if !l.gone {
@@ -263,7 +278,8 @@ func (r *Registry) Snapshots() []Snapshot {
 		l.mu.Unlock()
 	}
 	sortByBlock(out, lents)
-	return out
+	gone := Snapshot{Counters: maps.Clone(r.departed.Counters), Faults: r.departed.Faults}
+	return append(out, gone)
 }
 
 // read copies the borrower's snapshot, if it is consistent, into l.last;
@@ -300,6 +316,7 @@ func (l *Lent) read() {
 				snap.QPs = append(snap.QPs, row)
 			}
 		}
+		snap.Counters["lend_ring_lost"] = a.Lost()
 		if seq.Load() == s {
 			l.last = snap
 			return

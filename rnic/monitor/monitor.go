@@ -291,6 +291,9 @@ func describeFaults(f ibudp.Faults) string {
 	add("dup", f.Duplicate)
 	add("reorder", f.Reorder)
 	add("corrupt", f.Corrupt)
+	if f.DropNth > 0 {
+		s += fmt.Sprintf("dropnth %d ", f.DropNth)
+	}
 	if f.Delay > 0 {
 		s += fmt.Sprintf("delay %v ", f.Delay)
 	}
