@@ -37,9 +37,9 @@ type Registry struct {
 	// departed sums the last counters of borrowers that have gone, so
 	// that the daemon's counters, theirs included, never go back.
 	departed Snapshot
-	wake    chan struct{}
-	done    chan struct{}
-	closed  bool
+	wake     chan struct{}
+	done     chan struct{}
+	closed   bool
 
 	snapMu sync.Mutex // one collection at a time
 	wg     sync.WaitGroup
