@@ -193,7 +193,6 @@ func TestBorrowerSeenByDaemon(t *testing.T) {
 		// again behind itself).
 		{"rnicB rcvd_pkts", b["rcvd_pkts"], a["sent_pkts"] - 1 - a[`fault_link_dropped{dir="tx"}`]},
 		{"rnicA rcvd_pkts (rnicB's ACKs and NAKs)", a["rcvd_pkts"], b["sent_pkts"]},
-		{"rnicA lend_ring_lost", a["lend_ring_lost"], 0},
 	} {
 		if c.got != c.want {
 			t.Errorf("%s = %v, want %v", c.what, c.got, c.want)
@@ -211,9 +210,13 @@ func TestBorrowerSeenByDaemon(t *testing.T) {
 	stopBoth()
 	rotated, _ := filepath.Glob(pcA + ".*")
 	from, to := tsharkCount(t, tshark, append([]string{pcA}, rotated...), addrA)
+	// The tool's copies go through a bounded ring, which the daemon drains
+	// while it captures; what a full ring refused is counted.
 	lost := 1 + a[`fault_link_dropped{dir="tx"}`]
-	if float64(from) != a["sent_pkts"]-lost || float64(to) != a["rcvd_pkts"] {
-		t.Errorf("rnicA's capture has %d packets from %s and %d to it; the counters say %v sent (%v lost) and %v received",
-			from, addrA, to, a["sent_pkts"], lost, a["rcvd_pkts"])
+	want := a["sent_pkts"] - lost + a["rcvd_pkts"]
+	if float64(from+to)+a["lend_capture_lost"] != want || float64(to) > a["rcvd_pkts"] || float64(from) > a["sent_pkts"]-lost {
+		t.Errorf("rnicA's capture has %d packets from %s and %d to it, %v copies lost; the counters say %v sent (%v lost) and %v received",
+			from, addrA, to, a["lend_capture_lost"], a["sent_pkts"], lost, a["rcvd_pkts"])
 	}
+	t.Logf("capture: %d from, %d to, %v copies refused by a full ring; trace events refused %v", from, to, a["lend_capture_lost"], a["lend_trace_lost"])
 }

@@ -40,13 +40,16 @@ const (
 
 	offRingHead = 8192 // u64: consumer (daemon) position
 	offRingTail = 8256 // u64: producer (borrower) position
-	offRingLost = 8320 // u64: records the borrower could not fit
+	offRingLost = 8320 // u64: trace events the borrower could not fit
+	offPktLost  = 8328 // u64: packet copies the borrower could not fit
 	offNQPs     = 8384 // u32: rows in the QP table
 
 	offRing = 16384
 	// RingLen is the bytes of trace events and packets in flight: about
-	// 16,000 events or 110 packets of MTU 9000, 10 ms of a busy QP.
-	RingLen = 1 << 20
+	// 250 ms of a QP at 100 Mbit/s traced and captured (1.6 KB a packet
+	// of MTU 1024 with its eight events); 60 ms at a quarter of this
+	// lost records in tests on a loaded 2-core machine.
+	RingLen = 4 << 20
 
 	offQPs   = offRing + RingLen
 	qpRowLen = 64
@@ -54,8 +57,9 @@ const (
 	// (ibudp.Steering, 65,536 QPNs).
 	MaxQPs = 1 << 16
 
-	// Size is the area's length: about 5 MiB of a sparse memfd, of which
-	// a borrower with a few QPs touches a few pages.
+	// Size is the area's length: about 8 MiB of a sparse memfd, of which
+	// a borrower with a few QPs touches a few pages until the daemon
+	// traces or captures.
 	Size = offQPs + MaxQPs*qpRowLen
 )
 

@@ -37,7 +37,7 @@ func TestRing(t *testing.T) {
 	var ev [eventLen]byte
 	putEvent(ev[:], &want)
 	events, packets := 0, 0
-	for round := range 3000 { // about 3 MB through a 1 MiB ring
+	for round := range 12000 { // about 12 MB through a 4 MiB ring
 		if !a.put(recEvent, ev[:]) || !a.put(recPacket, pkt[:], hdr, roce) {
 			t.Fatalf("round %d: put failed on a drained ring", round)
 		}
@@ -60,15 +60,17 @@ func TestRing(t *testing.T) {
 			t.Fatalf("round %d: drained %d, %v", round, n, err)
 		}
 	}
-	if events != 3000 || packets != 3000 || a.Lost() != 0 {
-		t.Fatalf("%d events, %d packets, %d lost", events, packets, a.Lost())
+	if le, lp := a.Lost(); events != 12000 || packets != 12000 || le != 0 || lp != 0 {
+		t.Fatalf("%d events, %d packets, %d+%d lost", events, packets, le, lp)
 	}
 	put := 0
 	for a.put(recPacket, pkt[:], hdr, roce) {
 		put++
 	}
-	if put != RingLen/1048 || a.Lost() != 1 {
-		t.Fatalf("a full ring took %d packets and lost %d; want %d and 1", put, a.Lost(), RingLen/1048)
+	for a.put(recEvent, ev[:]) {
+	}
+	if le, lp := a.Lost(); put != RingLen/1048 || le != 1 || lp != 1 {
+		t.Fatalf("a full ring took %d packets and lost %d events and %d packets; want %d, 1 and 1", put, le, lp, RingLen/1048)
 	}
 }
 

@@ -316,7 +316,8 @@ func (l *Lent) read() {
 				snap.QPs = append(snap.QPs, row)
 			}
 		}
-		snap.Counters["lend_ring_lost"] = a.Lost()
+		// The daemon's own names for what the ring could not take.
+		snap.Counters["lend_trace_lost"], snap.Counters["lend_capture_lost"] = a.Lost()
 		if seq.Load() == s {
 			l.last = snap
 			return

@@ -38,7 +38,11 @@ func (a *Area) put(typ uint16, parts ...[]byte) bool {
 		pad = RingLen - pos
 	}
 	if n > maxRecord || tail-head > RingLen || uint64(pad+n) > RingLen-(tail-head) {
-		a.u64(offRingLost).Add(1)
+		if typ == recPacket {
+			a.u64(offPktLost).Add(1)
+		} else {
+			a.u64(offRingLost).Add(1)
+		}
 		return false
 	}
 	ring := a.mem[offRing : offRing+RingLen]
@@ -98,5 +102,8 @@ func (a *Area) skip() {
 	a.u64(offRingHead).Store(tail)
 }
 
-// Lost is the number of records the borrower could not fit in the ring.
-func (a *Area) Lost() uint64 { return a.u64(offRingLost).Load() }
+// Lost is the number of trace events and of packet copies the borrower
+// could not fit in the ring.
+func (a *Area) Lost() (events, packets uint64) {
+	return a.u64(offRingLost).Load(), a.u64(offPktLost).Load()
+}
