@@ -2,33 +2,36 @@
 # ib_write_bw -s 65536 between two rnicd on loopback, with and without a
 # drop on the server's port, for binaries in the given directories,
 # alternated (issue 19): bandwidth and the counters loss recovery moves.
-#   bench/loss.sh [-n ITERS] [-drop 5%] [-rounds 2] OLD_BIN_DIR NEW_BIN_DIR ...
+#   bench/loss.sh [-n ITERS] [-drop 5%] [-rounds 2] [-net 127.0.77] OLD_BIN_DIR NEW_BIN_DIR ...
+# The daemons listen on NET.1 and NET.2 (not 127.0.9.x, which the
+# README's examples use and which may be taken).
 # Each BIN_DIR holds rnicd and rnic (CGO_ENABLED=0 go build -o DIR ./cmd/rnicd ./cmd/rnic).
 set -uo pipefail
-iters=2000 drop=5% rounds=2
+iters=2000 drop=5% rounds=2 net=127.0.77
 while [ $# -gt 0 ]; do
 	case $1 in
 	-n) iters=$2; shift 2 ;;
 	-drop) drop=$2; shift 2 ;;
 	-rounds) rounds=$2; shift 2 ;;
+	-net) net=$2; shift 2 ;;
 	*) break ;;
 	esac
 done
-[ $# -gt 0 ] || { echo "usage: bench/loss.sh [-n ITERS] [-drop P%] [-rounds N] BIN_DIR..." >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: bench/loss.sh [-n ITERS] [-drop P%] [-rounds N] [-net A.B.C] BIN_DIR..." >&2; exit 2; }
 counters='sent_pkts|completer_retry_err|rcvd_pkts|retransmitted_pkts|local_ack_timeout_err|naks_sent|naks_repeated|rcvd_seq_err|out_of_seq_request'
 
 one() { # BIN DROP
 	local b=$1 d=$2 dir pa pb ps port
 	dir=$(mktemp -d)
 	export RNICD_DIR=$dir
-	"$b/rnicd" -d lossA -addr 127.0.9.1 -mtu 1024 >"$dir/a.log" 2>&1 & pa=$!
-	"$b/rnicd" -d lossB -addr 127.0.9.2 -mtu 1024 >"$dir/b.log" 2>&1 & pb=$!
+	"$b/rnicd" -d lossA -addr $net.1 -mtu 1024 >"$dir/a.log" 2>&1 & pa=$!
+	"$b/rnicd" -d lossB -addr $net.2 -mtu 1024 >"$dir/b.log" 2>&1 & pb=$!
 	sleep 0.5
 	[ "$d" = 0 ] || "$b/rnic" inject -d lossA drop "$d" >/dev/null
 	port=$((20000 + RANDOM % 20000))
 	"$b/rnic" ib_write_bw -d lossA -p $port -s 65536 -n "$iters" >"$dir/srv" 2>&1 & ps=$!
 	sleep 0.3
-	timeout 600 "$b/rnic" ib_write_bw -d lossB -p $port -s 65536 -n "$iters" 127.0.9.1 >"$dir/cli" 2>&1
+	timeout 600 "$b/rnic" ib_write_bw -d lossB -p $port -s 65536 -n "$iters" $net.1 >"$dir/cli" 2>&1
 	echo "$b drop $d: exit $? $(grep -A1 'BW average' "$dir/cli" | tail -1)"
 	for dev in lossA lossB; do
 		echo "  $dev: $("$b/rnic" stat -d $dev | head -1 | grep -oE "($counters) [0-9]+" | tr '\n' ' ')"

@@ -1,6 +1,10 @@
 package flowctl
 
-import "github.com/rnicd/rnicd/wire/bth"
+import (
+	"time"
+
+	"github.com/rnicd/rnicd/wire/bth"
+)
 
 // The loss window. Go-back-N resends everything from a lost PSN on, so
 // what one loss costs is what was in flight past it when the requester
@@ -27,9 +31,10 @@ const MinWindow = 8
 // estimate it and the retransmission timer follow; kept in QP. The zero
 // Window is the device's full window with no round trip measured.
 type Window struct {
-	cwnd    int    // PSNs; 0: the device's window (no loss since it grew back)
-	recover uint32 // the next new PSN when cwnd was last cut
-	cut     bool   // a loss episode is open until una passes recover
+	cwnd     int    // PSNs; 0: the device's window (no loss since it grew back)
+	recover  uint32 // the next new PSN when cwnd was last cut
+	cut      bool   // a loss episode is open until una passes recover
+	lastLoss int64  // clock of the last Lost; 0: never
 
 	// One PSN timed at a time (as TCP without timestamps): the send
 	// time of timedPSN, the first PSN sent new with AckReq since the
@@ -113,6 +118,7 @@ func (m *Manager) sample(w *Window, rtt int64) {
 func (m *Manager) Lost(q *QP, una, next uint32) {
 	w := &q.win
 	w.timed = false // what is acknowledged next may answer the resend
+	w.lastLoss = max(m.clock.Nanotime(), 1)
 	if w.cut && bth.PSNDiff(una, w.recover) < 0 {
 		return
 	}
@@ -123,3 +129,18 @@ func (m *Manager) Lost(q *QP, una, next uint32) {
 // RTT returns q's smoothed round trip and its mean deviation in
 // nanoseconds; srtt 0 before the first sample.
 func (m *Manager) RTT(q *QP) (srtt, rttvar int64) { return q.win.srtt, q.win.rttvar }
+
+// recentLoss is how long after its last loss a QP counts as lossy
+// (Lossy): long enough to cover the window's growth back to full at 5%
+// loss, short enough that a QP lossy once is not probing for good.
+const recentLoss = int64(time.Second)
+
+// Lossy reports whether q has lost a packet recently: its window is cut,
+// or its last loss was less than a second ago. The retransmission timer
+// probes after the measured round trip only then (rx.Handler.Timeout):
+// at 5% loss the window grows back to full now and then, and a tail loss
+// then cost a whole ACK timeout (two of 67 ms in one ib_write_bw run).
+func (m *Manager) Lossy(q *QP) bool {
+	w := &q.win
+	return w.cwnd != 0 || w.lastLoss != 0 && m.clock.Nanotime()-w.lastLoss < recentLoss
+}

@@ -1,6 +1,9 @@
 package flowctl
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 // The loss window: full until a loss, halved once per loss episode,
 // grown back by one PSN per PSN acknowledged once the episode is over,
@@ -73,5 +76,29 @@ func TestLossWindowRTT(t *testing.T) {
 	// srtt += (100 - 200) / 8; rttvar += (|200 - 100| - 100) / 4
 	if s, v := m.RTT(&q); s != 187_500 || v != 100_000 {
 		t.Fatalf("srtt %d rttvar %d, want 187500 100000", s, v)
+	}
+}
+
+// A QP is lossy while its window is cut and for a second after its last
+// loss; one that never lost a packet never is.
+func TestLossy(t *testing.T) {
+	m, clk := newManager(t, "none", "")
+	var q QP
+	if m.Lossy(&q) {
+		t.Fatal("lossy before any loss")
+	}
+	m.Lost(&q, 100, 200)
+	m.Acked(&q, 300, 200) // grown back to the full window at once
+	if m.QPWindow(&q) != 128 || !m.Lossy(&q) {
+		t.Fatalf("window %d, lossy %v right after a loss", m.QPWindow(&q), m.Lossy(&q))
+	}
+	clk.t += int64(time.Second)
+	if m.Lossy(&q) {
+		t.Fatal("still lossy a second after the last loss, window full")
+	}
+	m.Lost(&q, 400, 500)
+	clk.t += 2 * int64(time.Second)
+	if !m.Lossy(&q) {
+		t.Fatal("not lossy with the window cut")
 	}
 }

@@ -147,7 +147,7 @@ func (h *Handler) progress(qp *qpmgr.QP, from uint32) {
 	qp.Comp.Retrying = false
 	h.FC.Acked(&qp.FC, qp.Comp.PSN, int(bth.PSNDiff(qp.Comp.PSN, from)))
 	qp.RTO = 0
-	if srtt, rttvar := h.FC.RTT(&qp.FC); srtt > 0 && h.FC.QPWindow(&qp.FC) < h.FC.Window() {
+	if srtt, rttvar := h.FC.RTT(&qp.FC); srtt > 0 && h.FC.Lossy(&qp.FC) {
 		qp.RTO = max(time.Duration(srtt+4*rttvar), minRTO)
 	}
 	qp.Backoff, qp.Probes = 0, 0
@@ -238,10 +238,12 @@ func (h *Handler) retryOnce(qp *qpmgr.QP) {
 
 // minRTO bounds the retransmission timeout that follows the measured
 // round trip (RFC 6298's srtt + 4 rttvar) from below: two daemons on
-// loopback measure 50-300 us, and a shared host's scheduler stalls a
-// daemon for a millisecond now and then; a probe too early resends a
-// window for nothing.
-const minRTO = time.Millisecond
+// loopback measure about 110 us on a busy host, whose scheduler stalls a
+// daemon for longer now and then; a probe too early resends a window
+// for nothing, one too late leaves the QP idle. With 1 ms, about 270
+// probes per ib_write_bw run at 5% drop cost 0.3 s of 1.6 s; 300 us
+// moved 78-91 MB/s against 77 in the same runs (bench/loss.sh).
+const minRTO = 300 * time.Microsecond
 
 // Timeout handles an expiry of the retransmission timer: nothing heard for
 // the oldest unacknowledged PSN within the local ACK timeout, or, before
@@ -252,8 +254,8 @@ const minRTO = time.Millisecond
 // 132 of them in one ib_write_bw run at 5% drop once the window shrank
 // under loss). It goes back as a timeout would, but counts neither as a
 // local ACK timeout nor against retry_cnt: only the ACK timeout, which
-// the QP's timeout attribute sets, does. Probes run only while the QP's
-// loss window is below the device's (it lost a packet not long ago): a
+// the QP's timeout attribute sets, does. Probes run only while the QP
+// is lossy (flowctl.Manager.Lossy: it lost a packet not long ago): a
 // peer may hold an ACK back for its next request (the delayed ACK of
 // ackhold.go), and a lossless ping-pong must not resend because of it.
 func (h *Handler) Timeout(qp *qpmgr.QP) {
