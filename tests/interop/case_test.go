@@ -136,6 +136,10 @@ func matrix(ibMTU int) []tcase {
 		tcase{tool: "ib_write_bw", args: []string{"-R", "-s", "65536", "-n", "20"}},
 		tcase{tool: "ib_send_bw", args: []string{"-R", "-s", strconv.Itoa(ibMTU + 1), "-n", "50"}},
 		tcase{tool: "ib_read_lat", args: []string{"-R", "-s", strconv.Itoa(ibMTU + 1), "-n", "50"}},
+		// Atomics need the remote access the CM grants with responder
+		// resources; -q 2 is three CM connections and two DREQs a run.
+		tcase{tool: "ib_atomic_bw", args: []string{"-R", "-A", "CMP_AND_SWAP", "-n", "50"}},
+		tcase{tool: "ib_write_bw", args: []string{"-R", "-q", "2", "-s", "4096", "-n", "50"}},
 		// Debian's rping on both ends, the host's on rnicd through the C
 		// library's librdmacm: the same unmodified binary, one end's
 		// rdma_cm without a kernel.
