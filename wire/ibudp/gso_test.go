@@ -342,3 +342,37 @@ func TestGROOrderAcrossRuns(t *testing.T) {
 		}
 	}
 }
+
+// The same over IPv6 on ::1: a ModePacket receiver cuts runs of full-MTU
+// and of 64-byte packets (whose UDP checksum the kernel leaves to the
+// offload, so the frame's is partial) and checks every ICRC fully.
+func TestGSORunReceivedIPv6(t *testing.T) {
+	needRoot(t)
+	pa, pb := uint16(looptest.Port(t)), uint16(looptest.Port(t))
+	u, err := Open(Config{Addr: addr("::1"), Port: pa, RemotePort: pb, Mode: ModeUDP})
+	if err != nil {
+		t.Skipf("no IPv6 loopback: %v", err)
+	}
+	defer u.Close()
+	pk := openPort(t, Config{Addr: addr("::1"), Port: pb, RemotePort: pa, Mode: ModePacket})
+	r := startReceiver(pk)
+	psn := uint32(10)
+	for _, size := range []int{64, 1024} {
+		before := u.Stats()
+		sent := sendBatch(t, u, addr("::1"), 40, psn, []int{size}, 0, 0)
+		got := r.get(t, 40, 3*time.Second)
+		matchAll(t, sent, got)
+		for _, g := range got {
+			if g.icrc != ICRCVerified || g.ipid != 0 {
+				t.Errorf("size %d: PSN %d: ICRC %v, ID %d", size, bth.BTH(g.roce).PSN(), g.icrc, g.ipid)
+			}
+		}
+		if b := u.Stats().TxBatches - before.TxBatches; b != 1 {
+			t.Errorf("size %d: %d sendmmsg calls, want the run in one", size, b)
+		}
+		psn += 40
+	}
+	if s := pk.Stats(); s.RxPackets != 80 || s.RxDropped() != 0 {
+		t.Errorf("receiver stats %v", s)
+	}
+}
