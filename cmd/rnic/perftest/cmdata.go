@@ -174,7 +174,13 @@ func (c *cmQPs) listenOn(port uint16) error {
 // ESTABLISHED; then the listener goes.
 func (c *cmQPs) accept(res *resources, cp *rdmacm.ConnParam) error {
 	n := res.p.NumQPs
-	for established := 0; established < n; {
+	// A peer that keeps sending REQs (each beyond -q rejected) without
+	// ever completing its connections is not served for ever.
+	maxEvents := 4*n + 16
+	for established, events := 0, 0; established < n; events++ {
+		if events == maxEvents {
+			return fmt.Errorf("perftest: %d CM events and %d of %d QPs connected: giving up", events, established, n)
+		}
 		e, err := nextEvent(c.ch, cmEventWait)
 		if err != nil {
 			return fmt.Errorf("perftest: waiting for the client's QPs: %w", err)
