@@ -19,7 +19,8 @@
  * context, its port, the peer's address from the cma_hdr, whose 36 bytes
  * are taken off the private data); ESTABLISHED finds the QP in RTS (the
  * agent moved it: ucma_process_conn_resp's work); REJECTED moves the QP
- * to ERR (ucma_modify_qp_err) and its status is the REJ reason.
+ * to ERR (ucma_modify_qp_err) and its status is the REJ reason; no other
+ * event touches the QP.
  */
 #include <fcntl.h>
 #include <poll.h>
@@ -352,8 +353,10 @@ static struct cm_event *convert(struct cm_channel *ch, int i, const struct wire_
 	conn_param(e, w, w->pd, w->pd_len);
 	switch (type) {
 	case RDMA_CM_EVENT_ESTABLISHED:
+		/* The active side's QP went to RTS at the REP: the state its
+		 * posts check follows (the passive side's did at accept). */
 		c->state = ID_CONNECTED;
-		if (c->id.qp)
+		if (c->id.qp && c->id.qp->state != IBV_QPS_RTS)
 			rnicd_qp_sync(c->id.qp);
 		break;
 	case RDMA_CM_EVENT_REJECTED:
@@ -374,9 +377,11 @@ static struct cm_event *convert(struct cm_channel *ch, int i, const struct wire_
 		}
 		break;
 	case RDMA_CM_EVENT_DISCONNECTED:
+		/* The agent moved the QP to ERR; posts still go to rnicd and
+		 * flush there. The QP is not touched: rping destroys it with
+		 * ibv_destroy_qp, leaving id->qp behind, while this event is
+		 * fetched (cma.c does not touch it here either). */
 		c->state = ID_DISCONNECTED;
-		if (c->id.qp)
-			rnicd_qp_sync(c->id.qp);
 		break;
 	}
 	return e;
