@@ -2,12 +2,13 @@
 # ib_write_bw -s 65536 between two rnicd on loopback, with and without a
 # drop on the server's port, for binaries in the given directories,
 # alternated (issue 19): bandwidth and the counters loss recovery moves.
-#   bench/loss.sh [-n ITERS] [-drop 5%] [-rounds 2] [-net 127.0.77] OLD_BIN_DIR NEW_BIN_DIR ...
-# The daemons listen on NET.1 and NET.2 (not 127.0.9.x, which the
-# README's examples use and which may be taken).
+#   bench/loss.sh [-n ITERS] [-drop 5%] [-rounds 2] [-net 127.A.B] OLD_BIN_DIR NEW_BIN_DIR ...
+# The daemons listen on NET.1 and NET.2, by default in a 127.A.B picked at
+# random: other daemons on the host (the README's 127.0.9.x, other
+# benchmarks) must not make every run fail to bind.
 # Each BIN_DIR holds rnicd and rnic (CGO_ENABLED=0 go build -o DIR ./cmd/rnicd ./cmd/rnic).
 set -uo pipefail
-iters=2000 drop=5% rounds=2 net=127.0.77
+iters=2000 drop=5% rounds=2 net=127.$((RANDOM % 200 + 20)).$((RANDOM % 250 + 1))
 while [ $# -gt 0 ]; do
 	case $1 in
 	-n) iters=$2; shift 2 ;;
@@ -17,7 +18,7 @@ while [ $# -gt 0 ]; do
 	*) break ;;
 	esac
 done
-[ $# -gt 0 ] || { echo "usage: bench/loss.sh [-n ITERS] [-drop P%] [-rounds N] [-net A.B.C] BIN_DIR..." >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: bench/loss.sh [-n ITERS] [-drop P%] [-rounds N] [-net 127.A.B] BIN_DIR..." >&2; exit 2; }
 counters='sent_pkts|completer_retry_err|rcvd_pkts|retransmitted_pkts|local_ack_timeout_err|naks_sent|naks_repeated|rcvd_seq_err|out_of_seq_request'
 
 one() { # BIN DROP
