@@ -192,6 +192,25 @@ func (m *Manager) sent(q *QP, n int) {
 	q.rate, q.paced = q.rp.Rate(now)
 }
 
+// PacedAckInterval is how much sending time a paced QP lets pass between
+// two packets that ask for an ACK. rxe's interval, MaxPktsPerAck (64)
+// packets, is 50 us at 10 Gb/s but 46 ms at the 12 Mb/s that DCQCN gives
+// each of eight QPs behind a 100 Mb/s link: the QP's oldest PSN then
+// waits for its ACK most of the ACK timeout (67 ms at timeout 14), a
+// loaded host stretches that past it, and the go-back-N that follows
+// resends what the link had already carried (4,500 retransmissions, no
+// drop, in TestFairness before this). 1 ms keeps the ACK clock of a
+// paced QP near its line-rate one at about 1,000 ACKs a second.
+const PacedAckInterval = 1_000 * usec
+
+// AckReqDue reports whether a paced QP that has sent pkts packets of up
+// to mtu bytes since its last ACK request should ask for an ACK with
+// the next one: when sending them took PacedAckInterval at its rate. An
+// unpaced QP keeps rxe's interval.
+func (m *Manager) AckReqDue(q *QP, pkts, mtu int) bool {
+	return q.paced && uint64(pkts)*uint64(mtu)*8_000_000_000 >= q.rate*PacedAckInterval
+}
+
 // CNPReceived is the reaction point's input: a CNP arrived for q.
 func (m *Manager) CNPReceived(q *QP) {
 	if m.alg == nil {

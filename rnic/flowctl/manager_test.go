@@ -296,3 +296,43 @@ func TestPacerBurst(t *testing.T) {
 		t.Fatalf("%d packets at once after 10 ms asleep, want %d", burst, want)
 	}
 }
+
+// At a low rate the catch-up is PacerBurstBytes, not PacerBurst: a QP
+// cut to 12.5 Mb/s (25 Mb/s on its first CNP, halved) that slept 10 ms sends 8 KiB's worth at once (plus
+// the packet whose time has come), where 100 us of its rate would be
+// less than one packet.
+func TestPacerBurstBytes(t *testing.T) {
+	m, clk := newManager(t, "dcqcn", "rp_byte_reset=0,rp_time_reset=1000000,rp_rate_to_set_on_first_cnp=25")
+	var q QP
+	m.CNPReceived(&q)
+	// The first cut, alpha 1023/1024: RC - RC*1023>>11.
+	if rate, want := m.State(&q).CurrentRate, uint64(25_000_000-25_000_000*1023>>11); rate != want {
+		t.Fatalf("rate %d after the first CNP from 25 Mb/s, want %d", rate, want)
+	}
+	m.Sent(&q, 1000)
+	clk.t += 10_000 * us
+	burst := 0
+	for m.Wait(&q) == 0 {
+		m.Sent(&q, 1000)
+		burst++
+	}
+	if want := PacerBurstBytes/1000 + 1; burst != want {
+		t.Fatalf("%d packets of 1000 bytes at once after 10 ms asleep at 12.5 Mb/s, want %d", burst, want)
+	}
+}
+
+// A paced QP asks for an ACK once its packets since the last request
+// took PacedAckInterval at its rate; an unpaced one never does here
+// (rxe's packet count decides for it).
+func TestAckReqDue(t *testing.T) {
+	m, _ := newManager(t, "dcqcn", "rp_byte_reset=0,rp_time_reset=1000000,rp_rate_to_set_on_first_cnp=25")
+	var q QP
+	if m.AckReqDue(&q, 1000, 1024) {
+		t.Error("an unpaced QP asked for an ACK after 1000 packets")
+	}
+	m.CNPReceived(&q) // 12.5 Mb/s: 1 ms is 1562.5 bytes
+	if m.AckReqDue(&q, 1, 1024) || !m.AckReqDue(&q, 2, 1024) {
+		t.Errorf("at 12.5 Mb/s: due after 1 packet of 1 KiB %v, after 2 %v; want false, true",
+			m.AckReqDue(&q, 1, 1024), m.AckReqDue(&q, 2, 1024))
+	}
+}

@@ -194,11 +194,13 @@ func (e *Engine) emit(qp *qpmgr.QP, w *qpmgr.SendWQE, tx qpmgr.TX) error {
 		// packets (rxe), and at least twice per window: a window that
 		// shrank under loss (flowctl.Window) to fewer PSNs than rxe's
 		// ACK interval would otherwise close with no ACK asked for,
-		// and wait for the ACK timeout.
+		// and wait for the ACK timeout; and a paced QP every
+		// flowctl.PacedAckInterval of its sending time.
 		win := e.FC.QPWindow(&qp.FC)
 		qp.Req.NoAckPkts++
 		if last || qp.Req.NoAckPkts > min(qpmgr.MaxPktsPerAck, win/2) ||
-			!e.FC.WindowOpen(&qp.FC, bth.PSNAdd(w.PSN, 1), qp.Comp.PSN) {
+			!e.FC.WindowOpen(&qp.FC, bth.PSNAdd(w.PSN, 1), qp.Comp.PSN) ||
+			e.FC.AckReqDue(&qp.FC, qp.Req.NoAckPkts, qp.MTU()) {
 			f.AckReq = true
 			qp.Req.NoAckPkts = 0
 			if !w.Retried {
