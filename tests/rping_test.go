@@ -82,21 +82,46 @@ func TestRping(t *testing.T) {
 }
 
 // A connect to a port nobody listens on fails at once: REJ reason 8,
-// "connection refused", exit status 1.
+// "connection refused", exit status 1. The daemons say the same by
+// value: one REQ from the client's, one REJ back from the server's, no
+// retry, and neither keeps a CM ID.
 func TestRpingRefused(t *testing.T) {
-	a, _ := daemons(t)
+	a, b := daemons(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	start := time.Now()
-	cmd := rnic(ctx, "rping", "-c", "-a", a.addr.String(), "-p", freePort(t), "-C", "1")
+	cmd := rnic(ctx, "rping", "-c", "-a", a.addr.String(), "-I", b.addr.String(), "-p", freePort(t), "-C", "1")
 	var errb bytes.Buffer
 	cmd.Stderr = &errb
 	err := cmd.Run()
-	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 || !strings.Contains(errb.String(), "connection refused") {
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 || !strings.Contains(errb.String(), "connection refused") ||
+		!strings.Contains(errb.String(), "REJ reason 8") {
 		t.Fatalf("rping to a closed port: %v, %q", err, errb.String())
 	}
 	if d := time.Since(start); d > 5*time.Second {
 		t.Fatalf("refused after %v, want at once", d)
+	}
+	for name, want := range map[string]map[string]uint64{
+		"rnicB": {"cm_tx_msgs_req": 1, "cm_rx_msgs_rej": 1, "cm_tx_retries": 0, "hostif_objects_cm_id": 0},
+		"rnicA": {"cm_rx_msgs_req": 1, "cm_tx_msgs_rej": 1, "cm_ids": 0, "hostif_objects_cm_id": 0},
+	} {
+		// The client's daemon frees its CM ID once it sees the client gone.
+		c := open(t, name)
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			m, bad := must[map[string]uint64](t)(c.Counters()), ""
+			for k, v := range want {
+				if m[k] != v {
+					bad += fmt.Sprintf(" %s = %d, want %d;", k, m[k], v)
+				}
+			}
+			if bad == "" {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("%s:%s", name, bad)
+				break
+			}
+		}
 	}
 }
 
