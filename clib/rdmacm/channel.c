@@ -235,6 +235,7 @@ struct wire_event {
 	uint8_t mtu, resp_res, init_depth, retry, rnr_retry;
 	uint16_t pd_len;
 	const uint8_t *pd;
+	uint32_t qkey; /* a UD connect's: the SIDR_REP's Q_Key */
 };
 
 static int decode_event(struct buf *b, struct wire_event *w)
@@ -258,6 +259,7 @@ static int decode_event(struct buf *b, struct wire_event *w)
 	w->pd_len = get16(b);
 	w->pd = b->p + b->off;
 	b->off += w->pd_len;
+	w->qkey = get32(b);
 	return b->bad || b->off != b->len ? EPROTO : 0;
 }
 

@@ -297,14 +297,18 @@ func (c *conn) cmListen(t object, b Body, _ []int) (Body, []int, error) {
 	return &Empty{}, nil, nil
 }
 
-// bindQP binds the client's QP handle h to o for the agent (cmQPs).
-func (c *conn) bindQP(o *cmIDObj, h uint32) (uint32, error) {
+// bindQP binds the client's QP handle h to o for the agent (cmQPs); a
+// UD connection (ud) takes a UD QP, any other one a QP that is not.
+func (c *conn) bindQP(o *cmIDObj, h uint32, ud bool) (uint32, error) {
 	q, err := lookup[*qpObj](c, h, kindQP)
 	if err != nil {
 		return 0, err
 	}
 	if o.qpn != 0 {
 		return 0, errf(CodeInvalid, "CM ID %d already has QP %d", o.h, o.qpn)
+	}
+	if (q.qp.Type == ib.QPTypeUD) != ud {
+		return 0, errf(CodeInvalid, "QP %d is %v: rdma_cm's UDP port space takes UD QPs, the others connected ones", q.qp.QPN, q.qp.Type)
 	}
 	c.mu.Lock()
 	if c.cmQPNs == nil {
@@ -323,9 +327,17 @@ func (c *conn) unbindQP(o *cmIDObj) {
 	c.mu.Unlock()
 }
 
+// isUDP says whether serviceID is in rdma_cm's UDP port space: a UD
+// "connection", which SIDR resolves (cma.c: RDMA_PS_UDP IDs are UD).
+func isUDP(serviceID uint64) bool {
+	ps, _, ok := mad.SplitServiceID(serviceID)
+	return ok && ps == mad.PSUDP
+}
+
 func (c *conn) cmConnect(t object, b Body, _ []int) (Body, []int, error) {
 	o, r := t.(*cmIDObj), b.(*CMConnectReq)
-	qpn, err := c.bindQP(o, r.QP)
+	ud := isUDP(r.ServiceID)
+	qpn, err := c.bindQP(o, r.QP, ud)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -342,7 +354,15 @@ func (c *conn) cmConnect(t object, b Body, _ []int) (Body, []int, error) {
 			err = errors.New("the CM ID is already listening or connected")
 			return
 		}
-		if o.id, err = m.Connect(p); err == nil {
+		if ud {
+			// cma_resolve_ib_udp: a SIDR_REQ with the cma_hdr, retried
+			// on rdma_cm's timers; the QP stays as the client made it.
+			o.id, err = m.SIDRRequest(cm.SIDRParam{ServiceID: p.ServiceID, Dest: p.Dest,
+				PrivateData: p.PrivateData, Context: o})
+		} else {
+			o.id, err = m.Connect(p)
+		}
+		if err == nil {
 			o.setConnectAddrs(c.s.dev.QueryPort().Addr, r.ServiceID, netip.AddrFrom16(r.DGID).Unmap(), r.PrivateData)
 		}
 	})
@@ -355,13 +375,24 @@ func (c *conn) cmConnect(t object, b Body, _ []int) (Body, []int, error) {
 
 func (c *conn) cmAccept(t object, b Body, _ []int) (Body, []int, error) {
 	o, r := t.(*cmIDObj), b.(*CMAcceptReq)
-	qpn, err := c.bindQP(o, r.QP)
+	var ud bool
+	c.s.cmAgent.Do(func(*cm.CM) { ud = o.id != nil && o.id.State() == cm.StateSIDRREQRcvd })
+	qpn, err := c.bindQP(o, r.QP, ud)
 	if err != nil {
 		return nil, nil, err
 	}
 	c.s.cmAgent.Do(func(*cm.CM) {
-		if o.id == nil {
+		switch {
+		case o.id == nil:
 			err = errors.New("the CM ID has no connect request")
+			return
+		case ud != (o.id.State() == cm.StateSIDRREQRcvd):
+			err = errors.New("the connect request went away meanwhile")
+			return
+		case ud:
+			// cma_accept on a UD ID: the SIDR_REP names the QP and
+			// the port space's Q_Key (cma_set_qkey).
+			err = o.id.Accept(cm.AcceptParam{QPN: qpn, QKey: mad.RDMAUDPQKey, PrivateData: r.PrivateData})
 			return
 		}
 		err = o.id.Accept(cm.AcceptParam{QPN: qpn, StartingPSN: r.StartingPSN,
@@ -457,14 +488,19 @@ func cmEventBody(p *cmPending) *CMEvent {
 	out := &CMEvent{Type: uint8(e.Type), ID: p.id.h, RemoteGID: r.GID, RemoteQPN: r.QPN,
 		StartingPSN: r.StartingPSN, CMParams: CMParams{PathMTU: r.PathMTU, ResponderResources: r.ResponderResources,
 			InitiatorDepth: r.InitiatorDepth, RetryCount: r.RetryCount, RNRRetryCount: r.RNRRetryCount},
-		PrivateData: e.PrivateData}
+		PrivateData: e.PrivateData, QKey: r.QKey}
 	if p.listen != nil {
 		out.Listen = p.listen.h
 	}
 	if e.Err != nil {
 		out.Err = e.Err.Error()
 		var rej *cm.RejectError
-		if errors.As(e.Err, &rej) && !rej.SIDR {
+		switch {
+		case errors.As(e.Err, &rej) && rej.SIDR:
+			// cma_sidr_rep_handler: a SIDR_REP other than success is
+			// UNREACHABLE, its status the event's.
+			out.Type, out.RejectReason = uint8(cm.EventUnreachable), uint16(rej.SIDRStatus)
+		case rej != nil:
 			out.RejectReason = uint16(rej.Reason)
 		}
 	}

@@ -34,7 +34,10 @@ type cmQP struct {
 	mem []byte
 }
 
-func newCMQP(t *testing.T, c *Client) *cmQP {
+func newCMQP(t *testing.T, c *Client) *cmQP { t.Helper(); return newCMQPOf(t, c, ib.QPTypeRC) }
+
+// newCMQPOf is newCMQP with a QP of type typ.
+func newCMQPOf(t *testing.T, c *Client, typ ib.QPType) *cmQP {
 	t.Helper()
 	var pd Handle
 	call(t, c, KindAllocPD, &Empty{}, nil, &pd)
@@ -50,7 +53,7 @@ func newCMQP(t *testing.T, c *Client) *cmQP {
 	var cq RingReply
 	q.cq = ringOf(t, mapFD(t, call(t, c, KindCreateCQ, &CreateCQReq{CQE: 64}, []int{eventfd(t)}, &cq)), cq.Send)
 	var r RingReply
-	qm := mapFD(t, call(t, c, KindCreateQP, &CreateQPReq{PD: pd.H, SendCQ: cq.H, RecvCQ: cq.H, Type: ib.QPTypeRC,
+	qm := mapFD(t, call(t, c, KindCreateQP, &CreateQPReq{PD: pd.H, SendCQ: cq.H, RecvCQ: cq.H, Type: typ,
 		Caps: ib.QPCap{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 2, MaxRecvSGE: 2, MaxInlineData: 32}}, nil, &r))
 	q.h, q.qpn = r.H, r.QPN
 	q.sq, q.rq = ringOf(t, qm, r.Send), ringOf(t, qm, r.Recv)

@@ -7,7 +7,10 @@ package hostif
 
 // CMConnectReq starts a connection from CM ID H with QP (a handle of an
 // RC QP of this client, in RESET or INIT) to the port whose GID is DGID,
-// on ServiceID (rdma_connect after rdma_resolve_route).
+// on ServiceID (rdma_connect after rdma_resolve_route). A ServiceID in
+// rdma_cm's UDP port space (mad.PSUDP) asks instead, by SIDR_REQ, for
+// the UD QP and Q_Key behind it: QP is then a UD QP, which the CM does
+// not move, and only ServiceID, DGID and PrivateData count.
 type CMConnectReq struct {
 	H, QP       uint32
 	DGID        [16]byte
@@ -57,6 +60,8 @@ func (m *CMConnectReq) decode(d *decoder) {
 func (m *CMConnectReq) target() uint32 { return m.H }
 
 // CMAcceptReq answers a connect request's CM ID H with QP (rdma_accept).
+// For a SIDR_REQ (a UD connect) QP is a UD QP, named in the SIDR_REP with
+// rdma_cm's Q_Key (mad.RDMAUDPQKey), and only PrivateData counts besides.
 type CMAcceptReq struct {
 	H, QP                                             uint32
 	StartingPSN                                       uint32
@@ -119,7 +124,8 @@ type CMEvent struct {
 	// client, and Listen the listening one's.
 	ID, Listen uint32
 	// RejectReason is the REJ reason of a REJECTED event (8: connection
-	// refused), 0 otherwise.
+	// refused), or the SIDR_REP status of an UNREACHABLE event that
+	// answered a UD connect (1: nobody listens, 2: rejected), 0 otherwise.
 	RejectReason uint16
 	// Err is the event's error text ("" for none).
 	Err string
@@ -129,6 +135,11 @@ type CMEvent struct {
 	RemoteQPN, StartingPSN uint32
 	CMParams
 	PrivateData []byte
+	// QKey is the peer's UD Q_Key from a SIDR_REP (ESTABLISHED of a UD
+	// connect: rdma_ud_param's qkey, with RemoteQPN its qp_num and
+	// RemoteGID its AH's DGID); 0 on other events. It goes last, so that
+	// a decoder of the fields before it reads them where they were.
+	QKey uint32
 }
 
 func (m *CMEvent) encode(e *encoder) {
@@ -142,6 +153,7 @@ func (m *CMEvent) encode(e *encoder) {
 	e.u32(m.StartingPSN)
 	m.CMParams.encode(e)
 	e.str(string(m.PrivateData))
+	e.u32(m.QKey)
 }
 
 func (m *CMEvent) decode(d *decoder) {
@@ -153,4 +165,5 @@ func (m *CMEvent) decode(d *decoder) {
 	m.RemoteQPN, m.StartingPSN = d.u32(), d.u32()
 	m.CMParams.decode(d)
 	m.PrivateData = []byte(d.str())
+	m.QKey = d.u32()
 }

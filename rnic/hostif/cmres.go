@@ -163,6 +163,10 @@ func (o *cmIDObj) cmaState() string {
 		return "LISTEN"
 	case o.id == nil:
 		return "IDLE"
+	case o.ps == mad.PSUDP:
+		// A UD ID stays in CONNECT once its SIDR is sent or answered
+		// (cma.c changes no state on the SIDR_REP).
+		return "CONNECT"
 	}
 	switch o.id.State() {
 	case cm.StateDREQSent, cm.StateDREQRcvd, cm.StateTimewait, cm.StateIdle:

@@ -20,6 +20,13 @@ const (
 	PSUDP   PortSpace = 0x0111 // UD through SIDR
 )
 
+// RDMAUDPQKey is the Q_Key of every UD QP in rdma_cm's UDP port space
+// (rdma_cm.h RDMA_UDP_QKEY): librdmacm puts it on the QP at INIT, and the
+// passive side's SIDR_REP names it (cma.c cma_set_qkey). Having the MSB
+// clear, it is a Q_Key a WR may name (IBTA 10.2.5: the MSB set means
+// "take the QP's own").
+const RDMAUDPQKey = 0x01234567
+
 // ipServiceIDMask keeps the part of a service ID that is the same for
 // every IP-based service: 0x0000000001xx0000 (cma.c RDMA_IB_IP_PS_MASK
 // without the port space byte).
