@@ -31,13 +31,14 @@ type EventChannel struct {
 	ids    map[idKey]*ID // by device and handle
 }
 
-// device is one rnicd: its context, its port's address and MTU, and the
-// channel's CM channel there (0 until an ID uses the device).
+// device is one rnicd: its context, its port's address, GID index and
+// MTU, and the channel's CM channel there (0 until an ID uses the device).
 type device struct {
-	ctx  *verbs.Context
-	addr netip.Addr
-	mtu  ib.MTU
-	ch   uint32
+	ctx      *verbs.Context
+	addr     netip.Addr
+	gidIndex uint8
+	mtu      ib.MTU
+	ch       uint32
 }
 
 type idKey struct {
@@ -88,7 +89,7 @@ func CreateEventChannelOn(ctxs ...*verbs.Context) (*EventChannel, error) {
 			unix.Close(efd)
 			return nil, fmt.Errorf("rdmacm: %s: %w", c.Name(), err)
 		}
-		ch.devs = append(ch.devs, &device{ctx: c, addr: p.Addr, mtu: ib.MTU(p.ActiveMTU)})
+		ch.devs = append(ch.devs, &device{ctx: c, addr: p.Addr, gidIndex: uint8(p.GIDIndex), mtu: ib.MTU(p.ActiveMTU)})
 	}
 	return ch, nil
 }
@@ -160,9 +161,26 @@ func (ch *EventChannel) channelOn(d *device) (uint32, error) {
 	return d.ch, nil
 }
 
-// ID is struct rdma_cm_id, in the TCP port space (RDMA_PS_TCP).
+// PortSpace is enum rdma_port_space: PSTCP for RC connections, PSUDP for
+// UD QPs, whose "connection" is a service ID resolution (SIDR_REQ and
+// SIDR_REP, IBTA 12.11) that tells the client the server's QPN and Q_Key.
+type PortSpace = mad.PortSpace
+
+// The port spaces an ID can be created in (RDMA_PS_TCP, RDMA_PS_UDP).
+const (
+	PSTCP = mad.PSTCP
+	PSUDP = mad.PSUDP
+)
+
+// UDPQKey is RDMA_UDP_QKEY, the Q_Key of every UD QP of the UDP port
+// space: CreateQP puts it on the QP, the server's SIDR_REP names it.
+const UDPQKey = mad.RDMAUDPQKey
+
+// ID is struct rdma_cm_id, in the TCP port space (RDMA_PS_TCP) unless
+// CreateIDIn made it in another.
 type ID struct {
 	ch *EventChannel
+	ps PortSpace
 	// Verbs is the device the ID is bound to, after BindAddr or
 	// ResolveAddr (cm_id->verbs): make the QP's PD and CQs on it.
 	Verbs *verbs.Context
@@ -177,7 +195,16 @@ type ID struct {
 }
 
 // CreateID is rdma_create_id with RDMA_PS_TCP.
-func (ch *EventChannel) CreateID() *ID { return &ID{ch: ch} }
+func (ch *EventChannel) CreateID() *ID { return ch.CreateIDIn(PSTCP) }
+
+// CreateIDIn is rdma_create_id in port space ps: PSTCP (RC QPs) or PSUDP
+// (UD QPs).
+func (ch *EventChannel) CreateIDIn(ps PortSpace) *ID { return &ID{ch: ch, ps: ps} }
+
+// PS is the ID's port space (cm_id->ps).
+func (id *ID) PS() PortSpace { return id.ps }
+
+func (id *ID) ud() bool { return id.ps == PSUDP }
 
 // bind ties the ID to device d, creating it there.
 func (id *ID) bind(d *device, local netip.AddrPort) error {
@@ -254,20 +281,39 @@ func (ch *EventChannel) post(e *Event) {
 func (id *ID) LocalAddr() netip.AddrPort  { return id.local }
 func (id *ID) RemoteAddr() netip.AddrPort { return id.remote }
 
-// CreateQP is rdma_create_qp: an RC QP on pd (of id.Verbs), in INIT
-// as librdmacm leaves it (ucma_init_conn_qp), so that receives may be
-// posted before the connection; the CM moves it to RTS.
+// CreateQP is rdma_create_qp on pd (of id.Verbs). In the TCP port space
+// it makes an RC QP in INIT, as librdmacm leaves it (ucma_init_conn_qp),
+// so that receives may be posted before the connection; the CM moves it
+// to RTS. In the UDP port space it makes a UD QP and takes it to RTS at
+// once with Q_Key UDPQKey and send PSN 0, as ucma_init_ud_qp does: a UD
+// QP needs nothing from the peer to send.
 func (id *ID) CreateQP(pd *verbs.PD, attr verbs.QPInitAttr) error {
 	attr.Type = verbs.QPTypeRC
+	steps := []struct {
+		attr verbs.QPAttr
+		mask verbs.AttrMask
+	}{{verbs.QPAttr{State: verbs.QPSInit, PortNum: 1, AccessFlags: verbs.AccessRemoteWrite | verbs.AccessRemoteRead},
+		verbs.AttrState | verbs.AttrPKeyIndex | verbs.AttrPort | verbs.AttrAccessFlags}}
+	if id.ud() {
+		attr.Type = verbs.QPTypeUD
+		steps = []struct {
+			attr verbs.QPAttr
+			mask verbs.AttrMask
+		}{
+			{verbs.QPAttr{State: verbs.QPSInit, PortNum: 1, QKey: UDPQKey}, verbs.AttrState | verbs.AttrPKeyIndex | verbs.AttrPort | verbs.AttrQKey},
+			{verbs.QPAttr{State: verbs.QPSRTR}, verbs.AttrState},
+			{verbs.QPAttr{State: verbs.QPSRTS}, verbs.AttrState | verbs.AttrSQPSN},
+		}
+	}
 	qp, err := pd.CreateQP(attr)
 	if err != nil {
 		return err
 	}
-	init := verbs.QPAttr{State: verbs.QPSInit, PortNum: 1,
-		AccessFlags: verbs.AccessRemoteWrite | verbs.AccessRemoteRead}
-	if err := qp.Modify(&init, verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrAccessFlags); err != nil {
-		qp.Destroy()
-		return fmt.Errorf("rdmacm: QP to INIT: %w", err)
+	for _, st := range steps {
+		if err := qp.Modify(&st.attr, st.mask); err != nil {
+			qp.Destroy()
+			return fmt.Errorf("rdmacm: QP to %v: %w", st.attr.State, err)
+		}
 	}
 	id.QP = qp
 	return nil
@@ -278,19 +324,26 @@ func (id *ID) Listen() error {
 	if id.dev == nil {
 		return errors.New("rdmacm: bind the CM ID before Listen")
 	}
-	sid := mad.ServiceID(mad.PSTCP, id.local.Port())
+	sid := mad.ServiceID(id.ps, id.local.Port())
 	_, err := id.Verbs.CMCall(hostif.KindCMListen, &hostif.CMListenReq{H: id.h, ServiceID: sid}, nil, &hostif.Empty{})
 	return err
 }
 
 // Connect is rdma_connect: a REQ with rdma_cm's cma_hdr before p's
-// private data; ESTABLISHED, REJECTED or UNREACHABLE follows.
+// private data; ESTABLISHED, REJECTED or UNREACHABLE follows. In the UDP
+// port space it is a SIDR_REQ (cma_resolve_ib_udp) and only p's private
+// data counts: ESTABLISHED brings the server's QPN, Q_Key and address
+// (Event.UD), UNREACHABLE a timeout or a refusal.
 func (id *ID) Connect(p *ConnParam) error {
 	if id.QP == nil || !id.remote.IsValid() {
 		return errors.New("rdmacm: Connect needs a resolved route and a QP")
 	}
-	if len(p.PrivateData) > mad.CMAUserPrivateDataLen {
-		return fmt.Errorf("rdmacm: %d bytes of private data, at most %d", len(p.PrivateData), mad.CMAUserPrivateDataLen)
+	most := mad.CMAUserPrivateDataLen
+	if id.ud() {
+		most = mad.SIDRReqPrivateDataLen - mad.CMAHdrLen
+	}
+	if len(p.PrivateData) > most {
+		return fmt.Errorf("rdmacm: %d bytes of private data, at most %d", len(p.PrivateData), most)
 	}
 	pd := make([]byte, mad.CMAHdrLen+len(p.PrivateData))
 	if err := mad.EncodeCMAHdr(pd, id.local.Addr(), id.local.Port(), id.remote.Addr()); err != nil {
@@ -298,7 +351,7 @@ func (id *ID) Connect(p *ConnParam) error {
 	}
 	copy(pd[mad.CMAHdrLen:], p.PrivateData)
 	req := &hostif.CMConnectReq{H: id.h, QP: id.QP.Handle(), DGID: mad.GIDFromAddr(id.remote.Addr()),
-		ServiceID: mad.ServiceID(mad.PSTCP, id.remote.Port()), StartingPSN: rand.Uint32() & 0xffffff,
+		ServiceID: mad.ServiceID(id.ps, id.remote.Port()), StartingPSN: rand.Uint32() & 0xffffff,
 		CMParams: hostif.CMParams{PathMTU: uint8(id.dev.mtu), ResponderResources: p.ResponderResources,
 			InitiatorDepth: p.InitiatorDepth, RetryCount: min(p.RetryCount, 7), RNRRetryCount: min(p.RNRRetryCount, 7)},
 		PrivateData: pd}
@@ -306,7 +359,9 @@ func (id *ID) Connect(p *ConnParam) error {
 	return err
 }
 
-// Accept is rdma_accept on a CONNECT_REQUEST's ID with its QP.
+// Accept is rdma_accept on a CONNECT_REQUEST's ID with its QP. In the
+// UDP port space it sends the SIDR_REP that names the QP and UDPQKey, with
+// p's private data (at most 136 bytes), and no event follows on this side.
 func (id *ID) Accept(p *ConnParam) error {
 	if id.QP == nil {
 		return errors.New("rdmacm: Accept needs a QP (CreateQP)")
@@ -397,11 +452,14 @@ func (ch *EventChannel) convert(d *device, r *hostif.CMEvent) *Event {
 		e.ListenID = ch.ids[idKey{d, r.Listen}]
 		id := &ID{ch: ch, Verbs: d.ctx, dev: d, h: r.ID}
 		if e.ListenID != nil {
-			id.local = e.ListenID.local
+			id.local, id.ps = e.ListenID.local, e.ListenID.ps
 		}
 		if h, err := mad.ParseCMAHdr(r.PrivateData); err == nil {
 			id.remote = netip.AddrPortFrom(h.SrcAddr(), h.SrcPort())
 			e.Param.PrivateData = h.UserData(r.PrivateData)
+		}
+		if id.ud() {
+			e.UD = &UDParam{PrivateData: e.Param.PrivateData}
 		}
 		e.Remote = id.remote
 		ch.ids[idKey{d, r.ID}] = id
@@ -410,13 +468,22 @@ func (ch *EventChannel) convert(d *device, r *hostif.CMEvent) *Event {
 	if e.ID == nil {
 		e.ID = &ID{ch: ch, Verbs: d.ctx, dev: d, h: r.ID} // destroyed meanwhile
 	}
-	if q := e.ID.QP; q != nil && (e.Event == EventEstablished || e.Event == EventDisconnected) {
+	if e.ID.ud() && e.Event == EventEstablished {
+		// cma_sidr_rep_handler: the server's QP, Q_Key and an address
+		// handle to its GID from our port (the path's hop limit, 64 as
+		// the IP route gives).
+		e.UD = &UDParam{PrivateData: r.PrivateData, QPN: r.RemoteQPN, QKey: r.QKey,
+			AH: verbs.AH{DGID: r.RemoteGID, SGIDIndex: d.gidIndex, HopLimit: 64}}
+	}
+	if q := e.ID.QP; q != nil && !e.ID.ud() && (e.Event == EventEstablished || e.Event == EventDisconnected) {
 		q.SyncState() // the agent moved it to RTS or ERR; an error leaves it for PostSend to report
 	}
 	if r.Err != "" {
 		e.Status = errors.New(r.Err)
-		if e.Event == EventRejected && r.RejectReason == uint16(mad.RejInvalidServiceID) {
-			e.Status = fmt.Errorf("rdmacm: connect to %v: %w (REJ reason 8: nobody listens)", e.ID.remote, syscall.ECONNREFUSED)
+		refused := e.Event == EventRejected && r.RejectReason == uint16(mad.RejInvalidServiceID) ||
+			e.Event == EventUnreachable && e.ID.ud() && r.RejectReason == uint16(mad.SIDRUnsupported)
+		if refused {
+			e.Status = fmt.Errorf("rdmacm: connect to %v: %w (nobody listens: %v)", e.ID.remote, syscall.ECONNREFUSED, r.Err)
 		}
 	}
 	return e

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 
 	"github.com/rnicd/rnicd/rnic/cm"
+	"github.com/rnicd/rnicd/verbs"
 )
 
 // EventType is enum rdma_cm_event_type, with librdmacm's values.
@@ -87,4 +88,18 @@ type Event struct {
 	// Remote is the peer's address and port (CONNECT_REQUEST: from the
 	// cma_hdr).
 	Remote netip.AddrPort
+	// UD is set instead of Param's meaning for IDs of the UDP port space
+	// (the union's param.ud): on CONNECT_REQUEST the client's private
+	// data, on ESTABLISHED the server's QP, Q_Key and address handle.
+	UD *UDParam
+}
+
+// UDParam is struct rdma_ud_param: where the datagrams of a UD "connection"
+// go. AH is the address handle to send with (ibv_create_ah from ah_attr),
+// QPN and QKey the remote QP and Q_Key to name in each UD send WR.
+type UDParam struct {
+	PrivateData []byte
+	AH          verbs.AH
+	QPN         uint32
+	QKey        uint32
 }

@@ -1,6 +1,7 @@
 package rdmacm
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"net/netip"
@@ -170,5 +171,102 @@ func TestConnectRefused(t *testing.T) {
 	e := cli.event(t, EventRejected)
 	if !errors.Is(e.Status, syscall.ECONNREFUSED) || e.RejectReason != 8 {
 		t.Fatalf("rejected: %v (reason %d)", e.Status, e.RejectReason)
+	}
+}
+
+// A UD "connection" in the UDP port space, as perftest's UD tests make it
+// with -R: the client's UD QP is in RTS with RDMA_UDP_QKEY as soon as it
+// exists; its connect reaches the server as CONNECT_REQUEST with the
+// private data after the cma_hdr; the accept names the server's UD QP;
+// ESTABLISHED gives the client the server's QPN, Q_Key and an address
+// handle to its GID, and nothing comes on the server's side; a SEND with
+// immediate to them lands with the client's QPN as source, from which
+// the server can answer.
+func TestUDConnect(t *testing.T) {
+	srv, cli := newSide(t), newSide(t)
+	srvAddr := netip.AddrPortFrom(srv.ch.devs[0].addr, 18515)
+	listen := srv.ch.CreateIDIn(PSUDP)
+	if err := listen.BindAddr(srvAddr); err != nil {
+		t.Fatal(err)
+	}
+	if err := listen.Listen(); err != nil {
+		t.Fatal(err)
+	}
+
+	id := cli.ch.CreateIDIn(PSUDP)
+	if id.PS() != PSUDP {
+		t.Fatalf("port space %#x", id.PS())
+	}
+	if err := id.ResolveAddr(netip.Addr{}, srvAddr); err != nil {
+		t.Fatal(err)
+	}
+	cli.event(t, EventAddrResolved)
+	id.ResolveRoute()
+	cli.event(t, EventRouteResolved)
+	cli.qp(t, id)
+	if a, err := id.QP.Query(); err != nil || a.State != verbs.QPSRTS || a.QKey != 0x01234567 || a.SQPSN != 0 {
+		t.Fatalf("client's QP: %+v, %v", a, err)
+	}
+	if err := id.Connect(&ConnParam{PrivateData: []byte("ud please")}); err != nil {
+		t.Fatal(err)
+	}
+
+	req := srv.event(t, EventConnectRequest)
+	if req.ListenID != listen || req.ID.PS() != PSUDP || req.Remote != id.LocalAddr() || req.UD == nil ||
+		!bytes.HasPrefix(req.UD.PrivateData, []byte("ud please")) {
+		t.Fatalf("connect request: %+v", req)
+	}
+	conn := req.ID
+	srv.qp(t, conn)
+	if err := conn.QP.PostRecv([]verbs.RecvWR{{WRID: 3, SGL: []verbs.SGE{srv.mr.SGE(0, 44)}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.Accept(&ConnParam{PrivateData: []byte("ud ok")}); err != nil {
+		t.Fatal(err)
+	}
+	est := cli.event(t, EventEstablished)
+	if est.ID != id || est.UD == nil || est.UD.QPN != conn.QP.QPN || est.UD.QKey != UDPQKey ||
+		est.UD.AH.Addr() != srvAddr.Addr() || !bytes.HasPrefix(est.UD.PrivateData, []byte("ud ok")) {
+		t.Fatalf("established: %+v, UD %+v", est, est.UD)
+	}
+
+	// perftest's UD latency client tells the server its QPN this way.
+	copy(cli.mr.Buf, []byte{1, 2, 3, 4})
+	if err := id.QP.PostSend([]verbs.SendWR{{WRID: 4, Opcode: verbs.WRSendWithImm, Flags: verbs.SendSignaled, Imm: id.QP.QPN,
+		SGL: []verbs.SGE{cli.mr.SGE(0, 4)}, AH: &est.UD.AH, RemoteQPN: est.UD.QPN, RemoteQKey: est.UD.QKey}}); err != nil {
+		t.Fatal(err)
+	}
+	if wc := cli.wc(t); wc.Status != verbs.WCSuccess || wc.WRID != 4 {
+		t.Fatalf("send: %+v", wc)
+	}
+	wc := srv.wc(t)
+	if wc.Status != verbs.WCSuccess || wc.WRID != 3 || wc.ByteLen != 44 || wc.SrcQP != id.QP.QPN || wc.Imm != id.QP.QPN ||
+		!bytes.Equal(srv.mr.Buf[40:44], []byte{1, 2, 3, 4}) {
+		t.Fatalf("receive: %+v, %x", wc, srv.mr.Buf[40:44])
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if e, err := srv.ch.GetEvent(ctx); err == nil {
+		t.Fatalf("the server of a UD connect got %v", e.Event)
+	}
+}
+
+// A UD connect to a port nobody listens on: UNREACHABLE at once (a
+// SIDR_REP of status 1), with a status that is ECONNREFUSED.
+func TestUDConnectRefused(t *testing.T) {
+	srv, cli := newSide(t), newSide(t)
+	id := cli.ch.CreateIDIn(PSUDP)
+	if err := id.ResolveAddr(netip.Addr{}, netip.AddrPortFrom(srv.ch.devs[0].addr, 18515)); err != nil {
+		t.Fatal(err)
+	}
+	cli.event(t, EventAddrResolved)
+	id.ResolveRoute()
+	cli.event(t, EventRouteResolved)
+	cli.qp(t, id)
+	if err := id.Connect(&ConnParam{}); err != nil {
+		t.Fatal(err)
+	}
+	if e := cli.event(t, EventUnreachable); !errors.Is(e.Status, syscall.ECONNREFUSED) || e.RejectReason != 1 {
+		t.Fatalf("unreachable: %v (status %d)", e.Status, e.RejectReason)
 	}
 }
