@@ -56,6 +56,15 @@ func (c tcase) isPingpong() bool { return strings.HasPrefix(c.tool, "ibv_") }
 // device (their -d is debug) and no GID index.
 func (c tcase) isRdmaCM() bool { return c.tool == "rping" }
 
+// cmAddrs are the addresses an rdma_cm tool names: rnicd's and the VM's,
+// IPv6 for an IPv6 case (rnicd's on device6).
+func (c tcase) cmAddrs() (host, vm string) {
+	if c.ipv6 {
+		return hostAddr6, vmAddr6
+	}
+	return hostAddr, vmAddr
+}
+
 // connectsByCM says whether c's QPs connect through rdma_cm, so that the
 // disconnect must leave both sides clean (the VM's cmCheck, rnicd's
 // checkCMClean): the rdma_cm tools and perftest's -R.
@@ -130,6 +139,9 @@ func matrix(ibMTU int) []tcase {
 		// A ping is four SENDs, a READ and a WRITE: 100 take under a
 		// second even in the VM, the deadline is for a connect that hangs.
 		tcase{tool: "rping", args: []string{"-C", "100", "-v", "-V"}, deadline: 60 * time.Second},
+		// The same over IPv6: rxe's IPv6 GID, the cma_hdr's IPv6
+		// addresses, rnicd's port on 2001:db8:1::1.
+		tcase{tool: "rping", args: []string{"-C", "100", "-v", "-V"}, deadline: 60 * time.Second, ipv6: true},
 		// -R: the exchange over a control QP and the test's QPs connected
 		// by rdma_cm, CM MADs on QP1 both ways (rnic's CM agent and
 		// rxe's kernel CM).
@@ -263,11 +275,13 @@ func plan(cases []tcase) []phase {
 func vmCommand(c tcase, port int, client bool) string {
 	if c.isRdmaCM() {
 		// rping's server binds its own address, the client names the
-		// server's; rdma_cm finds rxe0 from the address.
+		// server's; rdma_cm finds rxe0 from the address, and its GID
+		// (IPv4-mapped or IPv6) from the address's family.
+		host, vm := c.cmAddrs()
 		if client {
-			return fmt.Sprintf("%s -c -a %s -p %d %s", c.tool, hostAddr, port, strings.Join(c.args, " "))
+			return fmt.Sprintf("%s -c -a %s -p %d %s", c.tool, host, port, strings.Join(c.args, " "))
 		}
-		return fmt.Sprintf("%s -s -a %s -p %d %s", c.tool, vmAddr, port, strings.Join(c.args, " "))
+		return fmt.Sprintf("%s -s -a %s -p %d %s", c.tool, vm, port, strings.Join(c.args, " "))
 	}
 	index, server := "1", hostAddr
 	if c.ipv6 {
@@ -292,9 +306,10 @@ func hostArgs(c tcase, port int, client bool) []string {
 	if c.isRdmaCM() {
 		// rdma_cm picks the rnicd that owns the address: the server's
 		// -a, the client's source -I (three rnicd share the bridge).
-		args := []string{c.tool, "-s", "-a", hostAddr}
+		host, vm := c.cmAddrs()
+		args := []string{c.tool, "-s", "-a", host}
 		if client {
-			args = []string{c.tool, "-c", "-a", vmAddr, "-I", hostAddr}
+			args = []string{c.tool, "-c", "-a", vm, "-I", host}
 		}
 		return append(append(args, "-p", strconv.Itoa(port)), c.args...)
 	}

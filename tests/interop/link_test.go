@@ -320,23 +320,27 @@ func (l *link) checkIPv6Device() {
 // (cm_ids; one in TIMEWAIT leaves within the path's ACK timeout). The
 // VM's side is cmCheck's.
 func (l *link) checkCMClean(ph phase) {
-	some := false
+	devs := map[string]bool{}
 	for _, c := range ph.cases {
-		some = some || c.connectsByCM()
-	}
-	if !some {
-		return
-	}
-	keys := []string{"hostif_objects_cm_id", "hostif_objects_cm_event_channel", "cm_ids"}
-	var m map[string]uint64
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		m = counters(l.t)
-		if m[keys[0]]+m[keys[1]]+m[keys[2]] == 0 {
-			return
+		if c.connectsByCM() {
+			devs[map[bool]string{false: device, true: device6}[c.ipv6]] = true
 		}
 	}
-	l.t.Errorf("MTU %d, rxe %s: after the phase %s keeps %s=%d %s=%d %s=%d", l.ibMTU, ph.rxeRole, device,
-		keys[0], m[keys[0]], keys[1], m[keys[1]], keys[2], m[keys[2]])
+	keys := []string{"hostif_objects_cm_id", "hostif_objects_cm_event_channel", "cm_ids"}
+	for dev := range devs {
+		var m map[string]uint64
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			m = countersOf(l.t, dev)
+			if m[keys[0]]+m[keys[1]]+m[keys[2]] == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				l.t.Errorf("MTU %d, rxe %s: after the phase %s keeps %s=%d %s=%d %s=%d", l.ibMTU, ph.rxeRole, dev,
+					keys[0], m[keys[0]], keys[1], m[keys[1]], keys[2], m[keys[2]])
+				break
+			}
+		}
+	}
 }
 
 // sysfsGID is the GID of addr as sysfs shows it: eight groups of four hex
