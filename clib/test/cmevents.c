@@ -7,7 +7,8 @@
  * On a channel made non-blocking: rdma_get_cm_event fails with EAGAIN
  * and the fd is not readable while no event waits; ADDR_RESOLVED and
  * ROUTE_RESOLVED make it readable until they are fetched; the ID is on
- * the rnicd holding SRC_ADDR. A connect to PORT on DST_ADDR, where
+ * the rnicd holding SRC_ADDR, its verbs one of rdma_get_devices'
+ * contexts (those the library opened). A connect to PORT on DST_ADDR, where
  * nobody listens, ends in REJECTED with status 8 (REJ reason 8, invalid
  * service ID) and the QP in ERR. rdma_establish, not built, fails with
  * ENOSYS. Each step prints one line; the last is PASS.
@@ -93,6 +94,14 @@ int main(int argc, char **argv)
 	    rdma_get_dst_port(id) != dst.sin_port)
 		fail("the ID's addresses");
 	printf("ADDR_RESOLVED on %s, source %s with a port\n", ibv_get_device_name(id->verbs->device), argv[1]);
+	int ndev = 0, found = 0;
+	struct ibv_context **devs = rdma_get_devices(&ndev);
+	for (int i = 0; devs && devs[i]; i++)
+		found += devs[i] == id->verbs;
+	rdma_free_devices(devs);
+	if (found != 1)
+		fail("the ID's verbs is not one of rdma_get_devices' contexts");
+	printf("rdma_get_devices: %d devices, the ID's verbs one of them\n", ndev);
 
 	if (rdma_resolve_route(id, 2000))
 		fail("rdma_resolve_route");
