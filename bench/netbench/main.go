@@ -278,8 +278,17 @@ func measure(cfg config, linkMTU int) ([]row, error) {
 		r, v := bw(t.tool, t.qps, def)
 		rows = append(rows, r)
 		if t.qps == 1024 && v > 0 && oneQP > 0 {
-			rows = append(rows, row{what: fmt.Sprintf("RC write_bw 64 KiB, MTU %d, 1024 QP against 1 QP", ib),
-				value: v / oneQP * 100, unit: "%", baseline: "1 QP", ratio: v / oneQP, target: 0.9})
+			// The 1 QP row ran a minute before, and on a shared machine
+			// the load moves more than that: one more of each, back to
+			// back, and the ratio of the sums.
+			_, one2 := bw("ib_write_bw", 1, def)
+			_, many2 := bw("ib_write_bw", 1024, def)
+			if one2 > 0 && many2 > 0 {
+				ratio := (v + many2) / (oneQP + one2)
+				rows = append(rows, row{what: fmt.Sprintf("RC write_bw 64 KiB, MTU %d, 1024 QP against 1 QP", ib),
+					value: ratio * 100, unit: "%", baseline: "1 QP", ratio: ratio, target: 0.9,
+					note: fmt.Sprintf("1 QP %.3g, %.3g; 1024 QP %.3g, %.3g Gbit/s", oneQP, one2, v, many2)})
+			}
 		}
 	}
 	var rate1 float64
