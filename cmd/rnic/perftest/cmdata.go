@@ -43,6 +43,20 @@ type cmQPs struct {
 	listen *rdmacm.ID // the server's, until every QP is connected
 	ids    []*rdmacm.ID
 	client bool
+	// ud: the IDs are in the UDP port space (cmud.go); lat: a latency
+	// test, whose server sends too.
+	ud, lat bool
+	// poll makes a poller on a CQ (test.newPoller).
+	poll func(*verbs.CQ) *poller
+}
+
+// ps is the port space of the test's IDs: UDP for UD QPs, as perftest
+// creates them (rdma_cm_allocate_nodes).
+func (c *cmQPs) ps() rdmacm.PortSpace {
+	if c.ud {
+		return rdmacm.PSUDP
+	}
+	return rdmacm.PSTCP
 }
 
 // cmAddr is the server's address for rdma_cm: an IPv4 address or a name
@@ -74,7 +88,8 @@ func (t *test) connectCM() error {
 	if err != nil {
 		return err
 	}
-	t.cm = &cmQPs{ch: ch, client: t.p.Client()}
+	t.cm = &cmQPs{ch: ch, client: t.p.Client(), ud: t.p.Conn == verbs.QPTypeUD, lat: t.p.Tool.Kind == Lat,
+		poll: func(cq *verbs.CQ) *poller { return t.newPoller(cq, 1) }}
 	if !t.p.Client() {
 		// Listening before the handshake, not after as perftest does: a
 		// client that sends its REQ as soon as the handshake is over finds
@@ -126,8 +141,8 @@ func (c *cmQPs) dial(res *resources, addr netip.AddrPort, cp *rdmacm.ConnParam) 
 }
 
 func (c *cmQPs) dialOnce(res *resources, addr netip.AddrPort, cp *rdmacm.ConnParam) error {
-	for range res.p.NumQPs {
-		id := c.ch.CreateID()
+	for i := range res.p.NumQPs {
+		id := c.ch.CreateIDIn(c.ps())
 		c.ids = append(c.ids, id)
 		if err := id.ResolveAddr(netip.Addr{}, addr); err != nil {
 			return fmt.Errorf("perftest: rdma_resolve_addr: %w", err)
@@ -147,8 +162,14 @@ func (c *cmQPs) dialOnce(res *resources, addr netip.AddrPort, cp *rdmacm.ConnPar
 		if err := id.Connect(cp); err != nil {
 			return fmt.Errorf("perftest: rdma_connect: %w", err)
 		}
-		if _, err := expectEvent(c.ch, rdmacm.EventEstablished, cmEventWait); err != nil {
+		e, err := expectEvent(c.ch, rdmacm.EventEstablished, cmEventWait)
+		if err != nil {
 			return err
+		}
+		if c.ud {
+			if err := c.udEstablished(res, i, id, e); err != nil {
+				return err
+			}
 		}
 	}
 	for _, id := range c.ids {
@@ -159,7 +180,7 @@ func (c *cmQPs) dialOnce(res *resources, addr netip.AddrPort, cp *rdmacm.ConnPar
 
 // listenOn opens the server's listener for the test's QPs on port.
 func (c *cmQPs) listenOn(port uint16) error {
-	c.listen = c.ch.CreateID()
+	c.listen = c.ch.CreateIDIn(c.ps())
 	if err := c.listen.BindAddr(netip.AddrPortFrom(netip.IPv4Unspecified(), port)); err != nil {
 		return fmt.Errorf("perftest: rdma_bind_addr: %w", err)
 	}
@@ -192,13 +213,26 @@ func (c *cmQPs) accept(res *resources, cp *rdmacm.ConnParam) error {
 				e.ID.Destroy()
 				continue
 			}
+			i := len(c.ids)
 			c.ids = append(c.ids, e.ID)
 			if err := e.ID.CreateQP(res.pd, res.qpInitAttr()); err != nil {
 				e.ID.Reject(nil)
 				return fmt.Errorf("perftest: rdma_create_qp: %w", err)
 			}
+			if err := c.udPostQPNRecv(res, i, e.ID.QP); err != nil {
+				e.ID.Reject(nil)
+				return err
+			}
 			if err := e.ID.Accept(cp); err != nil {
 				return fmt.Errorf("perftest: rdma_accept: %w", err)
+			}
+			if c.ud {
+				// A UD accept is the SIDR_REP: no ESTABLISHED follows
+				// on this side (cma.c), the QP is ready.
+				if err := c.udTakeQPN(res, i, e.ID.QP); err != nil {
+					return err
+				}
+				established++
 			}
 		case rdmacm.EventEstablished:
 			established++
@@ -229,6 +263,14 @@ func (c *cmQPs) accept(res *resources, cp *rdmacm.ConnParam) error {
 func (c *cmQPs) close() error {
 	var errs []error
 	wait := cmServerDisconnectWait
+	if c.ud {
+		// No connection to end: the IDs and QPs go (rdma_cm_destroy_cma).
+		c.destroyIDs()
+		if c.listen != nil {
+			c.listen.Destroy()
+		}
+		return c.ch.Destroy()
+	}
 	if c.client {
 		wait = cmEventWait
 		for _, id := range c.ids {

@@ -108,24 +108,28 @@ func FuzzParseCMDest(f *testing.F) {
 	})
 }
 
-// -R as perftest takes it: RC by default, --rdma_cm the same; UC refused
-// as perftest refuses it ("UC is not supported in librdmacm"), UD said
-// to be not built, and the in-process NICs, which have no CM agent,
-// refused with a reason.
+// -R as perftest takes it: RC by default, --rdma_cm the same, UD through
+// the UDP port space; UC refused as perftest refuses it ("UC is not
+// supported in librdmacm"), and the in-process NICs, which have no CM
+// agent, refused with a reason.
 func TestParseRDMACM(t *testing.T) {
 	sb, _ := Find("ib_send_bw")
-	for _, args := range [][]string{{"-R"}, {"--rdma_cm"}, {"-R", "-c", "RC", "host"}} {
-		p, err := Parse(sb, args)
-		if err != nil || !p.RDMACM || p.Conn != verbs.QPTypeRC {
-			t.Errorf("Parse(%q): %+v, %v", args, p, err)
+	for _, c := range []struct {
+		args []string
+		conn verbs.QPType
+	}{
+		{[]string{"-R"}, verbs.QPTypeRC}, {[]string{"--rdma_cm"}, verbs.QPTypeRC}, {[]string{"-R", "-c", "RC", "host"}, verbs.QPTypeRC},
+		{[]string{"-R", "-c", "UD"}, verbs.QPTypeUD}, {[]string{"--rdma_cm", "-c", "UD", "10.0.0.1"}, verbs.QPTypeUD},
+	} {
+		p, err := Parse(sb, c.args)
+		if err != nil || !p.RDMACM || p.Conn != c.conn {
+			t.Errorf("Parse(%q): %+v, %v", c.args, p, err)
 		}
 	}
 	for args, want := range map[string]string{
-		"-R -c UC":                 "UC is not supported in librdmacm",
-		"-R -c UD":                 "not built",
-		"-R --local 127.0.0.1":     "CM agent",
-		"-R --direct -d rnicA":     "CM agent",
-		"--rdma_cm -c UD 10.0.0.1": "not built",
+		"-R -c UC":             "UC is not supported in librdmacm",
+		"-R --local 127.0.0.1": "CM agent",
+		"-R --direct -d rnicA": "CM agent",
 	} {
 		_, err := Parse(sb, strings.Fields(args))
 		if err == nil || !strings.Contains(err.Error(), want) {

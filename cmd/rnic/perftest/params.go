@@ -400,8 +400,6 @@ func (p *Params) forceDependencies() error {
 		switch {
 		case p.Conn == verbs.QPTypeUC:
 			return errors.New("UC is not supported in librdmacm") // as perftest refuses it
-		case p.Conn == verbs.QPTypeUD:
-			return errors.New("-R with UD (rdma_cm's UDP port space, SIDR) is not built: RC only")
 		case p.Local.IsValid() || p.Direct:
 			return errors.New("-R connects through rnicd's CM agent: not with --local or --direct")
 		}

@@ -33,6 +33,10 @@ type resources struct {
 	my     []Dest      // this side's QPs, as the peer is told
 	rem    []Dest      // the peer's QPs, once exchanged
 	ahs    []*verbs.AH // UD: where each QP sends
+	// udTo are the remote QPN and Q_Key each UD QP sends to with -R:
+	// what rdma_cm learned (cmud.go), not the exchanged Dests, as
+	// perftest takes cma_master.nodes[i].remote_qpn and remote_qkey.
+	udTo []udTarget
 }
 
 // newResources creates the PD, buffer, MR, CQs and QPs, moves the QPs to
@@ -107,6 +111,7 @@ func newResources(ctx *verbs.Context, p *Params, l link) (*resources, error) {
 	r.gid, r.pd, r.access = port.GIDs[r.gidIndex], pd, access
 	r.rem = make([]Dest, n)
 	r.ahs = make([]*verbs.AH, n)
+	r.udTo = make([]udTarget, n)
 	if p.RDMACM {
 		return r, nil // rdma_cm makes the QPs as it connects them (cmdata.go)
 	}
@@ -301,6 +306,9 @@ func (r *resources) sendWR(i, k int, signaled bool) verbs.SendWR {
 		wr.Opcode = verbs.WRSend
 		if p.Conn == verbs.QPTypeUD {
 			wr.AH, wr.RemoteQPN, wr.RemoteQKey = r.ahs[i], r.rem[i].QPN, defQKey
+			if p.RDMACM {
+				wr.RemoteQPN, wr.RemoteQKey = r.udTo[i].qpn, r.udTo[i].qkey
+			}
 		}
 	case Write:
 		wr.Opcode, wr.RemoteAddr, wr.RKey = verbs.WRRDMAWrite, remote, r.rem[i].RKey
