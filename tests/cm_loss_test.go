@@ -49,7 +49,7 @@ func TestCMLostMADRetried(t *testing.T) {
 					t.Fatalf("the rping server never listened: %s", srvErr.String())
 				}
 			}
-			if out := runTool(t, bin, "inject", "-d", tc.lossOn, "--tx", "--qp", "1", "dropnth", "1"); !strings.Contains(out, tc.lossOn+" tx:") {
+			if out := runTool(t, bin, "inject", "-d", tc.lossOn, "--tx", "--qp", "1", "dropnth", "1"); !strings.Contains(out, tc.lossOn+" tx: dropnth 1 ") {
 				t.Fatalf("rnic inject printed %q", out)
 			}
 			start := time.Now()
