@@ -152,6 +152,12 @@ func matrix(ibMTU int) []tcase {
 		// resources; -q 2 is three CM connections and two DREQs a run.
 		tcase{tool: "ib_atomic_bw", args: []string{"-R", "-A", "CMP_AND_SWAP", "-n", "50"}},
 		tcase{tool: "ib_write_bw", args: []string{"-R", "-q", "2", "-s", "4096", "-n", "50"}},
+		// UD with -R: the test's QPs in rdma_cm's UDP port space, each
+		// resolved by SIDR_REQ/SIDR_REP (no connection, no DREQ); the
+		// latency client tells the server its QPN by a SEND with
+		// immediate, and the server answers to the GRH's address.
+		tcase{tool: "ib_send_bw", args: []string{"-c", "UD", "-R", "-s", strconv.Itoa(ibMTU), "-n", "50"}},
+		tcase{tool: "ib_send_lat", args: []string{"-c", "UD", "-R", "-s", "1", "-n", "50"}},
 		// Debian's rping on both ends, the host's on rnicd through the C
 		// library's librdmacm: the same unmodified binary, one end's
 		// rdma_cm without a kernel.
