@@ -55,7 +55,9 @@ func CreateEventChannel() (*EventChannel, error) {
 	}
 	var ctxs []*verbs.Context
 	for _, n := range names {
-		c, err := verbs.Open(n)
+		// The CM agent is the daemon's, on its QP1: an rdma_cm ID's QPs
+		// are the daemon's too, on its own data path.
+		c, err := verbs.OpenDaemon(n)
 		if err != nil {
 			continue // a daemon that went away meanwhile
 		}

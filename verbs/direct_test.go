@@ -22,21 +22,31 @@ import (
 // lent to clients.
 func startSteeredDaemon(t *testing.T, name string, addr netip.Addr) *rnic.Device {
 	t.Helper()
+	return startDaemon(t, name, addr, true, hostif.Limits{})
+}
+
+// startDaemon serves device name on addr in this process, with a steered
+// port that lends sockets if steered, within limits.
+func startDaemon(t *testing.T, name string, addr netip.Addr, steered bool, limits hostif.Limits) *rnic.Device {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("skipped: steering loads an eBPF program, which needs root (CAP_BPF); CI runs as root")
 	}
 	t.Setenv("RNICD_DIR", t.TempDir())
-	port, err := ibudp.Open(ibudp.Config{Addr: addr, MTU: 1024, Steered: true})
+	port, err := ibudp.Open(ibudp.Config{Addr: addr, MTU: 1024, Steered: steered})
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, last := ibudp.SteerBlockQPNs(0)
+	var last uint32
+	if steered {
+		_, last = ibudp.SteerBlockQPNs(0)
+	}
 	dev, err := rnic.Open(rnic.Config{Port: port, Name: name, QPNLast: last})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { dev.Close() })
-	srv := hostif.NewServer(hostif.Config{Device: dev, Name: name, Steering: ibudp.SteeringOf(port)})
+	srv := hostif.NewServer(hostif.Config{Device: dev, Name: name, Steering: ibudp.SteeringOf(port), Limits: limits})
 	l, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: verbs.SocketPath(name), Net: "unixpacket"})
 	if err != nil {
 		t.Fatal(err)
@@ -91,7 +101,7 @@ func TestOpenDirect(t *testing.T) {
 	}
 
 	// The daemon's own client, beside the direct one: block 0 is its.
-	c, err := verbs.Open("rnd")
+	c, err := verbs.OpenDaemon("rnd")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,4 +200,44 @@ func connectedPair(t *testing.T, a, b *verbs.Context, block uint8) (*verbs.QP, s
 	connect(t, qa, qb, b)
 	connect(t, qb, qa, a)
 	return qa, ma, qb, mb
+}
+
+// Open takes the fast path by itself where the daemon lends sockets, and
+// the daemon's path, quietly, where it lends none; where it lends but
+// this client may borrow no more, it says so in one line and takes the
+// daemon's path. OpenDaemon always takes the daemon's, OpenWith
+// PathDirect insists.
+func TestOpenPaths(t *testing.T) {
+	startDaemon(t, "lends", looptest.Get(t), true, hostif.Limits{Client: hostif.Quota{hostif.ResLent: 1}})
+	var notes []string
+	note := func(s string) { notes = append(notes, s) }
+	open := func(name string, p verbs.Path) *verbs.Context {
+		t.Helper()
+		c, err := verbs.OpenWith(name, verbs.Options{Path: p, Note: note})
+		if err != nil {
+			t.Fatalf("open %s %v: %v", name, p, err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	if c := open("lends", verbs.PathAuto); !c.Local() || len(notes) != 0 {
+		t.Fatalf("auto on a lending daemon: in this process %v, notes %q", c.Local(), notes)
+	}
+	// The one socket this process may borrow is taken: the next auto
+	// open falls back, with a note; direct fails.
+	if c := open("lends", verbs.PathAuto); c.Local() || len(notes) != 1 || !strings.Contains(notes[0], "-client-max-lent") {
+		t.Fatalf("auto over the lent limit: in this process %v, notes %q", c.Local(), notes)
+	}
+	if _, err := verbs.OpenWith("lends", verbs.Options{Path: verbs.PathDirect, Note: note}); err == nil || len(notes) != 1 {
+		t.Fatalf("direct over the lent limit: %v, notes %q", err, notes)
+	}
+	if c := open("lends", verbs.PathDaemon); c.Local() {
+		t.Fatal("PathDaemon runs the QPs in this process")
+	}
+
+	// A daemon that lends nothing: its path, without a word.
+	startDaemon(t, "keeps", looptest.Get(t), false, hostif.Limits{})
+	if c := open("keeps", verbs.PathAuto); c.Local() || len(notes) != 1 {
+		t.Fatalf("auto on a daemon that does not lend: in this process %v, notes %q", c.Local(), notes)
+	}
 }

@@ -115,15 +115,104 @@ func stale(path string) bool {
 	return errors.Is(unix.Connect(fd, &unix.SockaddrUnix{Name: path}), unix.ECONNREFUSED)
 }
 
+// Path is which data path a Context opened on a daemon takes.
+type Path int
+
+const (
+	// PathAuto takes a socket the daemon lends, if it lends sockets
+	// (rnicd -lend, as root: the steering program needs CAP_BPF), and
+	// the daemon's own path otherwise. If the daemon lends but this
+	// client cannot borrow (over its limit of lent sockets, say), it says
+	// so in one line (Options.Note) and takes the daemon's path.
+	PathAuto Path = iota
+	// PathDaemon is the daemon's own data path: the daemon runs the
+	// Context's QPs, as it runs a C program's (clib) and as a lesson
+	// steps through them.
+	PathDaemon
+	// PathDirect insists on a lent socket (OpenDirect): an error if the
+	// daemon cannot lend one.
+	PathDirect
+)
+
+func (p Path) String() string {
+	switch p {
+	case PathAuto:
+		return "auto"
+	case PathDaemon:
+		return "daemon"
+	case PathDirect:
+		return "direct"
+	}
+	return fmt.Sprintf("Path(%d)", int(p))
+}
+
+// Options say how OpenWith opens a device. The zero value is Open's.
+type Options struct {
+	Path Path
+	// Note is told, in one line, why PathAuto fell back to the daemon's
+	// path although the daemon lends sockets; nil writes the line to
+	// standard error.
+	Note func(string)
+}
+
 // Open connects to the running rnicd serving device name
-// (ibv_open_device). With no daemon there, the error says how to start
-// one; it wraps the dial error (os.ErrNotExist or syscall.ECONNREFUSED).
-func Open(name string) (*Context, error) {
+// (ibv_open_device), on the fast path if the daemon lends sockets
+// (PathAuto: see OpenWith). With no daemon there, the error says how to
+// start one; it wraps the dial error (os.ErrNotExist or
+// syscall.ECONNREFUSED).
+func Open(name string) (*Context, error) { return OpenWith(name, Options{}) }
+
+// OpenDaemon is Open on the daemon's own data path (PathDaemon).
+func OpenDaemon(name string) (*Context, error) { return OpenWith(name, Options{Path: PathDaemon}) }
+
+// OpenWith connects to the running rnicd serving device name on the path
+// o says. On a lent socket (PathAuto where the daemon lends, PathDirect)
+// the Context's QPs run in this process, as OpenDirect describes, and
+// the daemon still shows them, counts them, traces and captures their
+// packets and applies its injected faults to them (package lend); the
+// listings of such a Context (QPs, Counters) are those of its own NIC.
+func OpenWith(name string, o Options) (*Context, error) {
+	switch o.Path {
+	case PathDaemon:
+	case PathDirect:
+		return OpenDirect(name)
+	case PathAuto:
+		c, err := openAuto(name, o)
+		if c != nil || err != nil {
+			return c, err
+		}
+	default:
+		return nil, fmt.Errorf("verbs: open %s: unknown path %v", name, o.Path)
+	}
 	cl, err := hostif.Dial(SocketPath(name))
 	if err != nil {
 		return nil, openError(name, "", err)
 	}
 	return &Context{name: name, cl: cl}, nil
+}
+
+// openAuto tries a lent socket: a Context on it, or nil and no error to
+// take the daemon's path.
+func openAuto(name string, o Options) (*Context, error) {
+	lender, err := hostif.Dial(SocketPath(name))
+	if err != nil {
+		return nil, openError(name, "", err)
+	}
+	c, err := openDirect(name, lender)
+	if err == nil {
+		return c, nil
+	}
+	lender.Close()
+	var refused *hostif.Error
+	if errors.As(err, &refused) && refused.Kind == hostif.KindLendPort && refused.Code == hostif.CodeUnknown {
+		return nil, nil // the daemon lends nothing: its path, quietly
+	}
+	note := o.Note
+	if note == nil {
+		note = func(s string) { fmt.Fprintln(os.Stderr, s) }
+	}
+	note(fmt.Sprintf("verbs: %s: no lent socket (%v): on the daemon's data path", name, err))
+	return nil, nil
 }
 
 // openError is the error of opening device name (how: "", or " direct")

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"io"
 	"os"
 	"runtime"
@@ -28,7 +29,18 @@ func perftestCommands() []command {
 // tool of rnic does: --local's in-process NIC, -d's rnicd, or the first
 // rnicd running; --direct's NIC in the tool on a socket rnicd lends.
 func openPerftestDevice(p *perftest.Params) (*verbs.Context, error) {
-	c, err := openDevice(p.Device, p.Local, p.Direct)
+	path := verbs.PathAuto
+	switch {
+	case p.Direct && p.Daemon:
+		return nil, errors.New("--direct and --daemon: choose one")
+	case p.Direct:
+		path = verbs.PathDirect
+	case p.Daemon, p.RDMACM && !p.Local.IsValid():
+		// rdma_cm's agent is the daemon's, on its QP1: -R's QPs are
+		// the daemon's too.
+		path = verbs.PathDaemon
+	}
+	c, err := openDevice(p.Device, p.Local, path)
 	if err == nil && c.Local() {
 		oneProc()
 	}

@@ -111,7 +111,7 @@ func counters(t *testing.T) map[string]uint64 { return countersOf(t, device) }
 
 // countersOf reads the counters of the rnicd of dev.
 func countersOf(t *testing.T, dev string) map[string]uint64 {
-	c, err := verbs.Open(dev)
+	c, err := verbs.OpenDaemon(dev)
 	if err != nil {
 		t.Fatalf("open %s: %v", dev, err)
 	}

@@ -97,7 +97,8 @@ type Params struct {
 	Tool       Tool
 	Device     string     // -d; rnicd device name, "" for the first one running
 	Local      netip.Addr // --local: an in-process NIC on this address instead of rnicd
-	Direct     bool       // --direct: the QPs' data path in this process, on a socket rnicd lends
+	Direct     bool       // --direct: the QPs' data path in this process, on a socket rnicd lends, or fail
+	Daemon     bool       // --daemon: the QPs' data path in rnicd, even if it lends sockets
 	ServerName string     // the positional argument: client if set
 	Port       int        // -p: TCP port of the exchange
 
@@ -251,6 +252,7 @@ func (p *Params) options() []option {
 		{'R', "rdma_cm", false, func(p *Params, _ string) error { p.RDMACM = true; return nil }},
 		{0, "report_gbits", false, func(p *Params, _ string) error { p.ReportGbits = true; return nil }},
 		{0, "direct", false, func(p *Params, _ string) error { p.Direct = true; return nil }},
+		{0, "daemon", false, func(p *Params, _ string) error { p.Daemon = true; return nil }},
 		{0, "local", true, func(p *Params, v string) error {
 			a, err := netip.ParseAddr(v)
 			if err != nil {
