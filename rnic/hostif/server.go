@@ -575,7 +575,11 @@ func (c *conn) refuse(msg []byte, err error) []byte {
 	if errors.As(err, &ce) {
 		code = ce.code
 	}
-	c.s.badRequests.Add(1)
+	// A lend_port that finds nothing to lend is a question a client asks
+	// by default (verbs.Open), answered no: not a bad request.
+	if k != KindLendPort || code != CodeUnknown {
+		c.s.badRequests.Add(1)
+	}
 	c.s.log.Debug("request refused", "pid", c.pid, "kind", k, "code", code, "err", text)
 	return encodeError(k, id, code, text)
 }

@@ -593,6 +593,10 @@ func TestLendPort(t *testing.T) {
 	c := n.client(t)
 	_, err := c.Call(KindLendPort, &Empty{}, nil, &LendReply{})
 	wantCode(t, "lend_port without steering", err, CodeUnknown)
+	// The question every verbs.Open asks is not a bad request.
+	if got := n.srv.Counters()["hostif_bad_request"]; got != 0 {
+		t.Errorf("a lend_port answered no counts %d bad requests", got)
+	}
 
 	if os.Geteuid() != 0 {
 		t.Skip("skipped: steering loads an eBPF program, which needs root (CAP_BPF); CI runs as root")
