@@ -194,7 +194,8 @@ func selectCases(cs []tcase, expr string) ([]tcase, error) {
 // address a, so that the capture must hold its packets.
 func sendsFrom(cs []tcase, a string) bool {
 	for _, c := range cs {
-		if c.ipv6 == (a == hostAddr6) {
+		// A --direct case's rnic sends from the lending rnicd's address.
+		if !c.direct && c.ipv6 == (a == hostAddr6) {
 			return true
 		}
 	}
