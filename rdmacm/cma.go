@@ -86,6 +86,10 @@ func CreateEventChannelOn(ctxs ...*verbs.Context) (*EventChannel, error) {
 	}
 	ch := &EventChannel{efd: efd, ids: make(map[idKey]*ID)}
 	for _, c := range ctxs {
+		if c.Lent() {
+			unix.Close(efd)
+			return nil, fmt.Errorf("rdmacm: %s is open on a lent socket, but the CM agent and its QP1 are the daemon's: open it with verbs.OpenDaemon", c.Name())
+		}
 		p, err := c.QueryPort()
 		if err != nil {
 			unix.Close(efd)

@@ -353,7 +353,21 @@ func openDirect(name string, lender *hostif.Client) (*Context, error) {
 	c.local.dev.SetCapture(b.Capture())
 	b.Start(c.local.dev)
 	c.lender, c.borrower = lender, b
+	go c.watchLender()
 	return c, nil
+}
+
+// watchLender waits for the daemon that lent the socket to hang up: the
+// NIC is the daemon's, and goes with it. The local NIC's port is closed,
+// a dead link, so that an application busy with traffic (which never
+// waits idle, where a Context notices a daemon's death) learns it on its
+// next wait as a device fatal error.
+func (c *Context) watchLender() {
+	c.lender.AwaitHangUp()
+	if c.check() != nil {
+		return // closed here
+	}
+	c.local.dev.Port().Close()
 }
 
 // Name is the device's name (ibv_get_device_name).
@@ -873,6 +887,10 @@ func (c *Context) BusyPoll() int {
 	}
 	return c.local.dev.PollRx()
 }
+
+// Lent reports whether the Context runs on a socket a daemon lent
+// (OpenDirect, or Open where the daemon lends).
+func (c *Context) Lent() bool { return c.lender != nil }
 
 // Local reports whether the Context's NIC runs in this process
 // (OpenLocal): polling then drives it, and spinning pays.
