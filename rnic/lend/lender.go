@@ -130,7 +130,12 @@ func (r *Registry) Add(pid uint32, comm string, first, last uint32) (int, *Lent,
 func (r *Registry) Remove(l *Lent) {
 	r.mu.Lock()
 	delete(r.lents, l)
+	on, capture := r.traceOn || r.capture != nil, r.capture
 	r.mu.Unlock()
+	if on {
+		// Its last packets and events, written before it hung up.
+		r.drain(l, capture, false)
+	}
 	l.mu.Lock()
 	if !l.gone {
 		l.read()
