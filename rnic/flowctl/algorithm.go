@@ -33,6 +33,13 @@ type ReactionPoint interface {
 	State() (current, target uint64, alpha uint32)
 }
 
+// Holder is a ReactionPoint that wants to know when the pacer holds its
+// QP back: the QP has a packet to send and its rate says not yet. The
+// Manager tells it on every such Wait.
+type Holder interface {
+	Held(now int64)
+}
+
 // EventKind says what a reaction point did.
 type EventKind uint8
 

@@ -27,6 +27,20 @@ import "fmt"
 //     (RT += rp_ai_rate) if max(T, BC) >= rp_threshold, else fast recovery
 //     (RT unchanged); then RT = min(RT, max rate), RC = (RC+RT)/2.
 //
+// One departure from the hardware, for software: a reaction point that
+// is told when the pacer holds its QP back (Held, as the Manager tells
+// it) counts a timer increase event only if the pacer held the QP in the
+// period that event ends; otherwise the event passes and the stage does
+// not count. A ConnectX QP always sends at its current rate while it has
+// work; a software QP may not (its daemon is descheduled, its window or
+// its CPU limits it), and its rate would climb on the timer with no
+// congestion signal possible, to be released all at once when the host
+// frees up. TestFairness saw exactly that: four QPs at 100 Mb/s each,
+// four times their share, while the host let them send 25, then a queue
+// of 512 KB overflowing in 20 ms. TCP validates its window the same way
+// (RFC 7661). A reaction point never told of a hold (the unit tests of
+// the formulas) runs its timers as the hardware does.
+//
 // Timers run lazily: the reaction point works through the timer events
 // due up to the time it is asked (Rate, Sent, CNP), in time order, so a
 // QP that does not send costs nothing and the results are those of free-
@@ -114,6 +128,8 @@ type dcqcnRP struct {
 	stageT   uint32
 	stageBC  uint32
 	bytes    uint64 // sent since the last byte-counter event
+	held     bool   // Held was ever called: timer increases need a hold
+	lastHold int64  // the last Held
 }
 
 func (r *dcqcnRP) event(t int64, k EventKind) {
@@ -152,6 +168,11 @@ func (r *dcqcnRP) CNP(now int64) {
 		r.tDec += ((now-r.tDec)/c.decPeriod + 1) * c.decPeriod
 	}
 	r.event(now, EventCNP)
+}
+
+// Held tells r that the pacer held its QP back at now.
+func (r *dcqcnRP) Held(now int64) {
+	r.held, r.lastHold = true, now
 }
 
 func (r *dcqcnRP) Sent(now int64, n int) {
@@ -211,6 +232,9 @@ func (r *dcqcnRP) advance(now int64) {
 		case r.tInc <= now:
 			t := r.tInc
 			r.tInc += c.incPeriod
+			if r.held && r.lastHold <= t-c.incPeriod {
+				continue // not rate-limited in this period: no stage
+			}
 			r.stageT++
 			r.increase(t)
 		default:

@@ -172,7 +172,11 @@ func (m *Manager) wait(q *QP) time.Duration {
 		return 0
 	}
 	q.rate = rate
-	return time.Duration(q.pacer.Wait(now))
+	w := q.pacer.Wait(now)
+	if h, ok := q.rp.(Holder); ok && w > 0 {
+		h.Held(now)
+	}
+	return time.Duration(w)
 }
 
 // Sent accounts a packet of n bytes (the IP datagram) that q sent, at
@@ -209,6 +213,21 @@ const PacedAckInterval = 1_000 * usec
 // unpaced QP keeps rxe's interval.
 func (m *Manager) AckReqDue(q *QP, pkts, mtu int) bool {
 	return q.paced && uint64(pkts)*uint64(mtu)*8_000_000_000 >= q.rate*PacedAckInterval
+}
+
+// ProbeFloor is the least retransmission timeout a probe may use for q
+// (rx.Handler.Timeout probes after the measured round trip while a QP is
+// lossy): for a paced QP, PacedAckInterval plus the time of two
+// full-size packets of mtu bytes at its rate, since its next ACK request
+// may be that far away before the round trip even starts; 0 for an
+// unpaced QP. A probe sooner resends packets that were never lost, and
+// each such go-back-N counts as a loss that keeps the QP lossy (and
+// probing) for another second.
+func (m *Manager) ProbeFloor(q *QP, mtu int) time.Duration {
+	if !q.paced || q.rate == 0 {
+		return 0
+	}
+	return time.Duration(PacedAckInterval + int64(uint64(2*mtu)*8_000_000_000/q.rate))
 }
 
 // CNPReceived is the reaction point's input: a CNP arrived for q.

@@ -122,9 +122,26 @@ func TestPacedByCNP(t *testing.T) {
 	if sent != 63 {
 		t.Fatalf("%d packets in 100 us at %d bit/s, want 63", sent, rate)
 	}
+	// A second with nothing to send: of the increase timer's events only
+	// the first counts (a period in which the pacer held the QP), one
+	// fast recovery; an idle QP's rate does not climb.
 	clk.t += int64(time.Second)
+	if st := m.State(&q); !st.Paced || st.CurrentRate != (rate+10_000_000_000+1)/2 {
+		t.Fatalf("after 1 s idle: %+v, want paced at %d", st, (rate+10_000_000_000+1)/2)
+	}
+	// Busy again, held by the pacer: each 300 us halves the distance to
+	// the target, and the QP is back at the line rate, unpaced, within
+	// 33 periods (10 ms).
+	end := clk.t + 11*int64(time.Millisecond)
+	for clk.t < end && m.State(&q).Paced {
+		if w := m.Wait(&q); w > 0 {
+			clk.t += int64(w)
+			continue
+		}
+		m.Sent(&q, 1000)
+	}
 	if m.Wait(&q) != 0 || m.State(&q).Paced {
-		t.Fatalf("still paced after 1 s without a CNP: %+v", m.State(&q))
+		t.Fatalf("still paced after 11 ms of sending without a CNP: %+v", m.State(&q))
 	}
 }
 

@@ -148,7 +148,7 @@ func (h *Handler) progress(qp *qpmgr.QP, from uint32) {
 	h.FC.Acked(&qp.FC, qp.Comp.PSN, int(bth.PSNDiff(qp.Comp.PSN, from)))
 	qp.RTO = 0
 	if srtt, rttvar := h.FC.RTT(&qp.FC); srtt > 0 && h.FC.Lossy(&qp.FC) {
-		qp.RTO = max(time.Duration(srtt+4*rttvar), minRTO)
+		qp.RTO = max(time.Duration(srtt+4*rttvar), minRTO, h.FC.ProbeFloor(&qp.FC, qp.MTU()))
 	}
 	qp.Backoff, qp.Probes = 0, 0
 	qp.RestartTimer()
