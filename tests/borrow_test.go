@@ -20,7 +20,8 @@ import (
 // process on rnicA's lent socket, rnicA's `rnic res` lists the QP as the
 // tool's, `rnic trace` follows its events, a loss placed with `rnic
 // inject` hits its packets and go-back-N recovers it, with the counters
-// (rnicA's /metrics, the borrower's in them) adding up by value; and
+// (rnicA's /metrics, the borrower's in them) adding up by value, `rnic
+// stat` (the web view's state) shows the QP too; and
 // rnicA's capture holds every packet the tool put on the wire and got,
 // which tshark decodes.
 func TestBorrowerSeenByDaemon(t *testing.T) {
@@ -132,6 +133,11 @@ func TestBorrowerSeenByDaemon(t *testing.T) {
 	}
 	if lqpn>>16 == 0 {
 		t.Errorf("the tool's QP %#x is in rnicA's own QPN block, not a lent one", lqpn)
+	}
+
+	// rnic stat (the web view's /api/state) shows it as rnicA's own.
+	if stat, want := runTool(t, rnicBin, "stat", "-d", "rnicA"), fmt.Sprintf("qp rnicA %#x RC RTS ", lqpn); !strings.Contains(stat, want) {
+		t.Errorf("rnic stat -d rnicA lacks %q:\n%s", want, stat)
 	}
 
 	// rnic trace on rnicA follows the borrower's QP.

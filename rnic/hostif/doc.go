@@ -48,8 +48,13 @@
 //
 // Lent sockets. A daemon whose port is steered (ibudp.Steering) lends a
 // client that asks (KindLendPort) a socket of the port and a block of
-// QPNs the kernel steers to it; the client runs a NIC of its own on it
-// (verbs.OpenDirect), and its hang-up returns the block. In a client's
-// own process (verbs.OpenLocal, OpenDirect) the server's end is a Local,
-// whose doorbells are calls.
+// QPNs the kernel steers to it, and a memfd they share (package lend)
+// through which the client's QPs, counters, trace events and packets
+// reach the daemon's listings, trace and capture, and the daemon's
+// injected faults reach the client; the client runs a NIC of its own on
+// the socket (verbs.Open where the daemon lends, OpenDirect), and its
+// hang-up returns the block. A daemon that lends nothing answers
+// lend_port with CodeUnknown (ENOSYS), which is not a bad request. In a
+// client's own process (verbs.OpenLocal, OpenDirect) the server's end is
+// a Local, whose doorbells are calls.
 package hostif
