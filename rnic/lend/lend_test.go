@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/rnicd/rnicd/ib"
 	"github.com/rnicd/rnicd/rnic/trace"
 	"github.com/rnicd/rnicd/wire/ibudp"
@@ -16,6 +18,7 @@ func newArea(t testing.TB) *Area {
 		t.Fatal(err)
 	}
 	b, err := Map(fd)
+	unix.Close(fd)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,6 +119,36 @@ func FuzzQPRow(f *testing.F) {
 		putQPRow(out[:], &r)
 		if r2, ok := decodeQPRow(out[:], 1<<16, 1<<16|0xffff); !ok || r2 != r {
 			t.Fatalf("round trip %+v -> %+v", r, r2)
+		}
+	})
+}
+
+// Whatever a borrower writes in its snapshot, the daemon reads counters
+// with device names only and QPs of its block only, never more than the
+// area holds.
+func FuzzSnapshot(f *testing.F) {
+	f.Add(uint32(2), []byte("sent_pkts\x00"), uint32(1), []byte{0, 0, 1, 0})
+	f.Add(uint32(1<<31), []byte{0xff}, uint32(1<<30), []byte{})
+	f.Fuzz(func(t *testing.T, nc uint32, counters []byte, nq uint32, qps []byte) {
+		a := newArea(t)
+		a.u32(offNCounters).Store(nc)
+		copy(a.mem[offCounters:offCounters+MaxCounters*counterLen], counters)
+		a.u32(offNQPs).Store(nq)
+		copy(a.mem[offQPs:], qps)
+		l := &Lent{a: a, First: 1 << 16, Last: 1<<16 | 0xffff}
+		l.read()
+		if len(l.last.Counters) > MaxCounters+2 || len(l.last.QPs) > MaxQPs {
+			t.Fatalf("%d counters, %d QPs", len(l.last.Counters), len(l.last.QPs))
+		}
+		for k := range l.last.Counters {
+			if !validName([]byte(k)) {
+				t.Fatalf("counter name %q", k)
+			}
+		}
+		for _, q := range l.last.QPs {
+			if q.QPN>>16 != 1 {
+				t.Fatalf("QP %#x outside the block", q.QPN)
+			}
 		}
 	})
 }

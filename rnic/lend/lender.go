@@ -17,6 +17,10 @@ import (
 // debugger, hostile) is shown as it last published.
 const answerWait = 100 * time.Millisecond
 
+// maxDepartedNames bounds the counter names kept of borrowers that have
+// gone: a device has about 60, and every borrower the same ones.
+const maxDepartedNames = 4 * MaxCounters
+
 // drainIdle is how long the drainer sleeps when the rings were empty,
 // while a trace or capture is on: the rings hold 10 ms of a busy QP.
 const drainIdle = time.Millisecond
@@ -144,6 +148,13 @@ func (r *Registry) Remove(l *Lent) {
 	l.mu.Unlock()
 	l.unmap()
 	r.snapMu.Lock()
+	// Names a borrower made up are kept only while few: a hostile one
+	// per connection must not grow the map without bound.
+	for k := range last.Counters {
+		if _, ok := r.departed.Counters[k]; !ok && len(r.departed.Counters) >= maxDepartedNames {
+			delete(last.Counters, k)
+		}
+	}
 	AddCounters(r.departed.Counters, []Snapshot{last})
 	AddFaults(&r.departed.Faults, []Snapshot{last})
 	r.snapMu.Unlock()
