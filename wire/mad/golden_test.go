@@ -30,7 +30,9 @@ type gsiMAD struct {
 	raw   []byte // the 256 bytes of the MAD as captured
 }
 
-func readGSI(t testing.TB, name string) []gsiMAD {
+// readPackets reads capture testdata/name.pcap; packet i is frame i+1.
+// Every RoCE packet's ICRC must be right.
+func readPackets(t testing.TB, name string) []gopacket.Packet {
 	t.Helper()
 	f, err := os.Open("testdata/" + name + ".pcap")
 	if err != nil {
@@ -41,8 +43,8 @@ func readGSI(t testing.TB, name string) []gsiMAD {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []gsiMAD
-	for i := 1; ; i++ {
+	var out []gopacket.Packet
+	for {
 		data, _, err := r.ReadPacketData()
 		if errors.Is(err, io.EOF) {
 			return out
@@ -51,12 +53,23 @@ func readGSI(t testing.TB, name string) []gsiMAD {
 			t.Fatal(err)
 		}
 		p := gopacket.NewPacket(data, layers.LayerTypeEthernet, gopacket.Default)
+		if p.Layer(bth.LayerTypeRoCE) != nil {
+			if err := bth.VerifyICRC(p); err != nil {
+				t.Fatalf("%s #%d: %v", name, len(out)+1, err)
+			}
+		}
+		out = append(out, p)
+	}
+}
+
+func readGSI(t testing.TB, name string) []gsiMAD {
+	t.Helper()
+	var out []gsiMAD
+	for n, p := range readPackets(t, name) {
+		i := n + 1
 		roce, _ := p.Layer(bth.LayerTypeRoCE).(*bth.RoCE)
 		if roce == nil || roce.BTH.DestQP != GSIQPN {
 			continue
-		}
-		if err := bth.VerifyICRC(p); err != nil {
-			t.Fatalf("%s #%d: %v", name, i, err)
 		}
 		l, ok := p.Layer(LayerTypeMAD).(*Layer)
 		if !ok {
@@ -68,6 +81,7 @@ func readGSI(t testing.TB, name string) []gsiMAD {
 		}
 		out = append(out, gsiMAD{index: i, roce: roce, mad: l, raw: roce.Payload})
 	}
+	return out
 }
 
 var (

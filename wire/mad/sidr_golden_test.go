@@ -2,15 +2,8 @@ package mad
 
 import (
 	"bytes"
-	"errors"
-	"io"
 	"net/netip"
-	"os"
 	"testing"
-
-	"github.com/gopacket/gopacket"
-	"github.com/gopacket/gopacket/layers"
-	"github.com/gopacket/gopacket/pcapgo"
 
 	"github.com/rnicd/rnicd/wire/bth"
 )
@@ -30,34 +23,15 @@ import (
 // sidrFrames are the capture's RoCE layers, by frame number from 1.
 func sidrFrames(t *testing.T) []*bth.RoCE {
 	t.Helper()
-	f, err := os.Open("testdata/sidr_rxe.pcap")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	r, err := pcapgo.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
 	out := []*bth.RoCE{nil}
-	for i := 1; ; i++ {
-		data, _, err := r.ReadPacketData()
-		if errors.Is(err, io.EOF) {
-			return out
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		p := gopacket.NewPacket(data, layers.LayerTypeEthernet, gopacket.Default)
+	for i, p := range readPackets(t, "sidr_rxe") {
 		roce, _ := p.Layer(bth.LayerTypeRoCE).(*bth.RoCE)
 		if roce == nil {
-			t.Fatalf("frame %d is not RoCE", i)
-		}
-		if err := bth.VerifyICRC(p); err != nil {
-			t.Fatalf("frame %d: %v", i, err)
+			t.Fatalf("frame %d is not RoCE", i+1)
 		}
 		out = append(out, roce)
 	}
+	return out
 }
 
 var (
