@@ -158,6 +158,7 @@ func matrix(ibMTU int) []tcase {
 		// immediate, and the server answers to the GRH's address.
 		tcase{tool: "ib_send_bw", args: []string{"-c", "UD", "-R", "-s", strconv.Itoa(ibMTU), "-n", "50"}},
 		tcase{tool: "ib_send_lat", args: []string{"-c", "UD", "-R", "-s", "1", "-n", "50"}},
+		tcase{tool: "ib_send_bw", args: []string{"-c", "UD", "-R", "-q", "2", "-s", "512", "-n", "50"}},
 		// Debian's rping on both ends, the host's on rnicd through the C
 		// library's librdmacm: the same unmodified binary, one end's
 		// rdma_cm without a kernel.
