@@ -481,8 +481,12 @@ func (ch *EventChannel) convert(d *device, r *hostif.CMEvent) *Event {
 		e.UD = &UDParam{PrivateData: r.PrivateData, QPN: r.RemoteQPN, QKey: r.QKey,
 			AH: verbs.AH{DGID: r.RemoteGID, SGIDIndex: d.gidIndex, HopLimit: 64}}
 	}
-	if q := e.ID.QP; q != nil && !e.ID.ud() && (e.Event == EventEstablished || e.Event == EventDisconnected) {
-		q.SyncState() // the agent moved it to RTS or ERR; an error leaves it for PostSend to report
+	// The agent moved the QP to RTS. Not on DISCONNECTED (it went to ERR,
+	// and posts flush in the NIC): the application may be destroying the
+	// QP then, having seen its flushed completions first, and a query of
+	// a destroyed QP is a refused request (cma.c does not touch it either).
+	if q := e.ID.QP; q != nil && !e.ID.ud() && e.Event == EventEstablished {
+		q.SyncState() // an error leaves it for PostSend to report
 	}
 	if r.Err != "" {
 		e.Status = errors.New(r.Err)

@@ -22,7 +22,7 @@ func (c *Context) CMCall(k hostif.Kind, req hostif.Body, fds []int, reply hostif
 func (qp *QP) Handle() uint32 { return qp.h }
 
 // SyncState takes the QP's state from the NIC, after the CM agent moved
-// it (rdmacm calls it on ESTABLISHED and DISCONNECTED), so that posting
+// it (rdmacm calls it on ESTABLISHED), so that posting
 // checks the state the connection left, as rxe's QP state does.
 func (qp *QP) SyncState() error {
 	var r hostif.QPAttrReply
