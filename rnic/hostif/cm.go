@@ -419,9 +419,15 @@ func (c *conn) cmReject(t object, b Body, _ []int) (Body, []int, error) {
 // On one the peer disconnected first (its DREQ crossed ours, or came
 // before we asked) there is nothing to send and it succeeds, as the
 // kernel's rdma_disconnect answers 0 when ib_send_cm_dreq fails.
+// A UD ID has no connection: there is nothing to send, and it succeeds as
+// the kernel's does (its DREQ and DREP fail on the IB CM ID, unreported).
 func (c *conn) cmDisconnect(t object, b Body, _ []int) (Body, []int, error) {
 	r := b.(*CMDataReq)
+	o := t.(*cmIDObj)
 	return c.onConnection(t, "disconnect", func(id *cm.ID) error {
+		if o.ps == mad.PSUDP {
+			return nil
+		}
 		switch id.State() {
 		case cm.StateDREQSent, cm.StateDREQRcvd, cm.StateTimewait:
 			return nil

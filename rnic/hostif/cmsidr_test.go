@@ -36,8 +36,8 @@ func (q *cmQP) toRTS(t *testing.T, c *Client, qkey uint32) {
 // the server's GID; the server gets no ESTABLISHED (cma.c sends none on
 // the passive side of a UD ID); a UD SEND to the QPN and Q_Key learned
 // lands byte for byte; neither QP was moved by the CM; each agent counted
-// one SIDR_REQ and one SIDR_REP; rdma res shows both IDs in CONNECT in
-// the UDP port space.
+// one SIDR_REQ and one SIDR_REP; a disconnect of the UD ID sends nothing;
+// rdma res shows the client's ID in CONNECT in the UDP port space.
 func TestCMSIDRThroughHostif(t *testing.T) {
 	a := cmNIC(t, 0x0200_00ff_fe00_0011)
 	b := cmNIC(t, 0x0200_00ff_fe00_0012)
@@ -121,6 +121,13 @@ func TestCMSIDRThroughHostif(t *testing.T) {
 				t.Errorf("%s = %d, want %d", k, m.Counters[k], want)
 			}
 		}
+	}
+	// rdma_disconnect on a UD ID: nothing to end, no DREQ, no error.
+	call(t, cb, KindCMDisconnect, &CMDataReq{H: bid}, nil, &Empty{})
+	var m CountersReply
+	call(t, cb, KindCounters, &Empty{}, nil, &m)
+	if m.Counters["cm_tx_msgs_dreq"] != 0 {
+		t.Errorf("a UD disconnect sent %d DREQs", m.Counters["cm_tx_msgs_dreq"])
 	}
 	var rows ListCMIDsReply
 	call(t, cb, KindListCMIDs, &ListCMIDsReq{}, nil, &rows)
