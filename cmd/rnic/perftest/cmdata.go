@@ -8,7 +8,8 @@ package perftest
 // outstanding reads for READ and atomic tests, 0 otherwise; retry and RNR
 // retry counts are 7. At the end the client disconnects each QP and waits
 // for DISCONNECTED, the server disconnects its own (rdma_cm_disconnect_nodes,
-// destroy_ctx).
+// destroy_ctx). With -c UD the QPs are UD QPs of rdma_cm's UDP port space,
+// resolved by SIDR instead and never disconnected (cmud.go).
 
 import (
 	"errors"
