@@ -50,14 +50,15 @@ func pingPong(t *testing.T, p *pair, rounds int) {
 }
 
 // TestDelayedAckPingPong checks the delayed ACK of rx.Handler.Flush on a
-// SEND ping-pong. With a hold longer than any round can take (1 s, capped
-// at an eighth of the 1.07 s ACK timeout), which ACK is held is exact: b answers a's first SEND within the hold of its ACK, so
+// SEND ping-pong. With a hold longer than any round can take (1 s, under
+// an eighth of the 8.6 s ACK timeout; the 134 ms of a 1.07 s timeout was
+// overrun by a round on a loaded machine), which ACK is held is exact: b answers a's first SEND within the hold of its ACK, so
 // from round 2 on b holds each ACK until its reply (rounds-1 held); a turns
 // ping-pong one round later (rounds-2 held), and its last hold, with no
 // SEND to carry it, expires: b's last send completion comes by the timer.
 func TestDelayedAckPingPong(t *testing.T) {
 	const rounds = 40
-	p := newPair(t, pairOpts{ackHold: time.Second, timeout: 18})
+	p := newPair(t, pairOpts{ackHold: time.Second, timeout: 21})
 	pingPong(t, p, rounds)
 	for _, c := range []struct {
 		n          *node

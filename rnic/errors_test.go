@@ -203,9 +203,11 @@ func TestRetry7Forever(t *testing.T) {
 
 // TestRNRRetry7Forever: rnr_retry 7 is forever (IBTA): a SEND keeps
 // getting RNR NAKs, many more than seven, and completes once the receiver
-// posts a WQE.
+// posts a WQE. The ACK timeout is not the point: at 1.07 s (not the
+// default 16.8 ms, which a loaded machine overran between two RNR NAKs)
+// retry_cnt 0 still fails the SEND on any ACK timeout.
 func TestRNRRetry7Forever(t *testing.T) {
-	p := newPair(t, pairOpts{rnrRetry: 7, retry: 0, minRNR: 1}) // timer code 1: 0.01 ms
+	p := newPair(t, pairOpts{rnrRetry: 7, retry: 0, minRNR: 1, timeout: 18}) // timer code 1: 0.01 ms
 	fill(p.a.mem[:100], 4)
 	mustPost(t, p.a, p.qa, rnic.SendWR{WRID: 1, Opcode: ib.WRSend, Flags: ib.SendSignaled, SGL: []rnic.SGE{sge(p.a, 0, 100)}})
 	waitCounter(t, p.a, "rcvd_rnr_err", 50, 10*time.Second)
@@ -281,19 +283,30 @@ func TestWrongState(t *testing.T) {
 // TestWindow: with every packet lost, a requester sends exactly its window
 // of PSNs before it waits for an ACK that never comes (rxe's 128 by
 // default, the device's Window when set), then times out and goes back.
+// The count is taken once it has stopped growing for a while, before the
+// 4.3 s ACK timeout (a 30 ms sleep against 67 ms failed on a loaded
+// machine): no timeout may have fired by then.
 func TestWindow(t *testing.T) {
 	for _, w := range []int{0, 300} {
-		p := newPair(t, pairOpts{faulty: true, retry: 1, timeout: 14, memLen: 2 << 20, window: w}) // 67 ms
+		p := newPair(t, pairOpts{faulty: true, retry: 1, timeout: 20, memLen: 2 << 20, window: w}) // 4.3 s
 		p.a.faulty.SetTX(ibudp.Faults{Drop: 1})
 		mustPost(t, p.a, p.qa, rnic.SendWR{WRID: 1, Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled,
 			SGL: []rnic.SGE{sge(p.a, 0, 1<<20)}, RemoteAddr: memVA, RKey: p.b.mr.RKey}) // 1024 packets
-		time.Sleep(30 * time.Millisecond) // under the ACK timeout
 		want := uint64(qpmgr.MaxUnackedPSNs)
 		if w > 0 {
 			want = uint64(w)
 		}
 		// The injector counts what it dropped: all the requester sent.
-		if got := p.a.faulty.FaultStats().TX.Dropped; got != want {
+		dropped := func() uint64 { return p.a.faulty.FaultStats().TX.Dropped }
+		for end := time.Now().Add(2 * time.Second); dropped() < want && time.Now().Before(end); {
+			time.Sleep(time.Millisecond)
+		}
+		time.Sleep(50 * time.Millisecond) // room for any packet past the window
+		got := dropped()
+		if c := counter(p.a, "local_ack_timeout_err"); c != 0 {
+			t.Fatalf("window %d: %d ACK timeouts before the count", w, c)
+		}
+		if got != want {
 			t.Errorf("window %d: %d packets sent before the first timeout, want %d", w, got, want)
 		}
 	}

@@ -97,9 +97,12 @@ func TestPollRxNotPoller(t *testing.T) {
 }
 
 // An application that stops busy polling leaves nothing behind: the
-// pipeline's own goroutine takes the packets that come after.
+// pipeline's own goroutine takes the packets that come after. A packet
+// nobody took would cost a 1.07 s ACK timeout and, with retry_cnt 0, fail
+// the WRITE; the default 16.8 ms timeout fired on a loaded machine (-race,
+// 2 cores) with every packet taken.
 func TestPollRxThenStop(t *testing.T) {
-	p := newPair(t, pairOpts{ackHold: -1})
+	p := newPair(t, pairOpts{ackHold: -1, timeout: 18})
 	a, b := p.a, p.b
 	for i := range 20 {
 		b.dev.PollRx()
