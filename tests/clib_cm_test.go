@@ -406,7 +406,8 @@ func TestCLibPerftestRDMACM(t *testing.T) {
 // channel rdma_get_cm_event fails with EAGAIN and the fd is readable
 // exactly while an event waits; the ID takes the rnicd of its source
 // address, and its verbs is one of the contexts rdma_get_devices gives
-// (one per rnicd); a connect where nobody listens ends in REJECTED with status
+// (one per rnicd); rdma_create_qp without a send CQ makes one for the
+// ID; a connect where nobody listens ends in REJECTED with status
 // 8 and the QP in ERR; a call that is not built fails with ENOSYS and
 // says so on stderr.
 func TestCLibCMEvents(t *testing.T) {
@@ -421,6 +422,7 @@ func TestCLibCMEvents(t *testing.T) {
 		"ADDR_RESOLVED on rnicB, source " + tb.b.addr.String() + " with a port\n" +
 		"rdma_get_devices: 2 devices, the ID's verbs one of them\n" +
 		"ROUTE_RESOLVED: one path to " + tb.a.addr.String() + "\n" +
+		"rdma_create_qp: a QP in INIT, its send CQ and channel made for the ID\n" +
 		"REJECTED, status 8 (nobody listens), the QP in ERR\n" +
 		"rdma_establish: ENOSYS\nPASS\n"
 	if err != nil || string(out) != want {

@@ -3,7 +3,9 @@
  * rdma_destroy_qp), made with this folder's libibverbs on the cm_id's
  * device and left in INIT, as cma.c's ucma_init_conn_qp leaves it, so
  * that receives may be posted before the connection; the CM agent moves
- * it to RTR and RTS when the peer's values are known.
+ * it to RTR and RTS when the peer's values are known. A side without a
+ * CQ gets one of the ID's (id->send_cq, id->recv_cq), destroyed with
+ * the QP.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +22,37 @@ static struct ibv_pd *default_pd(struct cm_dev *d)
 	struct ibv_pd *pd = d->pd;
 	pthread_mutex_unlock(&d->pd_mu);
 	return pd;
+}
+
+/* id_cq gives the ID a CQ of its own, with a completion channel, for a
+ * side the program left without one (cma.c's ucma_create_cqs; cmtime
+ * does this): room for the side's WRs, at least one. */
+static int id_cq(struct rdma_cm_id *id, uint32_t wrs, struct ibv_cq **cq, struct ibv_comp_channel **ch)
+{
+	*ch = ibv_create_comp_channel(id->verbs);
+	if (*ch)
+		*cq = ibv_create_cq(id->verbs, wrs ? wrs : 1, id, *ch, 0);
+	if (*cq)
+		return 0;
+	if (*ch)
+		ibv_destroy_comp_channel(*ch);
+	*ch = NULL;
+	return -1;
+}
+
+/* id_cqs_release destroys the CQs and channels id_cq made. */
+static void id_cqs_release(struct rdma_cm_id *id)
+{
+	struct ibv_cq **cqs[2] = {&id->send_cq, &id->recv_cq};
+	struct ibv_comp_channel **chs[2] = {&id->send_cq_channel, &id->recv_cq_channel};
+	for (int i = 0; i < 2; i++) {
+		if (*cqs[i])
+			ibv_destroy_cq(*cqs[i]);
+		if (*chs[i])
+			ibv_destroy_comp_channel(*chs[i]);
+		*cqs[i] = NULL;
+		*chs[i] = NULL;
+	}
 }
 
 EXPORT int rdma_create_qp_ex(struct rdma_cm_id *id, struct ibv_qp_init_attr_ex *attr)
@@ -39,13 +72,25 @@ EXPORT int rdma_create_qp_ex(struct rdma_cm_id *id, struct ibv_qp_init_attr_ex *
 		rnic_log("rdma_create_qp: QP type %d is not built; rnicd's rdma_cm connects RC QPs", attr->qp_type);
 		return cm_err(ENOSYS);
 	}
-	if (!attr->send_cq || !attr->recv_cq) {
-		rnic_log("rdma_create_qp: CQs made by librdmacm (send_cq or recv_cq NULL) are not built; pass both");
-		return cm_err(ENOSYS);
+	if ((id->send_cq && attr->send_cq && id->send_cq != attr->send_cq) ||
+	    (id->recv_cq && attr->recv_cq && id->recv_cq != attr->recv_cq))
+		return cm_err(EINVAL);
+	if ((!attr->recv_cq && !id->recv_cq && id_cq(id, attr->cap.max_recv_wr, &id->recv_cq, &id->recv_cq_channel)) ||
+	    (!attr->send_cq && !id->send_cq && id_cq(id, attr->cap.max_send_wr, &id->send_cq, &id->send_cq_channel))) {
+		int err = errno;
+		id_cqs_release(id);
+		return cm_err(err);
 	}
+	if (!attr->send_cq)
+		attr->send_cq = id->send_cq;
+	if (!attr->recv_cq)
+		attr->recv_cq = id->recv_cq;
 	struct ibv_qp *qp = ibv_create_qp_ex(id->verbs, attr);
-	if (!qp)
-		return -1;
+	if (!qp) {
+		int err = errno;
+		id_cqs_release(id);
+		return cm_err(err);
+	}
 	/* The access the agent's INIT gives a connection it may cut again
 	 * (rnic/cm toInit: READ only with responder resources). */
 	struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = id->port_num,
@@ -53,6 +98,7 @@ EXPORT int rdma_create_qp_ex(struct rdma_cm_id *id, struct ibv_qp_init_attr_ex *
 	int err = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
 	if (err) {
 		ibv_destroy_qp(qp);
+		id_cqs_release(id);
 		return cm_err(err);
 	}
 	id->pd = qp->pd;
@@ -77,4 +123,5 @@ EXPORT void rdma_destroy_qp(struct rdma_cm_id *id)
 	if (id->qp)
 		ibv_destroy_qp(id->qp);
 	id->qp = NULL;
+	id_cqs_release(id);
 }

@@ -8,7 +8,8 @@
  * and the fd is not readable while no event waits; ADDR_RESOLVED and
  * ROUTE_RESOLVED make it readable until they are fetched; the ID is on
  * the rnicd holding SRC_ADDR, its verbs one of rdma_get_devices'
- * contexts (those the library opened). A connect to PORT on DST_ADDR, where
+ * contexts (those the library opened). rdma_create_qp without a send CQ
+ * makes one for the ID, and rdma_destroy_qp destroys it. A connect to PORT on DST_ADDR, where
  * nobody listens, ends in REJECTED with status 8 (REJ reason 8, invalid
  * service ID) and the QP in ERR. rdma_establish, not built, fails with
  * ENOSYS. Each step prints one line; the last is PASS.
@@ -115,12 +116,17 @@ int main(int argc, char **argv)
 	struct ibv_cq *cq = pd ? ibv_create_cq(id->verbs, 4, NULL, NULL, 0) : NULL;
 	if (!cq)
 		fail("PD and CQ");
-	struct ibv_qp_init_attr qa = {.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,
+	/* No send CQ: librdmacm makes one for the ID, with a channel. */
+	struct ibv_qp_init_attr qa = {.recv_cq = cq, .qp_type = IBV_QPT_RC,
 				      .cap = {.max_send_wr = 2, .max_recv_wr = 2, .max_send_sge = 1, .max_recv_sge = 1}};
 	if (rdma_create_qp(id, pd, &qa))
 		fail("rdma_create_qp");
 	if (id->qp->state != IBV_QPS_INIT)
 		fail("rdma_create_qp's QP is not in INIT");
+	if (!id->send_cq || !id->send_cq_channel || id->qp->send_cq != id->send_cq || id->qp->recv_cq != cq ||
+	    id->recv_cq)
+		fail("the QP's CQs");
+	printf("rdma_create_qp: a QP in INIT, its send CQ and channel made for the ID\n");
 	if (rdma_connect(id, NULL))
 		fail("rdma_connect");
 	e = next(ch, RDMA_CM_EVENT_REJECTED);
@@ -136,6 +142,8 @@ int main(int argc, char **argv)
 	printf("rdma_establish: ENOSYS\n");
 
 	rdma_destroy_qp(id);
+	if (id->qp || id->send_cq || id->send_cq_channel)
+		fail("rdma_destroy_qp left the QP or the ID's CQ");
 	ibv_destroy_cq(cq);
 	ibv_dealloc_pd(pd);
 	if (rdma_destroy_id(id))
