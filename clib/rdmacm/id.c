@@ -400,24 +400,26 @@ static int send_data(struct cm_id *c, int k, uint16_t reason, const void *pd, si
 	return err ? cm_err(err) : 0;
 }
 
-EXPORT int rdma_reject(struct rdma_cm_id *id, const void *private_data, uint8_t private_data_len)
+/* reject sends a REJ with reason (0: the agent's 28, consumer defined,
+ * as rdma_cm sends for rdma_reject). */
+static int reject(struct rdma_cm_id *id, uint16_t reason, const void *private_data, uint8_t n)
 {
 	struct cm_id *c = to_id(id);
-	/* Reason 0: the agent sends 28, consumer defined, as rdma_cm does. */
-	int r = send_data(c, K_CM_REJECT, 0, private_data, private_data_len, REJ_PRIVATE);
+	int r = send_data(c, K_CM_REJECT, reason, private_data, n, REJ_PRIVATE);
 	if (!r)
 		c->state = ID_DISCONNECTED;
 	return r;
 }
 
+EXPORT int rdma_reject(struct rdma_cm_id *id, const void *private_data, uint8_t private_data_len)
+{
+	return reject(id, 0, private_data, private_data_len);
+}
+
+/* rdma_reject_ece: IBTA's 35, vendor option not supported, as cma.c. */
 EXPORT int rdma_reject_ece(struct rdma_cm_id *id, const void *private_data, uint8_t private_data_len)
 {
-	struct cm_id *c = to_id(id);
-	/* IBTA's 35, vendor option not supported, as cma.c sends. */
-	int r = send_data(c, K_CM_REJECT, 35, private_data, private_data_len, REJ_PRIVATE);
-	if (!r)
-		c->state = ID_DISCONNECTED;
-	return r;
+	return reject(id, 35, private_data, private_data_len);
 }
 
 /* rdma_disconnect moves the QP to ERR (ucma_shutdown) and sends the
