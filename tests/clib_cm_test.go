@@ -433,3 +433,25 @@ func TestCLibCMEvents(t *testing.T) {
 	}
 	tb.idle(t)
 }
+
+// TestCLibCMReject runs the C test program cmreject: a listener on
+// rnicA gets the connect request of a client on rnicB with the client's
+// private data (rdma_cm's header taken off), the listener's context, the
+// client's address and port; rdma_reject's private data comes back to
+// the client in REJECTED with status 28 (consumer defined).
+func TestCLibCMReject(t *testing.T) {
+	tb := newToolBench(t)
+	lib := clibDir(t)
+	cmd := exec.Command(filepath.Join(lib, "cmreject"), tb.a.addr.String(), tb.b.addr.String(), freePort(t))
+	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+lib)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	want := "listening on " + tb.a.addr.String() + ":" + cmd.Args[3] + "\n" +
+		"CONNECT_REQUEST on rnicA from " + tb.b.addr.String() + " and the client's port: \"hello from rdma_cm!\"\n" +
+		"REJECTED, status 28, \"go away!\"\nPASS\n"
+	if err != nil || string(out) != want {
+		t.Fatalf("cmreject: %v\n%s\nwant\n%s\nstderr:\n%s", err, out, want, stderr.String())
+	}
+	tb.idle(t)
+}
