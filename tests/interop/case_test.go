@@ -163,8 +163,35 @@ func matrix(ibMTU int) []tcase {
 		// library's librdmacm: the same unmodified binary, one end's
 		// rdma_cm without a kernel.
 		tcase{tool: "rping", args: []string{"-C", "100", "-v", "-V"}, deadline: 60 * time.Second, clib: true},
+		// DCQCN's notification point against rxe: nftables marks 10% of
+		// the RoCE packets on the tap CE each way, rxe's to rnicd among
+		// them (WRITEs with rxe as client, ACKs with rxe as server);
+		// rnicd answers each with a CNP to rxe's QP, which rxe ignores,
+		// and the transfer completes.
+		tcase{tool: "ib_write_bw", args: []string{"-s", "65536", "-n", "100"}, impair: markCE(10, cnpsToRxe)},
 	)
 	return cs
+}
+
+// cnpsToRxe is the CE case's check: rnicd counted the CE-marked packets
+// rxe sent it and answered every one with a CNP (np_min_time_between_cnps
+// is 0 by default), and no CNP came back (rxe sends none).
+func cnpsToRxe(_ string, moved map[string]uint64) string {
+	ce := moved["np_ecn_marked_roce_packets"]
+	if ce == 0 || moved["np_cnp_sent"] != ce || moved["rp_cnp_handled"] != 0 || moved["rp_cnp_ignored"] != 0 {
+		return "np_ecn_marked_roce_packets moved, np_cnp_sent by as much, rp_cnp_handled and rp_cnp_ignored not at all"
+	}
+	return ""
+}
+
+// marksCE says whether some case of cs runs under nftables' CE marking.
+func marksCE(cs []tcase) bool {
+	for _, c := range cs {
+		if c.impair != nil && strings.Contains(c.impair.name, "CE-marked") {
+			return true
+		}
+	}
+	return false
 }
 
 // selectCases keeps the cases whose name matches the regular expression
@@ -267,7 +294,14 @@ func plan(cases []tcase) []phase {
 		}
 		return ph
 	}
-	phases := []phase{mk("client", nil, plain), mk("server", nil, plain)}
+	// No phase without a case: the host would wait for the verdict of a
+	// case that does not exist while the VM runs the next phase's
+	// clients against servers not yet up (RNICD_INTEROP_CASES selecting
+	// only an impaired case).
+	var phases []phase
+	if len(plain) > 0 {
+		phases = append(phases, mk("client", nil, plain), mk("server", nil, plain))
+	}
 	if len(lossy) > 0 {
 		phases = append(phases, mk("client", loss, lossy), mk("server", loss, lossy),
 			mk("client", corrupt, []tcase{{tool: "ib_write_bw", args: []string{"-s", "65536", "-n", "20"}}}))

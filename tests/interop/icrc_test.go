@@ -15,12 +15,13 @@ import (
 // icrcStats are the RoCE packets of a capture by sender and verdict.
 type icrcStats struct {
 	good, bad map[string]int // by source address
+	cnp       map[string]int // CNPs (BTH opcode 0x81) with a good ICRC, by source address
 	oversized int            // GSO super-frames seen before segmentation
 }
 
 // checkCapture reads a pcap of the tap and checks every RoCE packet's ICRC.
 func checkCapture(path string, mtu int) (icrcStats, error) {
-	st := icrcStats{good: map[string]int{}, bad: map[string]int{}}
+	st := icrcStats{good: map[string]int{}, bad: map[string]int{}, cnp: map[string]int{}}
 	f, err := os.Open(path)
 	if err != nil {
 		return st, err
@@ -57,6 +58,9 @@ func checkCapture(path string, mtu int) (icrcStats, error) {
 		// rxe drops a packet without a right one.
 		if icrcref.OK(ip, whole) && (len(ip) == 20 || icrcref.UDP6OK(ip, whole)) {
 			st.good[src]++
+			if len(udp.Payload) > 0 && udp.Payload[0] == 0x81 {
+				st.cnp[src]++
+			}
 		} else {
 			st.bad[src]++
 		}

@@ -85,6 +85,7 @@ func runLink(t *testing.T, bin, img string, linkMTU, ibMTU int) []result {
 	if sendsFrom(cases, hostAddr6) {
 		l.checkIPv6Device()
 	}
+	end := counters(t)
 	d.Process.Signal(os.Interrupt)
 	d.Wait()
 	dump.Process.Signal(os.Interrupt)
@@ -99,6 +100,15 @@ func runLink(t *testing.T, bin, img string, linkMTU, ibMTU int) []result {
 		if (st.good[a] == 0 && sendsFrom(cases, a)) || st.bad[a] != 0 {
 			t.Errorf("MTU %d: rnicd's packets on the wire from %s: %d with a good ICRC, %d bad", ibMTU, a, st.good[a], st.bad[a])
 		}
+	}
+	// rnicd sends a CNP only for a packet that came marked CE, which only
+	// the CE-marking cases do: the capture holds every CNP it counted,
+	// each with a good ICRC (checked above with every packet of rnicd).
+	if cnps := uint64(st.cnp[hostAddr]); cnps != end["np_cnp_sent"] || (cnps == 0) == marksCE(cases) || st.cnp[hostAddr6] != 0 {
+		t.Errorf("MTU %d: %d CNPs from rnicd in the capture (%d over IPv6), np_cnp_sent %d; CE-marking cases ran: %v",
+			ibMTU, cnps, st.cnp[hostAddr6], end["np_cnp_sent"], marksCE(cases))
+	} else {
+		t.Logf("MTU %d: %d CNPs from rnicd on the wire, as np_cnp_sent counted", ibMTU, cnps)
 	}
 	if st.oversized != 0 {
 		t.Errorf("MTU %d: %d packets on the tap larger than the MTU", ibMTU, st.oversized)
