@@ -102,13 +102,17 @@ func runLink(t *testing.T, bin, img string, linkMTU, ibMTU int) []result {
 		}
 	}
 	// rnicd sends a CNP only for a packet that came marked CE, which only
-	// the CE-marking cases do: the capture holds every CNP it counted,
-	// each with a good ICRC (checked above with every packet of rnicd).
-	if cnps := uint64(st.cnp[hostAddr]); cnps != end["np_cnp_sent"] || (cnps == 0) == marksCE(cases) || st.cnp[hostAddr6] != 0 {
+	// the CE-marking cases do, and every CNP it sent is on the wire with a
+	// good ICRC (checked above with every packet of rnicd). The capture
+	// may miss a few packets of a whole run (647 of 652 CNPs once, with
+	// 204,572 packets of rnicd's in it; all of them in a run of the CE
+	// case alone): at least 95%, never more than np_cnp_sent.
+	sent := end["np_cnp_sent"]
+	if cnps := uint64(st.cnp[hostAddr]); cnps > sent || cnps*100 < sent*95 || (cnps == 0) == marksCE(cases) || st.cnp[hostAddr6] != 0 {
 		t.Errorf("MTU %d: %d CNPs from rnicd in the capture (%d over IPv6), np_cnp_sent %d; CE-marking cases ran: %v",
-			ibMTU, cnps, st.cnp[hostAddr6], end["np_cnp_sent"], marksCE(cases))
+			ibMTU, cnps, st.cnp[hostAddr6], sent, marksCE(cases))
 	} else {
-		t.Logf("MTU %d: %d CNPs from rnicd on the wire, as np_cnp_sent counted", ibMTU, cnps)
+		t.Logf("MTU %d: %d CNPs from rnicd on the wire, np_cnp_sent %d", ibMTU, cnps, sent)
 	}
 	if st.oversized != 0 {
 		t.Errorf("MTU %d: %d packets on the tap larger than the MTU", ibMTU, st.oversized)
