@@ -251,13 +251,16 @@ func (tb *toolBench) waitListener(t *testing.T) {
 // perftestRaced says a perftest -R client lost the race perftest 4.5-0.17
 // has with itself: its client connects the test's QPs as soon as the
 // handshake on the control QP ends, its server listens for them only
-// after, and a REQ that comes first is refused (REJ 8) as by any CM.
+// after, and a REQ that comes first is refused (REJ 8) as by any CM (a
+// SIDR_REQ gets a SIDR_REP of status 1).
 // Its retry then reuses the IDs and nodes rdma_cm_destroy_cma just freed
 // and crashes, on rxe as here. (The server's listen is three requests to
 // its rnicd after the handshake; the client's connect seven, started a
 // moment earlier: strace shows 2 ms between them.)
 func perftestRaced(out string) bool {
-	return strings.Contains(out, "Event: RDMA_CM_EVENT_REJECTED; error: 8.")
+	return strings.Contains(out, "Event: RDMA_CM_EVENT_REJECTED; error: 8.") ||
+		// UD: a SIDR_REP with status 1, service ID not supported.
+		strings.Contains(out, "Event: RDMA_CM_EVENT_UNREACHABLE; error: 1.")
 }
 
 // cmPerftestPair runs a perftest -R server (srvRun) on rnicA and a
@@ -334,10 +337,11 @@ func checkCMPerftest(t *testing.T, who, out, dev, size, iters string) {
 
 // TestCLibPerftestRDMACM runs Debian's perftest with -R on the C library:
 // ib_write_bw against itself and against rnic's -R clone in both roles,
-// the other tools against themselves. The control QP and each test QP
-// are one connection of the CM agents from rnicB to rnicA (an REP from
-// rnicA and an RTU from rnicB each, no timeout), and the results are
-// read by value.
+// the other tools against themselves, ib_send_bw and ib_send_lat over UD
+// too. The control QP and each RC test QP are one connection of the CM
+// agents from rnicB to rnicA (an REP from rnicA and an RTU from rnicB
+// each, no timeout), a UD test QP one SIDR_REQ from rnicB answered by a
+// SIDR_REP, and the results are read by value.
 func TestCLibPerftestRDMACM(t *testing.T) {
 	tb := newToolBench(t)
 	// Debian's client runs as on a host of its own, whose only rnicd is
@@ -361,6 +365,9 @@ func TestCLibPerftestRDMACM(t *testing.T) {
 		{"ib_read_lat", "1025", []string{"-s", "1025"}, false},
 		{"ib_send_lat", "1025", []string{"-s", "1025"}, false},
 		{"ib_write_lat", "1025", []string{"-s", "1025"}, false},
+		// UD: the test's QP resolved through SIDR (RDMA_PS_UDP).
+		{"ib_send_bw", "1024", []string{"-c", "UD", "-s", "1024"}, false},
+		{"ib_send_lat", "1024", []string{"-c", "UD", "-s", "1024"}, false},
 	}
 	for _, c := range cases {
 		real := debianTool(t, c.tool, "perftest")
@@ -373,8 +380,15 @@ func TestCLibPerftestRDMACM(t *testing.T) {
 		if c.withRnic {
 			pairs = append(pairs, toolPair{"real-rnic", real, rnicTool}, toolPair{"rnic-real", rnicTool, realClient})
 		}
+		ud := c.args[0] == "-c" && c.args[1] == "UD"
+		// The control QP is an RC connection; the test's QP another,
+		// or for UD a SIDR_REQ and its SIDR_REP.
+		conns, sidr := uint64(2), uint64(0)
+		if ud {
+			conns, sidr = 1, 1
+		}
 		for _, p := range pairs {
-			t.Run(c.tool+"/"+p.name, func(t *testing.T) {
+			t.Run(c.tool+"/"+strings.Join(c.args[:2], "")+"/"+p.name, func(t *testing.T) {
 				srv, cli, beforeA, beforeB := tb.cmPerftestPair(t, p.srv, p.cli, c.tool, append([]string{"-R", "-n", iters}, c.args...)...)
 				checkCMPerftest(t, "client", cli, "rnicB", c.size, iters)
 				if c.tool != "ib_read_lat" { // its server prints no result, as perftest's
@@ -386,10 +400,12 @@ func TestCLibPerftestRDMACM(t *testing.T) {
 					who, k        string
 					want          uint64
 				}{
-					{beforeA, afterA, "rnicA", "cm_tx_msgs_rep", 2},
-					{beforeB, afterB, "rnicB", "cm_rx_msgs_rep", 2},
-					{beforeB, afterB, "rnicB", "cm_tx_msgs_rtu", 2},
-					{beforeA, afterA, "rnicA", "cm_rx_msgs_rtu", 2},
+					{beforeA, afterA, "rnicA", "cm_tx_msgs_rep", conns},
+					{beforeB, afterB, "rnicB", "cm_rx_msgs_rep", conns},
+					{beforeB, afterB, "rnicB", "cm_tx_msgs_rtu", conns},
+					{beforeA, afterA, "rnicA", "cm_rx_msgs_rtu", conns},
+					{beforeB, afterB, "rnicB", "cm_tx_msgs_sidr_req", sidr},
+					{beforeA, afterA, "rnicA", "cm_tx_msgs_sidr_rep", sidr},
 					{beforeA, afterA, "rnicA", "cm_timeouts", 0},
 					{beforeB, afterB, "rnicB", "cm_timeouts", 0},
 				} {

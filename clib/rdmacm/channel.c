@@ -263,12 +263,29 @@ static int decode_event(struct buf *b, struct wire_event *w)
 	return b->bad || b->off != b->len ? EPROTO : 0;
 }
 
-static void conn_param(struct cm_event *e, const struct wire_event *w, const uint8_t *pd, size_t n)
+/* event_param fills the event's parameters from the daemon's: a UD
+ * ID's (RDMA_PS_UDP, through SIDR) are rdma_ud_param, with an address
+ * handle to the peer's GID (hop limit 64, as the IP route gives), as
+ * cma.c's ucma_copy_ud_event; the others rdma_conn_param. */
+static void event_param(struct cm_event *e, enum rdma_port_space ps, const struct wire_event *w, const uint8_t *pd,
+			size_t n)
 {
-	struct rdma_conn_param *p = &e->ev.param.conn;
 	if (n > sizeof(e->data))
 		n = sizeof(e->data);
 	memcpy(e->data, pd, n);
+	if (ps == RDMA_PS_UDP) {
+		struct rdma_ud_param *u = &e->ev.param.ud;
+		u->private_data = n ? e->data : NULL;
+		u->private_data_len = n;
+		u->ah_attr.is_global = 1;
+		memcpy(u->ah_attr.grh.dgid.raw, w->gid, 16);
+		u->ah_attr.grh.hop_limit = 64;
+		u->ah_attr.port_num = 1;
+		u->qp_num = w->remote_qpn;
+		u->qkey = w->qkey;
+		return;
+	}
+	struct rdma_conn_param *p = &e->ev.param.conn;
 	p->private_data = n ? e->data : NULL;
 	p->private_data_len = n;
 	p->responder_resources = w->resp_res;
@@ -325,7 +342,7 @@ static struct cm_event *connect_request(struct cm_channel *ch, struct cm_dev *d,
 	e->ev.id = &c->id;
 	e->ev.listen_id = &l->id;
 	e->ev.event = RDMA_CM_EVENT_CONNECT_REQUEST;
-	conn_param(e, w, pd, n);
+	event_param(e, l->id.ps, w, pd, n);
 	return e;
 }
 
@@ -352,13 +369,14 @@ static struct cm_event *convert(struct cm_channel *ch, int i, const struct wire_
 	e->id = c;
 	e->ev.id = &c->id;
 	e->ev.event = type;
-	conn_param(e, w, w->pd, w->pd_len);
+	event_param(e, c->id.ps, w, w->pd, w->pd_len);
+	int ud = c->id.ps == RDMA_PS_UDP; /* a UD QP is in RTS from the start and no connection moves it */
 	switch (type) {
 	case RDMA_CM_EVENT_ESTABLISHED:
 		/* The active side's QP went to RTS at the REP: the state its
 		 * posts check follows (the passive side's did at accept). */
 		c->state = ID_CONNECTED;
-		if (c->id.qp && c->id.qp->state != IBV_QPS_RTS)
+		if (!ud && c->id.qp && c->id.qp->state != IBV_QPS_RTS)
 			rnicd_qp_sync(c->id.qp);
 		break;
 	case RDMA_CM_EVENT_REJECTED:
@@ -368,12 +386,14 @@ static struct cm_event *convert(struct cm_channel *ch, int i, const struct wire_
 		/* fall through */
 	case RDMA_CM_EVENT_UNREACHABLE:
 	case RDMA_CM_EVENT_CONNECT_ERROR:
+		/* UNREACHABLE: no answer, or a SIDR_REP's status other than
+		 * success (cma_sidr_rep_handler reports it as the status). */
 		if (type == RDMA_CM_EVENT_UNREACHABLE)
-			e->ev.status = -ETIMEDOUT;
+			e->ev.status = w->reject_reason ? w->reject_reason : -ETIMEDOUT;
 		else if (type == RDMA_CM_EVENT_CONNECT_ERROR)
 			e->ev.status = -ECONNRESET;
 		c->state = ID_DISCONNECTED;
-		if (c->id.qp) {
+		if (c->id.qp && !ud) {
 			struct ibv_qp_attr a = {.qp_state = IBV_QPS_ERR};
 			ibv_modify_qp(c->id.qp, &a, IBV_QP_STATE);
 		}

@@ -73,8 +73,9 @@ EXPORT int rdma_create_id(struct rdma_event_channel *channel, struct rdma_cm_id 
 {
 	if (!channel || !id)
 		return cm_err(EINVAL);
-	if (ps != RDMA_PS_TCP) {
-		rnic_log("rdma_create_id: port space 0x%x is not built; rnicd's rdma_cm has RDMA_PS_TCP (RC) only", ps);
+	if (ps != RDMA_PS_TCP && ps != RDMA_PS_UDP) {
+		rnic_log("rdma_create_id: port space 0x%x is not built; rnicd's rdma_cm has RDMA_PS_TCP (RC) and RDMA_PS_UDP (UD)",
+			 ps);
 		return cm_err(ENOSYS);
 	}
 	struct cm_channel *ch = to_channel(channel);
@@ -306,7 +307,15 @@ static int conn_start(struct cm_id *c, enum id_state want, const char *call, str
 /* The cma_hdr rdma_cm puts before a REQ's private data (wire/mad/cma.go):
  * version 0, IP version, the source port, source and destination
  * addresses. */
-enum { CMA_HDR = 36, REQ_PRIVATE = 92, REP_PRIVATE = 196, REJ_PRIVATE = 148, DREQ_PRIVATE = 220 };
+enum {
+	CMA_HDR = 36,
+	REQ_PRIVATE = 92,
+	REP_PRIVATE = 196,
+	REJ_PRIVATE = 148,
+	DREQ_PRIVATE = 220,
+	SIDR_REQ_PRIVATE = 216,
+	SIDR_REP_PRIVATE = 136,
+};
 
 static void cma_hdr(struct cm_id *c, uint8_t *h)
 {
@@ -329,7 +338,9 @@ EXPORT int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *p)
 	struct cm_id *c = to_id(id);
 	uint8_t resp, init;
 	size_t n;
-	int err = conn_start(c, ID_ROUTE_RESOLVED, "rdma_connect", p, REQ_PRIVATE - CMA_HDR, &resp, &init, &n);
+	int ud = id->ps == RDMA_PS_UDP; /* a SIDR_REQ: the agent resolves the peer's UD QP and Q_Key */
+	int err = conn_start(c, ID_ROUTE_RESOLVED, "rdma_connect", p, (ud ? SIDR_REQ_PRIVATE : REQ_PRIVATE) - CMA_HDR,
+			     &resp, &init, &n);
 	if (err)
 		return cm_err(err);
 	uint8_t b[160];
@@ -361,7 +372,8 @@ EXPORT int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *p)
 	struct cm_id *c = to_id(id);
 	uint8_t resp, init;
 	size_t n;
-	int err = conn_start(c, ID_CONNECTING, "rdma_accept", p, REP_PRIVATE, &resp, &init, &n);
+	int ud = id->ps == RDMA_PS_UDP; /* a SIDR_REP naming the QP and RDMA_UDP_QKEY */
+	int err = conn_start(c, ID_CONNECTING, "rdma_accept", p, ud ? SIDR_REP_PRIVATE : REP_PRIVATE, &resp, &init, &n);
 	if (err)
 		return cm_err(err);
 	uint8_t b[256];
@@ -379,7 +391,8 @@ EXPORT int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *p)
 		return cm_err(err);
 	/* The agent moved the QP through RTR to RTS before its REP, as
 	 * cma.c's rdma_accept does: the program may post sends now. */
-	rnicd_qp_sync(c->id.qp);
+	if (!ud)
+		rnicd_qp_sync(c->id.qp);
 	return 0;
 }
 

@@ -55,6 +55,37 @@ static void id_cqs_release(struct rdma_cm_id *id)
 	}
 }
 
+/* conn_init moves a connected QP to INIT with the access the agent's
+ * INIT gives a connection, which it may cut again (rnic/cm toInit: READ
+ * only with responder resources). */
+static int conn_init(struct ibv_qp *qp, uint8_t port)
+{
+	struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = port,
+				.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ};
+	return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+}
+
+/* RDMA_UDP_QKEY: the Q_Key of rdma_cm's UDP port space (cma.c). */
+#define RDMA_UDP_QKEY 0x01234567
+
+/* ud_ready moves a UD QP through INIT and RTR to RTS with rdma_cm's
+ * Q_Key, as cma.c's ucma_init_ud_qp: nothing connects it. */
+static int ud_ready(struct ibv_qp *qp, uint8_t port)
+{
+	struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = port, .qkey = RDMA_UDP_QKEY};
+	int err = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY);
+	if (!err) {
+		a.qp_state = IBV_QPS_RTR;
+		err = ibv_modify_qp(qp, &a, IBV_QP_STATE);
+	}
+	if (!err) {
+		a.qp_state = IBV_QPS_RTS;
+		a.sq_psn = 0;
+		err = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN);
+	}
+	return err;
+}
+
 EXPORT int rdma_create_qp_ex(struct rdma_cm_id *id, struct ibv_qp_init_attr_ex *attr)
 {
 	struct cm_id *c = to_id(id);
@@ -68,8 +99,9 @@ EXPORT int rdma_create_qp_ex(struct rdma_cm_id *id, struct ibv_qp_init_attr_ex *
 		rnic_log("rdma_create_qp: the PD is of another device than the cm_id's (make it on id->verbs)");
 		return cm_err(EINVAL);
 	}
-	if (attr->qp_type != IBV_QPT_RC) {
-		rnic_log("rdma_create_qp: QP type %d is not built; rnicd's rdma_cm connects RC QPs", attr->qp_type);
+	if (attr->qp_type != id->qp_type) {
+		rnic_log("rdma_create_qp: QP type %d on an ID of port space 0x%x: rnicd's rdma_cm connects RC QPs "
+			 "(RDMA_PS_TCP) and UD QPs (RDMA_PS_UDP)", attr->qp_type, id->ps);
 		return cm_err(ENOSYS);
 	}
 	if ((id->send_cq && attr->send_cq && id->send_cq != attr->send_cq) ||
@@ -91,11 +123,7 @@ EXPORT int rdma_create_qp_ex(struct rdma_cm_id *id, struct ibv_qp_init_attr_ex *
 		id_cqs_release(id);
 		return cm_err(err);
 	}
-	/* The access the agent's INIT gives a connection it may cut again
-	 * (rnic/cm toInit: READ only with responder resources). */
-	struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = id->port_num,
-				.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ};
-	int err = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+	int err = id->qp_type == IBV_QPT_UD ? ud_ready(qp, id->port_num) : conn_init(qp, id->port_num);
 	if (err) {
 		ibv_destroy_qp(qp);
 		id_cqs_release(id);
