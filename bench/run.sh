@@ -5,6 +5,7 @@
 # machine and load average.
 # Needs root (network namespaces); installs iperf3 from Debian's packages.
 #   bench/run.sh [-quick] [-soak 10m] [-t SECONDS]
+#   bench/run.sh -soak-only [-soak 10m]   (only the 1024-QP memory soak, both daemons)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "$(id -u)" != 0 ]; then echo "bench/run.sh: needs root for network namespaces" >&2; exit 2; fi

@@ -39,11 +39,13 @@ const (
 )
 
 type config struct {
-	bin   string        // directory with rnicd, rnic and udprr
-	secs  int           // seconds per throughput run
-	out   string        // BENCHMARKS.md
-	soak  time.Duration // memory soak with 1024 QPs; 0 skips it
-	quick bool
+	bin  string        // directory with rnicd, rnic and udprr
+	secs int           // seconds per throughput run
+	out  string        // BENCHMARKS.md
+	soak time.Duration // memory soak with 1024 QPs; 0 skips it
+	// soakOnly runs only the soak (MTU 9000, IB MTU 4096), no table.
+	soakOnly bool
+	quick    bool
 	// daemonFlag is the tools' flag for the daemon's path (daemonPathFlag).
 	daemonFlag string
 }
@@ -54,6 +56,7 @@ func main() {
 	flag.IntVar(&cfg.secs, "t", 5, "seconds per throughput run")
 	flag.StringVar(&cfg.out, "o", "BENCHMARKS.md", "file to write the table to (\"\" writes none)")
 	flag.DurationVar(&cfg.soak, "soak", 0, "also run 1024 QPs for this long and sample rnicd's resident memory")
+	flag.BoolVar(&cfg.soakOnly, "soak-only", false, "run only the -soak (default 10m): both daemons' resident memory every 10 s")
 	flag.BoolVar(&cfg.quick, "quick", false, "one short run of each, to check the script")
 	flag.Parse()
 	if cfg.bin == "" {
@@ -62,6 +65,10 @@ func main() {
 	}
 	if cfg.quick {
 		cfg.secs = 2
+	}
+	run := run
+	if cfg.soakOnly {
+		run = soakOnly
 	}
 	if err := run(cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "netbench:", err)
@@ -617,42 +624,97 @@ func parsePerftest(tool string, out []byte) (result, error) {
 	return result{}, fmt.Errorf("%s: no result table in %q", tool, out)
 }
 
-// soak runs 1024 QPs of WRITE traffic for cfg.soak and samples the
-// resident memory of the server's rnicd.
+// soak runs 1024 QPs of WRITE traffic for cfg.soak, on the daemons' own
+// path (their memory is what is measured), and samples the resident
+// memory of both rnicd every 10 s (issue 16: "RSS steady over 10
+// minutes"). The samples of each daemon are printed as they come.
 func soak(cfg config, _ func()) ([]row, error) {
-	pid, err := daemonPID("rnbb")
-	if err != nil {
-		return nil, err
+	names := []string{"rnba", "rnbb"}
+	pids := make([]int, len(names))
+	for i, n := range names {
+		pid, err := daemonPID(n)
+		if err != nil {
+			return nil, err
+		}
+		pids[i] = pid
 	}
+	run := perftest
+	if cfg.daemonFlag != "" {
+		run = perftestDaemon
+	}
+	secs := int(cfg.soak.Seconds())
 	done := make(chan error, 1)
+	var res result
 	go func() {
-		_, err := perftest(config{bin: cfg.bin, secs: int(cfg.soak.Seconds())}, "ib_write_bw",
-			[]string{"-s", "65536", "-q", "1024", "-D", strconv.Itoa(int(cfg.soak.Seconds()))})
+		var err error
+		res, err = run(config{bin: cfg.bin, secs: secs, daemonFlag: cfg.daemonFlag}, "ib_write_bw",
+			[]string{"-s", "65536", "-q", "1024", "-D", strconv.Itoa(secs), "--report_gbits"})
 		done <- err
 	}()
-	var first, peak, last int
+	first := make([]int, len(pids))
+	peak := make([]int, len(pids))
+	last := make([]int, len(pids))
+	n := 0
 	tick := time.NewTicker(10 * time.Second)
 	defer tick.Stop()
 	for {
 		select {
 		case err := <-done:
-			note := fmt.Sprintf("first sample %d MiB, peak %d MiB over %v", first>>10, peak>>10, cfg.soak)
-			rows := []row{{what: "rnicd resident memory, 1024 QPs, end of soak", value: float64(last) / 1024, unit: "MiB", note: note}}
-			if err != nil {
-				return rows, err
+			var rows []row
+			for i, name := range names {
+				note := fmt.Sprintf("%d samples 10 s apart: first %.1f MiB, peak %.1f MiB, last %.1f MiB; write_bw %.3g Gbit/s",
+					n, float64(first[i])/1024, float64(peak[i])/1024, float64(last[i])/1024, res.bw)
+				rows = append(rows, row{what: fmt.Sprintf("rnicd %s resident memory, 1024 QPs, end of a %v soak", name, cfg.soak),
+					value: float64(last[i]) / 1024, unit: "MiB", note: note})
 			}
-			return rows, nil
+			return rows, err
 		case <-tick.C:
-			kb, err := rssKB(pid)
-			if err != nil {
-				continue
+			n++
+			line := fmt.Sprintf("soak %4ds", n*10)
+			for i, pid := range pids {
+				kb, err := rssKB(pid)
+				if err != nil {
+					line += fmt.Sprintf(" %s: %v", names[i], err)
+					continue
+				}
+				if first[i] == 0 {
+					first[i] = kb
+				}
+				peak[i], last[i] = max(peak[i], kb), kb
+				line += fmt.Sprintf(" %s %d KiB", names[i], kb)
 			}
-			if first == 0 {
-				first = kb
-			}
-			peak, last = max(peak, kb), kb
+			fmt.Println(line)
 		}
 	}
+}
+
+// soakOnly is -soak-only: the two daemons on the jumbo veth (IB MTU
+// 4096) and the soak alone, its table printed, nothing written.
+func soakOnly(cfg config) error {
+	if cfg.soak == 0 {
+		cfg.soak = 10 * time.Minute
+	}
+	cfg.daemonFlag = daemonPathFlag(cfg)
+	if err := setup(9000); err != nil {
+		teardown()
+		return err
+	}
+	defer teardown()
+	stopA, err := startDaemon(cfg, nsA, addrA, "rnba", nil)
+	if err != nil {
+		return err
+	}
+	defer stopA()
+	stopB, err := startDaemon(cfg, nsB, addrB, "rnbb", nil)
+	if err != nil {
+		return err
+	}
+	defer stopB()
+	load := loadAvg()
+	rows, err := soak(cfg, stopB)
+	printTable(os.Stdout, rows)
+	fmt.Printf("load average %s at the start, %s at the end\n", load, loadAvg())
+	return err
 }
 
 func daemonPID(name string) (int, error) {
