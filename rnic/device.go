@@ -55,6 +55,10 @@ type Config struct {
 	// does; false (the default) gives IBTA's and ConnectX's seven retries,
 	// then RETRY_EXC_ERR, so that a dead peer is noticed.
 	Retry7Forever bool
+	// CopyPayload makes the requester copy each payload out of registered
+	// memory into the packet, as before issue 16, instead of the port
+	// sending it from the region (wqe.Engine.CopyPayload).
+	CopyPayload bool
 }
 
 // DefaultAckHold is the delayed-ACK hold time: longer than an application
@@ -137,7 +141,7 @@ func Open(cfg Config) (*Device, error) {
 		return nil, fmt.Errorf("rnic: %w", err)
 	}
 	d.fc = fc
-	d.req = wqe.Engine{DMA: d.dma, Trace: d.probe, FC: fc, Paced: d.pace}
+	d.req = wqe.Engine{DMA: d.dma, Trace: d.probe, FC: fc, Paced: d.pace, CopyPayload: cfg.CopyPayload}
 	d.sendTX = d.newTX()
 	d.recvTX = d.newTX()
 	d.recvBufs = make([]*ibudp.Buf, d.batch)

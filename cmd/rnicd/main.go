@@ -78,6 +78,7 @@ type config struct {
 	retry7   bool   // retry_cnt 7 retries forever, as rxe
 	cpuProf  string // file for a pprof CPU profile of the whole run
 	small    bool   // runs of equal small packets in one UDP_SEGMENT message
+	copyPay  bool   // gather payloads into packets instead of sending from the region
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -104,6 +105,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	ccParams := fs.String("cc-params", "", "DCQCN parameters by their mlx5 names, `name=value,...` (rp_ai_rate=5,np_min_time_between_cnps=4; see README)")
 	ccConfig := fs.String("cc-config", "", "read DCQCN parameters from `FILE`, one name=value a line, # comments (applied before -cc-params)")
 	httpAddr := fs.String("http", "", "also serve the monitor (web view, /metrics, /api/...) on this TCP `ADDR`ess, host:port")
+	fs.BoolVar(&c.copyPay, "copy-payload", false, "copy each payload out of registered memory into its packet before sending, as before issue 16, instead of handing the kernel the region itself (for measuring one against the other)")
 	fs.BoolVar(&c.small, "small-runs", true, "send runs of equal-sized packets shorter than the MTU (64-byte WRITEs to one peer) as one UDP_SEGMENT message, 3-8x the small-message rate; -small-runs=false sends only runs of full-MTU packets")
 	fs.StringVar(&c.cpuProf, "cpuprofile", "", "write a pprof CPU profile of the daemon's whole run to `FILE` (go tool pprof; for BENCHMARKS.md's breakdowns)")
 	if err := fs.Parse(args); err != nil {
@@ -297,7 +299,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	}
 	dev, err := rnic.Open(rnic.Config{Port: faulty, Name: c.name, Trace: tr, Window: c.window, AckHold: ackHold, QPNLast: qpnLast,
 		CC: c.cc, CCParams: c.ccParams,
-		Retry7Forever: c.retry7})
+		Retry7Forever: c.retry7, CopyPayload: c.copyPay})
 	if err != nil {
 		faulty.Close()
 		l.Close()

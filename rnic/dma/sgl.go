@@ -64,6 +64,46 @@ func (t *Table) Gather(pd PD, sgl []ib.SGE, off int, dst []byte) error {
 	return t.transfer(pd, sgl, off, dst, false)
 }
 
+// View returns the n bytes at byte offset off of the message sgl describes
+// as a slice of the registered region itself, when they lie in one SGE
+// (the usual case: a payload of one MTU inside one buffer); ok is false,
+// with a nil error, when they span SGEs and the caller must Gather. Key,
+// PD and bounds are checked as Gather checks them, and the slice's
+// capacity ends with its length, so nothing outside the range is
+// reachable through it.
+//
+// The slice is the application's memory: it stays valid only while the
+// region stays registered and mapped. The requester sends it before its
+// pipeline lock goes, and whoever unmaps a deregistered region waits for
+// that lock first (rnic's Device.Fence), the guarantee Gather's copy had.
+func (t *Table) View(pd PD, sgl []ib.SGE, off, n int) (mem []byte, ok bool, err error) {
+	if off < 0 || n <= 0 {
+		return nil, false, nil
+	}
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	var pos uint64 // message offset of the start of sgl[i]
+	start, end := uint64(off), uint64(off)+uint64(n)
+	for i := range sgl {
+		sge := &sgl[i]
+		l := uint64(sge.Length)
+		if pos+l <= start {
+			pos += l
+			continue
+		}
+		if pos+l < end {
+			return nil, false, nil // spans SGEs, or runs past the SGL: Gather decides
+		}
+		r, roff, err := t.checkSGE(pd, sge, false)
+		if err != nil {
+			return nil, false, fmt.Errorf("dma: sge %d: %w", i, err)
+		}
+		lo, hi := roff+(start-pos), roff+(end-pos)
+		return r.buf[lo:hi:hi], true, nil
+	}
+	return nil, false, nil
+}
+
 // Scatter copies src into the message described by sgl starting at message
 // offset off: the responder placing a SEND into a receive WQE's buffers, or
 // the completer placing a READ response. Every MR touched needs LOCAL_WRITE.

@@ -26,6 +26,10 @@ type Engine struct {
 	// work left, and how long until it may send again; the device runs
 	// the QP again then.
 	Paced func(qp *qpmgr.QP, wait time.Duration)
+	// CopyPayload makes the requester gather every payload into its
+	// packet's Buf, as before issue 16, instead of lending the port the
+	// registered memory (payload): for measuring one against the other.
+	CopyPayload bool
 }
 
 // Run sends up to budget packets of qp's send queue and returns how many it
@@ -232,7 +236,7 @@ func (e *Engine) emit(qp *qpmgr.QP, w *qpmgr.SendWQE, tx qpmgr.TX) error {
 		dst := p.Payload()
 		if w.WR.Flags&ib.SendInline != 0 {
 			copy(dst, w.WR.InlineData[w.Offset:w.Offset+n])
-		} else if err := e.DMA.Gather(qp.PD, w.WR.SGL, w.Offset, dst); err != nil {
+		} else if err := e.payload(qp, w, b, p.Len()-len(dst)-bth.PadFor(n)-bth.ICRCLen, dst); err != nil {
 			return err
 		} else if e.Trace.On() {
 			e.Trace.Emit(trace.Event{Module: trace.ModDMA, Step: trace.StepDMARead, QPN: qp.QPN, PSN: w.PSN,
@@ -348,4 +352,23 @@ func (e *Engine) completeSend(qp *qpmgr.QP, st ib.WCStatus) {
 		e.Trace.Emit(trace.SendCompletion(qp, st))
 	}
 	qp.CompleteSend(st)
+}
+
+// payload reads the n = len(dst) payload bytes of w's next packet from
+// registered memory. Where they lie in one SGE, b sends them from there
+// (Buf.SetPayloadRef at RoCE offset at): the kernel copies them once on
+// the way out, as it does a TCP sender's, instead of a copy into b first.
+// A payload that spans SGEs, or one the port refuses by reference, is
+// gathered into dst. Either way a retransmission reads the region again.
+func (e *Engine) payload(qp *qpmgr.QP, w *qpmgr.SendWQE, b *ibudp.Buf, at int, dst []byte) error {
+	if !e.CopyPayload {
+		mem, ok, err := e.DMA.View(qp.PD, w.WR.SGL, w.Offset, len(dst))
+		if err != nil {
+			return err
+		}
+		if ok && b.SetPayloadRef(at, mem) {
+			return nil
+		}
+	}
+	return e.DMA.Gather(qp.PD, w.WR.SGL, w.Offset, dst)
 }

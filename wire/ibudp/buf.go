@@ -85,13 +85,61 @@ type Buf struct {
 	// flip, when nonzero, makes the port flip bit flip-1 of the RoCE part
 	// after sealing the ICRC; the fault injector uses it for TX corruption.
 	flip uint32
+
+	// ext, when not nil, holds the bytes [extOff, extOff+len(ext)) of the
+	// RoCE part in place of Data: a payload lent by reference (SetPayloadRef)
+	// that the UDP port sends from where it lies. Anything else that needs
+	// the RoCE part contiguous (RoCE) copies it into Data first.
+	ext    []byte
+	extOff int
 }
 
 // NewBuf allocates a Buf with room for the largest packet.
 func NewBuf() *Buf { return &Buf{Data: make([]byte, bufLen)} }
 
-// RoCE returns the RoCE part, Data[Headroom:Headroom+N].
-func (b *Buf) RoCE() []byte { return b.Data[Headroom : Headroom+b.N] }
+// RoCE returns the RoCE part, Data[Headroom:Headroom+N]. A payload lent by
+// reference is copied into Data first.
+func (b *Buf) RoCE() []byte {
+	if b.ext != nil {
+		b.flatten()
+	}
+	return b.Data[Headroom : Headroom+b.N]
+}
+
+// SetPayloadRef says that the bytes [off, off+len(p)) of the RoCE part are
+// p rather than what Data holds there: the requester lending a payload
+// straight from registered memory, so that the UDP port hands it to the
+// kernel without copying it first (issue 16). Set N to the whole RoCE part
+// as usual. p must stay mapped and unchanged until the port's Send that
+// takes b returns; rnic guarantees it by sending within the pipeline lock
+// that Device.Fence waits for after a region is deregistered. A range that
+// does not fit inside the RoCE part is refused (false, nothing changed).
+func (b *Buf) SetPayloadRef(off int, p []byte) bool {
+	if off < minRoCELen-bth.ICRCLen || off > MaxRoCELen || len(p) > MaxRoCELen-off {
+		return false
+	}
+	b.ext, b.extOff = p, off
+	return true
+}
+
+// flatten copies a payload lent by reference into Data, after which the Buf
+// no longer refers to it.
+func (b *Buf) flatten() {
+	copy(b.Data[Headroom+b.extOff:Headroom+b.extOff+len(b.ext)], b.ext)
+	b.ext = nil
+}
+
+// lentParts returns the RoCE part in three pieces without copying the lent
+// payload: Data's bytes before it, the payload, and Data's bytes after it
+// (pad and ICRC). ok is false if b holds no lent payload or it does not lie
+// inside the RoCE part.
+func (b *Buf) lentParts() (head, payload, tail []byte, ok bool) {
+	end := b.extOff + len(b.ext)
+	if b.ext == nil || end > b.N-bth.ICRCLen {
+		return nil, nil, nil, false
+	}
+	return b.Data[Headroom : Headroom+b.extOff], b.ext, b.Data[Headroom+end : Headroom+b.N], true
+}
 
 // Room returns all the space for a RoCE part, Data[Headroom:], for building
 // a packet in place (bth.Build); set N afterwards.
@@ -129,6 +177,9 @@ func checkRecvBufs(bufs []*Buf) error {
 
 // copyFrom makes b a copy of c (data and metadata).
 func (b *Buf) copyFrom(c *Buf) {
+	if c.ext != nil {
+		c.flatten()
+	}
 	data := b.Data
 	*b = *c
 	b.Data = data

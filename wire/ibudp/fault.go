@@ -280,6 +280,11 @@ func (f *Faulty) Send(bufs []*Buf) error {
 			f.txOut = append(f.txOut, b) // the port counts it as invalid
 			continue
 		}
+		if b.ext != nil {
+			// What the injector keeps for later must not refer to
+			// registered memory, which may be gone by then.
+			b.flatten()
+		}
 		f.impair(dirTX, b, now, &f.txOut)
 	}
 	f.updateTXBusy()

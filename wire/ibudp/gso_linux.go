@@ -66,7 +66,9 @@ func putGSOCmsg(b []byte, size int) int {
 // full IB MTU of payload.
 func gsoRun(bufs []*Buf, small bool) int {
 	first := bufs[0]
-	if !small && !fullMTU(first.RoCE()) {
+	// The size and the opcode are all fullMTU reads: the Buf's own bytes
+	// serve, without copying in a lent payload (RoCE would).
+	if !small && !fullMTU(first.Data[Headroom:Headroom+first.N]) {
 		return 1
 	}
 	size, total := first.N, first.N
@@ -99,8 +101,10 @@ func (u *udpPort) sendGSO(bufs []*Buf) error {
 			return closedError("send", true, nil)
 		}
 		var t tally
-		k, iov := 0, 0 // messages and iovecs used
-		for len(bufs) > 0 && k < len(m.hdrs) && iov < len(m.iovs) {
+		// Messages, iovecs and packets used: at most Batch packets a
+		// call, as without lent payloads (iovsPerBuf iovecs each).
+		k, iov, pkts := 0, 0, 0
+		for len(bufs) > 0 && k < len(m.hdrs) && pkts < len(m.hdrs) {
 			b := bufs[0]
 			if !b.valid() {
 				t[cTxInvalid]++
@@ -113,23 +117,18 @@ func (u *udpPort) sendGSO(bufs []*Buf) error {
 				bufs = bufs[1:]
 				continue
 			}
-			n := min(gsoRun(bufs, !u.cfg.FullMTURunsOnly), len(m.iovs)-iov)
+			n := min(gsoRun(bufs, !u.cfg.FullMTURunsOnly), len(m.hdrs)-pkts)
 			env := bth.Envelope{
 				Src: u.cfg.Addr, Dst: peer,
 				SrcPort: u.cfg.Port, DstPort: u.cfg.RemotePort,
 				TOS: b.TOS, TTL: defaultTTL,
 			}
+			first := iov
 			for j, s := range bufs[:n] {
 				if !u.v6 {
 					env.ID = uint16(j)
 				}
-				u.txSum.sealEnvelope(&env, s.RoCE())
-				flipBit(s)
-				if t := u.tap.load(); t != nil {
-					t.Packet(TapSent, u.sentHeader(&env, s.RoCE()), s.RoCE(), ICRCUnchecked)
-				}
-				m.iovs[iov+j].Base = &s.RoCE()[0]
-				m.iovs[iov+j].SetLen(s.N)
+				iov += u.sealInto(&env, s, m.iovs[iov:iov+iovsPerBuf])
 			}
 			nl := putSockaddr(m.name(k), peer, u.cfg.RemotePort, u.scope)
 			ctrl := m.control(k)
@@ -140,10 +139,10 @@ func (u *udpPort) sendGSO(bufs []*Buf) error {
 			if b.TOS != 0 {
 				cl += putTOSCmsg(ctrl[cl:], u.v6, b.TOS)
 			}
-			m.setv(k, iov, n, nl, cl)
+			m.setv(k, first, iov-first, nl, cl)
 			u.segs[k] = n
 			k++
-			iov += n
+			pkts += n
 			bufs = bufs[n:]
 		}
 		err := u.sendPrepared(k, 0, &t, u.segs)
@@ -154,4 +153,40 @@ func (u *udpPort) sendGSO(bufs []*Buf) error {
 		}
 	}
 	return nil
+}
+
+// iovsPerBuf is the most iovecs one packet takes: its headers, a payload
+// lent from registered memory, its pad and ICRC (Buf.SetPayloadRef).
+const iovsPerBuf = 3
+
+// sealInto seals b for env and points iovs at it, returning how many it
+// used: one for a contiguous RoCE part, three for one whose payload is lent
+// by reference, which goes to the kernel from where it lies. Sending from
+// the registered memory spares the copy into the Buf that the kernel's own
+// copy makes redundant: one of the two copies per byte rnicd made beyond
+// TCP's (BENCHMARKS.md, "Sending from registered memory").
+func (u *udpPort) sealInto(env *bth.Envelope, b *Buf, iovs []unix.Iovec) int {
+	if b.flip == 0 && u.tap.load() == nil {
+		if head, payload, tail, ok := b.lentParts(); ok {
+			u.txSum.sealEnvelopeParts(env, head, payload, tail)
+			n := 0
+			for _, p := range [...][]byte{head, payload, tail} {
+				if len(p) > 0 {
+					iovs[n].Base = &p[0]
+					iovs[n].SetLen(len(p))
+					n++
+				}
+			}
+			return n
+		}
+	}
+	roce := b.RoCE()
+	u.txSum.sealEnvelope(env, roce)
+	flipBit(b)
+	if t := u.tap.load(); t != nil {
+		t.Packet(TapSent, u.sentHeader(env, roce), roce, ICRCUnchecked)
+	}
+	iovs[0].Base = &roce[0]
+	iovs[0].SetLen(b.N)
+	return 1
 }

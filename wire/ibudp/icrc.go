@@ -2,6 +2,7 @@ package ibudp
 
 import (
 	"encoding/binary"
+	"hash/crc32"
 
 	"github.com/rnicd/rnicd/wire/bth"
 )
@@ -37,6 +38,20 @@ func (c *icrc) check(hdr, roce []byte) bool {
 // sealEnvelope seals roce for the headers e describes.
 func (c *icrc) sealEnvelope(e *bth.Envelope, roce []byte) {
 	c.seal(c.h[:e.Put(c.h[:], len(roce))], roce)
+}
+
+// sealEnvelopeParts seals a RoCE part given as three pieces (Buf.lentParts:
+// head from the BTH, a payload where it lies, tail ending in the ICRC) for
+// the headers e describes, reading the payload once and copying nothing.
+// head is at least a BTH long (SetPayloadRef) and tail at least the ICRC.
+func (c *icrc) sealEnvelopeParts(e *bth.Envelope, head, payload, tail []byte) {
+	hdr := c.h[:e.Put(c.h[:], len(head)+len(payload)+len(tail))]
+	// crc32.Update carries on from an earlier result, so the CRC of the
+	// pieces one after another is the CRC of the whole.
+	crc, _ := bth.ComputeICRC(hdr, head)
+	crc = crc32.Update(crc, crc32.IEEETable, payload)
+	crc = crc32.Update(crc, crc32.IEEETable, tail[:len(tail)-bth.ICRCLen])
+	binary.LittleEndian.PutUint32(tail[len(tail)-bth.ICRCLen:], crc)
 }
 
 // checkEnvelopeAnyID checks roce under the headers e describes with any

@@ -235,6 +235,9 @@ func (p *packetPort) prepare(b *Buf, k int) bool {
 	if !p.v6 {
 		env.ID = p.nextIPID()
 	}
+	if b.ext != nil {
+		b.flatten() // the frame is built in place around the RoCE part
+	}
 	frame := b.Data[Headroom-p.hl : Headroom+b.N]
 	env.Put(frame[:p.hl], b.N)
 	p.txSum.seal(frame[:p.hl], frame[p.hl:])

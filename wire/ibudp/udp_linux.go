@@ -94,6 +94,7 @@ func openUDP(cfg Config, ifc Interface, mtu int) (*udpPort, error) {
 	}
 	u.sock = closer
 	u.tx = newBatchIO(rc, newMmsgs(cfg.Batch, txCtrlLen))
+	u.tx.m.iovs = make([]unix.Iovec, iovsPerBuf*cfg.Batch) // sendGSO: lent payloads
 	u.segs = make([]int, cfg.Batch)
 	u.rx = newBatchIO(rc, newMmsgs(cfg.Batch, ctrlLen))
 	if u.gro {
