@@ -36,6 +36,22 @@ func benchBW(b *testing.B, op ib.WROpcode) {
 	}
 }
 
+// BenchmarkRCWriteBWLent is 64 KiB WRITEs at MTU 4096 with runs of
+// packets, the payloads sent from the registered memory (lent, the
+// default) and gathered into the packets first (copy, as before issue 16):
+// run the two in one go to compare them on a shared machine.
+func BenchmarkRCWriteBWLent(b *testing.B) {
+	for _, copyPayload := range []bool{false, true} {
+		name := "lent"
+		if copyPayload {
+			name = "copy"
+		}
+		b.Run(name, func(b *testing.B) {
+			runBW(b, ib.WRRDMAWrite, pairOpts{mtu: 4096, copyPayload: copyPayload})
+		})
+	}
+}
+
 // runBW streams 64 KiB operations between a pair made with o (its MTU;
 // memory, retries and queue depth are set here), benchDepth at a time.
 func runBW(b *testing.B, op ib.WROpcode, o pairOpts) {

@@ -70,7 +70,7 @@ func openNode(t testing.TB, addr netip.Addr, o pairOpts, seed int64, name string
 		t.Fatal(err)
 	}
 	n.dev, err = rnic.Open(rnic.Config{Port: p, Name: name, Trace: o.trace, Window: o.window, AckHold: o.ackHold, CC: cc,
-		Retry7Forever: o.retry7Ever, Batch: o.batch})
+		Retry7Forever: o.retry7Ever, Batch: o.batch, CopyPayload: o.copyPayload})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,17 +109,19 @@ type pairOpts struct {
 	maxInline  int
 	accessB    ib.Access // the responder QP's remote access; 0 = all
 	noConnectB bool
-	noGSO      bool          // ports send one packet per message (ibudp.Config.NoGSO)
-	window     int           // rnic.Config.Window
-	ackHold    time.Duration // rnic.Config.AckHold
-	trace      *trace.Tracer // shared by both devices, named rnic0 and rnic1
-	pollOnly   bool          // the device's own receive goroutine never receives: only PollRx does
-	pollOnlyB  bool          // pollOnly for b only
-	cc, ccB    string        // congestion control of a (and of b, if set; else a's): flowctl.NewAlgorithm's names
-	ccParams   string        // its parameters, mlx5 names (flowctl.Params.SetList)
-	retry7Ever bool          // rnic.Config.Retry7Forever
-	batchB     int           // rnic.Config.Batch of b only
-	batch      int           // set from batchB for b
+	noGSO      bool // ports send one packet per message (ibudp.Config.NoGSO)
+	// copyPayload gathers payloads into the packets (rnic.Config.CopyPayload)
+	copyPayload bool
+	window      int           // rnic.Config.Window
+	ackHold     time.Duration // rnic.Config.AckHold
+	trace       *trace.Tracer // shared by both devices, named rnic0 and rnic1
+	pollOnly    bool          // the device's own receive goroutine never receives: only PollRx does
+	pollOnlyB   bool          // pollOnly for b only
+	cc, ccB     string        // congestion control of a (and of b, if set; else a's): flowctl.NewAlgorithm's names
+	ccParams    string        // its parameters, mlx5 names (flowctl.Params.SetList)
+	retry7Ever  bool          // rnic.Config.Retry7Forever
+	batchB      int           // rnic.Config.Batch of b only
+	batch       int           // set from batchB for b
 }
 
 func newPair(t testing.TB, o pairOpts) *pair {
