@@ -150,7 +150,7 @@ func TestRNRWait(t *testing.T) {
 func TestRetryExceeded(t *testing.T) {
 	for retry := uint8(0); retry <= 7; retry++ {
 		t.Run(fmt.Sprintf("retry_cnt=%d", retry), func(t *testing.T) {
-			p := newPair(t, pairOpts{faulty: true, retry: retry, timeout: 8}) // 1 ms, 8 ms at most with backoff
+			p := newPair(t, pairOpts{faulty: true, retry: retry, noRetry: retry == 0, timeout: 8}) // 1 ms, 8 ms at most with backoff
 			p.a.faulty.SetTX(ibudp.Faults{Drop: 1})
 			mustPost(t, p.a, p.qa,
 				rnic.SendWR{WRID: 1, Opcode: ib.WRRDMAWrite, SGL: []rnic.SGE{sge(p.a, 0, 5000)}, RemoteAddr: memVA, RKey: p.b.mr.RKey},
@@ -207,7 +207,7 @@ func TestRetry7Forever(t *testing.T) {
 // default 16.8 ms, which a loaded machine overran between two RNR NAKs)
 // retry_cnt 0 still fails the SEND on any ACK timeout.
 func TestRNRRetry7Forever(t *testing.T) {
-	p := newPair(t, pairOpts{rnrRetry: 7, retry: 0, minRNR: 1, timeout: 18}) // timer code 1: 0.01 ms
+	p := newPair(t, pairOpts{rnrRetry: 7, noRetry: true, minRNR: 1, timeout: 18}) // timer code 1: 0.01 ms
 	fill(p.a.mem[:100], 4)
 	mustPost(t, p.a, p.qa, rnic.SendWR{WRID: 1, Opcode: ib.WRSend, Flags: ib.SendSignaled, SGL: []rnic.SGE{sge(p.a, 0, 100)}})
 	waitCounter(t, p.a, "rcvd_rnr_err", 50, 10*time.Second)

@@ -96,12 +96,18 @@ type pair struct {
 }
 
 type pairOpts struct {
-	typ        ib.QPType
-	mtu        int
-	memLen     int
-	faulty     bool
-	timeout    uint8
+	typ     ib.QPType
+	mtu     int
+	memLen  int
+	faulty  bool
+	timeout uint8
+	// retry is retry_cnt; 0 means the harness's default, 7, so that a
+	// test whose point is not the retry budget survives an ACK that a
+	// loaded machine delays past the 16.8 ms timeout (under -race at load
+	// 10, TestRCSendWithInvalidate once completed with RETRY_EXC_ERR
+	// after 80 ms). noRetry asks for retry_cnt 0 itself.
 	retry      uint8
+	noRetry    bool
 	rnrRetry   uint8
 	minRNR     uint8
 	srq        bool
@@ -137,6 +143,12 @@ func newPair(t testing.TB, o pairOpts) *pair {
 	}
 	if o.timeout == 0 {
 		o.timeout = 12 // 16.8 ms
+	}
+	switch {
+	case o.noRetry:
+		o.retry = 0
+	case o.retry == 0:
+		o.retry = 7
 	}
 	if o.sendWR == 0 {
 		o.sendWR = 1024
