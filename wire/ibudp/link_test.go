@@ -198,9 +198,11 @@ func TestLinkRX(t *testing.T) {
 }
 
 // With Dequeue, a packet is marked on the queue it leaves behind: of a
-// burst into a 2 Mb/s link (a frame every 4.3 ms), the first ECT(0)
+// burst into a 400 kb/s link (a frame every 21.6 ms), the first ECT(0)
 // packets, which leave 45 or more frames behind them, leave marked (a
-// timer 150 ms late would be needed to unmark them); the
+// timer 0.8 s late would be needed to unmark them; at 2 Mb/s, PSN 2 left
+// 8.6 ms after the first, before a loaded -race run had queued the rest
+// of the burst, and left unmarked); the
 // last ones, which leave less than 10 KB, never are (a late timer only
 // drains the queue further, so it can unmark a packet, never mark one);
 // the marks met at enqueue (TestLinkTailDropAndMark) are the other end
@@ -209,7 +211,7 @@ func TestLinkMarkDequeue(t *testing.T) {
 	eachLinkMode(t, func(t *testing.T, f *Faulty, a, b Port, r *receiver) {
 		tap := &linkTap{}
 		SetTap(f, tap)
-		l := Link{Rate: 2_000_000, Queue: 50 << 10, KMin: 10 << 10, KMax: 10 << 10, PMax: 1, Dequeue: true}
+		l := Link{Rate: 400_000, Queue: 50 << 10, KMin: 10 << 10, KMax: 10 << 10, PMax: 1, Dequeue: true}
 		f.SetTX(Faults{Link: l})
 		const frame = 12 + 1000 + 4 + 20 + 8 + 14 + 4
 		const n = 48 // what fits: 48 frames of 1082 bytes in 50 KB
