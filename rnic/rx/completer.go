@@ -195,11 +195,19 @@ func (h *Handler) retry(qp *qpmgr.QP, why trace.RetryReason) {
 // go-back started from less than a round trip ago is answered already:
 // the packet it asks for is on its way, and going back again would
 // resend everything after it once more. Such NAKs come from a responder
-// that repeats its NAK while the gap lasts (nak.go).
+// that repeats its NAK while the gap lasts (nak.go). Before the round
+// trip's first sample it is taken as minRTO, not 0: a requester whose
+// receive was delayed 1 ms took the first NAK and its repeat in one
+// batch, 7 us apart, and went back twice (TestTraceWriteWithLoss, 1 run
+// in 10 under -race).
 func (h *Handler) retryNAK(qp *qpmgr.QP, psn uint32) {
 	c := &qp.Comp
 	if c.HaveGoBack && c.GoBackPSN == c.PSN {
-		if srtt, _ := h.FC.RTT(&qp.FC); time.Since(c.GoBackAt) < time.Duration(srtt) {
+		rtt := minRTO
+		if srtt, _ := h.FC.RTT(&qp.FC); srtt != 0 {
+			rtt = time.Duration(srtt)
+		}
+		if time.Since(c.GoBackAt) < rtt {
 			return
 		}
 	}
