@@ -58,6 +58,12 @@ func (t *portTap) Packet(at ibudp.TapPoint, hdr, roce []byte, icrc ibudp.ICRCSta
 	}
 }
 
+// WantsPayload reports whether a capture is on: the trace reads only a
+// packet's headers, length and ICRC, so without a capture the port may
+// send payloads from registered memory without copying them in for the
+// tap (ibudp.PayloadTap).
+func (t *portTap) WantsPayload() bool { return t.capture.Load() != nil }
+
 // LinkPacket turns the fault injector's bottleneck link's marks and tail
 // drops into trace events, with the depth of the queue they met.
 func (t *portTap) LinkPacket(at ibudp.TapPoint, roce []byte, depth int) {

@@ -166,9 +166,14 @@ const iovsPerBuf = 3
 // copy makes redundant: one of the two copies per byte rnicd made beyond
 // TCP's (BENCHMARKS.md, "Sending from registered memory").
 func (u *udpPort) sealInto(env *bth.Envelope, b *Buf, iovs []unix.Iovec) int {
-	if b.flip == 0 && u.tap.load() == nil {
+	if t := u.tap.load(); b.flip == 0 && (t == nil || !wantsPayload(t)) {
 		if head, payload, tail, ok := b.lentParts(); ok {
 			u.txSum.sealEnvelopeParts(env, head, payload, tail)
+			if t != nil {
+				// The trace's tap: headers, length and ICRC only.
+				roce := b.Data[Headroom : Headroom+b.N]
+				t.Packet(TapSent, u.sentHeader(env, roce), roce, ICRCUnchecked)
+			}
 			n := 0
 			for _, p := range [...][]byte{head, payload, tail} {
 				if len(p) > 0 {

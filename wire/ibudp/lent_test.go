@@ -2,6 +2,7 @@ package ibudp
 
 import (
 	"bytes"
+	"sync"
 	"testing"
 	"time"
 
@@ -106,5 +107,72 @@ func TestSetPayloadRef(t *testing.T) {
 	}
 	if !bytes.Equal(r[:bth.BTHLen], make([]byte, bth.BTHLen)) || !bytes.Equal(r[bth.BTHLen+3:], make([]byte, bth.ICRCLen)) {
 		t.Fatalf("RoCE wrote outside the payload: % x", r)
+	}
+}
+
+// sentTap records what a tap is shown of sent packets; payload is what
+// its WantsPayload says.
+type sentTap struct {
+	payload bool
+	mu      sync.Mutex
+	roce    [][]byte
+}
+
+func (s *sentTap) Packet(at TapPoint, hdr, roce []byte, icrc ICRCStatus) {
+	if at != TapSent {
+		return
+	}
+	s.mu.Lock()
+	s.roce = append(s.roce, bytes.Clone(roce))
+	s.mu.Unlock()
+}
+
+func (s *sentTap) WantsPayload() bool { return s.payload }
+
+// A tap that reads no payload (rnic's trace) leaves lent payloads where
+// they lie and sees each packet's headers, length and ICRC; one that does
+// (a capture) makes the port copy them in and sees the packets whole.
+func TestUDPSendLentPayloadTap(t *testing.T) {
+	for _, wants := range []bool{false, true} {
+		a := openPort(t, Config{Addr: looptest.Get(t), Mode: ModeUDP})
+		b := openPort(t, Config{Addr: looptest.Get(t), Mode: ModeUDP})
+		rb := startReceiver(b)
+		tap := &sentTap{payload: wants}
+		if !SetTap(a, tap) {
+			t.Fatal("SetTap refused")
+		}
+		const n = 8
+		bufs := make([]*Buf, n)
+		for i := range bufs {
+			bufs[i] = NewBuf()
+			fillPacket(t, bufs[i], 0x11, 100+uint32(i), 4096)
+			bufs[i].Peer = b.Addr()
+		}
+		lendPayloads(t, bufs)
+		if err := a.Send(bufs); err != nil {
+			t.Fatal(err)
+		}
+		for i, buf := range bufs {
+			if lent := buf.ext != nil; lent == wants {
+				t.Fatalf("wants payload %v: packet %d still lent %v after Send", wants, i, lent)
+			}
+		}
+		got := rb.get(t, n, 3*time.Second)
+		byPSN := map[uint32][]byte{}
+		for _, g := range got {
+			byPSN[bth.BTH(g.roce).PSN()] = g.roce
+		}
+		if len(tap.roce) != n {
+			t.Fatalf("tap saw %d packets, want %d", len(tap.roce), n)
+		}
+		for _, r := range tap.roce {
+			w := byPSN[bth.BTH(r).PSN()]
+			if len(r) != len(w) || !bytes.Equal(r[:bth.BTHLen], w[:bth.BTHLen]) || !bytes.Equal(r[len(r)-bth.ICRCLen:], w[len(w)-bth.ICRCLen:]) {
+				t.Fatalf("wants payload %v: tap saw\n% x\nwire had\n% x", wants, r[:16], w[:16])
+			}
+			if wants && !bytes.Equal(r, w) {
+				t.Fatalf("a tap that wants payloads saw a packet that differs from the wire's")
+			}
+		}
 	}
 }

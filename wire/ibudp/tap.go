@@ -65,6 +65,23 @@ type Tap interface {
 	Packet(at TapPoint, hdr, roce []byte, icrc ICRCStatus)
 }
 
+// PayloadTap is a Tap that can say it does not read payloads: one whose
+// WantsPayload reports false is handed sent packets whose payload is lent
+// from registered memory (Buf.SetPayloadRef) without the payload being
+// copied in first, and the payload bytes of the roce it gets (and an IPv6
+// header's UDP checksum, which covers them) are then unspecified; the
+// headers, the length and the sealed ICRC are the packet's. rnic's trace reads only those; a capture wants the payload.
+type PayloadTap interface {
+	Tap
+	WantsPayload() bool
+}
+
+// wantsPayload reports whether t needs a sent packet's payload.
+func wantsPayload(t Tap) bool {
+	pt, ok := t.(PayloadTap)
+	return !ok || pt.WantsPayload()
+}
+
 // tapRef boxes a Tap for an atomic pointer.
 type tapRef struct{ Tap }
 
