@@ -150,10 +150,13 @@ func TestObserveDaemons(t *testing.T) {
 	if out := runTool(t, rnic, "inject", "-d", "rnicC", "off"); out != "rnicC tx: off\nrnicC rx: off\n" {
 		t.Errorf("rnic inject off printed %q", out)
 	}
-	writeAndCheck(t, a, b, 0x53, 2000, 8192, 33, "WRITE after inject off")
+	// Six packets: with the first WRITE's three they put more than 8 KiB
+	// in rnicD's capture whatever the number of WRITEs followTrace made
+	// (one, under load), so that its capture rotates.
+	writeAndCheck(t, a, b, 0x53, 6000, 8192, 33, "WRITE after inject off")
 	c2, d2 := scrape(t, mC, "rnicC"), scrape(t, mD, "rnicD")
-	if c2[`fault_dropped{dir="tx"}`] != c1[`fault_dropped{dir="tx"}`] || c2["sent_pkts"]-c1["sent_pkts"] != 2 {
-		t.Errorf("after inject off: dropped %v → %v, sent_pkts grew by %v (want 2)",
+	if c2[`fault_dropped{dir="tx"}`] != c1[`fault_dropped{dir="tx"}`] || c2["sent_pkts"]-c1["sent_pkts"] != 6 {
+		t.Errorf("after inject off: dropped %v → %v, sent_pkts grew by %v (want 6)",
 			c1[`fault_dropped{dir="tx"}`], c2[`fault_dropped{dir="tx"}`], c2["sent_pkts"]-c1["sent_pkts"])
 	}
 
