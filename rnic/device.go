@@ -59,6 +59,14 @@ type Config struct {
 	// memory into the packet, as before issue 16, instead of the port
 	// sending it from the region (wqe.Engine.CopyPayload).
 	CopyPayload bool
+	// CoalescePosts lets a post of small WQEs on an RC QP that awaits an
+	// ACK leave them queued, for the ACK or the application's next busy
+	// poll (PollRx) to send together (coalesce.go). For a NIC in the
+	// application's process, whose posts would otherwise each run the
+	// requester and send one packet; false (the zero value) sends at
+	// every post, as a daemon, whose doorbells come in batches already,
+	// does.
+	CoalescePosts bool
 }
 
 // DefaultAckHold is the delayed-ACK hold time: longer than an application
@@ -100,6 +108,9 @@ type Device struct {
 	recvTX   *txBatch
 
 	held heldAcks
+	// coalesce holds the QPs whose posts wait for an ACK or a poll
+	// (coalesce.go); nil without Config.CoalescePosts.
+	coalesce *coalescer
 
 	done      chan struct{}
 	wg        sync.WaitGroup
@@ -142,6 +153,9 @@ func Open(cfg Config) (*Device, error) {
 	}
 	d.fc = fc
 	d.req = wqe.Engine{DMA: d.dma, Trace: d.probe, FC: fc, Paced: d.pace, CopyPayload: cfg.CopyPayload}
+	if cfg.CoalescePosts {
+		d.coalesce = &coalescer{}
+	}
 	d.sendTX = d.newTX()
 	d.recvTX = d.newTX()
 	d.recvBufs = make([]*ibudp.Buf, d.batch)
@@ -335,8 +349,11 @@ func (d *Device) pollPipeline(p ibudp.Poller) {
 // with no wake-up of the pipeline's goroutine on the way: busy polling,
 // as Linux runs a driver's NAPI poll in a busy-polling socket reader. It
 // returns how many packets it handled: 0 if none was there, if the port
-// cannot be polled, or if the pipeline is at work already.
+// cannot be polled, or if the pipeline is at work already. First it sends
+// what the application posted since its last poll and left waiting (post
+// coalescing, coalesce.go).
 func (d *Device) PollRx() int {
+	d.coalesce.flush(d)
 	p, ok := d.port.(ibudp.Poller)
 	if !ok || !d.recvMu.TryLock() {
 		return 0

@@ -70,7 +70,7 @@ func openNode(t testing.TB, addr netip.Addr, o pairOpts, seed int64, name string
 		t.Fatal(err)
 	}
 	n.dev, err = rnic.Open(rnic.Config{Port: p, Name: name, Trace: o.trace, Window: o.window, AckHold: o.ackHold, CC: cc,
-		Retry7Forever: o.retry7Ever, Batch: o.batch, CopyPayload: o.copyPayload})
+		Retry7Forever: o.retry7Ever, Batch: o.batch, CopyPayload: o.copyPayload, CoalescePosts: o.coalesce})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,6 +128,7 @@ type pairOpts struct {
 	retry7Ever  bool          // rnic.Config.Retry7Forever
 	batchB      int           // rnic.Config.Batch of b only
 	batch       int           // set from batchB for b
+	coalesce    bool          // rnic.Config.CoalescePosts on both devices
 }
 
 func newPair(t testing.TB, o pairOpts) *pair {

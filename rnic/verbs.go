@@ -208,8 +208,13 @@ func (d *Device) postSend(qp *QP, wrs []SendWR) error {
 		d.tracePost(qp, wqes[:posted])
 	}
 	qp.Flush() // in ERR a WR completes at once, flushed
+	wait := d.coalesce.mayWait(qp, wqes[:posted])
 	qp.Unlock()
-	d.ring(qp)
+	if wait {
+		d.coalesce.add(d, qp)
+	} else {
+		d.ring(qp)
+	}
 	if bad != nil {
 		return bad
 	}

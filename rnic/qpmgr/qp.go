@@ -210,6 +210,10 @@ type QP struct {
 	kick func(*QP)
 	// Scheduled is set while the QP is on the send pipeline's run list.
 	Scheduled atomic.Bool
+	// Coalesced is set while the QP is on the device's list of QPs whose
+	// posts wait for an ACK or the application's next poll (rnic's post
+	// coalescing).
+	Coalesced atomic.Bool
 	// TimerFired is set by the retransmission timer; the send pipeline
 	// hands it to the completer.
 	TimerFired atomic.Bool

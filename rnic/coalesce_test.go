@@ -1,0 +1,127 @@
+package rnic_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/rnicd/rnicd/ib"
+	"github.com/rnicd/rnicd/rnic"
+	"github.com/rnicd/rnicd/wire/ibudp"
+)
+
+// coalesceWrites posts n signaled 64-byte WRITEs from p.a to p.b, wr_id
+// first+i, each from and to its own 64 bytes at off+64*i, filled with a
+// pattern of its own, one post each as perftest posts them.
+func coalesceWrites(t *testing.T, p *pair, first uint64, off, n int) {
+	t.Helper()
+	for i := 0; i < n; i++ {
+		o := off + 64*i
+		fill(p.a.mem[o:o+64], int(first)+i)
+		mustPost(t, p.a, p.qa, rnic.SendWR{WRID: first + uint64(i), Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled,
+			SGL: []rnic.SGE{sge(p.a, o, 64)}, RemoteAddr: memVA + uint64(o), RKey: p.b.mr.RKey})
+	}
+}
+
+// checkWrites checks the completions of coalesceWrites' WRITEs, in order
+// and field by field, and their bytes at the responder.
+func checkWrites(t *testing.T, p *pair, wcs []rnic.WC, first uint64, off int) {
+	t.Helper()
+	for i, wc := range wcs {
+		checkWC(t, wc, rnic.WC{WRID: first + uint64(i), Status: ib.WCSuccess, Opcode: ib.WCRDMAWrite, ByteLen: 64, QPNum: p.qa.QPN})
+	}
+	n := len(wcs)
+	sameBytes(t, "WRITEs at the responder", p.b.mem[off:off+64*n], p.a.mem[off:off+64*n])
+}
+
+// With post coalescing, small WRITEs posted while an earlier one awaits
+// its ACK wait, and the ACK sends them: no poll of the application's,
+// no retransmission. The ACKs reach the requester 100 ms late (the
+// fault injector's delay), so the ten posts all find the first WRITE in
+// flight.
+func TestCoalescePostsACKSends(t *testing.T) {
+	p := newPair(t, pairOpts{faulty: true, coalesce: true, timeout: 18}) // 1.07 s: no timer fires
+	p.a.faulty.SetRX(ibudp.Faults{Delay: 100 * time.Millisecond})
+	coalesceWrites(t, p, 1, 0, 1)
+	if got := counter(p.a, "sent_pkts"); got != 1 {
+		t.Fatalf("a WRITE on an idle QP: sent_pkts %d, want 1 at once", got)
+	}
+	coalesceWrites(t, p, 2, 64, 10)
+	if got, sent := counter(p.a, "post_deferred"), counter(p.a, "sent_pkts"); got != 10 || sent != 1 {
+		t.Fatalf("ten WRITEs behind one in flight: post_deferred %d, sent_pkts %d; want 10 waiting, 1 sent", got, sent)
+	}
+	wcs := p.a.poll(11, 10*time.Second)
+	checkWrites(t, p, wcs, 1, 0)
+	for name, want := range map[string]uint64{"sent_pkts": 11, "retransmitted_pkts": 0, "local_ack_timeout_err": 0, "post_deferred": 10} {
+		if got := counter(p.a, name); got != want {
+			t.Errorf("%s = %d, want %d", name, got, want)
+		}
+	}
+	if got := counter(p.b, "rcvd_pkts"); got != 11 {
+		t.Errorf("responder rcvd_pkts = %d, want 11", got)
+	}
+}
+
+// The application's busy poll (PollRx) sends what it posted since its last
+// poll, together, before any ACK comes; a post on an idle QP and a
+// multi-packet WRITE never wait. The requester's receive drops every
+// packet, so only the poll can send the waiting WRITEs (the
+// retransmission timer is 1.07 s away).
+func TestCoalescePostsPollSends(t *testing.T) {
+	p := newPair(t, pairOpts{faulty: true, coalesce: true, timeout: 18})
+	p.a.faulty.SetRX(ibudp.Faults{Drop: 1})
+	coalesceWrites(t, p, 1, 0, 1)
+	// Three packets at MTU 1024: a GSO run of its own, sent at once.
+	fill(p.a.mem[4096:7096], 99)
+	mustPost(t, p.a, p.qa, rnic.SendWR{WRID: 50, Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled,
+		SGL: []rnic.SGE{sge(p.a, 4096, 3000)}, RemoteAddr: memVA + 4096, RKey: p.b.mr.RKey})
+	if got, sent := counter(p.a, "post_deferred"), counter(p.a, "sent_pkts"); got != 0 || sent != 4 {
+		t.Fatalf("a 3-packet WRITE behind one in flight: post_deferred %d, sent_pkts %d; want 0, 4", got, sent)
+	}
+	coalesceWrites(t, p, 2, 64, 10)
+	if got, sent := counter(p.a, "post_deferred"), counter(p.a, "sent_pkts"); got != 10 || sent != 4 {
+		t.Fatalf("ten 64-byte WRITEs behind: post_deferred %d, sent_pkts %d; want 10, 4", got, sent)
+	}
+	p.a.dev.PollRx()
+	if got := counter(p.a, "sent_pkts"); got != 14 {
+		t.Fatalf("after PollRx sent_pkts = %d, want 14: the poll sends the ten", got)
+	}
+	waitCounter(t, p.b, "rcvd_pkts", 14, 10*time.Second)
+	p.b.fence()
+	sameBytes(t, "WRITEs at the responder", p.b.mem[0:704], p.a.mem[0:704])
+	sameBytes(t, "3-packet WRITE at the responder", p.b.mem[4096:7096], p.a.mem[4096:7096])
+
+	// The ACKs were lost: the retransmission timer sends the WRITEs
+	// again, and they complete in order.
+	p.a.faulty.SetRX(ibudp.Faults{})
+	wcs := p.a.poll(12, 10*time.Second)
+	checkWC(t, wcs[0], rnic.WC{WRID: 1, Status: ib.WCSuccess, Opcode: ib.WCRDMAWrite, ByteLen: 64, QPNum: p.qa.QPN})
+	checkWC(t, wcs[1], rnic.WC{WRID: 50, Status: ib.WCSuccess, Opcode: ib.WCRDMAWrite, ByteLen: 3000, QPNum: p.qa.QPN})
+	checkWrites(t, p, wcs[2:], 2, 64)
+}
+
+// A ping-pong QP, whose responder holds its ACKs for its next request,
+// never waits: two such QPs would each wait for the other's ACK until
+// the hold ran out. Each side's SEND goes at once.
+func TestCoalescePostsPingPong(t *testing.T) {
+	p := newPair(t, pairOpts{coalesce: true})
+	const rounds = 50
+	for i := 0; i < rounds; i++ {
+		mustRecv(t, p.b, p.qb, rnic.RecvWR{WRID: uint64(i), SGL: []rnic.SGE{sge(p.b, 0, 64)}})
+		mustRecv(t, p.a, p.qa, rnic.RecvWR{WRID: uint64(i), SGL: []rnic.SGE{sge(p.a, 0, 64)}})
+		mustPost(t, p.a, p.qa, rnic.SendWR{WRID: uint64(i), Opcode: ib.WRSend, Flags: ib.SendSignaled, SGL: []rnic.SGE{sge(p.a, 64, 8)}})
+		p.b.poll(1, 10*time.Second)
+		mustPost(t, p.b, p.qb, rnic.SendWR{WRID: uint64(i), Opcode: ib.WRSend, Flags: ib.SendSignaled, SGL: []rnic.SGE{sge(p.b, 64, 8)}})
+		got := p.a.poll(2, 10*time.Second)
+		p.b.poll(1, 10*time.Second)
+		if len(got) != 2 {
+			t.Fatalf("round %d: %d completions", i, len(got))
+		}
+	}
+	for _, n := range []*node{p.a, p.b} {
+		for _, name := range []string{"local_ack_timeout_err", "post_deferred"} {
+			if got := counter(n, name); got != 0 {
+				t.Errorf("%s = %d, want 0", name, got)
+			}
+		}
+	}
+}
