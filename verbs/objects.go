@@ -250,7 +250,7 @@ func OpenLocal(cfg LocalConfig) (*Context, error) {
 			return nil, fmt.Errorf("verbs: open local %s: %w", cfg.Name, err)
 		}
 	}
-	c, err := openNIC(rnic.Config{Port: p, Name: cfg.Name})
+	c, err := openNIC(rnic.Config{Port: p, Name: cfg.Name, CoalescePosts: true})
 	if err != nil {
 		return nil, fmt.Errorf("verbs: open local %s: %w", cfg.Name, err)
 	}
@@ -345,7 +345,7 @@ func openDirect(name string, lender *hostif.Client) (*Context, error) {
 		p = faulty
 	}
 	b := lend.NewBorrower(area, faulty)
-	c, err := openNIC(rnic.Config{Port: p, Name: name, QPNFirst: lent.QPNFirst, QPNLast: lent.QPNLast, Trace: b.Tracer()})
+	c, err := openNIC(rnic.Config{Port: p, Name: name, QPNFirst: lent.QPNFirst, QPNLast: lent.QPNLast, Trace: b.Tracer(), CoalescePosts: true})
 	if err != nil {
 		b.Close()
 		return nil, err
