@@ -13,5 +13,8 @@
 // may also run in an application's goroutine: a post whose send pipeline
 // is idle runs the requester itself, and PollRx runs the receive pipeline
 // for an application that busy-polls, so that a message needs no wake-up
-// of the device's goroutines on its way.
+// of the device's goroutines on its way. A device in the application's
+// process (Config.CoalescePosts) lets small posts on a QP that awaits an
+// ACK wait for that ACK or the next PollRx, so that they leave together
+// as one run (coalesce.go).
 package rnic
