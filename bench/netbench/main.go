@@ -241,8 +241,10 @@ func measure(cfg config, linkMTU int) ([]row, error) {
 		def.name = "default path (the daemons')"
 	}
 	paths := []path{def}
+	var daemons path // the daemons' own path, if the default is not that already
 	if cfg.daemonFlag != "" {
-		paths = append(paths, path{"daemons' path (" + cfg.daemonFlag + ")", perftestDaemon, true})
+		daemons = path{"daemons' path (" + cfg.daemonFlag + ")", perftestDaemon, true}
+		paths = append(paths, daemons)
 	}
 	direct := path{"--direct", perftestDirect, false}
 	paths = append(paths, direct)
@@ -259,7 +261,15 @@ func measure(cfg config, linkMTU int) ([]row, error) {
 	}
 	var oneQP float64
 	for _, p := range paths {
+		// Best of two, as iperf3 TCP's anchor is: the first run after a
+		// setup came out 18.9 Gbit/s where the same row gave 24.3 a
+		// minute later (calm host, 2026-11-24 11:58).
 		r, v := bw("ib_write_bw", 1, p)
+		first := v // the 1024-QP ratio below pairs single runs
+		if r2, v2 := bw("ib_write_bw", 1, p); v2 > v {
+			r, v = r2, v2
+		}
+		r.what += ", best of 2"
 		if ib == 4096 {
 			// Issue 16: 1.0x the kernel's TCP on the default path, 0.8x
 			// through the daemons.
@@ -271,7 +281,7 @@ func measure(cfg config, linkMTU int) ([]row, error) {
 			}
 		}
 		if p.name == def.name {
-			oneQP = v
+			oneQP = first
 		}
 		rows = append(rows, r)
 	}
@@ -302,7 +312,10 @@ func measure(cfg config, linkMTU int) ([]row, error) {
 	for _, t := range []struct {
 		p   path
 		qps int
-	}{{def, 1}, {def, 16}, {direct, 1}} {
+	}{{def, 1}, {def, 16}, {direct, 1}, {daemons, 1}} {
+		if t.p.name == "" {
+			continue // no daemons' path of its own in this build
+		}
 		what := fmt.Sprintf("RC write 64 B message rate, MTU %d, %d QP, %s", ib, t.qps, t.p.name)
 		res, err := t.p.run(cfg, "ib_write_bw", []string{"-s", "64", "-n", iters, "-q", strconv.Itoa(t.qps)})
 		if err != nil {
