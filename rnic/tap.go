@@ -35,7 +35,7 @@ func (t *portTap) Packet(at ibudp.TapPoint, hdr, roce []byte, icrc ibudp.ICRCSta
 		e.Aux = uint32(roce[bth.BTHLen]) // the AETH syndrome: ACK, NAK or RNR NAK
 	}
 	switch at {
-	case ibudp.TapSent:
+	case ibudp.TapSent, ibudp.TapSentHeaders:
 		e.Step, e.Arg = trace.StepICRC, binary.LittleEndian.Uint32(roce[len(roce)-bth.ICRCLen:])
 		t.probe.Emit(e)
 		e.Step, e.Arg = trace.StepTransmit, 0
@@ -62,7 +62,19 @@ func (t *portTap) Packet(at ibudp.TapPoint, hdr, roce []byte, icrc ibudp.ICRCSta
 // packet's headers, length and ICRC, so without a capture the port may
 // send payloads from registered memory without copying them in for the
 // tap (ibudp.PayloadTap).
-func (t *portTap) WantsPayload() bool { return t.capture.Load() != nil }
+func (t *portTap) WantsPayload() bool {
+	c := t.capture.Load()
+	if c == nil {
+		return false
+	}
+	// A capture that says when it wants payloads (a borrower's, which
+	// copies packets to the daemon only while the daemon captures) is
+	// asked; any other wants them all.
+	if pt, ok := c.Tap.(ibudp.PayloadTap); ok {
+		return pt.WantsPayload()
+	}
+	return true
+}
 
 // LinkPacket turns the fault injector's bottleneck link's marks and tail
 // drops into trace events, with the depth of the queue they met.

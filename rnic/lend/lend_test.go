@@ -152,3 +152,42 @@ func FuzzSnapshot(f *testing.F) {
 		}
 	})
 }
+
+// A borrower's capture wants sent payloads only while the daemon captures,
+// so that otherwise the port sends them from registered memory without
+// copying them in; a packet shown without its payload (TapSentHeaders)
+// never reaches the daemon's capture, even while it captures.
+func TestCaptureWantsPayload(t *testing.T) {
+	a := newArea(t)
+	tap := NewBorrower(a, nil).Capture().(ibudp.PayloadTap)
+	hdr := bytes.Repeat([]byte{0x45}, 28)
+	roce := bytes.Repeat([]byte{0xcd}, 64)
+	count := func() (n int) {
+		scratch := make([]byte, maxRecord)
+		if _, err := a.drain(scratch, func(typ uint16, p []byte) {
+			if at, _, h, r, ok := decodePacket(p); !ok || at != ibudp.TapSent || !bytes.Equal(h, hdr) || !bytes.Equal(r, roce) {
+				t.Fatalf("drained packet %v %d+%d bytes", at, len(h), len(r))
+			}
+			n++
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if tap.WantsPayload() {
+		t.Fatal("wants payloads while the daemon does not capture")
+	}
+	tap.Packet(ibudp.TapSent, hdr, roce, ibudp.ICRCUnchecked)
+	if n := count(); n != 0 {
+		t.Fatalf("%d packets copied while the daemon does not capture", n)
+	}
+	a.u32(offCapture).Store(1)
+	if !tap.WantsPayload() {
+		t.Fatal("wants no payloads while the daemon captures")
+	}
+	tap.Packet(ibudp.TapSentHeaders, hdr, roce, ibudp.ICRCUnchecked)
+	tap.Packet(ibudp.TapSent, hdr, roce, ibudp.ICRCUnchecked)
+	if n := count(); n != 1 {
+		t.Fatalf("%d packets reached the daemon, want the one sent whole", n)
+	}
+}

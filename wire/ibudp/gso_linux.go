@@ -172,7 +172,7 @@ func (u *udpPort) sealInto(env *bth.Envelope, b *Buf, iovs []unix.Iovec) int {
 			if t != nil {
 				// The trace's tap: headers, length and ICRC only.
 				roce := b.Data[Headroom : Headroom+b.N]
-				t.Packet(TapSent, u.sentHeader(env, roce), roce, ICRCUnchecked)
+				t.Packet(TapSentHeaders, u.sentHeader(env, roce), roce, ICRCUnchecked)
 			}
 			n := 0
 			for _, p := range [...][]byte{head, payload, tail} {

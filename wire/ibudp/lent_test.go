@@ -2,6 +2,7 @@ package ibudp
 
 import (
 	"bytes"
+	"maps"
 	"sync"
 	"testing"
 	"time"
@@ -116,14 +117,19 @@ type sentTap struct {
 	payload bool
 	mu      sync.Mutex
 	roce    [][]byte
+	points  map[TapPoint]int
 }
 
 func (s *sentTap) Packet(at TapPoint, hdr, roce []byte, icrc ICRCStatus) {
-	if at != TapSent {
+	if at != TapSent && at != TapSentHeaders {
 		return
 	}
 	s.mu.Lock()
 	s.roce = append(s.roce, bytes.Clone(roce))
+	if s.points == nil {
+		s.points = map[TapPoint]int{}
+	}
+	s.points[at]++
 	s.mu.Unlock()
 }
 
@@ -164,6 +170,15 @@ func TestUDPSendLentPayloadTap(t *testing.T) {
 		}
 		if len(tap.roce) != n {
 			t.Fatalf("tap saw %d packets, want %d", len(tap.roce), n)
+		}
+		// Without the payload copied in, the tap is told so: a capture
+		// that starts meanwhile cannot record the stale bytes.
+		want := map[TapPoint]int{TapSentHeaders: n}
+		if wants {
+			want = map[TapPoint]int{TapSent: n}
+		}
+		if !maps.Equal(tap.points, want) {
+			t.Fatalf("wants payload %v: tap points %v, want %v", wants, tap.points, want)
 		}
 		for _, r := range tap.roce {
 			w := byPSN[bth.BTH(r).PSN()]

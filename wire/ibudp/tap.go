@@ -24,6 +24,12 @@ const (
 	TapLinkMarkRX
 	TapLinkDropTX
 	TapLinkDropRX
+	// TapSentHeaders: sent as TapSent, but with its payload lent from
+	// registered memory and not copied in for a PayloadTap that did not
+	// want it: the payload bytes of roce (and an IPv6 UDP checksum over
+	// them) are unspecified; headers, length and ICRC are the packet's.
+	// A capture must not record it as the packet (pcap.Writer ignores it).
+	TapSentHeaders
 )
 
 func (p TapPoint) String() string {
@@ -42,6 +48,8 @@ func (p TapPoint) String() string {
 		return "link-mark-tx"
 	case TapLinkMarkRX:
 		return "link-mark-rx"
+	case TapSentHeaders:
+		return "sent-headers"
 	case TapLinkDropTX:
 		return "link-drop-tx"
 	case TapLinkDropRX:
@@ -68,9 +76,12 @@ type Tap interface {
 // PayloadTap is a Tap that can say it does not read payloads: one whose
 // WantsPayload reports false is handed sent packets whose payload is lent
 // from registered memory (Buf.SetPayloadRef) without the payload being
-// copied in first, and the payload bytes of the roce it gets (and an IPv6
-// header's UDP checksum, which covers them) are then unspecified; the
-// headers, the length and the sealed ICRC are the packet's. rnic's trace reads only those; a capture wants the payload.
+// copied in first, as TapSentHeaders: the payload bytes of the roce it
+// gets (and an IPv6 header's UDP checksum, which covers them) are
+// unspecified; the headers, the length and the sealed ICRC are the
+// packet's. rnic's trace reads only those; a capture wants the payload,
+// and ignores TapSentHeaders should it start between the question and the
+// packet.
 type PayloadTap interface {
 	Tap
 	WantsPayload() bool
