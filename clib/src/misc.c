@@ -6,6 +6,8 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -205,11 +207,32 @@ EXPORT int ibv_resolve_eth_l2_from_gid(struct ibv_context *c, struct ibv_ah_attr
 /* Providers register themselves with libibverbs; rnicd is not one. */
 EXPORT void ibv_register_driver(const char *name, void *init) { (void)name; (void)init; }
 
-/* Historical helpers other rdma-core libraries import. */
-EXPORT int ibv_get_sysfs_path(char *buf, size_t size)
+/* Historical helpers other rdma-core libraries and Open MPI's openib
+ * import. rdma-core's prototype is const char *ibv_get_sysfs_path(void)
+ * (driver.h): a caller reads the returned string, so any other prototype
+ * hands it garbage (openib faulted at ibv_get_sysfs_path+0x12). As
+ * rdma-core's, it answers SYSFS_PATH without its trailing slashes when
+ * the caller is not setuid, else "/sys"; the answer is fixed at the
+ * first call, as rdma-core's cached one is. */
+static pthread_once_t sysfs_once = PTHREAD_ONCE_INIT;
+static char sysfs_path[256] = "/sys";
+
+static void sysfs_path_init(void)
 {
-	snprintf(buf, size, "/sys");
-	return 0;
+	const char *env = getuid() == geteuid() ? getenv("SYSFS_PATH") : NULL;
+	if (!env || !*env || strlen(env) >= sizeof(sysfs_path))
+		return;
+	size_t n = strlen(env);
+	while (n > 1 && env[n - 1] == '/')
+		n--;
+	memcpy(sysfs_path, env, n);
+	sysfs_path[n] = 0;
+}
+
+EXPORT const char *ibv_get_sysfs_path(void)
+{
+	pthread_once(&sysfs_once, sysfs_path_init);
+	return sysfs_path;
 }
 
 EXPORT int ibv_read_sysfs_file(const char *dir, const char *file, char *buf, size_t size)
