@@ -20,7 +20,8 @@ import (
 
 // EventChannel is struct rdma_event_channel: where the events of its CM
 // IDs arrive. It spans every rnicd its IDs use: one CM channel on each,
-// all waking one eventfd.
+// each with the read end of its daemon's wake pipe, and an eventfd for
+// the events made here.
 type EventChannel struct {
 	efd int
 
@@ -39,6 +40,7 @@ type device struct {
 	gidIndex uint8
 	mtu      ib.MTU
 	ch       uint32
+	wake     int // read end of the CM channel's wake pipe (when ch != 0)
 }
 
 type idKey struct {
@@ -107,6 +109,8 @@ func (ch *EventChannel) Destroy() error {
 	for _, d := range ch.devs {
 		if d.ch != 0 {
 			d.ctx.CMCall(hostif.KindCMDestroyChannel, &hostif.Handle{H: d.ch}, nil, &hostif.Empty{})
+			unix.Close(d.wake)
+			d.ch = 0
 		}
 		if ch.opened {
 			d.ctx.Close()
@@ -160,10 +164,18 @@ func (ch *EventChannel) channelOn(d *device) (uint32, error) {
 		return d.ch, nil
 	}
 	var h hostif.Handle
-	if _, err := d.ctx.CMCall(hostif.KindCMCreateChannel, &hostif.Empty{}, []int{ch.efd}, &h); err != nil {
+	fds, err := d.ctx.CMCall(hostif.KindCMCreateChannel, &hostif.Empty{}, nil, &h)
+	if err != nil {
 		return 0, fmt.Errorf("rdmacm: %s: %w", d.ctx.Name(), err)
 	}
-	d.ch = h.H
+	if len(fds) != 1 {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+		d.ctx.CMCall(hostif.KindCMDestroyChannel, &hostif.Handle{H: h.H}, nil, &hostif.Empty{})
+		return 0, fmt.Errorf("rdmacm: %s: create_event_channel's reply carries %d descriptors, want a wake pipe", d.ctx.Name(), len(fds))
+	}
+	d.ch, d.wake = h.H, fds[0]
 	return d.ch, nil
 }
 
@@ -409,12 +421,11 @@ func (id *ID) Destroy() error {
 // until ctx ends.
 func (ch *EventChannel) GetEvent(ctx context.Context) (*Event, error) {
 	for {
-		var n [8]byte
-		unix.Read(ch.efd, n[:]) // drained before looking, so a later event wakes the wait
+		// Drained before looking, so that a later event wakes the wait.
+		fds := ch.drain()
 		if e, err := ch.next(); e != nil || err != nil {
 			return e, err
 		}
-		fds := []unix.PollFd{{Fd: int32(ch.efd), Events: unix.POLLIN}}
 		if _, err := unix.Poll(fds, 50); err != nil && !errors.Is(err, unix.EINTR) {
 			return nil, fmt.Errorf("rdmacm: wait: %w", err)
 		}
@@ -422,6 +433,23 @@ func (ch *EventChannel) GetEvent(ctx context.Context) (*Event, error) {
 			return nil, err
 		}
 	}
+}
+
+// drain empties the channel's eventfd and its daemons' wake pipes and
+// returns them for poll.
+func (ch *EventChannel) drain() []unix.PollFd {
+	var b [64]byte
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	fds := []unix.PollFd{{Fd: int32(ch.efd), Events: unix.POLLIN}}
+	unix.Read(ch.efd, b[:8])
+	for _, d := range ch.devs {
+		if d.ch != 0 {
+			unix.Read(d.wake, b[:])
+			fds = append(fds, unix.PollFd{Fd: int32(d.wake), Events: unix.POLLIN})
+		}
+	}
+	return fds
 }
 
 // next returns a waiting event, or nil.

@@ -20,6 +20,9 @@ func runHelper(role string) error {
 	if role == "hog" {
 		return runHog()
 	}
+	if role == "wakehog" {
+		return runWakeHog()
+	}
 	if role != "target" {
 		return fmt.Errorf("unknown role %q", role)
 	}

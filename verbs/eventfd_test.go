@@ -5,14 +5,29 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
-// A wait sleeps in poll(2) until another thread writes the eventfd.
-func TestEventFDWakes(t *testing.T) {
-	e, err := newEventFD()
+// wakePipe is a wake pipe as the daemon makes one: the wait gets the
+// read end, and write is the daemon's write to the other.
+func wakePipe(t *testing.T) (e *eventFD, write func()) {
+	t.Helper()
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(p[1]) })
+	e, err := newEventFD(p[0])
 	if err != nil {
 		t.Fatal(err)
 	}
+	return e, func() { unix.Write(p[1], []byte{1, 0, 0, 0, 0, 0, 0, 0}) }
+}
+
+// A wait sleeps in poll(2) until the daemon writes the wake pipe.
+func TestEventFDWakes(t *testing.T) {
+	e, write := wakePipe(t)
 	defer e.close()
 	done := make(chan error, 1)
 	go func() { done <- e.wait(context.Background()) }()
@@ -21,7 +36,7 @@ func TestEventFDWakes(t *testing.T) {
 		t.Fatalf("wait returned %v with nothing written", err)
 	case <-time.After(50 * time.Millisecond):
 	}
-	e.add()
+	write()
 	if err := <-done; err != nil {
 		t.Fatalf("wait: %v", err)
 	}
@@ -33,13 +48,10 @@ func TestEventFDWakes(t *testing.T) {
 	}
 }
 
-// Cancelling a wait's context and closing the eventfd both end a wait
+// Cancelling a wait's context and closing the wait both end a wait
 // sleeping in poll(2).
 func TestEventFDCancelAndClose(t *testing.T) {
-	e, err := newEventFD()
-	if err != nil {
-		t.Fatal(err)
-	}
+	e, _ := wakePipe(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- e.wait(ctx) }()

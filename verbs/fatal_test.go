@@ -86,22 +86,19 @@ func TestDevicesSkipsStaleSockets(t *testing.T) {
 // A wait whose context ends just as its event arrives must leave nothing
 // behind that makes the next wait fail: an event is there, it is taken.
 func TestEventFDWaitAfterRacingCancel(t *testing.T) {
-	e, err := newEventFD()
-	if err != nil {
-		t.Fatal(err)
-	}
+	e, write := wakePipe(t)
 	defer e.close()
 	done, cancel := context.WithCancel(context.Background())
 	cancel()
 	for i := 0; i < 200; i++ {
 		// An event, and a context already over: the read and the
 		// deadline race, either may win.
-		e.add()
+		write()
 		if err := e.wait(done); err != nil && !errors.Is(err, context.Canceled) {
 			t.Fatalf("round %d: wait with a cancelled context: %v", i, err)
 		}
 		// Whatever won, an event is there now and the next wait takes it.
-		e.add()
+		write()
 		if err := e.wait(context.Background()); err != nil {
 			t.Fatalf("round %d: wait with an event pending: %v", i, err)
 		}

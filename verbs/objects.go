@@ -634,29 +634,42 @@ func (mr *MR) SGE(off, n int) SGE {
 	return SGE{Addr: mr.Addr + uint64(off), Length: uint32(n), LKey: mr.LKey}
 }
 
-// eventFD is an eventfd the daemon writes and this process waits on in
-// poll(2), not through the runtime's poller: a poller wait costs this
-// process two or three thread wake-ups per event where poll(2) costs one,
-// on the path of every completion a latency test waits for (package
-// kwait).
+// eventFD is the read end of a pipe the daemon writes (its wake pipe:
+// the daemon keeps the write end, so nothing this process does to the
+// descriptor can block the daemon), waited on in poll(2), not through
+// the runtime's poller: a poller wait costs this process two or three
+// thread wake-ups per event where poll(2) costs one, on the path of
+// every completion a latency test waits for (package kwait). intr is an
+// eventfd of this process's own that ends a wait early (a cancelled
+// context, close).
 type eventFD struct {
 	fd     int
+	intr   int
 	mu     sync.RWMutex // held shared while fd is used; close takes it
 	closed atomic.Bool
 }
 
-func newEventFD() (*eventFD, error) {
-	fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+// newEventFD waits on fd, the read end of a wake pipe the daemon sent;
+// it owns fd from now on, closing it on failure.
+func newEventFD(fd int) (*eventFD, error) {
+	intr, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
 	if err != nil {
+		unix.Close(fd)
 		return nil, fmt.Errorf("verbs: eventfd: %w", err)
 	}
-	return &eventFD{fd: fd}, nil
+	// The daemon hands the read end non-blocking; a wait sleeps in poll.
+	if err := unix.SetNonblock(fd, true); err != nil {
+		unix.Close(fd)
+		unix.Close(intr)
+		return nil, fmt.Errorf("verbs: wake pipe: %w", err)
+	}
+	return &eventFD{fd: fd, intr: intr}, nil
 }
 
-// add adds one to the counter, waking a wait; fd must be open.
-func (e *eventFD) add() { kwait.Signal(e.fd) }
+// add ends a wait; intr must be open.
+func (e *eventFD) add() { kwait.Signal(e.intr) }
 
-// interrupt wakes a wait, if the eventfd is still open.
+// interrupt wakes a wait, if the descriptors are still open.
 func (e *eventFD) interrupt() {
 	e.mu.RLock()
 	defer e.mu.RUnlock()
@@ -665,36 +678,38 @@ func (e *eventFD) interrupt() {
 	}
 }
 
-// wait blocks until the eventfd is written or ctx ends; it may return
-// early with no error (after a cancellation raced an event).
+// wait blocks until the daemon writes the pipe or ctx ends; it may
+// return early with no error (after a cancellation raced an event).
 func (e *eventFD) wait(ctx context.Context) error {
 	e.mu.RLock()
 	defer e.mu.RUnlock()
 	stop := context.AfterFunc(ctx, e.interrupt)
 	defer stop()
+	var b [64]byte // eight wake-ups at a time: the caller looks at its ring after any
 	for {
 		if e.closed.Load() {
 			return ErrClosed
 		}
-		var b [8]byte
 		n, _ := unix.Read(e.fd, b[:])
 		if err := ctx.Err(); err != nil {
-			// The counter is drained, interrupt's addition with it, so
-			// that the next wait does not end at once; an event taken
-			// with it is no loss: callers look at their ring again.
+			// An event taken with the cancellation is no loss:
+			// callers look at their ring again.
 			return err
 		}
-		if n == len(b) {
+		if n > 0 {
 			return nil
 		}
-		if err := kwait.Wait(e.fd, unix.POLLIN, -1); err != nil {
-			return fmt.Errorf("verbs: wait for eventfd: %w", err)
+		if err := kwait.Wait(e.fd, unix.POLLIN, e.intr); err != nil {
+			return fmt.Errorf("verbs: wait for the wake pipe: %w", err)
 		}
+		// Drained, so that the next wait does not end at once; what
+		// woke it (a cancelled ctx, close) is looked at above.
+		unix.Read(e.intr, b[:8])
 	}
 }
 
-// close wakes a wait in progress and closes the eventfd once no wait
-// uses it.
+// close wakes a wait in progress and closes the descriptors once no wait
+// uses them.
 func (e *eventFD) close() error {
 	if e.closed.Swap(true) {
 		return nil
@@ -702,6 +717,7 @@ func (e *eventFD) close() error {
 	e.add()
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	unix.Close(e.intr)
 	return unix.Close(e.fd)
 }
 
@@ -718,14 +734,19 @@ type CompChannel struct {
 
 // CreateCompChannel creates a completion channel (ibv_create_comp_channel).
 func (c *Context) CreateCompChannel() (*CompChannel, error) {
-	ev, err := newEventFD()
+	var r hostif.Handle
+	fds, err := c.call(hostif.KindCreateChannel, &hostif.Empty{}, nil, &r)
 	if err != nil {
 		return nil, err
 	}
-	var r hostif.Handle
-	// The daemon gets a duplicate through SCM_RIGHTS.
-	if _, err := c.call(hostif.KindCreateChannel, &hostif.Empty{}, []int{ev.fd}, &r); err != nil {
-		ev.close()
+	if len(fds) != 1 {
+		closeFDs(fds)
+		c.destroy(hostif.KindDestroyChannel, r.H)
+		return nil, fmt.Errorf("verbs: create_comp_channel: reply carries %d descriptors, want a wake pipe", len(fds))
+	}
+	ev, err := newEventFD(fds[0])
+	if err != nil {
+		c.destroy(hostif.KindDestroyChannel, r.H)
 		return nil, err
 	}
 	return &CompChannel{ctx: c, h: r.H, ev: ev}, nil
@@ -805,21 +826,28 @@ func (c *Context) CreateCQ(cqe int, ch *CompChannel) (*CQ, error) {
 	if cqe < 1 || cqe > rnic.MaxCQE {
 		return nil, fmt.Errorf("verbs: CQ size %d outside 1..%d", cqe, rnic.MaxCQE)
 	}
-	wake, err := newEventFD()
-	if err != nil {
-		return nil, err
-	}
 	req := &hostif.CreateCQReq{CQE: uint32(cqe)}
 	if ch != nil {
 		req.Channel = ch.h
 	}
 	var r hostif.RingReply
-	fds, err := c.call(hostif.KindCreateCQ, req, []int{wake.fd}, &r)
+	fds, err := c.call(hostif.KindCreateCQ, req, nil, &r)
 	if err != nil {
-		wake.close()
 		return nil, err
 	}
-	mem, ring, err := mapRing(fds, r.Send)
+	// The ring's memfd, then the read end of the CQ's wake pipe.
+	if len(fds) != 2 {
+		closeFDs(fds)
+		c.destroy(hostif.KindDestroyCQ, r.H)
+		return nil, fmt.Errorf("verbs: create_cq: reply carries %d descriptors, want a ring and a wake pipe", len(fds))
+	}
+	wake, err := newEventFD(fds[1])
+	if err != nil {
+		unix.Close(fds[0])
+		c.destroy(hostif.KindDestroyCQ, r.H)
+		return nil, err
+	}
+	mem, ring, err := mapRing(fds[:1], r.Send)
 	if err != nil {
 		wake.close()
 		c.destroy(hostif.KindDestroyCQ, r.H)
@@ -832,6 +860,12 @@ func (c *Context) CreateCQ(cqe int, ch *CompChannel) (*CQ, error) {
 		ch.mu.Unlock()
 	}
 	return cq, nil
+}
+
+func closeFDs(fds []int) {
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
 }
 
 // mapRing maps the ring memfd of a create reply and views the ring d.

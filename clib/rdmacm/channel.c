@@ -3,11 +3,11 @@
  * rdma_get_cm_event, rdma_ack_cm_event).
  *
  * Each rnicd an ID of the channel uses gets a CM channel of the daemon
- * holding a copy of the channel's eventfd (created on first use) and
- * writes it when it queues an event; the events made here
- * (ADDR_RESOLVED, ROUTE_RESOLVED) write it too. The channel's fd is an
- * epoll instance watching the eventfd (see struct cm_channel). rdma_get_cm_event drains
- * it, fetches what every rnicd holds into the channel's queue and hands
+ * (created on first use), whose wake pipe the daemon writes when it
+ * queues an event; the events made here (ADDR_RESOLVED, ROUTE_RESOLVED)
+ * write the channel's eventfd. The channel's fd is an epoll instance
+ * watching them all (see struct cm_channel). rdma_get_cm_event drains
+ * them, fetches what every rnicd holds into the channel's queue and hands
  * out the oldest; while the queue is not empty the fd stays readable, so
  * a program that polls the fd (rping of rdma-core 45 and later) sees an
  * event exactly when rdma_get_cm_event has one, as with the kernel's
@@ -94,6 +94,9 @@ EXPORT void rdma_destroy_event_channel(struct rdma_event_channel *channel)
 		put32(&req, ch->h[i]);
 		cm_call(dev_at(i), K_CM_DESTROY_CHANNEL, &req, -1, &rep);
 		ch->h[i] = 0;
+		epoll_ctl(ch->ch.fd, EPOLL_CTL_DEL, ch->wake[i], NULL);
+		close(ch->wake[i]);
+		ch->wake[i] = -1;
 	}
 	int keep = ch->waiters > 0;
 	struct cm_event *e = ch->head;
@@ -113,19 +116,32 @@ EXPORT void rdma_destroy_event_channel(struct rdma_event_channel *channel)
 }
 
 /* channel_on returns the channel's CM channel on d's rnicd, creating it
- * with a copy of the eventfd; ch->mu is held. */
+ * and watching its wake pipe; ch->mu is held. */
 int channel_on(struct cm_channel *ch, struct cm_dev *d, uint32_t *h)
 {
 	int i = dev_index(d);
 	if (!ch->h[i]) {
 		uint8_t r[16];
 		struct buf req = {.p = NULL, .len = 0}, rep = {.p = r, .len = sizeof(r)};
-		int err = cm_call(d, K_CM_CREATE_CHANNEL, &req, ch->efd, &rep);
+		int wake = -1;
+		int err = cm_call_rfd(d, K_CM_CREATE_CHANNEL, &req, &rep, &wake);
 		if (err)
 			return err;
-		ch->h[i] = get32(&rep);
-		if (rep.bad || !ch->h[i])
-			return EPROTO;
+		uint32_t hh = get32(&rep);
+		struct epoll_event ev = {.events = EPOLLIN};
+		if (rep.bad || !hh || wake < 0 || epoll_ctl(ch->ch.fd, EPOLL_CTL_ADD, wake, &ev) < 0) {
+			if (wake >= 0)
+				close(wake);
+			if (hh) {
+				uint8_t b[4];
+				struct buf dreq = {.p = b, .len = 4}, drep = {.p = r, .len = sizeof(r)};
+				put32(&dreq, hh);
+				cm_call(d, K_CM_DESTROY_CHANNEL, &dreq, -1, &drep);
+			}
+			return rep.bad || !hh || wake < 0 ? EPROTO : errno;
+		}
+		ch->h[i] = hh;
+		ch->wake[i] = wake;
 	}
 	*h = ch->h[i];
 	return 0;
@@ -437,12 +453,19 @@ static int fetch(struct cm_channel *ch)
 	return 0;
 }
 
-/* drain empties the eventfd (non-blocking) without waiting. */
+/* drain empties the eventfd and the daemons' wake pipes (all
+ * non-blocking) without waiting; ch->mu is held. */
 static void drain(struct cm_channel *ch)
 {
 	uint64_t v;
 	if (read(ch->efd, &v, sizeof(v)) < 0) {
 		/* EAGAIN: nothing to drain */
+	}
+	for (int i = 0; i < devs_count(); i++) {
+		uint8_t b[512];
+		if (ch->h[i] && read(ch->wake[i], b, sizeof(b)) < 0) {
+			/* EAGAIN: nothing to drain */
+		}
 	}
 }
 

@@ -35,8 +35,8 @@
 #include "../src/rnic.h"
 
 /* The private entries of this folder's libibverbs (src/private.c). */
-int rnicd_cm_call(struct ibv_context *ctx, int k, const void *req, size_t reqlen, int fd, void *rep, size_t cap,
-		  size_t *replen);
+int rnicd_cm_call(struct ibv_context *ctx, int k, const void *req, size_t reqlen, int fd, int *rfd, void *rep,
+		  size_t cap, size_t *replen);
 int rnicd_qp_sync(struct ibv_qp *qp);
 
 /* The most rnicds one process uses: a listener on the wildcard address
@@ -65,6 +65,7 @@ void addr_to_gid(const struct sockaddr *a, union ibv_gid *gid);
 void gid_to_addr(const uint8_t gid[16], uint16_t port_be, struct sockaddr_storage *out);
 socklen_t addr_len(const struct sockaddr *a);
 int cm_call(struct cm_dev *d, int k, struct buf *req, int fd, struct buf *rep);
+int cm_call_rfd(struct cm_dev *d, int k, struct buf *req, struct buf *rep, int *rfd);
 void cm_destroy_id(struct cm_dev *d, uint32_t h);
 
 /* Local states of a cm_id: what the program has asked of it, enough to
@@ -111,17 +112,18 @@ struct cm_event {
 	uint8_t data[256];
 };
 
-/* cm_channel is struct rdma_event_channel. efd is an eventfd that each
- * rnicd's CM channel of it writes, and that queue_event writes for the
- * events made here; the program's fd is an epoll instance watching it:
- * readable exactly when efd is, and a file of its own, so that the
- * O_NONBLOCK a program sets on it is the program's alone (rnicd wants
- * efd non-blocking, and a descriptor passed to it shares its flags). */
+/* cm_channel is struct rdma_event_channel. Each rnicd's CM channel of it
+ * has a wake pipe the daemon writes, whose read end is wake[i]; efd is
+ * an eventfd that queue_event writes for the events made here. The
+ * program's fd is an epoll instance watching them all: readable exactly
+ * when one of them is, and a file of its own, so that the O_NONBLOCK a
+ * program sets on it is the program's alone. */
 struct cm_channel {
 	struct rdma_event_channel ch;
 	int efd;
 	pthread_mutex_t mu;
 	uint32_t h[MAX_DEVS]; /* its CM channel on dev_at(i); 0: none yet */
+	int wake[MAX_DEVS];   /* that CM channel's wake pipe (when h[i] != 0) */
 	struct cm_event *head, *tail; /* events fetched or made, not yet given */
 	struct cm_id *ids;
 	int waiters, closed;

@@ -176,7 +176,19 @@ struct cm_dev *dev_route(const struct sockaddr *dst)
 int cm_call(struct cm_dev *d, int k, struct buf *req, int fd, struct buf *rep)
 {
 	size_t n = 0;
-	int err = rnicd_cm_call(d->verbs, k, req->p, req->off, fd, rep->p, rep->len, &n);
+	int err = rnicd_cm_call(d->verbs, k, req->p, req->off, fd, NULL, rep->p, rep->len, &n);
+	rep->len = err ? 0 : n;
+	rep->off = 0;
+	rep->bad = 0;
+	return err;
+}
+
+/* cm_call_rfd is cm_call for a reply that carries a descriptor (*rfd). */
+int cm_call_rfd(struct cm_dev *d, int k, struct buf *req, struct buf *rep, int *rfd)
+{
+	size_t n = 0;
+	*rfd = -1;
+	int err = rnicd_cm_call(d->verbs, k, req->p, req->off, -1, rfd, rep->p, rep->len, &n);
 	rep->len = err ? 0 : n;
 	rep->off = 0;
 	rep->bad = 0;

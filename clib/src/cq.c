@@ -4,15 +4,19 @@
  * A CQ is a ring the daemon writes completions into: ibv_poll_cq reads
  * them and stores the consumer index, with no system call;
  * ibv_req_notify_cq writes the ring's armed word. An armed CQ's event
- * counts in the ring's events word and writes its channel's eventfd,
- * which ibv_get_cq_event waits on.
+ * counts in the ring's events word and writes its channel's wake pipe,
+ * whose read end is the channel's fd, which ibv_get_cq_event waits on.
+ * The daemon makes the pipe and keeps the write end: the flags a program
+ * sets on its fd (O_NONBLOCK) are the read end's alone and cannot make
+ * the daemon's write block.
  */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
+#include <fcntl.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -49,21 +53,25 @@ EXPORT struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *ctx)
 		errno = ENOMEM;
 		return NULL;
 	}
-	/* The daemon writes the eventfd, which must be non-blocking so that
-	 * a saturated counter never stalls it. */
-	int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	if (fd < 0) {
-		free(c);
-		return NULL;
-	}
 	struct buf rep;
-	int err = call(ctx, K_CREATE_CHANNEL, NULL, fd, &rep, NULL);
+	int fd = -1;
+	int err = call(ctx, K_CREATE_CHANNEL, NULL, -1, &rep, &fd);
+	if (!err && fd < 0) {
+		rnic_log("rnicd's reply to create_comp_channel carries no wake pipe");
+		err = EPROTO;
+	}
 	if (err) {
-		close(fd);
+		if (fd >= 0)
+			close(fd);
 		free(c);
 		errno = err;
 		return NULL;
 	}
+	/* Blocking, as libibverbs' channel fd is until the program sets
+	 * O_NONBLOCK, which ibv_get_cq_event honours. */
+	int fl = fcntl(fd, F_GETFL);
+	if (fl >= 0)
+		fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
 	c->h = get32(&rep);
 	c->ch.context = ctx;
 	c->ch.fd = fd;
@@ -94,11 +102,7 @@ EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *ctx, int cqe, void *cq_c
 		return NULL;
 	}
 	struct rcq *q = calloc(1, sizeof(*q));
-	int wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	if (!q || wake < 0) {
-		free(q);
-		if (wake >= 0)
-			close(wake);
+	if (!q) {
 		errno = ENOMEM;
 		return NULL;
 	}
@@ -106,12 +110,11 @@ EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *ctx, int cqe, void *cq_c
 	struct buf req = {.p = b, .len = 8};
 	put32(&req, cqe);
 	put32(&req, channel ? ((struct rchan *)channel)->h : 0);
-	/* The eventfd is for a client that sleeps in the ring's waiting
-	 * word; this library waits on the channel instead, so the daemon's
-	 * copy is the only one needed. */
+	/* The reply's second descriptor, the CQ's wake pipe, is for a client
+	 * that sleeps in the ring's waiting word; this library waits on the
+	 * channel instead, and lets it go (read_msg closes it). */
 	struct ring_reply r;
-	int err = create_rings(ctx, K_CREATE_CQ, K_DESTROY_CQ, &req, wake, &r, &q->mem, &q->memlen, 1, CQE_BYTES, 0);
-	close(wake);
+	int err = create_rings(ctx, K_CREATE_CQ, K_DESTROY_CQ, &req, -1, &r, &q->mem, &q->memlen, 1, CQE_BYTES, 0);
 	if (err) {
 		free(q);
 		errno = err;
@@ -243,12 +246,23 @@ EXPORT int ibv_get_cq_event(struct ibv_comp_channel *ch, struct ibv_cq **cq, voi
 			}
 		}
 		pthread_mutex_unlock(&c->mu);
+		int fl = fcntl(ch->fd, F_GETFL);
 		struct pollfd p[2] = {{.fd = ch->fd, .events = POLLIN}, {.fd = x->conn.fd, .events = POLLRDHUP}};
-		if (poll(p, 2, -1) < 0 && errno != EINTR)
+		if (poll(p, 2, fl >= 0 && (fl & O_NONBLOCK) ? 0 : -1) < 0 && errno != EINTR)
 			return -1;
-		uint64_t v;
-		if (read(ch->fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+		if (!(p[0].revents & POLLIN) && !(p[1].revents & (POLLRDHUP | POLLHUP | POLLERR)) && fl >= 0 &&
+		    (fl & O_NONBLOCK)) {
+			errno = EAGAIN; /* as libibverbs' read of a non-blocking channel fd */
 			return -1;
+		}
+		/* Drained up to what is there, so that a blocking fd never
+		 * blocks here: the events word says what happened. */
+		int avail = 0;
+		if ((p[0].revents & POLLIN) && ioctl(ch->fd, FIONREAD, &avail) == 0 && avail > 0) {
+			uint8_t v[512];
+			if (read(ch->fd, v, avail < (int)sizeof(v) ? avail : (int)sizeof(v)) < 0 && errno != EAGAIN)
+				return -1;
+		}
 		if (p[1].revents & (POLLRDHUP | POLLHUP | POLLERR)) {
 			/* Events the daemon sent before it went are taken first. */
 			int pending = 0;

@@ -11,25 +11,32 @@
  */
 #include <errno.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "qp.h"
 
 /* rnicd_cm_call sends CM request kind k (hostif's KindCM*, 20-30) with
  * body req and descriptor fd (-1: none) on ctx's connection; the reply's
- * body after its code goes to rep (at most cap bytes, *replen set). It
- * returns 0 or an errno value; a refused request's message is printed. */
-EXPORT int rnicd_cm_call(struct ibv_context *ctx, int k, const void *req, size_t reqlen, int fd, void *rep,
-			 size_t cap, size_t *replen)
+ * body after its code goes to rep (at most cap bytes, *replen set), the
+ * descriptor it carries to *rfd (-1: none; if rfd is NULL it is closed).
+ * It returns 0 or an errno value; a refused request's message is printed. */
+EXPORT int rnicd_cm_call(struct ibv_context *ctx, int k, const void *req, size_t reqlen, int fd, int *rfd,
+			 void *rep, size_t cap, size_t *replen)
 {
 	if (k < 20 || k > 30 || reqlen > MAX_MSG - HDR_LEN)
 		return EINVAL;
 	struct buf b = {.p = (uint8_t *)req, .len = reqlen, .off = reqlen}, r;
-	int err = call(ctx, k, &b, fd, &r, NULL);
+	int err = call(ctx, k, &b, fd, &r, rfd);
 	if (err)
 		return err;
 	size_t n = r.len - r.off;
-	if (n > cap)
+	if (n > cap) {
+		if (rfd && *rfd >= 0) {
+			close(*rfd);
+			*rfd = -1;
+		}
 		return EPROTO;
+	}
 	memcpy(rep, r.p + r.off, n);
 	*replen = n;
 	return 0;

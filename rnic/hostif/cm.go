@@ -117,8 +117,9 @@ func (q *cmQPs) ModifyQP(qpn uint32, attr *ib.QPAttr, mask ib.AttrMask) error {
 	return s.dev.ModifyQP(qp.qp, attr, mask)
 }
 
-// cmChanObj is a CM event channel (rdma_create_event_channel): its
-// eventfd, written when an event is queued, and the queue.
+// cmChanObj is a CM event channel (rdma_create_event_channel): its wake
+// pipe's write end (wakePipe), written when an event is queued, and the
+// queue.
 type cmChanObj struct {
 	useCount
 	fd int
@@ -256,16 +257,16 @@ func (c *conn) cmReady() error {
 	return nil
 }
 
-func (c *conn) cmCreateChannel(_ object, _ Body, fds []int) (Body, []int, error) {
+func (c *conn) cmCreateChannel(object, Body, []int) (Body, []int, error) {
 	if err := c.cmReady(); err != nil {
 		return nil, nil, err
 	}
-	if err := checkEventfd(fds[0]); err != nil {
+	rd, wr, err := wakePipe()
+	if err != nil {
 		return nil, nil, err
 	}
-	h := c.add(&cmChanObj{fd: fds[0]})
-	fds[0] = -1
-	return &Handle{H: h}, nil, nil
+	h := c.add(&cmChanObj{fd: wr})
+	return &Handle{H: h}, []int{rd}, nil
 }
 
 func (c *conn) cmCreateID(ch object, _ Body, _ []int) (Body, []int, error) {

@@ -51,7 +51,7 @@ func newCMQPOf(t *testing.T, c *Client, typ ib.QPType) *cmQP {
 	q.mem = mem
 	call(t, c, KindRegMR, &RegMRReq{PD: pd.H, Access: 0xf, Length: 1 << 16, IOVA: 0x10000}, []int{fd}, &q.mr)
 	var cq RingReply
-	q.cq = ringOf(t, mapFD(t, call(t, c, KindCreateCQ, &CreateCQReq{CQE: 64}, []int{eventfd(t)}, &cq)), cq.Send)
+	q.cq = ringOf(t, mapFD(t, call(t, c, KindCreateCQ, &CreateCQReq{CQE: 64}, nil, &cq)), cq.Send)
 	var r RingReply
 	qm := mapFD(t, call(t, c, KindCreateQP, &CreateQPReq{PD: pd.H, SendCQ: cq.H, RecvCQ: cq.H, Type: typ,
 		Caps: ib.QPCap{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 2, MaxRecvSGE: 2, MaxInlineData: 32}}, nil, &r))
@@ -64,7 +64,7 @@ func newCMQPOf(t *testing.T, c *Client, typ ib.QPType) *cmQP {
 func cmChannel(t *testing.T, c *Client) (ch, id uint32) {
 	t.Helper()
 	var h Handle
-	call(t, c, KindCMCreateChannel, &Empty{}, []int{eventfd(t)}, &h)
+	call(t, c, KindCMCreateChannel, &Empty{}, nil, &h)
 	ch = h.H
 	call(t, c, KindCMCreateID, &Handle{H: ch}, nil, &h)
 	return ch, h.H
@@ -262,8 +262,8 @@ func TestCMHostileRequests(t *testing.T) {
 	wantCode(t, "events of a CM ID handle", err, CodeNoHandle)
 	_, err = x.Call(KindCMConnect, &CMConnectReq{H: xch, QP: qx.h}, nil, &Empty{})
 	wantCode(t, "connect with a channel handle", err, CodeNoHandle)
-	_, err = x.Call(KindCMCreateChannel, &Empty{}, []int{pipeFD(t)}, &Handle{})
-	wantCode(t, "channel with a pipe for an eventfd", err, CodeInvalid)
+	_, err = x.Call(KindCMCreateChannel, &Empty{}, []int{eventfd(t)}, &Handle{})
+	wantCode(t, "channel with a descriptor", err, CodeMalformed)
 	_, err = x.Call(KindCMAccept, &CMAcceptReq{H: xid, QP: qx.h}, nil, &Empty{})
 	wantCode(t, "accept without a connect request", err, CodeInvalid)
 	_, err = x.Call(KindCMConnect, &CMConnectReq{H: xid, QP: qx.h, DGID: n.addr.As16(), ServiceID: rpingService,

@@ -116,7 +116,7 @@ func (m *CMDataReq) target() uint32 { return m.H }
 
 // CMEvent answers KindCMGetEvent: the channel's oldest event, or
 // Type 0 if there is none (rdma_get_cm_event would block; the client
-// waits on the channel's eventfd and asks again).
+// waits on the channel's wake pipe and asks again).
 type CMEvent struct {
 	// Type is the cm.EventType (RDMA_CM_EVENT_*), 0 for none.
 	Type uint8

@@ -6,9 +6,12 @@
 // Control protocol. Every message is one SOCK_SEQPACKET datagram: a 16-byte
 // little-endian header (kind uint16, flags uint16, request id uint32, body
 // length uint32, reserved uint32) and a per-kind body (messages.go).
-// Descriptors travel as SCM_RIGHTS: the memfd of RegMR, the eventfds of
-// CreateCompChannel and CreateCQ from the client; the ring memfd of
-// CreateCQ, CreateSRQ and CreateQP from the daemon. Every request gets one
+// Descriptors travel as SCM_RIGHTS: the memfd of RegMR (sealed with
+// F_SEAL_SHRINK) from the client; the ring memfd of CreateCQ, CreateSRQ
+// and CreateQP (sealed at its size) and the read end of a wake pipe
+// (CreateCompChannel, CreateCQ after its memfd, CMCreateChannel) from the
+// daemon, which keeps the pipe's write end, so that no flag a client sets
+// on a descriptor it holds can make a daemon thread block. Every request gets one
 // reply with the same kind and id and FlagReply set, whose body starts
 // with an error code (0: success, then the kind's reply fields; else a
 // length-prefixed message). The doorbell is the exception: it has no reply
@@ -43,7 +46,7 @@
 // engine retires its WQEs, before their completions are visible, so a
 // client never has more WQEs outstanding than the queue holds.
 // Completions go straight from the engine's CQ into the completion ring
-// (a qpmgr.CompletionSink); an armed CQ writes its channel's eventfd; a
+// (a qpmgr.CompletionSink); an armed CQ writes its channel's wake pipe; a
 // full ring sets the overrun flag.
 //
 // Lent sockets. A daemon whose port is steered (ibudp.Steering) lends a

@@ -32,13 +32,13 @@ const (
 	ResConns     Resource = iota // control connections (a descriptor each)
 	ResPDs                       // protection domains (a table entry each)
 	ResQPs                       // QPs (a ring mapping each)
-	ResCQs                       // CQs (a ring mapping and an eventfd each)
+	ResCQs                       // CQs (a ring mapping and a wake pipe each)
 	ResSRQs                      // SRQs (a ring mapping each)
 	ResMRs                       // memory regions (a mapping of the client's memfd each)
 	ResMRBytes                   // bytes of address space the daemon maps for regions
 	ResMaps                      // memory mappings (vm.max_map_count)
 	ResRingBytes                 // bytes of the rings the daemon creates for QPs, SRQs and CQs (its own memory)
-	ResFDs                       // descriptors: connections, CQ eventfds, completion channels
+	ResFDs                       // descriptors: connections, CQ wake pipes, completion channels
 	ResLent                      // sockets of the port lent (lend_port: a block of 65,536 QPNs each, 255 in all)
 	NumResources
 )
@@ -81,8 +81,8 @@ type Limits struct {
 // memfd the daemon creates and maps once, of the bytes its depth needs
 // (up to about 35 MB for a QP of 16,384 WRs of 32 SGEs, 32 MB for a CQ
 // of 2^20 CQEs: memory of the daemon's, which a client fills by touching
-// it); a CQ keeps its client's eventfd, a completion channel its
-// eventfd. An MR costs the bytes it maps. The descriptors a request
+// it); a CQ keeps its wake pipe's write end, a completion channel
+// its own. An MR costs the bytes it maps. The descriptors a request
 // carries are closed when it is answered and cost nothing lasting.
 var (
 	costConn    = Quota{ResConns: 1, ResFDs: 1}

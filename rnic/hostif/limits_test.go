@@ -87,7 +87,7 @@ func TestClientLimits(t *testing.T) {
 	var pd Handle
 	call(t, c, KindAllocPD, &Empty{}, nil, &pd)
 	var cq RingReply
-	closeAll(call(t, c, KindCreateCQ, &CreateCQReq{CQE: 16}, []int{eventfd(t)}, &cq))
+	closeAll(call(t, c, KindCreateCQ, &CreateCQReq{CQE: 16}, nil, &cq))
 	rings := uint64(cq.Send.Size)
 	var qps []uint32
 	for range 2 {
@@ -100,7 +100,7 @@ func TestClientLimits(t *testing.T) {
 	_, _, err := createQP(c, pd.H, cq.H)
 	wantLimit(t, "third QP", err, "-client-max-qp")
 	// A CQ of 2^20 CQEs is a 32 MiB ring of the daemon's memory.
-	_, err = c.Call(KindCreateCQ, &CreateCQReq{CQE: 1 << 20}, []int{eventfd(t)}, &RingReply{})
+	_, err = c.Call(KindCreateCQ, &CreateCQReq{CQE: 1 << 20}, nil, &RingReply{})
 	wantLimit(t, "the deepest CQ", err, "-client-max-ring-bytes")
 
 	// The sparse-memfd attack of issue 19: a 1 TiB region is refused
@@ -124,7 +124,7 @@ func TestClientLimits(t *testing.T) {
 	var pd2 Handle
 	call(t, c2, KindAllocPD, &Empty{}, nil, &pd2)
 	var cq2 RingReply
-	closeAll(call(t, c2, KindCreateCQ, &CreateCQReq{CQE: 16}, []int{eventfd(t)}, &cq2))
+	closeAll(call(t, c2, KindCreateCQ, &CreateCQReq{CQE: 16}, nil, &cq2))
 	_, _, err = createQP(c2, pd2.H, cq2.H)
 	wantLimit(t, "QP on a second connection", err, "-client-max-qp")
 	c3 := n.client(t)
@@ -151,12 +151,12 @@ func TestDaemonLimits(t *testing.T) {
 	n := limitedNIC(t, looptest.Get(t).String(), Limits{Daemon: Quota{ResCQs: 1, ResFDs: 3}})
 	c := n.client(t)
 	var cq RingReply
-	closeAll(call(t, c, KindCreateCQ, &CreateCQReq{CQE: 16}, []int{eventfd(t)}, &cq))
-	_, err := c.Call(KindCreateCQ, &CreateCQReq{CQE: 16}, []int{eventfd(t)}, &RingReply{})
+	closeAll(call(t, c, KindCreateCQ, &CreateCQReq{CQE: 16}, nil, &cq))
+	_, err := c.Call(KindCreateCQ, &CreateCQReq{CQE: 16}, nil, &RingReply{})
 	wantLimit(t, "second CQ", err, "-max-cq")
 	// Connection and CQ hold 2 of 3 descriptors: a channel takes the last.
 	var ch Handle
-	call(t, c, KindCreateChannel, &Empty{}, []int{eventfd(t)}, &ch)
+	call(t, c, KindCreateChannel, &Empty{}, nil, &ch)
 	_, err = n.client(t).Call(KindAllocPD, &Empty{}, nil, &Handle{})
 	wantLimit(t, "connection past the descriptors", err, "-max-fds")
 	call(t, c, KindDestroyChannel, &Handle{H: ch.H}, nil, &Empty{})

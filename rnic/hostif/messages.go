@@ -74,8 +74,9 @@ func (m *RegMRReply) encode(e *encoder) { e.u32(m.H); e.u32(m.LKey); e.u32(m.RKe
 func (m *RegMRReply) decode(d *decoder) { m.H, m.LKey, m.RKey = d.u32(), d.u32(), d.u32() }
 
 // CreateCQReq asks for a CQ of at least CQE entries reporting to Channel
-// (0: none). The message carries an eventfd the daemon writes when the
-// client sleeps in Wait (see the ring layout's waiting word).
+// (0: none). The reply carries the ring's memfd, then the read end of a
+// pipe the daemon writes when the client sleeps in Wait (see the ring
+// layout's waiting word).
 type CreateCQReq struct{ CQE, Channel uint32 }
 
 func (m *CreateCQReq) encode(e *encoder) { e.u32(m.CQE); e.u32(m.Channel) }

@@ -127,7 +127,7 @@ func (o *mrObj) release(c *conn) error {
 
 type chanObj struct {
 	useCount
-	fd int // the client's eventfd
+	fd int // write end of the wake pipe the client waits on (wakePipe)
 }
 
 func (*chanObj) kind() objKind { return kindChannel }

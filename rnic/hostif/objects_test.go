@@ -47,10 +47,10 @@ func newKit(t *testing.T, n *nic, c *Client) *kit {
 	t.Cleanup(func() { unix.Munmap(mem) })
 	k.mem = mem
 	call(t, c, KindRegMR, &RegMRReq{PD: k.pd, Access: 0xf, Length: 3 * 4096, IOVA: kitIOVA}, []int{fd}, &k.mr)
-	call(t, c, KindCreateChannel, &Empty{}, []int{eventfd(t)}, &h)
+	call(t, c, KindCreateChannel, &Empty{}, nil, &h)
 	k.ch = h.H
 	var cq RingReply
-	cqMem := mapFD(t, call(t, c, KindCreateCQ, &CreateCQReq{CQE: 16, Channel: k.ch}, []int{eventfd(t)}, &cq))
+	cqMem := mapFD(t, call(t, c, KindCreateCQ, &CreateCQReq{CQE: 16, Channel: k.ch}, nil, &cq))
 	k.cq = cq.H
 	var srq RingReply
 	srqMem := mapFD(t, call(t, c, KindCreateSRQ, &CreateSRQReq{PD: k.pd, MaxWR: 4, MaxSGE: 1}, nil, &srq))
@@ -112,7 +112,7 @@ func (k *kit) works(t *testing.T) {
 	}
 
 	var cq RingReply
-	closeAll(call(t, k.c, KindCreateCQ, &CreateCQReq{CQE: 1, Channel: k.ch}, []int{eventfd(t)}, &cq))
+	closeAll(call(t, k.c, KindCreateCQ, &CreateCQReq{CQE: 1, Channel: k.ch}, nil, &cq))
 	call(t, k.c, KindDestroyCQ, &Handle{H: cq.H}, nil, &Empty{})
 }
 
@@ -192,7 +192,7 @@ func TestOtherClientsObjects(t *testing.T) {
 	var pd Handle
 	call(t, thief, KindAllocPD, &Empty{}, nil, &pd)
 	var cq RingReply
-	closeAll(call(t, thief, KindCreateCQ, &CreateCQReq{CQE: 4}, []int{eventfd(t)}, &cq))
+	closeAll(call(t, thief, KindCreateCQ, &CreateCQReq{CQE: 4}, nil, &cq))
 	for _, h := range k.handles() {
 		if h == pd.H || h == cq.H {
 			t.Fatalf("the owner's handle %d is also the thief's", h)
@@ -223,7 +223,7 @@ func TestOtherClientsObjects(t *testing.T) {
 	}
 	_, err = thief.Call(KindRegMR, &RegMRReq{PD: k.pd, Access: 1, Length: 4096}, []int{sealedMemfd(t, 4096, true)}, &RegMRReply{})
 	check("reg_mr on the owner's PD", err)
-	_, err = thief.Call(KindCreateCQ, &CreateCQReq{CQE: 4, Channel: k.ch}, []int{eventfd(t)}, &RingReply{})
+	_, err = thief.Call(KindCreateCQ, &CreateCQReq{CQE: 4, Channel: k.ch}, nil, &RingReply{})
 	check("create_cq on the owner's channel", err)
 	_, err = thief.Call(KindCreateSRQ, &CreateSRQReq{PD: k.pd, MaxWR: 4, MaxSGE: 1}, nil, &RingReply{})
 	check("create_srq on the owner's PD", err)

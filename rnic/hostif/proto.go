@@ -37,7 +37,7 @@ const (
 	// block of QPNs, for the client to run its own data path (see LendReply).
 	KindLendPort Kind = 19
 	// The CM agent's requests (cm.go), rdma_cm's calls: an event channel
-	// (with an eventfd), CM IDs on it, and the next event of a channel.
+	// (with a wake pipe), CM IDs on it, and the next event of a channel.
 	KindCMCreateChannel  Kind = 20
 	KindCMDestroyChannel Kind = 21
 	KindCMCreateID       Kind = 22

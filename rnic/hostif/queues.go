@@ -21,14 +21,14 @@ type cqObj struct {
 	ch     *chanObj // nil: no channel
 	mem    []byte
 	ring   *Ring
-	waitFD int // the client's eventfd for Wait
+	waitFD int // write end of the wake pipe whose read end the client waits on (wakePipe)
 
 	mu   sync.Mutex // dead, prod; taken inside the CQ's own lock
 	dead bool
 	prod uint32
 }
 
-func (c *conn) createCQ(_ object, b Body, fds []int) (Body, []int, error) {
+func (c *conn) createCQ(_ object, b Body, _ []int) (Body, []int, error) {
 	r := b.(*CreateCQReq)
 	if r.CQE < 1 || r.CQE > rnic.MaxCQE {
 		return nil, nil, errf(CodeInvalid, "create_cq: %d entries outside 1..%d", r.CQE, rnic.MaxCQE)
@@ -40,9 +40,6 @@ func (c *conn) createCQ(_ object, b Body, fds []int) (Body, []int, error) {
 			return nil, nil, err
 		}
 	}
-	if err := checkEventfd(fds[0]); err != nil {
-		return nil, nil, err
-	}
 	q, err := c.s.dev.CreateCQ(int(r.CQE))
 	if err != nil {
 		return nil, nil, errf(CodeInvalid, "create_cq: %v", err)
@@ -51,17 +48,22 @@ func (c *conn) createCQ(_ object, b Body, fds []int) (Body, []int, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	rd, wr, err := wakePipe()
+	if err != nil {
+		unix.Munmap(mem)
+		unix.Close(fd)
+		return nil, nil, err
+	}
 	ring, _ := NewRing(mem, r.CQE, CQESlotBytes)
 	ring.writeGeometry()
-	o := &cqObj{s: c.s, cq: q, ch: ch, mem: mem, ring: ring, waitFD: fds[0]}
-	fds[0] = -1
+	o := &cqObj{s: c.s, cq: q, ch: ch, mem: mem, ring: ring, waitFD: wr}
 	q.SetSink(o)
 	if ch != nil {
 		ch.hold()
 	}
 	h := c.add(o)
 	return &RingReply{H: h, Caps: ib.QPCap{MaxSendWR: int(r.CQE)},
-		Send: RingDesc{Size: uint32(len(mem)), Slots: r.CQE, SlotBytes: CQESlotBytes}}, []int{fd}, nil
+		Send: RingDesc{Size: uint32(len(mem)), Slots: r.CQE, SlotBytes: CQESlotBytes}}, []int{fd, rd}, nil
 }
 
 // Complete writes one completion into the ring (qpmgr.CompletionSink);

@@ -60,6 +60,7 @@ type Server struct {
 	badWQEs     atomic.Uint64 // WQEs that failed validation at fetch
 	cqOverruns  atomic.Uint64 // completions that found their ring full
 	overLimit   atomic.Uint64 // requests and connections refused for a limit
+	unsealed    atomic.Uint64 // memory refused: not a memfd sealed against shrinking
 
 	acct accounts // what each client holds, against cfg.Limits
 	// acceptErrors counts accepts that failed and were retried.
@@ -276,6 +277,7 @@ func (s *Server) Counters() map[string]uint64 {
 		"hostif_cq_overrun":       s.cqOverruns.Load(),
 		"hostif_accept_err":       s.acceptErrors.Load(),
 		"hostif_over_limit":       s.overLimit.Load(),
+		"hostif_unsealed_memfd":   s.unsealed.Load(),
 		"hostif_cm_event_dropped": s.cmDropped.Load(),
 	}
 	// What all clients hold of each limited resource, to set beside
@@ -330,9 +332,9 @@ func init() {
 		KindDeallocPD:      {name: "dealloc_pd", body: handle, target: kindPD, handle: (*conn).destroy},
 		KindRegMR:          {name: "reg_mr", fds: 1, body: func() Body { return &RegMRReq{} }, cost: regMRCost, handle: (*conn).regMR},
 		KindDeregMR:        {name: "dereg_mr", body: handle, target: kindMR, handle: (*conn).destroy},
-		KindCreateChannel:  {name: "create_comp_channel", fds: 1, body: empty, cost: costOf(costChannel), handle: (*conn).createChannel},
+		KindCreateChannel:  {name: "create_comp_channel", body: empty, cost: costOf(costChannel), handle: (*conn).createChannel},
 		KindDestroyChannel: {name: "destroy_comp_channel", body: handle, target: kindChannel, handle: (*conn).destroy},
-		KindCreateCQ:       {name: "create_cq", fds: 1, body: func() Body { return &CreateCQReq{} }, cost: createCQCost, handle: (*conn).createCQ},
+		KindCreateCQ:       {name: "create_cq", body: func() Body { return &CreateCQReq{} }, cost: createCQCost, handle: (*conn).createCQ},
 		KindDestroyCQ:      {name: "destroy_cq", body: handle, target: kindCQ, handle: (*conn).destroy},
 		KindCreateSRQ:      {name: "create_srq", body: func() Body { return &CreateSRQReq{} }, cost: createSRQCost, handle: (*conn).createSRQ},
 		KindDestroySRQ:     {name: "destroy_srq", body: handle, target: kindSRQ, handle: (*conn).destroy},
@@ -346,7 +348,7 @@ func init() {
 			handle: (*conn).doorbell, noReply: true},
 		KindLendPort: {name: "lend_port", body: empty, cost: costOf(costLend), handle: (*conn).lendPort},
 
-		KindCMCreateChannel:  {name: "create_event_channel", fds: 1, body: empty, cost: costOf(costChannel), handle: (*conn).cmCreateChannel},
+		KindCMCreateChannel:  {name: "create_event_channel", body: empty, cost: costOf(costChannel), handle: (*conn).cmCreateChannel},
 		KindCMDestroyChannel: {name: "destroy_event_channel", body: handle, target: kindCMChannel, handle: (*conn).destroy},
 		KindCMCreateID:       {name: "create_id", body: handle, target: kindCMChannel, handle: (*conn).cmCreateID},
 		KindCMDestroyID:      {name: "destroy_id", body: handle, target: kindCMID, handle: (*conn).destroy},
@@ -401,6 +403,7 @@ type conn struct {
 	s    *Server
 	uc   *net.UnixConn
 	pid  int32
+	uid  uint32
 	comm string
 
 	mu   sync.Mutex // objs, for Objects; handlers run on the conn's goroutine
@@ -433,7 +436,7 @@ func (c *conn) identify() {
 	}
 	rc.Control(func(fd uintptr) {
 		if cred, err := unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED); err == nil {
-			c.pid = cred.Pid
+			c.pid, c.uid = cred.Pid, cred.Uid
 		}
 	})
 	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", c.pid)); err == nil {
@@ -660,10 +663,10 @@ func (c *conn) regMR(_ object, b Body, fds []int) (Body, []int, error) {
 	// file could be truncated under the NIC and fault its DMA.
 	seals, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0)
 	if err != nil {
-		return nil, nil, errf(CodeInvalid, "reg_mr: descriptor is not a memfd: %v", err)
+		return nil, nil, c.refuseMemory(errf(CodeInvalid, "reg_mr: descriptor is not a memfd with sealing (F_GET_SEALS: %v)", err))
 	}
 	if seals&unix.F_SEAL_SHRINK == 0 {
-		return nil, nil, errf(CodeInvalid, "reg_mr: memfd is not sealed with F_SEAL_SHRINK")
+		return nil, nil, c.refuseMemory(errf(CodeInvalid, "reg_mr: memfd is not sealed with F_SEAL_SHRINK (seals %#x): it could be truncated under the NIC", seals))
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
@@ -694,44 +697,65 @@ func (c *conn) regMR(_ object, b Body, fds []int) (Body, []int, error) {
 	return &RegMRReply{H: h, LKey: mr.LKey, RKey: mr.RKey}, nil, nil
 }
 
-func (c *conn) createChannel(_ object, _ Body, fds []int) (Body, []int, error) {
-	if err := checkEventfd(fds[0]); err != nil {
+// refuseMemory counts and logs memory the daemon will not map because
+// its client could make an access to it fault.
+func (c *conn) refuseMemory(err error) error {
+	c.s.unsealed.Add(1)
+	c.s.log.Warn("memory refused", "pid", c.pid, "uid", c.uid, "comm", c.comm, "err", err)
+	return err
+}
+
+func (c *conn) createChannel(object, Body, []int) (Body, []int, error) {
+	rd, wr, err := wakePipe()
+	if err != nil {
 		return nil, nil, err
 	}
-	ch := &chanObj{fd: fds[0]}
-	fds[0] = -1
-	return &Handle{H: c.add(ch)}, nil, nil
+	return &Handle{H: c.add(&chanObj{fd: wr})}, []int{rd}, nil
 }
 
-// checkEventfd refuses a descriptor that is not an eventfd: the daemon
-// writes 8 bytes to it and must not block or write into a file.
-func checkEventfd(fd int) error {
-	link, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", fd))
-	if err != nil || link != "anon_inode:[eventfd]" {
-		return errf(CodeInvalid, "descriptor is not an eventfd (%q)", link)
+// wakePipe makes the descriptor pair a wake-up goes through: the daemon
+// keeps the write end, non-blocking on an open file description no
+// client ever receives, and the client gets the read end. An eventfd the
+// client handed over (as before) shares its flags with the client, which
+// could clear O_NONBLOCK, fill the counter and block the daemon thread
+// that writes it for ever, stopping every client. The pipe is cut to one
+// page (F_SETPIPE_SZ): a client that never reads it pins 4 KiB, not 64.
+func wakePipe() (rd, wr int, err error) {
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
+		return -1, -1, errf(CodeFailed, "pipe: %v", err)
 	}
-	fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
-	if err != nil || fl&unix.O_NONBLOCK == 0 {
-		return errf(CodeInvalid, "eventfd is not non-blocking")
-	}
-	return nil
+	unix.FcntlInt(uintptr(p[1]), unix.F_SETPIPE_SZ, os.Getpagesize()) // a smaller pipe is only a saving
+	return p[0], p[1], nil
 }
 
+// signalFD wakes whoever waits on the read end of the wake pipe whose
+// write end is fd. It cannot block: the write end's O_NONBLOCK is the
+// daemon's alone. EAGAIN means the pipe is full, so already readable;
+// EPIPE means the client closed its end; both need nothing more.
 func signalFD(fd int) {
 	var one [8]byte
 	le.PutUint64(one[:], 1)
-	unix.Write(fd, one[:]) // EAGAIN: the counter is saturated, the reader wakes anyway
+	unix.Write(fd, one[:])
 }
 
 // ringMem makes a memfd of n bytes and maps it; the client gets the fd.
+// The memfd is sealed at its size before the client sees it: a client
+// that could ftruncate it would make the daemon's next access to the
+// ring (a doorbell's fetch, a completion) a SIGBUS that kills rnicd and
+// every client with it.
 func ringMem(n uint64) (int, []byte, error) {
-	fd, err := unix.MemfdCreate("rnicd-ring", unix.MFD_CLOEXEC)
+	fd, err := unix.MemfdCreate("rnicd-ring", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	if err != nil {
 		return -1, nil, errf(CodeFailed, "memfd_create: %v", err)
 	}
 	if err := unix.Ftruncate(fd, int64(n)); err != nil {
 		unix.Close(fd)
 		return -1, nil, errf(CodeFailed, "ring of %d bytes: %v", n, err)
+	}
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_SEAL); err != nil {
+		unix.Close(fd)
+		return -1, nil, errf(CodeFailed, "seal ring memfd: %v", err)
 	}
 	mem, err := unix.Mmap(fd, 0, int(n), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
