@@ -4,6 +4,7 @@ package tests
 import (
 	"bufio"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -31,24 +32,33 @@ func TestDaemonStartStop(t *testing.T) {
 	stale.Close()
 	cmd := exec.Command(filepath.Join(binDir, "rnicd"), "-addr", addr, "-mtu", "1024")
 	cmd.Env = append(os.Environ(), "RNICD_DIR="+dir)
-	stdout, err := cmd.StdoutPipe()
+	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	lines := bufio.NewScanner(stdout)
-	if !lines.Scan() {
-		t.Fatalf("no output from rnicd: %v", cmd.Wait())
+	lines := bufio.NewScanner(stderr)
+	next := func(msg string) string { // the next log line with msg, or ""
+		for lines.Scan() {
+			if strings.Contains(lines.Text(), " msg="+msg+" ") || strings.HasSuffix(lines.Text(), " msg="+msg) {
+				return lines.Text()
+			}
+		}
+		return ""
+	}
+	up := next(`"device up"`)
+	if up == "" {
+		t.Fatalf("no ready line from rnicd: %v", cmd.Wait())
 	}
 	// The GID is the IPv4-mapped IPv6 address (IBTA A17.4.5.1), written
 	// out here byte by byte rather than by the code under test.
 	v4 := ip.As4()
-	want := fmt.Sprintf("rnicd: port %s mode udp gid 0000:0000:0000:0000:0000:ffff:%02x%02x:%02x%02x active_mtu 1024",
-		addr, v4[0], v4[1], v4[2], v4[3])
-	if got := lines.Text(); got != want {
-		t.Fatalf("rnicd said %q, want %q", got, want)
+	want := fmt.Sprintf(" addr=%s mode=udp gid=0000:0000:0000:0000:0000:ffff:%02x%02x:%02x%02x active_mtu=1024 socket=%s ",
+		addr, v4[0], v4[1], v4[2], v4[3], filepath.Join(dir, "rnic0.sock"))
+	if !strings.Contains(up, want) || !strings.HasPrefix(up, "time=") || !strings.Contains(up, " level=INFO msg=\"device up\" name=rnic0") {
+		t.Fatalf("rnicd said %q, want it to hold %q", up, want)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "rnic0.sock")); err != nil {
 		t.Fatalf("no control socket: %v", err)
@@ -62,9 +72,10 @@ func TestDaemonStartStop(t *testing.T) {
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	if !lines.Scan() || !strings.HasPrefix(lines.Text(), "rnicd: counters") {
-		t.Fatalf("no counters line at exit: %q", lines.Text())
+	if c := next("counters"); c == "" {
+		t.Fatalf("no counters line at exit: %q", c)
 	}
+	go io.Copy(io.Discard, stderr)
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	select {

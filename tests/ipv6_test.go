@@ -75,9 +75,9 @@ func TestToolsOverIPv6(t *testing.T) {
 				}
 			}
 			defer stop()
-			want := fmt.Sprintf("rnicd: port 2001:db8::1 mode %s gid 2001:0db8:0000:0000:0000:0000:0000:0001 active_mtu 1024 http [2001:db8::1]:", mode)
-			if !strings.HasPrefix(a.ready, want) {
-				t.Errorf("ready line %q, want it to start %q", a.ready, want)
+			want := fmt.Sprintf(" addr=2001:db8::1 mode=%s gid=2001:0db8:0000:0000:0000:0000:0000:0001 active_mtu=1024 ", mode)
+			if !strings.Contains(a.ready, want) || !strings.Contains(a.ready, " http=[2001:db8::1]:") {
+				t.Errorf("ready line %q, want it to hold %q and http=[2001:db8::1]:PORT", a.ready, want)
 			}
 			t.Setenv("RNICD_DIR", dir)
 			tb := &toolBench{a: a, b: b, ca: open(t, "rnic6a"), cb: open(t, "rnic6b"), host: v6A.String()}

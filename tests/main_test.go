@@ -59,9 +59,8 @@ type daemon struct {
 	name  string
 	addr  netip.Addr
 	cmd   *exec.Cmd
-	ready string         // its ready line
-	out   *bufio.Scanner // its stdout after the ready line
-	errb  *lockedBuf     // its log
+	ready string     // its ready line, the log's "device up"
+	errb  *lockedBuf // its log
 	done  chan error
 }
 
@@ -80,26 +79,35 @@ func startDaemonIn(netns, dir, name, addr string, extra ...string) (*daemon, err
 		cmd = exec.Command("nsenter", append([]string{"--net=" + netns, "--", cmd.Path}, args...)...)
 	}
 	cmd.Env = append(os.Environ(), "RNICD_DIR="+dir)
-	stdout, err := cmd.StdoutPipe()
+	d := &daemon{name: name, addr: netip.MustParseAddr(addr), cmd: cmd, errb: &lockedBuf{}, done: make(chan error, 1)}
+	cmd.Stdout = d.errb
+	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		return nil, err
 	}
-	d := &daemon{name: name, addr: netip.MustParseAddr(addr), cmd: cmd, errb: &lockedBuf{}, done: make(chan error, 1)}
-	cmd.Stderr = d.errb
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	d.out = bufio.NewScanner(stdout)
-	if !d.out.Scan() || !strings.HasPrefix(d.out.Text(), "rnicd: port ") {
+	log := bufio.NewScanner(stderr)
+	log.Buffer(nil, 1<<20)
+	for log.Scan() {
+		d.errb.Write(append(log.Bytes(), '\n'))
+		if strings.Contains(log.Text(), `msg="device up"`) {
+			d.ready = log.Text()
+			break
+		}
+	}
+	if d.ready == "" {
 		cmd.Process.Kill()
 		cmd.Wait()
-		return nil, fmt.Errorf("rnicd %s did not come up: %q\n%s", name, d.out.Text(), d.errb.String())
+		return nil, fmt.Errorf("rnicd %s did not come up:\n%s", name, d.errb.String())
 	}
-	d.ready = d.out.Text()
 	go func() {
 		// Keep reading so a full pipe never blocks the daemon.
-		rest, _ := io.ReadAll(stdout)
-		d.errb.Write(rest)
+		for log.Scan() {
+			d.errb.Write(append(log.Bytes(), '\n'))
+		}
+		io.Copy(d.errb, stderr) // past a line too long to scan
 		d.done <- cmd.Wait()
 	}()
 	return d, nil

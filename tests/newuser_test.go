@@ -116,8 +116,8 @@ func TestNewUser(t *testing.T) {
 		line = strings.TrimSpace(strings.TrimSuffix(line, "&"))
 		d := sh(ctx, src, "exec "+line, env...)
 		var errb lockedBuf
-		d.Stderr = &errb
-		out, err := d.StdoutPipe()
+		d.Stdout = &errb
+		out, err := d.StderrPipe()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -127,9 +127,15 @@ func TestNewUser(t *testing.T) {
 		daemons = append(daemons, d)
 		defer d.Process.Kill()
 		r := bufio.NewReader(out)
-		ready, err := r.ReadString('\n')
-		if err != nil || !strings.HasPrefix(ready, "rnicd: port ") {
-			t.Fatalf("%s: no ready line (%q, %v)\n%s", line, ready, err, errb.String())
+		for {
+			l, err := r.ReadString('\n')
+			errb.Write([]byte(l))
+			if err != nil {
+				t.Fatalf("%s: no ready line (%v)\n%s", line, err, errb.String())
+			}
+			if strings.Contains(l, `msg="device up"`) {
+				break
+			}
 		}
 		go io.Copy(io.Discard, r)
 	}

@@ -384,10 +384,11 @@ func runTool(t *testing.T, rnic string, args ...string) string {
 // address its ready line names.
 func metricsURL(t *testing.T, d *daemon) string {
 	t.Helper()
-	_, addr, ok := strings.Cut(d.ready, " http ")
+	_, addr, ok := strings.Cut(d.ready, " http=")
 	if !ok {
 		t.Fatalf("%s's ready line names no http address: %q", d.name, d.ready)
 	}
+	addr, _, _ = strings.Cut(addr, " ")
 	return "http://" + addr + "/metrics"
 }
 

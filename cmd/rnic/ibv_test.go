@@ -170,6 +170,17 @@ func TestHelpExitsZero(t *testing.T) {
 	}
 }
 
+// TestVersion: `rnic version` (and rdma's -V) print the version the
+// README states and the toolchain, one line.
+func TestVersion(t *testing.T) {
+	for _, args := range [][]string{{"version"}, {"-V"}, {"--version"}} {
+		var out, errb bytes.Buffer
+		if code := run(args, &out, &errb); code != 0 || !strings.HasPrefix(out.String(), "rnic 0.9.0 (") || strings.Count(out.String(), "\n") != 1 {
+			t.Errorf("rnic %v: exit %d, printed %q %q", args, code, out.String(), errb.String())
+		}
+	}
+}
+
 // show_gids lists the port's GID table in the script's layout: every
 // index with its GID, the IPv4 address of a mapped GID, v2, the interface
 // that holds the address (lo holds 127/8), and the count.

@@ -17,6 +17,7 @@ import (
 	"runtime/pprof"
 	"sort"
 
+	"github.com/rnicd/rnicd/internal/buildinfo"
 	"github.com/rnicd/rnicd/internal/kwait"
 )
 
@@ -36,6 +37,7 @@ func commands() []command {
 	all = append(all, ibvCommands()...)
 	all = append(all, observeCommands()...)
 	all = append(all, rpingCommands()...)
+	all = append(all, command{name: "version", short: "the version and build (VCS revision, time) of these tools", run: runVersion})
 	sort.Slice(all, func(i, j int) bool { return all[i].name < all[j].name })
 	return all
 }
@@ -73,6 +75,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		usage(stderr, cmds)
 		return 2
 	}
+	if args[0] == "-V" || args[0] == "--version" || args[0] == "-version" {
+		args = []string{"version"} // as rdma -V
+	}
 	if args[0] == "-h" || args[0] == "-help" || args[0] == "--help" || args[0] == "help" {
 		usage(stdout, cmds) // asked for: not an error
 		return 0
@@ -85,6 +90,20 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stderr, "rnic: unknown command %q\n", args[0])
 	usage(stderr, cmds)
 	return 2
+}
+
+func runVersion(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("rnic version", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	if err := fs.Parse(args); err != nil {
+		return parseExit(err)
+	}
+	if fs.NArg() != 0 {
+		fmt.Fprintf(stderr, "rnic version: takes no arguments, got %q\n", fs.Args())
+		return 2
+	}
+	fmt.Fprintln(stdout, "rnic", buildinfo.Read())
+	return 0
 }
 
 func usage(w io.Writer, cmds []command) {

@@ -14,7 +14,10 @@
 //
 // On SIGINT or SIGTERM it moves every QP to ERR, so that each client's
 // outstanding work requests complete with WR_FLUSH_ERR, removes its
-// sockets and exits 0. SIGUSR1 prints the counters.
+// sockets and exits 0. SIGUSR1 logs the counters.
+//
+// Everything it says is one log (log/slog on stderr, -log-format text or
+// json); the line "device up" says it serves.
 package main
 
 import (
@@ -37,6 +40,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/rnicd/rnicd/internal/buildinfo"
 	"github.com/rnicd/rnicd/internal/kwait"
 	"github.com/rnicd/rnicd/rnic"
 	"github.com/rnicd/rnicd/rnic/flowctl"
@@ -51,12 +55,22 @@ func main() {
 	kwait.AtLeastTwo()
 	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return // -h: the usage was asked for, and printed
+			return // -h or -version: what was asked for is printed
 		}
-		fmt.Fprintln(os.Stderr, "rnicd:", err)
+		var l logged
+		if !errors.As(err, &l) {
+			// The flags did not parse: no logger yet, and the
+			// person at the terminal wants one plain line.
+			fmt.Fprintln(os.Stderr, "rnicd:", err)
+		}
 		os.Exit(1)
 	}
 }
+
+// logged is an error run has already logged, as the daemon's last line.
+type logged struct{ error }
+
+func (l logged) Unwrap() error { return l.error }
 
 // config is what the flags say.
 type config struct {
@@ -79,9 +93,10 @@ type config struct {
 	cpuProf  string // file for a pprof CPU profile of the whole run
 	small    bool   // runs of equal small packets in one UDP_SEGMENT message
 	copyPay  bool   // gather payloads into packets instead of sending from the region
+	log      *slog.Logger
 }
 
-func parseFlags(args []string, stderr io.Writer) (config, error) {
+func parseFlags(args []string, stdout, stderr io.Writer) (config, error) {
 	fs := flag.NewFlagSet("rnicd", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	name := fs.String("d", "rnic0", "device name: the control socket is SocketDir/NAME.sock")
@@ -102,13 +117,24 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.pcapLim.files, "pcap-files", c.pcapLim.files, "keep the newest `N` capture files, removing older ones, as tcpdump -W (0: keep all, unbounded)")
 	lend := fs.Bool("lend", true, "lend clients sockets of the port, steered by QPN in the kernel, for their own data path (verbs.OpenDirect, the tools' --direct); needs CAP_BPF and -mode udp, else the daemon runs without")
 	cc := fs.String("cc", "dcqcn", "congestion control: dcqcn (as ConnectX; costs nothing until a CNP arrives) or none (as rxe)")
-	ccParams := fs.String("cc-params", "", "DCQCN parameters by their mlx5 names, `name=value,...` (rp_ai_rate=5,np_min_time_between_cnps=4; see README)")
+	ccParams := fs.String("cc-params", "", "DCQCN parameters by their mlx5 names, `name=value,...` (rp_ai_rate=5,np_min_time_between_cnps=4; -cc-params help lists them)")
 	ccConfig := fs.String("cc-config", "", "read DCQCN parameters from `FILE`, one name=value a line, # comments (applied before -cc-params)")
 	httpAddr := fs.String("http", "", "also serve the monitor (web view, /metrics, /api/...) on this TCP `ADDR`ess, host:port")
-	fs.BoolVar(&c.copyPay, "copy-payload", false, "copy each payload out of registered memory into its packet before sending, as before issue 16, instead of handing the kernel the region itself (for measuring one against the other)")
+	fs.BoolVar(&c.copyPay, "copy-payload", false, "copy each payload out of registered memory into its packet before sending, instead of handing the kernel the region itself (for measuring one against the other)")
 	fs.BoolVar(&c.small, "small-runs", true, "send runs of equal-sized packets shorter than the MTU (64-byte WRITEs to one peer) as one UDP_SEGMENT message, 3-8x the small-message rate; -small-runs=false sends only runs of full-MTU packets")
-	fs.StringVar(&c.cpuProf, "cpuprofile", "", "write a pprof CPU profile of the daemon's whole run to `FILE` (go tool pprof; for BENCHMARKS.md's breakdowns)")
+	fs.StringVar(&c.cpuProf, "cpuprofile", "", "write a pprof CPU profile of the daemon's whole run to `FILE` (go tool pprof)")
+	version := fs.Bool("version", false, "print the version and build (VCS revision, time) and exit")
+	logFormat := fs.String("log-format", "text", "log lines as `FORMAT`: text (key=value) or json (one object a line)")
+	logLevel := fs.String("log-level", "info", "least severe log lines written: `LEVEL` debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
+		return config{}, err
+	}
+	if *version {
+		fmt.Fprintln(stdout, "rnicd", buildinfo.Read())
+		return config{}, flag.ErrHelp
+	}
+	var err error
+	if c.log, err = newLogger(stderr, *logFormat, *logLevel); err != nil {
 		return config{}, err
 	}
 	if fs.NArg() != 0 {
@@ -134,6 +160,14 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return c, fmt.Errorf("-ack-hold %v: want 0 to 1s", c.ackHold)
 	}
 	c.ccParams = flowctl.DefaultParams()
+	if *ccParams == "help" {
+		fmt.Fprintln(stdout, "DCQCN parameters (mlx5's names), default and range:")
+		c.ccParams.Each(func(name string, v uint32) {
+			lo, hi, _ := flowctl.Range(name)
+			fmt.Fprintf(stdout, "  %-32s %10d  [%d, %d]\n", name, v, lo, hi)
+		})
+		return config{}, flag.ErrHelp
+	}
 	if *ccConfig != "" {
 		b, err := os.ReadFile(*ccConfig)
 		if err != nil {
@@ -159,7 +193,6 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if err := c.pcapLim.check("pcap", c.pcap, set); err != nil {
 		return c, err
 	}
-	var err error
 	if *addr == "" {
 		if c.addr, err = defaultAddr(); err != nil {
 			return c, fmt.Errorf("no -addr and %w", err)
@@ -238,11 +271,39 @@ func listen(path string) (*net.UnixListener, error) {
 func run(args []string, stdout, stderr io.Writer) error {
 	// Raised before the flags: the default limits are sized from it.
 	nofile, nofileErr := raiseNofile()
-	c, err := parseFlags(args, stderr)
+	c, err := parseFlags(args, stdout, stderr)
 	if err != nil {
 		return err
 	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	log := c.log
+	if err := serve(c, nofile, nofileErr); err != nil {
+		log.Error("exiting", "err", err)
+		return logged{err}
+	}
+	return nil
+}
+
+// newLogger is the daemon's one logger: every line it writes, from the
+// device-up line to the counters at exit, goes through it, so that a
+// collector reading -log-format json gets nothing else on the stream.
+func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("-log-level %q: want debug, info, warn or error", level)
+	}
+	o := &slog.HandlerOptions{Level: lv}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, o)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, o)), nil
+	}
+	return nil, fmt.Errorf("-log-format %q: want text or json", format)
+}
+
+// serve runs the device c describes until a signal or a failure.
+func serve(c config, nofile uint64, nofileErr error) error {
+	log := c.log
 	if c.cpuProf != "" {
 		stopProf, err := startCPUProfile(c.cpuProf)
 		if err != nil {
@@ -335,14 +396,17 @@ func run(args []string, stdout, stderr io.Writer) error {
 		}
 		obs.stopped <- fmt.Errorf("control socket %s stopped serving: %w", path, err)
 	}()
+	// "device up" is the ready line: whoever starts the daemon waits
+	// for it (the control socket and the monitor are served from here).
 	pa := dev.QueryPort()
-	log.Info("device up", "name", c.name, "addr", pa.Addr, "mode", c.mode, "gid", pa.GID, "active_mtu", pa.ActiveMTU,
-		"socket", path, "monitor", verbs.MonitorSocketPath(c.name), "lends_sockets", steer != nil, "max_fds", nofile)
-	ready := fmt.Sprintf("rnicd: port %v mode %v gid %v active_mtu %d", pa.Addr, c.mode, pa.GID, pa.ActiveMTU)
+	bi := buildinfo.Read()
+	up := []any{"name", c.name, "addr", pa.Addr, "mode", c.mode, "gid", pa.GID, "active_mtu", pa.ActiveMTU,
+		"socket", path, "monitor", verbs.MonitorSocketPath(c.name), "lends_sockets", steer != nil, "max_fds", nofile,
+		"version", bi.Version, "revision", bi.Revision}
 	if obs.httpAddr != nil {
-		ready += fmt.Sprintf(" http %v", obs.httpAddr)
+		up = append(up, "http", obs.httpAddr.String())
 	}
-	fmt.Fprintln(stdout, ready)
+	log.Info("device up", up...)
 
 	// Only a capture or a trace file needs a tick: any armed timer costs
 	// every round trip a few microseconds in the Go scheduler.
@@ -355,15 +419,15 @@ func run(args []string, stdout, stderr io.Writer) error {
 	for {
 		select {
 		case <-usr1:
-			printCounters(stdout, dev, srv)
+			logCounters(log, dev, srv)
 		case <-tick:
 			obs.tick()
 		case <-ctx.Done():
 			log.Info("stopping: every QP to ERR, outstanding work flushed")
-			return stopAll(stdout, dev, srv, obs, path, nil)
+			return stopAll(log, dev, srv, obs, path, nil)
 		case err := <-obs.stopped:
 			log.Error("stopping: a server stopped", "err", err)
-			return stopAll(stdout, dev, srv, obs, path, err)
+			return stopAll(log, dev, srv, obs, path, err)
 		}
 	}
 }
@@ -371,11 +435,11 @@ func run(args []string, stdout, stderr io.Writer) error {
 // stopAll stops serving, moves every QP to ERR (flushing outstanding
 // work), closes the device and the observers, and returns why it stopped
 // (nil: a signal), else the device's close error.
-func stopAll(stdout io.Writer, dev *rnic.Device, srv *hostif.Server, obs *observers, path string, why error) error {
+func stopAll(log *slog.Logger, dev *rnic.Device, srv *hostif.Server, obs *observers, path string, why error) error {
 	srv.Shutdown()
 	obs.stopServing()
 	os.Remove(path)
-	printCounters(stdout, dev, srv)
+	logCounters(log, dev, srv)
 	err := dev.Close()
 	obs.close()
 	if why != nil {
@@ -404,8 +468,9 @@ func raiseNofile() (uint64, error) {
 	return lim.Cur, nil
 }
 
-// printCounters writes the nonzero counters, as `rdma statistic show` does.
-func printCounters(w io.Writer, dev *rnic.Device, srv *hostif.Server) {
+// logCounters logs the nonzero counters, as `rdma statistic show` shows
+// them, by name in order: one "counters" line.
+func logCounters(log *slog.Logger, dev *rnic.Device, srv *hostif.Server) {
 	m := dev.Counters()
 	if l := srv.Lent(); l != nil {
 		lend.AddCounters(m, l.Snapshots())
@@ -418,13 +483,13 @@ func printCounters(w io.Writer, dev *rnic.Device, srv *hostif.Server) {
 		names = append(names, k)
 	}
 	sort.Strings(names)
-	fmt.Fprint(w, "rnicd: counters")
+	attrs := make([]slog.Attr, 0, len(names))
 	for _, k := range names {
 		if m[k] != 0 {
-			fmt.Fprintf(w, " %s %d", k, m[k])
+			attrs = append(attrs, slog.Uint64(k, m[k]))
 		}
 	}
-	fmt.Fprintln(w)
+	log.LogAttrs(context.Background(), slog.LevelInfo, "counters", attrs...)
 }
 
 // startCPUProfile profiles the process into path until the returned

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -57,7 +58,7 @@ func TestFlags(t *testing.T) {
 func TestFileLimitFlags(t *testing.T) {
 	t.Setenv("RNICD_DIR", t.TempDir())
 	var errw bytes.Buffer
-	c, err := parseFlags([]string{"-addr", "127.0.0.1", "-trace", "t.json", "-pcap", "p.pcap"}, &errw)
+	c, err := parseFlags([]string{"-addr", "127.0.0.1", "-trace", "t.json", "-pcap", "p.pcap"}, &errw, &errw)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +71,7 @@ func TestFileLimitFlags(t *testing.T) {
 		arg  string
 		want int64
 	}{{"100000000", 100000000}, {"64K", 64 << 10}, {"64KiB", 64 << 10}, {"100M", 100 << 20}, {"2G", 2 << 30}, {"0", 0}} {
-		c, err := parseFlags([]string{"-addr", "127.0.0.1", "-pcap", "p", "-pcap-size", tc.arg, "-pcap-files", "0"}, &errw)
+		c, err := parseFlags([]string{"-addr", "127.0.0.1", "-pcap", "p", "-pcap-size", tc.arg, "-pcap-files", "0"}, &errw, &errw)
 		if err != nil || int64(c.pcapLim.size) != tc.want || c.pcapLim.files != 0 || c.pcapLim.bound() != 0 {
 			t.Errorf("-pcap-size %s -pcap-files 0: %+v, %v; want %d bytes, unbounded", tc.arg, c.pcapLim, err, tc.want)
 		}
@@ -86,10 +87,58 @@ func TestRetry7Flag(t *testing.T) {
 		args []string
 		want bool
 	}{{nil, false}, {[]string{"-retry7", "seven"}, false}, {[]string{"-retry7", "forever"}, true}} {
-		c, err := parseFlags(append([]string{"-addr", "127.0.0.1"}, tc.args...), &errw)
+		c, err := parseFlags(append([]string{"-addr", "127.0.0.1"}, tc.args...), &errw, &errw)
 		if err != nil || c.retry7 != tc.want {
 			t.Errorf("%q: retry7 %v, %v; want %v", tc.args, c.retry7, err, tc.want)
 		}
+	}
+}
+
+// TestVersionAndLogFlags: -version prints the version and the build and
+// exits as -h does; -log-format and -log-level take what slog has and
+// refuse the rest; -log-format json makes every line a JSON object, the
+// failed start's last line too.
+func TestVersionAndLogFlags(t *testing.T) {
+	t.Setenv("RNICD_DIR", t.TempDir())
+	var out, errw bytes.Buffer
+	if err := run([]string{"-version"}, &out, &errw); !errors.Is(err, flag.ErrHelp) ||
+		!strings.HasPrefix(out.String(), "rnicd 0.9.0 (") || !strings.Contains(out.String(), ") go1.") {
+		t.Fatalf("-version: %v, %q", err, out.String())
+	}
+	for _, tc := range []struct {
+		args []string
+		err  string
+	}{
+		{[]string{"-log-format", "xml"}, `-log-format "xml": want text or json`},
+		{[]string{"-log-level", "loud"}, `-log-level "loud": want debug, info, warn or error`},
+	} {
+		if err := run(append([]string{"-addr", "127.0.0.1"}, tc.args...), &out, &errw); err == nil || err.Error() != tc.err {
+			t.Errorf("%q: %v, want %q", tc.args, err, tc.err)
+		}
+	}
+	addr := looptest.Get(t).String()
+	c, err := net.ListenPacket("udp4", addr+":4791")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	errw.Reset()
+	err = run([]string{"-addr", addr, "-log-format", "json", "-log-level", "debug"}, &out, &errw)
+	var l logged
+	if !errors.As(err, &l) {
+		t.Fatalf("failed start: %v, want it logged", err)
+	}
+	lines := strings.Split(strings.TrimSpace(errw.String()), "\n")
+	for _, line := range lines {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil || rec["msg"] == nil || rec["level"] == nil {
+			t.Fatalf("log line %q is not a slog JSON record: %v", line, err)
+		}
+	}
+	var last map[string]any
+	json.Unmarshal([]byte(lines[len(lines)-1]), &last)
+	if last["msg"] != "exiting" || last["level"] != "ERROR" || !strings.Contains(fmt.Sprint(last["err"]), "address already in use") {
+		t.Fatalf("last line %v, want the error", last)
 	}
 }
 
@@ -119,8 +168,8 @@ func TestPortInUseOneError(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "address already in use") {
 		t.Fatalf("start on a taken port: %v", err)
 	}
-	if strings.Contains(errw.String(), "in use") || strings.Contains(errw.String(), "steering") {
-		t.Fatalf("the failed start logged more than its error:\n%s", errw.String())
+	if strings.Count(errw.String(), "in use") != 1 || strings.Contains(errw.String(), "steering") {
+		t.Fatalf("the failed start logged more than its error, once:\n%s", errw.String())
 	}
 }
 

@@ -41,7 +41,7 @@ func TestDefaultLimits(t *testing.T) {
 func TestLimitFlags(t *testing.T) {
 	t.Setenv("RNICD_DIR", t.TempDir())
 	var errw bytes.Buffer
-	c, err := parseFlags([]string{"-addr", "127.0.0.1", "-client-max-qp", "5", "-max-mr-bytes", "2G", "-max-fds", "0"}, &errw)
+	c, err := parseFlags([]string{"-addr", "127.0.0.1", "-client-max-qp", "5", "-max-mr-bytes", "2G", "-max-fds", "0"}, &errw, &errw)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +50,7 @@ func TestLimitFlags(t *testing.T) {
 		c.limits.Daemon[hostif.ResQPs] != def.Daemon[hostif.ResQPs] {
 		t.Fatalf("limits %+v", c.limits)
 	}
-	_, err = parseFlags([]string{"-addr", "127.0.0.1", "-max-qp", "-1"}, &errw)
+	_, err = parseFlags([]string{"-addr", "127.0.0.1", "-max-qp", "-1"}, &errw, &errw)
 	if err == nil || !strings.Contains(err.Error(), "want a count") {
 		t.Fatalf("-max-qp -1: %v", err)
 	}

@@ -116,7 +116,7 @@ func lookup(name string) *param {
 func (p *Params) Set(name, value string) error {
 	d := lookup(name)
 	if d == nil {
-		return fmt.Errorf("flowctl: no parameter %q (see rnicd -cc-param help)", name)
+		return fmt.Errorf("flowctl: no parameter %q (rnicd -cc-params help lists them)", name)
 	}
 	v, err := strconv.ParseUint(strings.TrimSpace(value), 10, 32)
 	if err != nil {
@@ -136,6 +136,15 @@ func (p *Params) Get(name string) (uint32, bool) {
 		return 0, false
 	}
 	return *d.field(p), true
+}
+
+// Range returns the least and the most the parameter named name takes.
+func Range(name string) (lo, hi uint32, ok bool) {
+	d := lookup(name)
+	if d == nil {
+		return 0, 0, false
+	}
+	return d.min, d.max, true
 }
 
 // Each calls f with every parameter's mlx5 name and value, in mlx5's order.

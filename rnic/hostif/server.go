@@ -173,8 +173,18 @@ func (s *Server) register(c *conn) *conn {
 	s.mu.Lock()
 	s.conns[c] = struct{}{}
 	s.mu.Unlock()
-	s.log.Info("client connected", "pid", c.pid, "comm", c.comm)
+	s.log.Info("client connected", c.who()...)
 	return c
+}
+
+// who names the client for a log line: its pid, and its process name
+// where /proc still had it (a probe such as verbs.Devices' connects and
+// exits at once, often before the name is read; "" says nothing).
+func (c *conn) who() []any {
+	if c.comm == "" {
+		return []any{"pid", c.pid}
+	}
+	return []any{"pid", c.pid, "comm", c.comm}
 }
 
 // run serves c until the client hangs up, then destroys what it created.
@@ -186,7 +196,7 @@ func (c *conn) run() {
 	s.mu.Lock()
 	delete(s.conns, c)
 	s.mu.Unlock()
-	s.log.Info("client gone", "pid", c.pid, "comm", c.comm)
+	s.log.Info("client gone", c.who()...)
 }
 
 // Local is the server's end of a client in the server's own process

@@ -5,6 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/rnicd/rnicd/internal/buildinfo"
 	"github.com/rnicd/rnicd/wire/ibudp"
 )
 
@@ -29,6 +30,9 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		d := prometheus.NewDesc(name, help, nil, labels)
 		ch <- prometheus.MustNewConstMetric(d, t, v)
 	}
+	bi := buildinfo.Read()
+	emit("rnicd_build_info", "Always 1: the version, VCS revision and Go version rnicd was built from, as labels.", prometheus.GaugeValue, 1,
+		prometheus.Labels{"version": bi.Version, "revision": bi.Revision, "goversion": bi.GoVersion})
 	for _, dv := range c.m.cfg.Devices {
 		d := dv.view()
 		dev := prometheus.Labels{"device": d.Dev.Name()}

@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/rnicd/rnicd/rnic"
@@ -148,7 +149,9 @@ func New(cfg Config) (*Monitor, error) {
 		seen[d.Dev.Name()] = true
 	}
 	m := &Monitor{cfg: cfg, reg: prometheus.NewRegistry(), start: time.Now(), nextSeq: 1}
-	m.reg.MustRegister(collector{m})
+	// The Go runtime's and the process's own series (go_*, process_*),
+	// as every Go exporter has them, beside the devices'.
+	m.reg.MustRegister(collector{m}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m, nil
 }
 
