@@ -337,13 +337,21 @@ func (id *ID) CreateQP(pd *verbs.PD, attr verbs.QPInitAttr) error {
 	return nil
 }
 
-// Listen is rdma_listen on the bound port.
-func (id *ID) Listen() error {
+// Listen is rdma_listen on the bound port with the most backlog the
+// daemon allows (ListenBacklog(0)).
+func (id *ID) Listen() error { return id.ListenBacklog(0) }
+
+// ListenBacklog is rdma_listen with its backlog: how many connect
+// requests may wait for GetEvent before the daemon drops more (their
+// senders try again); 0 or more than the daemon allows means the most
+// (1024, ucma's max_backlog).
+func (id *ID) ListenBacklog(backlog int) error {
 	if id.dev == nil {
 		return errors.New("rdmacm: bind the CM ID before Listen")
 	}
 	sid := mad.ServiceID(id.ps, id.local.Port())
-	_, err := id.Verbs.CMCall(hostif.KindCMListen, &hostif.CMListenReq{H: id.h, ServiceID: sid}, nil, &hostif.Empty{})
+	req := &hostif.CMListenReq{H: id.h, ServiceID: sid, Backlog: uint32(max(backlog, 0))}
+	_, err := id.Verbs.CMCall(hostif.KindCMListen, req, nil, &hostif.Empty{})
 	return err
 }
 

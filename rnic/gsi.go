@@ -31,9 +31,14 @@ const (
 )
 
 const (
-	gsiSlots   = 64                 // receive WQEs kept posted, and sends in flight
-	gsiGRHLen  = 40                 // the GRH area a UD receive fills first
-	gsiRecvLen = gsiGRHLen + MADLen // one receive slot
+	// gsiRecvSlots receive WQEs are kept posted: Linux's MAD layer posts
+	// IB_MAD_QP_RECV_SIZE (512) on QP1, where 64 dropped most of a burst
+	// of REQs the CM agent had not yet taken. What still finds no WQE is
+	// counted in the device's drop_no_recv_wqe.
+	gsiRecvSlots = 512
+	gsiSlots     = 64                 // sends in flight
+	gsiGRHLen    = 40                 // the GRH area a UD receive fills first
+	gsiRecvLen   = gsiGRHLen + MADLen // one receive slot
 	// gsiPD is the GSI's protection domain, outside what AllocPD hands
 	// out (from 1 up), so no application's rkey reaches its buffers.
 	gsiPD = dma.PD(^uint32(0))
@@ -51,7 +56,7 @@ type GSI struct {
 	sendCQ *qpmgr.CQ
 	recvCQ *qpmgr.CQ
 	mr     *dma.MR
-	mem    []byte // gsiSlots receive slots, then gsiSlots send slots of MADLen
+	mem    []byte // gsiRecvSlots receive slots, then gsiSlots send slots of MADLen
 
 	mu   sync.Mutex // serialises senders: the free-slot list and the send CQ
 	free []int      // free send slots
@@ -63,15 +68,15 @@ type GSI struct {
 
 // newGSI creates QP1 and brings it to RTS with its receives posted.
 func newGSI(d *Device) (*GSI, error) {
-	g := &GSI{d: d, sendCQ: qpmgr.NewCQ(gsiSlots), recvCQ: qpmgr.NewCQ(gsiSlots),
-		mem: make([]byte, gsiSlots*(gsiRecvLen+MADLen))}
+	g := &GSI{d: d, sendCQ: qpmgr.NewCQ(gsiSlots), recvCQ: qpmgr.NewCQ(gsiRecvSlots),
+		mem: make([]byte, gsiRecvSlots*gsiRecvLen+gsiSlots*MADLen)}
 	var err error
 	if g.mr, err = d.dma.Register(gsiPD, g.mem, gsiVA, ib.AccessLocalWrite); err != nil {
 		return nil, fmt.Errorf("rnic: GSI memory: %w", err)
 	}
 	g.qp, err = qpmgr.New(qpmgr.Config{
 		QPN: GSIQPN, Type: ib.QPTypeUD, PD: gsiPD, SendCQ: g.sendCQ, RecvCQ: g.recvCQ,
-		Caps:    ib.QPCap{MaxSendWR: gsiSlots, MaxRecvWR: gsiSlots, MaxSendSGE: 1, MaxRecvSGE: 1},
+		Caps:    ib.QPCap{MaxSendWR: gsiSlots, MaxRecvWR: gsiRecvSlots, MaxSendSGE: 1, MaxRecvSGE: 1},
 		PortMTU: d.port.MTU(), Counters: &d.counters, Kick: d.kick,
 	})
 	if err != nil {
@@ -89,10 +94,12 @@ func newGSI(d *Device) (*GSI, error) {
 			return nil, fmt.Errorf("rnic: GSI QP to %v: %w", step.attr.State, err)
 		}
 	}
-	for i := range gsiSlots {
+	for i := range gsiRecvSlots {
 		if err := g.postRecv(i); err != nil {
 			return nil, err
 		}
+	}
+	for i := range gsiSlots {
 		g.free = append(g.free, i)
 	}
 	d.qps.Insert(g.qp)
@@ -139,7 +146,7 @@ func (g *GSI) SendMAD(to netip.Addr, mad []byte) error {
 	}
 	slot := g.free[len(g.free)-1]
 	g.free = g.free[:len(g.free)-1]
-	off := gsiSlots*gsiRecvLen + slot*MADLen
+	off := gsiRecvSlots*gsiRecvLen + slot*MADLen
 	copy(g.mem[off:off+MADLen], mad)
 	wr := ib.SendWR{
 		WRID: uint64(slot), Opcode: ib.WRSend, Flags: ib.SendSignaled,

@@ -233,29 +233,31 @@ static uint64_t service_id(struct cm_id *c, uint16_t port_be)
 	return (uint64_t)c->id.ps << 16 | ntohs(port_be);
 }
 
-static int listen_on(struct cm_dev *d, uint32_t h, uint64_t sid)
+/* backlog travels to the daemon, which caps it as ucma_listen does (0,
+ * negative or past 1024: 1024). */
+static int listen_on(struct cm_dev *d, uint32_t h, uint64_t sid, int backlog)
 {
-	uint8_t b[12], r[16];
+	uint8_t b[16], r[16];
 	struct buf req = {.p = b, .len = sizeof(b)}, rep = {.p = r, .len = sizeof(r)};
 	put32(&req, h);
 	put64(&req, sid);
+	put32(&req, backlog > 0 ? (uint32_t)backlog : 0);
 	return cm_call(d, K_CM_LISTEN, &req, -1, &rep);
 }
 
 EXPORT int rdma_listen(struct rdma_cm_id *id, int backlog)
 {
-	(void)backlog; /* the agent's own bound (maxCMEvents) holds */
 	struct cm_id *c = to_id(id);
 	if (c->state != ID_BOUND)
 		return cm_err(EINVAL);
 	uint64_t sid = service_id(c, rdma_get_src_port(id));
 	int err = 0;
 	if (!c->wild) {
-		err = listen_on(c->dev, c->h, sid);
+		err = listen_on(c->dev, c->h, sid, backlog);
 	} else {
 		for (int i = 0; i < devs_count() && !err; i++)
 			if (!(err = make_remote(c, dev_at(i), &c->lh[i])))
-				err = listen_on(dev_at(i), c->lh[i], sid);
+				err = listen_on(dev_at(i), c->lh[i], sid, backlog);
 	}
 	if (err)
 		return cm_err(err == EINVAL ? EADDRINUSE : err);

@@ -98,12 +98,16 @@ func (c *CM) Connect(p ConnectParam) (*ID, error) {
 
 // handleREP is IBTA 12.9.6.1 on the active side (Linux cm_rep_handler).
 func (c *CM) handleREP(from Dest, tid uint64, rep mad.REP) {
-	id := c.lookup(rep.RemoteCommID(), 0)
+	id := c.lookup(from, rep.RemoteCommID(), rep.LocalCommID(), true)
 	if id == nil {
-		// A REP for no connection of ours: REJ "invalid comm ID" so the
-		// peer stops retrying (cm_rep_handler does the same).
 		c.drop()
-		c.issueREJ(from, tid, rep.LocalCommID(), rep.RemoteCommID(), mad.RejInvalidCommID, mad.MsgKindREP)
+		if c.ids[rep.RemoteCommID()] == nil {
+			// A REP for no connection of ours: REJ "invalid comm ID" so
+			// the peer stops retrying. One that names a connection
+			// with the wrong peer comm ID or address gets nothing: the
+			// connection is someone else's.
+			c.issueREJ(from, tid, rep.LocalCommID(), rep.RemoteCommID(), mad.RejInvalidCommID, mad.MsgKindREP)
+		}
 		return
 	}
 	switch id.state {
@@ -162,8 +166,8 @@ func (c *CM) handleREP(from Dest, tid uint64, rep mad.REP) {
 }
 
 // handleMRA is IBTA 12.6.6: the peer needs more time (Linux cm_mra_handler).
-func (c *CM) handleMRA(mra mad.MRA) {
-	id := c.lookup(mra.RemoteCommID(), 0)
+func (c *CM) handleMRA(from Dest, mra mad.MRA) {
+	id := c.lookup(from, mra.RemoteCommID(), mra.LocalCommID(), mra.MessageMRAed() == mad.MsgKindREQ)
 	if id == nil {
 		c.drop()
 		return
@@ -185,7 +189,7 @@ func (c *CM) handleMRA(mra mad.MRA) {
 }
 
 // handleREJ is IBTA 12.6.7 (Linux cm_rej_handler).
-func (c *CM) handleREJ(rej mad.REJ) {
+func (c *CM) handleREJ(from Dest, rej mad.REJ) {
 	// A REJ of our REQ may come from a node that never knew us, so its
 	// "remote comm ID" (ours) is all it can name (cm_acquire_rejected_id).
 	var id *ID
@@ -194,10 +198,14 @@ func (c *CM) handleREJ(rej mad.REJ) {
 		// The active side gave up before it learnt our comm ID; it names
 		// itself by its comm ID and, in the ARI, its CA GUID.
 		id = c.remote[remoteKey{rej.LocalCommID(), binary.BigEndian.Uint64(rej.ARI())}]
+		if id != nil && id.dest.GID != from.GID {
+			c.counters.WrongSource++
+			id = nil
+		}
 	case rej.MessageRejected() == mad.MsgKindREQ:
-		id = c.lookup(rej.RemoteCommID(), 0)
+		id = c.lookup(from, rej.RemoteCommID(), rej.LocalCommID(), true)
 	default:
-		id = c.lookup(rej.RemoteCommID(), rej.LocalCommID())
+		id = c.lookup(from, rej.RemoteCommID(), rej.LocalCommID(), false)
 	}
 	if id == nil {
 		c.drop()

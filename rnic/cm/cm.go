@@ -1,6 +1,8 @@
 package cm
 
 import (
+	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/bits"
@@ -69,8 +71,22 @@ type Config struct {
 	// MaxIDs bounds the connections (REQs from the network create them).
 	// Default 4096; past it a REQ gets REJ "no resources".
 	MaxIDs int
+	// MaxPending bounds the connections a REQ created that the listening
+	// application has not answered yet: state that anyone on the network
+	// can create with one unauthenticated packet. Past it a REQ gets REJ
+	// "no resources", so that a flood leaves room in MaxIDs for
+	// established connections and for this node's own Connects. Default
+	// MaxIDs/2.
+	MaxPending int
+	// MaxPendingTime bounds how long a REQ nobody answers is held. A REQ
+	// is held as long as its sender says it waits for the answer (its
+	// retries times its response timeout and two packet lifetimes, what
+	// Linux's active side waits), at most this long. Default 5 minutes.
+	MaxPendingTime time.Duration
 	// CommIDSeed scrambles the local communication IDs, which Linux makes
-	// unpredictable the same way (random_id_operand). Default 0.
+	// unpredictable the same way (cm.c's random_id_operand, XORed into an
+	// ID allocated cyclically from a random start). The zero value takes
+	// the seed and the start from crypto/rand, per CM.
 	CommIDSeed uint32
 }
 
@@ -82,6 +98,20 @@ type Counters struct {
 	Duplicates     uint64                      // duplicate REQ, REP, DREQ answered or dropped
 	Dropped        uint64                      // malformed, unknown or out-of-state MADs
 	SendErrors     uint64                      // Config.Send failures
+	// The drops and refusals that protect connections from other hosts
+	// (each also counted in Dropped where the MAD was dropped):
+	// CommIDMismatch: our comm ID found, the peer's not the connection's
+	// (Linux cm_acquire_id fails); WrongSource: the comm IDs match but
+	// the MAD came from another address than the connection's peer;
+	// StaleConns: REQs from a connected peer's address naming its QP
+	// again (stale connection, REJ and DREQ as cm_req_handler);
+	// StaleDropped: such REQs from another address, dropped.
+	CommIDMismatch, WrongSource, StaleConns, StaleDropped uint64
+	// PendingDropped: REQs refused with REJ "no resources" past
+	// MaxPending or MaxIDs; PendingTimeouts: REQs freed because the
+	// listener never answered; ListenDrops: REQs the application refused
+	// (Refuse: a full backlog), dropped without a REJ so the peer retries.
+	PendingDropped, PendingTimeouts, ListenDrops uint64
 }
 
 // CM is a Communication Manager for one port. Its zero value is not
@@ -94,6 +124,7 @@ type CM struct {
 	listeners map[uint64]*Listener // by service ID
 	sidrRcvd  map[sidrKey]*ID      // SIDR_REQs being answered
 	nextID    uint32
+	pending   int              // IDs in REQ_RCVD or MRA_REQ_SENT (passive, not answered)
 	buf       [mad.MADLen]byte // responses that need no retry
 	counters  Counters
 	// rxTrace is the attribute of the MAD HandleMAD is handling while
@@ -134,8 +165,23 @@ func New(cfg Config) (*CM, error) {
 	if cfg.MaxIDs == 0 {
 		cfg.MaxIDs = 4096
 	}
+	if cfg.MaxPending == 0 {
+		cfg.MaxPending = max(cfg.MaxIDs/2, 1)
+	}
+	if cfg.MaxPendingTime == 0 {
+		cfg.MaxPendingTime = 5 * time.Minute
+	}
+	var next uint32
+	if cfg.CommIDSeed == 0 {
+		var r [8]byte
+		if _, err := rand.Read(r[:]); err != nil {
+			return nil, fmt.Errorf("cm: comm ID seed: %w", err)
+		}
+		cfg.CommIDSeed, next = binary.LittleEndian.Uint32(r[:4])|1, binary.LittleEndian.Uint32(r[4:])
+	}
 	return &CM{
 		cfg:       cfg,
+		nextID:    next,
 		ids:       make(map[uint32]*ID),
 		remote:    make(map[remoteKey]*ID),
 		remoteQPs: make(map[remoteKey]*ID),
@@ -150,6 +196,10 @@ func (c *CM) Counters() Counters { return c.counters }
 // NumIDs is the number of connections the CM holds, in any state.
 func (c *CM) NumIDs() int { return len(c.ids) }
 
+// NumPending is the number of them that a REQ or SIDR_REQ created and
+// the application has not answered yet.
+func (c *CM) NumPending() int { return c.pending }
+
 // ID is one connection (Linux struct cm_id_private). The fields are the
 // CM's; the application reads them through the methods.
 type ID struct {
@@ -163,6 +213,14 @@ type ID struct {
 	listener *Listener
 	context  any
 	freed    bool
+	// pending: a REQ created the ID and the application has not answered
+	// it (counted in CM.pending); refused: the application refused it
+	// from its ConnectRequest event (Refuse).
+	pending, refused bool
+	// pendingUntil: the latest a pending REQ is held (what its sender
+	// waits, Config.MaxPendingTime at most); an MRA moves its deadline
+	// no further.
+	pendingUntil time.Time
 	// destroyed: the application is gone (Destroy). The ID may live on to
 	// finish a disconnect or a TIMEWAIT, but sends it no events and never
 	// touches its QP again, which may belong to someone else by then.
@@ -284,6 +342,7 @@ func (c *CM) free(id *ID) {
 	if id.freed {
 		return
 	}
+	id.setPending(false)
 	id.freed = true
 	id.msgLive = false
 	delete(c.ids, id.localID)
@@ -297,6 +356,20 @@ func (c *CM) free(id *ID) {
 		if v == id {
 			delete(c.sidrRcvd, k)
 		}
+	}
+}
+
+// setPending marks the ID as a REQ the application has not answered, or
+// no longer.
+func (id *ID) setPending(p bool) {
+	if id.pending == p {
+		return
+	}
+	id.pending = p
+	if p {
+		id.cm.pending++
+	} else {
+		id.cm.pending--
 	}
 }
 
@@ -391,6 +464,12 @@ func (c *CM) Expire() {
 			id.timewaitExit()
 			continue
 		}
+		if id.pending {
+			id.msgLive = false
+			c.counters.PendingTimeouts++
+			id.pendingTimedOut()
+			continue
+		}
 		if id.retries > 0 {
 			id.retries--
 			id.deadline = now.Add(id.timeout)
@@ -483,29 +562,43 @@ func (c *CM) HandleMAD(from Dest, b []byte) {
 	case mad.AttrREQ:
 		c.handleREQ(from, tid, mad.REQ(d))
 	case mad.AttrMRA:
-		c.handleMRA(mad.MRA(d))
+		c.handleMRA(from, mad.MRA(d))
 	case mad.AttrREJ:
-		c.handleREJ(mad.REJ(d))
+		c.handleREJ(from, mad.REJ(d))
 	case mad.AttrREP:
 		c.handleREP(from, tid, mad.REP(d))
 	case mad.AttrRTU:
-		c.handleRTU(mad.RTU(d))
+		c.handleRTU(from, mad.RTU(d))
 	case mad.AttrDREQ:
 		c.handleDREQ(from, tid, mad.DREQ(d))
 	case mad.AttrDREP:
-		c.handleDREP(mad.DREP(d))
+		c.handleDREP(from, mad.DREP(d))
 	case mad.AttrSIDRReq:
 		c.handleSIDRReq(from, tid, mad.SIDRReq(d))
 	case mad.AttrSIDRRep:
-		c.handleSIDRRep(mad.SIDRRep(d))
+		c.handleSIDRRep(from, mad.SIDRRep(d))
 	}
 }
 
-// lookup finds the connection a message names by our comm ID and, when
-// nonzero, the peer's (Linux cm_acquire_id).
-func (c *CM) lookup(local, remote uint32) *ID {
+// lookup finds the connection a message from from names by our comm ID
+// and the peer's, as Linux's cm_acquire_id does: both must match, a
+// remote comm ID of 0 included (it matches only a connection that does
+// not know its peer's yet). early also accepts a connection that does
+// not know its peer's comm ID yet, for the answers to a REQ (REP, MRA,
+// REJ of the REQ) that tell it. The MAD must come from the connection's
+// peer: comm IDs are 32 bits a host that sees no packet of the
+// connection can only guess, its address is what the network vouches
+// for. A mismatch is counted and the MAD dropped.
+func (c *CM) lookup(from Dest, local, remote uint32, early bool) *ID {
 	id := c.ids[local]
-	if id == nil || remote != 0 && id.remoteID != remote {
+	switch {
+	case id == nil:
+		return nil
+	case id.remoteID != remote && !(early && id.remoteID == 0):
+		c.counters.CommIDMismatch++
+		return nil
+	case from.GID != id.dest.GID:
+		c.counters.WrongSource++
 		return nil
 	}
 	return id

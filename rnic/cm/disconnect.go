@@ -33,10 +33,12 @@ func (id *ID) sendDREQ(privateData []byte) {
 
 // handleDREQ is IBTA 12.9.6.3 (Linux cm_dreq_handler).
 func (c *CM) handleDREQ(from Dest, tid uint64, dreq mad.DREQ) {
-	id := c.lookup(dreq.RemoteCommID(), dreq.LocalCommID())
+	id := c.lookup(from, dreq.RemoteCommID(), dreq.LocalCommID(), false)
 	if id == nil {
-		// Nothing to disconnect: answer anyway so the peer stops asking
-		// (cm_issue_drep).
+		// Nothing to disconnect, or not this sender's to: answer anyway
+		// so the peer stops asking, as cm_dreq_handler does
+		// (cm_issue_drep). The DREP goes to the sender and names only
+		// the comm IDs it sent: no connection changes.
 		c.drop()
 		f := mad.DREPFields{LocalCommID: dreq.RemoteCommID(), RemoteCommID: dreq.LocalCommID()}
 		mad.DREP(format(&c.buf, mad.AttrDREP, tid)).Encode(&f)
@@ -81,8 +83,8 @@ func (id *ID) sendDREP(tid uint64) {
 }
 
 // handleDREP ends our DREQ's transaction (Linux cm_drep_handler).
-func (c *CM) handleDREP(drep mad.DREP) {
-	id := c.lookup(drep.RemoteCommID(), drep.LocalCommID())
+func (c *CM) handleDREP(from Dest, drep mad.DREP) {
+	id := c.lookup(from, drep.RemoteCommID(), drep.LocalCommID(), false)
 	if id == nil || id.state != StateDREQSent {
 		c.drop()
 		return

@@ -133,7 +133,7 @@ func TestDREQWrongQPN(t *testing.T) {
 
 // REQs from the network cannot hold more than MaxIDs connections.
 func TestMaxIDs(t *testing.T) {
-	w := newWorld(t, func(c *Config) { c.MaxIDs = 2 })
+	w := newWorld(t, func(c *Config) { c.MaxIDs, c.MaxPending = 2, 2 })
 	w.listen()
 	for i := uint32(1); i <= 3; i++ {
 		f := mad.REQFields{LocalCommID: i, ServiceID: rpingService, LocalCAGUID: 1, LocalQPN: i, PathMTU: 3,

@@ -1,7 +1,9 @@
 package cm
 
 import (
+	"encoding/binary"
 	"fmt"
+	"time"
 
 	"github.com/rnicd/rnicd/ib"
 	"github.com/rnicd/rnicd/wire/mad"
@@ -14,10 +16,21 @@ func (c *CM) handleREQ(from Dest, tid uint64, req mad.REQ) {
 		return
 	}
 	if old := c.remoteQPs[remoteKey{req.LocalQPN(), req.LocalCAGUID()}]; old != nil {
+		if from.GID != old.dest.GID {
+			// The QPN and CA GUID are the peer's, the address is not:
+			// anyone who saw one packet of the connection (or derived
+			// the CA GUID from the peer's MAC, as rxe does) could send
+			// this. The peer's own REQ comes from its own address, so
+			// this one cannot be what IBTA 12.9.8.3.1 is about: drop it.
+			c.counters.StaleDropped++
+			c.drop()
+			return
+		}
 		// The peer's QP already has a connection here, under another
 		// comm ID: the old one is stale (IBTA 12.9.8.3.1). Refuse the
 		// REQ and disconnect the old one, as cm_req_handler does; the
 		// peer retries once the old connection has left TIMEWAIT.
+		c.counters.StaleConns++
 		c.issueREJ(from, tid, req.LocalCommID(), 0, mad.RejStaleConn, mad.MsgKindREQ)
 		if old.state == StateEstablished {
 			old.toErr()
@@ -49,11 +62,27 @@ func (c *CM) handleREQ(from Dest, tid uint64, req mad.REQ) {
 		c.issueREJ(from, tid, req.LocalCommID(), 0, mad.RejInvalidMTU, mad.MsgKindREQ)
 		return
 	}
-	id, err := c.newID(StateREQRcvd)
-	if err != nil {
+	if c.pending >= c.cfg.MaxPending {
+		c.counters.PendingDropped++
 		c.issueREJ(from, tid, req.LocalCommID(), 0, mad.RejNoResources, mad.MsgKindREQ)
 		return
 	}
+	id, err := c.newID(StateREQRcvd)
+	if err != nil {
+		c.counters.PendingDropped++
+		c.issueREJ(from, tid, req.LocalCommID(), 0, mad.RejNoResources, mad.MsgKindREQ)
+		return
+	}
+	id.setPending(true)
+	// Until the application answers, the ID lives as long as the active
+	// side waits for the answer: each of its tries waits two packet
+	// lifetimes and our response time (ib_send_cm_req's timeout_ms), and
+	// it tries its max CM retries and once more. Past that no REP can
+	// reach it; a REQ that came from no CM at all (a flood) is gone by
+	// then too.
+	id.pendingUntil = c.cfg.Now().Add(min(c.cfg.MaxPendingTime,
+		time.Duration(req.MaxCMRetries()+1)*(2*ibTime(c.cfg.PacketLifeTime)+ibTime(req.RemoteCMResponseTimeout()))))
+	id.msgLive, id.retries, id.deadline = true, 0, id.pendingUntil
 	id.listener, id.context = l, l.context
 	id.tid = tid
 	id.dest = from
@@ -85,6 +114,42 @@ func (c *CM) handleREQ(from Dest, tid uint64, req mad.REQ) {
 			StartingPSN: id.peerPSN, PathMTU: id.pathMTU, ResponderResources: req.ResponderResources(),
 			InitiatorDepth: req.InitiatorDepth(), RetryCount: id.retryCount, RNRRetryCount: id.rnrRetry,
 			TransportType: id.transport}})
+	if id.refused {
+		// The application cannot take it (a full backlog): forget the
+		// REQ without a REJ, so that the peer's next try is a new REQ
+		// (cm_destroy_id's -ENOMEM case, cm_reset_to_idle, which
+		// ucma's backlog check causes).
+		c.counters.ListenDrops++
+		id.state = StateIdle
+		c.free(id)
+	}
+}
+
+// Refuse, called from the ConnectRequest event of id, drops the REQ with
+// no answer: the peer will try again (what a full rdma_listen backlog
+// does). It does nothing elsewhere.
+func (id *ID) Refuse() {
+	if id.pending && (id.state == StateREQRcvd || id.state == StateSIDRREQRcvd) {
+		id.refused = true
+	}
+}
+
+// pendingTimedOut ends a REQ the application never answered: REJ
+// "timeout" with our CA GUID (IBTA 12.6.7's additional information for
+// it), and the Unreachable event with ErrTimeout, which rdma_cm reports
+// for a connection whose CM timed out.
+func (id *ID) pendingTimedOut() {
+	if id.state == StateSIDRREQRcvd {
+		_ = id.sidrReply(mad.SIDRReject, 0, 0, nil)
+		id.cm.event(Event{Type: EventUnreachable, ID: id, Err: ErrTimeout})
+		return
+	}
+	var guid [8]byte
+	binary.BigEndian.PutUint64(guid[:], id.cm.cfg.CAGUID)
+	id.sendREJ(mad.RejTimeout, mad.MsgKindREQ, guid[:], nil)
+	id.state = StateIdle
+	id.cm.event(Event{Type: EventUnreachable, ID: id, Err: ErrTimeout})
+	id.cm.free(id)
 }
 
 // pathGIDsMatch checks a REQ's primary path against its packet: the
@@ -111,6 +176,14 @@ func (c *CM) dupREQ(id *ID, tid uint64) {
 		mad.MRA(format(&id.last, mad.AttrMRA, id.tid)).Encode(&f)
 		id.state = StateMRAREQSent
 		id.sendLast()
+		// The MRA makes the active side wait our response time more
+		// (cm_mra_handler): so does the pending REQ, within its bound.
+		if t := c.cfg.Now().Add(ibTime(c.cfg.CMResponseTimeout) + ibTime(id.ackTimeout)); t.After(id.deadline) {
+			id.deadline = t
+			if id.deadline.After(id.pendingUntil) {
+				id.deadline = id.pendingUntil
+			}
+		}
 	case StateMRAREQSent:
 		id.sendLast() // the MRA again
 	case StateREPSent, StateMRAREPRcvd:
@@ -160,6 +233,7 @@ func (id *ID) Accept(p AcceptParam) error {
 		return fmt.Errorf("cm: %d bytes of private data, a REP holds %d", len(p.PrivateData), mad.REPPrivateDataLen)
 	}
 	c := id.cm
+	id.setPending(false)
 	id.qpn = p.QPN & 0xffffff
 	id.ownPSN = p.StartingPSN & 0xffffff
 	id.respRes = min(p.ResponderResources, id.respRes)
@@ -207,8 +281,8 @@ func (id *ID) Reject(reason mad.RejReason, privateData []byte) error {
 }
 
 // handleRTU is IBTA 12.9.6.2's last step (Linux cm_rtu_handler).
-func (c *CM) handleRTU(rtu mad.RTU) {
-	id := c.lookup(rtu.RemoteCommID(), rtu.LocalCommID())
+func (c *CM) handleRTU(from Dest, rtu mad.RTU) {
+	id := c.lookup(from, rtu.RemoteCommID(), rtu.LocalCommID(), false)
 	if id == nil || id.state != StateREPSent && id.state != StateMRAREPRcvd {
 		c.drop() // late or duplicate: the connection is already up
 		return

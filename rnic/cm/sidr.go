@@ -2,6 +2,7 @@ package cm
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/rnicd/rnicd/wire/mad"
 )
@@ -40,8 +41,8 @@ func (c *CM) SIDRRequest(p SIDRParam) (*ID, error) {
 }
 
 // handleSIDRRep ends a SIDR_REQ's transaction (Linux cm_sidr_rep_handler).
-func (c *CM) handleSIDRRep(rep mad.SIDRRep) {
-	id := c.lookup(rep.RequestID(), 0)
+func (c *CM) handleSIDRRep(from Dest, rep mad.SIDRRep) {
+	id := c.lookup(from, rep.RequestID(), 0, false)
 	if id == nil || id.state != StateSIDRREQSent {
 		c.drop()
 		return
@@ -68,8 +69,13 @@ func (c *CM) handleSIDRReq(from Dest, tid uint64, req mad.SIDRReq) {
 	l := c.listeners[req.ServiceID()]
 	var id *ID
 	var err error
-	if l != nil {
+	if l != nil && c.pending >= c.cfg.MaxPending {
+		err = fmt.Errorf("cm: %d REQs pending, the most this CM holds", c.pending)
+	} else if l != nil {
 		id, err = c.newID(StateSIDRREQRcvd)
+	}
+	if l != nil && err != nil {
+		c.counters.PendingDropped++
 	}
 	if l == nil || err != nil {
 		status := mad.SIDRUnsupported
@@ -85,8 +91,19 @@ func (c *CM) handleSIDRReq(from Dest, tid uint64, req mad.SIDRReq) {
 	id.tid, id.dest, id.serviceID = tid, from, req.ServiceID()
 	id.remoteID = req.RequestID()
 	c.sidrRcvd[key] = id
+	// Held, unanswered, as long as the requester retries (rdma_cm's SIDR
+	// timer: our response time per try), as a REQ is (handleREQ).
+	id.setPending(true)
+	id.pendingUntil = c.cfg.Now().Add(min(c.cfg.MaxPendingTime,
+		time.Duration(c.cfg.MaxCMRetries+1)*ibTime(c.cfg.CMResponseTimeout)))
+	id.msgLive, id.retries, id.deadline = true, 0, id.pendingUntil
 	c.event(Event{Type: EventConnectRequest, ID: id, Listener: l, PrivateData: clonePD(req.PrivateData()),
 		Remote: Remote{GID: from.GID, ServiceID: id.serviceID}})
+	if id.refused {
+		c.counters.ListenDrops++
+		id.state = StateIdle
+		c.free(id)
+	}
 }
 
 // sidrReply answers a SIDR_REQ and ends the ID.

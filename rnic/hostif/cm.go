@@ -25,9 +25,16 @@ import (
 // Bounds a hostile client cannot push past: CM IDs per client, and events
 // waiting on one channel (past it an event is dropped and counted; a
 // connect request dropped this way is rejected).
+//
+// maxBacklog is the most connect requests one listener holds for its
+// client to fetch, and what a backlog of 0 or more means: ucma's
+// max_backlog (net.rdma_ucm.max_backlog, 1024). Each also counts as a CM
+// ID of the listening client (maxCMIDs) from the moment its REQ arrives,
+// so a flood against one listener costs only its client.
 const (
 	maxCMIDs    = 1024
 	maxCMEvents = 4096
+	maxBacklog  = 1024
 )
 
 // StartCM starts the CM agent on gsi (the device's QP1) with caGUID as
@@ -71,6 +78,13 @@ func (s *Server) CMCounters() map[string]uint64 {
 	m["cm_rx_duplicates"] = c.Duplicates
 	m["cm_rx_dropped"] = c.Dropped
 	m["cm_tx_errors"] = c.SendErrors
+	m["cm_rx_dropped_comm_id"] = c.CommIDMismatch
+	m["cm_rx_dropped_source"] = c.WrongSource
+	m["cm_rx_stale_conn"] = c.StaleConns
+	m["cm_rx_dropped_stale"] = c.StaleDropped
+	m["cm_rx_dropped_pending"] = c.PendingDropped
+	m["cm_req_timeouts"] = c.PendingTimeouts
+	m["cm_listen_drops"] = c.ListenDrops
 	return m
 }
 
@@ -84,14 +98,16 @@ func (s *Server) cmSnapshot() (c cm.Counters, ids int, ok bool) {
 	return c, ids, ok
 }
 
-// cmCounters adds the CM's counters to m, and cm_ids, the connections
-// the CM holds; nothing without an agent.
+// cmCounters adds the CM's counters to m, cm_ids, the connections the CM
+// holds, and cm_pending, those of them a REQ created that no application
+// answered yet; nothing without an agent.
 func (s *Server) cmCounters(m map[string]uint64) {
 	for k, v := range s.CMCounters() {
 		m[k] = v
 	}
-	if _, ids, ok := s.cmSnapshot(); ok {
-		m["cm_ids"] = uint64(ids)
+	var ids, pending int
+	if s.cmAgent != nil && s.cmAgent.Do(func(x *cm.CM) { ids, pending = x.NumIDs(), x.NumPending() }) {
+		m["cm_ids"], m["cm_pending"] = uint64(ids), uint64(pending)
 	}
 }
 
@@ -149,6 +165,7 @@ func (o *cmChanObj) release(c *conn) error {
 	for _, p := range q {
 		if p.ev.Type == cm.EventConnectRequest && p.id.h == 0 {
 			c.s.cmAgent.Do(func(*cm.CM) { p.ev.ID.Destroy() })
+			p.id.owner.uncountCMID()
 		}
 	}
 	unix.Close(o.fd)
@@ -170,6 +187,9 @@ type cmIDObj struct {
 	idn      uint32
 	ps       mad.PortSpace
 	src, dst netip.AddrPort
+	// A listener's backlog, and its connect requests queued on ch that
+	// the client has not fetched (both under ch.mu).
+	backlog, queued int
 }
 
 func (*cmIDObj) kind() objKind { return kindCMID }
@@ -207,6 +227,13 @@ func (c *conn) countCMID() bool {
 	return true
 }
 
+// uncountCMID gives back a CM ID countCMID counted.
+func (c *conn) uncountCMID() {
+	c.mu.Lock()
+	c.cmIDs--
+	c.mu.Unlock()
+}
+
 // unbindQPN drops one binding of qpn; c.mu is held.
 func (c *conn) unbindQPN(qpn uint32) {
 	if qpn == 0 {
@@ -226,27 +253,70 @@ func (s *Server) cmEvent(e cm.Event) {
 		if listen == nil {
 			return
 		}
-		o = &cmIDObj{owner: listen.owner, ch: listen.ch, id: e.ID, idn: s.cmIDN.Add(1) - 1}
-		o.setRequestAddrs(listen, e.PrivateData)
-		e.ID.SetContext(o)
+		s.cmConnectRequest(e, listen)
+		return
 	} else if o, _ = e.ID.Context().(*cmIDObj); o == nil {
 		return
 	}
 	ch := o.ch
 	ch.mu.Lock()
+	if e.Type == cm.EventUnreachable && ch.unqueueRequest(o) {
+		// A REQ that timed out before the client fetched it: it leaves
+		// the queue, and the client's count, with its CM state.
+		ch.mu.Unlock()
+		o.owner.uncountCMID()
+		return
+	}
 	if ch.closed || len(ch.queue) >= maxCMEvents {
 		ch.mu.Unlock()
 		s.cmDropped.Add(1)
-		if e.Type == cm.EventConnectRequest {
-			// The CM may not be called from its own event: reject on
-			// the agent's next turn.
-			go s.cmAgent.Do(func(*cm.CM) { e.ID.Destroy() })
-		}
 		return
 	}
+	ch.queue = append(ch.queue, cmPending{ev: e, id: o})
+	ch.mu.Unlock()
+	signalFD(ch.fd)
+}
+
+// cmConnectRequest queues a connect request for the client of listener
+// listen, charged to it as one of its CM IDs from now on. One it cannot
+// take (its backlog of unfetched requests full, its CM IDs at the most,
+// its channel closed or full) is refused: the REQ is forgotten without
+// an answer and the peer's next try is a new one, as ucma's backlog
+// check makes Linux's CM forget it.
+func (s *Server) cmConnectRequest(e cm.Event, listen *cmIDObj) {
+	ch := listen.ch
+	if !listen.owner.countCMID() {
+		s.cmDropped.Add(1)
+		e.ID.Refuse()
+		return
+	}
+	o := &cmIDObj{owner: listen.owner, ch: ch, id: e.ID, idn: s.cmIDN.Add(1) - 1}
+	o.setRequestAddrs(listen, e.PrivateData)
+	ch.mu.Lock()
+	if ch.closed || len(ch.queue) >= maxCMEvents || listen.queued >= listen.backlog {
+		ch.mu.Unlock()
+		listen.owner.uncountCMID()
+		e.ID.Refuse()
+		return
+	}
+	e.ID.SetContext(o)
+	listen.queued++
 	ch.queue = append(ch.queue, cmPending{ev: e, id: o, listen: listen})
 	ch.mu.Unlock()
 	signalFD(ch.fd)
+}
+
+// unqueueRequest takes the connect request of o off the queue if it is
+// still there (not fetched), and says whether it was; ch.mu is held.
+func (ch *cmChanObj) unqueueRequest(o *cmIDObj) bool {
+	for i, p := range ch.queue {
+		if p.id == o && p.ev.Type == cm.EventConnectRequest {
+			p.listen.queued--
+			ch.queue = append(ch.queue[:i], ch.queue[i+1:]...)
+			return true
+		}
+	}
+	return false
 }
 
 // cmReady checks that the daemon runs a CM agent.
@@ -288,6 +358,13 @@ func (c *conn) cmListen(t object, b Body, _ []int) (Body, []int, error) {
 			err = errors.New("the CM ID is already listening or connected")
 			return
 		}
+		// ucma_listen: a backlog of 0, or past the most, is the most.
+		o.ch.mu.Lock()
+		o.backlog = int(r.Backlog)
+		if o.backlog <= 0 || o.backlog > maxBacklog {
+			o.backlog = maxBacklog
+		}
+		o.ch.mu.Unlock()
 		if o.l, err = m.Listen(r.ServiceID, o); err == nil {
 			o.setListenAddrs(c.s.dev.QueryPort().Addr, r.ServiceID)
 		}
@@ -468,15 +545,15 @@ func (c *conn) cmGetEvent(t object, _ Body, _ []int) (Body, []int, error) {
 		p := ch.queue[0]
 		ch.queue[0] = cmPending{}
 		ch.queue = ch.queue[1:]
+		if p.listen != nil {
+			p.listen.queued--
+		}
 		ch.mu.Unlock()
 		if p.ev.Type == cm.EventConnectRequest {
+			// Counted as the client's since it came (cmConnectRequest).
 			if p.listen.h == 0 {
 				c.s.cmAgent.Do(func(*cm.CM) { p.ev.ID.Destroy() })
-				continue
-			}
-			if !c.countCMID() {
-				c.s.cmDropped.Add(1)
-				c.s.cmAgent.Do(func(*cm.CM) { p.ev.ID.Destroy() })
+				c.uncountCMID()
 				continue
 			}
 			ch.hold()
