@@ -149,12 +149,18 @@ func (l *lockedBuf) String() string {
 // test ends.
 func daemons(t testing.TB) (*daemon, *daemon) {
 	t.Helper()
-	dir := t.TempDir()
-	a, err := startDaemon(dir, "rnicA", ownAddr(t))
+	return daemonsWith(t, t.TempDir(), nil, nil)
+}
+
+// daemonsWith is daemons with their sockets in dir and extra flags for
+// each.
+func daemonsWith(t testing.TB, dir string, extraA, extraB []string) (*daemon, *daemon) {
+	t.Helper()
+	a, err := startDaemon(dir, "rnicA", ownAddr(t), extraA...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := startDaemon(dir, "rnicB", ownAddr(t))
+	b, err := startDaemon(dir, "rnicB", ownAddr(t), extraB...)
 	if err != nil {
 		a.stop()
 		t.Fatal(err)

@@ -107,7 +107,7 @@ func (m *CMListenReq) decode(d *decoder) {
 		m.Backlog = d.u32()
 	}
 }
-func (m *CMListenReq) target() uint32    { return m.H }
+func (m *CMListenReq) target() uint32 { return m.H }
 
 // CMDataReq is the body of Reject (Reason: the REJ reason; rdma_reject
 // sends 28, consumer defined) and Disconnect (Reason unused).
