@@ -3,12 +3,16 @@ package verbs_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net"
 	"net/netip"
 	"os"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/rnicd/rnicd/internal/looptest"
 	"github.com/rnicd/rnicd/verbs"
@@ -146,12 +150,63 @@ func TestSocketDirAndDevices(t *testing.T) {
 	}
 	t.Setenv("RNICD_DIR", "")
 	t.Setenv("XDG_RUNTIME_DIR", "/run/user/1000")
+	// In pid 1's network namespace the plain directory; in another, or
+	// where pid 1's is unreadable (this sandbox's pid 1), net-INODE in it.
+	var self, host unix.Stat_t
+	if err := unix.Stat("/proc/thread-self/ns/net", &self); err != nil {
+		t.Fatal(err)
+	}
+	ns := fmt.Sprintf("/net-%d", self.Ino)
+	if unix.Stat("/proc/1/ns/net", &host) == nil && host.Ino == self.Ino && host.Dev == self.Dev {
+		ns = ""
+	}
 	if os.Geteuid() != 0 {
-		if got := verbs.SocketDir(); got != "/run/user/1000/rnicd" {
-			t.Fatalf("SocketDir without RNICD_DIR: %q", got)
+		if got := verbs.SocketDir(); got != "/run/user/1000/rnicd"+ns {
+			t.Fatalf("SocketDir without RNICD_DIR: %q, want %q", got, "/run/user/1000/rnicd"+ns)
 		}
-	} else if got := verbs.SocketDir(); got != "/run/rnicd" {
-		t.Fatalf("SocketDir for root: %q", got)
+	} else if got := verbs.SocketDir(); got != "/run/rnicd"+ns {
+		t.Fatalf("SocketDir for root: %q, want %q", got, "/run/rnicd"+ns)
+	}
+}
+
+// TestSocketDirPerNetns: a thread in a network namespace of its own gets
+// that namespace's directory, net-INODE, never the one it came from,
+// and RNICD_DIR still overrides it.
+func TestSocketDirPerNetns(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("skipped: needs root to make a network namespace; CI runs as root")
+	}
+	t.Setenv("RNICD_DIR", "")
+	outer := verbs.SocketDir()
+	type result struct {
+		dir, want, override string
+		err                 error
+	}
+	ch := make(chan result)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread dies in its namespace
+		var r result
+		if r.err = unix.Unshare(unix.CLONE_NEWNET); r.err != nil {
+			ch <- r
+			return
+		}
+		var st unix.Stat_t
+		if r.err = unix.Stat("/proc/thread-self/ns/net", &st); r.err != nil {
+			ch <- r
+			return
+		}
+		r.dir, r.want = verbs.SocketDir(), fmt.Sprintf("/run/rnicd/net-%d", st.Ino)
+		os.Setenv("RNICD_DIR", "/elsewhere")
+		r.override = verbs.SocketDir()
+		os.Setenv("RNICD_DIR", "")
+		ch <- r
+	}()
+	r := <-ch
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if r.dir != r.want || r.dir == outer || r.override != "/elsewhere" {
+		t.Fatalf("in a new namespace: SocketDir %q (with RNICD_DIR: %q), want %q; outside %q", r.dir, r.override, r.want, outer)
 	}
 }
 

@@ -5,7 +5,8 @@
  * /dev/infiniband/uverbsN; rnicd has neither. A device here is a running
  * rnicd: its control socket NAME.sock in the directory the rnic tools use
  * (verbs.SocketDir: $RNICD_DIR, else /run/rnicd for root, else
- * $XDG_RUNTIME_DIR/rnicd, else /tmp/rnicd-UID). A socket nobody listens
+ * $XDG_RUNTIME_DIR/rnicd, else /tmp/rnicd-UID; in a network namespace
+ * not pid 1's, or where pid 1's is unreadable, its net-INODE under that). A socket nobody listens
  * on (a killed daemon's) is no device. The attributes are the ones
  * `rnic ibv_devinfo` prints (verbs.QueryDevice, cmd/rnic/ibv.go).
  */
@@ -25,14 +26,25 @@
 static void socket_dir(char *out, size_t n)
 {
 	const char *d = getenv("RNICD_DIR");
-	if (d && *d)
+	struct stat self, host;
+	size_t l;
+	if (d && *d) {
 		snprintf(out, n, "%s", d);
-	else if (geteuid() == 0)
+		return;
+	}
+	if (geteuid() == 0)
 		snprintf(out, n, "/run/rnicd");
 	else if ((d = getenv("XDG_RUNTIME_DIR")) && *d)
 		snprintf(out, n, "%s/rnicd", d);
 	else
 		snprintf(out, n, "/tmp/rnicd-%u", (unsigned)getuid());
+	/* Outside pid 1's network namespace (or where pid 1's cannot be
+	 * read), that namespace's own subdirectory, net-INODE
+	 * (verbs.SocketDir says why). */
+	if (stat("/proc/thread-self/ns/net", &self) == 0 &&
+	    (stat("/proc/1/ns/net", &host) != 0 || self.st_ino != host.st_ino || self.st_dev != host.st_dev) &&
+	    (l = strlen(out)) < n)
+		snprintf(out + l, n - l, "/net-%lu", (unsigned long)self.st_ino);
 }
 
 /* Devices are kept for the life of the process, one per name: a device
