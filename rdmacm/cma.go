@@ -59,7 +59,7 @@ func CreateEventChannel() (*EventChannel, error) {
 	for _, n := range names {
 		// The CM agent is the daemon's, on its QP1: an rdma_cm ID's QPs
 		// are the daemon's too, on its own data path.
-		c, err := verbs.OpenDaemon(n)
+		c, err := verbs.Open(n)
 		if err != nil {
 			continue // a daemon that went away meanwhile
 		}
@@ -88,10 +88,6 @@ func CreateEventChannelOn(ctxs ...*verbs.Context) (*EventChannel, error) {
 	}
 	ch := &EventChannel{efd: efd, ids: make(map[idKey]*ID)}
 	for _, c := range ctxs {
-		if c.Lent() {
-			unix.Close(efd)
-			return nil, fmt.Errorf("rdmacm: %s is open on a lent socket, but the CM agent and its QP1 are the daemon's: open it with verbs.OpenDaemon", c.Name())
-		}
 		p, err := c.QueryPort()
 		if err != nil {
 			unix.Close(efd)

@@ -67,9 +67,8 @@ func (t *portTap) WantsPayload() bool {
 	if c == nil {
 		return false
 	}
-	// A capture that says when it wants payloads (a borrower's, which
-	// copies packets to the daemon only while the daemon captures) is
-	// asked; any other wants them all.
+	// A capture that says when it wants payloads is asked; any other
+	// wants them all.
 	if pt, ok := c.Tap.(ibudp.PayloadTap); ok {
 		return pt.WantsPayload()
 	}

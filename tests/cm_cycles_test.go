@@ -26,7 +26,7 @@ type cmSide struct {
 }
 
 func newCMSide(t *testing.T, dev string) *cmSide {
-	c, err := verbs.OpenDaemon(dev) // rdma_cm's agent is the daemon's
+	c, err := verbs.Open(dev) // rdma_cm's agent is the daemon's
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -157,7 +157,7 @@ func TestDaemonNeverDeaf(t *testing.T) {
 // them: the daemon serves this client.
 func useDevice(t *testing.T, name string) {
 	t.Helper()
-	c, err := verbs.OpenDaemon(name)
+	c, err := verbs.Open(name)
 	if err != nil {
 		t.Errorf("open %s: %v", name, err)
 		return

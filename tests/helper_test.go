@@ -26,7 +26,7 @@ func runHelper(role string) error {
 	if role != "target" {
 		return fmt.Errorf("unknown role %q", role)
 	}
-	c, err := verbs.OpenDaemon(os.Getenv("RNICD_HELPER_DEV"))
+	c, err := verbs.Open(os.Getenv("RNICD_HELPER_DEV"))
 	if err != nil {
 		return err
 	}

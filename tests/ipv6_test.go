@@ -35,7 +35,7 @@ var (
 )
 
 // TestToolsOverIPv6 runs every tool pair the IPv4 tests run (perftest's
-// at each size, with several QPs and with --direct, and every
+// at each size and with several QPs, and every
 // ibv_*_pingpong, --chk checking the data) between two rnicd on
 // 2001:db8::1 and 2001:db8::2, each in a network namespace of its own,
 // joined by a veth pair of MTU 1500, as on two hosts: the tools' TCP
@@ -99,12 +99,8 @@ func TestToolsOverIPv6(t *testing.T) {
 					})
 				}
 			}
-			// Several QPs, and (ModeUDP, where the daemons lend sockets)
-			// each tool's QPs on a socket of its own, steered by QPN.
+			// Several QPs.
 			extra := [][]string{{"ib_write_bw", "-q", "4"}, {"ib_read_bw", "-q", "4"}}
-			if mode == "udp" {
-				extra = append(extra, []string{"ib_send_lat", "--direct"}, []string{"ib_write_bw", "--direct"}, []string{"ib_read_lat", "--direct"})
-			}
 			for _, x := range extra {
 				t.Run(strings.Join(x, " "), func(t *testing.T) {
 					args := append([]string{"-s", "4096", "-n", iters}, x[1:]...)

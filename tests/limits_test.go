@@ -23,7 +23,7 @@ import (
 // must) or it is killed.
 func runHog() error {
 	dev := os.Getenv("RNICD_HELPER_DEV")
-	c, err := verbs.OpenDaemon(dev)
+	c, err := verbs.Open(dev)
 	if err != nil {
 		return err
 	}
@@ -82,7 +82,7 @@ func runHog() error {
 			})
 		case "conn": // besides the first; a connection's first verb says if it is refused
 			until(phase, func() error {
-				o, err := verbs.OpenDaemon(dev)
+				o, err := verbs.Open(dev)
 				if err != nil {
 					return err
 				}
@@ -170,7 +170,7 @@ func held(t *testing.T, c *verbs.Context) map[string]uint64 {
 // WRITE of one into the other, checked byte for byte.
 func goodClient(t *testing.T, dev string, seed byte) {
 	t.Helper()
-	c, err := verbs.OpenDaemon(dev)
+	c, err := verbs.Open(dev)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,7 +231,7 @@ func TestHogClient(t *testing.T) {
 		goodClient(t, "rnicH", byte(round+1))
 		// And a new client connects and is served (Open only dials: its
 		// first verb is where a refused connection would say so).
-		nc, err := verbs.OpenDaemon("rnicH")
+		nc, err := verbs.Open("rnicH")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -197,13 +197,11 @@ func nodeGUIDColons(a netip.Addr) string {
 	return g[0:4] + ":" + g[4:8] + ":" + g[8:12] + ":" + g[12:16]
 }
 
-// open opens name on the daemon's own data path: these tests are of the
-// daemon's engine (and read its counters and listings through the
-// Context); the lent-socket path a tool takes by default has tests of
-// its own (borrow_test.go, the tools' --direct rows).
+// open opens name on its daemon: these tests are of the daemon's engine
+// (and read its counters and listings through the Context).
 func open(t testing.TB, name string) *verbs.Context {
 	t.Helper()
-	c, err := verbs.OpenDaemon(name)
+	c, err := verbs.Open(name)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,7 +20,7 @@ func TestSIGTERMFlushes(t *testing.T) {
 	}
 	defer d.cmd.Process.Kill()
 	t.Setenv("RNICD_DIR", dir)
-	c := must[*verbs.Context](t)(verbs.OpenDaemon("rnicT"))
+	c := must[*verbs.Context](t)(verbs.Open("rnicT"))
 	defer c.Close()
 	e := newEnd(t, c, endOpts{typ: verbs.QPTypeRC})
 	// Nobody answers at an address of this test's own that no NIC binds,

@@ -22,7 +22,6 @@ import (
 	"github.com/rnicd/rnicd/internal/kwait"
 	"github.com/rnicd/rnicd/rnic"
 	"github.com/rnicd/rnicd/rnic/hostif"
-	"github.com/rnicd/rnicd/rnic/lend"
 	"github.com/rnicd/rnicd/wire/ibudp"
 )
 
@@ -35,13 +34,6 @@ type Context struct {
 	// local is the NIC of OpenLocal, served in this process over a
 	// socketpair: the same protocol and rings as a daemon's.
 	local *localNIC
-	// lender, for OpenDirect, is the connection to the daemon whose
-	// socket local runs on; closing it returns the socket.
-	lender *hostif.Client
-	// borrower is this process's end of the memory shared with that
-	// daemon: local's QPs, counters, trace and packets reach the daemon
-	// through it, and the daemon's fault injection reaches local.
-	borrower *lend.Borrower
 
 	mem allocs
 
@@ -150,115 +142,33 @@ func stale(path string) bool {
 	return errors.Is(unix.Connect(fd, &unix.SockaddrUnix{Name: path}), unix.ECONNREFUSED)
 }
 
-// Path is which data path a Context opened on a daemon takes.
-type Path int
-
-const (
-	// PathAuto takes a socket the daemon lends, if it lends sockets
-	// (rnicd -lend, as root: the steering program needs CAP_BPF), and
-	// the daemon's own path otherwise. If the daemon lends but this
-	// client cannot borrow (over its limit of lent sockets, say), it says
-	// so in one line (Options.Note) and takes the daemon's path.
-	PathAuto Path = iota
-	// PathDaemon is the daemon's own data path: the daemon runs the
-	// Context's QPs, as it runs a C program's (clib) and as a lesson
-	// steps through them.
-	PathDaemon
-	// PathDirect insists on a lent socket (OpenDirect): an error if the
-	// daemon cannot lend one.
-	PathDirect
-)
-
-func (p Path) String() string {
-	switch p {
-	case PathAuto:
-		return "auto"
-	case PathDaemon:
-		return "daemon"
-	case PathDirect:
-		return "direct"
-	}
-	return fmt.Sprintf("Path(%d)", int(p))
-}
-
-// Options say how OpenWith opens a device. The zero value is Open's.
-type Options struct {
-	Path Path
-	// Note is told, in one line, why PathAuto fell back to the daemon's
-	// path although the daemon lends sockets; nil writes the line to
-	// standard error.
-	Note func(string)
-}
-
 // Open connects to the running rnicd serving device name
-// (ibv_open_device), on the fast path if the daemon lends sockets
-// (PathAuto: see OpenWith). With no daemon there, the error says how to
-// start one; it wraps the dial error (os.ErrNotExist or
-// syscall.ECONNREFUSED).
-func Open(name string) (*Context, error) { return OpenWith(name, Options{}) }
-
-// OpenDaemon is Open on the daemon's own data path (PathDaemon).
-func OpenDaemon(name string) (*Context, error) { return OpenWith(name, Options{Path: PathDaemon}) }
-
-// OpenWith connects to the running rnicd serving device name on the path
-// o says. On a lent socket (PathAuto where the daemon lends, PathDirect)
-// the Context's QPs run in this process, as OpenDirect describes, and
-// the daemon still shows them, counts them, traces and captures their
-// packets and applies its injected faults to them (package lend); the
-// listings of such a Context (QPs, Counters) are those of its own NIC.
-func OpenWith(name string, o Options) (*Context, error) {
-	switch o.Path {
-	case PathDaemon:
-	case PathDirect:
-		return OpenDirect(name)
-	case PathAuto:
-		c, err := openAuto(name, o)
-		if c != nil || err != nil {
-			return c, err
-		}
-	default:
-		return nil, fmt.Errorf("verbs: open %s: unknown path %v", name, o.Path)
-	}
+// (ibv_open_device): the daemon runs the Context's QPs, as a NIC runs its
+// host's, and it alone holds the port's UDP 4791 socket. With no daemon
+// there, the error says how to start one; it wraps the dial error
+// (os.ErrNotExist or syscall.ECONNREFUSED).
+func Open(name string) (*Context, error) {
 	cl, err := hostif.Dial(SocketPath(name))
 	if err != nil {
-		return nil, openError(name, "", err)
+		return nil, openError(name, err)
 	}
 	return &Context{name: name, cl: cl}, nil
 }
 
-// openAuto tries a lent socket: a Context on it, or nil and no error to
-// take the daemon's path.
-func openAuto(name string, o Options) (*Context, error) {
-	lender, err := hostif.Dial(SocketPath(name))
-	if err != nil {
-		return nil, openError(name, "", err)
-	}
-	c, err := openDirect(name, lender)
-	if err == nil {
-		return c, nil
-	}
-	lender.Close()
-	var refused *hostif.Error
-	if errors.As(err, &refused) && refused.Kind == hostif.KindLendPort && refused.Code == hostif.CodeUnknown {
-		return nil, nil // the daemon lends nothing: its path, quietly
-	}
-	note := o.Note
-	if note == nil {
-		note = func(s string) { fmt.Fprintln(os.Stderr, s) }
-	}
-	note(fmt.Sprintf("verbs: %s: no lent socket (%v): on the daemon's data path", name, err))
-	return nil, nil
-}
+// OpenDaemon is Open.
+//
+// Deprecated: there is one data path, the daemon's; use Open.
+func OpenDaemon(name string) (*Context, error) { return Open(name) }
 
-// openError is the error of opening device name (how: "", or " direct")
-// when the dial to its daemon failed: a missing or dead socket says how
-// to start the daemon, as the rnic tools do.
-func openError(name, how string, err error) error {
+// openError is the error of opening device name when the dial to its
+// daemon failed: a missing or dead socket says how to start the daemon,
+// as the rnic tools do.
+func openError(name string, err error) error {
 	if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ECONNREFUSED) {
-		return fmt.Errorf("verbs: open %s%s: no rnicd serves %s: start one with `rnicd -d %s` (no live control socket %s): %w",
-			name, how, name, name, SocketPath(name), err)
+		return fmt.Errorf("verbs: open %s: no rnicd serves %s: start one with `rnicd -d %s` (no live control socket %s): %w",
+			name, name, name, SocketPath(name), err)
 	}
-	return fmt.Errorf("verbs: open %s%s: %w", name, how, err)
+	return fmt.Errorf("verbs: open %s: %w", name, err)
 }
 
 // LocalConfig says how OpenLocal builds its NIC.
@@ -323,88 +233,6 @@ func openNIC(cfg rnic.Config) (*Context, error) {
 	return &Context{name: cfg.Name, cl: hostif.NewClient(cliEnd), local: l}, nil
 }
 
-// OpenDirect connects to the running rnicd serving device name, as Open
-// does, and borrows a socket of its port: this Context's QPs then run in
-// this process, on a NIC of its own (as OpenLocal's, polled by the
-// application's thread), at the daemon's address, with QPNs the kernel
-// steers to the borrowed socket (ibudp.Steering). Nothing passes through
-// the daemon, which keeps the rest of its port; closing the Context
-// returns the socket. The daemon must run with steering (rnicd -lend, as
-// root); its trace, capture and counters do not see this Context's QPs.
-func OpenDirect(name string) (*Context, error) {
-	lender, err := hostif.Dial(SocketPath(name))
-	if err != nil {
-		return nil, openError(name, " direct", err)
-	}
-	c, err := openDirect(name, lender)
-	if err != nil {
-		lender.Close()
-		return nil, fmt.Errorf("verbs: open %s direct: %w", name, err)
-	}
-	return c, nil
-}
-
-func openDirect(name string, lender *hostif.Client) (*Context, error) {
-	var port hostif.PortReply
-	if _, err := lender.Call(hostif.KindQueryPort, &hostif.Empty{}, nil, &port); err != nil {
-		return nil, err
-	}
-	var lent hostif.LendReply
-	fds, err := lender.Call(hostif.KindLendPort, &hostif.Empty{}, nil, &lent)
-	if err != nil {
-		return nil, err
-	}
-	if len(fds) != 2 {
-		for _, fd := range fds {
-			unix.Close(fd)
-		}
-		return nil, fmt.Errorf("lend_port reply carries %d descriptors, want a socket and the shared area", len(fds))
-	}
-	area, err := lend.Map(fds[1])
-	unix.Close(fds[1])
-	if err != nil {
-		unix.Close(fds[0])
-		return nil, err
-	}
-	addr := netip.AddrFrom16(port.Addr).Unmap()
-	p, err := ibudp.Open(ibudp.Config{Addr: addr, MTU: int(port.ActiveMTU), SocketFD: fds[0]})
-	if err != nil {
-		area.Close()
-		return nil, err
-	}
-	// The daemon's fault injector cannot see the packets the kernel
-	// steers here: this NIC's own impairs them as the daemon says.
-	var faulty *ibudp.FaultyPoller
-	if pp, ok := p.(ibudp.Poller); ok {
-		faulty = ibudp.NewFaultyPoller(pp, time.Now().UnixNano())
-		p = faulty
-	}
-	b := lend.NewBorrower(area, faulty)
-	c, err := openNIC(rnic.Config{Port: p, Name: name, QPNFirst: lent.QPNFirst, QPNLast: lent.QPNLast, Trace: b.Tracer(), CoalescePosts: true})
-	if err != nil {
-		b.Close()
-		return nil, err
-	}
-	c.local.dev.SetCapture(b.Capture())
-	b.Start(c.local.dev)
-	c.lender, c.borrower = lender, b
-	go c.watchLender()
-	return c, nil
-}
-
-// watchLender waits for the daemon that lent the socket to hang up: the
-// NIC is the daemon's, and goes with it. The local NIC's port is closed,
-// a dead link, so that an application busy with traffic (which never
-// waits idle, where a Context notices a daemon's death) learns it on its
-// next wait as a device fatal error.
-func (c *Context) watchLender() {
-	c.lender.AwaitHangUp()
-	if c.check() != nil {
-		return // closed here
-	}
-	c.local.dev.Port().Close()
-}
-
 // Name is the device's name (ibv_get_device_name).
 func (c *Context) Name() string { return c.name }
 
@@ -422,14 +250,6 @@ func (c *Context) Close() error {
 		if e := c.local.dev.Close(); err == nil {
 			err = e
 		}
-	}
-	if c.borrower != nil {
-		// After the device: its last events and packets may still go to
-		// the shared area.
-		c.borrower.Close()
-	}
-	if c.lender != nil {
-		c.lender.Close()
 	}
 	c.mem.releaseAll()
 	return err
@@ -450,7 +270,7 @@ func (c *Context) fatal() error {
 	if err := c.check(); err != nil {
 		return err
 	}
-	if c.cl.HungUp() || c.lender != nil && c.lender.HungUp() {
+	if c.cl.HungUp() {
 		return fmt.Errorf("%w: the rnicd of %s hung up", ErrDeviceFatal, c.name)
 	}
 	return nil
@@ -956,10 +776,6 @@ func (c *Context) BusyPoll() int {
 	}
 	return c.local.dev.PollRx()
 }
-
-// Lent reports whether the Context runs on a socket a daemon lent
-// (OpenDirect, or Open where the daemon lends).
-func (c *Context) Lent() bool { return c.lender != nil }
 
 // Local reports whether the Context's NIC runs in this process
 // (OpenLocal): polling then drives it, and spinning pays.

@@ -2,12 +2,10 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net/netip"
-	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -38,16 +36,14 @@ func ibvCommands() []command {
 type devFlags struct {
 	name   string
 	local  string
-	direct bool
-	daemon bool
+	daemon bool // --daemon: accepted, and ignored, for old scripts
 }
 
 // register adds --local to fs; -d is added by each tool because its help
 // text and long name differ between rdma-core's tools.
 func (d *devFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&d.local, "local", "", "run an in-process NIC on this IP address instead of using rnicd")
-	fs.BoolVar(&d.direct, "direct", false, "insist on running the QPs in this process, on a socket of rnicd's port (the default when rnicd lends: rnicd -lend as root)")
-	fs.BoolVar(&d.daemon, "daemon", false, "run the QPs in rnicd, on its own data path, even if it lends sockets")
+	fs.BoolVar(&d.daemon, "daemon", false, "ignored: the QPs always run in rnicd (accepted for old scripts)")
 }
 
 // open returns the one device a tool runs on.
@@ -56,24 +52,7 @@ func (d *devFlags) open() (*verbs.Context, error) {
 	if err != nil {
 		return nil, err
 	}
-	path, err := dataPath(d.direct, d.daemon)
-	if err != nil {
-		return nil, err
-	}
-	return openDevice(d.name, local, path)
-}
-
-// dataPath is the path --direct and --daemon ask for: at most one.
-func dataPath(direct, daemon bool) (verbs.Path, error) {
-	switch {
-	case direct && daemon:
-		return 0, errors.New("--direct and --daemon: choose one")
-	case direct:
-		return verbs.PathDirect, nil
-	case daemon:
-		return verbs.PathDaemon, nil
-	}
-	return verbs.PathAuto, nil
+	return openDevice(d.name, local)
 }
 
 func (d *devFlags) localAddr() (netip.Addr, error) {
@@ -90,12 +69,8 @@ func (d *devFlags) localAddr() (netip.Addr, error) {
 // openDevice opens the NIC a tool runs on: with local, an in-process NIC
 // on that address; else the rnicd serving name; else the first rnicd
 // running, as rdma-core's tools take the first device of
-// ibv_get_device_list. On a lent socket (path auto, where the rnicd
-// lends, or direct) the NIC runs in the tool (verbs.OpenWith).
-func openDevice(name string, local netip.Addr, path verbs.Path) (*verbs.Context, error) {
-	if local.IsValid() && path != verbs.PathAuto {
-		return nil, fmt.Errorf("--local and --%v: choose one", path)
-	}
+// ibv_get_device_list.
+func openDevice(name string, local netip.Addr) (*verbs.Context, error) {
 	if local.IsValid() {
 		c, err := verbs.OpenLocal(verbs.LocalConfig{Name: name, Addr: local})
 		if err != nil {
@@ -111,7 +86,7 @@ func openDevice(name string, local netip.Addr, path verbs.Path) (*verbs.Context,
 		name = names[0]
 	}
 	// With no daemon, the error says how to start one.
-	return verbs.OpenWith(name, verbs.Options{Path: path, Note: func(s string) { fmt.Fprintln(os.Stderr, "rnic:", s) }})
+	return verbs.Open(name)
 }
 
 // daemonNames lists the running rnicd devices, or says how to start one.
@@ -124,16 +99,6 @@ func daemonNames() ([]string, error) {
 		return nil, fmt.Errorf("no rnicd running: start one with `rnicd -d rnic0` (no control socket in %s; $RNICD_DIR sets the directory)", verbs.SocketDir())
 	}
 	return names, nil
-}
-
-// listPath is the path a listing tool opens a daemon on: its own, whose
-// answers cover every client (a lent socket's Context would list only
-// its own NIC).
-func listPath(local netip.Addr) verbs.Path {
-	if local.IsValid() {
-		return verbs.PathAuto
-	}
-	return verbs.PathDaemon
 }
 
 // deviceList opens the devices a listing tool shows: --local's, -d's, or
@@ -151,8 +116,7 @@ func (d *devFlags) deviceList() ([]*verbs.Context, error) {
 	}
 	var ctxs []*verbs.Context
 	for _, n := range names {
-		// A listing is the daemon's: its QPs, its borrowers' among them.
-		c, err := openDevice(n, local, listPath(local))
+		c, err := openDevice(n, local)
 		if err != nil {
 			ibvCloseAll(ctxs)
 			return nil, err

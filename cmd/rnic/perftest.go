@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"io"
 	"os"
 	"runtime"
@@ -27,20 +26,9 @@ func perftestCommands() []command {
 
 // openPerftestDevice opens the device a perftest tool runs on, as every
 // tool of rnic does: --local's in-process NIC, -d's rnicd, or the first
-// rnicd running; --direct's NIC in the tool on a socket rnicd lends.
+// rnicd running.
 func openPerftestDevice(p *perftest.Params) (*verbs.Context, error) {
-	path := verbs.PathAuto
-	switch {
-	case p.Direct && p.Daemon:
-		return nil, errors.New("--direct and --daemon: choose one")
-	case p.Direct:
-		path = verbs.PathDirect
-	case p.Daemon, p.RDMACM && !p.Local.IsValid():
-		// rdma_cm's agent is the daemon's, on its QP1: -R's QPs are
-		// the daemon's too.
-		path = verbs.PathDaemon
-	}
-	c, err := openDevice(p.Device, p.Local, path)
+	c, err := openDevice(p.Device, p.Local)
 	if err == nil && c.Local() {
 		oneProc()
 	}

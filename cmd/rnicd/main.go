@@ -45,7 +45,6 @@ import (
 	"github.com/rnicd/rnicd/rnic"
 	"github.com/rnicd/rnicd/rnic/flowctl"
 	"github.com/rnicd/rnicd/rnic/hostif"
-	"github.com/rnicd/rnicd/rnic/lend"
 	"github.com/rnicd/rnicd/rnic/trace"
 	"github.com/rnicd/rnicd/verbs"
 	"github.com/rnicd/rnicd/wire/ibudp"
@@ -85,7 +84,6 @@ type config struct {
 	traceLim fileLimit     // how much of the trace is kept on disk
 	pcapLim  fileLimit     // how much of the capture is kept on disk
 	http     string        // TCP address of the monitor
-	lend     bool          // steer the port by QPN and lend clients sockets
 	limits   hostif.Limits // what each client and all of them may hold (quota.go)
 	cc       flowctl.Algorithm
 	ccParams flowctl.Params
@@ -115,7 +113,6 @@ func parseFlags(args []string, stdout, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.traceLim.files, "trace-files", c.traceLim.files, "keep the newest `N` trace files, removing older ones (0: keep all, unbounded)")
 	fs.Var(&c.pcapLim.size, "pcap-size", "start a new capture file before one grows past `BYTES` (suffix K, M or G: KiB, MiB, GiB; 0: one file, unbounded)")
 	fs.IntVar(&c.pcapLim.files, "pcap-files", c.pcapLim.files, "keep the newest `N` capture files, removing older ones, as tcpdump -W (0: keep all, unbounded)")
-	lend := fs.Bool("lend", true, "lend clients sockets of the port, steered by QPN in the kernel, for their own data path (verbs.OpenDirect, the tools' --direct); needs CAP_BPF and -mode udp, else the daemon runs without")
 	cc := fs.String("cc", "dcqcn", "congestion control: dcqcn (as ConnectX; costs nothing until a CNP arrives) or none (as rxe)")
 	ccParams := fs.String("cc-params", "", "DCQCN parameters by their mlx5 names, `name=value,...` (rp_ai_rate=5,np_min_time_between_cnps=4; -cc-params help lists them)")
 	ccConfig := fs.String("cc-config", "", "read DCQCN parameters from `FILE`, one name=value a line, # comments (applied before -cc-params)")
@@ -140,7 +137,7 @@ func parseFlags(args []string, stdout, stderr io.Writer) (config, error) {
 	if fs.NArg() != 0 {
 		return config{}, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	c.name, c.mtu, c.window, c.ackHold, c.trace, c.pcap, c.http, c.lend = *name, *mtu, *window, *ackHold, *traceFile, *pcapFile, *httpAddr, *lend
+	c.name, c.mtu, c.window, c.ackHold, c.trace, c.pcap, c.http = *name, *mtu, *window, *ackHold, *traceFile, *pcapFile, *httpAddr
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if c.name == "" || len(c.name) > 64 || c.name != filepath.Base(c.name) || c.name[0] == '.' {
@@ -328,18 +325,9 @@ func serve(c config, nofile uint64, nofileErr error) error {
 		return err
 	}
 	pcfg := ibudp.Config{Addr: c.addr, Mode: c.mode, MTU: c.mtu, WaitInKernel: true, FullMTURunsOnly: !c.small}
-	pcfg.Steered = c.lend && c.mode == ibudp.ModeUDP
+	// The daemon alone holds the port, as a NIC alone holds its wire:
+	// no client is handed a socket of it.
 	port, err := ibudp.Open(pcfg)
-	if err != nil && pcfg.Steered {
-		// Without steering (no CAP_BPF, say) the port still works; say
-		// so only if it does, so that a port that cannot open at all
-		// (address in use, not ours) is one error, said once.
-		steerErr := err
-		pcfg.Steered = false
-		if port, err = ibudp.Open(pcfg); err == nil {
-			log.Warn("port without steering: no sockets to lend (-lend=false to not try)", "err", steerErr)
-		}
-	}
 	if err != nil {
 		l.Close()
 		os.Remove(path)
@@ -353,12 +341,7 @@ func serve(c config, nofile uint64, nofileErr error) error {
 	if ackHold == 0 {
 		ackHold = -1 // rnic.Config's zero value is the default hold
 	}
-	steer := ibudp.SteeringOf(port)
-	var qpnLast uint32 // 0: every QPN
-	if steer != nil {
-		_, qpnLast = ibudp.SteerBlockQPNs(0) // the port's own block
-	}
-	dev, err := rnic.Open(rnic.Config{Port: faulty, Name: c.name, Trace: tr, Window: c.window, AckHold: ackHold, QPNLast: qpnLast,
+	dev, err := rnic.Open(rnic.Config{Port: faulty, Name: c.name, Trace: tr, Window: c.window, AckHold: ackHold,
 		CC: c.cc, CCParams: c.ccParams,
 		Retry7Forever: c.retry7, CopyPayload: c.copyPay})
 	if err != nil {
@@ -367,7 +350,7 @@ func serve(c config, nofile uint64, nofileErr error) error {
 		os.Remove(path)
 		return fmt.Errorf("start device: %w", err)
 	}
-	srv := hostif.NewServer(hostif.Config{Device: dev, Name: c.name, Log: log, Steering: steer, Limits: c.limits})
+	srv := hostif.NewServer(hostif.Config{Device: dev, Name: c.name, Log: log, Limits: c.limits})
 	log.Info("limits", "daemon", c.limits.Daemon, "client", c.limits.Client)
 	// The CM agent on QP1 serves rdma_cm's requests (hostif's KindCM*),
 	// with the node GUID ibv_devinfo shows as its CA GUID. It starts
@@ -378,7 +361,7 @@ func serve(c config, nofile uint64, nofileErr error) error {
 		os.Remove(path)
 		return err
 	}
-	obs, err := startObservers(c, dev, faulty, srv.CMCounters, srv.Lent(), tr, verbs.MonitorSocketPath(c.name), log)
+	obs, err := startObservers(c, dev, faulty, srv.CMCounters, tr, verbs.MonitorSocketPath(c.name), log)
 	if err != nil {
 		srv.StopCM()
 		dev.Close()
@@ -401,7 +384,7 @@ func serve(c config, nofile uint64, nofileErr error) error {
 	pa := dev.QueryPort()
 	bi := buildinfo.Read()
 	up := []any{"name", c.name, "addr", pa.Addr, "mode", c.mode, "gid", pa.GID, "active_mtu", pa.ActiveMTU,
-		"socket", path, "monitor", verbs.MonitorSocketPath(c.name), "lends_sockets", steer != nil, "max_fds", nofile,
+		"socket", path, "monitor", verbs.MonitorSocketPath(c.name), "max_fds", nofile,
 		"version", bi.Version, "revision", bi.Revision}
 	if obs.httpAddr != nil {
 		up = append(up, "http", obs.httpAddr.String())
@@ -472,9 +455,6 @@ func raiseNofile() (uint64, error) {
 // them, by name in order: one "counters" line.
 func logCounters(log *slog.Logger, dev *rnic.Device, srv *hostif.Server) {
 	m := dev.Counters()
-	if l := srv.Lent(); l != nil {
-		lend.AddCounters(m, l.Snapshots())
-	}
 	for k, v := range srv.Counters() {
 		m[k] = v
 	}

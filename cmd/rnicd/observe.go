@@ -13,7 +13,6 @@ import (
 
 	"github.com/rnicd/rnicd/internal/rotate"
 	"github.com/rnicd/rnicd/rnic"
-	"github.com/rnicd/rnicd/rnic/lend"
 	"github.com/rnicd/rnicd/rnic/monitor"
 	"github.com/rnicd/rnicd/rnic/trace"
 	"github.com/rnicd/rnicd/wire/ibudp"
@@ -27,9 +26,6 @@ import (
 type observers struct {
 	log *slog.Logger
 	dev *rnic.Device
-	// lent are the areas shared with the clients the daemon lent
-	// sockets (nil if it lends none): their packets join the capture.
-	lent *lend.Registry
 
 	traceFile *rotate.Files
 	traceSub  *trace.Sub
@@ -52,9 +48,9 @@ type observers struct {
 
 // startObservers starts what c asks for, and always the monitor on
 // socketPath. On error it undoes what it started.
-func startObservers(c config, dev *rnic.Device, faulty *ibudp.Faulty, cmCounters func() map[string]uint64, lent *lend.Registry,
+func startObservers(c config, dev *rnic.Device, faulty *ibudp.Faulty, cmCounters func() map[string]uint64,
 	tr *trace.Tracer, socketPath string, log *slog.Logger) (_ *observers, err error) {
-	o := &observers{log: log, dev: dev, lent: lent, stopped: make(chan error, 4)}
+	o := &observers{log: log, dev: dev, stopped: make(chan error, 4)}
 	defer func() {
 		if err != nil {
 			o.stopServing()
@@ -76,7 +72,7 @@ func startObservers(c config, dev *rnic.Device, faulty *ibudp.Faulty, cmCounters
 		o.setCapture(w)
 		log.Info("capture", "path", c.pcap, "keeps", c.pcapLim, "at_most_bytes", c.pcapLim.bound())
 	}
-	if o.mon, err = monitor.New(monitor.Config{Devices: []monitor.Device{{Dev: dev, Faulty: faulty, Counters: cmCounters, Lent: lent}}, Tracer: tr}); err != nil {
+	if o.mon, err = monitor.New(monitor.Config{Devices: []monitor.Device{{Dev: dev, Faulty: faulty, Counters: cmCounters}}, Tracer: tr}); err != nil {
 		return nil, err
 	}
 	// The daemon owns the device's control socket, so a monitor socket
@@ -117,20 +113,13 @@ func (o *observers) startTrace(path string, lim fileLimit, tr *trace.Tracer) err
 	return nil
 }
 
-// setCapture hands the device's packets and its borrowers' to c, nil to
-// stop.
+// setCapture hands the device's packets to c, nil to stop.
 func (o *observers) setCapture(c *pcap.Writer) {
 	if c == nil {
 		o.dev.SetCapture(nil)
-		if o.lent != nil {
-			o.lent.SetCapture(nil)
-		}
 		return
 	}
 	o.dev.SetCapture(c)
-	if o.lent != nil {
-		o.lent.SetCapture(c)
-	}
 }
 
 func (o *observers) serve(l net.Listener) {

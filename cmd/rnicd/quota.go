@@ -10,7 +10,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rnicd/rnicd/rnic/hostif"
-	"github.com/rnicd/rnicd/wire/ibudp"
 )
 
 // The limits on what clients hold (hostif.Limits) and their defaults,
@@ -69,7 +68,6 @@ const clientShare = 4
 //     this bounds its address space);
 //   - ring bytes: a quarter of physical memory: the rings are memory the
 //     daemon creates (a QP's up to about 35 MB), which its clients fill;
-//   - lent sockets: the port's 255 blocks of QPNs to lend;
 //   - each client: a quarter of each;
 //   - none below 1, which would mean no limit.
 func defaultLimits(m machine) hostif.Limits {
@@ -80,7 +78,7 @@ func defaultLimits(m machine) hostif.Limits {
 	l.Daemon = hostif.Quota{
 		hostif.ResConns: fds / 4, hostif.ResPDs: deviceMax, hostif.ResQPs: objs, hostif.ResCQs: objs,
 		hostif.ResSRQs: objs, hostif.ResMRs: objs, hostif.ResMRBytes: m.memBytes, hostif.ResMaps: maps,
-		hostif.ResFDs: fds, hostif.ResRingBytes: m.memBytes / 4, hostif.ResLent: ibudp.SteerBlocks - 1,
+		hostif.ResFDs: fds, hostif.ResRingBytes: m.memBytes / 4,
 	}
 	for r, v := range l.Daemon {
 		// 0 would mean no limit: a machine too small for the reserves
@@ -117,8 +115,6 @@ func sizedFrom(r hostif.Resource, m machine) string {
 		return fmt.Sprintf("physical memory %v", byteSize(m.memBytes))
 	case hostif.ResPDs:
 		return fmt.Sprintf("the device's max_pd %d", deviceMax)
-	case hostif.ResLent:
-		return fmt.Sprintf("the port's %d blocks of QPNs", ibudp.SteerBlocks-1)
 	}
 	return fmt.Sprintf("vm.max_map_count %d", m.maxMapCount)
 }

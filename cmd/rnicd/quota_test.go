@@ -27,7 +27,7 @@ func TestDefaultLimits(t *testing.T) {
 		if d[hostif.ResMaps] != tc.maps || d[hostif.ResQPs] != tc.qp || d[hostif.ResCQs] != tc.qp ||
 			d[hostif.ResSRQs] != tc.qp || d[hostif.ResMRs] != tc.qp || d[hostif.ResFDs] != tc.fd ||
 			d[hostif.ResConns] != tc.conns || d[hostif.ResPDs] != tc.pd || d[hostif.ResMRBytes] != tc.m.memBytes ||
-			d[hostif.ResRingBytes] != tc.m.memBytes/4 || d[hostif.ResLent] != 255 {
+			d[hostif.ResRingBytes] != tc.m.memBytes/4 {
 			t.Errorf("%+v: daemon limits %v", tc.m, d)
 		}
 		for r := range hostif.NumResources {

@@ -81,19 +81,6 @@ func (c *Client) Send(k Kind, req Body) error {
 	return nil
 }
 
-// AwaitHangUp blocks until the daemon closes the connection (it exited
-// or was killed) or it is closed here. It reads the connection, so it is
-// only for one no request is made on meanwhile: a lender's, which a
-// client keeps only to hold its lent socket (verbs.OpenDirect).
-func (c *Client) AwaitHangUp() {
-	var buf [HeaderLen]byte
-	for {
-		if _, err := c.uc.Read(buf[:]); err != nil {
-			return
-		}
-	}
-}
-
 // HungUp reports whether the daemon has closed its end of the
 // connection (it exited or was killed), without a request and without
 // reading: an application waiting on its rings learns it this way, as a

@@ -49,15 +49,9 @@
 // (a qpmgr.CompletionSink); an armed CQ writes its channel's wake pipe; a
 // full ring sets the overrun flag.
 //
-// Lent sockets. A daemon whose port is steered (ibudp.Steering) lends a
-// client that asks (KindLendPort) a socket of the port and a block of
-// QPNs the kernel steers to it, and a memfd they share (package lend)
-// through which the client's QPs, counters, trace events and packets
-// reach the daemon's listings, trace and capture, and the daemon's
-// injected faults reach the client; the client runs a NIC of its own on
-// the socket (verbs.Open where the daemon lends, OpenDirect), and its
-// hang-up returns the block. A daemon that lends nothing answers
-// lend_port with CodeUnknown (ENOSYS), which is not a bad request. In a
-// client's own process (verbs.OpenLocal, OpenDirect) the server's end is
-// a Local, whose doorbells are calls.
+// No client is ever handed a descriptor of the port: the daemon alone
+// holds UDP 4791, as a NIC alone holds its wire, so no client can read
+// another's packets or change how they are steered. In a client's own
+// process (verbs.OpenLocal, a NIC on an address of its own) the server's
+// end is a Local, whose doorbells are calls.
 package hostif

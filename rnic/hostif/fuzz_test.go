@@ -62,10 +62,9 @@ func FuzzDecodeReply(f *testing.F) {
 		Src: netip.MustParseAddrPort("198.18.0.1:7174"), Dst: netip.MustParseAddrPort("[2001:db8::2]:9")}}})[HeaderLen:])
 	f.Add(encodeReply(KindCounters, 1, &CountersReply{Counters: map[string]uint64{"a": 1}})[HeaderLen:])
 	f.Add(encodeError(KindAllocPD, 1, CodeInvalid, "no")[HeaderLen:])
-	f.Add(encodeReply(KindLendPort, 1, &LendReply{QPNFirst: 1 << 16, QPNLast: 1<<16 | 0xffff})[HeaderLen:])
 	f.Add(encodeReply(KindCMGetEvent, 1, &CMEvent{Type: 2, ID: 4, RemoteQPN: 0x11, PrivateData: []byte("ok"), QKey: 0x01234567})[HeaderLen:])
 	f.Fuzz(func(t *testing.T, body []byte) {
-		for _, b := range []Body{&PortReply{}, &RegMRReply{}, &RingReply{}, &QPAttrReply{}, &ListQPsReply{}, &ListCMIDsReply{}, &CountersReply{}, &Handle{}, &LendReply{}, &CMEvent{}} {
+		for _, b := range []Body{&PortReply{}, &RegMRReply{}, &RingReply{}, &QPAttrReply{}, &ListQPsReply{}, &ListCMIDsReply{}, &CountersReply{}, &Handle{}, &CMEvent{}} {
 			DecodeReply(KindQueryPort, body, b)
 		}
 	})

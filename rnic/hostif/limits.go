@@ -39,7 +39,6 @@ const (
 	ResMaps                      // memory mappings (vm.max_map_count)
 	ResRingBytes                 // bytes of the rings the daemon creates for QPs, SRQs and CQs (its own memory)
 	ResFDs                       // descriptors: connections, CQ wake pipes, completion channels
-	ResLent                      // sockets of the port lent (lend_port: a block of 65,536 QPNs each, 255 in all)
 	NumResources
 )
 
@@ -55,7 +54,6 @@ var resources = [NumResources]struct{ name, counter, flag string }{
 	ResMRBytes:   {"registered bytes", "mr_bytes", "max-mr-bytes"},
 	ResMaps:      {"memory mappings", "maps", "max-maps"},
 	ResRingBytes: {"ring bytes", "ring_bytes", "max-ring-bytes"},
-	ResLent:      {"lent sockets", "lent", "max-lent"},
 	ResFDs:       {"descriptors", "fds", "max-fds"},
 }
 
@@ -88,7 +86,6 @@ var (
 	costConn    = Quota{ResConns: 1, ResFDs: 1}
 	costPD      = Quota{ResPDs: 1}
 	costChannel = Quota{ResFDs: 1}
-	costLend    = Quota{ResLent: 1}
 )
 
 func mrCost(mapped uint64) Quota { return Quota{ResMRs: 1, ResMaps: 1, ResMRBytes: mapped} }

@@ -2,7 +2,6 @@ package hostif
 
 import (
 	"maps"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -13,40 +12,10 @@ import (
 
 // limitedNIC is newNIC with its server under lim.
 func limitedNIC(t *testing.T, addr string, lim Limits) *nic {
-	return limitedOpenNIC(t, addr, false, lim)
-}
-
-// limitedOpenNIC is openNIC with its server under lim.
-func limitedOpenNIC(t *testing.T, addr string, steered bool, lim Limits) *nic {
 	t.Helper()
-	n := openNIC(t, addr, steered)
-	n.srv = NewServer(Config{Device: n.dev, Limits: lim, Steering: n.srv.steer})
+	n := newNIC(t, addr)
+	n.srv = NewServer(Config{Device: n.dev, Limits: lim})
 	return n
-}
-
-// A process borrows at most its limit of the port's sockets (blocks of
-// QPNs), over all its connections; a block comes back when its
-// connection goes.
-func TestLentLimit(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("skipped: steering loads an eBPF program, which needs root (CAP_BPF); CI runs as root")
-	}
-	n := limitedOpenNIC(t, looptest.Get(t).String(), true, Limits{Client: Quota{ResLent: 1}})
-	lend := func(c *Client) error {
-		fds, err := c.Call(KindLendPort, &Empty{}, nil, &LendReply{})
-		closeAll(fds)
-		return err
-	}
-	c1, c2 := n.client(t), n.client(t)
-	if err := lend(c1); err != nil {
-		t.Fatal(err)
-	}
-	wantLimit(t, "a second socket", lend(c2), "-client-max-lent")
-	c1.Close()
-	eventually(t, "the socket given back", func() bool { return held(n)["hostif_held_lent"] == 0 })
-	if err := lend(c2); err != nil {
-		t.Fatalf("lend after the first borrower left: %v", err)
-	}
 }
 
 // wantLimit checks that err is a refusal for the limit flag names.
@@ -113,7 +82,7 @@ func TestClientLimits(t *testing.T) {
 
 	want := map[string]uint64{"hostif_held_conns": 1, "hostif_held_fds": 2, "hostif_held_pd": 1, "hostif_held_qp": 2,
 		"hostif_held_cq": 1, "hostif_held_srq": 0, "hostif_held_mr": 1, "hostif_held_mr_bytes": 1 << 20,
-		"hostif_held_maps": 4, "hostif_held_ring_bytes": rings, "hostif_held_lent": 0, "hostif_over_limit": 3}
+		"hostif_held_maps": 4, "hostif_held_ring_bytes": rings, "hostif_over_limit": 3}
 	if got := held(n); !maps.Equal(got, want) {
 		t.Fatalf("held %v, want %v", got, want)
 	}

@@ -2,7 +2,6 @@ package hostif
 
 import (
 	"github.com/rnicd/rnicd/ib"
-	"github.com/rnicd/rnicd/wire/bth"
 )
 
 // The bodies of requests and replies, in the order of their kinds. Every
@@ -369,22 +368,5 @@ func (m *DoorbellReq) decode(d *decoder) {
 	m.H, m.Queue = d.u32(), d.u8()
 	if m.Queue > DoorbellRecv {
 		d.fail("doorbell queue %d", m.Queue)
-	}
-}
-
-// LendReply answers KindLendPort; the reply carries the socket. The
-// client runs a NIC of its own on it (verbs.OpenDirect), at the daemon's
-// address, handing out QPNs QPNFirst..QPNLast only: the kernel steers
-// packets for those to the socket, every other packet to the daemon. The
-// block is the client's until its connection closes.
-type LendReply struct {
-	QPNFirst, QPNLast uint32
-}
-
-func (m *LendReply) encode(e *encoder) { e.u32(m.QPNFirst); e.u32(m.QPNLast) }
-func (m *LendReply) decode(d *decoder) {
-	m.QPNFirst, m.QPNLast = d.u32(), d.u32()
-	if m.QPNFirst > m.QPNLast || m.QPNLast > bth.QPNMask {
-		d.fail("QPN range %#x..%#x", m.QPNFirst, m.QPNLast)
 	}
 }

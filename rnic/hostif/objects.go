@@ -223,13 +223,4 @@ func (c *conn) teardown() {
 			c.s.dev.Fence()
 		}
 	}
-	if c.lent {
-		c.s.lent.Remove(c.area)
-		c.area = nil
-		if err := c.s.steer.Release(c.block); err != nil {
-			c.s.log.Warn("release a lent socket", "err", err)
-		}
-		c.s.acct.refund(c.pid, costLend)
-		c.lent = false
-	}
 }

@@ -33,9 +33,10 @@ const (
 	KindCounters       Kind = 17
 	// KindDoorbell has no reply unless it is malformed (see Doorbell).
 	KindDoorbell Kind = 18
-	// KindLendPort asks for a socket of the daemon's port, steered to a
-	// block of QPNs, for the client to run its own data path (see LendReply).
-	KindLendPort Kind = 19
+	// 19 was lend_port, which handed a client a socket of the daemon's
+	// UDP 4791 port: gone, for no client may hold the port (a member of
+	// its SO_REUSEPORT group could read or re-steer every QP's packets).
+	// It is never reused, so that an old client gets "unknown kind".
 	// The CM agent's requests (cm.go), rdma_cm's calls: an event channel
 	// (with a wake pipe), CM IDs on it, and the next event of a channel.
 	KindCMCreateChannel  Kind = 20

@@ -18,8 +18,6 @@ import (
 	"github.com/rnicd/rnicd/ib"
 	"github.com/rnicd/rnicd/rnic"
 	"github.com/rnicd/rnicd/rnic/cm"
-	"github.com/rnicd/rnicd/rnic/lend"
-	"github.com/rnicd/rnicd/wire/ibudp"
 )
 
 // Config says what a Server serves.
@@ -27,9 +25,6 @@ type Config struct {
 	Device *rnic.Device
 	Name   string       // the device's name, for QueryPort
 	Log    *slog.Logger // nil: no logs
-	// Steering, if set, is the steering of the device's port: a client
-	// may then borrow a socket of it (KindLendPort).
-	Steering *ibudp.Steering
 	// Limits bound what each client and all of them hold (limits.go);
 	// the zero value limits nothing.
 	Limits Limits
@@ -38,14 +33,9 @@ type Config struct {
 // Server is the host interface of one device: it serves the control
 // protocol to any number of clients, one goroutine per connection.
 type Server struct {
-	dev   *rnic.Device
-	name  string
-	log   *slog.Logger
-	steer *ibudp.Steering // nil: no sockets to lend
-	// lent holds the areas shared with the borrowers of the port's
-	// sockets, through which their QPs, counters, trace and packets are
-	// the daemon's (package lend); nil without steering.
-	lent *lend.Registry
+	dev  *rnic.Device
+	name string
+	log  *slog.Logger
 
 	mu    sync.Mutex
 	conns map[*conn]struct{}
@@ -86,17 +76,9 @@ func NewServer(cfg Config) *Server {
 	if name == "" {
 		name = "rnic0"
 	}
-	s := &Server{dev: cfg.Device, name: name, log: log, steer: cfg.Steering, conns: make(map[*conn]struct{}),
+	return &Server{dev: cfg.Device, name: name, log: log, conns: make(map[*conn]struct{}),
 		acct: accounts{lim: cfg.Limits}}
-	if s.steer != nil {
-		s.lent = lend.NewRegistry(cfg.Device.Probe())
-	}
-	return s
 }
-
-// Lent is the registry of the borrowers' shared areas, for the monitor
-// and the capture to show them; nil if the server lends no sockets.
-func (s *Server) Lent() *lend.Registry { return s.lent }
 
 // Serve accepts connections on l until l is closed.
 func (s *Server) Serve(l *net.UnixListener) error {
@@ -255,9 +237,6 @@ func (s *Server) Shutdown() {
 	for _, qp := range s.dev.QPs() {
 		s.dev.EnterError(qp)
 	}
-	if s.lent != nil {
-		s.lent.Close()
-	}
 }
 
 // Objects counts the live objects of every client, by kind ("qp", "cq",
@@ -356,7 +335,6 @@ func init() {
 		KindCounters:       {name: "counters", body: empty, handle: (*conn).counters},
 		KindDoorbell: {name: "doorbell", body: func() Body { return &DoorbellReq{} }, target: kindQP | kindSRQ,
 			handle: (*conn).doorbell, noReply: true},
-		KindLendPort: {name: "lend_port", body: empty, cost: costOf(costLend), handle: (*conn).lendPort},
 
 		KindCMCreateChannel:  {name: "create_event_channel", body: empty, cost: costOf(costChannel), handle: (*conn).cmCreateChannel},
 		KindCMDestroyChannel: {name: "destroy_event_channel", body: handle, target: kindCMChannel, handle: (*conn).destroy},
@@ -423,12 +401,6 @@ type conn struct {
 	// handling is held while a request runs, so that Shutdown can fetch
 	// a client's rings between two of its requests.
 	handling sync.Mutex
-
-	// lent says the client borrowed the port's socket of QPN block
-	// block (KindLendPort); teardown releases it.
-	lent  bool
-	area  *lend.Lent // the memory shared with the borrower
-	block uint8
 
 	warned bool // the log said once that this client went over a limit
 
@@ -588,11 +560,7 @@ func (c *conn) refuse(msg []byte, err error) []byte {
 	if errors.As(err, &ce) {
 		code = ce.code
 	}
-	// A lend_port that finds nothing to lend is a question a client asks
-	// by default (verbs.Open), answered no: not a bad request.
-	if k != KindLendPort || code != CodeUnknown {
-		c.s.badRequests.Add(1)
-	}
+	c.s.badRequests.Add(1)
 	c.s.log.Debug("request refused", "pid", c.pid, "kind", k, "code", code, "err", text)
 	return encodeError(k, id, code, text)
 }
@@ -624,35 +592,6 @@ func rightsOf(fds []int) []byte {
 func (c *conn) queryPort(object, Body, []int) (Body, []int, error) {
 	p := c.s.dev.QueryPort()
 	return &PortReply{Name: c.s.name, Addr: p.Addr.As16(), GID: p.GID, ActiveMTU: uint32(p.ActiveMTU)}, nil, nil
-}
-
-// lendPort lends the client a socket of the port, steered to a block of
-// QPNs, one per client.
-func (c *conn) lendPort(object, Body, []int) (Body, []int, error) {
-	if c.s.steer == nil {
-		// ENOSYS, not EIO: this daemon lends nothing, which a client
-		// that tries by default takes quietly (verbs.Open).
-		return nil, nil, errf(CodeUnknown, "lend_port: this daemon's port is not steered (rnicd -lend, CAP_BPF)")
-	}
-	if c.lent {
-		return nil, nil, errf(CodeBusy, "lend_port: block %d is lent to this client already", c.block)
-	}
-	b, fd, err := c.s.steer.Lend()
-	if err != nil {
-		return nil, nil, errf(CodeFailed, "lend_port: %v", err)
-	}
-	first, last := ibudp.SteerBlockQPNs(b)
-	areaFD, area, err := c.s.lent.Add(uint32(c.pid), c.comm, first, last)
-	if err != nil {
-		unix.Close(fd)
-		if rerr := c.s.steer.Release(b); rerr != nil {
-			c.s.log.Warn("release a lent socket", "err", rerr)
-		}
-		return nil, nil, errf(CodeFailed, "lend_port: %v", err)
-	}
-	c.lent, c.block, c.area = true, b, area
-	c.s.log.Info("socket lent", "pid", c.pid, "comm", c.comm, "qpns", fmt.Sprintf("%#x..%#x", first, last))
-	return &LendReply{QPNFirst: first, QPNLast: last}, []int{fd, areaFD}, nil
 }
 
 func (c *conn) allocPD(object, Body, []int) (Body, []int, error) {
@@ -777,9 +716,6 @@ func ringMem(n uint64) (int, []byte, error) {
 
 func (c *conn) counters(object, Body, []int) (Body, []int, error) {
 	m := c.s.dev.Counters()
-	if c.s.lent != nil {
-		lend.AddCounters(m, c.s.lent.Snapshots())
-	}
 	for k, v := range c.s.Counters() {
 		m[k] = v
 	}
@@ -810,25 +746,6 @@ func (c *conn) listQPs(_ object, b Body, _ []int) (Body, []int, error) {
 		row.Dest = st.Attr.AH.DGID
 		row.SQDepth, row.RQDepth = uint32(st.SQUsed), uint32(st.RQUsed)
 		out.Rows = append(out.Rows, row)
-	}
-	if out.More || c.s.lent == nil {
-		return out, nil, nil
-	}
-	// The borrowers' QPs follow, block by block: their QPNs are above
-	// the daemon's own (ibudp.Steering).
-	for _, snap := range c.s.lent.Snapshots() {
-		for _, q := range snap.QPs {
-			if q.QPN < from {
-				continue
-			}
-			if len(out.Rows) == maxRows {
-				out.More, out.Next = true, q.QPN
-				return out, nil, nil
-			}
-			out.Rows = append(out.Rows, QPRow{QPN: q.QPN, SQPSN: q.SQPSN, RQPSN: q.RQPSN, DestQPN: q.DestQPN,
-				Type: q.Type, State: q.State, PathMTU: q.PathMTU, Dest: q.Dest, SQDepth: q.SQUsed, RQDepth: q.RQUsed,
-				PID: snap.PID, Comm: snap.Comm})
-		}
 	}
 	return out, nil, nil
 }

@@ -2,7 +2,6 @@ package hostif
 
 import (
 	"errors"
-	lendpkg "github.com/rnicd/rnicd/rnic/lend"
 	"maps"
 	"net/netip"
 	"os"
@@ -25,13 +24,10 @@ type nic struct {
 	addr netip.Addr
 }
 
-func newNIC(t *testing.T, addr string) *nic { return openNIC(t, addr, false) }
-
-// openNIC is newNIC, with a steered port that lends sockets if steered.
-func openNIC(t *testing.T, addr string, steered bool) *nic {
+func newNIC(t *testing.T, addr string) *nic {
 	t.Helper()
 	a := netip.MustParseAddr(addr)
-	p, err := ibudp.Open(ibudp.Config{Addr: a, MTU: 1024, Steered: steered})
+	p, err := ibudp.Open(ibudp.Config{Addr: a, MTU: 1024})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +36,7 @@ func openNIC(t *testing.T, addr string, steered bool) *nic {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { d.Close() })
-	return &nic{dev: d, srv: NewServer(Config{Device: d, Steering: ibudp.SteeringOf(p)}), addr: a}
+	return &nic{dev: d, srv: NewServer(Config{Device: d}), addr: a}
 }
 
 // client connects a new client over a socketpair.
@@ -588,59 +584,20 @@ func TestDoorbellCoalescing(t *testing.T) {
 	}
 }
 
-// lend_port: refused by a daemon whose port is not steered; with
-// steering, one socket per client (a second ask is refused, the first
-// socket kept), and the client's exit returns its block.
-func TestLendPort(t *testing.T) {
+// The request that lent a client a socket of the port (kind 19,
+// lend_port, gone) is an unknown request now, counted as a bad one, and
+// its answer carries no descriptor: nothing a client asks gets it the
+// port.
+func TestNoLendPort(t *testing.T) {
 	n := newNIC(t, looptest.Get(t).String())
 	c := n.client(t)
-	_, err := c.Call(KindLendPort, &Empty{}, nil, &LendReply{})
-	wantCode(t, "lend_port without steering", err, CodeUnknown)
-	// The question every verbs.Open asks is not a bad request.
-	if got := n.srv.Counters()["hostif_bad_request"]; got != 0 {
-		t.Errorf("a lend_port answered no counts %d bad requests", got)
-	}
-
-	if os.Geteuid() != 0 {
-		t.Skip("skipped: steering loads an eBPF program, which needs root (CAP_BPF); CI runs as root")
-	}
-	sn := openNIC(t, looptest.Get(t).String(), true)
-	lend := func(c *Client) LendReply {
-		t.Helper()
-		var r LendReply
-		fds := call(t, c, KindLendPort, &Empty{}, nil, &r)
-		if len(fds) != 2 {
-			t.Fatalf("lend_port reply carries %d descriptors, want the socket and the shared area", len(fds))
-		}
-		if dom, err := unix.GetsockoptInt(fds[0], unix.SOL_SOCKET, unix.SO_DOMAIN); err != nil || dom != unix.AF_INET {
-			t.Fatalf("lent descriptor: domain %d, %v", dom, err)
-		}
-		var st unix.Stat_t
-		if err := unix.Fstat(fds[1], &st); err != nil || st.Size != lendpkg.Size {
-			t.Fatalf("shared area: %d bytes, %v; want %d", st.Size, err, lendpkg.Size)
-		}
+	fds, err := c.Call(Kind(19), &Empty{}, nil, &Empty{})
+	wantCode(t, "kind 19", err, CodeUnknown)
+	if len(fds) != 0 {
 		closeAll(fds)
-		return r
+		t.Fatalf("kind 19's refusal carries %d descriptors", len(fds))
 	}
-	c1 := sn.client(t)
-	if r := lend(c1); r.QPNFirst != 1<<16 || r.QPNLast != 1<<16|0xffff {
-		t.Fatalf("first lend: QPNs %#x..%#x, want block 1", r.QPNFirst, r.QPNLast)
-	}
-	_, err = c1.Call(KindLendPort, &Empty{}, nil, &LendReply{})
-	wantCode(t, "a second lend_port", err, CodeBusy)
-	c2 := sn.client(t)
-	if r := lend(c2); r.QPNFirst != 2<<16 {
-		t.Fatalf("second client: QPNs from %#x, want block 2", r.QPNFirst)
-	}
-	c1.Close()
-	for i := 0; ; i++ { // the server releases block 1 when it sees the hang-up
-		c3 := sn.client(t)
-		if r := lend(c3); r.QPNFirst == 1<<16 {
-			break
-		}
-		if i == 100 {
-			t.Fatal("block 1 never came back after its client left")
-		}
-		time.Sleep(10 * time.Millisecond)
+	if got := n.srv.Counters()["hostif_bad_request"]; got != 1 {
+		t.Errorf("hostif_bad_request %d after kind 19, want 1", got)
 	}
 }

@@ -29,7 +29,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/rnicd/rnicd/rnic"
-	"github.com/rnicd/rnicd/rnic/lend"
 	"github.com/rnicd/rnicd/rnic/trace"
 	"github.com/rnicd/rnicd/wire/ibudp"
 )
@@ -47,33 +46,18 @@ type Device struct {
 	// live outside it (the daemon's CM agent: cm_tx_msgs_req, ...); they
 	// join the device's own in /metrics and /api/state.
 	Counters func() map[string]uint64
-	// Lent, if set, holds the areas the device shares with the clients
-	// it lent sockets (package lend): their QPs, counters and injector
-	// counters are shown as the device's own, and injected faults apply
-	// to their packets too.
-	Lent *lend.Registry
 }
 
-// view is what the monitor shows of one device at one moment: the
-// device's own state and what its borrowers published.
+// view is what the monitor shows of one device at one moment.
 type view struct {
 	Device
-	lent []lend.Snapshot
 }
 
-func (d Device) view() view {
-	v := view{Device: d}
-	if d.Lent != nil {
-		v.lent = d.Lent.Snapshots()
-	}
-	return v
-}
+func (d Device) view() view { return view{Device: d} }
 
-// counters are d's device counters, its borrowers' added in, and those
-// of its other blocks.
+// counters are d's device counters and those of its other blocks.
 func (d view) counters() map[string]uint64 {
 	m := d.Dev.Counters()
-	lend.AddCounters(m, d.lent)
 	if d.Counters != nil {
 		for k, v := range d.Counters() {
 			m[k] = v
@@ -82,26 +66,11 @@ func (d view) counters() map[string]uint64 {
 	return m
 }
 
-// faultStats are what the device's injector and its borrowers' did.
-func (d view) faultStats() ibudp.FaultStats {
-	st := d.Faulty.FaultStats()
-	lend.AddFaults(&st, d.lent)
-	return st
-}
+// faultStats are what the device's injector did.
+func (d view) faultStats() ibudp.FaultStats { return d.Faulty.FaultStats() }
 
-// qps is the device's QP table with its borrowers' QPs after its own.
-func (d view) qps() []rnic.QPInfo {
-	qps := d.Dev.QPInfo()
-	for _, s := range d.lent {
-		for _, q := range s.QPs {
-			qps = append(qps, rnic.QPInfo{QPN: q.QPN, Type: q.Type.String(), State: q.State.String(),
-				SQPSN: q.SQPSN, UnaPSN: q.UnaPSN, RQPSN: q.RQPSN, DestQPN: q.DestQPN, Dest: q.DestAddr(),
-				PathMTU: int(q.PathMTUBytes), SQUsed: int(q.SQUsed), SQCap: int(q.SQCap), SQInFlight: int(q.SQInFlight),
-				RQUsed: int(q.RQUsed), RQCap: int(q.RQCap)})
-		}
-	}
-	return qps
-}
+// qps is the device's QP table: every QP of every client.
+func (d view) qps() []rnic.QPInfo { return d.Dev.QPInfo() }
 
 // Config says what to show.
 type Config struct {
@@ -340,11 +309,6 @@ func (m *Monitor) serveInject(w http.ResponseWriter, r *http.Request) {
 		if err := Inject(d.Faulty, req); err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
-		}
-		if d.Lent != nil {
-			// The borrowers' packets never pass the daemon's injector:
-			// each applies the same faults to its own.
-			d.Lent.SetFaults(d.Faulty.TX(), d.Faulty.RX())
 		}
 		writeJSON(w, map[string]string{"tx": describeFaults(d.Faulty.TX()), "rx": describeFaults(d.Faulty.RX())})
 		return

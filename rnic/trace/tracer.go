@@ -14,19 +14,10 @@ const DefaultRing = 1 << 16
 // drain. It records only while at least one reader is subscribed; with
 // none, a Probe's On reports false and the engines build no events. It is
 // safe for concurrent use.
-//
-// A forwarding Tracer (NewForward) has no ring and no readers of its own:
-// it is a NIC's in a borrower's process, whose events go to the daemon's
-// Tracer (package lend).
 type Tracer struct {
-	// on is 1 while events are wanted: own, or for a forwarding Tracer a
-	// word the daemon sets in shared memory. Probe.On is one load of it.
-	on  *atomic.Uint32
-	own atomic.Uint32 // a reader is subscribed
-	// sink, for a forwarding Tracer, takes each event instead of the ring.
-	sink func(*Event)
-	// onSwitch, if set, is told when recording starts and stops.
-	onSwitch func(on bool)
+	// on is 1 while a reader is subscribed: events are wanted. Probe.On
+	// is one load of it.
+	on atomic.Uint32
 
 	mu   sync.Mutex
 	ring []Event // power-of-two length; event seq s lives at s & mask
@@ -45,27 +36,7 @@ func New(size int) *Tracer {
 	for n < size {
 		n <<= 1
 	}
-	t := &Tracer{ring: make([]Event, n), mask: uint64(n - 1), subs: make(map[*Sub]struct{})}
-	t.on = &t.own
-	return t
-}
-
-// NewForward returns a Tracer whose probes are on while *on is not 0 and
-// hand each event, stamped, to sink instead of a ring; sink must be safe
-// for concurrent use. It takes no readers.
-func NewForward(on *atomic.Uint32, sink func(*Event)) *Tracer {
-	// A ring of one and a reader map keep Subscribe harmless; no event
-	// reaches them.
-	return &Tracer{on: on, sink: sink, ring: make([]Event, 1), subs: make(map[*Sub]struct{})}
-}
-
-// OnSwitch makes f be told, at once and whenever it changes, whether t
-// records (has a reader). f runs with t's lock held: it must not call t.
-func (t *Tracer) OnSwitch(f func(on bool)) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.onSwitch = f
-	f(t.own.Load() != 0)
+	return &Tracer{ring: make([]Event, n), mask: uint64(n - 1), subs: make(map[*Sub]struct{})}
 }
 
 // setOn records whether t has readers; t.mu is held.
@@ -74,9 +45,7 @@ func (t *Tracer) setOn(on bool) {
 	if on {
 		v = 1
 	}
-	if t.own.Swap(v) != v && t.onSwitch != nil {
-		t.onSwitch(on)
-	}
+	t.on.Store(v)
 }
 
 // Probe is one NIC's handle on a Tracer: the engines of a device hold it,
@@ -109,19 +78,8 @@ func (p *Probe) NIC() string { return p.nic }
 // puts it in the ring. Call it only when On reported true.
 func (p *Probe) Emit(e Event) {
 	e.Time = time.Now().UnixNano()
-	p.Forward(e)
-}
-
-// Forward is Emit for an event that happened elsewhere, at e.Time: a
-// borrower's, which the daemon drains from shared memory (package lend)
-// and shows as its own NIC's.
-func (p *Probe) Forward(e Event) {
 	e.NIC = p.nic
 	t := p.t
-	if t.sink != nil {
-		t.sink(&e)
-		return
-	}
 	t.mu.Lock()
 	t.seq++
 	e.Seq = t.seq

@@ -14,10 +14,10 @@ import (
 // tcase is one tool run; the harness runs it with rxe as client and as
 // server.
 type tcase struct {
-	tool   string   // perftest or ibverbs-utils name
-	args   []string // size, iterations, connection type...
-	loss   bool     // also run under 3% loss each way
-	direct bool     // rnic runs the QPs itself on a socket rnicd lends (--direct)
+	tool string   // perftest or ibverbs-utils name
+	args []string // size, iterations, connection type...
+	loss bool     // also run under 3% loss each way
+	udp  bool     // rnic on the rnicd in UDP mode (-mode udp, the default), not packet mode
 	// clib: the host runs Debian's own tool, the same binary as the VM's,
 	// on rnicd through the C library (clib/) instead of rnic's clone.
 	clib bool
@@ -35,8 +35,8 @@ type tcase struct {
 
 func (c tcase) name() string {
 	n := c.tool + " " + strings.Join(c.args, " ")
-	if c.direct {
-		n += " (rnic --direct)"
+	if c.udp {
+		n += " (rnicd -mode udp)"
 	}
 	if c.clib {
 		n += " (Debian's on clib)"
@@ -117,16 +117,16 @@ func matrix(ibMTU int) []tcase {
 		tcase{tool: "ibv_rc_pingpong", args: []string{"-s", "4096", "-n", "50", "--chk"}},
 		tcase{tool: "ibv_ud_pingpong", args: []string{"-s", "512", "-n", "50", "--chk"}},
 		tcase{tool: "ibv_srq_pingpong", args: []string{"-s", "4096", "-n", "50", "-q", "4", "--chk"}},
-		// On the wire a lent socket's QPs are rnicd's; only their QPNs
-		// (block 1 and up) tell them apart.
-		tcase{tool: "ib_write_bw", args: []string{"-s", "65536", "-n", "20"}, direct: true},
-		tcase{tool: "ib_send_lat", args: []string{"-s", strconv.Itoa(ibMTU + 1), "-n", "50"}, direct: true},
-		// Small messages on a lent socket: posts behind one in flight wait
-		// for its ACK or the next poll and leave as one run (rnic's post
-		// coalescing), which rxe takes packet by packet.
-		tcase{tool: "ib_write_bw", args: []string{"-s", "64", "-n", "2000"}, direct: true},
-		tcase{tool: "ib_send_bw", args: []string{"-s", "64", "-n", "2000"}, direct: true},
-		tcase{tool: "ibv_rc_pingpong", args: []string{"-s", "4096", "-n", "50", "--chk"}, direct: true},
+		// rnicd's default port mode, UDP (an ordinary socket, with UDP_SEGMENT
+		// runs), against rxe.
+		tcase{tool: "ib_write_bw", args: []string{"-s", "65536", "-n", "20"}, udp: true},
+		tcase{tool: "ib_send_lat", args: []string{"-s", strconv.Itoa(ibMTU + 1), "-n", "50"}, udp: true},
+		// Small messages: posts behind one in flight wait for its ACK or
+		// the next poll and leave as one run (rnic's post coalescing),
+		// which rxe takes packet by packet.
+		tcase{tool: "ib_write_bw", args: []string{"-s", "64", "-n", "2000"}, udp: true},
+		tcase{tool: "ib_send_bw", args: []string{"-s", "64", "-n", "2000"}, udp: true},
+		tcase{tool: "ibv_rc_pingpong", args: []string{"-s", "4096", "-n", "50", "--chk"}, udp: true},
 		// The same unmodified binary on both ends, one end in software
 		// without a kernel module.
 		tcase{tool: "ib_write_bw", args: []string{"-s", "65536", "-n", "20"}, clib: true},
@@ -227,8 +227,8 @@ func selectCases(cs []tcase, expr string) ([]tcase, error) {
 // address a, so that the capture must hold its packets.
 func sendsFrom(cs []tcase, a string) bool {
 	for _, c := range cs {
-		// A --direct case's rnic sends from the lending rnicd's address.
-		if !c.direct && c.ipv6 == (a == hostAddr6) {
+		// A UDP-mode case's rnicd sends from udpAddr, not captured.
+		if !c.udp && c.ipv6 == (a == hostAddr6) {
 			return true
 		}
 	}
@@ -366,8 +366,8 @@ func hostArgs(c tcase, port int, client bool) []string {
 	}
 	dev, server := device, vmAddr
 	switch {
-	case c.direct:
-		dev = directDevice
+	case c.udp:
+		dev = udpDevice
 	case c.ipv6:
 		dev = device6
 	}
@@ -376,9 +376,6 @@ func hostArgs(c tcase, port int, client bool) []string {
 	}
 	args := append([]string{c.tool, "-d", dev}, gid...)
 	args = append(args, "-p", strconv.Itoa(port))
-	if c.direct {
-		args = append(args, "--direct")
-	}
 	args = append(args, c.args...)
 	if client {
 		args = append(args, server)

@@ -31,18 +31,17 @@ import (
 
 // The VM is 198.18.0.2 and 2001:db8:1::2 on tap0, rnicd 198.18.0.1 on
 // the bridge, which also has 2001:db8:1::1; a second rnicd, in UDP mode
-// and lending sockets, 198.18.0.3, for the --direct cases (packet mode has
-// no steering); a third, in packet mode, on 2001:db8:1::1 for the IPv6
+// (the default), 198.18.0.3, for the UDP-mode cases; a third, in packet mode, on 2001:db8:1::1 for the IPv6
 // cases. rxe0's GID 1 is the IPv4 GID; its IPv6 GID comes after.
 const (
-	hostAddr     = "198.18.0.1"
-	vmAddr       = "198.18.0.2"
-	hostAddr6    = "2001:db8:1::1"
-	vmAddr6      = "2001:db8:1::2"
-	device       = "rnio0"
-	directAddr   = "198.18.0.3"
-	directDevice = "rnio1"
-	device6      = "rnio6"
+	hostAddr  = "198.18.0.1"
+	vmAddr    = "198.18.0.2"
+	hostAddr6 = "2001:db8:1::1"
+	vmAddr6   = "2001:db8:1::2"
+	device    = "rnio0"
+	udpAddr   = "198.18.0.3"
+	udpDevice = "rnio1"
+	device6   = "rnio6"
 )
 
 func TestRxeInterop(t *testing.T) {

@@ -48,13 +48,13 @@ func runLink(t *testing.T, bin, img string, linkMTU, ibMTU int) []result {
 	// rnicd checks every rxe packet's ICRC, all 32 bits, in packet mode.
 	d, dout := l.startRnicd(device, hostAddr, "-mode", "packet")
 	defer d.Process.Kill()
-	dd, ddout := l.startRnicd(directDevice, directAddr)
+	dd, ddout := l.startRnicd(udpDevice, udpAddr)
 	defer dd.Process.Kill()
 	d6, _ := l.startRnicd(device6, hostAddr6, "-mode", "packet")
 	defer d6.Process.Kill()
 	defer func() {
 		if t.Failed() {
-			t.Logf("the lending rnicd said:\n%s", tail(ddout.String()))
+			t.Logf("the UDP-mode rnicd said:\n%s", tail(ddout.String()))
 		}
 	}()
 	t.Setenv("RNICD_DIR", l.dir)

@@ -37,7 +37,7 @@ func newNetns(t *testing.T, mtu int) *netns {
 	sh(t, "ip", "-n", n.name, "link", "set", "lo", "up")
 	sh(t, "ip", "-n", n.name, "link", "add", "br0", "mtu", m, "type", "bridge")
 	sh(t, "ip", "-n", n.name, "addr", "add", hostAddr+"/24", "dev", "br0")
-	sh(t, "ip", "-n", n.name, "addr", "add", directAddr+"/24", "dev", "br0")
+	sh(t, "ip", "-n", n.name, "addr", "add", udpAddr+"/24", "dev", "br0")
 	// No duplicate address detection: the address is usable at once, and
 	// the link has no one else to collide with.
 	sh(t, "ip", "-n", n.name, "addr", "add", hostAddr6+"/64", "dev", "br0", "nodad")

@@ -111,7 +111,7 @@ func counters(t *testing.T) map[string]uint64 { return countersOf(t, device) }
 
 // countersOf reads the counters of the rnicd of dev.
 func countersOf(t *testing.T, dev string) map[string]uint64 {
-	c, err := verbs.OpenDaemon(dev)
+	c, err := verbs.Open(dev)
 	if err != nil {
 		t.Fatalf("open %s: %v", dev, err)
 	}
@@ -155,7 +155,7 @@ func tail(s string) string {
 // writeTable records the run in last-run.md.
 func writeTable(t *testing.T, rs []result) {
 	var b strings.Builder
-	fmt.Fprintf(&b, "# Last run of the rxe interop suite\n\n%s, `RNICD_INTEROP=1 go test ./tests/interop/`: rnicd (`-mode packet`) on the host side of a bridge, Debian 12's rxe in qemu on a tap; the `--direct` cases run on sockets a second rnicd (UDP mode, 198.18.0.3) lends.\n"+
+	fmt.Fprintf(&b, "# Last run of the rxe interop suite\n\n%s, `RNICD_INTEROP=1 go test ./tests/interop/`: rnicd (`-mode packet`) on the host side of a bridge, Debian 12's rxe in qemu on a tap; the `-mode udp` cases on a second rnicd in UDP mode, 198.18.0.3.\n"+
 		"Counters are rnicd's, moved over the whole phase (all cases of one role, MTU and impairment).\n\n", time.Now().UTC().Format("2006-01-02 15:04 MST"))
 	b.WriteString("| test | rxe is | MTU | impairment | result | rnicd counters (phase) |\n|---|---|---|---|---|---|\n")
 	for _, r := range rs {

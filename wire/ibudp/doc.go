@@ -30,8 +30,8 @@
 //   - receive steering (Steering, Config.Steered): the port's UDP 4791 as a
 //     SO_REUSEPORT group in which an eBPF program hands each datagram to
 //     the socket of its destination QPN's block, as a multi-queue NIC
-//     steers flows to queues; the port lends those sockets (Lend) to
-//     processes that run their QPs themselves (Config.SocketFD);
+//     steers flows to queues; the sockets (Lend) are for the port's
+//     owner's own queues (Config.SocketFD), never for another process;
 //   - polling (Poller): a receive that never waits and a wait that takes
 //     nothing, so that whichever goroutine finds packets handles them.
 //

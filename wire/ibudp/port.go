@@ -133,11 +133,12 @@ type Config struct {
 	WaitInKernel bool
 	// Steered opens a ModeUDP port's socket in a SO_REUSEPORT group whose
 	// datagrams the kernel steers by destination QPN (Steering, which
-	// SteeringOf returns): the port takes QPN block 0, and lends sockets
-	// for the others. It needs CAP_BPF.
+	// SteeringOf returns): the port takes QPN block 0, and opens sockets
+	// for the others, each for a queue of the same process. It needs
+	// CAP_BPF.
 	Steered bool
-	// SocketFD, if above 0, is a socket some port's Steering lent (passed
-	// to this process over a unix socket): a ModeUDP port takes it over
+	// SocketFD, if above 0, is a socket of a steered port's group
+	// (Steering.Lend, in this process): a ModeUDP port takes it over
 	// instead of opening one, and Open closes it if it fails. Addr and
 	// Port must be those it is bound to.
 	SocketFD int

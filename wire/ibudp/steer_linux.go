@@ -16,9 +16,17 @@ import (
 // Config.Steered, as a multi-queue NIC steers each flow to its own queue:
 // the port's socket and the sockets it lends share UDP 4791 (a SO_REUSEPORT
 // group), and for every datagram an eBPF program in the kernel reads the
-// BTH's destination QP and picks the socket that owns it. A daemon lends a
-// socket to a client that runs its QPs' data path in its own process; the
-// client gets every packet for its QPs with no daemon in between.
+// BTH's destination QP and picks the socket that owns it.
+//
+// Every socket of the group is the port owner's, for queues of its own
+// (engine threads, each with its QPN blocks): none may be passed to
+// another process. A member of the group receives whatever the program
+// steers to it, and may connect() to take a peer's flow, attach its own
+// SO_ATTACH_REUSEPORT_CBPF to take the whole port's traffic, or detach
+// the program: a client that held one could read every QP's packets
+// (payload, VA and rkey included), which no NIC allows. Linux lets only
+// sockets of the same effective UID join the group, so a client running
+// as another user cannot join it itself.
 //
 // QPNs are steered by block: the top byte of the 24-bit QPN (SteerBlock).
 // Block 0 is the port's own socket, and the program falls back to it for
@@ -170,9 +178,10 @@ var ErrNoBlock = errors.New("ibudp: every steering block is lent")
 
 // Lend opens a socket on the port's address and UDP port, in the port's
 // group, and steers the QPNs of a free block to it. The caller owns the
-// socket, a non-blocking descriptor to hand to the process that will run
-// the block's QPs (Config.SocketFD), and must Release the block when that
-// process is done.
+// socket, a non-blocking descriptor for the queue of this process that
+// will run the block's QPs (Config.SocketFD; never to be passed to
+// another process: see Steering), and must Release the block when that
+// queue is done.
 func (s *Steering) Lend() (block uint8, fd int, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

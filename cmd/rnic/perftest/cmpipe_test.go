@@ -129,7 +129,6 @@ func TestParseRDMACM(t *testing.T) {
 	for args, want := range map[string]string{
 		"-R -c UC":             "UC is not supported in librdmacm",
 		"-R --local 127.0.0.1": "CM agent",
-		"-R --direct -d rnicA": "CM agent",
 	} {
 		_, err := Parse(sb, strings.Fields(args))
 		if err == nil || !strings.Contains(err.Error(), want) {

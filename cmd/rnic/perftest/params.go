@@ -97,8 +97,7 @@ type Params struct {
 	Tool       Tool
 	Device     string     // -d; rnicd device name, "" for the first one running
 	Local      netip.Addr // --local: an in-process NIC on this address instead of rnicd
-	Direct     bool       // --direct: the QPs' data path in this process, on a socket rnicd lends, or fail
-	Daemon     bool       // --daemon: the QPs' data path in rnicd, even if it lends sockets
+	Daemon     bool       // --daemon: accepted, and ignored, for old scripts (the QPs always run in rnicd)
 	ServerName string     // the positional argument: client if set
 	Port       int        // -p: TCP port of the exchange
 
@@ -251,7 +250,6 @@ func (p *Params) options() []option {
 		}},
 		{'R', "rdma_cm", false, func(p *Params, _ string) error { p.RDMACM = true; return nil }},
 		{0, "report_gbits", false, func(p *Params, _ string) error { p.ReportGbits = true; return nil }},
-		{0, "direct", false, func(p *Params, _ string) error { p.Direct = true; return nil }},
 		{0, "daemon", false, func(p *Params, _ string) error { p.Daemon = true; return nil }},
 		{0, "local", true, func(p *Params, v string) error {
 			a, err := netip.ParseAddr(v)
@@ -402,8 +400,8 @@ func (p *Params) forceDependencies() error {
 		switch {
 		case p.Conn == verbs.QPTypeUC:
 			return errors.New("UC is not supported in librdmacm") // as perftest refuses it
-		case p.Local.IsValid() || p.Direct:
-			return errors.New("-R connects through rnicd's CM agent: not with --local or --direct")
+		case p.Local.IsValid():
+			return errors.New("-R connects through rnicd's CM agent: not with --local")
 		}
 	}
 	if p.Duration > 0 {

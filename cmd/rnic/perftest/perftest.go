@@ -81,8 +81,7 @@ func Usage(w io.Writer, tool Tool) {
 		"  -x, --gid-index=<index>   Accepted; the port's RoCEv2 GID is used",
 		"      --report_gbits        Report bandwidth in Gb/sec",
 		"      --local=<addr>        Run an in-process NIC on this address instead of reaching rnicd",
-		"      --direct              Run the QPs in this process, on a socket of rnicd's port, or fail (the default when rnicd lends)",
-		"      --daemon              Run the QPs in rnicd, on its own data path, even if it lends sockets",
+		"      --daemon              Accepted and ignored (the QPs always run in rnicd)",
 	}
 	for _, l := range lines {
 		fmt.Fprintln(w, l)
