@@ -36,9 +36,14 @@ const (
 	// of REQs the CM agent had not yet taken. What still finds no WQE is
 	// counted in the device's drop_no_recv_wqe.
 	gsiRecvSlots = 512
-	gsiSlots     = 64                 // sends in flight
-	gsiGRHLen    = 40                 // the GRH area a UD receive fills first
-	gsiRecvLen   = gsiGRHLen + MADLen // one receive slot
+	// gsiSlots sends may be in flight: as many as the receives, so that
+	// the answers to a burst the receives took (a REJ or REP each) are
+	// not refused while the first are still leaving. Linux posts 128 and
+	// queues the rest in software; one refused here is counted in
+	// cm_tx_errors and, if it is retried, resent by its timer.
+	gsiSlots   = gsiRecvSlots
+	gsiGRHLen  = 40                 // the GRH area a UD receive fills first
+	gsiRecvLen = gsiGRHLen + MADLen // one receive slot
 	// gsiPD is the GSI's protection domain, outside what AllocPD hands
 	// out (from 1 up), so no application's rkey reaches its buffers.
 	gsiPD = dma.PD(^uint32(0))

@@ -397,3 +397,34 @@ func TestCMREQFlood(t *testing.T) {
 	vl.Destroy()
 	ol.Destroy()
 }
+
+// QP1 takes a burst of 500 MADs sent in one go (one sendmmsg from one
+// host) while the CM agent is busy with them: every REQ reaches the CM
+// (cm_rx_msgs_req) and is answered (REJ 8, no listener), with no
+// datagram dropped for want of a receive WQE and no answer refused for
+// want of a send slot. With QP1's former 64 receives most of such a burst
+// was dropped.
+func TestCMQP1Burst(t *testing.T) {
+	const burst = 500
+	a, _ := daemons(t)
+	ctxA := open(t, "rnicA")
+	x := netip.MustParseAddr(ownAddr(t))
+	sender := newMADSender(t, x)
+	sid := mad.ServiceID(mad.PSTCP, uint16(looptest.Port(t))) // nobody listens
+	mads := make([][]byte, burst)
+	for i := range mads {
+		f := mad.REQFields{LocalCommID: uint32(i + 1), ServiceID: sid, LocalCAGUID: 0x66, LocalQPN: uint32(i + 100), PathMTU: 3,
+			PrimaryLocalGID: mad.GIDFromAddr(x), PrimaryRemoteGID: mad.GIDFromAddr(a.addr)}
+		mads[i] = cmMAD(mad.AttrREQ, uint64(i), func(d []byte) { mad.REQ(d).Encode(&f) })
+	}
+	before := must[map[string]uint64](t)(ctxA.Counters())
+	sender.send(a.addr, mads...)
+	m := waitCounters(t, ctxA, "the burst", func(m map[string]uint64) bool {
+		return m["cm_rx_msgs_req"]-before["cm_rx_msgs_req"]+m["drop_no_recv_wqe"]-before["drop_no_recv_wqe"] == burst
+	})
+	for k, want := range map[string]uint64{"cm_rx_msgs_req": burst, "drop_no_recv_wqe": 0, "cm_tx_msgs_rej": burst, "cm_tx_errors": 0, "cm_ids": 0} {
+		if got := m[k] - before[k]; got != want {
+			t.Errorf("%s +%d, want +%d", k, got, want)
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/bits"
 	"time"
 
@@ -83,6 +84,11 @@ type Config struct {
 	// retries times its response timeout and two packet lifetimes, what
 	// Linux's active side waits), at most this long. Default 5 minutes.
 	MaxPendingTime time.Duration
+	// Log, if set, gets a line for MADs dropped or refused because they
+	// could harm a connection or fill the CM (the reason, the sender,
+	// the message), at most one a second for each reason with the count
+	// of those not logged since: a flood must not flood the log too.
+	Log *slog.Logger
 	// CommIDSeed scrambles the local communication IDs, which Linux makes
 	// unpredictable the same way (cm.c's random_id_operand, XORed into an
 	// ID allocated cyclically from a random start). The zero value takes
@@ -131,6 +137,16 @@ type CM struct {
 	// its received event is not yet traced (trace.go); rxPending says so.
 	rxTrace   mad.AttrID
 	rxPending bool
+	// rxAttr is the attribute of the MAD HandleMAD is handling, for the
+	// log; logged says when each reason was last logged and how many
+	// went unlogged since.
+	rxAttr mad.AttrID
+	logged map[string]*logState
+}
+
+type logState struct {
+	last       time.Time
+	suppressed uint64
 }
 
 // remoteKey names the peer's side of a connection: its comm ID (remote)
@@ -187,6 +203,7 @@ func New(cfg Config) (*CM, error) {
 		remoteQPs: make(map[remoteKey]*ID),
 		listeners: make(map[uint64]*Listener),
 		sidrRcvd:  make(map[sidrKey]*ID),
+		logged:    make(map[string]*logState),
 	}, nil
 }
 
@@ -552,6 +569,7 @@ func (c *CM) HandleMAD(from Dest, b []byte) {
 		return
 	}
 	c.counters.Received[attr]++
+	c.rxAttr = attr
 	if c.cfg.Trace.On() {
 		c.rxTrace, c.rxPending = attr, true
 		defer c.traceRecv(nil)
@@ -596,12 +614,38 @@ func (c *CM) lookup(from Dest, local, remote uint32, early bool) *ID {
 		return nil
 	case id.remoteID != remote && !(early && id.remoteID == 0):
 		c.counters.CommIDMismatch++
+		c.logDrop("the peer's comm ID is not the connection's", from, "comm_id", local, "remote_comm_id", remote)
 		return nil
 	case from.GID != id.dest.GID:
 		c.counters.WrongSource++
+		c.logDrop("sent from another address than the connection's peer", from, "comm_id", local, "peer", id.dest.GID.Addr())
 		return nil
 	}
 	return id
+}
+
+// logDrop logs a MAD dropped or refused for reason, rate-limited per
+// reason (Config.Log).
+func (c *CM) logDrop(reason string, from Dest, args ...any) {
+	if c.cfg.Log == nil {
+		return
+	}
+	st := c.logged[reason]
+	if st == nil {
+		st = &logState{}
+		c.logged[reason] = st
+	}
+	now := c.cfg.Now()
+	if !st.last.IsZero() && now.Sub(st.last) < time.Second {
+		st.suppressed++
+		return
+	}
+	args = append([]any{"reason", reason, "from", from.GID.Addr(), "mad", c.rxAttr.String()}, args...)
+	if st.suppressed > 0 {
+		args = append(args, "not_logged_since", st.suppressed)
+	}
+	st.last, st.suppressed = now, 0
+	c.cfg.Log.Warn("cm: MAD dropped", args...)
 }
 
 func (c *CM) drop() { c.counters.Dropped++ }

@@ -1,7 +1,10 @@
 package cm
 
 import (
+	"bytes"
+	"log/slog"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -222,5 +225,27 @@ func TestRandomCommIDs(t *testing.T) {
 	// Four 32-bit random values collide with probability 6/2^32.
 	if len(first) != 4 || first[1] {
 		t.Errorf("first comm IDs of four CMs: %v", first)
+	}
+}
+
+// Drops that protect connections are logged with their reason and
+// sender, one line a second per reason at most, with the count of those
+// not logged since.
+func TestDropLog(t *testing.T) {
+	var buf bytes.Buffer
+	w := newWorld(t, func(c *Config) { c.Log = slog.New(slog.NewTextHandler(&buf, nil)) })
+	a, b := w.connect()
+	dreq := mkMAD(mad.AttrDREQ, 1, func(d []byte) {
+		mad.DREQ(d).Encode(&mad.DREQFields{LocalCommID: a.LocalCommID(), RemoteCommID: b.LocalCommID(), RemoteQPN: b.QPN()})
+	})
+	for range 3 {
+		injectFrom(w.b, gidX, dreq)
+	}
+	w.advance(time.Second)
+	injectFrom(w.b, gidX, dreq)
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 2 || !strings.Contains(lines[0], `reason="sent from another address than the connection's peer" from=198.18.0.66 mad=DREQ`) ||
+		!strings.Contains(lines[1], "not_logged_since=2") {
+		t.Errorf("log:\n%s", buf.String())
 	}
 }

@@ -24,6 +24,8 @@ func (c *CM) handleREQ(from Dest, tid uint64, req mad.REQ) {
 			// this one cannot be what IBTA 12.9.8.3.1 is about: drop it.
 			c.counters.StaleDropped++
 			c.drop()
+			c.logDrop("stale-connection REQ from another address than the QP's", from,
+				"qpn", req.LocalQPN(), "peer", old.dest.GID.Addr())
 			return
 		}
 		// The peer's QP already has a connection here, under another
@@ -64,12 +66,14 @@ func (c *CM) handleREQ(from Dest, tid uint64, req mad.REQ) {
 	}
 	if c.pending >= c.cfg.MaxPending {
 		c.counters.PendingDropped++
+		c.logDrop("REQs nobody answered yet at the most (REJ no resources)", from, "pending", c.pending)
 		c.issueREJ(from, tid, req.LocalCommID(), 0, mad.RejNoResources, mad.MsgKindREQ)
 		return
 	}
 	id, err := c.newID(StateREQRcvd)
 	if err != nil {
 		c.counters.PendingDropped++
+		c.logDrop("connections at the most (REJ no resources)", from, "ids", len(c.ids))
 		c.issueREJ(from, tid, req.LocalCommID(), 0, mad.RejNoResources, mad.MsgKindREQ)
 		return
 	}
@@ -120,6 +124,7 @@ func (c *CM) handleREQ(from Dest, tid uint64, req mad.REQ) {
 		// (cm_destroy_id's -ENOMEM case, cm_reset_to_idle, which
 		// ucma's backlog check causes).
 		c.counters.ListenDrops++
+		c.logDrop("the listener's backlog is full", from, "service_id", fmt.Sprintf("%#x", id.serviceID))
 		id.state = StateIdle
 		c.free(id)
 	}

@@ -101,6 +101,7 @@ func (c *CM) handleSIDRReq(from Dest, tid uint64, req mad.SIDRReq) {
 		Remote: Remote{GID: from.GID, ServiceID: id.serviceID}})
 	if id.refused {
 		c.counters.ListenDrops++
+		c.logDrop("the listener's backlog is full", from, "service_id", fmt.Sprintf("%#x", id.serviceID))
 		id.state = StateIdle
 		c.free(id)
 	}

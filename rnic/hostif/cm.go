@@ -41,7 +41,7 @@ const (
 // the node's CA GUID; it runs until StopCM. Without it the CM requests
 // are refused.
 func (s *Server) StartCM(gsi cm.GSIPort, caGUID uint64) error {
-	a, err := cm.NewAgent(gsi, cm.Config{QP: (*cmQPs)(s), Event: s.cmEvent, CAGUID: caGUID, Trace: s.dev.Probe()})
+	a, err := cm.NewAgent(gsi, cm.Config{QP: (*cmQPs)(s), Event: s.cmEvent, CAGUID: caGUID, Trace: s.dev.Probe(), Log: s.log})
 	if err != nil {
 		return fmt.Errorf("hostif: CM agent: %w", err)
 	}

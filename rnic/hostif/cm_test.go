@@ -284,3 +284,67 @@ func TestCMHostileRequests(t *testing.T) {
 		t.Fatal("the agent moved a QP no CM ID of its owner holds")
 	}
 }
+
+// A listener's connect requests are charged to its client from the
+// moment their REQs come, as CM IDs: with its IDs two short of the most,
+// two of four REQs wait for it and two are dropped unanswered
+// (cm_listen_drops), and the client can create no ID until it has
+// fetched a request and destroyed its ID. A backlog of 1 on a second
+// listener holds one request of two.
+func TestCMConnectRequestsCharged(t *testing.T) {
+	a := cmNIC(t, 0x0200_00ff_fe00_0001)
+	b := cmNIC(t, 0x0200_00ff_fe00_0002)
+	ca, cb := a.client(t), b.client(t)
+	lch, lid := cmChannel(t, ca)
+	call(t, ca, KindCMListen, &CMListenReq{H: lid, ServiceID: rpingService}, nil, &Empty{})
+	for range maxCMIDs - 3 {
+		call(t, ca, KindCMCreateID, &Handle{H: lch}, nil, &Handle{})
+	}
+	bch, _ := cmChannel(t, cb)
+	connect := func(n int, service uint64) {
+		for range n {
+			var h Handle
+			call(t, cb, KindCMCreateID, &Handle{H: bch}, nil, &h)
+			q := newCMQP(t, cb)
+			call(t, cb, KindCMConnect, &CMConnectReq{H: h.H, QP: q.h, DGID: a.addr.As16(), ServiceID: service,
+				CMParams: CMParams{PathMTU: uint8(ib.MTU1024), RetryCount: 7, RNRRetryCount: 7}}, nil, &Empty{})
+		}
+	}
+	waitCM := func(what string, ok func(m map[string]uint64) bool) {
+		t.Helper()
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			if m := a.srv.CMCounters(); ok(m) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("waiting for %s: %v", what, a.srv.CMCounters())
+			}
+		}
+	}
+	connect(4, rpingService)
+	waitCM("4 REQs, 2 dropped", func(m map[string]uint64) bool {
+		return m["cm_rx_msgs_req"] >= 4 && m["cm_listen_drops"] >= 2
+	})
+	if m := a.srv.CMCounters(); m["cm_listen_drops"] != 2 || m["cm_tx_msgs_rej"] != 0 {
+		t.Errorf("listen drops %d, REJs %d; want 2 and 0", m["cm_listen_drops"], m["cm_tx_msgs_rej"])
+	}
+	if _, err := ca.Call(KindCMCreateID, &Handle{H: lch}, nil, &Handle{}); err == nil {
+		t.Fatal("create_id worked with two connect requests charged")
+	}
+	e := nextEvent(t, ca, lch, cm.EventConnectRequest)
+	if _, err := ca.Call(KindCMCreateID, &Handle{H: lch}, nil, &Handle{}); err == nil {
+		t.Fatal("create_id worked with the fetched request's ID held")
+	}
+	call(t, ca, KindCMDestroyID, &Handle{H: e.ID}, nil, &Empty{})
+	var h Handle
+	call(t, ca, KindCMCreateID, &Handle{H: lch}, nil, &h)
+	call(t, ca, KindCMDestroyID, &Handle{H: h.H}, nil, &Empty{})
+	call(t, ca, KindCMDestroyID, &Handle{H: lid}, nil, &Empty{})
+
+	// A second client, backlog 1.
+	cc := a.client(t)
+	_, lid2 := cmChannel(t, cc)
+	call(t, cc, KindCMListen, &CMListenReq{H: lid2, ServiceID: rpingService + 1, Backlog: 1}, nil, &Empty{})
+	connect(2, rpingService+1)
+	waitCM("a third drop", func(m map[string]uint64) bool { return m["cm_listen_drops"] >= 3 })
+}
