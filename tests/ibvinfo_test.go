@@ -3,6 +3,7 @@ package tests
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os/exec"
 	"regexp"
@@ -205,6 +206,13 @@ func TestResWhileRunning(t *testing.T) {
 		a.pid != spid || int64(b.pid) != e.clientPid.Load() || b.comm != "rnic" {
 		t.Fatalf("while running: res rows %+v, want rnicA's of pid %d and rnicB's of pid %d, connected to each other",
 			rows, spid, e.clientPid.Load())
+	}
+	// rdma -j: the same QPs as one JSON array; the options anywhere.
+	var js []map[string]any
+	if err := json.Unmarshal([]byte(rnicOutput(t, "res", "show", "qp", "-j", "-d", "rnicA")), &js); err != nil || len(js) != 1 ||
+		js[0]["ifname"] != "rnicA" || js[0]["lqpn"] != float64(a.lqpn) || js[0]["rqpn"] != float64(a.rqpn) ||
+		js[0]["pid"] != float64(spid) || js[0]["comm"] != "rnic" || js[0]["type"] != "RC" {
+		t.Errorf("res show qp -j -d rnicA: %v %v, want rnicA's row %+v", js, err, a)
 	}
 	select {
 	case err := <-e.cliDone:

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -84,6 +85,8 @@ func openDevice(name string, local netip.Addr) (*verbs.Context, error) {
 			return nil, err
 		}
 		name = names[0]
+	} else if err := deviceExists(name); err != nil {
+		return nil, err
 	}
 	// With no daemon, the error says how to start one.
 	return verbs.Open(name)
@@ -99,6 +102,24 @@ func daemonNames() ([]string, error) {
 		return nil, fmt.Errorf("no rnicd running: start one with `rnicd -d rnic0` (no control socket in %s; $RNICD_DIR sets the directory)", verbs.SocketDir())
 	}
 	return names, nil
+}
+
+// deviceExists says, in rdma-core's words, that no rnicd serves name in
+// this network namespace, and which ones do.
+func deviceExists(name string) error {
+	names, err := verbs.Devices()
+	if err != nil {
+		return err
+	}
+	for _, n := range names {
+		if n == name {
+			return nil
+		}
+	}
+	if len(names) == 0 {
+		return fmt.Errorf("IB device '%s' wasn't found: no rnicd runs; start one with `rnicd -d %s` (no control socket in %s; $RNICD_DIR sets the directory)", name, name, verbs.SocketDir())
+	}
+	return fmt.Errorf("IB device '%s' wasn't found; the devices are %s", name, strings.Join(names, ", "))
 }
 
 // deviceList opens the devices a listing tool shows: --local's, -d's, or
@@ -132,7 +153,10 @@ func runDevices(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	var dev devFlags
 	dev.register(fs)
-	if err := fs.Parse(args); err != nil {
+	if pos, err := parseAnywhere(fs, args); err != nil || len(pos) != 0 {
+		if err == nil {
+			fmt.Fprintf(stderr, "ibv_devices: unexpected arguments %q\n", pos)
+		}
 		return parseExit(err)
 	}
 	ctxs, err := dev.deviceList()
@@ -181,16 +205,17 @@ func runDevinfo(args []string, stdout, stderr io.Writer) int {
 	for _, n := range []string{"l", "list"} {
 		fs.BoolVar(&list, n, false, "print only the device names")
 	}
-	if err := fs.Parse(args); err != nil {
+	pos, err := parseAnywhere(fs, args)
+	if err != nil {
 		return parseExit(err)
 	}
-	if fs.NArg() > 0 || port < 0 {
+	if len(pos) > 0 || port < 0 {
 		fs.Usage()
 		return 2
 	}
 	ctxs, err := dev.deviceList()
 	if err != nil {
-		fmt.Fprintf(stderr, "Failed to get IB devices list: %v\n", err)
+		fmt.Fprintln(stderr, err)
 		return 1
 	}
 	defer ibvCloseAll(ctxs)
@@ -380,21 +405,28 @@ func gidText(g verbs.GID) string { return netip.AddrFrom16(g).String() }
 
 // runRes is `rdma res show qp`: one line per QP of the device (-d), or of
 // every running rnicd as rdma shows every device's. -v adds
-// what rnicd knows beyond rdma's fields: the peer, the path MTU, the ring
-// depths and the QP's counters.
+// what rnicd knows beyond rdma's fields: the peer, the path MTU and the
+// ring depths; -j prints rdma -j's JSON.
 func runRes(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("res", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: rnic res [show qp|cm_id] [-d NAME] [-v] [-j]")
+		fs.PrintDefaults()
+	}
+	// No data-path flags: a listing always asks the daemon, whose table
+	// holds every QP, its borrowers' too.
 	var dev devFlags
-	dev.register(fs)
-	var verbose bool
+	var verbose, asJSON bool
 	fs.StringVar(&dev.name, "d", "", "device `name` (default every rnicd running)")
-	fs.BoolVar(&verbose, "v", false, "add peer, MTU, ring depths and per-QP counters")
-	if err := fs.Parse(args); err != nil {
+	fs.BoolVar(&verbose, "v", false, "add the peer's address, the path MTU and the ring depths")
+	fs.BoolVar(&asJSON, "j", false, "print JSON, as rdma -j does: one array of objects")
+	// `rdma res show qp` and `rdma res` are both accepted, as rdma takes
+	// them, with the options anywhere.
+	rest, err := parseAnywhere(fs, args)
+	if err != nil {
 		return parseExit(err)
 	}
-	// `rdma res show qp` and `rdma res` are both accepted, as rdma takes them.
-	rest := fs.Args()
 	if len(rest) > 0 && rest[0] == "show" {
 		rest = rest[1:]
 	}
@@ -413,14 +445,19 @@ func runRes(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer ibvCloseAll(ctxs)
-	for _, c := range ctxs {
+	var rows []map[string]any // -j: every device's, one array
+	for i, c := range ctxs {
 		if cmIDs {
 			ids, err := c.CMIDs()
 			if err != nil {
 				fmt.Fprintf(stderr, "res: %s: %v\n", c.Name(), err)
 				return 1
 			}
-			printCMIDs(stdout, c.Name(), ids)
+			if asJSON {
+				rows = append(rows, cmIDRows(i, c.Name(), ids)...)
+			} else {
+				printCMIDs(stdout, c.Name(), ids)
+			}
 			continue
 		}
 		qps, err := c.QPs()
@@ -428,9 +465,80 @@ func runRes(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "res: %s: %v\n", c.Name(), err)
 			return 1
 		}
-		printRes(stdout, c.Name(), qps, verbose)
+		if asJSON {
+			rows = append(rows, qpRows(i, c.Name(), qps, verbose)...)
+		} else {
+			printRes(stdout, c.Name(), qps, verbose)
+		}
+	}
+	if asJSON {
+		return printJSON(stdout, stderr, rows)
 	}
 	return 0
+}
+
+// printJSON prints rows as rdma -j does: one array, one line ([] for
+// none).
+func printJSON(stdout, stderr io.Writer, rows []map[string]any) int {
+	if rows == nil {
+		rows = []map[string]any{}
+	}
+	b, err := json.Marshal(rows)
+	if err != nil {
+		fmt.Fprintln(stderr, "rnic:", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "%s\n", b)
+	return 0
+}
+
+// qpRows are qps as rdma -j res show qp prints them (iproute2's
+// rdma/res-qp.c names); ifindex is the device's place in the listing.
+func qpRows(ifindex int, dev string, qps []verbs.QPInfo, verbose bool) []map[string]any {
+	var rows []map[string]any
+	for _, q := range qps {
+		comm, pid := ownerFields(q.Owner)
+		r := map[string]any{"ifindex": ifindex, "ifname": dev, "port": 1, "lqpn": q.QPN,
+			"type": q.Type.String(), "state": q.State.String(), "sq-psn": q.SQPSN, "pid": pid, "comm": comm}
+		if q.Type == verbs.QPTypeRC || q.Type == verbs.QPTypeUC {
+			r["rqpn"], r["rq-psn"], r["path-mig-state"] = q.DestQPN, q.RQPSN, "MIGRATED"
+		}
+		if verbose {
+			if q.Dest.IsValid() {
+				r["dest"] = q.Dest.String()
+			}
+			if q.PathMTU != 0 {
+				r["mtu"] = q.PathMTU.Bytes()
+			}
+			r["sq-depth"], r["rq-depth"] = q.SQDepth, q.RQDepth
+		}
+		rows = append(rows, r)
+	}
+	return rows
+}
+
+// cmIDRows are ids as rdma -j res show cm_id prints them.
+func cmIDRows(ifindex int, dev string, ids []verbs.CMIDInfo) []map[string]any {
+	var rows []map[string]any
+	for _, id := range ids {
+		r := map[string]any{"ifindex": ifindex, "ifname": dev, "port": 1, "state": id.State,
+			"ps": psName(mad.PortSpace(id.PS)), "pid": id.PID, "comm": id.Comm, "cm-idn": id.IDN}
+		if id.QPN != 0 {
+			typ := "RC"
+			if mad.PortSpace(id.PS) == mad.PSUDP {
+				typ = "UD"
+			}
+			r["lqpn"], r["qp-type"] = id.QPN, typ
+		}
+		if id.Src.IsValid() {
+			r["src-addr"], r["src-port"] = id.Src.Addr().String(), id.Src.Port()
+		}
+		if id.Dst.IsValid() {
+			r["dst-addr"], r["dst-port"] = id.Dst.Addr().String(), id.Dst.Port()
+		}
+		rows = append(rows, r)
+	}
+	return rows
 }
 
 // printCMIDs prints ids in rdma res show cm_id's order of fields (as

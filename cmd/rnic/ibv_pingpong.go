@@ -117,17 +117,9 @@ func parsePingpong(k ppKind, args []string, stderr io.Writer) (ppConfig, error) 
 		boolFlag("j", "dm", &dm)
 		boolFlag("N", "new_send", &newSend) // same SENDs through another API: nothing to change
 	}
-	var pos []string
-	for rest := args; ; {
-		if err := fs.Parse(rest); err != nil {
-			return cfg, err
-		}
-		rest = fs.Args()
-		if len(rest) == 0 {
-			break
-		}
-		pos = append(pos, rest[0])
-		rest = rest[1:]
+	pos, err := parseAnywhere(fs, args)
+	if err != nil {
+		return cfg, err
 	}
 	switch {
 	case len(pos) > 1:

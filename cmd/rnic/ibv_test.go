@@ -3,8 +3,10 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -82,10 +84,22 @@ func TestToolsNeedADevice(t *testing.T) {
 		rc := run(args, &out, &errb)
 		want := "no rnicd running: start one with `rnicd -d rnic0` (no control socket in " + dir
 		if len(args) > 1 {
-			want = "no rnicd serves rnic9: start one with `rnicd -d rnic9` (no live control socket " + dir + "/rnic9.sock)"
+			want = "IB device 'rnic9' wasn't found: no rnicd runs; start one with `rnicd -d rnic9` (no control socket in " + dir + ";"
 		}
 		if rc != 1 || !strings.Contains(errb.String(), want) {
 			t.Errorf("%v: rc %d, stderr %q, want rc 1 and %q", args, rc, errb.String(), want)
+		}
+	}
+	// With a device running, a name that is not one says which are.
+	l, err := net.Listen("unixpacket", filepath.Join(dir, "rnicA.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	for _, args := range [][]string{{"ibv_devinfo", "-d", "rnicX"}, {"res", "show", "qp", "-d", "rnicX"}, {"stat", "-d", "rnicX"}} {
+		var out, errb bytes.Buffer
+		if rc := run(args, &out, &errb); rc != 1 || !strings.Contains(errb.String(), "IB device 'rnicX' wasn't found; the devices are rnicA\n") {
+			t.Errorf("%v: rc %d, stderr %q, want rdma-core's words and the devices", args, rc, errb.String())
 		}
 	}
 	local := looptest.Get(t).String()

@@ -114,6 +114,29 @@ func usage(w io.Writer, cmds []command) {
 	}
 }
 
+// parseAnywhere parses args with fs taking flags before, between and
+// after the positional arguments, as getopt permutes them for rdma-core's
+// and perftest's tools and as iproute2's rdma takes them (`rnic res show
+// cm_id -d rnicA`); a "--" ends the flags. It returns the positional
+// arguments in their order.
+func parseAnywhere(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for rest := args; ; {
+		if err := fs.Parse(rest); err != nil {
+			return nil, err
+		}
+		left := fs.Args()
+		if n := len(rest) - len(left); n > 0 && rest[n-1] == "--" {
+			return append(pos, left...), nil
+		}
+		if len(left) == 0 {
+			return pos, nil
+		}
+		pos = append(pos, left[0])
+		rest = left[1:]
+	}
+}
+
 // parseExit is the exit status of a tool whose flags did not parse: 0
 // for -h (help was asked for and printed), 2 for a usage error, as Go's
 // flag package exits.

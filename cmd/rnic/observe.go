@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
@@ -16,6 +17,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/rnicd/rnicd/ib"
 	"github.com/rnicd/rnicd/rnic/monitor"
@@ -47,7 +49,7 @@ func observeFlags(name string, stderr io.Writer) (*flag.FlagSet, *observeOpts) {
 	fs.SetOutput(stderr)
 	o := &observeOpts{}
 	fs.StringVar(&o.http, "http", os.Getenv("RNIC_HTTP"), "a monitor's TCP port (rnicd --http ADDR) instead of the device's socket; or $RNIC_HTTP")
-	fs.StringVar(&o.dev, "d", "", "device name (default: the only rnicd running; with -http, every device it serves)")
+	fs.StringVar(&o.dev, "d", "", "device name (default: stat and trace every rnicd running, inject the only one; with -http, every device it serves)")
 	return fs, o
 }
 
@@ -61,38 +63,53 @@ type monitorClient struct {
 // connect finds the monitor: at -http if given, else on the socket of
 // the device -d names, or of the only device running.
 func (o *observeOpts) connect() (*monitorClient, error) {
+	ms, err := o.connectAll()
+	if err != nil {
+		return nil, err
+	}
+	if len(ms) > 1 {
+		names := make([]string, len(ms))
+		for i, m := range ms {
+			names[i] = m.dev
+		}
+		return nil, fmt.Errorf("rnicd runs for %s: say which with -d", strings.Join(names, ", "))
+	}
+	return ms[0], nil
+}
+
+// connectAll finds the monitors to read: -http's, -d's, or every running
+// device's, as `rdma statistic` and `rdma res` show every device.
+func (o *observeOpts) connectAll() ([]*monitorClient, error) {
 	if o.http != "" {
 		base := o.http
 		if !strings.Contains(base, "://") {
 			base = "http://" + base
 		}
-		return &monitorClient{base: strings.TrimSuffix(base, "/"), client: http.DefaultClient, dev: o.dev}, nil
+		return []*monitorClient{{base: strings.TrimSuffix(base, "/"), client: http.DefaultClient, dev: o.dev}}, nil
 	}
-	dev := o.dev
-	if dev == "" {
-		names, err := verbs.Devices()
-		if err != nil {
+	names := []string{o.dev}
+	if o.dev == "" {
+		var err error
+		if names, err = daemonNames(); err != nil {
 			return nil, err
 		}
-		switch len(names) {
-		case 0:
-			return nil, fmt.Errorf("no rnicd runs (no socket in %s); start one, or give -http ADDR", verbs.SocketDir())
-		case 1:
-			dev = names[0]
-		default:
-			return nil, fmt.Errorf("rnicd runs for %s: say which with -d", strings.Join(names, ", "))
+	} else if err := deviceExists(o.dev); err != nil {
+		return nil, err
+	}
+	var ms []*monitorClient
+	for _, dev := range names {
+		path := verbs.MonitorSocketPath(dev)
+		if _, err := os.Stat(path); err != nil {
+			return nil, fmt.Errorf("device %s: its rnicd serves no monitor: %w", dev, err)
 		}
+		tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", path)
+		}}
+		// The host part names nothing: every request goes to path.
+		ms = append(ms, &monitorClient{base: "http://rnicd", client: &http.Client{Transport: tr}, dev: dev})
 	}
-	path := verbs.MonitorSocketPath(dev)
-	if _, err := os.Stat(path); err != nil {
-		return nil, fmt.Errorf("device %s: no rnicd serves it: %w", dev, err)
-	}
-	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		var d net.Dialer
-		return d.DialContext(ctx, "unix", path)
-	}}
-	// The host part names nothing: every request goes to path.
-	return &monitorClient{base: "http://rnicd", client: &http.Client{Transport: tr}, dev: dev}, nil
+	return ms, nil
 }
 
 // do sends req and returns the response if it is 200 OK, else an error
@@ -128,25 +145,47 @@ func (m *monitorClient) getJSON(ctx context.Context, path string, v any) error {
 // show` does for a link, then its QPs, as `rdma res show qp` does.
 func runStat(args []string, stdout, stderr io.Writer) int {
 	fs, o := observeFlags("stat", stderr)
-	if err := fs.Parse(args); err != nil {
+	asJSON := fs.Bool("j", false, "print JSON, as rdma -j statistic show does: one object per device with every counter")
+	if pos, err := parseAnywhere(fs, args); err != nil || len(pos) != 0 {
+		if err == nil {
+			fmt.Fprintf(stderr, "rnic stat: unexpected arguments %q\n", pos)
+		}
 		return parseExit(err)
 	}
-	m, err := o.connect()
+	ms, err := o.connectAll()
 	if err != nil {
 		fmt.Fprintln(stderr, "rnic stat:", err)
 		return 1
 	}
-	var st monitor.State
-	if err := m.getJSON(context.Background(), "/api/state", &st); err != nil {
-		fmt.Fprintln(stderr, "rnic stat:", err)
+	var devs []monitor.DeviceState
+	for _, m := range ms {
+		var st monitor.State
+		if err := m.getJSON(context.Background(), "/api/state", &st); err != nil {
+			fmt.Fprintf(stderr, "rnic stat: %s: %v\n", m.dev, err)
+			return 1
+		}
+		for _, d := range st.Devices {
+			if m.dev == "" || d.Name == m.dev {
+				devs = append(devs, d)
+			}
+		}
+	}
+	if len(devs) == 0 {
+		fmt.Fprintf(stderr, "rnic stat: IB device '%s' wasn't found\n", o.dev)
 		return 1
 	}
-	found := false
-	for _, d := range st.Devices {
-		if m.dev != "" && d.Name != m.dev {
-			continue
+	if *asJSON {
+		rows := make([]map[string]any, 0, len(devs))
+		for i, d := range devs {
+			r := map[string]any{"ifindex": i, "ifname": d.Name, "port": 1}
+			for k, v := range d.Counters {
+				r[k] = v
+			}
+			rows = append(rows, r)
 		}
-		found = true
+		return printJSON(stdout, stderr, rows)
+	}
+	for _, d := range devs {
 		fmt.Fprintf(stdout, "link %s/1", d.Name)
 		for k := ib.Counter(0); k < ib.NumCounters; k++ {
 			fmt.Fprintf(stdout, " %s %d", k, d.Counters[k.String()])
@@ -180,10 +219,6 @@ func runStat(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stdout)
 		}
 	}
-	if !found {
-		fmt.Fprintf(stderr, "rnic stat: no device %q\n", m.dev)
-		return 1
-	}
 	return 0
 }
 
@@ -213,7 +248,10 @@ func runTrace(args []string, stdout, stderr io.Writer) int {
 	qp := fs.String("qp", "", "only this QP's events (QPN, decimal or 0x...)")
 	count := fs.Int("n", 0, "stop after this many events (0: until interrupted)")
 	asJSON := fs.Bool("json", false, "print JSON lines instead of the timeline")
-	if err := fs.Parse(args); err != nil {
+	if pos, err := parseAnywhere(fs, args); err != nil || len(pos) != 0 {
+		if err == nil {
+			fmt.Fprintf(stderr, "rnic trace: unexpected arguments %q\n", pos)
+		}
 		return parseExit(err)
 	}
 	q := url.Values{}
@@ -225,50 +263,80 @@ func runTrace(args []string, stdout, stderr io.Writer) int {
 		}
 		q.Set("qp", strconv.FormatUint(n, 10))
 	}
-	m, err := o.connect()
+	ms, err := o.connectAll()
 	if err != nil {
 		fmt.Fprintln(stderr, "rnic trace:", err)
 		return 1
-	}
-	if m.dev != "" {
-		q.Set("nic", m.dev)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
+	// One stream per device, their events printed as they come, under
+	// one lock, with times from the first event of any.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		mu   sync.Mutex
+		t0   int64
+		seen int
+	)
+	errEnough := errors.New("enough")
+	errs := make(chan error, len(ms))
+	for _, m := range ms {
+		go func() {
+			errs <- m.follow(ctx, q, func(e *trace.Event) error {
+				mu.Lock()
+				defer mu.Unlock()
+				if *count > 0 && seen >= *count {
+					return errEnough
+				}
+				if t0 == 0 {
+					t0 = e.Time
+				}
+				if *asJSON {
+					b, _ := json.Marshal(e)
+					fmt.Fprintf(stdout, "%s\n", b)
+				} else {
+					fmt.Fprintln(stdout, trace.Format(e, t0))
+				}
+				if seen++; *count > 0 && seen >= *count {
+					cancel()
+					return errEnough
+				}
+				return nil
+			})
+		}()
+	}
+	status := 0
+	for range ms {
+		if err := <-errs; err != nil && !errors.Is(err, errEnough) && ctx.Err() == nil {
+			fmt.Fprintln(stderr, "rnic trace:", err)
+			status = 1
+			cancel()
+		}
+	}
+	return status
+}
+
+// follow reads m's trace stream with query q into f until f, the stream
+// or ctx ends it.
+func (m *monitorClient) follow(ctx context.Context, q url.Values, f func(*trace.Event) error) error {
+	if m.dev != "" {
+		q = maps.Clone(q)
+		q.Set("nic", m.dev)
+	}
 	req, err := http.NewRequestWithContext(ctx, "GET", m.base+"/api/trace?"+q.Encode(), nil)
 	if err != nil {
-		fmt.Fprintln(stderr, "rnic trace:", err)
-		return 1
+		return err
 	}
 	resp, err := m.do(req)
 	if err != nil {
-		fmt.Fprintln(stderr, "rnic trace:", err)
-		return 1
+		if m.dev != "" {
+			return fmt.Errorf("%s: %w", m.dev, err)
+		}
+		return err
 	}
 	defer resp.Body.Close()
-	var t0 int64
-	seen := 0
-	errEnough := errors.New("enough")
-	err = trace.ReadJSON(resp.Body, func(e *trace.Event) error {
-		if t0 == 0 {
-			t0 = e.Time
-		}
-		if *asJSON {
-			b, _ := json.Marshal(e)
-			fmt.Fprintf(stdout, "%s\n", b)
-		} else {
-			fmt.Fprintln(stdout, trace.Format(e, t0))
-		}
-		if seen++; *count > 0 && seen >= *count {
-			return errEnough
-		}
-		return nil
-	})
-	if err != nil && !errors.Is(err, errEnough) && ctx.Err() == nil {
-		fmt.Fprintln(stderr, "rnic trace:", err)
-		return 1
-	}
-	return 0
+	return trace.ReadJSON(resp.Body, f)
 }
 
 // showFaults prints the impairments in force on each device o reaches,
@@ -313,14 +381,15 @@ func runInject(args []string, stdout, stderr io.Writer) int {
 	tx := fs.Bool("tx", false, "impair sent packets only")
 	rx := fs.Bool("rx", false, "impair received packets only")
 	qp := fs.String("qp", "", "impair only packets for this QP (the BTH destination QP)")
-	if err := fs.Parse(args); err != nil {
+	spec, err := parseAnywhere(fs, args)
+	if err != nil {
 		return parseExit(err)
 	}
-	if fs.NArg() == 0 {
+	if len(spec) == 0 {
 		// No action: say what is in force, as `tc qdisc show` does.
 		return showFaults(o, stdout, stderr)
 	}
-	req := monitor.InjectRequest{TX: *tx, RX: *rx, Spec: strings.Join(fs.Args(), " ")}
+	req := monitor.InjectRequest{TX: *tx, RX: *rx, Spec: strings.Join(spec, " ")}
 	if *qp != "" {
 		n, err := strconv.ParseUint(*qp, 0, 24)
 		if err != nil {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -56,7 +57,7 @@ func TestObserveBySocket(t *testing.T) {
 	t.Setenv("RNICD_DIR", dir)
 	t.Setenv("RNIC_HTTP", "")
 	var out, errb bytes.Buffer
-	if code := run([]string{"stat"}, &out, &errb); code != 1 || !strings.Contains(errb.String(), "no rnicd runs") {
+	if code := run([]string{"stat"}, &out, &errb); code != 1 || !strings.Contains(errb.String(), "no rnicd running") {
 		t.Fatalf("no daemon: exit %d, %q", code, errb.String())
 	}
 	a, b, m := monitored(t)
@@ -85,13 +86,36 @@ func TestObserveBySocket(t *testing.T) {
 	}
 
 	errb.Reset()
-	if code := run([]string{"stat", "-d", "rnic9"}, &out, &errb); code != 1 || !strings.Contains(errb.String(), "device rnic9: no rnicd serves it: ") {
+	if code := run([]string{"stat", "-d", "rnic9"}, &out, &errb); code != 1 || errb.String() != "rnic stat: IB device 'rnic9' wasn't found; the devices are rnic0\n" {
 		t.Errorf("absent device: exit %d, %q", code, errb.String())
 	}
+	// Two daemons: stat shows both, as rdma statistic shows every link,
+	// with the options anywhere; inject wants one named.
+	srv1 := &http.Server{Handler: m.Handler()}
+	go srv1.Serve(listenUnix(t, verbs.MonitorSocketPath("rnic1")))
+	t.Cleanup(func() { srv1.Close() })
 	listenUnix(t, verbs.SocketPath("rnic1"))
+	out.Reset()
 	errb.Reset()
-	if code := run([]string{"stat"}, &out, &errb); code != 1 || !strings.Contains(errb.String(), "rnicd runs for rnic0, rnic1: say which with -d") {
-		t.Errorf("two daemons, no -d: exit %d, %q", code, errb.String())
+	if code := run([]string{"stat"}, &out, &errb); code != 0 || !strings.HasPrefix(out.String(), "link rnic0/1 ") || !strings.Contains(out.String(), "\nlink rnic1/1 ") {
+		t.Errorf("two daemons, no -d: exit %d, %q %q", code, out.String(), errb.String())
+	}
+	out.Reset()
+	if code := run([]string{"stat", "-j"}, &out, &errb); code != 0 {
+		t.Fatalf("stat -j: exit %d, %q", code, errb.String())
+	}
+	var rows []map[string]any
+	if err := json.Unmarshal(out.Bytes(), &rows); err != nil || len(rows) != 2 || rows[0]["ifname"] != "rnic0" || rows[1]["ifname"] != "rnic1" ||
+		rows[0]["sent_pkts"] != float64(a.Dev.Counters()["sent_pkts"]) || rows[0]["port"] != float64(1) {
+		t.Errorf("stat -j: %v, %s", err, out.String())
+	}
+	errb.Reset()
+	if code := run([]string{"inject", "drop", "2%"}, &out, &errb); code != 1 || !strings.Contains(errb.String(), "rnicd runs for rnic0, rnic1: say which with -d") {
+		t.Errorf("two daemons, inject without -d: exit %d, %q", code, errb.String())
+	}
+	out.Reset()
+	if code := run([]string{"inject", "drop", "3%", "--tx", "-d", "rnic0"}, &out, &errb); code != 0 || a.Faulty.TX().Drop != 0.03 {
+		t.Errorf("inject with the options after the spec: exit %d, %q; TX %+v", code, errb.String(), a.Faulty.TX())
 	}
 }
 

@@ -21,14 +21,17 @@ func runShowGIDs(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	var dev devFlags
 	dev.register(fs)
-	if err := fs.Parse(args); err != nil {
+	pos, err := parseAnywhere(fs, args)
+	if err != nil {
 		return parseExit(err)
 	}
-	if fs.NArg() > 1 {
+	if len(pos) > 1 {
 		fs.Usage()
 		return 2
 	}
-	dev.name = fs.Arg(0)
+	if len(pos) == 1 {
+		dev.name = pos[0]
+	}
 	ctxs, err := dev.deviceList()
 	if err != nil {
 		fmt.Fprintf(stderr, "show_gids: %v\n", err)
