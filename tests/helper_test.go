@@ -23,6 +23,9 @@ func runHelper(role string) error {
 	if role == "wakehog" {
 		return runWakeHog()
 	}
+	if role == "holder" {
+		return runHolder()
+	}
 	if role != "target" {
 		return fmt.Errorf("unknown role %q", role)
 	}

@@ -31,9 +31,11 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"os/user"
 	"path/filepath"
 	"runtime/pprof"
 	"sort"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -92,6 +94,8 @@ type config struct {
 	small    bool   // runs of equal small packets in one UDP_SEGMENT message
 	copyPay  bool   // gather payloads into packets instead of sending from the region
 	log      *slog.Logger
+	group    string // group allowed on the sockets (mode 0660); "": owner only (0600)
+	sockGID  int    // the group's id, -1 for none
 }
 
 func parseFlags(args []string, stdout, stderr io.Writer) (config, error) {
@@ -119,6 +123,7 @@ func parseFlags(args []string, stdout, stderr io.Writer) (config, error) {
 	httpAddr := fs.String("http", "", "also serve the monitor (web view, /metrics, /api/...) on this TCP `ADDR`ess, host:port")
 	fs.BoolVar(&c.copyPay, "copy-payload", false, "copy each payload out of registered memory into its packet before sending, instead of handing the kernel the region itself (for measuring one against the other)")
 	fs.BoolVar(&c.small, "small-runs", true, "send runs of equal-sized packets shorter than the MTU (64-byte WRITEs to one peer) as one UDP_SEGMENT message, 3-8x the small-message rate; -small-runs=false sends only runs of full-MTU packets")
+	fs.StringVar(&c.group, "group", "", "let the members of `GROUP` (a name or a gid) use the device: its control and monitor sockets get mode 0660 and that group (default: mode 0600, the daemon's own uid and root only; set either way, whatever the umask)")
 	fs.StringVar(&c.cpuProf, "cpuprofile", "", "write a pprof CPU profile of the daemon's whole run to `FILE` (go tool pprof)")
 	version := fs.Bool("version", false, "print the version and build (VCS revision, time) and exit")
 	logFormat := fs.String("log-format", "text", "log lines as `FORMAT`: text (key=value) or json (one object a line)")
@@ -136,6 +141,14 @@ func parseFlags(args []string, stdout, stderr io.Writer) (config, error) {
 	}
 	if fs.NArg() != 0 {
 		return config{}, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	c.sockGID = -1
+	if c.group != "" {
+		gid, err := lookupGroup(c.group)
+		if err != nil {
+			return c, fmt.Errorf("-group: %w", err)
+		}
+		c.sockGID = gid
 	}
 	c.name, c.mtu, c.window, c.ackHold, c.trace, c.pcap, c.http = *name, *mtu, *window, *ackHold, *traceFile, *pcapFile, *httpAddr
 	set := map[string]bool{}
@@ -243,9 +256,56 @@ func defaultAddr() (netip.Addr, error) {
 	return netip.Addr{}, errors.New("no default route with an IPv4 or a global IPv6 address")
 }
 
+// lookupGroup returns the gid of group, a name or a number.
+func lookupGroup(group string) (int, error) {
+	if g, err := user.LookupGroup(group); err == nil {
+		return strconv.Atoi(g.Gid)
+	}
+	if g, err := user.LookupGroupId(group); err == nil {
+		return strconv.Atoi(g.Gid)
+	}
+	return -1, fmt.Errorf("no group %q", group)
+}
+
+// socketMode is the mode of the daemon's sockets: connecting to a unix
+// socket needs write permission on it, so 0600 lets in the daemon's uid
+// (and root) only, 0660 the socket's group too.
+func socketMode(gid int) os.FileMode {
+	if gid >= 0 {
+		return 0o660
+	}
+	return 0o600
+}
+
+// listenUnix listens on a unix socket at path with mode (and group gid,
+// if not -1), set explicitly: the umask the daemon was started under
+// (000 made the socket srwxrwxrwx, open to every uid) plays no part.
+// The socket is bound under a umask of 0177, so that it is never open
+// to others between bind and chmod; the umask is the process's, and
+// nothing else creates files while the daemon starts.
+func listenUnix(network, path string, mode os.FileMode, gid int) (*net.UnixListener, error) {
+	old := unix.Umask(0o177)
+	l, err := net.ListenUnix(network, &net.UnixAddr{Name: path, Net: network})
+	unix.Umask(old)
+	if err != nil {
+		return nil, err
+	}
+	if gid >= 0 {
+		if err := os.Lchown(path, -1, gid); err != nil {
+			l.Close()
+			return nil, fmt.Errorf("give %s to group %d: %w", path, gid, err)
+		}
+	}
+	if err := os.Chmod(path, mode); err != nil {
+		l.Close()
+		return nil, fmt.Errorf("chmod %s: %w", path, err)
+	}
+	return l, nil
+}
+
 // listen serves the control socket at path: it refuses if a live daemon
 // answers there, and removes a stale socket left by one that died.
-func listen(path string) (*net.UnixListener, error) {
+func listen(path string, mode os.FileMode, gid int) (*net.UnixListener, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, fmt.Errorf("socket directory: %w", err)
 	}
@@ -257,7 +317,7 @@ func listen(path string) (*net.UnixListener, error) {
 			return nil, fmt.Errorf("remove stale socket: %w", err)
 		}
 	}
-	l, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: path, Net: "unixpacket"})
+	l, err := listenUnix("unixpacket", path, mode, gid)
 	if err != nil {
 		return nil, fmt.Errorf("listen: %w", err)
 	}
@@ -320,7 +380,7 @@ func serve(c config, nofile uint64, nofileErr error) error {
 	defer signal.Stop(usr1)
 
 	path := verbs.SocketPath(c.name)
-	l, err := listen(path)
+	l, err := listen(path, socketMode(c.sockGID), c.sockGID)
 	if err != nil {
 		return err
 	}
@@ -351,7 +411,7 @@ func serve(c config, nofile uint64, nofileErr error) error {
 		return fmt.Errorf("start device: %w", err)
 	}
 	srv := hostif.NewServer(hostif.Config{Device: dev, Name: c.name, Log: log, Limits: c.limits})
-	log.Info("limits", "daemon", c.limits.Daemon, "client", c.limits.Client)
+	log.Info("limits", "daemon", c.limits.Daemon, "client", c.limits.Client, "user", c.limits.User)
 	// The CM agent on QP1 serves rdma_cm's requests (hostif's KindCM*),
 	// with the node GUID ibv_devinfo shows as its CA GUID. It starts
 	// before the monitor, which shows its counters.
@@ -361,7 +421,7 @@ func serve(c config, nofile uint64, nofileErr error) error {
 		os.Remove(path)
 		return err
 	}
-	obs, err := startObservers(c, dev, faulty, srv.CMCounters, tr, verbs.MonitorSocketPath(c.name), log)
+	obs, err := startObservers(c, dev, faulty, srv.CMCounters, tr, verbs.MonitorSocketPath(c.name), log, srv.AuthorizeAdmin)
 	if err != nil {
 		srv.StopCM()
 		dev.Close()
@@ -384,7 +444,8 @@ func serve(c config, nofile uint64, nofileErr error) error {
 	pa := dev.QueryPort()
 	bi := buildinfo.Read()
 	up := []any{"name", c.name, "addr", pa.Addr, "mode", c.mode, "gid", pa.GID, "active_mtu", pa.ActiveMTU,
-		"socket", path, "monitor", verbs.MonitorSocketPath(c.name), "max_fds", nofile,
+		"socket", path, "socket_mode", fmt.Sprintf("%#o", socketMode(c.sockGID)), "socket_group", c.group,
+		"monitor", verbs.MonitorSocketPath(c.name), "max_fds", nofile,
 		"version", bi.Version, "revision", bi.Revision}
 	if obs.httpAddr != nil {
 		up = append(up, "http", obs.httpAddr.String())

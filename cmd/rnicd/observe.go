@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/rnicd/rnicd/internal/rotate"
 	"github.com/rnicd/rnicd/rnic"
 	"github.com/rnicd/rnicd/rnic/monitor"
@@ -49,7 +51,7 @@ type observers struct {
 // startObservers starts what c asks for, and always the monitor on
 // socketPath. On error it undoes what it started.
 func startObservers(c config, dev *rnic.Device, faulty *ibudp.Faulty, cmCounters func() map[string]uint64,
-	tr *trace.Tracer, socketPath string, log *slog.Logger) (_ *observers, err error) {
+	tr *trace.Tracer, socketPath string, log *slog.Logger, authorize func(what string, cred *unix.Ucred) error) (_ *observers, err error) {
 	o := &observers{log: log, dev: dev, stopped: make(chan error, 4)}
 	defer func() {
 		if err != nil {
@@ -72,7 +74,17 @@ func startObservers(c config, dev *rnic.Device, faulty *ibudp.Faulty, cmCounters
 		o.setCapture(w)
 		log.Info("capture", "path", c.pcap, "keeps", c.pcapLim, "at_most_bytes", c.pcapLim.bound())
 	}
-	if o.mon, err = monitor.New(monitor.Config{Devices: []monitor.Device{{Dev: dev, Faulty: faulty, Counters: cmCounters}}, Tracer: tr}); err != nil {
+	// Fault injection changes the device for every client: only root
+	// and the daemon's own uid may, by the credentials of the unix
+	// socket the request came on (none over TCP).
+	auth := func(r *http.Request, what string) error {
+		if cred, ok := monitor.PeerCred(r.Context()); ok {
+			return authorize(what, &cred)
+		}
+		return authorize(what, nil)
+	}
+	if o.mon, err = monitor.New(monitor.Config{Devices: []monitor.Device{{Dev: dev, Faulty: faulty, Counters: cmCounters}},
+		Tracer: tr, Authorize: auth}); err != nil {
 		return nil, err
 	}
 	// The daemon owns the device's control socket, so a monitor socket
@@ -81,8 +93,9 @@ func startObservers(c config, dev *rnic.Device, faulty *ibudp.Faulty, cmCounters
 		return nil, fmt.Errorf("remove stale monitor socket: %w", err)
 	}
 	// Created as the control socket is, it gets the same mode: who may
-	// use the device may also watch and impair it.
-	l, err := net.Listen("unix", socketPath)
+	// use the device may also watch it; only root and the daemon's own
+	// uid may impair it (auth).
+	l, err := listenUnix("unix", socketPath, socketMode(c.sockGID), c.sockGID)
 	if err != nil {
 		return nil, fmt.Errorf("monitor socket: %w", err)
 	}
@@ -125,7 +138,7 @@ func (o *observers) setCapture(c *pcap.Writer) {
 func (o *observers) serve(l net.Listener) {
 	// The monitor's streams (/api/trace) last as long as their client, so
 	// there is no write timeout; a slow header is a hostile one.
-	s := &http.Server{Handler: o.mon.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	s := &http.Server{Handler: o.mon.Handler(), ReadHeaderTimeout: 10 * time.Second, ConnContext: monitor.ConnContext}
 	o.servers = append(o.servers, s)
 	o.serving.Add(1)
 	go func() {

@@ -53,6 +53,11 @@ const deviceMax = 1 << 16
 // hold: four greedy clients are needed to fill the daemon.
 const clientShare = 4
 
+// userShare is the share one user (other than root and the daemon's
+// own) may hold: with two processes at their client limits a user has
+// reached it, so two greedy users are needed to fill the daemon.
+const userShare = 2
+
 // defaultLimits sizes the limits from m:
 //   - mappings: vm.max_map_count less an eighth (at least 4,096) kept for
 //     the Go runtime and the daemon's own (65,530 gives 57,339); every
@@ -68,7 +73,8 @@ const clientShare = 4
 //     this bounds its address space);
 //   - ring bytes: a quarter of physical memory: the rings are memory the
 //     daemon creates (a QP's up to about 35 MB), which its clients fill;
-//   - each client: a quarter of each;
+//   - each client: a quarter of each; each user but root and the
+//     daemon's own: half of each;
 //   - none below 1, which would mean no limit.
 func defaultLimits(m machine) hostif.Limits {
 	maps := m.maxMapCount - min(m.maxMapCount, max(4096, m.maxMapCount/8))
@@ -85,6 +91,7 @@ func defaultLimits(m machine) hostif.Limits {
 		// still gets a limit, of one.
 		l.Daemon[r] = max(1, v)
 		l.Client[r] = max(1, v/clientShare)
+		l.User[r] = max(1, v/userShare)
 	}
 	return l
 }
@@ -103,6 +110,8 @@ func limitFlags(fs *flag.FlagSet, l *hostif.Limits, m machine) {
 			fmt.Sprintf("most %s all clients together hold (0: no limit; the default is sized from %s)", n, sizedFrom(r, m)))
 		fs.Var(&quotaFlag{&l.Client[r], bytes}, "client-"+r.Flag(),
 			fmt.Sprintf("most %s one client (a process) holds (0: no limit; default: 1/%d of -%s)", n, clientShare, r.Flag()))
+		fs.Var(&quotaFlag{&l.User[r], bytes}, "user-"+r.Flag(),
+			fmt.Sprintf("most %s the clients of one user (uid) hold together; root and rnicd's own uid are not held to it (0: no limit; default: 1/%d of -%s)", n, userShare, r.Flag()))
 	}
 }
 

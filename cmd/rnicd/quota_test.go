@@ -34,6 +34,9 @@ func TestDefaultLimits(t *testing.T) {
 			if want := max(1, d[r]/4); l.Client[r] != want {
 				t.Errorf("%+v: client %s %d, want %d", tc.m, r.Name(), l.Client[r], want)
 			}
+			if want := max(1, d[r]/2); l.User[r] != want {
+				t.Errorf("%+v: user %s %d, want %d", tc.m, r.Name(), l.User[r], want)
+			}
 		}
 	}
 }
@@ -49,6 +52,13 @@ func TestLimitFlags(t *testing.T) {
 	if c.limits.Client[hostif.ResQPs] != 5 || c.limits.Daemon[hostif.ResMRBytes] != 2<<30 || c.limits.Daemon[hostif.ResFDs] != 0 ||
 		c.limits.Daemon[hostif.ResQPs] != def.Daemon[hostif.ResQPs] {
 		t.Fatalf("limits %+v", c.limits)
+	}
+	c, err = parseFlags([]string{"-addr", "127.0.0.1", "-user-max-conns", "5", "-group", "0"}, &errw, &errw)
+	if err != nil || c.limits.User[hostif.ResConns] != 5 || c.sockGID != 0 || socketMode(c.sockGID) != 0o660 {
+		t.Fatalf("-user-max-conns 5 -group 0: user limits %v, gid %d, %v", c.limits.User, c.sockGID, err)
+	}
+	if _, err := parseFlags([]string{"-addr", "127.0.0.1", "-group", "no-such-group-here"}, &errw, &errw); err == nil || !strings.Contains(err.Error(), "-group") {
+		t.Fatalf("-group of no group: %v", err)
 	}
 	_, err = parseFlags([]string{"-addr", "127.0.0.1", "-max-qp", "-1"}, &errw, &errw)
 	if err == nil || !strings.Contains(err.Error(), "want a count") {

@@ -24,6 +24,13 @@ import (
 // go over either limit is refused with CodeLimit and a message naming the
 // limit and the rnicd flag that raises it, and nothing else changes. A
 // client's charges go back when its objects are destroyed or it hangs up.
+//
+// A process is no bound on a user, who can start as many as they like
+// (five processes of one user took five clients' shares): every charge
+// is therefore also charged to the client's user (its uid, from
+// SO_PEERCRED at connect) against the per-user limits. Root and the
+// daemon's own uid are not held to those: either may stop the daemon
+// anyway.
 
 // Resource is one thing a client holds that the daemon limits.
 type Resource int
@@ -68,10 +75,12 @@ func (r Resource) Flag() string { return resources[r].flag }
 // or may hold. A zero limit means no limit.
 type Quota [NumResources]uint64
 
-// Limits are the most each client (a process) and all clients together
-// may hold. The zero value limits nothing (an in-process NIC, tests).
+// Limits are the most each client (a process), each user (a uid other
+// than root and the daemon's) and all clients together may hold. The
+// zero value limits nothing (an in-process NIC, tests).
 type Limits struct {
 	Client Quota
+	User   Quota
 	Daemon Quota
 }
 
@@ -122,34 +131,73 @@ type accounts struct {
 
 	mu      sync.Mutex
 	total   Quota
-	clients map[int32]*Quota // by pid
+	clients map[int32]*Quota  // by pid
+	users   map[uint32]*Quota // by uid, of the users held to the per-user limits
+	owners  map[int32]owner   // the user of each pid in clients
+}
+
+// owner is the user a client's charges also go to; exempt: root or the
+// daemon's own uid, not held to the per-user limits.
+type owner struct {
+	uid    uint32
+	exempt bool
 }
 
 // limitErr is a refusal for going over a limit.
 func limitErr(what string, r Resource, scope string, held, want, limit uint64) error {
 	flag := "-" + r.Flag()
-	if scope == "client" {
+	switch scope {
+	case "client":
 		flag = "-client-" + r.Flag()
+	case "user":
+		flag = "-user-" + r.Flag()
 	}
 	return errf(CodeLimit, "%s: this %s holds %d %s and asks for %d more, over its limit of %d (rnicd %s raises it)",
 		what, scope, held, r.Name(), want, limit, flag)
 }
 
-// charge adds cost to client pid's account and the daemon's, or, if
-// either would go over its limit, changes nothing and says which limit.
+// connect charges a connection of client pid, of user o, as charge
+// does: the first charge of a pid says whose it is.
+func (a *accounts) connect(pid int32, o owner, cost Quota) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if _, ok := a.clients[pid]; !ok {
+		if a.owners == nil {
+			a.owners = make(map[int32]owner)
+		}
+		a.owners[pid] = o
+	}
+	err := a.chargeLocked("connect", pid, cost)
+	if _, ok := a.clients[pid]; !ok {
+		delete(a.owners, pid)
+	}
+	return err
+}
+
+// charge adds cost to client pid's account, its user's and the daemon's,
+// or, if any would go over its limit, changes nothing and says which
+// limit.
 func (a *accounts) charge(what string, pid int32, cost Quota) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	return a.chargeLocked(what, pid, cost)
+}
+
+func (a *accounts) chargeLocked(what string, pid int32, cost Quota) error {
 	cl := a.clients[pid]
 	if cl == nil {
 		cl = new(Quota)
 	}
+	us := a.user(pid)
 	for r := range NumResources {
 		if cost[r] == 0 {
 			continue
 		}
 		if l := a.lim.Client[r]; l != 0 && (cost[r] > l || cl[r] > l-cost[r]) {
 			return limitErr(what, r, "client", cl[r], cost[r], l)
+		}
+		if l := a.lim.User[r]; us != nil && l != 0 && (cost[r] > l || us[r] > l-cost[r]) {
+			return limitErr(what, r, "user", us[r], cost[r], l)
 		}
 		if l := a.lim.Daemon[r]; l != 0 && (cost[r] > l || a.total[r] > l-cost[r]) {
 			return limitErr(what, r, "daemon", a.total[r], cost[r], l)
@@ -163,7 +211,29 @@ func (a *accounts) charge(what string, pid int32, cost Quota) error {
 		a.clients = make(map[int32]*Quota)
 	}
 	a.clients[pid] = cl
+	if us != nil {
+		for r := range NumResources {
+			us[r] += cost[r]
+		}
+		if a.users == nil {
+			a.users = make(map[uint32]*Quota)
+		}
+		a.users[a.owners[pid].uid] = us
+	}
 	return nil
+}
+
+// user is the account of client pid's user, nil if the user is exempt
+// (or unknown: an in-process client); a new one is empty.
+func (a *accounts) user(pid int32) *Quota {
+	o, ok := a.owners[pid]
+	if !ok || o.exempt {
+		return nil
+	}
+	if us := a.users[o.uid]; us != nil {
+		return us
+	}
+	return new(Quota)
 }
 
 // refund takes back what charge added.
@@ -174,14 +244,23 @@ func (a *accounts) refund(pid int32, cost Quota) {
 	if cl == nil {
 		return
 	}
-	empty := true
+	us := a.user(pid)
+	empty, usEmpty := true, true
 	for r := range NumResources {
 		cl[r] -= min(cost[r], cl[r])
 		a.total[r] -= min(cost[r], a.total[r])
 		empty = empty && cl[r] == 0
+		if us != nil {
+			us[r] -= min(cost[r], us[r])
+			usEmpty = usEmpty && us[r] == 0
+		}
+	}
+	if us != nil && usEmpty {
+		delete(a.users, a.owners[pid].uid)
 	}
 	if empty {
 		delete(a.clients, pid)
+		delete(a.owners, pid)
 	}
 }
 
@@ -195,10 +274,22 @@ func (a *accounts) trueUp(pid int32, charged, cost Quota) {
 	if cl == nil {
 		return
 	}
+	us := a.user(pid)
 	for r := range NumResources {
 		cl[r] += cost[r] - charged[r]
 		a.total[r] += cost[r] - charged[r]
+		if us != nil {
+			us[r] += cost[r] - charged[r]
+		}
 	}
+}
+
+// users counts the users held to the per-user limits that hold
+// something.
+func (a *accounts) heldUsers() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.users)
 }
 
 // held returns what the daemon holds in all.
@@ -229,7 +320,12 @@ func (q Quota) String() string {
 // few descriptors.
 func (c *conn) refuseConn(err error) {
 	defer c.uc.Close()
-	c.s.log.Debug("connection over a limit", "pid", c.pid, "comm", c.comm, "err", err)
+	// Said at most once a second: a flood of refused connections must
+	// not flood the log.
+	if now := time.Now().UnixNano(); now-c.s.connWarned.Load() >= int64(time.Second) {
+		c.s.connWarned.Store(now)
+		c.s.log.Warn("connection over a limit", "pid", c.pid, "uid", c.uid, "comm", c.comm, "err", err)
+	}
 	c.uc.SetReadDeadline(time.Now().Add(refuseWait))
 	buf := make([]byte, HeaderLen)
 	oob := make([]byte, unix.CmsgSpace(4*8))

@@ -1,6 +1,7 @@
 package hostif
 
 import (
+	"errors"
 	"maps"
 	"strings"
 	"testing"
@@ -140,5 +141,47 @@ func eventually(t *testing.T, what string, cond func() bool) {
 		if time.Now().After(deadline) {
 			t.Fatalf("never: %s", what)
 		}
+	}
+}
+
+// A user's processes share the per-user limits; root and the daemon's
+// own uid are not held to them, and a user's share comes back as its
+// processes let go.
+func TestUserAccounts(t *testing.T) {
+	a := accounts{lim: Limits{User: Quota{ResConns: 2}}}
+	user := owner{uid: 1000}
+	for pid := int32(1); pid <= 2; pid++ {
+		if err := a.connect(pid, user, costConn); err != nil {
+			t.Fatalf("pid %d: %v", pid, err)
+		}
+	}
+	err := a.connect(3, user, costConn)
+	var ce *codeErr
+	if !errors.As(err, &ce) || ce.code != CodeLimit || !strings.Contains(err.Error(), "this user holds 2 connections") || !strings.Contains(err.Error(), "rnicd -user-max-conns raises it") {
+		t.Fatalf("third process: %v", err)
+	}
+	if _, ok := a.owners[3]; ok {
+		t.Fatal("a refused connection left its owner behind")
+	}
+	for pid := int32(10); pid < 15; pid++ {
+		if err := a.connect(pid, owner{uid: 0, exempt: true}, costConn); err != nil {
+			t.Fatalf("root's pid %d: %v", pid, err)
+		}
+	}
+	if err := a.connect(4, owner{uid: 1001}, costConn); err != nil {
+		t.Fatalf("another user: %v", err)
+	}
+	a.refund(1, costConn)
+	if err := a.connect(3, user, costConn); err != nil {
+		t.Fatalf("after one left: %v", err)
+	}
+	if n := a.heldUsers(); n != 2 {
+		t.Fatalf("%d users held, want 2", n)
+	}
+	for _, pid := range []int32{2, 3, 4} {
+		a.refund(pid, costConn)
+	}
+	if n := a.heldUsers(); n != 0 || len(a.owners) != 5 {
+		t.Fatalf("after all left: %d users, %d owners (root's 5)", n, len(a.owners))
 	}
 }

@@ -51,6 +51,10 @@ type Server struct {
 	cqOverruns  atomic.Uint64 // completions that found their ring full
 	overLimit   atomic.Uint64 // requests and connections refused for a limit
 	unsealed    atomic.Uint64 // memory refused: not a memfd sealed against shrinking
+	adminDenied atomic.Uint64 // administrative requests refused (AuthorizeAdmin)
+	connWarned  atomic.Int64  // when a refused connection was last logged (UnixNano)
+
+	ownUID uint32 // the daemon's effective uid, trusted as root is
 
 	acct accounts // what each client holds, against cfg.Limits
 	// acceptErrors counts accepts that failed and were retried.
@@ -77,7 +81,36 @@ func NewServer(cfg Config) *Server {
 		name = "rnic0"
 	}
 	return &Server{dev: cfg.Device, name: name, log: log, conns: make(map[*conn]struct{}),
-		acct: accounts{lim: cfg.Limits}}
+		acct: accounts{lim: cfg.Limits}, ownUID: uint32(os.Geteuid())}
+}
+
+// Trusted says whether uid may administer the daemon and is not held to
+// the per-user limits: root, or the daemon's own uid (either may stop
+// the daemon, so neither gains from a limit).
+func (s *Server) Trusted(uid uint32) bool { return uid == 0 || uid == s.ownUID }
+
+// AuthorizeAdmin allows a request that changes the device for every
+// client (what: "inject") only from root or the daemon's own uid, as
+// iproute2's rdma needs CAP_NET_ADMIN to change a device; cred is the
+// requester's SO_PEERCRED, nil if it has none (a TCP connection). A
+// refusal is counted (hostif_admin_refused) and logged.
+func (s *Server) AuthorizeAdmin(what string, cred *unix.Ucred) error {
+	var err error
+	switch {
+	case cred == nil:
+		err = fmt.Errorf("refused over TCP: it carries no credentials; ask on the device's unix socket as root or uid %d", s.ownUID)
+	case !s.Trusted(cred.Uid):
+		err = fmt.Errorf("refused for uid %d: only root and rnicd's own uid %d may change the device for every client", cred.Uid, s.ownUID)
+	default:
+		return nil
+	}
+	s.adminDenied.Add(1)
+	args := []any{"what", what, "err", err}
+	if cred != nil {
+		args = append(args, "pid", cred.Pid, "uid", cred.Uid)
+	}
+	s.log.Warn("administrative request refused", args...)
+	return err
 }
 
 // Serve accepts connections on l until l is closed.
@@ -134,7 +167,7 @@ func acceptRetryable(err error) bool {
 func (s *Server) ServeConn(uc *net.UnixConn) {
 	c := &conn{s: s, uc: uc, objs: make(map[uint32]object), next: 1}
 	c.identify()
-	if err := s.acct.charge("connect", c.pid, costConn); err != nil {
+	if err := s.acct.connect(c.pid, owner{uid: c.uid, exempt: s.Trusted(c.uid)}, costConn); err != nil {
 		s.overLimit.Add(1)
 		c.refuseConn(err)
 		return
@@ -267,6 +300,8 @@ func (s *Server) Counters() map[string]uint64 {
 		"hostif_accept_err":       s.acceptErrors.Load(),
 		"hostif_over_limit":       s.overLimit.Load(),
 		"hostif_unsealed_memfd":   s.unsealed.Load(),
+		"hostif_admin_refused":    s.adminDenied.Load(),
+		"hostif_users":            uint64(s.acct.heldUsers()),
 		"hostif_cm_event_dropped": s.cmDropped.Load(),
 	}
 	// What all clients hold of each limited resource, to set beside

@@ -78,6 +78,10 @@ type Config struct {
 	// Tracer is the devices' tracer; nil: no sequence diagram, no
 	// /api/trace.
 	Tracer *trace.Tracer
+	// Authorize, if set, is asked before a request that changes the
+	// devices for every client (/api/inject) and refuses it with an
+	// error (403); nil allows every request (an in-process monitor).
+	Authorize func(r *http.Request, what string) error
 }
 
 // packetIdle is how long the monitor keeps recording packets for the
@@ -293,6 +297,12 @@ func writeJSON(w http.ResponseWriter, v any) {
 func (m *Monitor) serveState(w http.ResponseWriter, _ *http.Request) { writeJSON(w, m.State()) }
 
 func (m *Monitor) serveInject(w http.ResponseWriter, r *http.Request) {
+	if a := m.cfg.Authorize; a != nil {
+		if err := a(r, "inject"); err != nil {
+			http.Error(w, "inject: "+err.Error(), http.StatusForbidden)
+			return
+		}
+	}
 	var req InjectRequest
 	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096)).Decode(&req); err != nil {
 		http.Error(w, "inject: bad request: "+err.Error(), http.StatusBadRequest)
