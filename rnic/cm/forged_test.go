@@ -67,6 +67,11 @@ func TestForgedMADsChangeNothing(t *testing.T) {
 		{name: "MRA of the REP, remote 0", from: gidA, mad: mkMAD(mad.AttrMRA, 1, func(d []byte) {
 			mad.MRA(d).Encode(&mad.MRAFields{RemoteCommID: lb, MessageMRAed: mad.MsgKindREP, ServiceTimeout: 31})
 		}), mismatch: 1},
+		{name: "the peer's REQ again, from another host", from: gidX, mad: mkMAD(mad.AttrREQ, 9, func(d []byte) {
+			f := stale
+			f.LocalCommID = la
+			mad.REQ(d).Encode(&f)
+		}), source: 1},
 		{name: "stale-connection REQ from another host", from: gidX,
 			mad: mkMAD(mad.AttrREQ, 9, func(d []byte) { mad.REQ(d).Encode(&stale) }), stale: 1},
 	} {

@@ -12,6 +12,14 @@ import (
 // handleREQ is IBTA 12.9.6.2 on the passive side (Linux cm_req_handler).
 func (c *CM) handleREQ(from Dest, tid uint64, req mad.REQ) {
 	if dup := c.remote[remoteKey{req.LocalCommID(), req.LocalCAGUID()}]; dup != nil {
+		if from.GID != dup.dest.GID {
+			// The peer's REQ again, from another host: what it would
+			// make us resend goes to the peer, but it is not the peer's.
+			c.counters.WrongSource++
+			c.drop()
+			c.logDrop("sent from another address than the connection's peer", from, "comm_id", dup.localID, "peer", dup.dest.GID.Addr())
+			return
+		}
 		c.dupREQ(dup, tid)
 		return
 	}
