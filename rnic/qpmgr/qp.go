@@ -123,6 +123,15 @@ type CompState struct {
 	GoBackPSN  uint32
 	GoBackAt   time.Time
 	HaveGoBack bool
+	// ReadResps counts the READ response packets that came for what is
+	// outstanding, ReadRespsAtProbe its value when the retransmission
+	// timer last came early: a responder that sent READ responses since
+	// then is busy answering, and a probe would only queue one more
+	// replay behind that work (rx.Handler.Timeout). ReadProbed is set
+	// when a probe asked again for a READ, at ReadResps ReadRespsProbed:
+	// while no response comes after it, no other probe asks again.
+	ReadResps, ReadRespsAtProbe, ReadRespsProbed uint64
+	ReadProbed                                   bool
 }
 
 // RespResource is an RDMA READ or atomic a responder keeps to serve again

@@ -43,11 +43,13 @@ type rcQP struct {
 	kicks atomic.Int32 // the retransmission timer kicks from its own goroutine
 }
 
-func newRCQP(t *testing.T) *rcQP {
+func newRCQP(t *testing.T) *rcQP { t.Helper(); return newRCQPMem(t, make([]byte, 4096)) }
+
+// newRCQPMem is newRCQP with mem as the region at 0x1000.
+func newRCQPMem(t *testing.T, mem []byte) *rcQP {
 	t.Helper()
 	r := &rcQP{}
 	tab := dma.NewTable()
-	mem := make([]byte, 4096)
 	mr, err := tab.Register(1, mem, 0x1000, ib.AccessLocalWrite)
 	if err != nil {
 		t.Fatal(err)
