@@ -50,7 +50,7 @@ func TestSysfsGID(t *testing.T) {
 func TestPlanImpairedCase(t *testing.T) {
 	ce := markCE(10, nil)
 	cases := []tcase{{tool: "ib_write_bw"}, {tool: "ib_send_bw", impair: ce}, {tool: "ib_read_bw", loss: true}}
-	phases := plan(cases)
+	phases := plan(cases, 1)
 	var roles []string
 	ports := map[int]bool{}
 	for _, ph := range phases {
@@ -75,6 +75,36 @@ func TestPlanImpairedCase(t *testing.T) {
 	}
 	if len(phases) != 2+3+2 {
 		t.Errorf("%d phases, want 2 plain, 3 loss and corruption, 2 for the impaired case", len(phases))
+	}
+}
+
+// RNICD_INTEROP_REPEAT=3 runs the loss phases three times in a row, in
+// both roles each time, on ports of their own, and the rest once.
+func TestPlanRepeatsLossPhases(t *testing.T) {
+	cases := []tcase{{tool: "ib_write_bw"}, {tool: "ib_read_bw", loss: true}}
+	phases := plan(cases, 3)
+	var roles []string
+	ports := map[int]bool{}
+	for _, ph := range phases {
+		for i := range ph.cases {
+			if ports[ph.ports[i]] {
+				t.Errorf("port %d used twice", ph.ports[i])
+			}
+			ports[ph.ports[i]] = true
+		}
+		if ph.impair == loss {
+			roles = append(roles, ph.rxeRole)
+		}
+	}
+	if want := []string{"client", "server", "client", "server", "client", "server"}; fmt.Sprint(roles) != fmt.Sprint(want) {
+		t.Errorf("loss phases with rxe as %v, want %v", roles, want)
+	}
+	if len(phases) != 2+6+1 {
+		t.Errorf("%d phases, want 2 plain, 6 loss, 1 corruption", len(phases))
+	}
+	t.Setenv("RNICD_INTEROP_REPEAT", "0")
+	if _, err := lossRepeat(); err == nil {
+		t.Error("RNICD_INTEROP_REPEAT=0 taken")
 	}
 }
 
@@ -181,7 +211,7 @@ func TestStalledCaseFailsAndTheNextPasses(t *testing.T) {
 	const deadline = 3 * time.Second
 	broken := tcase{tool: "fake_rxe_tool", args: []string{"broken"}, deadline: deadline}
 	good := tcase{tool: "fake_rxe_tool", args: []string{"good"}, deadline: 20 * time.Second}
-	phases := plan([]tcase{broken, good})
+	phases := plan([]tcase{broken, good}, 1)
 	l := fakeBench(t, phases, map[string]string{}, vmMargin)
 	for pi, ph := range phases {
 		start := time.Now()
@@ -221,7 +251,7 @@ func TestStalledVMIsKilledAndReported(t *testing.T) {
 	const deadline, margin = 1 * time.Second, 2 * time.Second
 	broken := tcase{tool: "fake_rxe_tool", args: []string{"broken"}, deadline: deadline}
 	good := tcase{tool: "fake_rxe_tool", args: []string{"good"}, deadline: deadline}
-	ph := plan([]tcase{broken, good})[1] // rxe as the server, waiting for ever for the broken case's client
+	ph := plan([]tcase{broken, good}, 1)[1] // rxe as the server, waiting for ever for the broken case's client
 	if ph.rxeRole != "server" {
 		t.Fatalf("phase 1 has rxe as the %s", ph.rxeRole)
 	}

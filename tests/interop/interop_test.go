@@ -10,8 +10,10 @@
 //	sudo RNICD_INTEROP=1 go test -v -timeout 30m ./tests/interop/
 //
 // It writes last-run.md, the table of the last run. RNICD_INTEROP_CASES,
-// a regular expression on the case names, runs only the cases it matches
-// (and then leaves last-run.md alone).
+// a regular expression on the case names, runs only the cases it matches;
+// RNICD_INTEROP_REPEAT=N runs the loss phases N times in a row;
+// RNICD_INTEROP_PCAP=DIR keeps a capture of the tap, both directions, in
+// DIR. With either of the first two it leaves last-run.md alone.
 //
 // One concern a file: the namespace and the tap's impairments
 // (netns_test.go), the cases and their phases (case_test.go), the VM and
@@ -77,8 +79,9 @@ func TestRxeInterop(t *testing.T) {
 		results = append(results, rs...)
 	}
 	// last-run.md is the whole suite's table: a run of some cases
-	// (RNICD_INTEROP_CASES) leaves it as it is.
-	if os.Getenv("RNICD_INTEROP_CASES") == "" {
+	// (RNICD_INTEROP_CASES), or of the loss phases over and over
+	// (RNICD_INTEROP_REPEAT), leaves it as it is.
+	if os.Getenv("RNICD_INTEROP_CASES") == "" && os.Getenv("RNICD_INTEROP_REPEAT") == "" {
 		writeTable(t, results)
 	}
 	for _, r := range results {

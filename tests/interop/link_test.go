@@ -45,6 +45,17 @@ func runLink(t *testing.T, bin, img string, linkMTU, ibMTU int) []result {
 	if err := dump.Start(); err != nil {
 		t.Fatal(err)
 	}
+	// RNICD_INTEROP_PCAP names a folder that keeps a capture of both
+	// directions of the tap per link (rxe's packets before the impairment
+	// drops them), for one who studies a failed case.
+	if keep := os.Getenv("RNICD_INTEROP_PCAP"); keep != "" {
+		both := l.ns.command(ctx, nil, "tcpdump", "-i", "tap0", "-s", "0", "-U", "-w",
+			filepath.Join(keep, fmt.Sprintf("tap0-mtu%d.pcap", ibMTU)), "udp", "port", "4791")
+		if err := both.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { both.Process.Signal(os.Interrupt); both.Wait() }()
+	}
 	// rnicd checks every rxe packet's ICRC, all 32 bits, in packet mode.
 	d, dout := l.startRnicd(device, hostAddr, "-mode", "packet")
 	defer d.Process.Kill()
@@ -63,7 +74,11 @@ func runLink(t *testing.T, bin, img string, linkMTU, ibMTU int) []result {
 	if err != nil {
 		t.Fatal(err)
 	}
-	phases := plan(cases)
+	repeat, err := lossRepeat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	phases := plan(cases, repeat)
 	script := filepath.Join(l.dir, "case.sh")
 	if err := os.WriteFile(script, []byte(vmScript(phases)), 0o755); err != nil {
 		t.Fatal(err)
