@@ -61,7 +61,11 @@ func scrape(t *testing.T, url string) map[string]float64 {
 // TestMetrics runs one RDMA WRITE of three packets whose second packet is
 // lost and scrapes /metrics: the counters of both devices, the port's, the
 // fault injector's and the QP table must have the values the exchange
-// implies, by name.
+// implies, by name. What the loss costs beyond the one go-back depends on
+// timers (the responder NAKs the gap again if the retransmission is late,
+// the requester probes if an ACK is: once on a busy host, naks_sent_total
+// 2), so those counters are checked against each other and against what
+// the protocol guarantees, not against one run's figures.
 func TestMetrics(t *testing.T) {
 	a, b := rnictest.NewEnds(t, nil)
 	m, err := monitor.New(monitor.Config{Devices: []monitor.Device{{Dev: a.Dev, Faulty: a.Faulty}, {Dev: b.Dev, Faulty: b.Faulty}}})
@@ -76,22 +80,10 @@ func TestMetrics(t *testing.T) {
 	rnictest.Write(t, a, b, 1, 3*1024)
 	psn := 0x1000 + a.QP.QPN
 	want := map[string]float64{
-		`rnicd_sent_pkts_total{device="rnic0"}`:                                                 5, // three, then the lost one and the last again
-		`rnicd_retransmitted_pkts_total{device="rnic0"}`:                                        2,
-		`rnicd_rcvd_seq_err_total{device="rnic0"}`:                                              1,
-		`rnicd_rcvd_pkts_total{device="rnic0"}`:                                                 2, // the NAK and the ACK
 		`rnicd_rdma_sends_total{device="rnic0"}`:                                                1,
-		`rnicd_completer_retry_err_total{device="rnic0"}`:                                       1,
-		`rnicd_out_of_seq_request_total{device="rnic1"}`:                                        1,
-		`rnicd_naks_sent_total{device="rnic1"}`:                                                 1,
-		`rnicd_sent_pkts_total{device="rnic1"}`:                                                 2,
-		`rnicd_rcvd_pkts_total{device="rnic1"}`:                                                 4,
 		`rnicd_drop_unknown_qp_total{device="rnic1"}`:                                           0,
 		`rnicd_icrc_errors_total{device="rnic1"}`:                                               0,
-		`rnicd_port_sent_pkts_total{device="rnic0"}`:                                            4,
-		`rnicd_port_rcvd_pkts_total{device="rnic1"}`:                                            4,
 		`rnicd_fault_dropped_total{device="rnic0",dir="tx"}`:                                    1,
-		`rnicd_fault_matched_total{device="rnic0",dir="tx"}`:                                    5,
 		`rnicd_fault_dropped_total{device="rnic0",dir="rx"}`:                                    0,
 		`rnicd_doorbell_depth{device="rnic0"}`:                                                  0,
 		fmt.Sprintf(`rnicd_qp_sq_psn{device="rnic0",qpn="%#x",type="RC"}`, a.QP.QPN):            float64(psn + 3),
@@ -100,11 +92,43 @@ func TestMetrics(t *testing.T) {
 		fmt.Sprintf(`rnicd_qp_sq_used{device="rnic0",qpn="%#x",type="RC"}`, a.QP.QPN):           0,
 		fmt.Sprintf(`rnicd_qp_state{device="rnic0",qpn="%#x",state="RTS",type="RC"}`, a.QP.QPN): 1,
 	}
+	// What the go-back guarantees, whatever the timers did: the lost
+	// packet and the last one went again (more if a repeated NAK or a
+	// probe sent the requester back again), every packet sent went
+	// through the fault injector and all but the dropped one arrived;
+	// the responder saw the gap and NAKed it, and each NAK it sent
+	// arrived (only rnic0's packets are dropped) and counted as a
+	// sequence error, unless the WRITE was complete by then; every
+	// packet of rnic1's is a NAK or an ACK, and at least one ACK.
+	rel := func(got map[string]float64) []string {
+		g := func(dev, name string) float64 { return got[`rnicd_`+name+`_total{device="`+dev+`"}`] }
+		sent, retx := g("rnic0", "sent_pkts"), g("rnic0", "retransmitted_pkts")
+		naks, seq := g("rnic1", "naks_sent"), g("rnic0", "rcvd_seq_err")
+		var bad []string
+		for _, c := range []struct {
+			ok   bool
+			what string
+		}{
+			{retx >= 2 && sent == 3+retx, "rnic0 sent 3 packets and retransmitted at least 2: sent_pkts = 3 + retransmitted_pkts"},
+			{got[`rnicd_fault_matched_total{device="rnic0",dir="tx"}`] == sent, "rnic0's fault injector saw every packet sent"},
+			{g("rnic0", "port_sent_pkts") == sent-1, "rnic0's port sent all but the dropped packet"},
+			{g("rnic1", "port_rcvd_pkts") == sent-1 && g("rnic1", "rcvd_pkts") == sent-1, "rnic1 received all but the dropped packet"},
+			{g("rnic1", "out_of_seq_request") >= 1 && naks >= 1, "rnic1 saw the gap and NAKed it"},
+			{seq >= 1 && seq <= naks, "rnic0 counted a sequence error for each NAK that came before the WRITE completed"},
+			{g("rnic0", "completer_retry_err") >= 1, "rnic0 went back"},
+			{g("rnic1", "sent_pkts") == g("rnic0", "rcvd_pkts") && g("rnic0", "rcvd_pkts") >= naks+1, "rnic0 received every NAK and ACK rnic1 sent, at least one ACK"},
+		} {
+			if !c.ok {
+				bad = append(bad, c.what)
+			}
+		}
+		return bad
+	}
 	// The port adds a batch to its counters when the send system call
 	// returns, which may be after the peer's ACK completed the WRITE: the
 	// counters settle a moment after the completion.
 	got := scrape(t, srv.URL)
-	for deadline := time.Now().Add(5 * time.Second); !matches(got, want) && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(5 * time.Second); (!matches(got, want) || len(rel(got)) > 0) && time.Now().Before(deadline); {
 		time.Sleep(10 * time.Millisecond)
 		got = scrape(t, srv.URL)
 	}
@@ -116,6 +140,16 @@ func TestMetrics(t *testing.T) {
 		}
 		if g != v {
 			t.Errorf("%s = %v, want %v", k, g, v)
+		}
+	}
+	for _, what := range rel(got) {
+		t.Errorf("not so: %s", what)
+	}
+	if t.Failed() {
+		for k, v := range got {
+			if strings.HasSuffix(strings.SplitN(k, "{", 2)[0], "_total") && v != 0 {
+				t.Logf("%s %v", k, v)
+			}
 		}
 	}
 	// Every device counter is exported under its name.
