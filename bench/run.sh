@@ -1,16 +1,92 @@
 #!/usr/bin/env bash
-# rnicd against the machine's own UDP and TCP, in one run on one veth pair
-# (issues 7 and 16): every target of issue 16 beside its anchor of the same
-# run; each run goes into BENCHMARKS.md above the earlier ones, with date,
-# machine and load average.
-# Needs root (network namespaces); installs iperf3 from Debian's packages.
-#   bench/run.sh [-quick] [-soak 10m] [-t SECONDS]
-#   bench/run.sh -soak-only [-soak 10m]   (only the 1024-QP memory soak, both daemons)
+# rnicd's daemon path (the only one) against honest anchors, in one run on
+# one veth pair (issue 25; bench/netbench/compare.go says what is measured):
+# a C UDP ping-pong built here with gcc, busy-polling and blocking; iperf3
+# UDP at 108 B and at full packets, TCP one stream and -P 8; the rnic tools
+# and Debian's perftest through the C library; 1, 2, 4 and 8 parallel tool
+# pairs; the daemons' CPU per Gbit/s and when idle. Each figure is the
+# best of -rounds runs, the builds taking turns; the table goes into
+# BENCHMARKS.md above the earlier runs, with date, machine, load average
+# and each build's commit.
+#
+#   bench/run.sh [-t SECS] [-rounds N] [-o FILE] [-quick] [NAME=REV ...]
+#       builds REV (a git revision; "." or none: this working tree) of each
+#       NAME into one folder, then runs. Needs root (network namespaces).
+#   bench/run.sh -build DIR [NAME=REV ...]
+#       only builds, into DIR: DIR/anchors (udppp, udprr, netbench, all
+#       static) and DIR/NAME (rnicd, rnic, clib/, COMMIT). To run on a
+#       machine without Go, gcc or packages, copy DIR there (and, if you
+#       can, static iperf3 and perftest's ib_* into DIR/anchors) and run
+#           DIR/anchors/netbench -compare -anchors DIR/anchors NAME=DIR/NAME ...
+#       What is missing (iperf3, perftest) is said in the table.
+#   bench/run.sh -netbench [netbench flags]
+#       the older table of issue 16 (both MTUs, 1024 QPs, -soak-only).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if [ "$(id -u)" != 0 ]; then echo "bench/run.sh: needs root for network namespaces" >&2; exit 2; fi
-command -v iperf3 >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iperf3; }
-bin=$(mktemp -d)
-trap 'rm -rf "$bin"' EXIT
-CGO_ENABLED=0 go build -o "$bin" ./cmd/rnicd ./cmd/rnic ./bench/udprr
-go run ./bench/netbench -bin "$bin" "$@"
+top=$(pwd)
+
+# build_anchors DIR: the anchors and the runner, static.
+build_anchors() {
+	mkdir -p "$1"
+	gcc -O2 -Wall -Wextra -static -o "$1/udppp" bench/udppp/udppp.c
+	CGO_ENABLED=0 go build -o "$1" ./bench/udprr ./bench/netbench
+}
+
+# build_rev DIR NAME REV: rnicd, rnic and the C library of REV into DIR/NAME.
+build_rev() {
+	local out=$1/$2 rev=$3 src=$top wt=""
+	mkdir -p "$out"
+	if [ "$rev" != . ]; then
+		wt=$(mktemp -d /tmp/rnicd-bench-XXXXXX)
+		git worktree add -q --detach "$wt" "$rev"
+		src=$wt
+		git -C "$src" rev-parse --short HEAD >"$out/COMMIT"
+	else
+		{ git rev-parse --short HEAD; [ -z "$(git status --porcelain --untracked-files=no)" ] || echo "(with uncommitted changes)"; } | paste -sd' ' >"$out/COMMIT"
+	fi
+	(cd "$src" && CGO_ENABLED=0 go build -o "$out" ./cmd/rnicd ./cmd/rnic)
+	if command -v make >/dev/null && [ -e /usr/include/infiniband/verbs.h ]; then
+		make -s -C "$src/clib" B="$out/clib" >/dev/null
+	else
+		echo "bench/run.sh: no make or rdma-core headers: $2 has no C library (Debian's perftest rows are skipped)" >&2
+	fi
+	if [ -n "$wt" ]; then git worktree remove --force "$wt"; fi
+}
+
+if [ "${1:-}" = -netbench ]; then
+	shift
+	[ "$(id -u)" = 0 ] || { echo "bench/run.sh: needs root for network namespaces" >&2; exit 2; }
+	bin=$(mktemp -d)
+	trap 'rm -rf "$bin"' EXIT
+	CGO_ENABLED=0 go build -o "$bin" ./cmd/rnicd ./cmd/rnic ./bench/udprr
+	exec go run ./bench/netbench -bin "$bin" "$@"
+fi
+
+keep="" runflags=() builds=()
+while [ $# -gt 0 ]; do
+	case $1 in
+	-build) keep=$2; shift 2 ;;
+	-t | -rounds | -o) runflags+=("$1" "$2"); shift 2 ;;
+	-quick) runflags+=("$1"); shift ;;
+	*=*) builds+=("$1"); shift ;;
+	*) echo "bench/run.sh: unknown argument $1" >&2; exit 2 ;;
+	esac
+done
+[ ${#builds[@]} -gt 0 ] || builds=(this=.)
+
+out=${keep:-$(mktemp -d)}
+[ -n "$keep" ] || trap 'rm -rf "$out"' EXIT
+build_anchors "$out/anchors"
+args=()
+for b in "${builds[@]}"; do
+	build_rev "$out" "${b%%=*}" "${b#*=}"
+	args+=("${b%%=*}=$out/${b%%=*}")
+done
+if [ -n "$keep" ]; then
+	echo "built into $keep: run $keep/anchors/netbench -compare -anchors $keep/anchors ${args[*]}"
+	exit 0
+fi
+[ "$(id -u)" = 0 ] || { echo "bench/run.sh: needs root for network namespaces" >&2; exit 2; }
+command -v iperf3 >/dev/null || echo "bench/run.sh: no iperf3 on PATH: its anchors are not measured (apt-get install iperf3)" >&2
+command -v ib_write_bw >/dev/null || echo "bench/run.sh: no Debian perftest on PATH: its rows are not measured (apt-get install perftest)" >&2
+"$out/anchors/netbench" -compare -anchors "$out/anchors" "${runflags[@]}" "${args[@]}"

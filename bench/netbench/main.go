@@ -4,12 +4,17 @@
 // 1024 and 4096 and at 108 bytes for the 64-byte message rate, iperf3 TCP
 // one stream, and a UDP ping-pong), then two rnicd with the rnic tools on
 // the same pair: on the default path, the daemons' own path (when the
-// tools have a flag that forces it) and a lent socket (--direct). Each of
+// tools have a flag that forces it; the lent socket of issue 16 is gone).
+// Each of
 // issue 16's targets is checked against its anchor of the same run (the
 // note column says whether it is met). It prints a table with each figure
 // and its ratio to its anchor and adds it to BENCHMARKS.md above the
 // earlier runs, which stay, with the date, the machine and the load
 // average at the start and the end. Run it as root through bench/run.sh.
+//
+// With -compare as its first argument it runs issue 25's table instead
+// (compare.go): one or more builds against honest anchors, the best of
+// several rounds.
 package main
 
 import (
@@ -50,7 +55,19 @@ type config struct {
 	daemonFlag string
 }
 
+// newFlagSet is a flag set that reports its errors and exits on them.
+func newFlagSet(name string) *flag.FlagSet {
+	return flag.NewFlagSet(name, flag.ExitOnError)
+}
+
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "-compare" {
+		if err := compareMain(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "netbench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	var cfg config
 	flag.StringVar(&cfg.bin, "bin", "", "directory holding the rnicd, rnic and udprr binaries")
 	flag.IntVar(&cfg.secs, "t", 5, "seconds per throughput run")
@@ -125,8 +142,9 @@ func run(cfg config) error {
 }
 
 // daemonPathFlag is the tools' flag that forces the daemon's data path
-// (issue 16: the tools take the lent socket by default when they can), ""
-// if this build has none: then the default path is the daemon's.
+// (issue 16's builds took the lent socket by default), "" if this build
+// has none: then the default path is the daemon's. Builds since issue 25
+// accept --daemon and ignore it: one path.
 func daemonPathFlag(cfg config) string {
 	out, _ := exec.Command(filepath.Join(cfg.bin, "rnic"), "ib_write_bw", "-h").CombinedOutput()
 	for _, f := range []string{"--daemon", "--no-direct"} {
@@ -229,8 +247,8 @@ func measure(cfg config, linkMTU int) ([]row, error) {
 	defer stopB()
 
 	// The paths a tool's QPs can take: as the README runs the tools (the
-	// default), through the daemons (if this build's default is not that
-	// already), and on a socket the daemon lends (--direct).
+	// default) and through the daemons (if this build's default is not
+	// that already).
 	type path struct {
 		name   string
 		run    func(config, string, []string) (result, error)
@@ -246,8 +264,6 @@ func measure(cfg config, linkMTU int) ([]row, error) {
 		daemons = path{"daemons' path (" + cfg.daemonFlag + ")", perftestDaemon, true}
 		paths = append(paths, daemons)
 	}
-	direct := path{"--direct", perftestDirect, false}
-	paths = append(paths, direct)
 
 	iters := strconv.Itoa(20000 * cfg.secs)
 	bw := func(tool string, qps int, p path) (row, float64) {
@@ -312,7 +328,7 @@ func measure(cfg config, linkMTU int) ([]row, error) {
 	for _, t := range []struct {
 		p   path
 		qps int
-	}{{def, 1}, {def, 16}, {direct, 1}, {daemons, 1}} {
+	}{{def, 1}, {def, 16}, {daemons, 1}} {
 		if t.p.name == "" {
 			continue // no daemons' path of its own in this build
 		}
@@ -350,15 +366,12 @@ func measure(cfg config, linkMTU int) ([]row, error) {
 				return rows, err
 			}
 		}
-		// The same tools running their QPs themselves: first on sockets
-		// the daemons lend (--direct: the kernel steers the QPs' packets
-		// to the tools), then with a NIC of their own after the daemons
-		// stop (--local). Either way the tool's thread runs the NIC
+		// The same tools with a NIC of their own after the daemons stop
+		// (--local): the tool's thread runs the NIC
 		// (verbs.Context.BusyPoll) and no daemon wakes on the way.
 		if cfg.daemonFlag != "" {
 			rows = append(rows, latRows(cfg, rr, "daemons' path ("+cfg.daemonFlag+")", perftestDaemon, 0)...)
 		}
-		rows = append(rows, latRows(cfg, rr, "rnicd lends the socket (--direct)", perftestDirect, 0)...)
 		stopA()
 		stopB()
 		rows = append(rows, latRows(cfg, rr, "NIC in the tool (--local)", perftestLocal, 0)...)
@@ -489,6 +502,12 @@ func iperf3(cfg config, args ...string) (float64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("iperf3 client: %w: %s", err, out)
 	}
+	return parseIperf3(out)
+}
+
+// parseIperf3 reads the goodput the server received, in Gbit/s, from
+// iperf3 -J's output.
+func parseIperf3(out []byte) (float64, error) {
 	var r struct {
 		End struct {
 			Sum struct {
@@ -579,12 +598,6 @@ func perftestLocal(cfg config, tool string, args []string) (result, error) {
 // perftestDaemon is perftest forced onto the daemons' path.
 func perftestDaemon(cfg config, tool string, args []string) (result, error) {
 	return runPerftest(cfg, tool, args, []string{"-d", "rnbb", cfg.daemonFlag}, []string{"-d", "rnba", cfg.daemonFlag})
-}
-
-// perftestDirect is perftest with each tool's QPs in its own process, on
-// a socket its daemon lends (--direct).
-func perftestDirect(cfg config, tool string, args []string) (result, error) {
-	return runPerftest(cfg, tool, args, []string{"-d", "rnbb", "--direct"}, []string{"-d", "rnba", "--direct"})
 }
 
 func runPerftest(cfg config, tool string, args, srvNIC, cliNIC []string) (result, error) {
