@@ -143,7 +143,8 @@ func TestDaemonNeverDeaf(t *testing.T) {
 	log := d.errb.String()
 	bursts, recovered := strings.Count(log, "accept failing"), strings.Count(log, "accepting again")
 	var failed int
-	if _, rest, ok := strings.Cut(log, " hostif_accept_err "); ok {
+	// The exit's "counters" line is slog's: hostif_accept_err=N.
+	if _, rest, ok := strings.Cut(log, " hostif_accept_err="); ok {
 		fmt.Sscan(rest, &failed)
 	}
 	if bursts == 0 || bursts != recovered || failed <= bursts {
