@@ -2,10 +2,8 @@ package main
 
 import (
 	"fmt"
-	"strconv"
-	"strings"
-
 	"github.com/rnicd/rnicd/internal/rotate"
+	"github.com/rnicd/rnicd/internal/units"
 )
 
 // fileLimit bounds what --trace or --pcap keeps on disk: files of at
@@ -57,39 +55,17 @@ func (l fileLimit) String() string {
 }
 
 // byteSize is a flag of bytes: a plain number (as -pcap-size always
-// took) or one with a K, M or G suffix, powers of 1024.
+// took) or one with a K, M or G suffix, powers of 1024 (units.ParseBytes,
+// the syntax every size of rnicd and rnic takes).
 type byteSize int64
 
 func (b *byteSize) Set(s string) error {
-	mul := int64(1)
-	t := strings.TrimSuffix(strings.TrimSuffix(s, "B"), "i")
-	if n := len(t); n > 0 {
-		switch t[n-1] {
-		case 'k', 'K':
-			mul, t = 1<<10, t[:n-1]
-		case 'm', 'M':
-			mul, t = 1<<20, t[:n-1]
-		case 'g', 'G':
-			mul, t = 1<<30, t[:n-1]
-		}
+	v, err := units.ParseBytes(s)
+	if err != nil {
+		return err
 	}
-	v, err := strconv.ParseInt(t, 10, 64)
-	if err != nil || v < 0 || v > (1<<62)/mul {
-		return fmt.Errorf("%q: want bytes, a number with an optional K, M or G suffix", s)
-	}
-	*b = byteSize(v * mul)
+	*b = byteSize(v)
 	return nil
 }
 
-func (b byteSize) String() string {
-	switch v := int64(b); {
-	case v != 0 && v%(1<<30) == 0:
-		return fmt.Sprintf("%dG", v>>30)
-	case v != 0 && v%(1<<20) == 0:
-		return fmt.Sprintf("%dM", v>>20)
-	case v != 0 && v%(1<<10) == 0:
-		return fmt.Sprintf("%dK", v>>10)
-	default:
-		return strconv.FormatInt(v, 10)
-	}
-}
+func (b byteSize) String() string { return units.FormatBytes(int64(b)) }

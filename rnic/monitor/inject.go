@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rnicd/rnicd/internal/units"
 	"github.com/rnicd/rnicd/wire/ibudp"
 )
 
@@ -98,9 +99,9 @@ func ApplySpec(f ibudp.Faults, spec string) (ibudp.Faults, error) {
 				f.Link = ibudp.Link{}
 				break
 			}
-			r, err := parseRate(val)
+			r, err := units.ParseRate(val)
 			if err != nil {
-				return orig, fmt.Errorf("inject: link %q: %w", val, err)
+				return orig, fmt.Errorf("inject: link: %w", err)
 			}
 			if f.Link.Rate == 0 {
 				f.Link = ibudp.NewLink(r)
@@ -148,47 +149,13 @@ func ApplySpec(f ibudp.Faults, spec string) (ibudp.Faults, error) {
 	return f, nil
 }
 
-// parseRate reads a rate as tc writes it: a number of bits per second
-// with an optional bit, kbit, mbit or gbit (or kbps..gbps, meaning the
-// same), from 1kbit to 1000gbit.
-func parseRate(s string) (uint64, error) {
-	l := strings.ToLower(s)
-	mult := 1.0
-	for _, u := range []struct {
-		suffix string
-		m      float64
-	}{{"gbit", 1e9}, {"gbps", 1e9}, {"mbit", 1e6}, {"mbps", 1e6}, {"kbit", 1e3}, {"kbps", 1e3}, {"bit", 1}, {"bps", 1}} {
-		if num, ok := strings.CutSuffix(l, u.suffix); ok {
-			l, mult = num, u.m
-			break
-		}
-	}
-	v, err := strconv.ParseFloat(l, 64)
-	if err != nil || v != v || v*mult < 1e3 || v*mult > 1e12 {
-		return 0, errors.New("want a rate from 1kbit to 1000gbit, like 2gbit")
-	}
-	return uint64(v * mult), nil
-}
-
-// parseBytes reads a size: bytes, or with B, KB (or K, KiB) or MB (M,
-// MiB), binary units, up to 1GB.
+// parseBytes reads a size (units.ParseBytes) of at most 1 GiB.
 func parseBytes(s string) (int, error) {
-	l := strings.ToLower(s)
-	mult := 1
-	for _, u := range []struct {
-		suffix string
-		m      int
-	}{{"kib", 1 << 10}, {"mib", 1 << 20}, {"kb", 1 << 10}, {"mb", 1 << 20}, {"k", 1 << 10}, {"m", 1 << 20}, {"b", 1}} {
-		if num, ok := strings.CutSuffix(l, u.suffix); ok {
-			l, mult = num, u.m
-			break
-		}
-	}
-	v, err := strconv.ParseUint(l, 10, 32)
-	if err != nil || v*uint64(mult) > 1<<30 {
+	v, err := units.ParseBytes(s)
+	if err != nil || v > 1<<30 {
 		return 0, fmt.Errorf("%q: want a size like 256KB, up to 1GB", s)
 	}
-	return int(v) * mult, nil
+	return int(v), nil
 }
 
 func parsePercent(s string) (float64, error) {

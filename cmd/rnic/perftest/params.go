@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/rnicd/rnicd/internal/units"
 	"github.com/rnicd/rnicd/verbs"
 )
 
@@ -168,24 +169,13 @@ func (p *Params) options() []option {
 			return nil
 		}},
 		{'s', "size", true, func(p *Params, v string) error {
-			arg, f := v, 1
-			switch {
-			case strings.HasSuffix(v, "K"):
-				f, v = 1024, strings.TrimSuffix(v, "K")
-			case strings.HasSuffix(v, "M"):
-				f, v = 1024*1024, strings.TrimSuffix(v, "M")
+			// perftest's K and M, and the rest of units.ParseBytes'
+			// suffixes, which every size of rnicd and rnic takes.
+			n, err := units.ParseBytes(v)
+			if err != nil || n < 1 || n > maxSizeSetByUser {
+				return fmt.Errorf("message size should be between 1 and %d, not %q", maxSizeSetByUser, v)
 			}
-			// perftest takes K and M only; a G (or k, m) is a suffix it
-			// does not know, which deserves a message saying so rather
-			// than one about the range.
-			if n := len(v); n > 0 && (v[n-1] < '0' || v[n-1] > '9') && !strings.HasPrefix(v, "0x") {
-				return fmt.Errorf("message size %q: suffix %q is not supported, only K and M as perftest takes them (1024M is 1 GiB)", arg, v[n-1:])
-			}
-			n, err := strconv.ParseInt(v, 0, 64)
-			if err != nil || n < 1 || n*int64(f) > maxSizeSetByUser {
-				return fmt.Errorf("message size should be between 1 and %d, not %q", maxSizeSetByUser, arg)
-			}
-			p.Size, p.SizeSet = int(n)*f, true
+			p.Size, p.SizeSet = int(n), true
 			return nil
 		}},
 		{'n', "iters", true, intArg(&p.Iters, "iteration num", minIters, maxIters)},

@@ -93,16 +93,16 @@ func TestParseFlags(t *testing.T) {
 			t.Errorf("Parse(%q) accepted", args)
 		}
 	}
-	// Sizes as perftest reads them: K and M suffixes, C's bases; a
-	// suffix it does not know is named, a size past its range is not.
-	for arg, want := range map[string]int{"4K": 4096, "2M": 2 << 20, "1024M": 1 << 30, "0x100": 256, "65536": 65536} {
+	// Sizes as perftest reads them (K and M suffixes, hex), and as every
+	// size of rnicd and rnic reads them (k, KiB, G, ...).
+	for arg, want := range map[string]int{"4K": 4096, "2M": 2 << 20, "1024M": 1 << 30, "0x100": 256, "65536": 65536, "64k": 64 << 10, "1G": 1 << 30} {
 		if p, err := Parse(wb, []string{"-s", arg}); err != nil || p.Size != want {
 			t.Errorf("-s %s: size %d, %v; want %d", arg, p.Size, err, want)
 		}
 	}
 	for arg, want := range map[string]string{
-		"2G":    `message size "2G": suffix "G" is not supported, only K and M`,
-		"64k":   `suffix "k" is not supported`,
+		"2G":    `message size should be between 1 and 2147483647, not "2G"`,
+		"64X":   `message size should be between 1 and 2147483647, not "64X"`,
 		"2048M": `message size should be between 1 and 2147483647, not "2048M"`,
 	} {
 		if _, err := Parse(wb, []string{"-s", arg}); err == nil || !strings.Contains(err.Error(), want) {
