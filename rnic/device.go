@@ -67,6 +67,11 @@ type Config struct {
 	// every post, as a daemon, whose doorbells come in batches already,
 	// does.
 	CoalescePosts bool
+	// PollIdle, if positive, runs the polling engine (engine.go) in
+	// place of the two pipelines on a port that can be polled: it polls
+	// the host queues it is given (Watch) and the port while there is
+	// work, and sleeps after PollIdle without any (rnicd -poll-idle).
+	PollIdle time.Duration
 }
 
 // DefaultAckHold is the delayed-ACK hold time: longer than an application
@@ -111,6 +116,9 @@ type Device struct {
 	// coalesce holds the QPs whose posts wait for an ACK or a poll
 	// (coalesce.go); nil without Config.CoalescePosts.
 	coalesce *coalescer
+	// eng is the polling engine (engine.go), which replaces the two
+	// pipelines; nil without Config.PollIdle.
+	eng *engine
 
 	done      chan struct{}
 	wg        sync.WaitGroup
@@ -174,6 +182,12 @@ func Open(cfg Config) (*Device, error) {
 	}
 	d.tap.probe = d.probe
 	d.updateTap()
+	if p, ok := d.port.(ibudp.Poller); ok && cfg.PollIdle > 0 {
+		d.eng = &engine{idle: cfg.PollIdle, asleep: true, arm: make(chan struct{}, 1)}
+		d.wg.Add(1)
+		go d.runEngine(p)
+		return d, nil
+	}
 	d.wg.Add(2)
 	go d.sendPipeline()
 	go d.recvPipeline()
@@ -233,24 +247,30 @@ func (d *Device) sendPipeline() {
 			return
 		}
 		d.sendMu.Lock()
-		for qp := d.popRun(); qp != nil; qp = d.popRun() {
-			qp.Scheduled.Store(false)
-			qp.Lock()
-			if qp.TimerExpired() {
-				d.rx.Timeout(qp)
-			}
-			n := 0
-			if !qp.Destroyed() {
-				n = d.runRequester(qp, tx)
-			}
-			qp.Unlock()
-			if n == runBudget {
-				d.kick(qp) // more to send: back of the line
-			}
-		}
-		tx.flush()
+		d.drainRunq(tx)
 		d.sendMu.Unlock()
 	}
+}
+
+// drainRunq runs the requester of every QP on the run list, in turn,
+// runBudget packets at a time, then sends the batch; sendMu is held.
+func (d *Device) drainRunq(tx *txBatch) {
+	for qp := d.popRun(); qp != nil; qp = d.popRun() {
+		qp.Scheduled.Store(false)
+		qp.Lock()
+		if qp.TimerExpired() {
+			d.rx.Timeout(qp)
+		}
+		n := 0
+		if !qp.Destroyed() {
+			n = d.runRequester(qp, tx)
+		}
+		qp.Unlock()
+		if n == runBudget {
+			d.kick(qp) // more to send: back of the line
+		}
+	}
+	tx.flush()
 }
 
 // ring is the doorbell of a post: if the send pipeline is idle, the

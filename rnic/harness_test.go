@@ -58,8 +58,13 @@ func openNode(t testing.TB, addr netip.Addr, o pairOpts, seed int64, name string
 		p = &pollOnlyPort{Poller: port.(ibudp.Poller), closed: make(chan struct{})}
 	}
 	if faulty {
-		n.faulty = ibudp.NewFaulty(port, seed)
-		p = n.faulty
+		if o.pollIdle > 0 {
+			fp := ibudp.NewFaultyPoller(port.(ibudp.Poller), seed)
+			n.faulty, p = fp.Faulty, fp
+		} else {
+			n.faulty = ibudp.NewFaulty(port, seed)
+			p = n.faulty
+		}
 	}
 	ccp := flowctl.DefaultParams()
 	if err := ccp.SetList(o.ccParams); err != nil {
@@ -70,7 +75,8 @@ func openNode(t testing.TB, addr netip.Addr, o pairOpts, seed int64, name string
 		t.Fatal(err)
 	}
 	n.dev, err = rnic.Open(rnic.Config{Port: p, Name: name, Trace: o.trace, Window: o.window, AckHold: o.ackHold, CC: cc,
-		Retry7Forever: o.retry7Ever, Batch: o.batch, CopyPayload: o.copyPayload, CoalescePosts: o.coalesce})
+		Retry7Forever: o.retry7Ever, Batch: o.batch, CopyPayload: o.copyPayload, CoalescePosts: o.coalesce,
+		PollIdle: o.pollIdle})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,6 +135,7 @@ type pairOpts struct {
 	batchB      int           // rnic.Config.Batch of b only
 	batch       int           // set from batchB for b
 	coalesce    bool          // rnic.Config.CoalescePosts on both devices
+	pollIdle    time.Duration // rnic.Config.PollIdle on both devices: the polling engine
 }
 
 func newPair(t testing.TB, o pairOpts) *pair {

@@ -673,6 +673,8 @@ type CQ struct {
 	mu   sync.Mutex
 	cons uint32
 	seen uint32 // events taken by GetCQEvent (under ch.mu)
+
+	empty atomic.Uint32 // polls in a row that found nothing
 }
 
 // CreateCQ creates a CQ of at least cqe entries, reporting events to ch if
@@ -757,11 +759,35 @@ func mapRing(fds []int, d hostif.RingDesc) ([]byte, *hostif.Ring, error) {
 // with an in-process NIC (OpenLocal) a Poll that finds the CQ empty busy
 // polls (Context.BusyPoll) and looks again.
 func (cq *CQ) Poll(wcs []WC) int {
-	if n := cq.poll(wcs); n > 0 || cq.ctx.BusyPoll() == 0 {
+	if n := cq.poll(wcs); n > 0 {
+		cq.empty.Store(0)
 		return n
 	}
-	return cq.poll(wcs)
+	if cq.ctx.BusyPoll() > 0 {
+		if n := cq.poll(wcs); n > 0 {
+			cq.empty.Store(0)
+			return n
+		}
+	}
+	// An application spinning on an empty CQ holds a core the NIC that
+	// is to fill it may need: on 2 cores shared by two daemons and two
+	// spinning tools, a spinner that never yields starves the engine
+	// for its whole time slice. After a short spin, every few empty
+	// polls give the core away (sched_yield, which returns at once when
+	// nothing else is runnable).
+	if e := cq.empty.Add(1); e > pollSpin && e%pollYieldEvery == 0 {
+		unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+	}
+	return 0
 }
+
+// pollSpin is how many empty polls in a row spin before Poll starts to
+// yield, one in pollYieldEvery of them: about the time a completion takes
+// through the daemon's engine when it has a core (a few microseconds).
+const (
+	pollSpin       = 64
+	pollYieldEvery = 4
+)
 
 // BusyPoll lends the caller's goroutine to an in-process NIC (OpenLocal):
 // it takes the packets waiting on the NIC's port, without blocking, and
@@ -929,6 +955,9 @@ func (s *SRQ) PostRecv(wrs []RecvWR) error {
 		return ErrClosed
 	}
 	err := postRecv(s.ring, &s.prod, s.maxSGE, wrs)
+	if !s.ring.EngineAsleep() {
+		return err // the engine polls the ring
+	}
 	if err2 := s.pd.ctx.doorbell(s.h, hostif.DoorbellRecv); err == nil {
 		err = err2
 	}
@@ -1084,8 +1113,11 @@ func (qp *QP) PostSend(wrs []SendWR) error {
 		qp.sqProd++
 	}
 	qp.sq.SetProducer(qp.sqProd)
-	if !qp.sq.RingBell() {
-		return bad // the daemon's next fetch takes these too
+	// The daemon's engine, awake, polls the producer index: no system
+	// call. Asleep, it needs the doorbell, unless one is on its way
+	// already, whose fetch takes these too.
+	if !qp.sq.EngineAsleep() || !qp.sq.RingBell() {
+		return bad
 	}
 	if err := qp.pd.ctx.doorbell(qp.h, hostif.DoorbellSend); err != nil && bad == nil {
 		bad = err
@@ -1108,6 +1140,9 @@ func (qp *QP) PostRecv(wrs []RecvWR) error {
 		return fmt.Errorf("verbs: post recv in RESET: %w", ErrQPState)
 	}
 	err := postRecv(qp.rq, &qp.rqProd, qp.Cap.MaxRecvSGE, wrs)
+	if !qp.rq.EngineAsleep() {
+		return err // the engine polls the ring
+	}
 	if err2 := qp.pd.ctx.doorbell(qp.h, hostif.DoorbellRecv); err == nil {
 		err = err2
 	}

@@ -23,8 +23,9 @@
 
 /* --- receive rings (QPs and SRQs) --------------------------------------- */
 
-/* post_recv writes receive WRs into r; the caller holds its lock. */
-static int post_recv_ring(struct rring *r, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
+/* post_recv writes receive WRs into r; the caller holds its lock. It
+ * sets *ring when a doorbell must follow (ring_post). */
+static int post_recv_ring(int *ring, struct rring *r, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
 {
 	int err = 0;
 	for (; wr; wr = wr->next) {
@@ -49,7 +50,7 @@ static int post_recv_ring(struct rring *r, struct ibv_recv_wr *wr, struct ibv_re
 		}
 		r->prod++;
 	}
-	ring_store(r->ring, RING_PRODUCER, r->prod);
+	*ring = ring_post(r->ring, r->prod, 0);
 	if (err)
 		*bad = wr;
 	return err;
@@ -121,9 +122,10 @@ int post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_w
 {
 	struct rsrq *s = (struct rsrq *)srq;
 	pthread_spin_lock(&s->lock);
-	int err = post_recv_ring(&s->rq, wr, bad);
+	int ring;
+	int err = post_recv_ring(&ring, &s->rq, wr, bad);
 	pthread_spin_unlock(&s->lock);
-	int e2 = conn_doorbell(&to_rctx(srq->context)->conn, s->h, 1);
+	int e2 = ring ? conn_doorbell(&to_rctx(srq->context)->conn, s->h, 1) : 0;
 	return err ? err : e2;
 }
 
@@ -482,10 +484,9 @@ int post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **ba
 			break;
 		q->sq_prod++;
 	}
-	ring_store(q->sq, RING_PRODUCER, q->sq_prod);
-	/* One doorbell on its way is enough: the daemon clears the bell
-	 * before it reads the producer index (hostif.Ring.RingBell). */
-	int ring = __atomic_exchange_n((uint32_t *)(q->sq + RING_BELL), 1, __ATOMIC_SEQ_CST) == 0;
+	/* No doorbell while the engine polls; one on its way is enough: the
+	 * daemon clears the bell before it reads the producer index. */
+	int ring = ring_post(q->sq, q->sq_prod, 1);
 	pthread_spin_unlock(&q->slock);
 	if (err)
 		*bad = wr;
@@ -505,8 +506,9 @@ int post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **ba
 		return EINVAL;
 	}
 	pthread_spin_lock(&q->rlock);
-	int err = post_recv_ring(&q->rq, wr, bad);
+	int ring;
+	int err = post_recv_ring(&ring, &q->rq, wr, bad);
 	pthread_spin_unlock(&q->rlock);
-	int e2 = conn_doorbell(&to_rctx(qp->context)->conn, q->h, 1);
+	int e2 = ring ? conn_doorbell(&to_rctx(qp->context)->conn, q->h, 1) : 0;
 	return err ? err : e2;
 }

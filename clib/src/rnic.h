@@ -68,6 +68,7 @@ enum rnic_kind {
 #define RING_EVENTS 24
 #define RING_WAITING 28
 #define RING_BELL 32
+#define RING_ASLEEP 36
 #define RING_CONSUMER 64
 #define RING_HEADER 128
 #define ARM_ANY 1
@@ -184,6 +185,21 @@ static inline uint32_t ring_load(uint8_t *ring, int off)
 static inline void ring_store(uint8_t *ring, int off, uint32_t v)
 {
 	__atomic_store_n((uint32_t *)(ring + off), v, __ATOMIC_RELEASE);
+}
+
+/* ring_post publishes a work queue's producer index and reports whether
+ * a doorbell message must follow (hostif.Ring.EngineAsleep, RingBell):
+ * only when the daemon's engine sleeps, as virtio's event index
+ * suppresses kicks, and, with bell, only when no doorbell is on its way.
+ * The store and the load are sequentially consistent: the engine writes
+ * its asleep word and then reads every producer index, so one of the two
+ * sides sees the other's store (Dekker's order) and no post is missed. */
+static inline int ring_post(uint8_t *ring, uint32_t prod, int bell)
+{
+	__atomic_store_n((uint32_t *)(ring + RING_PRODUCER), prod, __ATOMIC_SEQ_CST);
+	if (!__atomic_load_n((uint32_t *)(ring + RING_ASLEEP), __ATOMIC_SEQ_CST))
+		return 0;
+	return !bell || __atomic_exchange_n((uint32_t *)(ring + RING_BELL), 1, __ATOMIC_SEQ_CST) == 0;
 }
 
 /* rnic_log prints a message naming the library (LOG_NAME, set by the

@@ -62,8 +62,7 @@ static int wr_complete(struct ibv_qp_ex *x)
 	int ring = 0;
 	if (!err && q->wrb.batch > 0) {
 		q->sq_prod += q->wrb.batch;
-		ring_store(q->sq, RING_PRODUCER, q->sq_prod);
-		ring = __atomic_exchange_n((uint32_t *)(q->sq + RING_BELL), 1, __ATOMIC_SEQ_CST) == 0;
+		ring = ring_post(q->sq, q->sq_prod, 1);
 	}
 	pthread_spin_unlock(&q->slock);
 	if (ring)

@@ -73,6 +73,11 @@ type logged struct{ error }
 
 func (l logged) Unwrap() error { return l.error }
 
+// defaultPollIdle is how long the engine polls with nothing to do before
+// it sleeps: longer than a ping-pong's turn through two daemons and a
+// client on shared cores, so that a message's answer finds it awake.
+const defaultPollIdle = 50 * time.Microsecond
+
 // config is what the flags say.
 type config struct {
 	name     string
@@ -89,10 +94,11 @@ type config struct {
 	limits   hostif.Limits // what each client and all of them may hold (quota.go)
 	cc       flowctl.Algorithm
 	ccParams flowctl.Params
-	retry7   bool   // retry_cnt 7 retries forever, as rxe
-	cpuProf  string // file for a pprof CPU profile of the whole run
-	small    bool   // runs of equal small packets in one UDP_SEGMENT message
-	copyPay  bool   // gather payloads into packets instead of sending from the region
+	retry7   bool          // retry_cnt 7 retries forever, as rxe
+	cpuProf  string        // file for a pprof CPU profile of the whole run
+	small    bool          // runs of equal small packets in one UDP_SEGMENT message
+	copyPay  bool          // gather payloads into packets instead of sending from the region
+	pollIdle time.Duration // the engine polls this long without work before it sleeps; 0: no engine
 	log      *slog.Logger
 	group    string // group allowed on the sockets (mode 0660); "": owner only (0600)
 	sockGID  int    // the group's id, -1 for none
@@ -124,6 +130,7 @@ func parseFlags(args []string, stdout, stderr io.Writer) (config, error) {
 	fs.BoolVar(&c.copyPay, "copy-payload", false, "copy each payload out of registered memory into its packet before sending, instead of handing the kernel the region itself (for measuring one against the other)")
 	fs.BoolVar(&c.small, "small-runs", true, "send runs of equal-sized packets shorter than the MTU (64-byte WRITEs to one peer) as one UDP_SEGMENT message, 3-8x the small-message rate; -small-runs=false sends only runs of full-MTU packets")
 	fs.StringVar(&c.group, "group", "", "let the members of `GROUP` (a name or a gid) use the device: its control and monitor sockets get mode 0660 and that group (default: mode 0600, the daemon's own uid and root only; set either way, whatever the umask)")
+	fs.DurationVar(&c.pollIdle, "poll-idle", defaultPollIdle, "the polling engine polls the clients' rings and the port this long with nothing to do before it sleeps (0: no engine, a send and a receive pipeline woken by doorbell messages and the port)")
 	fs.StringVar(&c.cpuProf, "cpuprofile", "", "write a pprof CPU profile of the daemon's whole run to `FILE` (go tool pprof)")
 	version := fs.Bool("version", false, "print the version and build (VCS revision, time) and exit")
 	logFormat := fs.String("log-format", "text", "log lines as `FORMAT`: text (key=value) or json (one object a line)")
@@ -165,6 +172,9 @@ func parseFlags(args []string, stdout, stderr io.Writer) (config, error) {
 	}
 	if c.window < 0 {
 		return c, fmt.Errorf("-window %d: want 0 or more", c.window)
+	}
+	if c.pollIdle < 0 || c.pollIdle > time.Second {
+		return c, fmt.Errorf("-poll-idle %v: want 0 to 1s", c.pollIdle)
 	}
 	if c.ackHold < 0 || c.ackHold > time.Second {
 		return c, fmt.Errorf("-ack-hold %v: want 0 to 1s", c.ackHold)
@@ -395,13 +405,22 @@ func serve(c config, nofile uint64, nofileErr error) error {
 	}
 	// The injector is a pass-through until `rnic inject` sets a fault;
 	// the tracer records only while someone reads it.
-	faulty := ibudp.NewFaulty(port, time.Now().UnixNano())
+	var faulty *ibudp.Faulty
+	var devPort ibudp.Port
+	if p, ok := port.(ibudp.Poller); ok && c.pollIdle > 0 {
+		// The engine polls the port through the injector.
+		fp := ibudp.NewFaultyPoller(p, time.Now().UnixNano())
+		faulty, devPort = fp.Faulty, fp
+	} else {
+		faulty = ibudp.NewFaulty(port, time.Now().UnixNano())
+		devPort = faulty
+	}
 	tr := trace.New(0)
 	ackHold := c.ackHold
 	if ackHold == 0 {
 		ackHold = -1 // rnic.Config's zero value is the default hold
 	}
-	dev, err := rnic.Open(rnic.Config{Port: faulty, Name: c.name, Trace: tr, Window: c.window, AckHold: ackHold,
+	dev, err := rnic.Open(rnic.Config{Port: devPort, PollIdle: c.pollIdle, Name: c.name, Trace: tr, Window: c.window, AckHold: ackHold,
 		CC: c.cc, CCParams: c.ccParams,
 		Retry7Forever: c.retry7, CopyPayload: c.copyPay})
 	if err != nil {

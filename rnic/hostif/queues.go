@@ -119,6 +119,8 @@ func (o *cqObj) release(*conn) error {
 // srqObj is a shared receive queue fed from a ring.
 type srqObj struct {
 	useCount
+	owner  *conn
+	seen   atomic.Uint32 // the ring's producer index at the last doorbell or poll
 	pd     *pdObj
 	srq    *rnic.SRQ
 	maxSGE int
@@ -152,7 +154,9 @@ func (c *conn) createSRQ(_ object, b Body, _ []int) (Body, []int, error) {
 	feed := newRecvFeed(ring, int(r.MaxSGE))
 	s.SetSource(feed)
 	pd.hold()
-	h := c.add(&srqObj{pd: pd, srq: s, maxSGE: int(r.MaxSGE), mem: mem, feed: feed})
+	so := &srqObj{owner: c, pd: pd, srq: s, maxSGE: int(r.MaxSGE), mem: mem, feed: feed}
+	h := c.add(so)
+	c.s.dev.Watch(so)
 	return &RingReply{H: h, Caps: ib.QPCap{MaxRecvWR: int(r.MaxWR), MaxRecvSGE: int(r.MaxSGE)},
 		Recv: RingDesc{Size: uint32(len(mem)), Slots: r.MaxWR, SlotBytes: slot}}, []int{fd}, nil
 }
@@ -160,7 +164,8 @@ func (c *conn) createSRQ(_ object, b Body, _ []int) (Body, []int, error) {
 func (*srqObj) kind() objKind { return kindSRQ }
 func (o *srqObj) cost() Quota { return srqCost(uint64(len(o.mem))) }
 
-func (o *srqObj) release(*conn) error {
+func (o *srqObj) release(c *conn) error {
+	c.s.dev.Unwatch(o)
 	unix.Munmap(o.mem)
 	o.pd.drop()
 	return nil
@@ -176,10 +181,13 @@ type qpObj struct {
 	srq       *srqObj
 	mem       []byte
 	sq        *Ring
-	rqFeed    *recvFeed // nil with an SRQ
-	sqFetched uint32
+	rqFeed    *recvFeed     // nil with an SRQ
+	sqFetched atomic.Uint32 // send WQEs fetched; written under the conn's handling
 	sqDone    atomic.Uint32 // send WQEs the engine retired
-	broken    bool          // a garbage producer index: doorbells are refused
+	broken    atomic.Bool   // a garbage producer index: doorbells are refused
+	// rqSeen is the receive ring's producer index at the last receive
+	// doorbell or poll, for the polling engine to tell a new post.
+	rqSeen atomic.Uint32
 }
 
 // Retire frees n slots of the send ring (qpmgr.SendSource): the engine
@@ -253,6 +261,7 @@ func (c *conn) createQP(_ object, b Body, _ []int) (Body, []int, error) {
 	qp.SetSendSource(q)
 	c.s.qps.Store(qp.QPN, q)
 	reply.H = c.add(q)
+	c.s.dev.Watch(q)
 	return reply, []int{fd}, nil
 }
 
@@ -265,13 +274,14 @@ func (c *conn) modifyQP(o object, b Body, _ []int) (Body, []int, error) {
 		// RESET empties the queues without completions (nothing is
 		// retired, nothing will be): the rings start again from 0, on
 		// both sides.
-		q.sqFetched = 0
+		q.sqFetched.Store(0)
 		q.sqDone.Store(0)
-		q.broken = false
+		q.broken.Store(false)
 		q.sq.reset()
 		if q.rqFeed != nil {
 			q.qp.RQ.SetSource(nil)
 			q.rqFeed.reset()
+			q.rqSeen.Store(0)
 			q.qp.RQ.SetSource(q.rqFeed)
 		}
 	}
@@ -289,6 +299,7 @@ func (q *qpObj) cost() Quota { return qpCost(uint64(len(q.mem))) }
 // release destroys the QP; its outstanding WQEs complete no more
 // (ibv_destroy_qp).
 func (q *qpObj) release(c *conn) error {
+	c.s.dev.Unwatch(q)
 	c.s.dev.DestroyQP(q.qp)
 	c.s.qps.Delete(q.qp.QPN)
 	// Nothing retires into the rings once their memory is gone.
@@ -329,7 +340,7 @@ func (c *conn) fetchAll() {
 	for _, o := range objs {
 		switch o := o.(type) {
 		case *qpObj:
-			if o.broken {
+			if o.broken.Load() {
 				continue
 			}
 			c.fetchSend(o)
@@ -348,9 +359,12 @@ func (c *conn) fetchAll() {
 // QP to ERR, as a NIC does at WQE fetch; later ones are flushed.
 func (c *conn) doorbell(target object, b Body, _ []int) (Body, []int, error) {
 	r := b.(*DoorbellReq)
+	// The client rang because the engine sleeps: it wakes to poll for
+	// what this post will bring.
+	defer c.s.dev.Wake()
 	switch o := target.(type) {
 	case *qpObj:
-		if o.broken {
+		if o.broken.Load() {
 			return nil, nil, errf(CodeInvalid, "doorbell: QP %#x had a garbage producer index; modify it to RESET", o.qp.QPN)
 		}
 		if r.Queue == DoorbellSend {
@@ -360,11 +374,13 @@ func (c *conn) doorbell(target object, b Body, _ []int) (Body, []int, error) {
 		if o.rqFeed == nil {
 			return nil, nil, errf(CodeInvalid, "doorbell: QP %#x uses an SRQ", o.qp.QPN)
 		}
+		o.rqSeen.Store(o.rqFeed.ring.Producer())
 		return nil, nil, c.fetchRecv(o)
 	case *srqObj:
 		if r.Queue != DoorbellRecv {
 			return nil, nil, errf(CodeInvalid, "doorbell: an SRQ has no send queue")
 		}
+		o.seen.Store(o.feed.ring.Producer())
 		return nil, nil, c.fetchSRQ(o)
 	}
 	return nil, nil, errf(CodeNoHandle, "doorbell: handle %d names a %v", r.H, target.kind())
@@ -407,19 +423,20 @@ func (c *conn) fetchSend(q *qpObj) error {
 // (qpmgr.SendSource). A producer index past what the ring can hold breaks
 // the ring: doorbells are refused until the QP is reset.
 func (q *qpObj) Fetch() ([]ib.SendWR, []error, error) {
-	n, err := newWQEs(q.sq, q.sqFetched, q.sqDone.Load)
+	fetched := q.sqFetched.Load()
+	n, err := newWQEs(q.sq, fetched, q.sqDone.Load)
 	if err != nil {
-		q.broken = true
+		q.broken.Store(true)
 		return nil, nil, err
 	}
 	wrs := make([]ib.SendWR, 0, n)
 	bad := make([]error, 0, n) // per WR: why it does not decode
 	for i := range n {
-		wr, err := DecodeSendWQE(q.sq.slot(q.sqFetched + i))
+		wr, err := DecodeSendWQE(q.sq.slot(fetched + i))
 		wrs = append(wrs, wr)
 		bad = append(bad, err)
 	}
-	q.sqFetched += n
+	q.sqFetched.Store(fetched + n)
 	return wrs, bad, nil
 }
 
@@ -508,7 +525,7 @@ func (c *conn) fetchRecv(q *qpObj) error {
 	c.s.dev.RefillRecv(qp)
 	bad, broken := q.rqFeed.faults()
 	if broken != nil {
-		q.broken = true
+		q.broken.Store(true)
 		c.failQP(q)
 		return errf(CodeInvalid, "doorbell: QP %#x receive queue: %v", qp.QPN, broken)
 	}

@@ -20,7 +20,8 @@ import (
 //	offset 20  flags      uint32  CQ: FlagOverrun once a completion did not fit
 //	offset 24  events     uint32  CQ: completion events sent to its channel
 //	offset 28  waiting    uint32  CQ: 1 while the client sleeps in Wait
-//	offset 32  bell       uint32  send queue: 1 while a doorbell is on its way (client sets, daemon clears)
+//	offset 32  bell       uint32  work queue: 1 while a doorbell is on its way (client sets, daemon clears)
+//	offset 36  asleep     uint32  work queue: 0 while the daemon's engine polls the ring (daemon writes)
 //	offset 64  consumer   uint32  count of slots consumed, from 0, wrapping
 //	offset 128 slot 0, slot 1, ...  slot i%depth holds the i-th entry
 //
@@ -40,6 +41,7 @@ const (
 	ringEvents   = 24
 	ringWaiting  = 28
 	ringBell     = 32
+	ringAsleep   = 36
 	ringConsumer = 64
 	RingHeader   = 128
 )
@@ -91,9 +93,29 @@ func (r *Ring) disarm(v uint32) bool { return atomic.CompareAndSwapUint32(r.word
 func (r *Ring) takeWaiter() bool     { return atomic.SwapUint32(r.word(ringWaiting), 0) != 0 }
 func (r *Ring) addEvent()            { atomic.AddUint32(r.word(ringEvents), 1) }
 func (r *Ring) setFlag(f uint32)     { atomic.OrUint32(r.word(ringFlags), f) }
-func (r *Ring) writeGeometry()       { r.Store(ringDepth, r.Slots); r.Store(ringSlotSize, r.SlotBytes) }
+func (r *Ring) writeGeometry() {
+	r.Store(ringDepth, r.Slots)
+	r.Store(ringSlotSize, r.SlotBytes)
+	r.setAsleep(true)
+}
 func (r *Ring) Slot(i uint32) []byte { return r.slot(i) }
 func (r *Ring) reset()               { r.SetProducer(0); r.SetConsumer(0); r.Store(ringBell, 0) }
+
+// EngineAsleep is the client's half of notification suppression, as
+// virtio's event index and vhost-user suppress kicks: loaded after the
+// client stored the producer index, it reports whether the engine that
+// owns the ring sleeps and needs a doorbell message to wake. While it
+// polls (0), the engine finds the new producer index itself and a post
+// costs no system call. The daemon writes 1 and then reads every producer
+// index before it sleeps, the client stores the producer index and then
+// reads this word: with both sequentially consistent (Go's sync/atomic,
+// __ATOMIC_SEQ_CST in clib), one of the two sees the other's store, so no
+// post is left unseen (Dekker's order). A new ring reads asleep until an
+// engine polls it; a daemon without one never writes 0.
+func (r *Ring) EngineAsleep() bool { return r.Load(ringAsleep) != 0 }
+
+// setAsleep is the engine's half.
+func (r *Ring) setAsleep(on bool) { r.Store(ringAsleep, uint32(b2u(on))) }
 
 // RingBell is the client's half of doorbell coalescing, called after it
 // stored the producer index: it reports whether a doorbell must be sent,

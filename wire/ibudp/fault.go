@@ -91,6 +91,12 @@ const (
 type Faulty struct {
 	port Port
 	pool *Pool
+	// rxSet and rxPassed are a FaultyPoller's: receive impairments were
+	// set (go through the injector), and the packets its TryRecv passed
+	// straight through. In Faulty, so that SetRX and FaultStats called
+	// on the embedded Faulty (the monitor's) see them.
+	rxSet    atomic.Bool
+	rxPassed atomic.Uint64
 
 	mu     sync.Mutex
 	rng    *rand.Rand
@@ -169,7 +175,14 @@ func NewFaulty(p Port, seed int64) *Faulty {
 func (f *Faulty) SetTX(c Faults) { f.set(dirTX, c) }
 
 // SetRX sets the impairments of received packets.
-func (f *Faulty) SetRX(c Faults) { f.set(dirRX, c) }
+func (f *Faulty) SetRX(c Faults) {
+	f.set(dirRX, c)
+	// After set, so that a FaultyPoller's TryRecv that saw no
+	// impairments and clears the flag under the lock cannot undo this.
+	if c.impairs() {
+		f.rxSet.Store(true)
+	}
+}
 
 // TX returns the impairments of sent packets.
 func (f *Faulty) TX() Faults { f.mu.Lock(); defer f.mu.Unlock(); return f.dir[dirTX].f }
@@ -213,6 +226,7 @@ func (f *Faulty) FaultStats() FaultStats {
 	defer f.mu.Unlock()
 	st := FaultStats{TX: f.dir[dirTX].counts, RX: f.dir[dirRX].counts}
 	st.TX.Packets += f.txPassed.Load()
+	st.RX.Packets += f.rxPassed.Load()
 	now := time.Now()
 	for d, c := range []*FaultCounts{&st.TX, &st.RX} {
 		if l := f.dir[d].f.Link; l.Rate > 0 {

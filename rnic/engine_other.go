@@ -1,0 +1,7 @@
+//go:build !linux
+
+package rnic
+
+import "runtime"
+
+func osYield() { runtime.Gosched() }

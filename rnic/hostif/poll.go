@@ -1,0 +1,104 @@
+package hostif
+
+import (
+	"errors"
+)
+
+// The daemon's polling engine (rnic's engine.go) polls the rings of
+// every QP and SRQ as a NIC polls its doorbell records: qpObj and srqObj
+// are its rnic.HostQueues. A fetch it makes is the one a doorbell message
+// makes, under the connection's handling lock, which it only tries to
+// take: a client whose request is being served is polled on the next
+// pass. What the fetch refuses goes back as a doorbell's asynchronous
+// error would.
+
+// asyncID is the request id of an error the engine found while polling:
+// no request of the client's bears it, so the client takes it for the
+// error reply to a doorbell it sent.
+const asyncID = ^uint32(0)
+
+// Pending reports whether the client posted to the QP's send or receive
+// ring since the last fetch (rnic.HostQueue).
+func (q *qpObj) Pending() bool {
+	if q.broken.Load() {
+		return false
+	}
+	if q.sq.Producer() != q.sqFetched.Load() {
+		return true
+	}
+	return q.rqFeed != nil && q.rqFeed.ring.Producer() != q.rqSeen.Load()
+}
+
+// Poll fetches what Pending says is new, as the doorbells would
+// (rnic.HostQueue).
+func (q *qpObj) Poll() bool {
+	c := q.owner
+	if !c.handling.TryLock() {
+		return false
+	}
+	defer c.handling.Unlock()
+	if q.broken.Load() {
+		return false
+	}
+	work := false
+	if q.sq.Producer() != q.sqFetched.Load() {
+		work = true
+		q.sq.clearBell()
+		c.asyncError(c.fetchSend(q))
+	}
+	if q.rqFeed != nil {
+		if p := q.rqFeed.ring.Producer(); p != q.rqSeen.Load() {
+			work = true
+			q.rqSeen.Store(p)
+			c.asyncError(c.fetchRecv(q))
+		}
+	}
+	return work
+}
+
+// SetAsleep writes the asleep word of the QP's rings (rnic.HostQueue).
+func (q *qpObj) SetAsleep(on bool) {
+	q.sq.setAsleep(on)
+	if q.rqFeed != nil {
+		q.rqFeed.ring.setAsleep(on)
+	}
+}
+
+// Pending reports whether the client posted to the SRQ since the last
+// fetch (rnic.HostQueue).
+func (s *srqObj) Pending() bool { return s.feed.ring.Producer() != s.seen.Load() }
+
+// Poll fetches the SRQ's new WQEs (rnic.HostQueue).
+func (s *srqObj) Poll() bool {
+	c := s.owner
+	if !c.handling.TryLock() {
+		return false
+	}
+	defer c.handling.Unlock()
+	p := s.feed.ring.Producer()
+	if p == s.seen.Load() {
+		return false
+	}
+	s.seen.Store(p)
+	c.asyncError(c.fetchSRQ(s))
+	return true
+}
+
+// SetAsleep writes the SRQ ring's asleep word (rnic.HostQueue).
+func (s *srqObj) SetAsleep(on bool) { s.feed.ring.setAsleep(on) }
+
+// asyncError sends err, if any, to the client as the error reply to a
+// doorbell.
+func (c *conn) asyncError(err error) {
+	if err == nil {
+		return
+	}
+	c.s.badRequests.Add(1)
+	code := CodeFailed
+	var ce *codeErr
+	if errors.As(err, &ce) {
+		code = ce.code
+	}
+	c.s.log.Debug("fetch refused", "pid", c.pid, "code", code, "err", err)
+	c.uc.WriteMsgUnix(encodeError(KindDoorbell, asyncID, code, err.Error()), nil, nil)
+}

@@ -1,0 +1,173 @@
+package rnic_test
+
+import (
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rnicd/rnicd/ib"
+	"github.com/rnicd/rnicd/rnic"
+	"github.com/rnicd/rnicd/wire/ibudp"
+)
+
+// hostRing is a client's send ring as the polling engine sees it
+// (rnic.HostQueue): a producer index the client moves, the asleep word
+// the engine writes, and a fetch that hands the new WQEs to the device as
+// a host interface's would.
+type hostRing struct {
+	t      *testing.T
+	dev    *rnic.Device
+	qp     *rnic.QP
+	src    *ring
+	mu     sync.Mutex // queued, the WQEs behind the producer index
+	queued []ib.SendWR
+	prod   atomic.Uint32
+	done   atomic.Uint32 // fetched
+	asleep atomic.Bool
+	gone   atomic.Bool // unwatched: the engine must not touch it
+	polls  atomic.Uint32
+}
+
+func (h *hostRing) Pending() bool {
+	if h.gone.Load() {
+		h.t.Error("the engine polled a queue after Unwatch")
+	}
+	return h.prod.Load() != h.done.Load()
+}
+
+func (h *hostRing) Poll() bool {
+	h.polls.Add(1)
+	h.mu.Lock()
+	wrs := h.queued
+	h.queued = nil
+	h.done.Store(h.prod.Load())
+	h.mu.Unlock()
+	if len(wrs) == 0 {
+		return false
+	}
+	h.src.post(wrs, make([]error, len(wrs)), nil)
+	if failed, err := h.dev.FetchSend(h.qp); failed != 0 || err != nil {
+		h.t.Errorf("fetch: %d failed: %v", failed, err)
+	}
+	return true
+}
+
+func (h *hostRing) SetAsleep(on bool) {
+	if h.gone.Load() {
+		h.t.Error("the engine wrote the asleep word of a queue after Unwatch")
+	}
+	h.asleep.Store(on)
+}
+
+// post is the client's post: the WQE, then the producer index, then the
+// asleep word; it reports whether the engine slept (a doorbell is due).
+func (h *hostRing) post(wr ib.SendWR) bool {
+	h.mu.Lock()
+	h.queued = append(h.queued, wr)
+	h.prod.Add(1)
+	h.mu.Unlock()
+	return h.asleep.Load()
+}
+
+// The polling engine fetches what a client posts to a ring it watches
+// with no doorbell while it is awake, sleeps when idle (the asleep word
+// says so), and a doorbell wakes it: every WRITE lands byte for byte and
+// completes in order, across many sleeps and wake-ups; after Unwatch the
+// engine leaves the ring alone.
+func TestPollingEngineFetches(t *testing.T) {
+	p := newPair(t, pairOpts{pollIdle: 100 * time.Microsecond})
+	a := p.a
+	if !a.dev.Polling() {
+		t.Fatal("device with PollIdle runs no polling engine")
+	}
+	src := &ring{}
+	p.qa.SetSendSource(src)
+	h := &hostRing{t: t, dev: a.dev, qp: p.qa, src: src}
+	h.asleep.Store(true) // a new ring reads asleep until an engine polls it
+	a.dev.Watch(h)
+
+	// Idle, the engine goes to sleep and says so.
+	waitAsleep := func() {
+		t.Helper()
+		for end := time.Now().Add(10 * time.Second); !h.asleep.Load(); time.Sleep(time.Millisecond) {
+			if time.Now().After(end) {
+				t.Fatal("the engine never went to sleep")
+			}
+		}
+	}
+	waitAsleep()
+
+	fill(a.mem[:4096], 7)
+	write := func(id uint64) ib.SendWR {
+		off := int(id%64) * 64
+		return ib.SendWR{WRID: id, Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled, SGL: []rnic.SGE{sge(a, off, 64)},
+			RemoteAddr: memVA + uint64(off), RKey: p.b.mr.RKey}
+	}
+	// Asleep: the post needs the doorbell, which wakes the engine; the
+	// engine, not the doorbell, fetches.
+	if !h.post(write(0)) {
+		t.Fatal("a post found the sleeping engine awake")
+	}
+	a.dev.Wake()
+	checkWC(t, a.poll(1, 10*time.Second)[0], rnic.WC{WRID: 0, Status: ib.WCSuccess, Opcode: ib.WCRDMAWrite, ByteLen: 64, QPNum: p.qa.QPN})
+
+	// Posts in bursts, with pauses longer than PollIdle between some:
+	// a post rings (Wake) only when the asleep word says so.
+	id := uint64(1)
+	for round := range 40 {
+		for range 8 {
+			if h.post(write(id)) {
+				a.dev.Wake()
+			}
+			id++
+		}
+		wcs := a.poll(8, 10*time.Second)
+		for i, wc := range wcs {
+			checkWC(t, wc, rnic.WC{WRID: id - 8 + uint64(i), Status: ib.WCSuccess, Opcode: ib.WCRDMAWrite, ByteLen: 64, QPNum: p.qa.QPN})
+		}
+		if round%4 == 3 {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	p.b.fence()
+	sameBytes(t, "WRITEs at the responder", p.b.mem[:4096], a.mem[:4096])
+	if h.polls.Load() == 0 {
+		t.Fatal("the engine never polled the ring")
+	}
+
+	a.dev.Unwatch(h)
+	h.gone.Store(true)
+	a.dev.Wake()
+	time.Sleep(5 * time.Millisecond)
+	if got := counter(a, "completer_retry_err"); got != 0 {
+		t.Fatalf("completer_retry_err = %d", got)
+	}
+}
+
+// Every block of the NIC runs in the engine as in the pipelines: a link
+// that loses packets both ways, sent (a's injector) and received (b's,
+// which the engine polls through), recovers by go-back-N, byte for byte.
+func TestPollingEngineLoss(t *testing.T) {
+	p := newPair(t, pairOpts{pollIdle: 50 * time.Microsecond, faulty: true, mtu: 1024})
+	p.a.faulty.SetTX(ibudp.Faults{Drop: 0.05})
+	p.b.faulty.SetRX(ibudp.Faults{Drop: 0.05})
+	fill(p.a.mem[:256<<10], 3)
+	const n = 16
+	for i := range n {
+		mustPost(t, p.a, p.qa, rnic.SendWR{WRID: uint64(i), Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled,
+			SGL: []rnic.SGE{sge(p.a, i*16<<10, 16<<10)}, RemoteAddr: memVA + uint64(i*16<<10), RKey: p.b.mr.RKey})
+	}
+	wcs := p.a.poll(n, 30*time.Second)
+	for i, wc := range wcs {
+		checkWC(t, wc, rnic.WC{WRID: uint64(i), Status: ib.WCSuccess, Opcode: ib.WCRDMAWrite, ByteLen: 16 << 10, QPNum: p.qa.QPN})
+	}
+	p.b.fence()
+	sameBytes(t, "WRITEs over a lossy link", p.b.mem[:256<<10], p.a.mem[:256<<10])
+	if st := p.a.faulty.FaultStats(); st.TX.Dropped == 0 {
+		t.Fatalf("a's injector dropped nothing it sent: %+v", st.TX)
+	}
+	if st := p.b.faulty.FaultStats(); st.RX.Dropped == 0 {
+		t.Fatalf("b's injector dropped nothing it received: %+v", st.RX)
+	}
+}
