@@ -188,6 +188,21 @@ func TestCLibMemoryBounds(t *testing.T) {
 	tb.idle(t)
 }
 
+// TestCLibCompChannel runs mrbounds -events: the completion channel's
+// fd is the read end of the daemon's wake pipe, blocking until the
+// program sets O_NONBLOCK, after which ibv_get_cq_event says EAGAIN when
+// there is no event and takes the one an armed CQ's completion makes.
+func TestCLibCompChannel(t *testing.T) {
+	newToolBench(t)
+	lib := clibDir(t)
+	cmd := exec.Command(filepath.Join(lib, "mrbounds"), "-events", "rnicA")
+	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+lib)
+	want := "no event, O_NONBLOCK: EAGAIN\nan armed CQ's completion: the fd readable, one event, then EAGAIN\nPASS\n"
+	if out := runOut(t, cmd); out != want {
+		t.Fatalf("mrbounds -events printed\n%s\nwant\n%s", out, want)
+	}
+}
+
 // TestCLibClientKilled: a C client holding a QP, a CQ, a PD and a
 // registered malloc'd buffer is SIGKILLed; its daemon destroys them all
 // (`rnic res` shows its QP before and nothing after).

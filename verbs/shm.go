@@ -33,7 +33,9 @@ func (a *allocs) alloc(n int) (*shared, error) {
 		s.free()
 		return nil, fmt.Errorf("verbs: size %d bytes: %w", n, err)
 	}
-	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK); err != nil {
+	// rnicd maps only a memfd that cannot shrink under it (an access
+	// past the end would be its SIGBUS); the size is fixed, so sealed.
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_SEAL); err != nil {
 		s.free()
 		return nil, fmt.Errorf("verbs: seal memfd: %w", err)
 	}

@@ -133,8 +133,9 @@ static int open_memfd(void)
 	int fd = memfd_create(MEMFD_NAME, MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	if (fd < 0)
 		return errno;
-	/* rnicd maps only memfds it knows cannot shrink under it. */
-	if (ftruncate(fd, SPAN) < 0 || fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) < 0) {
+	/* rnicd maps only memfds it knows cannot shrink under it; the span
+	 * never changes size, so it is sealed at it. */
+	if (ftruncate(fd, SPAN) < 0 || fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0) {
 		int err = errno;
 		close(fd);
 		return err;

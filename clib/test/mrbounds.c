@@ -14,7 +14,15 @@
  *                                          "ready" and wait to be killed
  *   mrbounds -spin DEV                     print "ready", poll an empty CQ
  *                                          until the poll fails, exit 0
+ *   mrbounds -events DEV                   the completion channel's fd: a
+ *                                          pipe, blocking until the program
+ *                                          sets O_NONBLOCK, which
+ *                                          ibv_get_cq_event then honours
  */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/stat.h>
 #include <infiniband/verbs.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,6 +41,7 @@ static void die(const char *what)
 }
 
 struct end {
+	struct ibv_comp_channel *ch; /* NULL: the CQ reports to none */
 	struct ibv_context *ctx;
 	struct ibv_pd *pd;
 	struct ibv_cq *cq;
@@ -59,12 +68,15 @@ static struct ibv_context *open_dev(const char *name)
 	exit(2);
 }
 
-static void make_end(struct end *e, const char *dev)
+static void make_end_ch(struct end *e, const char *dev, int with_channel)
 {
 	e->ctx = open_dev(dev);
+	e->ch = NULL;
+	if (with_channel && !(e->ch = ibv_create_comp_channel(e->ctx)))
+		die("ibv_create_comp_channel");
 	if (!(e->pd = ibv_alloc_pd(e->ctx)))
 		die("ibv_alloc_pd");
-	if (!(e->cq = ibv_create_cq(e->ctx, 16, NULL, NULL, 0)))
+	if (!(e->cq = ibv_create_cq(e->ctx, 16, NULL, e->ch, 0)))
 		die("ibv_create_cq");
 	struct ibv_qp_init_attr a = {.send_cq = e->cq, .recv_cq = e->cq, .qp_type = IBV_QPT_RC,
 				     .cap = {.max_send_wr = 8, .max_recv_wr = 8, .max_send_sge = 1, .max_recv_sge = 1}};
@@ -181,6 +193,53 @@ static int check_guards(const unsigned char *block, const char *when)
 	return 0;
 }
 
+static void make_end(struct end *e, const char *dev) { make_end_ch(e, dev, 0); }
+
+static void check(int ok, const char *what)
+{
+	if (!ok) {
+		fprintf(stderr, "FAIL: %s (errno %d)\n", what, errno);
+		exit(1);
+	}
+}
+
+/* events checks the completion channel's fd as libibverbs has it: a
+ * blocking descriptor (here the read end of the daemon's wake pipe) until
+ * the program sets O_NONBLOCK, then ibv_get_cq_event fails with EAGAIN
+ * when there is no event, and takes one when poll says there is. */
+static int events(const char *dev)
+{
+	struct end a, b;
+	make_end_ch(&a, dev, 1);
+	make_end(&b, dev);
+	connect_qp(&a, &b);
+	connect_qp(&b, &a);
+	struct stat st;
+	int fl = fcntl(a.ch->fd, F_GETFL);
+	check(fstat(a.ch->fd, &st) == 0 && S_ISFIFO(st.st_mode), "the channel's fd is a pipe");
+	check(fl >= 0 && !(fl & O_NONBLOCK), "the channel's fd is blocking by default");
+	check(fcntl(a.ch->fd, F_SETFL, fl | O_NONBLOCK) == 0, "set O_NONBLOCK");
+	struct ibv_cq *cq;
+	void *cctx;
+	errno = 0;
+	check(ibv_get_cq_event(a.ch, &cq, &cctx) == -1 && errno == EAGAIN, "no event: EAGAIN");
+	printf("no event, O_NONBLOCK: EAGAIN\n");
+	char *src = malloc(64), *dst = malloc(64);
+	struct ibv_mr *smr = ibv_reg_mr(a.pd, src, 64, IBV_ACCESS_LOCAL_WRITE);
+	struct ibv_mr *dmr = ibv_reg_mr(b.pd, dst, 64, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	check(smr && dmr, "ibv_reg_mr");
+	check(ibv_req_notify_cq(a.cq, 0) == 0, "ibv_req_notify_cq");
+	check(write_wr(&a, smr, 64, (uintptr_t)dst, dmr->rkey) == IBV_WC_SUCCESS, "the WRITE");
+	struct pollfd p = {.fd = a.ch->fd, .events = POLLIN};
+	check(poll(&p, 1, 10000) == 1, "the channel's fd readable after a completion on the armed CQ");
+	check(ibv_get_cq_event(a.ch, &cq, &cctx) == 0 && cq == a.cq, "ibv_get_cq_event takes the CQ's event");
+	ibv_ack_cq_events(cq, 1);
+	errno = 0;
+	check(ibv_get_cq_event(a.ch, &cq, &cctx) == -1 && errno == EAGAIN, "taken: EAGAIN again");
+	printf("an armed CQ's completion: the fd readable, one event, then EAGAIN\nPASS\n");
+	return 0;
+}
+
 static __attribute__((noreturn)) int hold(const char *dev)
 {
 	struct end e;
@@ -215,8 +274,10 @@ int main(int argc, char **argv)
 		return hold(argv[2]);
 	if (argc == 3 && strcmp(argv[1], "-spin") == 0)
 		return spin(argv[2]);
+	if (argc == 3 && strcmp(argv[1], "-events") == 0)
+		return events(argv[2]);
 	if (argc != 3) {
-		fprintf(stderr, "usage: mrbounds TARGET_DEV SENDER_DEV | mrbounds -hold|-spin DEV\n");
+		fprintf(stderr, "usage: mrbounds TARGET_DEV SENDER_DEV | mrbounds -hold|-spin|-events DEV\n");
 		return 2;
 	}
 	struct end t, s;
