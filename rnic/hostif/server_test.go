@@ -601,3 +601,61 @@ func TestNoLendPort(t *testing.T) {
 		t.Errorf("hostif_bad_request %d after kind 19, want 1", got)
 	}
 }
+
+// A client that clears O_NONBLOCK on its wake pipes (a completion
+// channel's, a CQ's) and never reads them costs the daemon nothing: 600
+// WRITEs, each completing on an armed CQ whose client sleeps in Wait,
+// signal both pipes past their 4 KiB, and every completion still
+// arrives. With the client's own eventfds (as before), the daemon's
+// write blocked once a client had cleared the flag and filled one.
+func TestWakePipesNeverBlock(t *testing.T) {
+	n := newNIC(t, looptest.Get(t).String())
+	c := n.client(t)
+	var pd, ch Handle
+	call(t, c, KindAllocPD, &Empty{}, nil, &pd)
+	chFDs := call(t, c, KindCreateChannel, &Empty{}, nil, &ch)
+	var cq RingReply
+	cqFDs := call(t, c, KindCreateCQ, &CreateCQReq{CQE: 64, Channel: ch.H}, nil, &cq)
+	if len(chFDs) != 1 || len(cqFDs) != 2 {
+		t.Fatalf("%d and %d descriptors, want a wake pipe and a ring with one", len(chFDs), len(cqFDs))
+	}
+	wakes := []int{chFDs[0], cqFDs[1]}
+	for _, fd := range wakes {
+		defer unix.Close(fd)
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFIFO {
+			t.Fatalf("wake descriptor: mode %#o, %v; want a pipe", st.Mode, err)
+		}
+		if _, err := unix.Write(fd, []byte{0xfe, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}); err == nil {
+			t.Fatal("the client could write its wake pipe")
+		}
+		if err := unix.SetNonblock(fd, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	q := &rawQP{}
+	call(t, c, KindRegMR, &RegMRReq{PD: pd.H, Access: 0xf, Length: 1 << 16, IOVA: 0x10000},
+		[]int{sealedMemfd(t, 1<<16, true)}, &q.mr)
+	q.cq = ringOf(t, mapFD(t, cqFDs[:1]), cq.Send)
+	q.create(t, c, pd.H, cq.H, n.addr)
+	var cons uint32
+	const writes = 600 // 4,800 bytes of wake-ups into each 4,096-byte pipe
+	for i := range writes {
+		q.cq.SetArmed(ArmAny)
+		q.cq.SetWaiting(true)
+		q.post(t, c, &ib.SendWR{WRID: uint64(i), Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled,
+			SGL: []ib.SGE{{Addr: 0x10000, Length: 8, LKey: q.mr.LKey}}, RemoteAddr: 0x18000, RKey: q.mr.RKey}, nil)
+		if wc := poll(t, q.cq, &cons); wc.WRID != uint64(i) || wc.Status != ib.WCSuccess {
+			t.Fatalf("completion %d: %v", i, &wc)
+		}
+	}
+	if ev := q.cq.Events(); ev != writes {
+		t.Fatalf("%d completion events, want %d", ev, writes)
+	}
+	for _, fd := range wakes {
+		// TIOCINQ is FIONREAD: the bytes waiting in the pipe.
+		if n, err := unix.IoctlGetInt(fd, unix.TIOCINQ); err != nil || n != os.Getpagesize() {
+			t.Fatalf("wake pipe holds %d bytes, %v; want it full (%d)", n, err, os.Getpagesize())
+		}
+	}
+}
