@@ -17,6 +17,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
 	"github.com/rnicd/rnicd/internal/debtest"
 	"github.com/rnicd/rnicd/verbs"
 )
@@ -65,6 +68,7 @@ func TestObserveDaemons(t *testing.T) {
 	t.Setenv("RNICD_DIR", dir)
 	t.Setenv("RNIC_HTTP", "")
 	mC, mD := metricsURL(t, dc), metricsURL(t, dd)
+	checkMetricsText(t, get(t, mC))
 
 	a := newEnd(t, open(t, "rnicC"), endOpts{typ: verbs.QPTypeRC})
 	// A QP before b's, so that the QPNs of the two ends differ and the
@@ -378,6 +382,50 @@ func runTool(t *testing.T, rnic string, args ...string) string {
 		t.Fatalf("rnic %v: %v\n%s", args, err, errb.String())
 	}
 	return out.String()
+}
+
+// checkMetricsText holds /metrics to what a Prometheus server and
+// promtool check metrics expect: it parses as the text format, every
+// family has a HELP of its own (no two share one, none is a placeholder),
+// and the build info, the Go runtime's and the process's families are
+// there. No series carries a PSN.
+func checkMetricsText(t *testing.T, body string) {
+	t.Helper()
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(strings.NewReader(body))
+	if err != nil {
+		t.Fatalf("/metrics does not parse: %v", err)
+	}
+	byHelp := map[string]string{}
+	for name, f := range fams {
+		h := f.GetHelp()
+		if h == "" || strings.Contains(h, "(undescribed)") {
+			t.Errorf("%s: HELP %q says nothing", name, h)
+		}
+		if other, ok := byHelp[h]; ok {
+			t.Errorf("%s and %s share the HELP %q", name, other, h)
+		}
+		byHelp[h] = name
+		if strings.Contains(name, "psn") {
+			t.Errorf("%s: a PSN as a series", name)
+		}
+	}
+	for _, want := range []string{"rnicd_build_info", "rnicd_sent_pkts_total", "rnicd_cm_tx_msgs_req_total", "rnicd_port_icrc_err_total",
+		"rnicd_fault_dropped_total", "rnicd_qps", "go_goroutines", "process_open_fds"} {
+		if fams[want] == nil {
+			t.Errorf("/metrics has no %s", want)
+		}
+	}
+	if bi := fams["rnicd_build_info"]; bi != nil {
+		labels := map[string]string{}
+		for _, l := range bi.GetMetric()[0].GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		if labels["version"] != "0.9.0" || !strings.HasPrefix(labels["goversion"], "go1.") {
+			t.Errorf("rnicd_build_info labels %v", labels)
+		}
+	}
+	t.Logf("/metrics: %d families, each with a HELP of its own", len(fams))
 }
 
 // metricsURL is the /metrics of a daemon started with -http, from the

@@ -80,28 +80,29 @@ const defaultPollIdle = 50 * time.Microsecond
 
 // config is what the flags say.
 type config struct {
-	name     string
-	addr     netip.Addr
-	mode     ibudp.Mode
-	mtu      int
-	window   int
-	ackHold  time.Duration // 0: every ACK at once
-	trace    string        // file for the trace's JSON lines
-	pcap     string        // first capture file
-	traceLim fileLimit     // how much of the trace is kept on disk
-	pcapLim  fileLimit     // how much of the capture is kept on disk
-	http     string        // TCP address of the monitor
-	limits   hostif.Limits // what each client and all of them may hold (quota.go)
-	cc       flowctl.Algorithm
-	ccParams flowctl.Params
-	retry7   bool          // retry_cnt 7 retries forever, as rxe
-	cpuProf  string        // file for a pprof CPU profile of the whole run
-	small    bool          // runs of equal small packets in one UDP_SEGMENT message
-	copyPay  bool          // gather payloads into packets instead of sending from the region
-	pollIdle time.Duration // the engine polls this long without work before it sleeps; 0: no engine
-	log      *slog.Logger
-	group    string // group allowed on the sockets (mode 0660); "": owner only (0600)
-	sockGID  int    // the group's id, -1 for none
+	name      string
+	addr      netip.Addr
+	mode      ibudp.Mode
+	mtu       int
+	window    int
+	ackHold   time.Duration // 0: every ACK at once
+	trace     string        // file for the trace's JSON lines
+	pcap      string        // first capture file
+	traceLim  fileLimit     // how much of the trace is kept on disk
+	pcapLim   fileLimit     // how much of the capture is kept on disk
+	http      string        // TCP address of the monitor
+	limits    hostif.Limits // what each client and all of them may hold (quota.go)
+	cc        flowctl.Algorithm
+	ccParams  flowctl.Params
+	retry7    bool          // retry_cnt 7 retries forever, as rxe
+	cpuProf   string        // file for a pprof CPU profile of the whole run
+	small     bool          // runs of equal small packets in one UDP_SEGMENT message
+	copyPay   bool          // gather payloads into packets instead of sending from the region
+	pollIdle  time.Duration // the engine polls this long without work before it sleeps; 0: no engine
+	log       *slog.Logger
+	group     string // group allowed on the sockets (mode 0660); "": owner only (0600)
+	sockGID   int    // the group's id, -1 for none
+	qpMetrics bool   // series per QP in /metrics
 }
 
 func parseFlags(args []string, stdout, stderr io.Writer) (config, error) {
@@ -126,6 +127,7 @@ func parseFlags(args []string, stdout, stderr io.Writer) (config, error) {
 	cc := fs.String("cc", "dcqcn", "congestion control: dcqcn (as ConnectX; costs nothing until a CNP arrives) or none (as rxe)")
 	ccParams := fs.String("cc-params", "", "DCQCN parameters by their mlx5 names, `name=value,...` (rp_ai_rate=5,np_min_time_between_cnps=4; -cc-params help lists them)")
 	ccConfig := fs.String("cc-config", "", "read DCQCN parameters from `FILE`, one name=value a line, # comments (applied before -cc-params)")
+	fs.BoolVar(&c.qpMetrics, "metrics-qp", false, "add series per QP to /metrics (rnicd_qp_*: queue use, DCQCN rate and alpha); off by default, as their number grows with the QPs")
 	httpAddr := fs.String("http", "", "also serve the monitor (web view, /metrics, /api/...) on this TCP `ADDR`ess, host:port")
 	fs.BoolVar(&c.copyPay, "copy-payload", false, "copy each payload out of registered memory into its packet before sending, instead of handing the kernel the region itself (for measuring one against the other)")
 	fs.BoolVar(&c.small, "small-runs", true, "send runs of equal-sized packets shorter than the MTU (64-byte WRITEs to one peer) as one UDP_SEGMENT message, 3-8x the small-message rate; -small-runs=false sends only runs of full-MTU packets")

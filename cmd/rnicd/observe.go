@@ -84,7 +84,7 @@ func startObservers(c config, dev *rnic.Device, faulty *ibudp.Faulty, cmCounters
 		return authorize(what, nil)
 	}
 	if o.mon, err = monitor.New(monitor.Config{Devices: []monitor.Device{{Dev: dev, Faulty: faulty, Counters: cmCounters}},
-		Tracer: tr, Authorize: auth}); err != nil {
+		Tracer: tr, Authorize: auth, QPMetrics: c.qpMetrics}); err != nil {
 		return nil, err
 	}
 	// The daemon owns the device's control socket, so a monitor socket

@@ -82,6 +82,9 @@ type Config struct {
 	// devices for every client (/api/inject) and refuses it with an
 	// error (403); nil allows every request (an in-process monitor).
 	Authorize func(r *http.Request, what string) error
+	// QPMetrics adds series per QP to /metrics (rnicd_qp_*): off by
+	// default, as their number grows with the QPs.
+	QPMetrics bool
 }
 
 // packetIdle is how long the monitor keeps recording packets for the

@@ -262,7 +262,7 @@ func TestWebViewDCQCN(t *testing.T) {
 	tr := trace.New(0)
 	a, b := rnictest.NewEndsCC(t, tr, "dcqcn")
 	b.Faulty.SetRX(ibudp.Faults{Link: ibudp.Link{Rate: 300e6, Queue: 256 << 10, KMin: 20 << 10, KMax: 200 << 10, PMax: 0.1}})
-	m, err := monitor.New(monitor.Config{Devices: []monitor.Device{{Dev: a.Dev, Faulty: a.Faulty}, {Dev: b.Dev, Faulty: b.Faulty}}, Tracer: tr})
+	m, err := monitor.New(monitor.Config{Devices: []monitor.Device{{Dev: a.Dev, Faulty: a.Faulty}, {Dev: b.Dev, Faulty: b.Faulty}}, Tracer: tr, QPMetrics: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -434,7 +434,7 @@ func TestWebViewDCQCN(t *testing.T) {
 		fmt.Sprintf("rnicd_rp_cnp_ignored_total{device=%q} 0\n", a.Dev.Name()),
 		fmt.Sprintf("rnicd_qp_cc_rate_bps{device=%q,qpn=\"%#x\",type=\"RC\"} ", a.Dev.Name(), a.QP.QPN),
 		fmt.Sprintf("rnicd_qp_cc_target_rate_bps{device=%q,qpn=\"%#x\",type=\"RC\"} ", a.Dev.Name(), a.QP.QPN),
-		fmt.Sprintf("rnicd_qp_cc_alpha{device=%q,qpn=\"%#x\",type=\"RC\"} ", a.Dev.Name(), a.QP.QPN),
+		fmt.Sprintf("rnicd_qp_cc_alpha_ratio{device=%q,qpn=\"%#x\",type=\"RC\"} ", a.Dev.Name(), a.QP.QPN),
 	} {
 		if !strings.Contains(body.String(), want) {
 			t.Errorf("/metrics has no %q", want)
