@@ -42,6 +42,7 @@ func FuzzHandleMAD(f *testing.F) {
 		w.inject(w.b, data)
 		w.deliver()
 		w.inject(w.b, data)
+		injectFrom(w.b, gidX, data)
 		for i := 0; i < 40; i++ {
 			w.advance(10 * time.Second)
 			w.deliver()
@@ -58,14 +59,15 @@ func FuzzHandleMAD(f *testing.F) {
 			if n.cm.NumIDs() > 8 {
 				t.Fatalf("%d IDs", n.cm.NumIDs())
 			}
-			// Whatever was started has ended: timers and TIMEWAIT ran out.
-			if n.cm.NumIDs() != 0 {
-				for _, id := range n.cm.ids {
-					if id.State() != StateEstablished && id.State() != StateREQRcvd && id.State() != StateMRAREQSent &&
-						id.State() != StateSIDRREQRcvd {
-						t.Fatalf("ID left in %v", id.State())
-					}
+			// Whatever was started has ended: timers, TIMEWAIT and the
+			// wait for an answer to a REQ (MaxPendingTime at most) ran out.
+			for _, id := range n.cm.ids {
+				if id.State() != StateEstablished {
+					t.Fatalf("ID left in %v", id.State())
 				}
+			}
+			if n.cm.NumPending() != 0 {
+				t.Fatalf("%d REQs pending", n.cm.NumPending())
 			}
 		}
 	})

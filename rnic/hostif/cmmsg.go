@@ -92,8 +92,7 @@ func (m *CMAcceptReq) target() uint32 { return m.H }
 // REJ reason) and Disconnect.
 //
 // Backlog is rdma_listen's: how many connect requests may wait for
-// rdma_get_cm_event (0: the most, maxBacklog). A client that does not
-// send it (12 bytes) gets the most.
+// rdma_get_cm_event (0: the most, maxBacklog).
 type CMListenReq struct {
 	H         uint32
 	ServiceID uint64
@@ -101,13 +100,8 @@ type CMListenReq struct {
 }
 
 func (m *CMListenReq) encode(e *encoder) { e.u32(m.H); e.u64(m.ServiceID); e.u32(m.Backlog) }
-func (m *CMListenReq) decode(d *decoder) {
-	m.H, m.ServiceID = d.u32(), d.u64()
-	if d.err == nil && len(d.b) != 0 {
-		m.Backlog = d.u32()
-	}
-}
-func (m *CMListenReq) target() uint32 { return m.H }
+func (m *CMListenReq) decode(d *decoder) { m.H, m.ServiceID, m.Backlog = d.u32(), d.u64(), d.u32() }
+func (m *CMListenReq) target() uint32    { return m.H }
 
 // CMDataReq is the body of Reject (Reason: the REJ reason; rdma_reject
 // sends 28, consumer defined) and Disconnect (Reason unused).

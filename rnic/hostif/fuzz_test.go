@@ -26,7 +26,7 @@ func seedRequests() [][]byte {
 		Encode(KindListQPs, 0, 9, &ListQPsReq{From: 17}),
 		Encode(KindDoorbell, 0, 10, &DoorbellReq{H: 3, Queue: DoorbellRecv}),
 		Encode(KindCMCreateID, 0, 11, &Handle{H: 4}),
-		Encode(KindCMListen, 0, 12, &CMListenReq{H: 5, ServiceID: 0x1061c06}),
+		Encode(KindCMListen, 0, 12, &CMListenReq{H: 5, ServiceID: 0x1061c06, Backlog: 3}),
 		Encode(KindCMConnect, 0, 13, &CMConnectReq{H: 5, QP: 3, ServiceID: 0x1061c06,
 			CMParams: CMParams{PathMTU: 3, RetryCount: 7, RNRRetryCount: 7}, PrivateData: []byte("pd")}),
 		Encode(KindCMAccept, 0, 14, &CMAcceptReq{H: 6, QP: 3, ResponderResources: 1, PrivateData: []byte{1}}),
