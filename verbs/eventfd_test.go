@@ -75,3 +75,21 @@ func TestEventFDCancelAndClose(t *testing.T) {
 		t.Fatalf("second close: %v", err)
 	}
 }
+
+// An interrupt left over from a cancellation that came too late for its
+// wait neither ends the next wait early nor makes it spin: it sleeps
+// until its own deadline, and then takes the next event.
+func TestEventFDStaleInterrupt(t *testing.T) {
+	e, write := wakePipe(t)
+	defer e.close()
+	e.interrupt()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+	defer cancel()
+	if err := e.wait(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("wait after a stale interrupt: %v, want the deadline", err)
+	}
+	write()
+	if err := e.wait(context.Background()); err != nil {
+		t.Fatalf("wait with an event: %v", err)
+	}
+}

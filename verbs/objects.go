@@ -541,7 +541,7 @@ func (e *eventFD) wait(ctx context.Context) error {
 	stop := context.AfterFunc(ctx, e.interrupt)
 	defer stop()
 	var b [64]byte // eight wake-ups at a time: the caller looks at its ring after any
-	for {
+	for woken := false; ; woken = true {
 		if e.closed.Load() {
 			return ErrClosed
 		}
@@ -554,12 +554,17 @@ func (e *eventFD) wait(ctx context.Context) error {
 		if n > 0 {
 			return nil
 		}
+		if woken {
+			// The poll ended with nothing in the pipe: intr ended it
+			// (a cancellation that came too late for an earlier wait),
+			// drained here so that the next poll sleeps. Not done
+			// after every poll: it would cost each wake-up a system
+			// call on the path of every completion waited for.
+			unix.Read(e.intr, b[:8])
+		}
 		if err := kwait.Wait(e.fd, unix.POLLIN, e.intr); err != nil {
 			return fmt.Errorf("verbs: wait for the wake pipe: %w", err)
 		}
-		// Drained, so that the next wait does not end at once; what
-		// woke it (a cancelled ctx, close) is looked at above.
-		unix.Read(e.intr, b[:8])
 	}
 }
 
