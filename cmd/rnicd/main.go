@@ -115,8 +115,8 @@ func parseFlags(args []string, stdout, stderr io.Writer) (config, error) {
 	window := fs.Int("window", 0, "most unacknowledged PSNs per RC QP (0: rxe's 128)")
 	retry7 := fs.String("retry7", "seven", "what retry_cnt 7 means: seven (IBTA, ConnectX: seven retries, then RETRY_EXC_ERR) or forever (rxe)")
 	ackHold := fs.Duration("ack-hold", rnic.DefaultAckHold, "longest a ping-pong QP's ACK waits to go out with its next request (0: ACK at once, as rxe)")
-	traceFile := fs.String("trace", "", "write every trace event to `FILE` as JSON lines (FILE.1, FILE.2, ... as it rotates; see -trace-size)")
-	pcapFile := fs.String("pcap", "", "capture every packet sent and received into `FILE` (pcap, for tshark; FILE.1, FILE.2, ... as it rotates; see -pcap-size)")
+	traceFile := fs.String("trace", "", "write every trace event to `FILE` as JSON lines (FILE the newest; FILE.1, FILE.2, ... the older ones as it rotates; see -trace-size)")
+	pcapFile := fs.String("pcap", "", "capture every packet sent and received into `FILE` (pcap, for tshark; FILE the newest; FILE.1, FILE.2, ... the older ones as it rotates; see -pcap-size)")
 	m := readMachine()
 	c := config{traceLim: defaultFileLimit, pcapLim: defaultFileLimit, limits: defaultLimits(m)}
 	limitFlags(fs, &c.limits, m)

@@ -1,8 +1,10 @@
 // Package rotate writes a stream of records into a bounded set of files,
-// as tcpdump's -C and -W do for a capture: FILE, then FILE.1, FILE.2, ...,
-// each started before a record would take the current one past MaxBytes,
-// and only the newest MaxFiles kept (the oldest is removed as a new one
-// opens). It is what bounds the disk `rnicd --pcap` and `--trace` use:
+// as tcpdump's -C and -W do for a capture, named as logrotate names them:
+// the file being written is always FILE, the one before it FILE.1, then
+// FILE.2, ...; a new FILE starts before a record would take the current
+// one past MaxBytes, the others moving one name up, and only the newest
+// MaxFiles are kept (the oldest is removed as a new one opens). So
+// `tshark -r FILE` always reads the newest packets, whatever rotated. It is what bounds the disk `rnicd --pcap` and `--trace` use:
 // before it, the README's own example wrote 14 GB in 4 minutes (issue 19).
 //
 // A record is one Write and never straddles two files, so each file is
@@ -18,7 +20,8 @@ import (
 
 // Config says where the files go and how much of them to keep.
 type Config struct {
-	// Path is the first file; later ones get .1, .2, ... appended.
+	// Path is the file being written; the older ones get .1 (the
+	// newest of them), .2, ... appended.
 	Path string
 	// MaxBytes starts a new file before a record would take the current
 	// one past it; 0 means one file, unbounded. A file always takes at
@@ -68,7 +71,8 @@ func Create(cfg Config) (*Files, error) {
 	return r, nil
 }
 
-// Name is the name of the i-th file of the set at path (0: path itself).
+// Name is the name of the i-th newest file of the set at path (0: path
+// itself, the one being written).
 func Name(path string, i int) string {
 	if i == 0 {
 		return path
@@ -76,12 +80,27 @@ func Name(path string, i int) string {
 	return fmt.Sprintf("%s.%d", path, i)
 }
 
-// open starts file number stats.Files and removes the one that falls out
-// of the kept window.
+// open starts a new file at cfg.Path: the closed ones move one name up
+// (Path to Path.1, Path.1 to Path.2, ...), the oldest removed if it
+// falls out of the kept window.
 func (r *Files) open() error {
-	i := r.stats.Files
-	name := Name(r.cfg.Path, i)
-	f, err := os.Create(name)
+	n := r.stats.Files // files on disk before this one
+	if r.cfg.MaxFiles > 0 && n > r.cfg.MaxFiles {
+		n = r.cfg.MaxFiles
+	}
+	if r.cfg.MaxFiles > 0 && n == r.cfg.MaxFiles {
+		if err := os.Remove(Name(r.cfg.Path, n-1)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("rotate: removing the oldest file: %w", err)
+		}
+		r.stats.Removed++
+		n--
+	}
+	for k := n - 1; k >= 0; k-- {
+		if err := os.Rename(Name(r.cfg.Path, k), Name(r.cfg.Path, k+1)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("rotate: %w", err)
+		}
+	}
+	f, err := os.Create(r.cfg.Path)
 	if err != nil {
 		return fmt.Errorf("rotate: %w", err)
 	}
@@ -90,16 +109,7 @@ func (r *Files) open() error {
 		r.bw = bufio.NewWriterSize(f, r.cfg.BufSize)
 	}
 	r.stats.Files++
-	if err := r.write(r.cfg.Header); err != nil {
-		return err
-	}
-	if old := i - r.cfg.MaxFiles; r.cfg.MaxFiles > 0 && old >= 0 {
-		if err := os.Remove(Name(r.cfg.Path, old)); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("rotate: removing the oldest file: %w", err)
-		}
-		r.stats.Removed++
-	}
-	return nil
+	return r.write(r.cfg.Header)
 }
 
 func (r *Files) write(p []byte) error {

@@ -50,7 +50,7 @@ func TestRotateKeepsNewest(t *testing.T) {
 			}
 			var total int64
 			next := -1
-			for i := st.Files - maxFiles; i < st.Files; i++ {
+			for i := maxFiles - 1; i >= 0; i-- { // oldest first
 				b, err := os.ReadFile(Name(path, i))
 				if err != nil {
 					t.Fatal(err)
@@ -99,7 +99,7 @@ func TestRotateOversizedRecord(t *testing.T) {
 		}
 	}
 	r.Close()
-	for i, want := range []string{"abc", "0123456789abcdef", "xy"} {
+	for i, want := range []string{"xy", "0123456789abcdef", "abc"} { // newest first
 		if b, err := os.ReadFile(Name(path, i)); err != nil || string(b) != want {
 			t.Fatalf("file %d: %q, %v; want %q", i, b, err, want)
 		}

@@ -47,7 +47,7 @@ func TestWriteJSONRotated(t *testing.T) {
 	}
 	next := uint64(0)
 	first := true
-	for i := st.Files - maxFiles; i < st.Files; i++ {
+	for i := maxFiles - 1; i >= 0; i-- { // oldest first
 		name := rotate.Name(path, i)
 		f, err := os.Open(name)
 		if err != nil {

@@ -83,7 +83,8 @@ func Create(cfg Config) (*Writer, error) {
 	return &Writer{files: files, stats: Stats{Files: 1}}, nil
 }
 
-// FileName is the name of the i-th file of a capture (0: path itself).
+// FileName is the name of the i-th newest file of a capture (0: path
+// itself, the one being written).
 func FileName(path string, i int) string { return rotate.Name(path, i) }
 
 // Packet writes one packet the port sent or received (ibudp.Tap). Packets

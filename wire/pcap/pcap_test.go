@@ -26,13 +26,27 @@ type frame struct {
 	roce []byte
 }
 
-// readCapture reads every frame of the capture files path, path.1, ...
-// and checks each file's size against max (0: no limit).
+// readCapture reads every frame of the capture files path.(files-1), ...,
+// path.1, path (oldest first) and checks each file's size against max (0:
+// no limit).
 func readCapture(t *testing.T, path string, files int, max int64) []frame {
 	t.Helper()
 	var out []frame
-	for i := range files {
-		name := pcap.FileName(path, i)
+	for i := files - 1; i >= 0; i-- {
+		out = append(out, readFrames(t, pcap.FileName(path, i), max)...)
+	}
+	if _, err := os.Stat(pcap.FileName(path, files)); err == nil {
+		t.Fatalf("capture has more than %d files", files)
+	}
+	return out
+}
+
+// readFrames reads every frame of the capture file name and checks its
+// size against max (0: no limit).
+func readFrames(t *testing.T, name string, max int64) []frame {
+	t.Helper()
+	var out []frame
+	{
 		f, err := os.Open(name)
 		if err != nil {
 			t.Fatal(err)
@@ -65,9 +79,6 @@ func readCapture(t *testing.T, path string, files int, max int64) []frame {
 			}
 			out = append(out, frame{eth: data[:14], hdr: data[14 : 14+hl], roce: data[14+hl:]})
 		}
-	}
-	if _, err := os.Stat(pcap.FileName(path, files)); err == nil {
-		t.Fatalf("capture has more than %d files", files)
 	}
 	return out
 }
@@ -225,9 +236,9 @@ func TestCaptureBounded(t *testing.T) {
 		t.Fatalf("%d files of %d bytes in all on disk, want %d of at most %d", len(ents), total, maxFiles, maxBytes*maxFiles)
 	}
 	next := -1
-	for i := st.Files - maxFiles; i < st.Files; i++ {
+	for i := maxFiles - 1; i >= 0; i-- { // oldest first
 		name := pcap.FileName(path, i)
-		for _, f := range readCapture(t, name, 1, maxBytes) {
+		for _, f := range readFrames(t, name, maxBytes) {
 			k := int(binary.BigEndian.Uint32(f.roce))
 			if next >= 0 && k != next {
 				t.Fatalf("%s: packet %d after %d", name, k, next-1)
