@@ -17,4 +17,11 @@
 // process (Config.CoalescePosts) lets small posts on a QP that awaits an
 // ACK wait for that ACK or the next PollRx, so that they leave together
 // as one run (coalesce.go).
+//
+// A daemon runs the polling engine instead (Config.PollIdle, engine.go):
+// the NIC's doorbell and WQE fetch block and both pipelines in one loop
+// on one thread, which polls the host's rings (HostQueue) and the port
+// while there is work and sleeps when idle, the host making a system
+// call to ring a doorbell only while it sleeps, as virtio's event index,
+// vhost-user's polling back ends and Google Snap's engines do.
 package rnic

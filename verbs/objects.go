@@ -789,9 +789,11 @@ func (cq *CQ) Poll(wcs []WC) int {
 // pollSpin is how many empty polls in a row spin before Poll starts to
 // yield, one in pollYieldEvery of them: about the time a completion takes
 // through the daemon's engine when it has a core (a few microseconds).
+// Every empty poll after that yields, as the engine does when idle (see
+// rnic's spinYield for what one yield in several cost on 2 cores).
 const (
 	pollSpin       = 64
-	pollYieldEvery = 4
+	pollYieldEvery = 1
 )
 
 // BusyPoll lends the caller's goroutine to an in-process NIC (OpenLocal):

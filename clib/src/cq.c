@@ -174,7 +174,7 @@ EXPORT int ibv_resize_cq(struct ibv_cq *cq, int cqe)
 
 /* verbs.CQ.Poll's figures: spin this many empty polls, then yield. */
 #define POLL_SPIN 64
-#define POLL_YIELD_EVERY 4
+#define POLL_YIELD_EVERY 1
 
 int poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 {

@@ -44,7 +44,12 @@
 // goes to ERR through the device (Device.FetchSend, FailRecv), as a NIC
 // does at WQE fetch. The consumer index of a work queue advances as the
 // engine retires its WQEs, before their completions are visible, so a
-// client never has more WQEs outstanding than the queue holds.
+// client never has more WQEs outstanding than the queue holds. With the
+// device's polling engine (rnic.Config.PollIdle) the doorbell is mostly
+// unneeded: the engine polls every QP's and SRQ's producer indexes
+// (poll.go, the NIC's doorbell records) and fetches as a doorbell would,
+// and each work ring's asleep word tells the client whether it must
+// still send one (Ring.EngineAsleep; virtio's event index).
 // Completions go straight from the engine's CQ into the completion ring
 // (a qpmgr.CompletionSink); an armed CQ writes its channel's wake pipe; a
 // full ring sets the overrun flag.

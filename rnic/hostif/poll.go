@@ -2,6 +2,8 @@ package hostif
 
 import (
 	"errors"
+
+	"golang.org/x/sys/unix"
 )
 
 // The daemon's polling engine (rnic's engine.go) polls the rings of
@@ -100,5 +102,14 @@ func (c *conn) asyncError(err error) {
 		code = ce.code
 	}
 	c.s.log.Debug("fetch refused", "pid", c.pid, "code", code, "err", err)
-	c.uc.WriteMsgUnix(encodeError(KindDoorbell, asyncID, code, err.Error()), nil, nil)
+	// Never blocking: a client that does not read its socket must not
+	// stop the engine, which serves every client; the error is then
+	// lost, its WQE's error completion is not.
+	msg := encodeError(KindDoorbell, asyncID, code, err.Error())
+	if rc, err := c.uc.SyscallConn(); err == nil {
+		rc.Write(func(fd uintptr) bool {
+			unix.Sendmsg(int(fd), msg, nil, nil, unix.MSG_DONTWAIT)
+			return true
+		})
+	}
 }

@@ -24,14 +24,18 @@ type nic struct {
 	addr netip.Addr
 }
 
-func newNIC(t *testing.T, addr string) *nic {
+func newNIC(t *testing.T, addr string) *nic { t.Helper(); return newNICPolling(t, addr, 0) }
+
+// newNICPolling is newNIC with a polling engine that sleeps after
+// pollIdle (rnic.Config.PollIdle; 0: none).
+func newNICPolling(t *testing.T, addr string, pollIdle time.Duration) *nic {
 	t.Helper()
 	a := netip.MustParseAddr(addr)
 	p, err := ibudp.Open(ibudp.Config{Addr: a, MTU: 1024})
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := rnic.Open(rnic.Config{Port: p})
+	d, err := rnic.Open(rnic.Config{Port: p, PollIdle: pollIdle})
 	if err != nil {
 		t.Fatal(err)
 	}
