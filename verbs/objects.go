@@ -865,7 +865,7 @@ func (cq *CQ) ReqNotify(solicitedOnly bool) error {
 
 // Wait blocks until the CQ may have completions or ctx ends; a convenience
 // for tools that would rather not spin. Poll after it returns. It sets
-// the ring's waiting word and sleeps on the CQ's own eventfd, which the
+// the ring's waiting word and sleeps on the CQ's own wake pipe, which the
 // NIC writes after its next completion: a system call only when there
 // was nothing to poll.
 func (cq *CQ) Wait(ctx context.Context) error {

@@ -17,7 +17,7 @@
  *     routed through (the one that holds it, else the longest common
  *     prefix), and ADDR_RESOLVED and ROUTE_RESOLVED are made here;
  *   - an event channel spans the rnicds its IDs use: one CM channel on
- *     each, all waking the one eventfd that is the channel's fd.
+ *     each, whose wake pipes the channel's fd (an epoll instance) watches.
  *
  * One concern a file: dev.c the devices and addresses, channel.c event
  * channels and events, id.c CM IDs and their calls, qp.c the QP calls,
