@@ -75,8 +75,11 @@ func TestObserveDaemons(t *testing.T) {
 	// trace check can tell them apart.
 	newEnd(t, open(t, "rnicD"), endOpts{typ: verbs.QPTypeRC})
 	b := newEnd(t, open(t, "rnicD"), endOpts{typ: verbs.QPTypeRC})
-	connect(t, a, b, verbs.QPTypeRC, 7, 14)
-	connect(t, b, a, verbs.QPTypeRC, 7, 14)
+	// Timeout 18 (1.07 s): the counts below are those of a lossless
+	// exchange, which a 67 ms ACK timeout run out on a stalled host
+	// would change (a retransmission, another ACK).
+	connect(t, a, b, verbs.QPTypeRC, 7, 18)
+	connect(t, b, a, verbs.QPTypeRC, 7, 18)
 
 	// One WRITE of three packets at MTU 1024.
 	writeAndCheck(t, a, b, 0x51, 3000, 64, 9, "WRITE")
