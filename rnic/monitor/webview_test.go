@@ -172,7 +172,7 @@ func TestWebView(t *testing.T) {
 			sel := fmt.Sprintf(`.device[data-name=%q] tr.qp[data-qpn="%d"]`, e.Dev.Name(), q.QPN)
 			cond := fmt.Sprintf(`(() => { const r = document.querySelector(%q); return !!r && r.querySelector(".sqpsn").textContent === "0x%06x" && r.querySelector(".rqpsn").textContent === "0x%06x" && r.cells[0].textContent === "0x%x" && r.cells[2].textContent === %q; })()`,
 				sel, q.SQPSN, q.RQPSN, q.QPN, q.State)
-			if _, err := chromedp.Run(wctx, chromedp.Poll[bool](cond)); err != nil {
+			if _, err := chromedp.Run(wctx, waitTrue(cond)); err != nil {
 				row, _ := chromedp.Run(ctx, chromedp.Evaluate[string](fmt.Sprintf(`(document.querySelector(%q)||{}).textContent||"none"`, sel)))
 				t.Fatalf("%s QP %#x: table never showed SQ PSN %#x RQ PSN %#x %s: row %q (%v)", e.Dev.Name(), q.QPN, q.SQPSN, q.RQPSN, q.State, row, err)
 			}
@@ -181,7 +181,7 @@ func TestWebView(t *testing.T) {
 	// An impairment set: the port block is highlighted and says why.
 	b.Faulty.SetRX(ibudp.Faults{Delay: time.Microsecond})
 	why := fmt.Sprintf(`(() => { const e = document.querySelector('.device[data-name=%q] .block.busy[data-name="Port"] .why'); return !!e && e.textContent.includes("fault injector"); })()`, b.Dev.Name())
-	if _, err := chromedp.Run(wctx, chromedp.Poll[bool](why)); err != nil {
+	if _, err := chromedp.Run(wctx, waitTrue(why)); err != nil {
 		t.Fatalf("port block with a fault set never said why it is highlighted: %v", err)
 	}
 	checkBlocks(t, ctx)
@@ -318,8 +318,10 @@ func TestWebViewDCQCN(t *testing.T) {
 	rateSel := fmt.Sprintf(`#rate-%s polyline[data-name="qp 0x%x rate"]`, a.Dev.Name(), a.QP.QPN)
 	queueSel := fmt.Sprintf(`#queue-%s polyline[data-name="rx queue"]`, b.Dev.Name())
 	enough := fmt.Sprintf(`(() => { const r = document.querySelector(%q), q = document.querySelector(%q); return !!r && (history[%q] || []).length >= 8 && !!q && +q.dataset.max > 0; })()`, rateSel, queueSel, a.Dev.Name())
-	if _, err := chromedp.Run(wctx, chromedp.Poll[bool](enough)); err != nil {
-		t.Fatalf("charts never drew 8 rate samples and a queue: %v", err)
+	if _, err := chromedp.Run(wctx, waitTrue(enough)); err != nil {
+		parts, _ := chromedp.Run(ctx, chromedp.Evaluate[[]any](fmt.Sprintf(`[!!document.querySelector(%q), (history[%q] || []).length, +((document.querySelector(%q)||{dataset:{}}).dataset.max||0)]`, rateSel, a.Dev.Name(), queueSel)))
+		t.Fatalf("charts never drew 8 rate samples and a queue: %v; rate line, polls, queue max: %v; congestion point's peak %d B, b np_cnp_sent %d, a rp_cnp_handled %d",
+			err, parts, b.Faulty.FaultStats().RX.QueuePeak, b.Dev.Counters()["np_cnp_sent"], a.Dev.Counters()["rp_cnp_handled"])
 	}
 	type line struct {
 		N        int     `json:"n"`
@@ -410,7 +412,7 @@ func TestWebViewDCQCN(t *testing.T) {
 		for _, name := range []string{"np_ecn_marked_roce_packets", "np_cnp_sent", "rp_cnp_handled", "rp_cnp_ignored"} {
 			cond := fmt.Sprintf(`Array.from(document.querySelectorAll('.device[data-name=%q] .block[data-name="Flow Control"] .group.totals .fig')).some(f => f.textContent === %q)`,
 				e.Dev.Name(), fmt.Sprintf("%s %d", name, c[name]))
-			if _, err := chromedp.Run(wctx, chromedp.Poll[bool](cond)); err != nil {
+			if _, err := chromedp.Run(wctx, waitTrue(cond)); err != nil {
 				t.Errorf("%s Flow Control block never showed %s %d: %v", e.Dev.Name(), name, c[name], err)
 			}
 		}
@@ -492,4 +494,12 @@ func openPage(t *testing.T, chromium, url string, height int) context.Context {
 		t.Fatalf("chromium: %v", err)
 	}
 	return ctx
+}
+
+// waitTrue polls a JavaScript expression until it is true, for as long
+// as the context it runs in allows: chromedp's own default of 30 s ran
+// out before the 90 s the tests give, beside a CPU hog under -race
+// (TestWebViewDCQCN 2 runs in 3), where Chromium polls slowly.
+func waitTrue(expr string) chromedp.Action[bool] {
+	return chromedp.Poll[bool](expr, chromedp.WithPollingTimeout(0))
 }
