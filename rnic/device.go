@@ -417,12 +417,14 @@ func (d *Device) handle(n int, acks bool) {
 		d.rx.Flush(d.recvTX)
 	}
 	d.recvTX.flush()
+	d.rx.Sent()
 }
 
 // flushAcks sends the ACKs coalesced so far; recvMu is held.
 func (d *Device) flushAcks() {
 	d.rx.Flush(d.recvTX)
 	d.recvTX.flush()
+	d.rx.Sent()
 }
 
 // portGone reports whether a receive error means the pipeline is over:

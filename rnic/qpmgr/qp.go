@@ -174,6 +174,10 @@ type RespState struct {
 	// the end of the batch (ACK coalescing).
 	AckPending bool
 	AckPSN     uint32
+	// AckBatch is the receive batch whose packets hold the last ACK Flush
+	// sent (rx.Handler.Sent counts the batches that went out): until that
+	// batch goes, a request of this QP would overtake the ACK.
+	AckBatch uint64
 	// Delayed ACK (see rx.Handler.AckHold). PingPong is set when the QP's
 	// requester sent within the hold time of an ACK going out, and cleared
 	// when a held ACK had to go alone; AckHeld says the ACK for AckPSN is

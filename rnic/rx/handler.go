@@ -2,6 +2,7 @@ package rx
 
 import (
 	"net/netip"
+	"sync/atomic"
 	"time"
 
 	"github.com/rnicd/rnicd/ib"
@@ -41,7 +42,14 @@ type Handler struct {
 	Retry7Forever bool
 
 	acks []*qpmgr.QP // QPs with a coalesced ACK to send at Flush
+	// sent counts the receive pipeline's batches that went out (Sent);
+	// the one being filled is number sent+1.
+	sent atomic.Uint64
 }
+
+// Sent tells the Handler that the batch Receive and Flush filled went
+// out: the ACKs in it can no longer be overtaken by a request.
+func (h *Handler) Sent() { h.sent.Add(1) }
 
 // Receive handles one packet; packets it answers with go to tx.
 func (h *Handler) Receive(b *ibudp.Buf, tx qpmgr.TX) {
@@ -195,6 +203,7 @@ func (h *Handler) Flush(tx qpmgr.TX) {
 				h.Hold(qp, r.AckHoldUntil)
 			default:
 				h.sendAck(qp, tx, bth.ACK(bth.CreditsInvalid), r.AckPSN)
+				r.AckBatch = h.sent.Load() + 1
 				if h.AckHold > 0 {
 					r.AckSentAt = time.Now()
 				}
@@ -216,6 +225,22 @@ func (h *Handler) ReleaseAck(qp *qpmgr.QP, tx qpmgr.TX) bool {
 	if r.AckHeld {
 		h.sendHeld(qp, tx, ib.AckHeld)
 		return true
+	}
+	// The application may answer a message before the ACK of it left:
+	// before the receive batch that carried the message ended (Flush), or
+	// after Flush put the ACK into a batch that has not gone out yet. The
+	// ACK goes first all the same, as rxe's and a NIC's do (they send it
+	// before the application can see the message); in the second case
+	// the batch's copy then comes second and is taken for a duplicate.
+	// A reply that overtook the ACK completed at the peer before the send
+	// it answers, and Debian's ib_send_lat -e (one channel for both CQs,
+	// one poll per event) hung in 9 runs of 25 (21 of 25 with -ack-hold 0).
+	if answers(qp) && (r.AckPending || (r.AckBatch != 0 && r.AckBatch > h.sent.Load())) {
+		r.AckPending, r.AckBatch = false, 0
+		h.sendAck(qp, tx, bth.ACK(bth.CreditsInvalid), r.AckPSN)
+		if h.AckHold > 0 {
+			r.AckSentAt = time.Now()
+		}
 	}
 	if h.AckHold > 0 && !r.PingPong && !r.AckSentAt.IsZero() && time.Since(r.AckSentAt) < h.holdFor(qp) {
 		r.PingPong = true
