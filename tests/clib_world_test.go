@@ -73,3 +73,51 @@ func TestCLibWorldLoads(t *testing.T) {
 		}
 	}
 }
+
+// TestCLibCQEvents runs clib/test/cqevents: on a completion channel
+// whose fd the program made non-blocking (UCX does), ibv_get_cq_event
+// fails with EAGAIN when no event waits, the fd is readable exactly while
+// one does, and one arm gives one event.
+func TestCLibCQEvents(t *testing.T) {
+	newToolBench(t)
+	lib := clibDir(t)
+	cmd := exec.Command(filepath.Join(lib, "cqevents"), "rnicA")
+	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+lib)
+	want := strings.Join([]string{
+		"the channel fd starts blocking: ok",
+		"no event: ibv_get_cq_event fails with EAGAIN: ok",
+		"no event: the fd is not readable: ok",
+		"a completion: the fd is readable: ok",
+		"a completion: ibv_get_cq_event returns its CQ: ok",
+		"both completions polled: ok",
+		"event taken: ibv_get_cq_event fails with EAGAIN: ok",
+		"event taken: the fd is not readable: ok",
+		"PASS", "",
+	}, "\n")
+	if out := runOut(t, cmd); out != want {
+		t.Errorf("cqevents printed\n%s\nwant\n%s", out, want)
+	}
+}
+
+// TestCLibSendLatEvents runs Debian's ib_send_lat -e 50 times in a row
+// between two rnicd, each run bounded (pairRun's minute). Its loop waits
+// for "the receive" and then "the send" on one channel shared by both
+// CQs and polls each CQ once per event, so it works only if the ACK of
+// each message completes at the sender before the reply to it does: a
+// reply that overtook the ACK left both ends asleep in ibv_get_cq_event
+// (9 runs of 25 hung before the responder sent a pending or unsent ACK
+// ahead of its own next request).
+func TestCLibSendLatEvents(t *testing.T) {
+	tb := newToolBench(t)
+	real := debianTool(t, "ib_send_lat", "perftest")
+	gidA, gidB := perftestGID(tb.a.addr), perftestGID(tb.b.addr)
+	const iters = "100"
+	for i := 0; i < 50; i++ {
+		srv, cli := tb.pairRun(t, real, real, "rnicA", "rnicB", "ib_send_lat", "-e", "-n", iters, "-s", "64")
+		checkPerftest(t, "client", cli, "rnicB", gidB, gidA, "64", iters)
+		checkPerftest(t, "server", srv, "rnicA", gidA, gidB, "64", iters)
+		if t.Failed() {
+			t.Fatalf("run %d of 50", i+1)
+		}
+	}
+}

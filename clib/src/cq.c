@@ -236,9 +236,20 @@ int poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 	return k;
 }
 
+/*
+ * The armed word is stored sequentially consistent: the daemon stores
+ * the producer and then loads armed (hostif's cqObj.Complete), this
+ * stores armed and then the program loads the producer (ibv_poll_cq),
+ * and on x86 a plain (release) store may pass the load that follows it,
+ * which would let both miss the other's store: a completion with no
+ * event, and a program asleep in ibv_get_cq_event. As on rxe
+ * (rxe_req_notify_cq only sets the notify flag), completions already in
+ * the CQ raise no event: programs poll after arming.
+ */
 int req_notify_cq(struct ibv_cq *cq, int solicited_only)
 {
-	ring_store(((struct rcq *)cq)->ring, RING_ARMED, solicited_only ? ARM_SOLICITED : ARM_ANY);
+	__atomic_store_n((uint32_t *)(((struct rcq *)cq)->ring + RING_ARMED), solicited_only ? ARM_SOLICITED : ARM_ANY,
+			 __ATOMIC_SEQ_CST);
 	return 0;
 }
 

@@ -1,0 +1,141 @@
+/*
+ * cqevents: a completion channel whose fd the program makes
+ * non-blocking, as UCX does (uct_ib_iface_pre_arm reads events until
+ * EAGAIN): ibv_get_cq_event must fail with EAGAIN when no event waits,
+ * and the fd must be readable exactly while one does, as rdma-core's
+ * (the kernel's completion event file) is.
+ *
+ * A UD QP sends one datagram to itself through a CQ on the channel.
+ *
+ *   cqevents DEV    print one line per check, PASS if all hold (exit 0)
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <infiniband/verbs.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int failed;
+
+static void check(int ok, const char *what)
+{
+	printf("%s: %s\n", what, ok ? "ok" : "WRONG");
+	if (!ok)
+		failed = 1;
+}
+
+static void die(const char *what)
+{
+	perror(what);
+	exit(2);
+}
+
+static int readable(int fd, int ms)
+{
+	struct pollfd p = {.fd = fd, .events = POLLIN};
+	return poll(&p, 1, ms) == 1 && (p.revents & POLLIN);
+}
+
+int main(int argc, char **argv)
+{
+	if (argc != 2) {
+		fprintf(stderr, "usage: cqevents DEV\n");
+		return 2;
+	}
+	int n;
+	struct ibv_device **list = ibv_get_device_list(&n);
+	struct ibv_context *ctx = NULL;
+	for (int i = 0; list && i < n; i++)
+		if (strcmp(ibv_get_device_name(list[i]), argv[1]) == 0)
+			ctx = ibv_open_device(list[i]);
+	if (!ctx)
+		die("ibv_open_device");
+	struct ibv_pd *pd = ibv_alloc_pd(ctx);
+	struct ibv_comp_channel *ch = ibv_create_comp_channel(ctx);
+	if (!pd || !ch)
+		die("ibv_alloc_pd/ibv_create_comp_channel");
+	struct ibv_cq *cq = ibv_create_cq(ctx, 8, (void *)0x5eed, ch, 0);
+	if (!cq)
+		die("ibv_create_cq");
+	struct ibv_qp_init_attr qa = {.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_UD,
+				      .cap = {.max_send_wr = 1, .max_recv_wr = 1, .max_send_sge = 1, .max_recv_sge = 1}};
+	struct ibv_qp *qp = ibv_create_qp(pd, &qa);
+	if (!qp)
+		die("ibv_create_qp");
+	struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = 1, .qkey = 0x11111111};
+	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY))
+		die("INIT");
+	a = (struct ibv_qp_attr){.qp_state = IBV_QPS_RTR};
+	if (ibv_modify_qp(qp, &a, IBV_QP_STATE))
+		die("RTR");
+	a = (struct ibv_qp_attr){.qp_state = IBV_QPS_RTS, .sq_psn = 0};
+	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN))
+		die("RTS");
+
+	/* As rdma-core's, the fd starts blocking; the program sets O_NONBLOCK. */
+	int fl = fcntl(ch->fd, F_GETFL);
+	check(fl >= 0 && !(fl & O_NONBLOCK), "the channel fd starts blocking");
+	if (fcntl(ch->fd, F_SETFL, fl | O_NONBLOCK) < 0)
+		die("fcntl");
+	if (ibv_req_notify_cq(cq, 0))
+		die("ibv_req_notify_cq");
+	struct ibv_cq *ev_cq;
+	void *ev_ctx;
+	errno = 0;
+	check(ibv_get_cq_event(ch, &ev_cq, &ev_ctx) == -1 && errno == EAGAIN, "no event: ibv_get_cq_event fails with EAGAIN");
+	check(!readable(ch->fd, 0), "no event: the fd is not readable");
+
+	static char buf[40 + 64], msg[64] = "cqevents";
+	struct ibv_mr *mr = ibv_reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE);
+	struct ibv_mr *smr = ibv_reg_mr(pd, msg, sizeof(msg), 0);
+	if (!mr || !smr)
+		die("ibv_reg_mr");
+	struct ibv_sge rs = {.addr = (uintptr_t)buf, .length = sizeof(buf), .lkey = mr->lkey};
+	struct ibv_recv_wr rwr = {.wr_id = 1, .sg_list = &rs, .num_sge = 1}, *brwr;
+	if (ibv_post_recv(qp, &rwr, &brwr))
+		die("ibv_post_recv");
+	union ibv_gid gid;
+	if (ibv_query_gid(ctx, 1, 0, &gid))
+		die("ibv_query_gid");
+	struct ibv_ah_attr aha = {.is_global = 1, .grh = {.dgid = gid, .sgid_index = 0, .hop_limit = 64}, .port_num = 1};
+	struct ibv_ah *ah = ibv_create_ah(pd, &aha);
+	if (!ah)
+		die("ibv_create_ah");
+	struct ibv_sge ss = {.addr = (uintptr_t)msg, .length = sizeof(msg), .lkey = smr->lkey};
+	struct ibv_send_wr swr = {.wr_id = 2, .sg_list = &ss, .num_sge = 1, .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED,
+				  .wr = {.ud = {.ah = ah, .remote_qpn = qp->qp_num, .remote_qkey = 0x11111111}}}, *bswr;
+	if (ibv_post_send(qp, &swr, &bswr))
+		die("ibv_post_send");
+
+	check(readable(ch->fd, 10000), "a completion: the fd is readable");
+	int got = ibv_get_cq_event(ch, &ev_cq, &ev_ctx);
+	check(got == 0 && ev_cq == cq && ev_ctx == (void *)0x5eed, "a completion: ibv_get_cq_event returns its CQ");
+	ibv_ack_cq_events(cq, 1);
+	/* One arm, one event: the second completion finds the CQ disarmed. */
+	struct ibv_wc wc[2];
+	int k = 0;
+	for (int tries = 0; k < 2 && tries < 1000000; tries++) {
+		int r = ibv_poll_cq(cq, 2 - k, wc + k);
+		if (r < 0)
+			die("ibv_poll_cq");
+		k += r;
+	}
+	check(k == 2, "both completions polled");
+	errno = 0;
+	check(ibv_get_cq_event(ch, &ev_cq, &ev_ctx) == -1 && errno == EAGAIN, "event taken: ibv_get_cq_event fails with EAGAIN");
+	check(!readable(ch->fd, 0), "event taken: the fd is not readable");
+
+	ibv_destroy_qp(qp);
+	ibv_destroy_ah(ah);
+	ibv_dereg_mr(mr);
+	ibv_dereg_mr(smr);
+	ibv_destroy_cq(cq);
+	ibv_destroy_comp_channel(ch);
+	ibv_dealloc_pd(pd);
+	ibv_close_device(ctx);
+	ibv_free_device_list(list);
+	printf(failed ? "FAIL\n" : "PASS\n");
+	return failed;
+}
