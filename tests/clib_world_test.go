@@ -1,13 +1,20 @@
 package tests
 
 import (
+	"bytes"
 	"context"
+	"errors"
+	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // The software people run on RDMA (UCX, libfabric, Open MPI) links
@@ -120,4 +127,94 @@ func TestCLibSendLatEvents(t *testing.T) {
 			t.Fatalf("run %d of 50", i+1)
 		}
 	}
+}
+
+// TestCLibUCX: UCX 1.13 lists a verbs device only if
+// /dev/infiniband/<dev_name> is a character device the program may read
+// and write; rnicd makes that node (the null device's number, the control
+// socket's owner and mode) and removes it when it stops. ucx_info -d then
+// lists the device with rc_verbs and ud_verbs, and Debian's ucx_perftest
+// runs UCT's active-message latency test over rc_verbs between two rnicd.
+// UCT's perftest gives the server the client's device name, so the two
+// daemons share one name, each in a directory of its own.
+func TestCLibUCX(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("making /dev/infiniband nodes needs root (CAP_MKNOD)")
+	}
+	ucxInfo := debianTool(t, "ucx_info", "ucx-utils")
+	perf := debianTool(t, "ucx_perftest", "ucx-utils")
+	// A name no other test's daemon has: the node is one for the host.
+	name := fmt.Sprintf("ux%06x", time.Now().UnixNano()&0xffffff)
+	node := "/dev/infiniband/rnicd-" + name
+	dirA, dirB := t.TempDir(), t.TempDir()
+	a, err := startDaemon(dirA, name, ownAddr(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := startDaemon(dirB, name, ownAddr(t))
+	if err != nil {
+		a.stop()
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, d := range []*daemon{b, a} {
+			if err := d.stop(); err != nil {
+				t.Errorf("%v\n%s", err, d.errb.String())
+			}
+		}
+		if _, err := os.Lstat(node); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s after both daemons stopped: %v", node, err)
+		}
+	}()
+	var st unix.Stat_t
+	if err := unix.Stat(node, &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Mode != unix.S_IFCHR|0o600 || unix.Major(st.Rdev) != 1 || unix.Minor(st.Rdev) != 3 || st.Uid != 0 {
+		t.Errorf("%s: mode %#o, device %d:%d, uid %d; want a 0600 character device 1:3 of root's",
+			node, st.Mode, unix.Major(st.Rdev), unix.Minor(st.Rdev), st.Uid)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	env := func(cmd *exec.Cmd, dir string) *exec.Cmd {
+		cmd.Env = append(cmd.Env, "RNICD_DIR="+dir, "UCX_NET_DEVICES="+name+":1", "UCX_TLS=rc_verbs")
+		return cmd
+	}
+	out := runOut(t, env(ucxInfo(ctx, "", "-d"), dirA))
+	for _, tl := range []string{"rc_verbs", "ud_verbs"} {
+		if !strings.Contains(out, "#      Transport: "+tl+"\n#         Device: "+name+":1\n") {
+			t.Errorf("ucx_info -d lists no %s on %s:1:\n%s", tl, name, out)
+		}
+	}
+
+	port := freePort(t)
+	srv := env(perf(ctx, "", "-p", port), dirA)
+	var sout bytes.Buffer
+	srv.Stdout, srv.Stderr = &sout, &sout
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var cli string
+	for {
+		c := env(perf(ctx, "", "127.0.0.1", "-p", port, "-t", "am_lat", "-d", name+":1", "-x", "rc_verbs", "-n", "1000"), dirB)
+		o, err := c.CombinedOutput()
+		cli = string(o)
+		if err == nil || ctx.Err() != nil || !strings.Contains(cli, "Connection refused") {
+			if err != nil {
+				srv.Process.Kill()
+				srv.Wait()
+				t.Fatalf("ucx_perftest client: %v\n%s\nserver:\n%s", err, cli, sout.String())
+			}
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := srv.Wait(); err != nil {
+		t.Fatalf("ucx_perftest server: %v\n%s", err, sout.String())
+	}
+	if !regexp.MustCompile(`(?m)^Final:\s+1000\s`).MatchString(cli) {
+		t.Errorf("ucx_perftest am_lat printed no Final line of 1000 iterations:\n%s", cli)
+	}
+	t.Logf("ucx_perftest -t am_lat -x rc_verbs:\n%s", cli)
 }

@@ -450,6 +450,8 @@ func serve(c config, nofile uint64, nofileErr error) error {
 		os.Remove(path)
 		return err
 	}
+	node := makeDevNode(log, c.name, socketMode(c.sockGID), c.sockGID)
+	defer node.remove()
 	// A serving goroutine that stops leaves a daemon that is up but deaf
 	// (issue 19: Serve returned on EMFILE and nothing noticed): whichever
 	// stops, the daemon stops too, non-zero, with the reason.
