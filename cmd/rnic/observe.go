@@ -342,31 +342,36 @@ func (m *monitorClient) follow(ctx context.Context, q url.Values, f func(*trace.
 // showFaults prints the impairments in force on each device o reaches,
 // in the words `rnic inject` takes.
 func showFaults(o *observeOpts, stdout, stderr io.Writer) int {
-	m, err := o.connect()
-	var st monitor.State
-	if err == nil {
-		err = m.getJSON(context.Background(), "/api/state", &st)
+	// Showing changes nothing, so without -d it shows every device, as
+	// stat does; setting a fault wants the device named.
+	ms, err := o.connectAll()
+	var devs []monitor.DeviceState
+	for i := 0; err == nil && i < len(ms); i++ {
+		var st monitor.State
+		if err = ms[i].getJSON(context.Background(), "/api/state", &st); err != nil {
+			break
+		}
+		for _, d := range st.Devices {
+			if ms[i].dev == "" || d.Name == ms[i].dev {
+				devs = append(devs, d)
+			}
+		}
 	}
 	if err != nil {
 		fmt.Fprintln(stderr, "rnic inject:", err)
 		fmt.Fprintln(stderr, "usage: rnic inject [-d NAME] [--tx|--rx] [--qp N] drop P% | dropnth N | dup P% | reorder P% | corrupt P% | delay D | jitter D | link RATE [queue SIZE] [ecn KMIN KMAX P%|off] [mark enqueue|dequeue] | off")
 		return 1
 	}
-	found := false
-	for _, d := range st.Devices {
-		if m.dev != "" && d.Name != m.dev {
-			continue
-		}
-		found = true
+	if len(devs) == 0 {
+		fmt.Fprintf(stderr, "rnic inject: IB device '%s' wasn't found\n", o.dev)
+		return 1
+	}
+	for _, d := range devs {
 		if d.FaultCfg == nil {
 			fmt.Fprintf(stdout, "%s: no fault injector\n", d.Name)
 			continue
 		}
 		fmt.Fprintf(stdout, "%s tx: %s\n%s rx: %s\n", d.Name, d.FaultCfg["tx"], d.Name, d.FaultCfg["rx"])
-	}
-	if !found {
-		fmt.Fprintf(stderr, "rnic inject: no device %q\n", m.dev)
-		return 1
 	}
 	return 0
 }
