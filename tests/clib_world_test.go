@@ -97,6 +97,8 @@ func TestCLibCQEvents(t *testing.T) {
 		"a completion: the fd is readable: ok",
 		"a completion: ibv_get_cq_event returns its CQ: ok",
 		"both completions polled: ok",
+		"UD receive: GRH flag, sl 2 (IPv4), byte_len, src_qp: ok",
+		"UD receive: IPv4 header at byte 20, addresses, payload at 40: ok",
 		"event taken: ibv_get_cq_event fails with EAGAIN: ok",
 		"event taken: the fd is not readable: ok",
 		"PASS", "",
@@ -134,7 +136,8 @@ func TestCLibSendLatEvents(t *testing.T) {
 // and write; rnicd makes that node (the null device's number, the control
 // socket's owner and mode) and removes it when it stops. ucx_info -d then
 // lists the device with rc_verbs and ud_verbs, and Debian's ucx_perftest
-// runs UCT's active-message latency test over rc_verbs between two rnicd.
+// runs between two rnicd: UCT's active-message latency over rc_verbs,
+// UCP's tag_lat and ucp_put_bw over rc_verbs and ud_verbs.
 // UCT's perftest gives the server the client's device name, so the two
 // daemons share one name, each in a directory of its own.
 func TestCLibUCX(t *testing.T) {
@@ -175,7 +178,7 @@ func TestCLibUCX(t *testing.T) {
 			node, st.Mode, unix.Major(st.Rdev), unix.Minor(st.Rdev), st.Uid)
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	env := func(cmd *exec.Cmd, dir string) *exec.Cmd {
 		cmd.Env = append(cmd.Env, "RNICD_DIR="+dir, "UCX_NET_DEVICES="+name+":1", "UCX_TLS=rc_verbs")
@@ -188,6 +191,35 @@ func TestCLibUCX(t *testing.T) {
 		}
 	}
 
+	// UCT's active messages on rc_verbs alone; UCP's tagged messages and
+	// PUTs on rc_verbs with ud_verbs for the wireup, whose datagrams UCX
+	// 1.13 takes only with the completion's sl saying IPv4.
+	for _, c := range []struct{ tls, test string }{
+		{"rc_verbs", "am_lat"},
+		{"rc_verbs,ud_verbs", "tag_lat"},
+		{"rc_verbs,ud_verbs", "ucp_put_bw"},
+	} {
+		args := []string{"-t", c.test, "-n", "1000"}
+		if c.test == "am_lat" {
+			args = append(args, "-d", name+":1", "-x", "rc_verbs")
+		}
+		cli := ucxPerftest(ctx, t, perf, dirA, dirB, "UCX_NET_DEVICES="+name+":1", "UCX_TLS="+c.tls, args...)
+		if !regexp.MustCompile(`(?m)^Final:\s+1000\s`).MatchString(cli) {
+			t.Errorf("ucx_perftest %v printed no Final line of 1000 iterations:\n%s", args, cli)
+		}
+		t.Logf("UCX_TLS=%s ucx_perftest %v:\n%s", c.tls, args, cli)
+	}
+}
+
+// ucxPerftest runs ucx_perftest's server on the rnicd of dirA and its
+// client with args on dirB's, both with env, and returns what the client
+// printed once both exited 0.
+func ucxPerftest(ctx context.Context, t *testing.T, perf runner, dirA, dirB, env1, env2 string, args ...string) string {
+	t.Helper()
+	env := func(cmd *exec.Cmd, dir string) *exec.Cmd {
+		cmd.Env = append(cmd.Env, "RNICD_DIR="+dir, env1, env2)
+		return cmd
+	}
 	port := freePort(t)
 	srv := env(perf(ctx, "", "-p", port), dirA)
 	var sout bytes.Buffer
@@ -195,26 +227,20 @@ func TestCLibUCX(t *testing.T) {
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
 	}
-	var cli string
 	for {
-		c := env(perf(ctx, "", "127.0.0.1", "-p", port, "-t", "am_lat", "-d", name+":1", "-x", "rc_verbs", "-n", "1000"), dirB)
+		c := env(perf(ctx, "", append([]string{"127.0.0.1", "-p", port}, args...)...), dirB)
 		o, err := c.CombinedOutput()
-		cli = string(o)
-		if err == nil || ctx.Err() != nil || !strings.Contains(cli, "Connection refused") {
+		if err == nil || ctx.Err() != nil || !strings.Contains(string(o), "Connection refused") {
 			if err != nil {
 				srv.Process.Kill()
 				srv.Wait()
-				t.Fatalf("ucx_perftest client: %v\n%s\nserver:\n%s", err, cli, sout.String())
+				t.Fatalf("ucx_perftest client %v: %v\n%s\nserver:\n%s", args, err, o, sout.String())
 			}
-			break
+			if err := srv.Wait(); err != nil {
+				t.Fatalf("ucx_perftest server: %v\n%s", err, sout.String())
+			}
+			return string(o)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if err := srv.Wait(); err != nil {
-		t.Fatalf("ucx_perftest server: %v\n%s", err, sout.String())
-	}
-	if !regexp.MustCompile(`(?m)^Final:\s+1000\s`).MatchString(cli) {
-		t.Errorf("ucx_perftest am_lat printed no Final line of 1000 iterations:\n%s", cli)
-	}
-	t.Logf("ucx_perftest -t am_lat -x rc_verbs:\n%s", cli)
 }

@@ -179,6 +179,8 @@ EXPORT int ibv_resize_cq(struct ibv_cq *cq, int cqe)
 int poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 {
 	struct rcq *q = (struct rcq *)cq;
+	static const uint8_t v4mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+	uint8_t l3 = memcmp(to_rctx(cq->context)->dev->gid, v4mapped, 12) == 0 ? 2 : 1;
 	pthread_spin_lock(&q->lock);
 	uint32_t prod = ring_load(q->ring, RING_PRODUCER);
 	int k = 0;
@@ -199,6 +201,14 @@ int poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 		w->qp_num = get32(&s);
 		w->src_qp = get32(&s);
 		w->pkey_index = get16(&s);
+		/* A UD receive's sl says which L3 header the first 40 bytes
+		 * hold, as a ConnectX's does for RoCE (its CQE's packet type:
+		 * 2 IPv4, 1 IPv6): RoCE carries no SL, and UCX 1.13's ud_verbs
+		 * reads the GRH's address by this alone, dropping every
+		 * datagram when it says 0. rnicd's GRH is IPv4's (in the second
+		 * 20 bytes, as rxe writes it) on an IPv4 port. */
+		if (w->wc_flags & IBV_WC_GRH)
+			w->sl = l3;
 	}
 	if (k > 0)
 		ring_store(q->ring, RING_CONSUMER, q->cons);

@@ -5,7 +5,8 @@
  * and the fd must be readable exactly while one does, as rdma-core's
  * (the kernel's completion event file) is.
  *
- * A UD QP sends one datagram to itself through a CQ on the channel.
+ * A UD QP sends one datagram to itself through a CQ on the channel; the
+ * receive's completion and GRH are checked too.
  *
  *   cqevents DEV    print one line per check, PASS if all hold (exit 0)
  */
@@ -123,6 +124,16 @@ int main(int argc, char **argv)
 		k += r;
 	}
 	check(k == 2, "both completions polled");
+	/* The receive as rxe and a ConnectX report a RoCEv2 datagram over
+	 * IPv4: a GRH flag, the IPv4 header in the second 20 bytes of the
+	 * buffer, sl the L3 type (2: IPv4) that UCX 1.13 reads. */
+	struct ibv_wc *rw = k == 2 && wc[0].opcode == IBV_WC_RECV ? &wc[0] : &wc[1];
+	check(rw->opcode == IBV_WC_RECV && rw->status == IBV_WC_SUCCESS && rw->byte_len == 40 + sizeof(msg) &&
+		      (rw->wc_flags & IBV_WC_GRH) && rw->sl == 2 && rw->src_qp == qp->qp_num,
+	      "UD receive: GRH flag, sl 2 (IPv4), byte_len, src_qp");
+	check((uint8_t)buf[20] == 0x45 && memcmp(buf + 36, gid.raw + 12, 4) == 0 && memcmp(buf + 32, gid.raw + 12, 4) == 0 &&
+		      memcmp(buf + 40, msg, sizeof(msg)) == 0,
+	      "UD receive: IPv4 header at byte 20, addresses, payload at 40");
 	errno = 0;
 	check(ibv_get_cq_event(ch, &ev_cq, &ev_ctx) == -1 && errno == EAGAIN, "event taken: ibv_get_cq_event fails with EAGAIN");
 	check(!readable(ch->fd, 0), "event taken: the fd is not readable");
