@@ -1,16 +1,19 @@
 package tests
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -242,5 +245,45 @@ func ucxPerftest(ctx context.Context, t *testing.T, perf runner, dirA, dirB, env
 			return string(o)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestCLibAsyncWatch runs Debian's ibv_asyncwatch on an rnicd that is
+// then SIGKILLed: it reports DEVICE_FATAL once, and its next
+// ibv_get_async_event fails (EIO, as the kernel's async event file of a
+// device that is gone), which ends it with status 1. It printed the event
+// 209,500 times a second before.
+func TestCLibAsyncWatch(t *testing.T) {
+	watch := debianTool(t, "ibv_asyncwatch", "ibverbs-utils")
+	dir := t.TempDir()
+	d, err := startDaemon(dir, "rnicW", ownAddr(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.cmd.Process.Kill()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := watch(ctx, "", "-d", "rnicW")
+	cmd.Env = append(cmd.Env, "RNICD_DIR="+dir)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	r := bufio.NewReader(stdout)
+	first, err := r.ReadString('\n')
+	if err != nil || !strings.HasPrefix(first, "rnicW: async event FD ") {
+		cmd.Process.Kill()
+		t.Fatalf("ibv_asyncwatch began with %q, %v", first, err)
+	}
+	d.cmd.Process.Signal(syscall.SIGKILL)
+	<-d.done
+	rest, _ := io.ReadAll(r)
+	err = cmd.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 || string(rest) != "  event_type IBV_EVENT_DEVICE_FATAL (8), port 0\n" {
+		t.Fatalf("ibv_asyncwatch after its daemon was killed: %v, printed\n%q", err, rest)
 	}
 }

@@ -402,15 +402,30 @@ EXPORT int ibv_get_pkey_index(struct ibv_context *ctx, uint8_t port, __be16 pkey
 }
 
 /* ibv_get_async_event waits for the device's one asynchronous event:
- * DEVICE_FATAL, when its rnicd hangs up. */
+ * DEVICE_FATAL, when its rnicd hangs up. It comes once; then, as from
+ * the kernel's async event file of a device that is gone, the call fails
+ * with EIO (ibv_asyncwatch printed DEVICE_FATAL 209,500 times a second). */
 EXPORT int ibv_get_async_event(struct ibv_context *ctx, struct ibv_async_event *ev)
 {
 	struct rctx *c = to_rctx(ctx);
 	for (;;) {
+		pthread_mutex_lock(&ctx->mutex);
+		int told = c->fatal_told;
+		pthread_mutex_unlock(&ctx->mutex);
+		if (told) {
+			errno = EIO;
+			return -1;
+		}
 		struct pollfd p = {.fd = c->conn.fd, .events = POLLRDHUP};
 		if (poll(&p, 1, -1) < 0 && errno != EINTR)
 			return -1;
 		if (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) {
+			pthread_mutex_lock(&ctx->mutex);
+			told = c->fatal_told;
+			c->fatal_told = 1;
+			pthread_mutex_unlock(&ctx->mutex);
+			if (told)
+				continue; /* another thread took it */
 			memset(ev, 0, sizeof(*ev));
 			ev->event_type = IBV_EVENT_DEVICE_FATAL;
 			return 0;

@@ -134,6 +134,7 @@ struct rctx {
 	 * back even when the program did not deregister them. */
 	pthread_mutex_t mrs_mu;
 	struct rmr *mrs;
+	int fatal_told; /* DEVICE_FATAL was returned: under the context's mutex */
 };
 
 /* pdmr.c: ibv_close_device's undo of every MR the program left. */
