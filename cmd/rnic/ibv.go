@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -10,9 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"time"
 
-	"github.com/rnicd/rnicd/rnic/monitor"
 	"github.com/rnicd/rnicd/verbs"
 	"github.com/rnicd/rnicd/wire/mad"
 )
@@ -258,28 +255,6 @@ func mtuEnumString(m verbs.MTU) string {
 	return fmt.Sprintf("%d (%d)", m.Bytes(), uint8(m))
 }
 
-// congestionControl asks the monitor on the device's socket which
-// congestion control the daemon runs (rnicd -cc), "unknown" if it cannot
-// be asked.
-func congestionControl(dev string) string {
-	m, err := (&observeOpts{dev: dev}).connect()
-	if err != nil {
-		return "unknown"
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	var st monitor.State
-	if err := m.getJSON(ctx, "/api/state", &st); err != nil {
-		return "unknown"
-	}
-	for _, d := range st.Devices {
-		if d.Name == dev && d.CC != "" {
-			return d.CC
-		}
-	}
-	return "unknown"
-}
-
 // printDevinfo prints one device in ibv_devinfo's layout. The values that
 // rnicd has no notion of (end-to-end contexts, multicast, memory windows,
 // raw QPs) are 0, as on a device without the feature; the port's fixed
@@ -373,9 +348,11 @@ func printDevinfo(w io.Writer, c *verbs.Context, verbose bool) error {
 		fmt.Fprintf(w, "\t\t\tinit_type_reply:\t0\n")
 		fmt.Fprintf(w, "\t\t\tactive_width:\t\t4X (2)\n")
 		fmt.Fprintf(w, "\t\t\tactive_speed:\t\t10.0 Gbps (8)\n")
-		// Not an ibv_devinfo field (libibverbs has none for it): the
-		// daemon's congestion control, which mlx5 shows in debugfs.
-		fmt.Fprintf(w, "\t\t\tcongestion_control:\t%s\n", congestionControl(c.Name()))
+		// As Debian's ibv_devinfo prints it from the port's attributes
+		// (clib answers phys_state 5 for a running daemon). The
+		// congestion control the daemon runs is no libibverbs
+		// attribute: rnic stat says it ("cc rnicA dcqcn ...").
+		fmt.Fprintf(w, "\t\t\tphys_state:\t\tLINK_UP (5)\n")
 		for i, g := range p.GIDs {
 			if g.IsZero() {
 				continue
