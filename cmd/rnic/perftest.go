@@ -6,6 +6,7 @@ import (
 	"runtime"
 
 	"github.com/rnicd/rnicd/cmd/rnic/perftest"
+	"github.com/rnicd/rnicd/internal/buildinfo"
 	"github.com/rnicd/rnicd/verbs"
 )
 
@@ -17,7 +18,8 @@ func perftestCommands() []command {
 			name:  tool.Name,
 			short: "perftest's " + tool.Name + ", pairs with the real one",
 			run: func(args []string, stdout, stderr io.Writer) int {
-				return perftest.Main(tool, args, perftest.Config{Stdout: stdout, Stderr: stderr, Open: openPerftestDevice})
+				return perftest.Main(tool, args, perftest.Config{Stdout: stdout, Stderr: stderr, Open: openPerftestDevice,
+					Version: "rnic " + buildinfo.Read().String()})
 			},
 		})
 	}

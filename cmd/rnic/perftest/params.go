@@ -130,6 +130,9 @@ type Params struct {
 // ErrHelp is returned by Parse for -h; the usage has been written.
 var ErrHelp = errors.New("perftest: help requested")
 
+// ErrVersion is returned by Parse for -V (--version).
+var ErrVersion = errors.New("perftest: version requested")
+
 // option is one flag perftest knows. arg says it takes a value.
 type option struct {
 	short byte
@@ -320,6 +323,8 @@ func Parse(tool Tool, args []string) (*Params, error) {
 			i = len(args)
 		case a == "-h" || a == "--help":
 			return nil, ErrHelp
+		case a == "-V" || a == "--version":
+			return nil, ErrVersion
 		case strings.HasPrefix(a, "--"):
 			name, val, hasVal := strings.Cut(a[2:], "=")
 			o := find(0, name)

@@ -38,6 +38,10 @@ func Main(tool Tool, args []string, cfg Config) int {
 		Usage(cfg.Stdout, tool)
 		return 0
 	}
+	if errors.Is(err, ErrVersion) {
+		fmt.Fprintf(cfg.Stdout, "Version: %s\n", cfg.Version)
+		return 0
+	}
 	if err != nil {
 		fmt.Fprintln(cfg.Stderr, err)
 		fmt.Fprintf(cfg.Stderr, "run '%s -h' for the flags\n", tool.Name)
@@ -74,7 +78,8 @@ func Usage(w io.Writer, tool Tool) {
 		"  -Q, --cq-mod              Signal a completion every this many WRs (default 100)",
 		"  -R, --rdma_cm             Connect the exchange and the QPs through rdma_cm (RC)",
 		"  -r, --rx-depth=<dep>      Receive queue depth (send tests, default 512)",
-		"  -s, --size=<size>         Message size (K and M suffixes)",
+		"  -s, --size=<size>         Message size (K, M, G suffixes: KiB, MiB, GiB)",
+		"  -V, --version             Display the version",
 		"  -t, --tx-depth=<dep>      Send queue depth (default 128 bw, 1 lat)",
 		"  -u, --qp-timeout=<t>      QP local ACK timeout (default 14)",
 		"  -U, --report-unsorted     Print every latency sample (lat tests)",

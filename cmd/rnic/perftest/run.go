@@ -18,6 +18,8 @@ import (
 // Config is what Run needs besides the parameters.
 type Config struct {
 	Stdout, Stderr io.Writer
+	// Version is what -V prints.
+	Version string
 	// Open opens the device the parameters name.
 	Open func(p *Params) (*verbs.Context, error)
 	// Listener, if set, is used by the server instead of listening on
