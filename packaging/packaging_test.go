@@ -249,7 +249,9 @@ func TestUnitStartsInNetns(t *testing.T) {
 	setpriv := debtest.Ensure(t, "setpriv", "util-linux")
 	u := unit(t, root)
 
-	const dev = "rnic0"
+	// The instance name is this test's own: rnicd makes
+	// /dev/infiniband/rnicd-NAME in the host's /dev, which is shared.
+	dev := fmt.Sprintf("rnicpkg%d", os.Getpid())
 	spec := func(s string) string { return strings.ReplaceAll(s, "%i", dev) }
 	if got := u["RuntimeDirectory"]; len(got) != 1 || got[0] != "rnicd" {
 		t.Fatalf("RuntimeDirectory = %q, want rnicd (/run/rnicd, verbs.SocketDir's for root)", got)
@@ -370,8 +372,22 @@ func TestUnitStartsInNetns(t *testing.T) {
 			d.Process.Kill()
 			t.Errorf("rnicd did not stop on SIGTERM\n%s", log())
 		}
+		if node := "/dev/infiniband/rnicd-" + dev; !strings.Contains(log(), "no device node") {
+			if _, err := os.Lstat(node); err == nil {
+				t.Errorf("%s left after rnicd stopped", node)
+				os.Remove(node)
+			}
+		}
 	}()
 	t.Logf("ran in %s: %s", ns, strings.Join(argv, " "))
+	// The unit's capabilities let it make the node UCX looks for, with the
+	// socket's mode (0600 here: no -group).
+	node := "/dev/infiniband/rnicd-" + dev
+	if strings.Contains(log(), "no device node") {
+		t.Errorf("rnicd made no device node under the unit's capabilities:\n%s", log())
+	} else if fi, err := os.Lstat(node); err != nil || fi.Mode() != os.ModeDevice|os.ModeCharDevice|0o600 {
+		t.Errorf("%s: %v, mode %v", node, err, fi.Mode())
+	}
 	if want := "socket=" + sockDir + "/" + dev + ".sock"; !strings.Contains(up, want) {
 		t.Errorf("ready line %q lacks %s (the unit's RuntimeDirectory, the namespace's subdirectory)", up, want)
 	}
