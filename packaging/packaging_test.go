@@ -401,6 +401,14 @@ func TestUnitStartsInNetns(t *testing.T) {
 			t.Errorf("rnic ibv_devinfo lacks %q:\n%s", want, out)
 		}
 	}
+	// The bash completion offers the namespace's device after -d.
+	bash := debtest.Ensure(t, "bash", "bash")
+	script := fmt.Sprintf(`source %q; COMP_WORDS=(rnic ibv_devinfo -d ''); COMP_CWORD=3; _rnic; printf '%%s\n' "${COMPREPLY[@]}"`,
+		filepath.Join(root, "usr/share/bash-completion/completions/rnic"))
+	out, err = in(append(clean[1:], "PATH="+filepath.Join(root, "usr/bin")+":/usr/bin:/bin"), bash, "--norc", "--noprofile", "-c", script).CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != dev {
+		t.Errorf("completing rnic ibv_devinfo -d in %s: %v, %q, want %q", ns, err, out, dev)
+	}
 	// Debian's ibv_devinfo on the package's libibverbs, chosen per program
 	// as the ld.so opt-in would choose it for all.
 	ibv := debtest.Ensure(t, "ibv_devinfo", "ibverbs-utils")
