@@ -37,8 +37,34 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// deb builds the package with packaging/deb.sh and extracts it with
-// dpkg-deb -x, returning the .deb and the root it was extracted into.
+// dpkg runs dpkg on the fresh root dir (its own database in
+// dir/var/lib/dpkg, which holds nothing else), running the maintainer
+// scripts outside a chroot, as dpkg --root cannot without a shell in dir;
+// libc6, which dir lacks, is the only dependency forced.
+func dpkg(dir string, args ...string) ([]byte, error) {
+	return exec.Command("dpkg", append([]string{"--instdir=" + dir, "--admindir=" + filepath.Join(dir, "var/lib/dpkg"),
+		"--force-script-chrootless", "--force-depends"}, args...)...).CombinedOutput()
+}
+
+// dpkgInstall makes dir a fresh root with an empty dpkg database and
+// installs deb there with dpkg -i.
+func dpkgInstall(dir, deb string) error {
+	for _, d := range []string{"info", "updates", "triggers"} {
+		if err := os.MkdirAll(filepath.Join(dir, "var/lib/dpkg", d), 0o755); err != nil {
+			return err
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "var/lib/dpkg/status"), nil, 0o644); err != nil {
+		return err
+	}
+	if out, err := dpkg(dir, "-i", deb); err != nil {
+		return fmt.Errorf("dpkg -i into %s: %v\n%s", dir, err, out)
+	}
+	return nil
+}
+
+// deb builds the package with packaging/deb.sh and installs it with
+// dpkg -i into a fresh root, returning the .deb and that root.
 func deb(t *testing.T) (string, string) {
 	t.Helper()
 	debtest.Ensure(t, "dpkg-deb", "dpkg")
@@ -55,9 +81,7 @@ func deb(t *testing.T) (string, string) {
 		}
 		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 		debPath = lines[len(lines)-1]
-		if out, err := exec.Command("dpkg-deb", "-x", debPath, filepath.Join(debDir, "root")).CombinedOutput(); err != nil {
-			debErr = fmt.Errorf("dpkg-deb -x: %v\n%s", err, out)
-		}
+		debErr = dpkgInstall(filepath.Join(debDir, "root"), debPath)
 	})
 	if debErr != nil {
 		t.Fatal(debErr)
@@ -112,23 +136,7 @@ func TestDebContents(t *testing.T) {
 		}
 		got[strings.TrimPrefix(f[5], ".")] = f[0] + " " + f[1]
 	}
-	const exe, doc = "-rwxr-xr-x root/root", "-rw-r--r-- root/root"
-	want := map[string]string{
-		"/usr/sbin/rnicd":                              exe,
-		"/usr/bin/rnic":                                exe,
-		"/usr/lib/rnicd/libibverbs.so.1":               doc,
-		"/usr/lib/rnicd/librdmacm.so.1":                doc,
-		"/lib/systemd/system/rnicd@.service":           doc,
-		"/usr/share/man/man8/rnicd.8.gz":               doc,
-		"/usr/share/man/man8/rnic.8.gz":                doc,
-		"/usr/share/bash-completion/completions/rnicd": doc,
-		"/usr/share/bash-completion/completions/rnic":  doc,
-		"/usr/share/zsh/vendor-completions/_rnicd":     doc,
-		"/usr/share/zsh/vendor-completions/_rnic":      doc,
-		"/usr/share/rnicd/ld.so.conf.d/rnicd.conf":     doc,
-		"/usr/share/rnicd/rnicd.conf.example":          doc,
-		"/usr/share/doc/rnicd/copyright":               doc,
-	}
+	want := packageFiles
 	for f, m := range want {
 		if got[f] != m {
 			t.Errorf("%s: %q, want %q", f, got[f], m)
@@ -183,6 +191,27 @@ func TestDebContents(t *testing.T) {
 	}
 }
 
+const exe, doc = "-rwxr-xr-x root/root", "-rw-r--r-- root/root"
+
+// packageFiles are the package's files, each with its mode and owner as
+// dpkg-deb -c prints them.
+var packageFiles = map[string]string{
+	"/usr/sbin/rnicd":                              exe,
+	"/usr/bin/rnic":                                exe,
+	"/usr/lib/rnicd/libibverbs.so.1":               doc,
+	"/usr/lib/rnicd/librdmacm.so.1":                doc,
+	"/lib/systemd/system/rnicd@.service":           doc,
+	"/usr/share/man/man8/rnicd.8.gz":               doc,
+	"/usr/share/man/man8/rnic.8.gz":                doc,
+	"/usr/share/bash-completion/completions/rnicd": doc,
+	"/usr/share/bash-completion/completions/rnic":  doc,
+	"/usr/share/zsh/vendor-completions/_rnicd":     doc,
+	"/usr/share/zsh/vendor-completions/_rnic":      doc,
+	"/usr/share/rnicd/ld.so.conf.d/rnicd.conf":     doc,
+	"/usr/share/rnicd/rnicd.conf.example":          doc,
+	"/usr/share/doc/rnicd/copyright":               doc,
+}
+
 // unit is the installed unit's [Service] settings, each key's values in
 // order.
 func unit(t *testing.T, root string) map[string][]string {
@@ -231,7 +260,7 @@ func envFile(t *testing.T, path string) map[string]string {
 	return m
 }
 
-// TestUnitStartsInNetns installs the package into a directory and runs
+// TestUnitStartsInNetns installs the package with dpkg into a fresh root and runs
 // its rnicd as rnicd@rnic0.service would: the ExecStart line with %i and
 // $RNICD_OPTS from the instance's EnvironmentFile, only the unit's
 // CapabilityBoundingSet and NoNewPrivileges (setpriv), and the clean
@@ -603,5 +632,43 @@ func TestDockerfile(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(dir, "main.go")); err != nil {
 			t.Errorf("the Dockerfile builds %s: %v", dir, err)
 		}
+	}
+}
+
+// TestDebRemoves installs the package with dpkg into a fresh root of its
+// own: dpkg records it installed, with exactly the package's files; then
+// dpkg --purge (postrm included) leaves none of them behind.
+func TestDebRemoves(t *testing.T) {
+	path, _ := deb(t)
+	dir := t.TempDir()
+	if err := dpkgInstall(dir, path); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := dpkg(dir, "-s", "rnicd"); err != nil || !strings.Contains(string(out), "\nStatus: install ok installed\n") {
+		t.Fatalf("dpkg -s rnicd: %v\n%s", err, out)
+	}
+	out, err := dpkg(dir, "-L", "rnicd")
+	if err != nil {
+		t.Fatalf("dpkg -L: %v\n%s", err, out)
+	}
+	var files []string
+	for _, f := range strings.Fields(string(out)) {
+		if fi, err := os.Lstat(filepath.Join(dir, f)); err == nil && fi.Mode().IsRegular() {
+			files = append(files, f)
+		}
+	}
+	if len(files) != len(packageFiles) {
+		t.Errorf("dpkg -L lists %d files installed, want the package's %d: %q", len(files), len(packageFiles), files)
+	}
+	if out, err := dpkg(dir, "--purge", "rnicd"); err != nil {
+		t.Fatalf("dpkg --purge: %v\n%s", err, out)
+	}
+	for _, f := range files {
+		if _, err := os.Lstat(filepath.Join(dir, f)); err == nil {
+			t.Errorf("%s left after dpkg --purge", f)
+		}
+	}
+	if out, _ := dpkg(dir, "-s", "rnicd"); strings.Contains(string(out), "install ok installed") {
+		t.Errorf("dpkg still has rnicd installed after --purge:\n%s", out)
 	}
 }
