@@ -291,6 +291,7 @@ func udppp(cfg cmpConfig, busy bool, n string) (float64, error) {
 
 // tool is one side of a perftest run: a program and how it finds its NIC.
 type tool struct {
+	name string // perftest's name of the test: ib_send_lat, ...
 	path string
 	nic  []string // -d DEV
 	env  []string
@@ -299,7 +300,7 @@ type tool struct {
 // rnicTool is the build's rnic clone of perftest's tool name.
 func rnicTool(b buildDir, dev string) func(string) tool {
 	return func(name string) tool {
-		return tool{path: filepath.Join(b.dir, "rnic"), nic: []string{name, "-d", dev},
+		return tool{name: name, path: filepath.Join(b.dir, "rnic"), nic: []string{name, "-d", dev},
 			env: []string{"RNICD_DIR=" + daemonDir(dev)}}
 	}
 }
@@ -308,7 +309,7 @@ func rnicTool(b buildDir, dev string) func(string) tool {
 func debianTool(cfg cmpConfig, b buildDir, dev string) func(string) (tool, bool) {
 	return func(name string) (tool, bool) {
 		p, ok := find(cfg.anchors, name)
-		return tool{path: p, nic: []string{"-d", dev},
+		return tool{name: name, path: p, nic: []string{"-d", dev},
 			env: []string{"RNICD_DIR=" + daemonDir(dev), "LD_LIBRARY_PATH=" + filepath.Join(b.dir, "clib")}}, ok
 	}
 }
@@ -350,7 +351,7 @@ func pairRun(secs int, srv, cli tool, port int, args []string) (result, error) {
 	if serr != nil {
 		return result{}, fmt.Errorf("server: %w: %s", serr, lastLines(sout.Bytes(), 3))
 	}
-	return parsePerftest(filepath.Base(cli.path)+" "+strings.Join(cli.nic, " "), out)
+	return parsePerftest(cli.name, out)
 }
 
 func lastLines(b []byte, n int) string {
