@@ -32,8 +32,12 @@ install -d "$root/DEBIAN" "$root/usr/sbin" "$root/usr/bin" "$root/usr/lib/rnicd"
 CGO_ENABLED=0 go build -o "$root/usr/sbin/rnicd" ./cmd/rnicd
 CGO_ENABLED=0 go build -o "$root/usr/bin/rnic" ./cmd/rnic
 # clib's own build directory: CI's `make -C clib` has already built it.
-make -s -C clib build/libibverbs.so.1 build/librdmacm.so.1
-install -m 0644 clib/build/libibverbs.so.1 clib/build/librdmacm.so.1 "$root/usr/lib/rnicd/"
+# The libmlx5 and libefa stand-ins too: Debian's perftest, UCX and
+# libfabric link the providers, and rdma-core's need its private ABI,
+# which clib's libibverbs lacks (the program stops at load).
+libs="libibverbs.so.1 librdmacm.so.1 libmlx5.so.1 libefa.so.1"
+make -s -C clib $(printf 'build/%s ' $libs)
+install -m 0644 $(printf 'clib/build/%s ' $libs) "$root/usr/lib/rnicd/"
 strip --strip-unneeded "$root/usr/lib/rnicd/"*.so.1
 
 p=packaging
@@ -66,7 +70,8 @@ Description: software RoCEv2 RDMA NIC
  rnicd is a RoCEv2 RDMA NIC in pure Go: a daemon per device (rnicd, with
  the systemd unit rnicd@.service), the rnic tools (perftest, ibverbs and
  rdma tools re-made on it), and drop-in libibverbs.so.1 and librdmacm.so.1
- under /usr/lib/rnicd, which programs load with LD_LIBRARY_PATH or,
+ (with stand-ins of libmlx5.so.1 and libefa.so.1 for programs linked to
+ them) under /usr/lib/rnicd, which programs load with LD_LIBRARY_PATH or,
  system-wide, with the ld.so configuration in /usr/share/rnicd.
 CONTROL
 # The unit is installed but neither enabled nor started: each device needs

@@ -160,7 +160,7 @@ func TestDebContents(t *testing.T) {
 		}
 		e.Close()
 	}
-	for _, lib := range []string{"libibverbs.so.1", "librdmacm.so.1"} {
+	for _, lib := range []string{"libibverbs.so.1", "librdmacm.so.1", "libmlx5.so.1", "libefa.so.1"} {
 		e, err := elf.Open(filepath.Join(root, "usr/lib/rnicd", lib))
 		if err != nil {
 			t.Fatal(err)
@@ -200,6 +200,8 @@ var packageFiles = map[string]string{
 	"/usr/bin/rnic":                                exe,
 	"/usr/lib/rnicd/libibverbs.so.1":               doc,
 	"/usr/lib/rnicd/librdmacm.so.1":                doc,
+	"/usr/lib/rnicd/libmlx5.so.1":                  doc,
+	"/usr/lib/rnicd/libefa.so.1":                   doc,
 	"/lib/systemd/system/rnicd@.service":           doc,
 	"/usr/share/man/man8/rnicd.8.gz":               doc,
 	"/usr/share/man/man8/rnic.8.gz":                doc,
@@ -437,6 +439,14 @@ func TestUnitStartsInNetns(t *testing.T) {
 	out, err = in(append(clean[1:], "PATH="+filepath.Join(root, "usr/bin")+":/usr/bin:/bin"), bash, "--norc", "--noprofile", "-c", script).CombinedOutput()
 	if err != nil || strings.TrimSpace(string(out)) != dev {
 		t.Errorf("completing rnic ibv_devinfo -d in %s: %v, %q, want %q", ns, err, out, dev)
+	}
+	// Debian's perftest links libmlx5 and libefa: with the package's
+	// directory first it loads (no rdma-core provider asking for a private
+	// symbol the package's libibverbs lacks) and gets to its usage.
+	perf := debtest.Ensure(t, "ib_write_bw", "perftest")
+	out, _ = in(append(clean, "LD_LIBRARY_PATH="+filepath.Join(root, "usr/lib/rnicd")), perf, "-h").CombinedOutput()
+	if !strings.HasPrefix(string(out), "Usage:") || strings.Contains(string(out), "symbol lookup error") {
+		t.Errorf("Debian's ib_write_bw -h on the installed libraries:\n%s", out)
 	}
 	// Debian's ibv_devinfo on the package's libibverbs, chosen per program
 	// as the ld.so opt-in would choose it for all.
