@@ -78,10 +78,12 @@ static void get_ring_reply(struct buf *b, struct ring_reply *r)
 	}
 }
 
-/* ring_ok checks a ring the daemon described lies in the memory mapped. */
+/* ring_ok checks a ring the daemon described lies in the memory mapped.
+ * A ring of 0 slots (a QP's queue of 0 WRs) is its header alone: every
+ * post finds it full before a slot is computed. */
 static int ring_ok(struct ring_desc *d, size_t memlen)
 {
-	return d->slots > 0 && (uint64_t)d->off + d->size <= memlen &&
+	return (uint64_t)d->off + d->size <= memlen &&
 	       RING_HEADER + (uint64_t)d->slots * d->slot_bytes <= d->size;
 }
 

@@ -138,6 +138,38 @@ int main(int argc, char **argv)
 	check(ibv_get_cq_event(ch, &ev_cq, &ev_ctx) == -1 && errno == EAGAIN, "event taken: ibv_get_cq_event fails with EAGAIN");
 	check(!readable(ch->fd, 0), "event taken: the fd is not readable");
 
+	/* Queues of 0 WRs, as rxe and mlx5 allow (qperf's bandwidth tests
+	 * ask for them): the QP is made, reports 0, and posting to the empty
+	 * side fails with ENOMEM as to a full queue. */
+	struct ibv_qp_init_attr za = {.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,
+				      .cap = {.max_send_wr = 4, .max_recv_wr = 0, .max_send_sge = 1, .max_recv_sge = 1}};
+	struct ibv_qp *norecv = ibv_create_qp(pd, &za);
+	za.qp_type = IBV_QPT_UD; /* it must reach RTS to post a send */
+	za.cap = (struct ibv_qp_cap){.max_send_wr = 0, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1};
+	struct ibv_qp *nosend = ibv_create_qp(pd, &za);
+	check(norecv && nosend, "QPs of 0 receive WRs and of 0 send WRs: created");
+	if (norecv && nosend) {
+		struct ibv_qp_attr qa2;
+		struct ibv_qp_init_attr qi;
+		int q1 = ibv_query_qp(norecv, &qa2, IBV_QP_CAP, &qi) == 0 && qi.cap.max_recv_wr == 0 && qi.cap.max_send_wr >= 4;
+		int q2 = ibv_query_qp(nosend, &qa2, IBV_QP_CAP, &qi) == 0 && qi.cap.max_send_wr == 0 && qi.cap.max_recv_wr >= 4;
+		check(q1 && q2, "QPs of 0 WRs: ibv_query_qp reports 0");
+		a = (struct ibv_qp_attr){.qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = 1};
+		int m = ibv_modify_qp(norecv, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+		a.qkey = 0x11111111;
+		m |= ibv_modify_qp(nosend, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY);
+		a = (struct ibv_qp_attr){.qp_state = IBV_QPS_RTR};
+		m |= ibv_modify_qp(nosend, &a, IBV_QP_STATE);
+		a = (struct ibv_qp_attr){.qp_state = IBV_QPS_RTS, .sq_psn = 0};
+		m |= ibv_modify_qp(nosend, &a, IBV_QP_STATE | IBV_QP_SQ_PSN);
+		struct ibv_recv_wr *bz = NULL;
+		struct ibv_send_wr *bs = NULL;
+		int r1 = ibv_post_recv(norecv, &rwr, &bz), r2 = ibv_post_send(nosend, &swr, &bs);
+		check(!m && r1 == ENOMEM && bz == &rwr && r2 == ENOMEM && bs == &swr, "QPs of 0 WRs: posting fails with ENOMEM");
+		ibv_destroy_qp(norecv);
+		ibv_destroy_qp(nosend);
+	}
+
 	ibv_destroy_qp(qp);
 	ibv_destroy_ah(ah);
 	ibv_dereg_mr(mr);

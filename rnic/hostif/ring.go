@@ -65,8 +65,12 @@ func RingBytes(n, size uint32) uint64 { return RingHeader + uint64(n)*uint64(siz
 
 // NewRing views mem as a ring of n slots of size bytes; mem must be
 // RingBytes(n, size) long.
+//
+// A ring of 0 slots (a work queue of 0 WRs) is a header alone: any WQE
+// its producer index claims is past the ring (countWQEs), so no slot is
+// ever read, and a CQ of 0 slots overruns at its first completion.
 func NewRing(mem []byte, n, size uint32) (*Ring, error) {
-	if n == 0 || size == 0 || uint64(len(mem)) < RingBytes(n, size) {
+	if size == 0 || uint64(len(mem)) < RingBytes(n, size) {
 		return nil, fmt.Errorf("hostif: %d bytes hold no ring of %d slots of %d bytes", len(mem), n, size)
 	}
 	r := &Ring{mem: mem[:RingBytes(n, size)], Slots: n, SlotBytes: size}

@@ -288,9 +288,13 @@ func New(cfg Config) (*QP, error) {
 		return nil, fmt.Errorf("qpmgr: QP type %d not supported", cfg.Type)
 	}
 	c := cfg.Caps
-	if c.MaxSendWR < 1 || c.MaxSendWR > ib.MaxQPWR || c.MaxSendSGE < 0 || c.MaxSendSGE > ib.MaxSGE ||
+	// A queue of 0 WRs is allowed, as rxe and mlx5 allow it: a QP that
+	// only sends (qperf's bandwidth tests) or only receives asks for no
+	// room on the other side. Posting to it fails (ErrQueueFull), and a
+	// SEND that finds no receive is answered with an RNR NAK.
+	if c.MaxSendWR < 0 || c.MaxSendWR > ib.MaxQPWR || c.MaxSendSGE < 0 || c.MaxSendSGE > ib.MaxSGE ||
 		c.MaxRecvSGE < 0 || c.MaxRecvSGE > ib.MaxSGE || c.MaxInlineData < 0 || c.MaxInlineData > ib.MaxInlineData ||
-		(cfg.SRQ == nil && (c.MaxRecvWR < 1 || c.MaxRecvWR > ib.MaxQPWR)) {
+		(cfg.SRQ == nil && (c.MaxRecvWR < 0 || c.MaxRecvWR > ib.MaxQPWR)) {
 		return nil, fmt.Errorf("qpmgr: QP caps %+v outside the device limits", c)
 	}
 	if ib.MTUFromBytes(cfg.PortMTU) == 0 {
