@@ -35,9 +35,7 @@ CGO_ENABLED=0 go build -o "$root/usr/bin/rnic" ./cmd/rnic
 # The libmlx5 and libefa stand-ins too: Debian's perftest, UCX and
 # libfabric link the providers, and rdma-core's need its private ABI,
 # which clib's libibverbs lacks (the program stops at load).
-libs="libibverbs.so.1 librdmacm.so.1 libmlx5.so.1 libefa.so.1"
-make -s -C clib $(printf 'build/%s ' $libs)
-install -m 0644 $(printf 'clib/build/%s ' $libs) "$root/usr/lib/rnicd/"
+make -s -C clib install DESTDIR="$root" PREFIX=/usr
 strip --strip-unneeded "$root/usr/lib/rnicd/"*.so.1
 
 p=packaging
