@@ -21,6 +21,14 @@
  * agent moved it: ucma_process_conn_resp's work); REJECTED moves the QP
  * to ERR (ucma_modify_qp_err) and its status is the REJ reason; no other
  * event touches the QP.
+ *
+ * rnicd has no request that moves a CM ID to another CM channel, so
+ * rdma_migrate_id (and a synchronous ID, which is one on a private
+ * channel, cma.c's sync) leaves the ID's events arriving on the channel
+ * it was made on, its home: whoever waits on any channel fetches the
+ * events of every channel and hands each to the channel its ID is on
+ * now, whose fd then watches the home's wake pipes too. That is why one
+ * lock guards them all: an event crosses channels on its way.
  */
 #include <fcntl.h>
 #include <poll.h>
@@ -31,6 +39,15 @@
 #include <unistd.h>
 
 #include "cma.h"
+
+/* lib_mu guards every channel and ID (cma.c's per-ID locks would need
+ * an order across channels; a process makes a few CM calls per
+ * connection); channels lists them all for fetch. */
+static pthread_mutex_t lib_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct cm_channel *channels;
+
+void cm_lock(void) { pthread_mutex_lock(&lib_mu); }
+void cm_unlock(void) { pthread_mutex_unlock(&lib_mu); }
 
 /* The daemon's event types (rnic/cm EventType) as rdma_cm's. */
 static int cm_type(uint8_t t)
@@ -72,20 +89,24 @@ EXPORT struct rdma_event_channel *rdma_create_event_channel(void)
 		errno = err;
 		return NULL;
 	}
-	pthread_mutex_init(&ch->mu, NULL);
+	for (int i = 0; i < MAX_DEVS; i++)
+		ch->wake[i] = -1;
+	cm_lock();
+	ch->next = channels;
+	channels = ch;
+	cm_unlock();
 	return &ch->ch;
 }
 
-/* rdma_destroy_event_channel: the program destroyed the channel's IDs
- * and acked its events first (rdma_cma.h). A thread still blocked in
- * rdma_get_cm_event on it (rping's CM thread at exit) stays blocked, as
- * in a read of the kernel's closed rdma_cm file; the channel's memory
- * and fd are left to it. */
-EXPORT void rdma_destroy_event_channel(struct rdma_event_channel *channel)
+/* teardown ends a closed channel that is home to no ID: its CM
+ * channels in rnicd, its queue, its place in the list; it returns
+ * whether the memory and fds may go too (no thread waits in it). Under
+ * lib_mu. */
+static int teardown(struct cm_channel *ch)
 {
-	struct cm_channel *ch = to_channel(channel);
-	pthread_mutex_lock(&ch->mu);
-	ch->closed = 1;
+	if (!ch->closed || ch->ids || ch->gone)
+		return 0;
+	ch->gone = 1;
 	for (int i = 0; i < devs_count(); i++) {
 		if (!ch->h[i])
 			continue;
@@ -94,29 +115,53 @@ EXPORT void rdma_destroy_event_channel(struct rdma_event_channel *channel)
 		put32(&req, ch->h[i]);
 		cm_call(dev_at(i), K_CM_DESTROY_CHANNEL, &req, -1, &rep);
 		ch->h[i] = 0;
-		epoll_ctl(ch->ch.fd, EPOLL_CTL_DEL, ch->wake[i], NULL);
-		close(ch->wake[i]);
+		close(ch->wake[i]); /* which takes it out of every epoll set watching it */
 		ch->wake[i] = -1;
 	}
-	int keep = ch->waiters > 0;
+	for (struct cm_channel **p = &channels; *p; p = &(*p)->next) {
+		if (*p == ch) {
+			*p = ch->next;
+			break;
+		}
+	}
 	struct cm_event *e = ch->head;
 	ch->head = ch->tail = NULL;
-	pthread_mutex_unlock(&ch->mu);
 	while (e) {
 		struct cm_event *n = e->next;
 		free(e);
 		e = n;
 	}
-	if (!keep) {
-		close(ch->ch.fd);
-		close(ch->efd);
-		pthread_mutex_destroy(&ch->mu);
-		free(ch);
-	}
+	return ch->waiters == 0;
+}
+
+/* channel_free frees what teardown let go. */
+void channel_free(struct cm_channel *ch)
+{
+	close(ch->ch.fd);
+	close(ch->efd);
+	free(ch);
+}
+
+/* rdma_destroy_event_channel: the program destroyed the channel's IDs
+ * and acked its events first (rdma_cma.h). A thread still blocked in
+ * rdma_get_cm_event on it (rping's CM thread at exit) stays blocked, as
+ * in a read of the kernel's closed rdma_cm file; the channel's memory
+ * and fd are left to it. IDs made on it and migrated away keep it, out
+ * of the program's sight, until they go. */
+EXPORT void rdma_destroy_event_channel(struct rdma_event_channel *channel)
+{
+	struct cm_channel *ch = to_channel(channel);
+	cm_lock();
+	ch->closed = 1;
+	int done = teardown(ch);
+	cm_unlock();
+	if (done)
+		channel_free(ch);
 }
 
 /* channel_on returns the channel's CM channel on d's rnicd, creating it
- * and watching its wake pipe; ch->mu is held. */
+ * and watching its wake pipe (from the channels its migrated IDs are on
+ * too); lib_mu is held. */
 int channel_on(struct cm_channel *ch, struct cm_dev *d, uint32_t *h)
 {
 	int i = dev_index(d);
@@ -142,6 +187,9 @@ int channel_on(struct cm_channel *ch, struct cm_dev *d, uint32_t *h)
 		}
 		ch->h[i] = hh;
 		ch->wake[i] = wake;
+		for (struct cm_id *c = ch->ids; c; c = c->next)
+			if (c->ch != ch)
+				epoll_ctl(c->ch->ch.fd, EPOLL_CTL_ADD, wake, &ev); /* EEXIST: watched */
 	}
 	*h = ch->h[i];
 	return 0;
@@ -175,38 +223,33 @@ void queue_event(struct cm_channel *ch, struct cm_id *id, enum rdma_cm_event_typ
 	e->ev.id = &id->id;
 	e->ev.event = type;
 	e->ev.status = status;
-	pthread_mutex_lock(&ch->mu);
+	cm_lock();
 	append(ch, e);
-	pthread_mutex_unlock(&ch->mu);
+	cm_unlock();
 	signal_fd(ch);
 }
 
 void channel_add(struct cm_channel *ch, struct cm_id *id)
 {
-	pthread_mutex_lock(&ch->mu);
+	cm_lock();
 	id->next = ch->ids;
 	ch->ids = id;
-	pthread_mutex_unlock(&ch->mu);
+	cm_unlock();
 }
 
-/* channel_remove takes id off the channel once the program acked its
- * events; ch->mu is held. */
-void channel_remove(struct cm_channel *ch, struct cm_id *id)
+/* take_events takes off ch's queue the events of id (and connect
+ * requests to it, when it listens) into a list of their own, in order;
+ * lib_mu is held. */
+static struct cm_event *take_events(struct cm_channel *ch, struct cm_id *id)
 {
-	while (id->events > 0)
-		pthread_cond_wait(&id->acked, &ch->mu);
-	for (struct cm_id **p = &ch->ids; *p; p = &(*p)->next) {
-		if (*p == id) {
-			*p = id->next;
-			break;
-		}
-	}
-	/* Events queued for it and not handed out yet go with it. */
+	struct cm_event *out = NULL, **tail = &out;
 	for (struct cm_event **p = &ch->head; *p;) {
 		struct cm_event *e = *p;
 		if (e->id == id || e->ev.listen_id == &id->id) {
 			*p = e->next;
-			free(e);
+			e->next = NULL;
+			*tail = e;
+			tail = &e->next;
 		} else {
 			p = &e->next;
 		}
@@ -214,6 +257,74 @@ void channel_remove(struct cm_channel *ch, struct cm_id *id)
 	ch->tail = NULL;
 	for (struct cm_event *e = ch->head; e; e = e->next)
 		ch->tail = e;
+	return out;
+}
+
+/* channel_remove takes id off its home once the program acked its
+ * events, and drops the events queued for it; it returns its home when
+ * that is now to be freed (channel_free, after lib_mu). */
+struct cm_channel *channel_remove(struct cm_id *id)
+{
+	cm_lock();
+	while (id->events > 0)
+		pthread_cond_wait(&id->acked, &lib_mu);
+	struct cm_channel *home = id->home;
+	for (struct cm_id **p = &home->ids; *p; p = &(*p)->next) {
+		if (*p == id) {
+			*p = id->next;
+			break;
+		}
+	}
+	struct cm_event *e = take_events(id->ch, id);
+	while (e) {
+		struct cm_event *n = e->next;
+		free(e);
+		e = n;
+	}
+	int done = teardown(home);
+	cm_unlock();
+	return done ? home : NULL;
+}
+
+/* channel_move puts id on channel to (rdma_migrate_id): its queued
+ * events go along; an ID not yet made in rnicd changes home too, and
+ * one that was keeps its home, whose wake pipes to's fd now watches. A
+ * listener's connect requests not yet handed out go with it, and their
+ * new IDs. */
+void channel_move(struct cm_id *id, struct cm_channel *to)
+{
+	cm_lock();
+	struct cm_channel *from = id->ch;
+	struct cm_event *e = take_events(from, id);
+	int any = e != NULL;
+	while (e) {
+		struct cm_event *n = e->next;
+		if (e->id != id)
+			e->id->ch = to, e->id->id.channel = &to->ch;
+		append(to, e);
+		e = n;
+	}
+	if (!id->h && !id->wild) {
+		for (struct cm_id **p = &id->home->ids; *p; p = &(*p)->next) {
+			if (*p == id) {
+				*p = id->next;
+				break;
+			}
+		}
+		id->next = to->ids;
+		to->ids = id;
+		id->home = to;
+	} else if (id->home != to) {
+		struct epoll_event ev = {.events = EPOLLIN};
+		for (int i = 0; i < devs_count(); i++)
+			if (id->home->h[i])
+				epoll_ctl(to->ch.fd, EPOLL_CTL_ADD, id->home->wake[i], &ev); /* EEXIST: watched */
+	}
+	id->ch = to;
+	id->id.channel = &to->ch;
+	cm_unlock();
+	if (any)
+		signal_fd(to);
 }
 
 struct cm_id *id_alloc(struct cm_channel *ch, void *context, enum rdma_port_space ps)
@@ -222,6 +333,7 @@ struct cm_id *id_alloc(struct cm_channel *ch, void *context, enum rdma_port_spac
 	if (!c)
 		return NULL;
 	c->ch = ch;
+	c->home = ch;
 	c->id.channel = &ch->ch;
 	c->id.context = context;
 	c->id.ps = ps;
@@ -231,7 +343,7 @@ struct cm_id *id_alloc(struct cm_channel *ch, void *context, enum rdma_port_spac
 	return c;
 }
 
-/* find_id is the channel's ID that is CM ID h on device i; ch->mu held. */
+/* find_id is the ID homed on ch that is CM ID h on device i; lib_mu held. */
 static struct cm_id *find_id(struct cm_channel *ch, int i, uint32_t h, int listener)
 {
 	for (struct cm_id *c = ch->ids; c; c = c->next) {
@@ -312,11 +424,12 @@ static void event_param(struct cm_event *e, enum rdma_port_space ps, const struc
 }
 
 /* connect_request makes the new cm_id of a connect request to listener
- * l (cma.c ucma_process_conn_req); ch->mu is held. */
+ * l, homed on l's home ch and on l's channel (cma.c
+ * ucma_process_conn_req); lib_mu is held. */
 static struct cm_event *connect_request(struct cm_channel *ch, struct cm_dev *d, struct cm_id *l,
 					const struct wire_event *w)
 {
-	struct cm_id *c = id_alloc(ch, l->id.context, l->id.ps);
+	struct cm_id *c = id_alloc(l->ch, l->id.context, l->id.ps);
 	struct cm_event *e = calloc(1, sizeof(*e));
 	if (!c || !e) {
 		free(c);
@@ -326,6 +439,7 @@ static struct cm_event *connect_request(struct cm_channel *ch, struct cm_dev *d,
 	}
 	id_bind_dev(c, d);
 	c->h = w->id;
+	c->home = ch;
 	c->state = ID_CONNECTING;
 	/* The cma_hdr (wire/mad/cma.go): version 0, IP version in the top
 	 * nibble, the peer's port, its address, the address it connected to. */
@@ -363,7 +477,7 @@ static struct cm_event *connect_request(struct cm_channel *ch, struct cm_dev *d,
 }
 
 /* convert turns the daemon's event into rdma_cm's, or NULL for an event
- * of an ID the program destroyed meanwhile; ch->mu is held. */
+ * of an ID the program destroyed meanwhile; lib_mu is held. */
 static struct cm_event *convert(struct cm_channel *ch, int i, const struct wire_event *w)
 {
 	struct cm_dev *d = dev_at(i);
@@ -425,46 +539,55 @@ static struct cm_event *convert(struct cm_channel *ch, int i, const struct wire_
 	return e;
 }
 
-/* fetch moves every event the rnicds hold for the channel into its
- * queue; ch->mu is held. */
-static int fetch(struct cm_channel *ch)
+/* fetch moves every event the rnicds hold for any channel into the
+ * queue of the channel its ID is on now, and signals those other than
+ * self; lib_mu is held. */
+static int fetch(struct cm_channel *self)
 {
 	static __thread uint8_t r[MAX_MSG];
-	for (int i = 0; i < devs_count(); i++) {
-		while (ch->h[i]) {
-			uint8_t b[4];
-			struct buf req = {.p = b, .len = 4}, rep = {.p = r, .len = sizeof(r)};
-			put32(&req, ch->h[i]);
-			int err = cm_call(dev_at(i), K_CM_GET_EVENT, &req, -1, &rep);
-			if (err)
-				return err;
-			struct wire_event w;
-			if (decode_event(&rep, &w)) {
-				rnic_log("rdma_get_cm_event: rnicd's event does not decode");
-				return EPROTO;
+	for (struct cm_channel *ch = channels; ch; ch = ch->next) {
+		for (int i = 0; i < devs_count(); i++) {
+			while (ch->h[i]) {
+				uint8_t b[4];
+				struct buf req = {.p = b, .len = 4}, rep = {.p = r, .len = sizeof(r)};
+				put32(&req, ch->h[i]);
+				int err = cm_call(dev_at(i), K_CM_GET_EVENT, &req, -1, &rep);
+				if (err)
+					return err;
+				struct wire_event w;
+				if (decode_event(&rep, &w)) {
+					rnic_log("rdma_get_cm_event: rnicd's event does not decode");
+					return EPROTO;
+				}
+				if (w.type == 0)
+					break;
+				struct cm_event *e = convert(ch, i, &w);
+				if (!e)
+					continue;
+				append(e->id->ch, e);
+				if (e->id->ch != self)
+					signal_fd(e->id->ch);
 			}
-			if (w.type == 0)
-				break;
-			struct cm_event *e = convert(ch, i, &w);
-			if (e)
-				append(ch, e);
 		}
 	}
 	return 0;
 }
 
-/* drain empties the eventfd and the daemons' wake pipes (all
- * non-blocking) without waiting; ch->mu is held. */
-static void drain(struct cm_channel *ch)
+/* drain empties the channel's eventfd and every wake pipe (all
+ * non-blocking) without waiting; lib_mu is held. Another channel's
+ * eventfd is its own to drain: it says its queue holds events. */
+static void drain(struct cm_channel *self)
 {
 	uint64_t v;
-	if (read(ch->efd, &v, sizeof(v)) < 0) {
+	if (read(self->efd, &v, sizeof(v)) < 0) {
 		/* EAGAIN: nothing to drain */
 	}
-	for (int i = 0; i < devs_count(); i++) {
-		uint8_t b[512];
-		if (ch->h[i] && read(ch->wake[i], b, sizeof(b)) < 0) {
-			/* EAGAIN: nothing to drain */
+	for (struct cm_channel *ch = channels; ch; ch = ch->next) {
+		for (int i = 0; i < devs_count(); i++) {
+			uint8_t b[512];
+			if (ch->h[i] && read(ch->wake[i], b, sizeof(b)) < 0) {
+				/* EAGAIN: nothing to drain */
+			}
 		}
 	}
 }
@@ -475,13 +598,13 @@ EXPORT int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_cm_
 		return cm_err(EINVAL);
 	struct cm_channel *ch = to_channel(channel);
 	int nonblock = fcntl(ch->ch.fd, F_GETFL) & O_NONBLOCK;
-	pthread_mutex_lock(&ch->mu);
+	cm_lock();
 	ch->waiters++;
 	for (;;) {
 		if (ch->closed) {
 			/* Destroyed under a waiting thread: it waits on, as
 			 * on the kernel's file. */
-			pthread_mutex_unlock(&ch->mu);
+			cm_unlock();
 			for (;;)
 				poll(NULL, 0, -1);
 		}
@@ -500,19 +623,19 @@ EXPORT int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_cm_
 			if (e->ev.listen_id)
 				to_id(e->ev.listen_id)->events++;
 			ch->waiters--;
-			pthread_mutex_unlock(&ch->mu);
+			cm_unlock();
 			*event = &e->ev;
 			return 0;
 		}
 		if (err || nonblock) {
 			ch->waiters--;
-			pthread_mutex_unlock(&ch->mu);
+			cm_unlock();
 			return cm_err(err ? err : EAGAIN);
 		}
-		pthread_mutex_unlock(&ch->mu);
+		cm_unlock();
 		struct pollfd p = {.fd = ch->ch.fd, .events = POLLIN};
 		poll(&p, 1, -1);
-		pthread_mutex_lock(&ch->mu);
+		cm_lock();
 	}
 }
 
@@ -521,15 +644,14 @@ EXPORT int rdma_ack_cm_event(struct rdma_cm_event *event)
 	if (!event)
 		return cm_err(EINVAL);
 	struct cm_event *e = (struct cm_event *)event;
-	struct cm_channel *ch = e->id->ch;
-	pthread_mutex_lock(&ch->mu);
+	cm_lock();
 	e->id->events--;
 	pthread_cond_broadcast(&e->id->acked);
 	if (event->listen_id) {
 		to_id(event->listen_id)->events--;
 		pthread_cond_broadcast(&to_id(event->listen_id)->acked);
 	}
-	pthread_mutex_unlock(&ch->mu);
+	cm_unlock();
 	free(e);
 	return 0;
 }

@@ -99,7 +99,17 @@ struct cm_id {
 	 * for them, as cma.c's does. Under ch->mu. */
 	int events;
 	pthread_cond_t acked;
-	struct cm_id *next; /* in ch->ids */
+	struct cm_id *next; /* in home->ids */
+	/* home: the channel whose CM channels rnicd delivers its events on
+	 * (rnicd has no migrate request); ch is where rdma_migrate_id put
+	 * it, the channel its events are handed out on. Equal unless
+	 * migrated after the ID was made in rnicd. */
+	struct cm_channel *home;
+	/* A synchronous ID (rdma_create_id without a channel, cma.c's
+	 * sync): a private channel, and each call that makes an event waits
+	 * for it (id.event holds it until the next). */
+	int sync;
+	struct ibv_qp_init_attr *qp_init_attr; /* a passive rdma_create_ep's: for rdma_get_request's IDs */
 };
 
 static inline struct cm_id *to_id(struct rdma_cm_id *id) { return (struct cm_id *)id; }
@@ -121,21 +131,29 @@ struct cm_event {
 struct cm_channel {
 	struct rdma_event_channel ch;
 	int efd;
-	pthread_mutex_t mu;
 	uint32_t h[MAX_DEVS]; /* its CM channel on dev_at(i); 0: none yet */
 	int wake[MAX_DEVS];   /* that CM channel's wake pipe (when h[i] != 0) */
 	struct cm_event *head, *tail; /* events fetched or made, not yet given */
+	/* The IDs made in rnicd on this channel's CM channels (their home):
+	 * their events arrive here wherever rdma_migrate_id moved them. A
+	 * channel the program destroyed lives on, closed, until the last of
+	 * them is destroyed. */
 	struct cm_id *ids;
-	int waiters, closed;
+	int waiters, closed, gone;
+	struct cm_channel *next; /* in the library's list */
 };
 
 static inline struct cm_channel *to_channel(struct rdma_event_channel *c) { return (struct cm_channel *)c; }
 
-/* channel.c */
+/* channel.c. cm_lock guards every channel and ID of the library. */
+void cm_lock(void);
+void cm_unlock(void);
 int channel_on(struct cm_channel *ch, struct cm_dev *d, uint32_t *h);
 void queue_event(struct cm_channel *ch, struct cm_id *id, enum rdma_cm_event_type type, int status);
 void channel_add(struct cm_channel *ch, struct cm_id *id);
-void channel_remove(struct cm_channel *ch, struct cm_id *id);
+struct cm_channel *channel_remove(struct cm_id *id);
+void channel_free(struct cm_channel *ch);
+void channel_move(struct cm_id *id, struct cm_channel *to);
 struct cm_id *id_alloc(struct cm_channel *ch, void *context, enum rdma_port_space ps);
 
 /* id.c */

@@ -11,6 +11,11 @@
  * every device. Address and route resolution have nothing to wait for
  * on RoCEv2 (the GID is the IP address, the path is the port's), so
  * their events are queued at once.
+ *
+ * A synchronous ID (rdma_create_id without a channel) is one on a
+ * private channel whose calls wait for the event they make and return
+ * its result (sync_complete), as cma.c's ucma_complete: rdma_create_ep,
+ * rdma_get_request and rdma_server/rdma_client are built on them.
  */
 #include <arpa/inet.h>
 #include <stdlib.h>
@@ -68,30 +73,79 @@ void id_set_route(struct cm_id *c, const struct sockaddr *dst)
 	c->id.route.num_paths = 1;
 }
 
+/* sync_complete waits, on a synchronous ID, for the event the call
+ * just made (acking the one before), and turns its status into the
+ * call's result as ucma_complete does: a REJECTED is ECONNREFUSED. */
+static int sync_complete(struct cm_id *c)
+{
+	if (!c->sync)
+		return 0;
+	if (c->id.event) {
+		rdma_ack_cm_event(c->id.event);
+		c->id.event = NULL;
+	}
+	if (rdma_get_cm_event(c->id.channel, &c->id.event))
+		return -1;
+	struct rdma_cm_event *e = c->id.event;
+	if (!e->status)
+		return 0;
+	if (e->event == RDMA_CM_EVENT_REJECTED)
+		return cm_err(ECONNREFUSED);
+	return cm_err(e->status < 0 ? -e->status : e->status);
+}
+
 EXPORT int rdma_create_id(struct rdma_event_channel *channel, struct rdma_cm_id **id, void *context,
 			  enum rdma_port_space ps)
 {
-	if (!channel || !id)
+	if (!id)
 		return cm_err(EINVAL);
 	if (ps != RDMA_PS_TCP && ps != RDMA_PS_UDP) {
 		rnic_log("rdma_create_id: port space 0x%x is not built; rnicd's rdma_cm has RDMA_PS_TCP (RC) and RDMA_PS_UDP (UD)",
 			 ps);
 		return cm_err(ENOSYS);
 	}
+	int sync = !channel;
+	if (sync && !(channel = rdma_create_event_channel()))
+		return -1;
 	struct cm_channel *ch = to_channel(channel);
 	struct cm_id *c = id_alloc(ch, context, ps);
-	if (!c)
+	if (!c) {
+		if (sync)
+			rdma_destroy_event_channel(channel);
 		return cm_err(ENOMEM);
+	}
+	c->sync = sync;
 	channel_add(ch, c);
 	*id = &c->id;
+	return 0;
+}
+
+EXPORT int rdma_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel *channel)
+{
+	struct cm_id *c = to_id(id);
+	int sync = !channel;
+	if (sync && c->sync)
+		return cm_err(EINVAL); /* already on a private channel */
+	if (sync && !(channel = rdma_create_event_channel()))
+		return -1;
+	struct cm_channel *old = c->ch;
+	int was_sync = c->sync;
+	if (was_sync && c->id.event) {
+		rdma_ack_cm_event(c->id.event);
+		c->id.event = NULL;
+	}
+	channel_move(c, to_channel(channel));
+	c->sync = sync;
+	if (was_sync && old != c->ch)
+		rdma_destroy_event_channel(&old->ch);
 	return 0;
 }
 
 /* make_remote makes the ID in d's rnicd (its CM ID there: *h). */
 static int make_remote(struct cm_id *c, struct cm_dev *d, uint32_t *h)
 {
-	struct cm_channel *ch = c->ch;
-	pthread_mutex_lock(&ch->mu);
+	struct cm_channel *ch = c->home;
+	cm_lock();
 	uint32_t chh = 0;
 	int err = channel_on(ch, d, &chh);
 	if (!err) {
@@ -103,17 +157,18 @@ static int make_remote(struct cm_id *c, struct cm_dev *d, uint32_t *h)
 		if (!err && (rep.bad || !*h))
 			err = EPROTO;
 	}
-	pthread_mutex_unlock(&ch->mu);
+	cm_unlock();
 	return err;
 }
 
 EXPORT int rdma_destroy_id(struct rdma_cm_id *id)
 {
 	struct cm_id *c = to_id(id);
-	struct cm_channel *ch = c->ch;
-	pthread_mutex_lock(&ch->mu);
-	channel_remove(ch, c);
-	pthread_mutex_unlock(&ch->mu);
+	if (c->id.event) {
+		rdma_ack_cm_event(c->id.event);
+		c->id.event = NULL;
+	}
+	struct cm_channel *ch = c->ch, *home = channel_remove(c);
 	/* The daemon ends what the ID had: a DREQ for a connection, a REJ
 	 * for one under way, the listen. */
 	if (c->h)
@@ -121,7 +176,12 @@ EXPORT int rdma_destroy_id(struct rdma_cm_id *id)
 	for (int i = 0; c->wild && i < devs_count(); i++)
 		if (c->lh[i])
 			cm_destroy_id(dev_at(i), c->lh[i]);
+	if (home)
+		channel_free(home);
+	if (c->sync)
+		rdma_destroy_event_channel(&ch->ch);
 	pthread_cond_destroy(&c->acked);
+	free(c->qp_init_attr);
 	free(c);
 	return 0;
 }
@@ -212,7 +272,7 @@ EXPORT int rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src_addr, s
 	id_set_route(c, dst_addr);
 	c->state = ID_ADDR_RESOLVED;
 	queue_event(c->ch, c, RDMA_CM_EVENT_ADDR_RESOLVED, 0);
-	return 0;
+	return sync_complete(c);
 }
 
 EXPORT int rdma_resolve_route(struct rdma_cm_id *id, int timeout_ms)
@@ -223,7 +283,7 @@ EXPORT int rdma_resolve_route(struct rdma_cm_id *id, int timeout_ms)
 		return cm_err(EINVAL);
 	c->state = ID_ROUTE_RESOLVED;
 	queue_event(c->ch, c, RDMA_CM_EVENT_ROUTE_RESOLVED, 0);
-	return 0;
+	return sync_complete(c);
 }
 
 /* service_id is the CM service ID of an rdma_cm port: the port space in
@@ -366,7 +426,7 @@ EXPORT int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *p)
 	if ((err = cm_call(c->dev, K_CM_CONNECT, &req, -1, &rep)))
 		return cm_err(err);
 	c->state = ID_CONNECTING;
-	return 0;
+	return sync_complete(c);
 }
 
 EXPORT int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *p)
@@ -395,7 +455,7 @@ EXPORT int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *p)
 	 * cma.c's rdma_accept does: the program may post sends now. */
 	if (!ud)
 		rnicd_qp_sync(c->id.qp);
-	return 0;
+	return sync_complete(c);
 }
 
 static int send_data(struct cm_id *c, int k, uint16_t reason, const void *pd, size_t n, size_t max)
@@ -458,7 +518,9 @@ EXPORT int rdma_disconnect(struct rdma_cm_id *id)
 		if (send_data(c, K_CM_DISCONNECT, 0, NULL, 0, DREQ_PRIVATE))
 			return -1;
 		c->state = ID_DISCONNECTED;
-		return 0;
+		/* A synchronous ID waits for its DISCONNECTED: the peer's DREP,
+		 * or its DREQ, which crossed ours. */
+		return sync_complete(c);
 	default:
 		return cm_err(EINVAL);
 	}

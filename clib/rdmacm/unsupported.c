@@ -16,18 +16,10 @@ static int nosys(const char *call, const char *why)
 	return cm_err(ENOSYS);
 }
 
-#define QP_SELF "the CM agent moves the QP; use rdma_create_qp"
 #define NO_SRQ "make the SRQ with ibv_create_srq"
-#define NO_MC "rnicd has no multicast"
-#define NO_RS "rsockets are not built"
+#define NO_MC "rnicd has no multicast groups: its RoCEv2 port sends and receives unicast UDP only"
+#define NO_RS "rsockets (their own protocol over RC, librspreload) are not built"
 
-EXPORT int rdma_create_ep(struct rdma_cm_id **id, struct rdma_addrinfo *res, struct ibv_pd *pd,
-			  struct ibv_qp_init_attr *qp_init_attr)
-{
-	(void)id, (void)res, (void)pd, (void)qp_init_attr;
-	return nosys("rdma_create_ep", "use rdma_create_id, rdma_resolve_addr/rdma_bind_addr and rdma_create_qp");
-}
-EXPORT void rdma_destroy_ep(struct rdma_cm_id *id) { (void)id, nosys("rdma_destroy_ep", NULL); }
 EXPORT int rdma_create_srq(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_srq_init_attr *attr)
 {
 	(void)id, (void)pd, (void)attr;
@@ -39,11 +31,6 @@ EXPORT int rdma_create_srq_ex(struct rdma_cm_id *id, struct ibv_srq_init_attr_ex
 	return nosys("rdma_create_srq_ex", NO_SRQ);
 }
 EXPORT void rdma_destroy_srq(struct rdma_cm_id *id) { (void)id, nosys("rdma_destroy_srq", NO_SRQ); }
-EXPORT int rdma_get_request(struct rdma_cm_id *listen, struct rdma_cm_id **id)
-{
-	(void)listen, (void)id;
-	return nosys("rdma_get_request", "synchronous IDs (rdma_create_ep) are not built; use rdma_get_cm_event");
-}
 EXPORT int rdma_join_multicast(struct rdma_cm_id *id, struct sockaddr *addr, void *context)
 {
 	(void)id, (void)addr, (void)context;
@@ -59,25 +46,10 @@ EXPORT int rdma_leave_multicast(struct rdma_cm_id *id, struct sockaddr *addr)
 	(void)id, (void)addr;
 	return nosys("rdma_leave_multicast", NO_MC);
 }
-EXPORT int rdma_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel *channel)
-{
-	(void)id, (void)channel;
-	return nosys("rdma_migrate_id", NULL);
-}
 EXPORT int rdma_notify(struct rdma_cm_id *id, enum ibv_event_type event)
 {
 	(void)id, (void)event;
 	return nosys("rdma_notify", "the CM agent sees the RTU itself");
-}
-EXPORT int rdma_establish(struct rdma_cm_id *id)
-{
-	(void)id;
-	return nosys("rdma_establish", QP_SELF);
-}
-EXPORT int rdma_init_qp_attr(struct rdma_cm_id *id, struct ibv_qp_attr *qp_attr, int *qp_attr_mask)
-{
-	(void)id, (void)qp_attr, (void)qp_attr_mask;
-	return nosys("rdma_init_qp_attr", QP_SELF);
 }
 EXPORT int rdma_set_local_ece(struct rdma_cm_id *id, struct ibv_ece *ece)
 {

@@ -11,7 +11,8 @@
  * contexts (those the library opened). rdma_create_qp without a send CQ
  * makes one for the ID, and rdma_destroy_qp destroys it. A connect to PORT on DST_ADDR, where
  * nobody listens, ends in REJECTED with status 8 (REJ reason 8, invalid
- * service ID) and the QP in ERR. rdma_establish, not built, fails with
+ * service ID) and the QP in ERR. rdma_establish on an ID with a QP
+ * fails with EINVAL, as cma.c's; rdma_join_multicast, not built, with
  * ENOSYS. Each step prints one line; the last is PASS.
  */
 #include <arpa/inet.h>
@@ -137,9 +138,11 @@ int main(int argc, char **argv)
 	rdma_ack_cm_event(e);
 	printf("REJECTED, status 8 (nobody listens), the QP in ERR\n");
 
-	if (rdma_establish(id) != -1 || errno != ENOSYS)
+	if (rdma_establish(id) != -1 || errno != EINVAL)
 		fail("rdma_establish");
-	printf("rdma_establish: ENOSYS\n");
+	if (rdma_join_multicast(id, (struct sockaddr *)&dst, NULL) != -1 || errno != ENOSYS)
+		fail("rdma_join_multicast");
+	printf("rdma_establish: EINVAL; rdma_join_multicast: ENOSYS\n");
 
 	rdma_destroy_qp(id);
 	if (id->qp || id->send_cq || id->send_cq_channel)

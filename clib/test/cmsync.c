@@ -1,0 +1,228 @@
+/*
+ * cmsync SERVER_ADDR CLIENT_ADDR PORT: synchronous rdma_cm IDs and
+ * rdma_migrate_id on librdmacm.so.1 for rnicd.
+ *
+ * A server thread makes a passive synchronous endpoint on SERVER_ADDR
+ * (rdma_create_ep with QP attributes), listens, and takes the client's
+ * connect request with rdma_get_request: the new ID comes with its QP
+ * and the request's event (id->event), the client's address as its
+ * destination. rdma_accept returns once the connection is established
+ * (id->event is ESTABLISHED). The client, an ID on an event channel from
+ * CLIENT_ADDR, connects; a message goes each way, bytes checked. The
+ * client's ID then moves to a second channel (rdma_migrate_id); the
+ * server's rdma_disconnect returns with its DISCONNECTED, and the
+ * client's DISCONNECTED arrives on the second channel, none on the
+ * first. Each step prints one line; the last is PASS.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <rdma/rdma_cma.h>
+#include <semaphore.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void fail(const char *what)
+{
+	fprintf(stderr, "cmsync: %s (errno %d: %s)\n", what, errno, strerror(errno));
+	exit(1);
+}
+
+static struct rdma_cm_event *next(struct rdma_event_channel *ch, enum rdma_cm_event_type want)
+{
+	struct pollfd p = {.fd = ch->fd, .events = POLLIN};
+	if (poll(&p, 1, 10000) != 1)
+		fail("no event within 10 s");
+	struct rdma_cm_event *e;
+	if (rdma_get_cm_event(ch, &e))
+		fail("rdma_get_cm_event");
+	if (e->event != want) {
+		fprintf(stderr, "cmsync: %s (status %d), want %s\n", rdma_event_str(e->event), e->status,
+			rdma_event_str(want));
+		exit(1);
+	}
+	return e;
+}
+
+static void addr(const char *s, int port, struct sockaddr_in *a)
+{
+	memset(a, 0, sizeof(*a));
+	a->sin_family = AF_INET;
+	a->sin_port = htons(port);
+	if (inet_pton(AF_INET, s, &a->sin_addr) != 1)
+		fail("address");
+}
+
+/* wait_wc polls cq for one completion, which must succeed. */
+static void wait_wc(struct ibv_cq *cq, const char *what)
+{
+	struct ibv_wc wc;
+	for (int i = 0; i < 10000000; i++) {
+		int n = ibv_poll_cq(cq, 1, &wc);
+		if (n < 0)
+			fail(what);
+		if (n == 1) {
+			if (wc.status != IBV_WC_SUCCESS) {
+				fprintf(stderr, "cmsync: %s: %s\n", what, ibv_wc_status_str(wc.status));
+				exit(1);
+			}
+			return;
+		}
+		if (i > 1000)
+			poll(NULL, 0, 1);
+	}
+	errno = ETIMEDOUT;
+	fail(what);
+}
+
+static void post_recv(struct rdma_cm_id *id, struct ibv_mr *mr)
+{
+	struct ibv_sge sge = {.addr = (uintptr_t)mr->addr, .length = 32, .lkey = mr->lkey};
+	struct ibv_recv_wr wr = {.sg_list = &sge, .num_sge = 1}, *bad;
+	if (ibv_post_recv(id->qp, &wr, &bad))
+		fail("ibv_post_recv");
+}
+
+static void post_send(struct rdma_cm_id *id, struct ibv_mr *mr, const char *msg)
+{
+	strcpy((char *)mr->addr + 32, msg);
+	struct ibv_sge sge = {.addr = (uintptr_t)mr->addr + 32, .length = strlen(msg) + 1, .lkey = mr->lkey};
+	struct ibv_send_wr wr = {.sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED},
+			   *bad;
+	if (ibv_post_send(id->qp, &wr, &bad))
+		fail("ibv_post_send");
+}
+
+static const char *srv_addr, *cli_addr, *port;
+static sem_t listening, pinged, migrated;
+static char srv_got[32];
+
+static void *server(void *arg)
+{
+	(void)arg;
+	struct rdma_addrinfo hints = {.ai_flags = RAI_PASSIVE, .ai_port_space = RDMA_PS_TCP}, *res;
+	if (rdma_getaddrinfo(srv_addr, port, &hints, &res))
+		fail("rdma_getaddrinfo");
+	struct ibv_qp_init_attr attr = {.cap = {.max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1},
+					.sq_sig_all = 1};
+	struct rdma_cm_id *lid, *id;
+	if (rdma_create_ep(&lid, res, NULL, &attr))
+		fail("rdma_create_ep (passive)");
+	rdma_freeaddrinfo(res);
+	if (lid->qp)
+		fail("a passive endpoint with a QP");
+	if (rdma_listen(lid, 0))
+		fail("rdma_listen");
+	sem_post(&listening);
+	if (rdma_get_request(lid, &id))
+		fail("rdma_get_request");
+	struct sockaddr_in *peer = (struct sockaddr_in *)rdma_get_peer_addr(id);
+	char txt[INET_ADDRSTRLEN];
+	inet_ntop(AF_INET, &peer->sin_addr, txt, sizeof(txt));
+	if (!id->event || id->event->event != RDMA_CM_EVENT_CONNECT_REQUEST || id->event->listen_id != lid ||
+	    strcmp(txt, cli_addr) || !id->qp || id->channel == lid->channel || !id->send_cq || !id->recv_cq)
+		fail("rdma_get_request's ID");
+	printf("rdma_get_request: a connect request from %s, its QP made\n", txt);
+	struct ibv_mr *mr = ibv_reg_mr(id->pd, calloc(1, 64), 64, IBV_ACCESS_LOCAL_WRITE);
+	if (!mr)
+		fail("ibv_reg_mr");
+	post_recv(id, mr);
+	if (rdma_accept(id, NULL))
+		fail("rdma_accept");
+	if (!id->event || id->event->event != RDMA_CM_EVENT_ESTABLISHED)
+		fail("rdma_accept returned before ESTABLISHED");
+	printf("rdma_accept returned with ESTABLISHED\n");
+	wait_wc(id->recv_cq, "server receive");
+	memcpy(srv_got, mr->addr, sizeof(srv_got));
+	post_send(id, mr, "pong from server");
+	wait_wc(id->send_cq, "server send");
+	sem_post(&pinged);
+	sem_wait(&migrated);
+	if (rdma_disconnect(id))
+		fail("rdma_disconnect");
+	if (!id->event || id->event->event != RDMA_CM_EVENT_DISCONNECTED)
+		fail("rdma_disconnect returned before DISCONNECTED");
+	ibv_dereg_mr(mr);
+	rdma_destroy_ep(id);
+	rdma_destroy_ep(lid);
+	return NULL;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc != 4) {
+		fprintf(stderr, "usage: cmsync SERVER_ADDR CLIENT_ADDR PORT\n");
+		return 2;
+	}
+	srv_addr = argv[1], cli_addr = argv[2], port = argv[3];
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	sem_init(&listening, 0, 0);
+	sem_init(&pinged, 0, 0);
+	sem_init(&migrated, 0, 0);
+	pthread_t th;
+	pthread_create(&th, NULL, server, NULL);
+	sem_wait(&listening);
+
+	struct rdma_event_channel *ch = rdma_create_event_channel(), *ch2 = rdma_create_event_channel();
+	if (!ch || !ch2)
+		fail("rdma_create_event_channel");
+	struct rdma_cm_id *id;
+	if (rdma_create_id(ch, &id, NULL, RDMA_PS_TCP))
+		fail("rdma_create_id");
+	struct sockaddr_in src, dst;
+	addr(cli_addr, 0, &src);
+	addr(srv_addr, atoi(port), &dst);
+	if (rdma_resolve_addr(id, (struct sockaddr *)&src, (struct sockaddr *)&dst, 2000))
+		fail("rdma_resolve_addr");
+	rdma_ack_cm_event(next(ch, RDMA_CM_EVENT_ADDR_RESOLVED));
+	if (rdma_resolve_route(id, 2000))
+		fail("rdma_resolve_route");
+	rdma_ack_cm_event(next(ch, RDMA_CM_EVENT_ROUTE_RESOLVED));
+	struct ibv_qp_init_attr attr = {.cap = {.max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1},
+					.qp_type = IBV_QPT_RC, .sq_sig_all = 1};
+	if (rdma_create_qp(id, NULL, &attr))
+		fail("rdma_create_qp");
+	struct ibv_mr *mr = ibv_reg_mr(id->pd, calloc(1, 64), 64, IBV_ACCESS_LOCAL_WRITE);
+	if (!mr)
+		fail("ibv_reg_mr");
+	post_recv(id, mr);
+	struct rdma_conn_param cp = {.retry_count = 7, .rnr_retry_count = 7};
+	if (rdma_connect(id, &cp))
+		fail("rdma_connect");
+	rdma_ack_cm_event(next(ch, RDMA_CM_EVENT_ESTABLISHED));
+	post_send(id, mr, "ping from client");
+	wait_wc(id->send_cq, "client send");
+	wait_wc(id->recv_cq, "client receive");
+	sem_wait(&pinged);
+	printf("server got \"%s\", client got \"%s\"\n", srv_got, (char *)mr->addr);
+	if (strcmp(srv_got, "ping from client") || strcmp(mr->addr, "pong from server"))
+		fail("the messages");
+
+	if (rdma_migrate_id(id, ch2))
+		fail("rdma_migrate_id");
+	if (id->channel != ch2)
+		fail("rdma_migrate_id left the ID's channel");
+	sem_post(&migrated);
+	struct rdma_cm_event *e = next(ch2, RDMA_CM_EVENT_DISCONNECTED);
+	if (e->id != id)
+		fail("DISCONNECTED of another ID");
+	rdma_ack_cm_event(e);
+	fcntl(ch->fd, F_SETFL, fcntl(ch->fd, F_GETFL) | O_NONBLOCK);
+	if (rdma_get_cm_event(ch, &e) != -1 || errno != EAGAIN)
+		fail("an event on the channel the ID left");
+	printf("rdma_migrate_id: DISCONNECTED on the new channel, none on the old\n");
+	pthread_join(th, NULL);
+	printf("rdma_disconnect returned with DISCONNECTED\n");
+	rdma_disconnect(id);
+	ibv_dereg_mr(mr);
+	rdma_destroy_qp(id);
+	if (rdma_destroy_id(id))
+		fail("rdma_destroy_id");
+	rdma_destroy_event_channel(ch);
+	rdma_destroy_event_channel(ch2);
+	printf("PASS\n");
+	return 0;
+}
