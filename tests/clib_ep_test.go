@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rnicd/rnicd/internal/debtest"
 )
 
 // Synchronous rdma_cm IDs on the C library: Debian's rdma_server and
@@ -18,40 +20,52 @@ import (
 // TestCLibRDMACMServerClient runs Debian's rdma_server on rnicA's
 // address and rdma_client towards it: the client sends 16 bytes, the
 // server receives them and sends them back, each side waiting for its
-// completions (rdma_get_recv_comp, rdma_get_send_comp), and both end
-// with 0. Each program prints only its start and its result.
+// completions (rdma_get_recv_comp, rdma_get_send_comp); then
+// rdma_xserver (a listener on the wildcard address, so on both rnicd)
+// and rdma_xclient over RC, where the client sends and the server
+// receives. Every program prints its start and its result, 0, and
+// nothing else.
 func TestCLibRDMACMServerClient(t *testing.T) {
 	tb := newToolBench(t)
-	srvRun := debianTool(t, "rdma_server", "rdmacm-utils")
-	cliRun := debianTool(t, "rdma_client", "rdmacm-utils")
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	port := freePort(t)
-	server := srvRun(ctx, "rdma_server", "-s", tb.a.addr.String(), "-p", port)
-	sout, serr := &lockedBuf{}, &lockedBuf{}
-	server.Stdout, server.Stderr = sout, serr
-	if err := server.Start(); err != nil {
-		t.Fatal(err)
+	lib := clibDir(t)
+	for _, c := range []struct{ srv, cli string }{{"rdma_server", "rdma_client"}, {"rdma_xserver", "rdma_xclient"}} {
+		srvBin, cliBin := debtest.Ensure(t, c.srv, "rdmacm-utils"), debtest.Ensure(t, c.cli, "rdmacm-utils")
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		port := freePort(t)
+		srvArgs := []string{"-p", port}
+		if c.srv == "rdma_server" {
+			srvArgs = append(srvArgs, "-s", tb.a.addr.String())
+		}
+		server := exec.CommandContext(ctx, srvBin, srvArgs...)
+		server.Env = append(os.Environ(), "LD_LIBRARY_PATH="+lib)
+		sout, serr := &lockedBuf{}, &lockedBuf{}
+		server.Stdout, server.Stderr = sout, serr
+		if err := server.Start(); err != nil {
+			t.Fatal(err)
+		}
+		tb.waitListener(t)
+		client := exec.CommandContext(ctx, cliBin, "-s", tb.a.addr.String(), "-p", port)
+		client.Env = server.Env
+		var cout, cerr strings.Builder
+		client.Stdout, client.Stderr = &cout, &cerr
+		clientErr := client.Run()
+		if clientErr != nil {
+			server.Process.Kill()
+		}
+		serverErr := server.Wait()
+		cancel()
+		if clientErr != nil || serverErr != nil {
+			t.Fatalf("%s: %v\n%s%s\n%s: %v\n%s%s", c.srv, serverErr, sout, serr, c.cli, clientErr, cout.String(), cerr.String())
+		}
+		// The programs print argv[0].
+		if want := srvBin + ": start\n" + srvBin + ": end 0\n"; sout.String() != want && sout.String() != strings.ReplaceAll(want, srvBin, c.srv) {
+			t.Errorf("%s printed\n%s\nwant\n%s", c.srv, sout, want)
+		}
+		if want := cliBin + ": start\n" + cliBin + ": end 0\n"; cout.String() != want && cout.String() != strings.ReplaceAll(want, cliBin, c.cli) {
+			t.Errorf("%s printed\n%s\nwant\n%s", c.cli, cout.String(), want)
+		}
+		tb.idle(t)
 	}
-	tb.waitListener(t)
-	client := cliRun(ctx, "rdma_client", "-s", tb.a.addr.String(), "-p", port)
-	var cout, cerr strings.Builder
-	client.Stdout, client.Stderr = &cout, &cerr
-	clientErr := client.Run()
-	if clientErr != nil {
-		server.Process.Kill()
-	}
-	serverErr := server.Wait()
-	if clientErr != nil || serverErr != nil {
-		t.Fatalf("rdma_server: %v\n%s%s\nrdma_client: %v\n%s%s", serverErr, sout, serr, clientErr, cout.String(), cerr.String())
-	}
-	if want := "rdma_server: start\nrdma_server: end 0\n"; sout.String() != want {
-		t.Errorf("rdma_server printed\n%s\nwant\n%s", sout, want)
-	}
-	if want := "rdma_client: start\nrdma_client: end 0\n"; cout.String() != want {
-		t.Errorf("rdma_client printed\n%s\nwant\n%s", cout.String(), want)
-	}
-	tb.idle(t)
 }
 
 // TestCLibCMSync runs the C test program cmsync: a synchronous listener
@@ -79,4 +93,67 @@ func TestCLibCMSync(t *testing.T) {
 		t.Fatalf("cmsync: %v\n%s\nwant\n%s\nstderr:\n%s", err, out, want, stderr.String())
 	}
 	tb.idle(t)
+}
+
+// TestCLibCMATose runs Debian's ucmatose (RC, 2 connections, 10
+// messages each way) with and without -m, which moves every ID to a new
+// event channel (rdma_migrate_id) before the disconnect, and udaddy
+// (UD through SIDR), server on rnicA, client from rnicB: each side's
+// output (stdout and stderr) is the program's for a clean run, ending in
+// "return status 0", with nothing from the library (a refused request
+// would say so on stderr).
+func TestCLibCMATose(t *testing.T) {
+	tb := newToolBench(t)
+	lib := clibDir(t)
+	for _, c := range []struct {
+		tool     string
+		args     []string
+		srv, cli string
+	}{
+		{"ucmatose", []string{"-c", "2", "-C", "10"},
+			"cmatose: starting server\ninitiating data transfers\ncompleting sends\nreceiving data transfers\ndata transfers complete\n" +
+				"cmatose: disconnecting\ndisconnected\ntest complete\nreturn status 0\n",
+			"cmatose: starting client\ncmatose: connecting\nreceiving data transfers\nsending replies\ndata transfers complete\n" +
+				"test complete\nreturn status 0\n"},
+		{"ucmatose", []string{"-c", "2", "-C", "10", "-m"},
+			"cmatose: starting server\ninitiating data transfers\ncompleting sends\nreceiving data transfers\ndata transfers complete\n" +
+				"migrating to new event channel\ncmatose: disconnecting\ndisconnected\ntest complete\nreturn status 0\n",
+			"cmatose: starting client\ncmatose: connecting\nreceiving data transfers\nsending replies\ndata transfers complete\n" +
+				"migrating to new event channel\ntest complete\nreturn status 0\n"},
+		{"udaddy", []string{"-c", "2", "-C", "10"},
+			"udaddy: starting server\nreceiving data transfers\nsending replies\ndata transfers complete\ntest complete\nreturn status 0\n",
+			"udaddy: starting client\nudaddy: connecting\ninitiating data transfers\nreceiving data transfers\ndata transfers complete\n" +
+				"test complete\nreturn status 0\n"},
+	} {
+		bin := debtest.Ensure(t, c.tool, "rdmacm-utils")
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		// udaddy has no port option (its -p is the port space): 7174.
+		var port []string
+		if c.tool == "ucmatose" {
+			port = []string{"-p", freePort(t)}
+		}
+		server := exec.CommandContext(ctx, bin, append(append([]string{"-b", tb.a.addr.String()}, port...), c.args...)...)
+		server.Env = append(os.Environ(), "LD_LIBRARY_PATH="+lib)
+		sout := &lockedBuf{}
+		server.Stdout, server.Stderr = sout, sout
+		if err := server.Start(); err != nil {
+			t.Fatal(err)
+		}
+		tb.waitListener(t)
+		client := exec.CommandContext(ctx, bin, append(append([]string{"-s", tb.a.addr.String(), "-b", tb.b.addr.String()}, port...), c.args...)...)
+		client.Env = server.Env
+		var cout strings.Builder
+		client.Stdout, client.Stderr = &cout, &cout
+		clientErr := client.Run()
+		if clientErr != nil {
+			server.Process.Kill()
+		}
+		serverErr := server.Wait()
+		cancel()
+		if clientErr != nil || serverErr != nil || sout.String() != c.srv || cout.String() != c.cli {
+			t.Fatalf("%s %v: server %v, client %v\nserver printed:\n%s\nwant:\n%s\nclient printed:\n%s\nwant:\n%s",
+				c.tool, c.args, serverErr, clientErr, sout, c.srv, cout.String(), c.cli)
+		}
+		tb.idle(t)
+	}
 }

@@ -237,6 +237,17 @@ void channel_add(struct cm_channel *ch, struct cm_id *id)
 	cm_unlock();
 }
 
+/* unlink_id takes id off its home's list; lib_mu is held. */
+static void unlink_id(struct cm_id *id)
+{
+	for (struct cm_id **p = &id->home->ids; *p; p = &(*p)->next) {
+		if (*p == id) {
+			*p = id->next;
+			break;
+		}
+	}
+}
+
 /* take_events takes off ch's queue the events of id (and connect
  * requests to it, when it listens) into a list of their own, in order;
  * lib_mu is held. */
@@ -261,23 +272,27 @@ static struct cm_event *take_events(struct cm_channel *ch, struct cm_id *id)
 }
 
 /* channel_remove takes id off its home once the program acked its
- * events, and drops the events queued for it; it returns its home when
- * that is now to be freed (channel_free, after lib_mu). */
+ * events, and drops the events queued for it (a connect request to it,
+ * when it listened, with the request's ID, which rnicd then rejects);
+ * it returns its home when that is now to be freed (channel_free,
+ * after lib_mu). rdma_destroy_id calls it after the ID is gone from
+ * rnicd, so that a closed home's CM channels are used by nothing. */
 struct cm_channel *channel_remove(struct cm_id *id)
 {
 	cm_lock();
 	while (id->events > 0)
 		pthread_cond_wait(&id->acked, &lib_mu);
 	struct cm_channel *home = id->home;
-	for (struct cm_id **p = &home->ids; *p; p = &(*p)->next) {
-		if (*p == id) {
-			*p = id->next;
-			break;
-		}
-	}
+	unlink_id(id);
 	struct cm_event *e = take_events(id->ch, id);
 	while (e) {
 		struct cm_event *n = e->next;
+		if (e->id != id) {
+			unlink_id(e->id);
+			cm_destroy_id(e->id->dev, e->id->h);
+			pthread_cond_destroy(&e->id->acked);
+			free(e->id);
+		}
 		free(e);
 		e = n;
 	}
@@ -305,12 +320,7 @@ void channel_move(struct cm_id *id, struct cm_channel *to)
 		e = n;
 	}
 	if (!id->h && !id->wild) {
-		for (struct cm_id **p = &id->home->ids; *p; p = &(*p)->next) {
-			if (*p == id) {
-				*p = id->next;
-				break;
-			}
-		}
+		unlink_id(id);
 		id->next = to->ids;
 		to->ids = id;
 		id->home = to;

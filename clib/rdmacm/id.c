@@ -168,7 +168,6 @@ EXPORT int rdma_destroy_id(struct rdma_cm_id *id)
 		rdma_ack_cm_event(c->id.event);
 		c->id.event = NULL;
 	}
-	struct cm_channel *ch = c->ch, *home = channel_remove(c);
 	/* The daemon ends what the ID had: a DREQ for a connection, a REJ
 	 * for one under way, the listen. */
 	if (c->h)
@@ -176,6 +175,7 @@ EXPORT int rdma_destroy_id(struct rdma_cm_id *id)
 	for (int i = 0; c->wild && i < devs_count(); i++)
 		if (c->lh[i])
 			cm_destroy_id(dev_at(i), c->lh[i]);
+	struct cm_channel *ch = c->ch, *home = channel_remove(c);
 	if (home)
 		channel_free(home);
 	if (c->sync)

@@ -297,6 +297,11 @@ func New(cfg Config) (*QP, error) {
 		(cfg.SRQ == nil && (c.MaxRecvWR < 0 || c.MaxRecvWR > ib.MaxQPWR)) {
 		return nil, fmt.Errorf("qpmgr: QP caps %+v outside the device limits", c)
 	}
+	// A send WQE holds its SGEs or its inline data, so the inline room
+	// is at least the SGEs' (16 bytes each), and the QP says so, as
+	// rxe's rxe_qp_init_req does: Debian's rdma_xclient posts 16 bytes
+	// inline on a QP made with one SGE and max_inline_data 0.
+	c.MaxInlineData = max(c.MaxInlineData, c.MaxSendSGE*16)
 	if ib.MTUFromBytes(cfg.PortMTU) == 0 {
 		return nil, fmt.Errorf("qpmgr: port MTU %d is not an IB MTU", cfg.PortMTU)
 	}
