@@ -30,42 +30,51 @@ func TestCLibRDMACMServerClient(t *testing.T) {
 	lib := clibDir(t)
 	for _, c := range []struct{ srv, cli string }{{"rdma_server", "rdma_client"}, {"rdma_xserver", "rdma_xclient"}} {
 		srvBin, cliBin := debtest.Ensure(t, c.srv, "rdmacm-utils"), debtest.Ensure(t, c.cli, "rdmacm-utils")
-		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		port := freePort(t)
-		srvArgs := []string{"-p", port}
+		srvArgs := []string{"-p", freePort(t)}
 		if c.srv == "rdma_server" {
 			srvArgs = append(srvArgs, "-s", tb.a.addr.String())
 		}
-		server := exec.CommandContext(ctx, srvBin, srvArgs...)
-		server.Env = append(os.Environ(), "LD_LIBRARY_PATH="+lib)
-		sout, serr := &lockedBuf{}, &lockedBuf{}
-		server.Stdout, server.Stderr = sout, serr
-		if err := server.Start(); err != nil {
-			t.Fatal(err)
-		}
-		tb.waitListener(t)
-		client := exec.CommandContext(ctx, cliBin, "-s", tb.a.addr.String(), "-p", port)
-		client.Env = server.Env
-		var cout, cerr strings.Builder
-		client.Stdout, client.Stderr = &cout, &cerr
-		clientErr := client.Run()
-		if clientErr != nil {
-			server.Process.Kill()
-		}
-		serverErr := server.Wait()
-		cancel()
-		if clientErr != nil || serverErr != nil {
-			t.Fatalf("%s: %v\n%s%s\n%s: %v\n%s%s", c.srv, serverErr, sout, serr, c.cli, clientErr, cout.String(), cerr.String())
-		}
+		sout, cout := tb.cmPair(t, lib, srvBin, srvArgs, cliBin, "-s", tb.a.addr.String(), "-p", srvArgs[1])
 		// The programs print argv[0].
-		if want := srvBin + ": start\n" + srvBin + ": end 0\n"; sout.String() != want && sout.String() != strings.ReplaceAll(want, srvBin, c.srv) {
+		if want := srvBin + ": start\n" + srvBin + ": end 0\n"; sout != want && sout != strings.ReplaceAll(want, srvBin, c.srv) {
 			t.Errorf("%s printed\n%s\nwant\n%s", c.srv, sout, want)
 		}
-		if want := cliBin + ": start\n" + cliBin + ": end 0\n"; cout.String() != want && cout.String() != strings.ReplaceAll(want, cliBin, c.cli) {
-			t.Errorf("%s printed\n%s\nwant\n%s", c.cli, cout.String(), want)
+		if want := cliBin + ": start\n" + cliBin + ": end 0\n"; cout != want && cout != strings.ReplaceAll(want, cliBin, c.cli) {
+			t.Errorf("%s printed\n%s\nwant\n%s", c.cli, cout, want)
 		}
-		tb.idle(t)
 	}
+}
+
+// cmPair runs the server srvBin with srvArgs, and once rnicA has its
+// listener the client cliBin with cliArgs, both on the library in lib;
+// it returns what each printed (stdout and stderr) once both exited 0,
+// and waits until both daemons hold nothing of them.
+func (tb *toolBench) cmPair(t *testing.T, lib, srvBin string, srvArgs []string, cliBin string, cliArgs ...string) (srv, cli string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	server := exec.CommandContext(ctx, srvBin, srvArgs...)
+	server.Env = append(os.Environ(), "LD_LIBRARY_PATH="+lib)
+	sout := &lockedBuf{}
+	server.Stdout, server.Stderr = sout, sout
+	if err := server.Start(); err != nil {
+		t.Fatal(err)
+	}
+	tb.waitListener(t)
+	client := exec.CommandContext(ctx, cliBin, cliArgs...)
+	client.Env = server.Env
+	var cout strings.Builder
+	client.Stdout, client.Stderr = &cout, &cout
+	clientErr := client.Run()
+	if clientErr != nil {
+		server.Process.Kill()
+	}
+	serverErr := server.Wait()
+	if clientErr != nil || serverErr != nil {
+		t.Fatalf("%v: %v\n%s\n%v: %v\n%s", server.Args, serverErr, sout, client.Args, clientErr, cout.String())
+	}
+	tb.idle(t)
+	return sout.String(), cout.String()
 }
 
 // TestCLibCMSync runs the C test program cmsync: a synchronous listener
@@ -126,34 +135,15 @@ func TestCLibCMATose(t *testing.T) {
 				"test complete\nreturn status 0\n"},
 	} {
 		bin := debtest.Ensure(t, c.tool, "rdmacm-utils")
-		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		// udaddy has no port option (its -p is the port space): 7174.
 		var port []string
 		if c.tool == "ucmatose" {
 			port = []string{"-p", freePort(t)}
 		}
-		server := exec.CommandContext(ctx, bin, append(append([]string{"-b", tb.a.addr.String()}, port...), c.args...)...)
-		server.Env = append(os.Environ(), "LD_LIBRARY_PATH="+lib)
-		sout := &lockedBuf{}
-		server.Stdout, server.Stderr = sout, sout
-		if err := server.Start(); err != nil {
-			t.Fatal(err)
+		sout, cout := tb.cmPair(t, lib, bin, append(append([]string{"-b", tb.a.addr.String()}, port...), c.args...),
+			bin, append(append([]string{"-s", tb.a.addr.String(), "-b", tb.b.addr.String()}, port...), c.args...)...)
+		if sout != c.srv || cout != c.cli {
+			t.Errorf("%s %v\nserver printed:\n%s\nwant:\n%s\nclient printed:\n%s\nwant:\n%s", c.tool, c.args, sout, c.srv, cout, c.cli)
 		}
-		tb.waitListener(t)
-		client := exec.CommandContext(ctx, bin, append(append([]string{"-s", tb.a.addr.String(), "-b", tb.b.addr.String()}, port...), c.args...)...)
-		client.Env = server.Env
-		var cout strings.Builder
-		client.Stdout, client.Stderr = &cout, &cout
-		clientErr := client.Run()
-		if clientErr != nil {
-			server.Process.Kill()
-		}
-		serverErr := server.Wait()
-		cancel()
-		if clientErr != nil || serverErr != nil || sout.String() != c.srv || cout.String() != c.cli {
-			t.Fatalf("%s %v: server %v, client %v\nserver printed:\n%s\nwant:\n%s\nclient printed:\n%s\nwant:\n%s",
-				c.tool, c.args, serverErr, clientErr, sout, c.srv, cout.String(), c.cli)
-		}
-		tb.idle(t)
 	}
 }

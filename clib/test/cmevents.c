@@ -24,40 +24,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void fail(const char *what)
-{
-	fprintf(stderr, "cmevents: %s (errno %d: %s)\n", what, errno, strerror(errno));
-	exit(1);
-}
+#define PROG "cmevents"
+#include "cmtest.h"
 
 static int readable(struct rdma_event_channel *ch, int ms)
 {
 	struct pollfd p = {.fd = ch->fd, .events = POLLIN};
 	return poll(&p, 1, ms) == 1 && (p.revents & POLLIN);
-}
-
-/* next waits up to 10 s for the channel's next event, which must be want. */
-static struct rdma_cm_event *next(struct rdma_event_channel *ch, enum rdma_cm_event_type want)
-{
-	if (!readable(ch, 10000))
-		fail("no event within 10 s");
-	struct rdma_cm_event *e;
-	if (rdma_get_cm_event(ch, &e))
-		fail("rdma_get_cm_event");
-	if (e->event != want) {
-		fprintf(stderr, "cmevents: %s, want %s\n", rdma_event_str(e->event), rdma_event_str(want));
-		exit(1);
-	}
-	return e;
-}
-
-static void addr(const char *s, int port, struct sockaddr_in *a)
-{
-	memset(a, 0, sizeof(*a));
-	a->sin_family = AF_INET;
-	a->sin_port = htons(port);
-	if (inet_pton(AF_INET, s, &a->sin_addr) != 1)
-		fail("address");
 }
 
 int main(int argc, char **argv)

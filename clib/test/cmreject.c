@@ -21,36 +21,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void fail(const char *what)
-{
-	fprintf(stderr, "cmreject: %s (errno %d: %s)\n", what, errno, strerror(errno));
-	exit(1);
-}
-
-static struct rdma_cm_event *next(struct rdma_event_channel *ch, enum rdma_cm_event_type want)
-{
-	struct pollfd p = {.fd = ch->fd, .events = POLLIN};
-	if (poll(&p, 1, 10000) != 1)
-		fail("no event within 10 s");
-	struct rdma_cm_event *e;
-	if (rdma_get_cm_event(ch, &e))
-		fail("rdma_get_cm_event");
-	if (e->event != want) {
-		fprintf(stderr, "cmreject: %s (status %d), want %s\n", rdma_event_str(e->event), e->status,
-			rdma_event_str(want));
-		exit(1);
-	}
-	return e;
-}
-
-static void addr(const char *s, int port, struct sockaddr_in *a)
-{
-	memset(a, 0, sizeof(*a));
-	a->sin_family = AF_INET;
-	a->sin_port = htons(port);
-	if (inet_pton(AF_INET, s, &a->sin_addr) != 1)
-		fail("address");
-}
+#define PROG "cmreject"
+#include "cmtest.h"
 
 int main(int argc, char **argv)
 {
