@@ -47,8 +47,8 @@ type Config struct {
 	// a negative value sends every ACK at once, as rxe does.
 	AckHold time.Duration
 	// QPNFirst and QPNLast bound the QPNs the device hands out, as a
-	// NIC's are bounded by its QP context memory: a steered port's daemon
-	// and each client it lends a socket take one block (ibudp.Steering).
+	// NIC's are bounded by its QP context memory (a steered port's queues
+	// take one block each: ibudp.Steering).
 	// Zero values: every QPN from qpmgr.FirstQPN.
 	QPNFirst, QPNLast uint32
 	// Retry7Forever makes an RC QP with retry_cnt 7 retry forever, as rxe

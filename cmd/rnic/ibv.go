@@ -391,8 +391,8 @@ func runRes(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "usage: rnic res [show qp|cm_id] [-d NAME] [-v] [-j]")
 		fs.PrintDefaults()
 	}
-	// No data-path flags: a listing always asks the daemon, whose table
-	// holds every QP, its borrowers' too.
+	// No data-path flags: a listing asks the daemon, whose table holds
+	// every QP.
 	var dev devFlags
 	var verbose, asJSON bool
 	fs.StringVar(&dev.name, "d", "", "device `name` (default every rnicd running)")

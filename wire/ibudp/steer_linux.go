@@ -14,7 +14,7 @@ import (
 
 // Steering is the receive-side steering of a ModeUDP port opened with
 // Config.Steered, as a multi-queue NIC steers each flow to its own queue:
-// the port's socket and the sockets it lends share UDP 4791 (a SO_REUSEPORT
+// the port's socket and the others it opens share UDP 4791 (a SO_REUSEPORT
 // group), and for every datagram an eBPF program in the kernel reads the
 // BTH's destination QP and picks the socket that owns it.
 //
@@ -53,7 +53,7 @@ import (
 type Steering struct {
 	addr  netip.AddrPort
 	scope uint32
-	setup func(fd int) error // options of a lent socket, before bind
+	setup func(fd int) error // options of a group member's socket, before bind
 
 	mu     sync.Mutex
 	socks  *ebpf.Map     // block -> socket (REUSEPORT_SOCKARRAY)

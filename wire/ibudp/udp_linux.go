@@ -24,7 +24,8 @@ type udpPort struct {
 	// segs is how many packets each message of a batch carries.
 	gso  bool
 	segs []int
-	// steer, with Config.Steered, lends sockets of the port's group.
+	// steer, with Config.Steered, opens more sockets of the port's group,
+	// for queues of this process only.
 	steer *Steering
 	// gro receives runs the kernel coalesced (gro_linux.go): the slots'
 	// overflow room and the held packets are in runs, the packets of this
@@ -56,8 +57,9 @@ func openUDP(cfg Config, ifc Interface, mtu int) (*udpPort, error) {
 	}
 	fd, err := cfg.SocketFD, error(nil)
 	if fd > 0 {
-		// A lent socket: bound, its buffers sized by the lender, which
-		// may do what this process may not (SO_RCVBUFFORCE).
+		// A socket of a steered port's group (Steering.Lend): bound, and
+		// its buffers sized already when Lend opened it with the port's
+		// options.
 		cfg.RcvBuf, cfg.SndBuf = 0, 0
 		if err = setup(fd); err != nil {
 			unix.Close(fd)
