@@ -5,6 +5,7 @@ import (
 	"context"
 	"debug/elf"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -358,7 +359,18 @@ func TestUnitStartsInNetns(t *testing.T) {
 		}
 	}
 
-	d := in(clean, setpriv, append(append(priv, "--"), argv...)...)
+	// Type=notify: systemd's notification socket, which a service in a
+	// network namespace reaches by its path.
+	if got := u["Type"]; len(got) != 1 || got[0] != "notify" {
+		t.Fatalf("Type = %q, want notify (rnicd sends READY=1)", got)
+	}
+	notifyPath := filepath.Join(t.TempDir(), "notify")
+	notify, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: notifyPath, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer notify.Close()
+	d := in(append(clean, "NOTIFY_SOCKET="+notifyPath), setpriv, append(append(priv, "--"), argv...)...)
 	var logb strings.Builder
 	var logmu sync.Mutex
 	stderr, err := d.StderrPipe()
@@ -411,6 +423,11 @@ func TestUnitStartsInNetns(t *testing.T) {
 		}
 	}()
 	t.Logf("ran in %s: %s", ns, strings.Join(argv, " "))
+	notify.SetReadDeadline(time.Now().Add(30 * time.Second))
+	msg := make([]byte, 4096)
+	if n, err := notify.Read(msg); err != nil || string(msg[:n]) != "READY=1" {
+		t.Errorf("systemd notification after the ready line: %q, %v", msg[:n], err)
+	}
 	// The unit's capabilities let it make the node UCX looks for, with the
 	// socket's mode (0600 here: no -group).
 	node := "/dev/infiniband/rnicd-" + dev

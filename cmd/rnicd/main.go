@@ -474,6 +474,9 @@ func serve(c config, nofile uint64, nofileErr error) error {
 		up = append(up, "http", obs.httpAddr.String())
 	}
 	log.Info("device up", up...)
+	if err := sdNotify("READY=1"); err != nil {
+		log.Warn("could not tell systemd the device is up", "err", err)
+	}
 
 	// Only a capture or a trace file needs a tick: any armed timer costs
 	// every round trip a few microseconds in the Go scheduler.
