@@ -77,10 +77,13 @@ func (tb *toolBench) cmPair(t *testing.T, lib, srvBin string, srvArgs []string, 
 	return sout.String(), cout.String()
 }
 
-// TestCLibCMSync runs the C test program cmsync: a synchronous listener
+// TestCLibCMSync runs the C test program cmsync: a synchronous
+// rdma_connect where nobody listens fails with ECONNREFUSED; a
+// synchronous listener
 // on rnicA gets a synchronous client's connect request from rnicB with
 // rdma_get_request (its QP made from rdma_create_ep's attributes), both
-// sides' calls return once their events came, a message goes each way,
+// sides' calls return once their events came, rdma_init_qp_attr gives
+// the connected QP's attributes, a message goes each way,
 // and rdma_migrate_id moves an ID with an event channel to another
 // channel, where its DISCONNECTED then arrives; the server's synchronous
 // rdma_disconnect returns with its own.
@@ -92,8 +95,10 @@ func TestCLibCMSync(t *testing.T) {
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
-	want := "rdma_get_request: a connect request from " + tb.b.addr.String() + ", its QP made\n" +
+	want := "rdma_connect where nobody listens: ECONNREFUSED, id->event REJECTED with status 8\n" +
+		"rdma_get_request: a connect request from " + tb.b.addr.String() + ", its QP made\n" +
 		"rdma_accept returned with ESTABLISHED\n" +
+		"rdma_init_qp_attr: INIT, RTR (the client's QPN) and RTS\n" +
 		"server got \"ping from client\", client got \"pong from server\"\n" +
 		"rdma_migrate_id: DISCONNECTED on the new channel, none on the old\n" +
 		"rdma_disconnect returned with DISCONNECTED\n" +

@@ -2,12 +2,16 @@
  * cmsync SERVER_ADDR CLIENT_ADDR PORT: synchronous rdma_cm IDs and
  * rdma_migrate_id on librdmacm.so.1 for rnicd.
  *
- * A server thread makes a passive synchronous endpoint on SERVER_ADDR
+ * A synchronous active endpoint (rdma_create_ep: address and route
+ * resolved, QP made) connecting where nobody listens fails with
+ * ECONNREFUSED, the REJECTED in id->event. A server thread makes a passive synchronous endpoint on SERVER_ADDR
  * (rdma_create_ep with QP attributes), listens, and takes the client's
  * connect request with rdma_get_request: the new ID comes with its QP
  * and the request's event (id->event), the client's address as its
  * destination. rdma_accept returns once the connection is established
- * (id->event is ESTABLISHED). The client, an ID on an event channel from
+ * (id->event is ESTABLISHED); rdma_init_qp_attr then gives INIT's
+ * attributes and RTR's and RTS's of the connected QP (RTR's naming the
+ * client's QP). The client, an ID on an event channel from
  * CLIENT_ADDR, connects; a message goes each way, bytes checked. The
  * client's ID then moves to a second channel (rdma_migrate_id); the
  * server's rdma_disconnect returns with its DISCONNECTED, and the
@@ -102,11 +106,25 @@ static void *server(void *arg)
 	if (!mr)
 		fail("ibv_reg_mr");
 	post_recv(id, mr);
+	uint32_t client_qpn = id->event->param.conn.qp_num;
 	if (rdma_accept(id, NULL))
 		fail("rdma_accept");
 	if (!id->event || id->event->event != RDMA_CM_EVENT_ESTABLISHED)
 		fail("rdma_accept returned before ESTABLISHED");
 	printf("rdma_accept returned with ESTABLISHED\n");
+	struct ibv_qp_attr qa = {.qp_state = IBV_QPS_INIT};
+	int mask = 0;
+	if (rdma_init_qp_attr(id, &qa, &mask) || qa.qp_state != IBV_QPS_INIT || qa.port_num != 1 ||
+	    mask != (IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
+		fail("rdma_init_qp_attr INIT");
+	qa.qp_state = IBV_QPS_RTR;
+	if (rdma_init_qp_attr(id, &qa, &mask) || qa.qp_state != IBV_QPS_RTR || qa.dest_qp_num != client_qpn ||
+	    !(mask & IBV_QP_DEST_QPN) || !(mask & IBV_QP_AV))
+		fail("rdma_init_qp_attr RTR");
+	qa.qp_state = IBV_QPS_RTS;
+	if (rdma_init_qp_attr(id, &qa, &mask) || qa.qp_state != IBV_QPS_RTS || !(mask & IBV_QP_SQ_PSN))
+		fail("rdma_init_qp_attr RTS");
+	printf("rdma_init_qp_attr: INIT, RTR (the client's QPN) and RTS\n");
 	wait_wc(id->recv_cq, "server receive");
 	memcpy(srv_got, mr->addr, sizeof(srv_got));
 	post_send(id, mr, "pong from server");
@@ -134,6 +152,25 @@ int main(int argc, char **argv)
 	sem_init(&listening, 0, 0);
 	sem_init(&pinged, 0, 0);
 	sem_init(&migrated, 0, 0);
+	/* A synchronous active endpoint towards a port nobody listens on. */
+	char none[16];
+	snprintf(none, sizeof(none), "%d", atoi(port) + 1);
+	struct rdma_addrinfo hints = {.ai_port_space = RDMA_PS_TCP}, *res;
+	if (rdma_getaddrinfo(srv_addr, none, &hints, &res))
+		fail("rdma_getaddrinfo");
+	struct ibv_qp_init_attr qa = {.cap = {.max_send_wr = 1, .max_recv_wr = 1, .max_send_sge = 1, .max_recv_sge = 1}};
+	struct rdma_cm_id *rid;
+	if (rdma_create_ep(&rid, res, NULL, &qa))
+		fail("rdma_create_ep (active)");
+	rdma_freeaddrinfo(res);
+	if (!rid->qp || !rid->event || rid->event->event != RDMA_CM_EVENT_ROUTE_RESOLVED)
+		fail("rdma_create_ep's ID");
+	if (rdma_connect(rid, NULL) != -1 || errno != ECONNREFUSED || rid->event->event != RDMA_CM_EVENT_REJECTED ||
+	    rid->event->status != 8)
+		fail("rdma_connect where nobody listens");
+	rdma_destroy_ep(rid);
+	printf("rdma_connect where nobody listens: ECONNREFUSED, id->event REJECTED with status 8\n");
+
 	pthread_t th;
 	pthread_create(&th, NULL, server, NULL);
 	sem_wait(&listening);
