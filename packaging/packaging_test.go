@@ -557,12 +557,34 @@ func TestManPages(t *testing.T) {
 	if !strings.HasPrefix(rnicd, "RNICD(8)") || !strings.Contains(rnicd, "rnicd - software RoCEv2 RDMA NIC daemon") {
 		t.Errorf("rnicd.8 renders as:\n%.400s", rnicd)
 	}
+	flags := map[string]bool{}
 	for _, f := range flagsOf(t, filepath.Join(root, "usr/sbin/rnicd"), "-h") {
+		flags[f] = true
 		if !regexp.MustCompile(`(?m)^ +` + regexp.QuoteMeta(f) + `( |$)`).MatchString(rnicd) {
 			t.Errorf("rnicd.8 has no entry for %s", f)
 		}
 	}
+	// ...and no entry for a flag rnicd no longer has.
+	src, err := os.ReadFile("man/rnicd.8")
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries := regexp.MustCompile(`(?m)^\.TP\n\.BI? (\\-[a-z0-9\\-]+)`).FindAllStringSubmatch(string(src), -1)
+	if len(entries) != len(flags) {
+		t.Errorf("rnicd.8 has %d flag entries, rnicd -h lists %d flags", len(entries), len(flags))
+	}
+	for _, m := range entries {
+		if f := strings.ReplaceAll(m[1], `\-`, "-"); !flags[f] {
+			t.Errorf("rnicd.8 describes %s, which rnicd -h does not list", f)
+		}
+	}
+	if !strings.Contains(rnicd, "rnicd "+buildinfo.Version) {
+		t.Errorf("rnicd.8 does not name version %s in its footer", buildinfo.Version)
+	}
 	rnic := render("rnic.8.gz")
+	if !strings.Contains(rnic, "rnicd "+buildinfo.Version) {
+		t.Errorf("rnic.8 does not name version %s in its footer", buildinfo.Version)
+	}
 	for _, c := range commandsOf(t, filepath.Join(root, "usr/bin/rnic")) {
 		if !regexp.MustCompile(`(?m)^ +` + c + `( |$)`).MatchString(rnic) {
 			t.Errorf("rnic.8 has no entry for the command %s", c)
