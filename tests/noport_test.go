@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -76,6 +78,26 @@ func socketFDs(t *testing.T, pid int) map[int]uint64 {
 	return socks
 }
 
+// bindRoCE opens a UDP socket and binds it to addr:port, with
+// SO_REUSEADDR and SO_REUSEPORT first if reuse, and closes it.
+func bindRoCE(addr string, port int, reuse bool) error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	if reuse {
+		for _, o := range []int{unix.SO_REUSEADDR, unix.SO_REUSEPORT} {
+			if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, o, 1); err != nil {
+				return err
+			}
+		}
+	}
+	sa := &unix.SockaddrInet4{Port: port}
+	copy(sa.Addr[:], netip.MustParseAddr(addr).AsSlice())
+	return unix.Bind(fd, sa)
+}
+
 // describeSocket takes a copy of descriptor fd of pid (pidfd_getfd, as a
 // debugger would) and says what it is: its domain, type and the address
 // it is bound to. The copy is the same open socket as the process's, so
@@ -111,7 +133,9 @@ func describeSocket(t *testing.T, pid, fd int) (domain, typ int, local unix.Sock
 // (its daemon's control connection) or the TCP connection of the tools'
 // exchange: none is a UDP socket, so nothing the client can do with its
 // own descriptors (recv, connect, attach or detach a SO_REUSEPORT
-// program) reaches a packet addressed to another client's QP.
+// program) reaches a packet addressed to another client's QP. Nor can a
+// new socket join the port: a bind to a daemon's address and UDP 4791
+// fails with EADDRINUSE, with SO_REUSEADDR and SO_REUSEPORT too.
 func TestNoClientHoldsPort(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("skipped: reading another process's descriptors (pidfd_getfd) needs root or ptrace rights; CI runs as root")
@@ -208,6 +232,17 @@ func TestNoClientHoldsPort(t *testing.T) {
 		}
 		if n == 0 {
 			t.Errorf("rnicd %s (pid %d) holds no socket on UDP %d: the check cannot see one", d.name, pid, roce)
+		}
+	}
+	// Nor can a client make itself a socket on the port: the daemon's is
+	// in no SO_REUSEPORT group and shares its address with nobody, so a
+	// bind to it fails, SO_REUSEADDR and SO_REUSEPORT set or not (this
+	// test runs as root, as the tools do here).
+	for _, d := range []*daemon{tb.a, tb.b} {
+		for _, reuse := range []bool{false, true} {
+			if err := bindRoCE(d.addr.String(), roce, reuse); err == nil || !errors.Is(err, unix.EADDRINUSE) {
+				t.Errorf("a new socket bound to %s:%d (SO_REUSEADDR and SO_REUSEPORT %v): %v, want EADDRINUSE", d.addr, roce, reuse, err)
+			}
 		}
 	}
 	for _, p := range procs {
