@@ -113,7 +113,9 @@ func TestCoalescePostsPollSends(t *testing.T) {
 // never waits: two such QPs would each wait for the other's ACK until
 // the hold ran out. Each side's SEND goes at once.
 func TestCoalescePostsPingPong(t *testing.T) {
-	p := newPair(t, pairOpts{coalesce: true})
+	// Timeout 18 (1.07 s): a wait would show as an ACK timeout, which
+	// the harness's 16.8 ms gave beside a CPU hog without one.
+	p := newPair(t, pairOpts{coalesce: true, timeout: 18})
 	const rounds = 50
 	for i := 0; i < rounds; i++ {
 		mustRecv(t, p.b, p.qb, rnic.RecvWR{WRID: uint64(i), SGL: []rnic.SGE{sge(p.b, 0, 64)}})
