@@ -76,7 +76,10 @@ func (h *hostRing) post(wr ib.SendWR) bool {
 // completes in order, across many sleeps and wake-ups; after Unwatch the
 // engine leaves the ring alone.
 func TestPollingEngineFetches(t *testing.T) {
-	p := newPair(t, pairOpts{pollIdle: 100 * time.Microsecond})
+	// Timeout 18 (1.07 s): no go-back is expected below, and the
+	// harness's 16.8 ms ACK timeout ran out beside a CPU hog
+	// (completer_retry_err 1).
+	p := newPair(t, pairOpts{pollIdle: 100 * time.Microsecond, timeout: 18})
 	a := p.a
 	if !a.dev.Polling() {
 		t.Fatal("device with PollIdle runs no polling engine")
