@@ -209,6 +209,7 @@ var readmeSkips = []struct{ prefix, why string }{
 	{"rnic ib_send_bw | ib_read_bw", "a list of tool names (each tool is run by TestPerftestTools)"},
 	{"rnic ibv_uc_pingpong | ibv_ud_pingpong", "a list of tool names (TestPingpongTools runs each)"},
 	{"go test -run Example -v ./verbs", "the verbs package's tests, Example among them, which go test ./... runs (37 s more here)"},
+	{"make -C clib", "a phase of .ci/run of its own, and the C library's tests build it (26 s more here)"},
 	{"RNICD_INTEROP=1", "the rxe interop suite, in a VM (CI runs it)"},
 	{"packaging/deb.sh", "the Debian package's build (TestDebContents in packaging/ runs it)"},
 	{"apt-get install ./dist/rnicd_", "installs the package on this host (packaging's TestUnitStartsInNetns installs it into a directory)"},
@@ -291,6 +292,7 @@ func (r *readmeRun) block(lines []string) {
 	var daemons []*exec.Cmd
 	type bgCmd struct {
 		line string
+		cmd  *exec.Cmd
 		done chan error
 	}
 	var background []bgCmd
@@ -342,7 +344,7 @@ func (r *readmeRun) block(lines []string) {
 			if err := c.Start(); err != nil {
 				t.Fatal(err)
 			}
-			b := bgCmd{line: run, done: make(chan error, 1)}
+			b := bgCmd{line: run, cmd: c, done: make(chan error, 1)}
 			go func() {
 				err := c.Wait()
 				if err != nil {
@@ -360,8 +362,16 @@ func (r *readmeRun) block(lines []string) {
 			}
 			time.Sleep(time.Second)
 			c.Process.Signal(os.Interrupt)
-			if err := c.Wait(); err != nil {
-				t.Errorf("%s, then ^C: %v\n%s", run, err, out.String())
+			done := make(chan error, 1)
+			go func() { done <- c.Wait() }()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("%s, then ^C: %v\n%s", run, err, out.String())
+				}
+			case <-time.After(20 * time.Second):
+				c.Process.Kill()
+				t.Errorf("%s: still running 20 s after ^C; killed\n%s", run, out.String())
 			}
 		default:
 			if run == "go doc -all ./verbs | less" {
@@ -393,6 +403,13 @@ func (r *readmeRun) block(lines []string) {
 			fmt.Fprintf(&r.skipped, "  %s\n      %s\n", cmd, why)
 			continue
 		}
+		if !readmeRunnable(cmd) {
+			// Never a go test (it would run this test again), a load
+			// generator or a tool of another project: only the
+			// commands of rnicd's own programs and their readers.
+			fmt.Fprintf(&r.skipped, "  %s\n      %s\n", cmd, "not one of rnicd's programs or their readers (rnic, rnicd, tshark, curl, go doc)")
+			continue
+		}
 		if first && (strings.HasPrefix(cmd, "rnicd -d rnicA ") || strings.HasPrefix(cmd, "rnicd -d rnicB ")) {
 			fmt.Fprintf(&r.skipped, "  %s\n      %s\n", cmd, "started first, as the README's two daemons")
 			continue
@@ -401,9 +418,17 @@ func (r *readmeRun) block(lines []string) {
 		bg := strings.HasSuffix(run, "&") || strings.HasPrefix(comment, "server")
 		do(strings.TrimSpace(strings.TrimSuffix(run, "&")), bg)
 	}
+	// A server whose client failed may wait for ever: it gets a minute
+	// after the block's last command, then is killed, as a failure.
 	for _, b := range background {
-		if err := <-b.done; err != nil {
-			t.Errorf("%s: %v", b.line, err)
+		select {
+		case err := <-b.done:
+			if err != nil {
+				t.Errorf("%s: %v", b.line, err)
+			}
+		case <-time.After(time.Minute):
+			b.cmd.Process.Kill()
+			t.Errorf("%s: still running a minute after the block's last command; killed\n%v", b.line, <-b.done)
 		}
 	}
 }
@@ -435,6 +460,17 @@ func (r *readmeRun) daemon(line string, env []string) *exec.Cmd {
 	}
 	go io.Copy(io.Discard, rd)
 	return d
+}
+
+// readmeRunnable says whether cmd is one this test runs: rnicd's own
+// programs, and what reads their output.
+func readmeRunnable(cmd string) bool {
+	for _, p := range []string{"rnic ", "rnicd ", "tshark ", "curl ", "go doc ", "sleep 2; rnic "} {
+		if strings.HasPrefix(cmd, p) {
+			return true
+		}
+	}
+	return false
 }
 
 // readmeSkip says whether line is one of readmeSkips, and why.
