@@ -200,7 +200,7 @@ func TestNewUser(t *testing.T) {
 // here fails the test.
 var readmeSkips = []struct{ prefix, why string }{
 	{"go run ./cmd/rnic demo", "the demo, run here from the built binary as the README's `rnic demo` (go run would build it again)"},
-	{"go test -race ./...", "the test suite, of which this test is a part"},
+	{"go test -race -timeout 30m ./...", "the test suite, of which this test is a part"},
 	{"go build -o bin/", "run first, in a copy of the tree"},
 	{"export PATH=", "done first: the commands run with bin/ first in PATH"},
 	{"rnic demo", "binds 127.0.0.1 and 127.0.0.2, which a run beside it may hold (TestDemo runs it on addresses of its own)"},
