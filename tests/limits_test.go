@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -96,7 +97,13 @@ func runHog() error {
 	}
 	fmt.Println("ready")
 	io.Copy(io.Discard, os.Stdin)
-	_ = keep
+	// Held until here for real: `_ = keep` is no use to the collector,
+	// and a Context nothing reaches any more has its control socket
+	// closed by the runtime's finalizer, which made the daemon free a
+	// hog's objects while the hog still waited (TestHogsFillDaemon went
+	// through 8 hogs without filling the daemon).
+	runtime.KeepAlive(keep)
+	runtime.KeepAlive(c)
 	return nil
 }
 
