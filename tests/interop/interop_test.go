@@ -84,9 +84,13 @@ func TestRxeInterop(t *testing.T) {
 	if os.Getenv("RNICD_INTEROP_CASES") == "" && os.Getenv("RNICD_INTEROP_REPEAT") == "" {
 		writeTable(t, results)
 	}
+	// One line a failed case, last, so that the tail of a long log (CI
+	// keeps its last 60 lines) names every failure; both sides' output
+	// is in the case's own log line, written when it was judged.
 	for _, r := range results {
 		if !r.ok {
-			t.Errorf("%s, rxe %s, MTU %d, %q: %s", r.c.name(), r.rxeRole, r.mtu, r.impair, r.detail)
+			first, _, _ := strings.Cut(r.detail, "\n")
+			t.Errorf("%s, rxe %s, MTU %d, %q: %s", r.c.name(), r.rxeRole, r.mtu, r.impair, first)
 		}
 	}
 }
