@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/rnicd/rnicd/internal/debtest"
+	"github.com/rnicd/rnicd/internal/promtest"
 	"github.com/rnicd/rnicd/verbs"
 )
 
@@ -42,7 +43,9 @@ func TestObserveDaemons(t *testing.T) {
 	trC, pcC := files("rnicC")
 	trD, pcD := files("rnicD")
 	addrC, addrD := ownAddr(t), ownAddr(t)
-	dc, err := startDaemon(dir, "rnicC", addrC, "-trace", trC, "-pcap", pcC, "-http", addrC+":0")
+	// rnicC with its per-QP series, which /metrics must hold to promtool
+	// too.
+	dc, err := startDaemon(dir, "rnicC", addrC, "-trace", trC, "-pcap", pcC, "-http", addrC+":0", "-metrics-qp")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,6 +154,13 @@ func TestObserveDaemons(t *testing.T) {
 	}
 	if d1["rcvd_pkts"] != d0["rcvd_pkts"] {
 		t.Errorf("rnicD received %v packets through a 100%% loss", d1["rcvd_pkts"]-d0["rcvd_pkts"])
+	}
+	// /metrics again, now with QPs (one in the error state) and the
+	// fault injector's counters at work.
+	body := get(t, mC)
+	checkMetricsText(t, body)
+	if want := fmt.Sprintf(`rnicd_qp_info{device="rnicC",qpn="%#x",state="ERR",type="RC"} 1`, a2.qp.QPN); !strings.Contains(body, want+"\n") {
+		t.Errorf("/metrics -metrics-qp has no %s", want)
 	}
 
 	// Off: WRITEs pass again, and the injector drops nothing more.
@@ -399,16 +409,11 @@ func checkMetricsText(t *testing.T, body string) {
 	if err != nil {
 		t.Fatalf("/metrics does not parse: %v", err)
 	}
-	byHelp := map[string]string{}
+	promtest.Check(t, body)
 	for name, f := range fams {
-		h := f.GetHelp()
-		if h == "" || strings.Contains(h, "(undescribed)") {
+		if h := f.GetHelp(); h == "" || strings.Contains(h, "(undescribed)") {
 			t.Errorf("%s: HELP %q says nothing", name, h)
 		}
-		if other, ok := byHelp[h]; ok {
-			t.Errorf("%s and %s share the HELP %q", name, other, h)
-		}
-		byHelp[h] = name
 		if strings.Contains(name, "psn") {
 			t.Errorf("%s: a PSN as a series", name)
 		}
@@ -428,7 +433,6 @@ func checkMetricsText(t *testing.T, body string) {
 			t.Errorf("rnicd_build_info labels %v", labels)
 		}
 	}
-	t.Logf("/metrics: %d families, each with a HELP of its own", len(fams))
 }
 
 // metricsURL is the /metrics of a daemon started with -http, from the
