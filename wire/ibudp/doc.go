@@ -27,11 +27,12 @@
 //   - counters (Stats, named as rxe names its counters where it has them);
 //   - a fault injector (Faulty) that drops, duplicates, reorders, delays and
 //     corrupts packets, in place of netem;
-//   - receive steering (Steering, Config.Steered): the port's UDP 4791 as a
+//   - receive steering (Steering, Config.Queues): the port's UDP 4791 as a
 //     SO_REUSEPORT group in which an eBPF program hands each datagram to
-//     the socket of its destination QPN's block, as a multi-queue NIC
-//     steers flows to queues; the sockets (Lend) are for the port's
-//     owner's own queues (Config.SocketFD), never for another process;
+//     the socket of its destination QPN's queue (SteerQueue), as a
+//     multi-queue NIC steers flows to queues, and drops what no queue of
+//     its own takes; the sockets (Steering.Queue) are for the port's
+//     owner's own engines (Config.SocketFD), never for another process;
 //   - polling (Poller): a receive that never waits and a wait that takes
 //     nothing, so that whichever goroutine finds packets handles them.
 //

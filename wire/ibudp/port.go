@@ -131,14 +131,15 @@ type Config struct {
 	// process (two devices in a test) they would starve the goroutines
 	// that feed them; the zero value uses the runtime's poller.
 	WaitInKernel bool
-	// Steered opens a ModeUDP port's socket in a SO_REUSEPORT group whose
-	// datagrams the kernel steers by destination QPN (Steering, which
-	// SteeringOf returns): the port takes QPN block 0, and opens sockets
-	// for the others, each for a queue of the same process. It needs
-	// CAP_BPF.
-	Steered bool
+	// Queues, above 1, opens a ModeUDP port's socket in a SO_REUSEPORT
+	// group whose datagrams the kernel steers by destination QPN
+	// (Steering, which SteeringOf returns; SteerQueue says which QPN goes
+	// where), as a multi-queue NIC steers by RSS: the port is queue 0,
+	// and Steering.Queue opens the sockets of the others, each for an
+	// engine of the same process. At most MaxQueues; it needs CAP_BPF.
+	Queues int
 	// SocketFD, if above 0, is a socket of a steered port's group
-	// (Steering.Lend, in this process): a ModeUDP port takes it over
+	// (Steering.Queue, in this process): a ModeUDP port takes it over
 	// instead of opening one, and Open closes it if it fails. Addr and
 	// Port must be those it is bound to.
 	SocketFD int
@@ -159,11 +160,14 @@ func (cfg Config) withDefaults() (Config, error) {
 	if cfg.Mode != ModeUDP && cfg.Mode != ModePacket {
 		return cfg, fmt.Errorf("ibudp: config: unknown %v", cfg.Mode)
 	}
-	if (cfg.Steered || cfg.SocketFD > 0) && cfg.Mode != ModeUDP {
+	if cfg.Queues < 0 || cfg.Queues > MaxQueues {
+		return cfg, fmt.Errorf("ibudp: config: %d queues, want 0..%d", cfg.Queues, MaxQueues)
+	}
+	if (cfg.Queues > 1 || cfg.SocketFD > 0) && cfg.Mode != ModeUDP {
 		return cfg, fmt.Errorf("ibudp: config: steering needs ModeUDP, have %v", cfg.Mode)
 	}
-	if cfg.Steered && cfg.SocketFD > 0 {
-		return cfg, errors.New("ibudp: config: a lent socket cannot lend sockets")
+	if cfg.Queues > 1 && cfg.SocketFD > 0 {
+		return cfg, errors.New("ibudp: config: a queue's socket cannot open queues")
 	}
 	if cfg.MTU != 0 && !validIBMTU(cfg.MTU) {
 		return cfg, fmt.Errorf("ibudp: config: MTU %d is not 256, 512, 1024, 2048 or 4096", cfg.MTU)

@@ -1,6 +1,8 @@
 package ibudp
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"testing"
 	"time"
@@ -34,61 +36,82 @@ func gotQPN(t *testing.T, r *receiver, what string, qpn, psn uint32) {
 }
 
 // The kernel steers each datagram to the socket of its destination QP's
-// block: a lent block's to the lent socket, every other to the port's,
-// and a released block's to the port's again.
+// queue (the QPN's low byte modulo the queues); a socket of the same uid
+// that joins the group gets none of them, and a queue whose socket closed
+// gets its packets dropped, not handed to another member.
 func TestSteering(t *testing.T) {
 	ipA, ipB := looptest.Get(t), looptest.Get(t)
 	needRoot(t)
-	port := openPort(t, Config{Addr: ipA, Mode: ModeUDP, Steered: true})
+	const queues = 3
+	port := openPort(t, Config{Addr: ipA, Mode: ModeUDP, Queues: queues})
 	s := SteeringOf(port)
-	if s == nil {
-		t.Fatal("a Steered port has no Steering")
+	if s == nil || s.Queues() != queues {
+		t.Fatalf("a port of %d queues has Steering %v", queues, s)
 	}
-	block, fd, err := s.Lend()
+	ports := []Port{port}
+	for q := 1; q < queues; q++ {
+		fd, err := s.Queue(q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		qp := openPort(t, Config{Addr: ipA, Mode: ModeUDP, SocketFD: fd})
+		if SteeringOf(qp) != nil {
+			t.Fatal("a queue's port has a Steering")
+		}
+		ports = append(ports, qp)
+	}
+	if _, err := s.Queue(1); err == nil {
+		t.Fatal("queue 1 opened twice")
+	}
+	for _, q := range []int{0, queues} {
+		if _, err := s.Queue(q); err == nil {
+			t.Fatalf("queue %d of %d opened", q, queues)
+		}
+	}
+	// A socket of the daemon's uid joins the group: the kernel lets it.
+	joiner, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if block != 1 {
-		t.Fatalf("first lent block %d, want 1", block)
-	}
-	lent := openPort(t, Config{Addr: ipA, Mode: ModeUDP, SocketFD: fd})
-	if SteeringOf(lent) != nil {
-		t.Fatal("a lent socket's port has a Steering")
-	}
-	peer := openPort(t, Config{Addr: ipB, Mode: ModeUDP})
-	rPort, rLent := startReceiver(port), startReceiver(lent)
-
-	first, last := SteerBlockQPNs(block)
-	for i, qpn := range []uint32{first, first | 0x1234, last} {
-		gotQPN(t, rLent, "lent block", qpn, sendTo(t, peer, port, qpn, uint32(100+i)))
-	}
-	for i, qpn := range []uint32{0x11, 0xffff, 9<<16 | 5, bth.QPNMask} {
-		gotQPN(t, rPort, "port's own or unlent block", qpn, sendTo(t, peer, port, qpn, uint32(200+i)))
-	}
-	rLent.none(t, 50*time.Millisecond)
-
-	block2, fd2, err := s.Lend()
-	if err != nil || block2 != 2 {
-		t.Fatalf("second Lend: block %d, %v; want 2", block2, err)
-	}
-	lent2 := openPort(t, Config{Addr: ipA, Mode: ModeUDP, SocketFD: fd2})
-	rLent2 := startReceiver(lent2)
-	first2, _ := SteerBlockQPNs(block2)
-	gotQPN(t, rLent2, "second lent block", first2|7, sendTo(t, peer, port, first2|7, 300))
-
-	if err := s.Release(block); err != nil {
+	defer unix.Close(joiner)
+	if err := unix.SetsockoptInt(joiner, unix.SOL_SOCKET, unix.SO_REUSEPORT, 1); err != nil {
 		t.Fatal(err)
 	}
-	gotQPN(t, rPort, "released block", first|0x1234, sendTo(t, peer, port, first|0x1234, 400))
-	gotQPN(t, rLent2, "block lent still", first2|7, sendTo(t, peer, port, first2|7, 401))
-	rLent.none(t, 50*time.Millisecond)
-	if err := s.Release(block); err == nil {
-		t.Fatal("a second Release of a block succeeded")
+	sa := &unix.SockaddrInet4{Port: int(defaultLocalPort), Addr: ipA.As4()}
+	if err := unix.Bind(joiner, sa); err != nil {
+		t.Fatalf("a socket of the same uid could not join the group: %v", err)
 	}
-	if b, fd3, err := s.Lend(); err != nil || b != block {
-		t.Fatalf("Lend after Release: block %d, %v; want the released %d", b, err, block)
-	} else {
-		openPort(t, Config{Addr: ipA, Mode: ModeUDP, SocketFD: fd3})
+	peer := openPort(t, Config{Addr: ipB, Mode: ModeUDP})
+	recv := make([]*receiver, queues)
+	for q, p := range ports {
+		recv[q] = startReceiver(p)
+	}
+	psn := uint32(100)
+	for _, qpn := range []uint32{0x11, 0x12, 0x13, 0xff, 0x100, 0x1234, 9<<16 | 5, bth.QPNMask, 1} {
+		q := SteerQueue(qpn, queues)
+		if want := int(qpn&0xff) % queues; q != want {
+			t.Fatalf("SteerQueue(%#x, %d) = %d, want %d", qpn, queues, q, want)
+		}
+		psn++
+		gotQPN(t, recv[q], fmt.Sprintf("queue %d", q), qpn, sendTo(t, peer, port, qpn, psn))
+	}
+	for q := range recv {
+		recv[q].none(t, 20*time.Millisecond)
+	}
+	if n, _, err := unix.Recvfrom(joiner, make([]byte, 64), unix.MSG_DONTWAIT); !errors.Is(err, unix.EAGAIN) {
+		t.Fatalf("the socket that joined the group received %d bytes (%v)", n, err)
+	}
+	// Queue 2's socket goes: its QPNs' packets are dropped, not steered
+	// to the joiner or another queue.
+	ports[2].Close()
+	for i := range 8 {
+		sendTo(t, peer, port, 2+uint32(i)*3, psn+1)
+	}
+	gotQPN(t, recv[1], "queue 1 after queue 2 closed", 0x13, sendTo(t, peer, port, 0x13, psn+2))
+	recv[0].none(t, 50*time.Millisecond)
+	recv[1].none(t, 0)
+	if n, _, err := unix.Recvfrom(joiner, make([]byte, 64), unix.MSG_DONTWAIT); !errors.Is(err, unix.EAGAIN) {
+		t.Fatalf("the socket that joined the group received %d bytes (%v) once a queue closed", n, err)
 	}
 }
 
@@ -98,28 +121,33 @@ func TestSteering(t *testing.T) {
 func TestSteeringConfig(t *testing.T) {
 	ipA, ipB, ipC := looptest.Get(t), looptest.Get(t), looptest.Get(t)
 	openPort(t, Config{Addr: ipA, Mode: ModeUDP})
-	for _, steered := range []bool{false, true} {
-		if _, err := Open(Config{Addr: ipA, Mode: ModeUDP, Steered: steered}); err == nil {
-			t.Fatalf("a second port (steered %v) bound the address of an unsteered one", steered)
+	for _, queues := range []int{0, 2} {
+		if _, err := Open(Config{Addr: ipA, Mode: ModeUDP, Queues: queues}); err == nil {
+			t.Fatalf("a second port (%d queues) bound the address of an unsteered one", queues)
 		}
 	}
 	if os.Geteuid() == 0 {
-		openPort(t, Config{Addr: ipB, Mode: ModeUDP, Steered: true})
-		for _, steered := range []bool{false, true} {
-			if _, err := Open(Config{Addr: ipB, Mode: ModeUDP, Steered: steered}); err == nil {
-				t.Fatalf("a second port (steered %v) bound the address of a steered one", steered)
+		openPort(t, Config{Addr: ipB, Mode: ModeUDP, Queues: 2})
+		for _, queues := range []int{0, 2} {
+			if _, err := Open(Config{Addr: ipB, Mode: ModeUDP, Queues: queues}); err == nil {
+				t.Fatalf("a second port (%d queues) bound the address of a steered one", queues)
 			}
 		}
 	}
-	if _, err := Open(Config{Addr: ipC, Mode: ModePacket, Steered: true}); err == nil {
-		t.Fatal("a Steered ModePacket port opened")
+	if _, err := Open(Config{Addr: ipC, Mode: ModePacket, Queues: 2}); err == nil {
+		t.Fatal("a steered ModePacket port opened")
+	}
+	for _, queues := range []int{-1, MaxQueues + 1} {
+		if _, err := Open(Config{Addr: ipC, Mode: ModeUDP, Queues: queues}); err == nil {
+			t.Fatalf("a port of %d queues opened", queues)
+		}
 	}
 	// (A lent socket that Open refuses is closed: see the next test.)
 	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Open(Config{Addr: ipC, Mode: ModeUDP, Steered: true, SocketFD: fd}); err == nil {
+	if _, err := Open(Config{Addr: ipC, Mode: ModeUDP, Queues: 2, SocketFD: fd}); err == nil {
 		t.Fatal("a Steered port on a lent socket opened")
 	}
 }

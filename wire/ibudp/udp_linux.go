@@ -24,7 +24,7 @@ type udpPort struct {
 	// segs is how many packets each message of a batch carries.
 	gso  bool
 	segs []int
-	// steer, with Config.Steered, opens more sockets of the port's group,
+	// steer, with Config.Queues, opens more sockets of the port's group,
 	// for queues of this process only.
 	steer *Steering
 	// gro receives runs the kernel coalesced (gro_linux.go): the slots'
@@ -57,15 +57,15 @@ func openUDP(cfg Config, ifc Interface, mtu int) (*udpPort, error) {
 	}
 	fd, err := cfg.SocketFD, error(nil)
 	if fd > 0 {
-		// A socket of a steered port's group (Steering.Lend): bound, and
-		// its buffers sized already when Lend opened it with the port's
-		// options.
+		// A socket of a steered port's group (Steering.Queue): bound,
+		// and its buffers sized already when Queue opened it with the
+		// port's options.
 		cfg.RcvBuf, cfg.SndBuf = 0, 0
 		if err = setup(fd); err != nil {
 			unix.Close(fd)
 		}
 	} else {
-		if cfg.Steered {
+		if cfg.Queues > 1 {
 			// A reuseport bind would join another steered port's group
 			// on this address, as a second rnicd would: make sure the
 			// address is free, as a plain bind does.
@@ -75,14 +75,14 @@ func openUDP(cfg Config, ifc Interface, mtu int) (*udpPort, error) {
 			}
 			unix.Close(probe)
 		}
-		fd, err = openUDPSocket(bind, u.scope, cfg.Steered, setup)
+		fd, err = openUDPSocket(bind, u.scope, cfg.Queues > 1, setup)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("ibudp: opening UDP %s: %w", bind, err)
 	}
-	if cfg.Steered {
-		lendSetup := func(fd int) error { return setUDPOptions(fd, u.v6, !u.gso, cfg) }
-		if u.steer, err = newSteering(fd, bind, u.scope, lendSetup); err != nil {
+	if cfg.Queues > 1 {
+		queueSetup := func(fd int) error { return setUDPOptions(fd, u.v6, !u.gso, cfg) }
+		if u.steer, err = newSteering(fd, bind, u.scope, cfg.Queues, queueSetup); err != nil {
 			unix.Close(fd)
 			return nil, err
 		}
