@@ -9,9 +9,11 @@
 # BENCHMARKS.md above the earlier runs, with date, machine, load average
 # and each build's commit.
 #
-#   bench/run.sh [-t SECS] [-rounds N] [-o FILE] [-quick] [NAME=REV ...]
+#   bench/run.sh [-t SECS] [-rounds N] [-o FILE] [-only REGEXP] [-quick] [NAME=REV ...]
 #       builds REV (a git revision; "." or none: this working tree) of each
 #       NAME into one folder, then runs. Needs root (network namespaces).
+#       -only keeps the figures whose name matches REGEXP, to take one
+#       figure the best of many rounds: -rounds 6 -only '65536, 1 QP$|TCP, 1 stream'.
 #   bench/run.sh -build DIR [NAME=REV ...]
 #       only builds, into DIR: DIR/anchors (udppp, udprr, netbench, all
 #       static) and DIR/NAME (rnicd, rnic, clib/, COMMIT). To run on a
@@ -66,7 +68,7 @@ keep="" runflags=() builds=()
 while [ $# -gt 0 ]; do
 	case $1 in
 	-build) keep=$2; shift 2 ;;
-	-t | -rounds | -o) runflags+=("$1" "$2"); shift 2 ;;
+	-t | -rounds | -o | -only) runflags+=("$1" "$2"); shift 2 ;;
 	-quick) runflags+=("$1"); shift ;;
 	*=*) builds+=("$1"); shift ;;
 	*) echo "bench/run.sh: unknown argument $1" >&2; exit 2 ;;

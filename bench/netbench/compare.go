@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -43,7 +44,13 @@ type cmpConfig struct {
 	rounds  int
 	out     string
 	quick   bool
+	// only, if set, keeps the figures whose name it matches (anchors and
+	// builds alike), to repeat one figure over many rounds.
+	only *regexp.Regexp
 }
+
+// want reports whether figure what is measured (-only).
+func (c cmpConfig) want(what string) bool { return c.only == nil || c.only.MatchString(what) }
 
 // figure is one measured quantity; best keeps the best of the rounds.
 type figure struct {
@@ -98,8 +105,16 @@ func compareMain(args []string) error {
 	fs.IntVar(&cfg.rounds, "rounds", 3, "rounds: every figure is taken this many times and the best kept")
 	fs.StringVar(&cfg.out, "o", "BENCHMARKS.md", "file to add the table to (\"\" writes none)")
 	fs.BoolVar(&cfg.quick, "quick", false, "one short round, to check the script")
+	only := fs.String("only", "", "measure only the figures whose name matches this `REGEXP` (as the table names them: '65536, 1 QP$')")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *only != "" {
+		re, err := regexp.Compile(*only)
+		if err != nil {
+			return fmt.Errorf("-only: %w", err)
+		}
+		cfg.only = re
 	}
 	for _, a := range fs.Args() {
 		name, dir, ok := strings.Cut(a, "=")
@@ -208,6 +223,9 @@ func anchorRound(cfg cmpConfig, sb *scoreboard) {
 		what string
 		busy bool
 	}{{ppBusy, true}, {ppBlock, false}} {
+		if !cfg.want(m.what) {
+			continue
+		}
 		f := sb.fig(m.what, "us", false, "")
 		if v, err := udppp(cfg, m.busy, n); err != nil {
 			f.fail(anchorCol, err.Error())
@@ -215,11 +233,13 @@ func anchorRound(cfg cmpConfig, sb *scoreboard) {
 			f.put(anchorCol, v)
 		}
 	}
-	f := sb.fig("Go UDP ping-pong 2 B (bench/udprr), blocking, median one way", "us", false, "")
-	if v, err := udprr(config{bin: cfg.anchors}); err != nil {
-		f.fail(anchorCol, err.Error())
-	} else {
-		f.put(anchorCol, v)
+	if what := "Go UDP ping-pong 2 B (bench/udprr), blocking, median one way"; cfg.want(what) {
+		f := sb.fig(what, "us", false, "")
+		if v, err := udprr(config{bin: cfg.anchors}); err != nil {
+			f.fail(anchorCol, err.Error())
+		} else {
+			f.put(anchorCol, v)
+		}
 	}
 	iperfBin, ok := find(cfg.anchors, "iperf3")
 	for _, m := range []struct {
@@ -232,6 +252,9 @@ func anchorRound(cfg cmpConfig, sb *scoreboard) {
 		{tcp1, "Gbit/s", []string{"-P", "1", "-l", "65536"}, 1},
 		{tcp8, "Gbit/s", []string{"-P", "8", "-l", "65536"}, 1},
 	} {
+		if !cfg.want(m.what) {
+			continue
+		}
 		f := sb.fig(m.what, m.unit, true, "")
 		if !ok {
 			f.fail(anchorCol, "not measured: no iperf3 (install it, or copy a static iperf3 into the anchors folder)")
@@ -415,11 +438,15 @@ func buildRound(cfg cmpConfig, b buildDir, sb *scoreboard) {
 	}
 
 	// Idle: a second with no client, after the start-up has settled.
-	time.Sleep(time.Second)
-	c0, t0 := cpu(), time.Now()
-	time.Sleep(time.Second)
-	idle := float64(cpu()-c0) / userHZ / time.Since(t0).Seconds() * 100 / 2
-	sb.fig("rnicd CPU when idle, per daemon (/proc/<pid>/stat over 1 s; 1 tick = 1%)", "% of a core", false, "").put(col, idle)
+	var c0 uint64
+	var t0 time.Time
+	if what := "rnicd CPU when idle, per daemon (/proc/<pid>/stat over 1 s; 1 tick = 1%)"; cfg.want(what) {
+		time.Sleep(time.Second)
+		c0, t0 = cpu(), time.Now()
+		time.Sleep(time.Second)
+		idle := float64(cpu()-c0) / userHZ / time.Since(t0).Seconds() * 100 / 2
+		sb.fig(what, "% of a core", false, "").put(col, idle)
+	}
 
 	srvRnic, cliRnic := rnicTool(b, "rnbb"), rnicTool(b, "rnba")
 	srvDeb, cliDeb := debianTool(cfg, b, "rnbb"), debianTool(cfg, b, "rnba")
@@ -432,6 +459,9 @@ func buildRound(cfg cmpConfig, b buildDir, sb *scoreboard) {
 	nextPort := func() int { port++; return port }
 
 	lat := func(what, anchor string, srv, cli tool) {
+		if !cfg.want(what) {
+			return
+		}
 		f := sb.fig(what, "us", false, anchor)
 		res, err := pairRun(cfg.secs, srv, cli, nextPort(), []string{"-s", "2", "-n", n})
 		if err != nil {
@@ -442,6 +472,9 @@ func buildRound(cfg cmpConfig, b buildDir, sb *scoreboard) {
 		sb.fig(what+", p99", "us", false, "").put(col, res.p99)
 	}
 	rate := func(what string, srv, cli tool, qps string) {
+		if !cfg.want(what) {
+			return
+		}
 		f := sb.fig(what, "Mpps", true, udp108)
 		res, err := pairRun(cfg.secs, srv, cli, nextPort(), []string{"-s", "64", "-D", D, "-q", qps})
 		if err != nil {
@@ -456,24 +489,30 @@ func buildRound(cfg cmpConfig, b buildDir, sb *scoreboard) {
 	rate("rnic ib_write_bw -s 64, 16 QPs, message rate", srvRnic("ib_write_bw"), cliRnic("ib_write_bw"), "16")
 
 	// 64 KiB, 1 QP, with the daemons' CPU over the run.
-	f := sb.fig("rnic ib_write_bw -s 65536, 1 QP", "Gbit/s", true, tcp1)
-	c0, t0 = cpu(), time.Now()
-	res, err := pairRun(cfg.secs, srvRnic("ib_write_bw"), cliRnic("ib_write_bw"), nextPort(),
-		[]string{"-s", "65536", "-D", D, "--report_gbits"})
-	cores := float64(cpu()-c0) / userHZ / time.Since(t0).Seconds()
-	if err != nil {
-		f.fail(col, firstLine(err.Error()))
-	} else {
-		f.put(col, res.bw)
-		if res.bw > 0 {
-			sb.fig("both rnicd's CPU per Gbit/s of that run (start-up included)", "% of a core", false, "").put(col, cores*100/res.bw)
+	if what := "rnic ib_write_bw -s 65536, 1 QP"; cfg.want(what) {
+		f := sb.fig(what, "Gbit/s", true, tcp1)
+		c0, t0 = cpu(), time.Now()
+		res, err := pairRun(cfg.secs, srvRnic("ib_write_bw"), cliRnic("ib_write_bw"), nextPort(),
+			[]string{"-s", "65536", "-D", D, "--report_gbits"})
+		cores := float64(cpu()-c0) / userHZ / time.Since(t0).Seconds()
+		if err != nil {
+			f.fail(col, firstLine(err.Error()))
+		} else {
+			f.put(col, res.bw)
+			if res.bw > 0 {
+				sb.fig("both rnicd's CPU per Gbit/s of that run (start-up included)", "% of a core", false, "").put(col, cores*100/res.bw)
+			}
 		}
 	}
 
 	// N pairs at once, each its own QP and tools, through the one pair of
 	// daemons: the aggregate.
 	for _, np := range []int{1, 2, 4, 8} {
-		f := sb.fig(fmt.Sprintf("rnic ib_write_bw -s 65536, %d parallel pairs, aggregate", np), "Gbit/s", true, tcp8)
+		what := fmt.Sprintf("rnic ib_write_bw -s 65536, %d parallel pairs, aggregate", np)
+		if !cfg.want(what) {
+			continue
+		}
+		f := sb.fig(what, "Gbit/s", true, tcp8)
 		var wg sync.WaitGroup
 		var mu sync.Mutex
 		var sum float64
@@ -506,6 +545,9 @@ func buildRound(cfg cmpConfig, b buildDir, sb *scoreboard) {
 		{"ib_write_lat", "Debian ib_write_lat -s 2 (clib), median"},
 		{"ib_write_bw", "Debian ib_write_bw -s 64 (clib), 1 QP, message rate"},
 	} {
+		if !cfg.want(t.what) {
+			continue
+		}
 		srv, ok1 := srvDeb(t.tool)
 		cli, ok2 := cliDeb(t.tool)
 		if _, err := os.Stat(filepath.Join(b.dir, "clib", "libibverbs.so.1")); !ok1 || !ok2 || err != nil {
