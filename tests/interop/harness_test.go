@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -215,7 +216,7 @@ func TestStalledCaseFailsAndTheNextPasses(t *testing.T) {
 	l := fakeBench(t, phases, map[string]string{}, vmMargin)
 	for pi, ph := range phases {
 		start := time.Now()
-		rs := l.verdicts(pi, ph, l.runCases(pi, ph), "", "", "")
+		rs := l.verdicts(pi, ph, l.runCases(pi, ph), "", nil, "")
 		took := time.Since(start)
 		if len(rs) != 2 || rs[0].c.args[0] != "broken" {
 			t.Fatalf("phase %d: %d results, first %v", pi, len(rs), rs[0].c)
@@ -257,7 +258,7 @@ func TestStalledVMIsKilledAndReported(t *testing.T) {
 	}
 	l := fakeBench(t, []phase{ph}, map[string]string{"timeout": "#!/bin/sh\nshift 3\nexec \"$@\"\n"}, margin)
 	start := time.Now()
-	rs := l.verdicts(0, ph, l.runCases(0, ph), "", "", "")
+	rs := l.verdicts(0, ph, l.runCases(0, ph), "", nil, "")
 	if took := time.Since(start); took > deadline+margin+5*time.Second {
 		t.Errorf("took %v", took)
 	}
@@ -362,5 +363,29 @@ func TestRpingData(t *testing.T) {
 	bad := strings.Replace(cli.String(), "rdma-ping-1: B", "rdma-ping-1: X", 1)
 	if msg := rpingCheck(c, "server", bad, srv.String()); !strings.Contains(msg, "rnic's client's ping 1") {
 		t.Errorf("a wrong ping: %q", msg)
+	}
+}
+
+// TestUnexplainedErrors: rxe's error counters are excused only by rnicd's
+// own cause, moved at least as far: a retransmission for a duplicate, an
+// RNR NAK sent for one received; every other fault stands.
+func TestUnexplainedErrors(t *testing.T) {
+	for _, tc := range []struct {
+		errs  []string
+		moved map[string]uint64
+		want  []string
+	}{
+		{errs: nil, want: nil},
+		{errs: []string{"duplicate_request=2"}, moved: map[string]uint64{"retransmitted_pkts": 2}, want: nil},
+		{errs: []string{"duplicate_request=3"}, moved: map[string]uint64{"retransmitted_pkts": 2}, want: []string{"duplicate_request=3"}},
+		{errs: []string{"duplicate_request=1"}, moved: map[string]uint64{"send_rnr_err": 5}, want: []string{"duplicate_request=1"}},
+		{errs: []string{"rcvd_rnr_err=1", "send_rnr_err=1"}, moved: map[string]uint64{"send_rnr_err": 1, "rcvd_rnr_err": 1}, want: nil},
+		{errs: []string{"out_of_seq_request=1", "rcvd_rnr_err=1"}, moved: map[string]uint64{"retransmitted_pkts": 9, "send_rnr_err": 1},
+			want: []string{"out_of_seq_request=1"}},
+		{errs: []string{"rcvd_seq_err=1"}, moved: map[string]uint64{"rcvd_seq_err": 1}, want: []string{"rcvd_seq_err=1"}},
+	} {
+		if got := unexplained(tc.errs, tc.moved); !slices.Equal(got, tc.want) {
+			t.Errorf("unexplained(%q, %v) = %q, want %q", tc.errs, tc.moved, got, tc.want)
+		}
 	}
 }

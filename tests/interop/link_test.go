@@ -202,7 +202,7 @@ func (l *link) runPhase(pi int, ph phase) []result {
 	}
 	// The suite's share of CI's 60 minutes, phase by phase.
 	l.t.Logf("MTU %d phase %d: rxe %s, impairment %q, %d cases, %.1f s", l.ibMTU, pi, ph.rxeRole, impair, len(ph.cases), time.Since(start).Seconds())
-	return l.verdicts(pi, ph, host, impair, format(moved), want)
+	return l.verdicts(pi, ph, host, impair, moved, want)
 }
 
 // runCases runs the host's side of each case of phase pi and waits for
@@ -220,10 +220,10 @@ func (l *link) runCases(pi int, ph phase) []hostRun {
 
 // verdicts judges each case of phase pi; a failed case's verdict is
 // logged with both sides' output at once, for a run stopped later.
-func (l *link) verdicts(pi int, ph phase, host []hostRun, impair, moved, want string) []result {
+func (l *link) verdicts(pi int, ph phase, host []hostRun, impair string, moved map[string]uint64, want string) []result {
 	var results []result
 	for i, c := range ph.cases {
-		r := result{c: c, rxeRole: ph.rxeRole, mtu: l.ibMTU, impair: impair, deadline: ph.deadlines[i], counters: moved}
+		r := result{c: c, rxeRole: ph.rxeRole, mtu: l.ibMTU, impair: impair, deadline: ph.deadlines[i], counters: format(moved), moved: moved}
 		r.judge(host[i], l.vm.run(caseID{pi, i}), want)
 		if !r.ok {
 			l.t.Logf("MTU %d phase %d case %d, %s, rxe %s: %s", l.ibMTU, pi, i, c.name(), ph.rxeRole, r.detail)

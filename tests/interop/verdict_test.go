@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -24,6 +25,8 @@ type result struct {
 	ok       bool
 	detail   string
 	counters string
+	// moved is rnicd's counters moved over the case's phase, by name.
+	moved map[string]uint64
 }
 
 // hostRun is how the host's side of a case ended.
@@ -94,8 +97,9 @@ func (r *result) judge(host hostRun, guest vmRun, want string) {
 		r.detail = "the VM did not say what its CM IDs and rxe's counters were after the case" + said
 	case r.c.connectsByCM() && guest.cm.ids != 0:
 		r.detail = fmt.Sprintf("the disconnect left %d CM IDs in the VM (rdma res show cm_id)", guest.cm.ids) + said
-	case r.c.connectsByCM() && len(guest.cm.errors) != 0:
-		r.detail = fmt.Sprintf("rxe's error counters moved: %s", strings.Join(guest.cm.errors, " ")) + said
+	case r.c.connectsByCM() && len(unexplained(guest.cm.errors, r.moved)) != 0:
+		r.detail = fmt.Sprintf("rxe's error counters moved: %s (rnicd's over the phase: %s)",
+			strings.Join(unexplained(guest.cm.errors, r.moved), " "), r.counters) + said
 	case r.c.isRdmaCM() && rpingCheck(r.c, r.rxeRole, host.out, guest.out) != "":
 		r.detail = rpingCheck(r.c, r.rxeRole, host.out, guest.out) + said
 	case want != "":
@@ -103,6 +107,35 @@ func (r *result) judge(host hostRun, guest vmRun, want string) {
 	default:
 		r.ok, r.detail = true, "both sides exit 0"
 	}
+}
+
+// rnicdCause is, for each of rxe's error counters that a loaded host can
+// move on a clean link, the counter of rnicd's that moves with it: rnicd
+// resending a request after its ACK timeout (the VM, emulated without KVM
+// on a busy host, answered late) is a duplicate_request at rxe, and an RNR
+// NAK, sent when rping's completion thread had not yet posted its next
+// receive, is rcvd_rnr_err at the side that gets it. The protocol does
+// both by design; between two rxe on a busy host they happen too.
+var rnicdCause = map[string]string{
+	"duplicate_request": "retransmitted_pkts",
+	"rcvd_rnr_err":      "send_rnr_err",
+	"send_rnr_err":      "rcvd_rnr_err",
+}
+
+// unexplained returns those of rxe's moved error counters ("name=delta")
+// that rnicd's own counters, moved over the phase, do not account for:
+// a fault rxe saw that rnicd did not cause by a retransmission or an RNR.
+func unexplained(errs []string, moved map[string]uint64) []string {
+	var left []string
+	for _, e := range errs {
+		name, v, _ := strings.Cut(e, "=")
+		n, err := strconv.ParseUint(v, 10, 64)
+		if cause, ok := rnicdCause[name]; ok && err == nil && moved[cause] >= n {
+			continue
+		}
+		left = append(left, e)
+	}
+	return left
 }
 
 // counters reads rnicd's counters through its control socket (a unix
