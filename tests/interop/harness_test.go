@@ -383,6 +383,10 @@ func TestUnexplainedErrors(t *testing.T) {
 		{errs: []string{"out_of_seq_request=1", "rcvd_rnr_err=1"}, moved: map[string]uint64{"retransmitted_pkts": 9, "send_rnr_err": 1},
 			want: []string{"out_of_seq_request=1"}},
 		{errs: []string{"rcvd_seq_err=1"}, moved: map[string]uint64{"rcvd_seq_err": 1}, want: []string{"rcvd_seq_err=1"}},
+		{errs: []string{"completer_retry_err=1"}, moved: map[string]uint64{"duplicate_request": 2}, want: nil},
+		{errs: []string{"completer_retry_err=1", "retry_exceeded_err=1"}, moved: map[string]uint64{"duplicate_request": 7},
+			want: []string{"retry_exceeded_err=1"}},
+		{errs: []string{"completer_retry_err=2"}, moved: map[string]uint64{"duplicate_request": 1}, want: []string{"completer_retry_err=2"}},
 	} {
 		if got := unexplained(tc.errs, tc.moved); !slices.Equal(got, tc.want) {
 			t.Errorf("unexplained(%q, %v) = %q, want %q", tc.errs, tc.moved, got, tc.want)
