@@ -124,8 +124,8 @@ func (r *result) judge(host hostRun, guest vmRun, want string) {
 var rnicdCause = map[string]string{
 	"duplicate_request":   "retransmitted_pkts",
 	"completer_retry_err": "duplicate_request",
-	"rcvd_rnr_err":      "send_rnr_err",
-	"send_rnr_err":      "rcvd_rnr_err",
+	"rcvd_rnr_err":        "send_rnr_err",
+	"send_rnr_err":        "rcvd_rnr_err",
 }
 
 // unexplained returns those of rxe's moved error counters ("name=delta")
