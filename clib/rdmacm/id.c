@@ -239,6 +239,23 @@ EXPORT int rdma_bind_addr(struct rdma_cm_id *id, struct sockaddr *addr)
 	return err ? cm_err(err) : 0;
 }
 
+/* loopback_dst says whether dst is 127.0.0.1, ::1 or the wildcard and
+ * no rnicd's port holds it. Only those: the rest of 127/8 is where
+ * rnicd on one host put their ports (a daemon another directory holds
+ * is not in this process's list, and a connect to it must leave). */
+static int loopback_dst(const struct sockaddr *dst)
+{
+	if (dev_owning(dst))
+		return 0;
+	if (dst->sa_family == AF_INET)
+		return ntohl(((const struct sockaddr_in *)dst)->sin_addr.s_addr) == INADDR_LOOPBACK || is_wildcard(dst);
+	if (dst->sa_family == AF_INET6) {
+		const struct in6_addr *a = &((const struct sockaddr_in6 *)dst)->sin6_addr;
+		return IN6_IS_ADDR_LOOPBACK(a) || is_wildcard(dst) || (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr32[3] == htonl(INADDR_LOOPBACK));
+	}
+	return 0;
+}
+
 EXPORT int rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src_addr, struct sockaddr *dst_addr,
 			     int timeout_ms)
 {
@@ -270,6 +287,16 @@ EXPORT int rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src_addr, s
 	memset(&c->id.route.addr.dst_storage, 0, sizeof(c->id.route.addr.dst_storage));
 	memcpy(&c->id.route.addr.dst_storage, dst_addr, addr_len(dst_addr));
 	id_set_route(c, dst_addr);
+	if (loopback_dst(dst_addr)) {
+		/* As cma.c's cma_resolve_loopback: a loopback (or wildcard)
+		 * destination no rnicd holds is the ID's own device, whose
+		 * GID the path takes; the address stays what the program
+		 * gave. Its REQ went to 127.0.0.1, where no rnicd listens,
+		 * and the connect waited out every CM retry (qperf's client
+		 * given 127.0.0.1 hung). */
+		c->path.dgid = c->dev->gid;
+		c->id.route.addr.addr.ibaddr.dgid = c->dev->gid;
+	}
 	c->state = ID_ADDR_RESOLVED;
 	queue_event(c->ch, c, RDMA_CM_EVENT_ADDR_RESOLVED, 0);
 	return sync_complete(c);

@@ -263,6 +263,17 @@ int req_notify_cq(struct ibv_cq *cq, int solicited_only)
 	return 0;
 }
 
+/* chan_pending says whether an event of c's CQs waits to be taken. */
+static int chan_pending(struct rchan *c)
+{
+	int pending = 0;
+	pthread_mutex_lock(&c->mu);
+	for (struct rcq *q = c->cqs; q; q = q->next)
+		pending |= ring_load(q->ring, RING_EVENTS) != q->seen;
+	pthread_mutex_unlock(&c->mu);
+	return pending;
+}
+
 EXPORT int ibv_get_cq_event(struct ibv_comp_channel *ch, struct ibv_cq **cq, void **cq_context)
 {
 	struct rchan *c = (struct rchan *)ch;
@@ -280,34 +291,51 @@ EXPORT int ibv_get_cq_event(struct ibv_comp_channel *ch, struct ibv_cq **cq, voi
 		}
 		pthread_mutex_unlock(&c->mu);
 		int fl = fcntl(ch->fd, F_GETFL);
-		struct pollfd p[2] = {{.fd = ch->fd, .events = POLLIN}, {.fd = x->conn.fd, .events = POLLRDHUP}};
-		if (poll(p, 2, fl >= 0 && (fl & O_NONBLOCK) ? 0 : -1) < 0 && errno != EINTR)
+		if (fl < 0)
 			return -1;
-		if (!(p[0].revents & POLLIN) && !(p[1].revents & (POLLRDHUP | POLLHUP | POLLERR)) && fl >= 0 &&
-		    (fl & O_NONBLOCK)) {
+		if (!(fl & O_NONBLOCK)) {
+			/* A blocking channel waits in read(2) on the wake pipe,
+			 * as libibverbs' does on its event file: a signal whose
+			 * handler has no SA_RESTART ends the call with EINTR
+			 * (qperf stops each test so, from a SIGALRM, and hung
+			 * for ever while a poll(2) here went on after it), and
+			 * one with SA_RESTART lets it go on waiting. The daemon
+			 * holds the pipe's only write end, so its end is EOF. */
+			uint8_t v[512];
+			ssize_t r = read(ch->fd, v, sizeof(v));
+			if (r > 0)
+				continue;
+			if (r < 0 && errno != EAGAIN)
+				return -1; /* EINTR included */
+			if (r == 0 && !chan_pending(c)) {
+				rnic_log("get_cq_event: the rnicd of %s hung up", ch->context->device->name);
+				errno = EIO;
+				return -1;
+			}
+			if (r == 0)
+				continue;
+		}
+		struct pollfd p[2] = {{.fd = ch->fd, .events = POLLIN}, {.fd = x->conn.fd, .events = POLLRDHUP}};
+		if (poll(p, 2, 0) < 0 && errno != EINTR)
+			return -1;
+		if (!(p[0].revents & POLLIN) && !(p[1].revents & (POLLRDHUP | POLLHUP | POLLERR))) {
 			errno = EAGAIN; /* as libibverbs' read of a non-blocking channel fd */
 			return -1;
 		}
-		/* Drained up to what is there, so that a blocking fd never
-		 * blocks here: the events word says what happened. */
+		/* Drained up to what is there, so that the fd is readable
+		 * again only for what comes next: the events word says what
+		 * happened. */
 		int avail = 0;
 		if ((p[0].revents & POLLIN) && ioctl(ch->fd, FIONREAD, &avail) == 0 && avail > 0) {
 			uint8_t v[512];
 			if (read(ch->fd, v, avail < (int)sizeof(v) ? avail : (int)sizeof(v)) < 0 && errno != EAGAIN)
 				return -1;
 		}
-		if (p[1].revents & (POLLRDHUP | POLLHUP | POLLERR)) {
+		if ((p[1].revents & (POLLRDHUP | POLLHUP | POLLERR)) && !chan_pending(c)) {
 			/* Events the daemon sent before it went are taken first. */
-			int pending = 0;
-			pthread_mutex_lock(&c->mu);
-			for (struct rcq *q = c->cqs; q; q = q->next)
-				pending |= ring_load(q->ring, RING_EVENTS) != q->seen;
-			pthread_mutex_unlock(&c->mu);
-			if (!pending) {
-				rnic_log("get_cq_event: the rnicd of %s hung up", ch->context->device->name);
-				errno = EIO;
-				return -1;
-			}
+			rnic_log("get_cq_event: the rnicd of %s hung up", ch->context->device->name);
+			errno = EIO;
+			return -1;
 		}
 	}
 }
