@@ -620,6 +620,8 @@ func TestBashCompletion(t *testing.T) {
 	}{
 		{"rnic", "_rnic", []string{"rnic", "ib_write_"}, "ib_write_bw ib_write_lat"},
 		{"rnic", "_rnic", []string{"rnic", "ib_write_bw", "--dur"}, "--duration"},
+		{"rnic", "_rnic", []string{"rnic", "ib_write_bw", "--r"}, "--rdma_cm --report-unsorted --report_gbits --run_infinitely --rx-depth"},
+		{"rnic", "_rnic", []string{"rnic", "ib_write_bw", "--o"}, "--output --outs"},
 		{"rnic", "_rnic", []string{"rnic", "res", "-"}, "-d -j -v"},
 		{"rnic", "_rnic", []string{"rnic", "res", "sh"}, "show"},
 		{"rnicd", "_rnicd", []string{"rnicd", "-log-"}, "-log-format -log-level"},

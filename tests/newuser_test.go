@@ -217,6 +217,7 @@ var readmeSkips = []struct{ prefix, why string }{
 	{"systemctl enable --now rnicd@rnic0", "no systemd runs here (TestUnitStartsInNetns runs the unit's ExecStart line, TestUnitVerifies verifies the unit)"},
 	{"rnic ibv_devinfo -d rnic0; man rnicd", "the installed service's device (TestUnitStartsInNetns runs ibv_devinfo on it, TestManPages renders the page)"},
 	{"rnicd -d rnic6 ", "an IPv6 address this host lacks (TestToolsOverIPv6 runs it in namespaces)"},
+	{"rnic ib_write_bw -d rnicA --run_infinitely", "runs until Ctrl-C (TestRunInfinitely in ./cmd/rnic/perftest stops one after three lines, the server then says the client closed)"},
 	{"rnic ib_write_bw -d rnic6", "an IPv6 address this host lacks (TestToolsOverIPv6 runs it in namespaces)"},
 	{"LD_LIBRARY_PATH=$PWD/clib/build ib_write_bw", "Debian's perftest on the C library (TestCLibPerftest runs it)"},
 	{"LD_LIBRARY_PATH=$PWD/clib/build rping -s -a 10.0.0.1", "an address of the reader's network (TestCLibRping runs rping on the C library)"},

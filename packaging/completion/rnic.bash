@@ -6,10 +6,10 @@ _rnic_commands() {
 	"$1" 2>&1 | sed -nE 's/^  ([a-z][a-z0-9_]*) .*/\1/p'
 }
 
-# Both spellings perftest prints ("-d, --ib-dev=<dev>") and Go's flag
-# package prints ("  -d dev").
+# The spellings perftest prints ("-d, --ib-dev=<dev>", "    --output=<units>")
+# and Go's flag package prints ("  -d dev").
 _rnic_flags() {
-	"$1" "$2" -h 2>&1 | sed -nE 's/^ +(-[A-Za-z0-9_]+)(, (--[A-Za-z0-9_-]+))?.*/\1 \3/p'
+	"$1" "$2" -h 2>&1 | sed -nE -e 's/^ +(--[A-Za-z0-9_-]+).*/\1/p' -e 's/^ +(-[A-Za-z0-9_]+)(, (--[A-Za-z0-9_-]+))?.*/\1 \3/p'
 }
 
 _rnic() {

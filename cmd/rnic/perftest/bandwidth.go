@@ -4,7 +4,9 @@ package perftest
 // moves data, the server's CPU idles) and ib_send_bw (both sides measure).
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/rnicd/rnicd/verbs"
@@ -22,7 +24,8 @@ func (t *test) printBWHeader() {
 
 // rdmaBW is ib_write_bw, ib_read_bw and ib_atomic_bw: the client moves
 // data to or from the server's memory, the server's CPU idles until the
-// client reports its result.
+// client reports its result. With -b both sides move data and each
+// prints the sum of the two sides' figures.
 func (t *test) rdmaBW() error {
 	p := t.p
 	// The last handshake comes once both sides are in RTR.
@@ -30,7 +33,10 @@ func (t *test) rdmaBW() error {
 		return err
 	}
 	t.printBWHeader()
-	if !p.Client() {
+	if p.RunInfinitely {
+		return t.rdmaBWInfinitely()
+	}
+	if !p.Client() && !p.Duplex {
 		// The client's handshake says its run is over.
 		if err := t.ex.barrier(t.res.my); err != nil {
 			return err
@@ -39,7 +45,7 @@ func (t *test) rdmaBW() error {
 		if err != nil {
 			return err
 		}
-		printBWReport(t.out, rep, p.ReportGbits)
+		t.printBW(rep)
 		if err := t.ex.close(t.res.my); err != nil {
 			return err
 		}
@@ -49,18 +55,87 @@ func (t *test) rdmaBW() error {
 	var last BWReport
 	for _, size := range t.sizes() {
 		t.res.size = size
+		if p.Duplex {
+			// Both sides start each size together.
+			if err := t.ex.barrier(t.res.my); err != nil {
+				return err
+			}
+		}
 		rep, err := t.runBWClient()
 		if err != nil {
 			return err
 		}
-		printBWReport(t.out, rep, p.ReportGbits)
+		if p.Duplex {
+			// perftest 4.6 and later meet again after each size of -a.
+			if p.All {
+				if err := t.ex.barrier(t.res.my); err != nil {
+					return err
+				}
+			}
+			rem, err := t.ex.conn.ExchangeBWReports(rep)
+			if err != nil {
+				return err
+			}
+			rep = rep.plus(rem)
+		}
+		t.printBW(rep)
 		last = rep
 	}
 	fmt.Fprint(t.out, resultLine)
+	if p.Duplex {
+		return t.ex.close(t.res.my)
+	}
 	if err := t.ex.barrier(t.res.my); err != nil {
 		return err
 	}
 	if _, err := t.ex.conn.ExchangeBWReports(last); err != nil {
+		return err
+	}
+	return t.ex.close(t.res.my)
+}
+
+// rdmaBWInfinitely is a --run_infinitely run of rdmaBW: the client (and
+// with -b the server too) posts until Config.Stop and prints a line
+// every -D seconds; a server that does not send waits for the client's
+// end and says the client closed the connection, as perftest does.
+func (t *test) rdmaBWInfinitely() error {
+	p := t.p
+	if !p.Client() && !p.Duplex {
+		// A client killed instead of stopped (perftest 4.5's has no
+		// SIGINT handler) just hangs up: that is the end of its run too.
+		err := t.ex.barrier(t.res.my)
+		if err == nil {
+			_, err = t.ex.conn.ExchangeBWReports(BWReport{})
+		}
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			fmt.Fprint(t.stdout, " Client closed connection\n")
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		fmt.Fprint(t.stdout, " Client closed connection\n")
+		if err := t.ex.close(t.res.my); err != nil {
+			return err
+		}
+		fmt.Fprint(t.out, resultLine)
+		return nil
+	}
+	rep, err := t.runBWClient()
+	if err != nil {
+		return err
+	}
+	fmt.Fprint(t.out, resultLine)
+	if p.Duplex {
+		// perftest's -b --run_infinitely has no way out but the end of
+		// the process; a stopped side just closes the connection.
+		t.ex.conn.Close()
+		return nil
+	}
+	if err := t.ex.barrier(t.res.my); err != nil {
+		return err
+	}
+	if _, err := t.ex.conn.ExchangeBWReports(rep); err != nil {
 		return err
 	}
 	return t.ex.close(t.res.my)
@@ -151,9 +226,31 @@ func (t *test) runBWClient() (BWReport, error) {
 	if p.NoPeak && !duration {
 		s.posted[0] = now()
 	}
-	wrs := make([]verbs.SendWR, 1)
+	// --run_infinitely: a report every -D seconds of what completed in
+	// it (print_bw_infinite_mode); with -b each WR counts twice, for
+	// the peer's that crossed it (perftest's run_inf_bi_factor).
+	infinite := p.RunInfinitely
+	var next time.Time
+	var intervalStart int64
+	var intervalIters uint64
+	if infinite {
+		next = time.Now().Add(time.Duration(p.Duration) * time.Second)
+	}
+	wrs := make([]verbs.SendWR, 0, p.PostList)
 	for {
-		if duration {
+		if infinite {
+			if tn := time.Now(); !tn.Before(next) {
+				end := now()
+				t.printBW(t.intervalReport(intervalIters, end-intervalStart))
+				intervalStart, intervalIters = end, 0
+				next = next.Add(time.Duration(p.Duration) * time.Second)
+			}
+			select {
+			case <-t.cfg.Stop:
+				return BWReport{Size: uint64(t.res.size)}, nil
+			default:
+			}
+		} else if duration {
 			tn := time.Now()
 			if sampleStart == 0 && !tn.Before(dc.sample) {
 				sampleStart = now()
@@ -168,18 +265,27 @@ func (t *test) runBWClient() (BWReport, error) {
 			break
 		}
 		for i, qp := range t.res.qps {
-			for (duration || scnt[i] < iters) && scnt[i]-ccnt[i]+1 <= p.TxDepth {
-				k := scnt[i]
-				signaled := p.CQMod == 1 || k%p.CQMod == p.CQMod-1 || (!duration && k == iters-1)
+			// -l: post_list WRs a call, the last one signaled (the
+			// CQ moderation divides the list), all stamped at the call.
+			for (duration || scnt[i] < iters) && scnt[i]-ccnt[i]+p.PostList <= p.TxDepth {
+				var tp int64
 				if !p.NoPeak {
-					s.posted[totS] = now()
+					tp = now()
 				}
-				wrs[0] = t.res.sendWR(i, k, signaled)
+				wrs = wrs[:0]
+				for j := 0; j < p.PostList; j++ {
+					k := scnt[i] + j
+					signaled := p.CQMod == 1 || k%p.CQMod == p.CQMod-1 || (!duration && k == iters-1)
+					if !p.NoPeak {
+						s.posted[totS+j] = tp
+					}
+					wrs = append(wrs, t.res.sendWR(i, k, signaled))
+				}
 				if err := qp.PostSend(wrs); err != nil {
-					return BWReport{}, fmt.Errorf("%w: post send on QP %#x, scnt=%d: %v", ErrRun, qp.QPN, k, err)
+					return BWReport{}, fmt.Errorf("%w: post send on QP %#x, scnt=%d: %v", ErrRun, qp.QPN, scnt[i], err)
 				}
-				scnt[i]++
-				totS++
+				scnt[i] += p.PostList
+				totS += p.PostList
 			}
 		}
 		if totC < tot || (duration && totC < totS) {
@@ -203,6 +309,7 @@ func (t *test) runBWClient() (BWReport, error) {
 				if duration && sampleStart != 0 && sampleEnd == 0 {
 					sampled += uint64(p.CQMod)
 				}
+				intervalIters += uint64(p.CQMod)
 			}
 		}
 	}
@@ -214,6 +321,21 @@ func (t *test) runBWClient() (BWReport, error) {
 		s.completed[0] = now()
 	}
 	return bwReport(uint64(t.res.size), uint64(tot), s, p.CQMod, p.NoPeak, p.ReportGbits), nil
+}
+
+// intervalReport is the line of one --run_infinitely interval of d
+// nanoseconds in which iters WRs completed (print_report_bw with
+// RUN_INFINITELY: no peak; with -b the bytes and messages count twice).
+func (t *test) intervalReport(iters uint64, d int64) BWReport {
+	factor := uint64(1)
+	if t.p.Duplex {
+		factor = 2
+	}
+	s := bwSamples{posted: []int64{0}, completed: []int64{max(d, 1)}}
+	r := bwReport(factor*uint64(t.res.size), iters, s, t.p.CQMod, true, t.p.ReportGbits)
+	r.Size = uint64(t.res.size)
+	r.MsgRate *= float64(factor)
+	return r
 }
 
 // runBWServer takes iterations receives per QP, re-posting as long as

@@ -145,7 +145,9 @@ func (c *cmQPs) dialOnce(res *resources, addr netip.AddrPort, cp *rdmacm.ConnPar
 	for i := range res.p.NumQPs {
 		id := c.ch.CreateIDIn(c.ps())
 		c.ids = append(c.ids, id)
-		if err := id.ResolveAddr(netip.Addr{}, addr); err != nil {
+		// --source_ip binds the ID to that address (rdma_resolve_addr's
+		// src, as perftest passes it); unset, the route's.
+		if err := id.ResolveAddr(res.p.SourceIP, addr); err != nil {
 			return fmt.Errorf("perftest: rdma_resolve_addr: %w", err)
 		}
 		if _, err := expectEvent(c.ch, rdmacm.EventAddrResolved, cmEventWait); err != nil {

@@ -53,21 +53,21 @@ type cmPipe struct {
 // ctx (rdma_client_connect): resolve address and route, make the QP, post
 // its receive, connect with retry count 7 and RNR retry 7 and no
 // responder resources (the control QP only SENDs).
-func dialCM(ctx *verbs.Context, addr netip.AddrPort, idle time.Duration) (*cmPipe, error) {
+func dialCM(ctx *verbs.Context, src netip.Addr, addr netip.AddrPort, idle time.Duration) (*cmPipe, error) {
 	ch, err := rdmacm.CreateEventChannelOn(ctx)
 	if err != nil {
 		return nil, err
 	}
 	c := &cmPipe{ch: ch, id: ch.CreateID()}
-	if err := c.dial(addr, idle); err != nil {
+	if err := c.dial(src, addr, idle); err != nil {
 		c.Close()
 		return nil, err
 	}
 	return c, nil
 }
 
-func (c *cmPipe) dial(addr netip.AddrPort, idle time.Duration) error {
-	if err := c.id.ResolveAddr(netip.Addr{}, addr); err != nil {
+func (c *cmPipe) dial(src netip.Addr, addr netip.AddrPort, idle time.Duration) error {
+	if err := c.id.ResolveAddr(src, addr); err != nil {
 		return fmt.Errorf("perftest: rdma_resolve_addr: %w", err)
 	}
 	if _, err := expectEvent(c.ch, rdmacm.EventAddrResolved, cmEventWait); err != nil {

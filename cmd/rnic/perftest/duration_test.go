@@ -19,6 +19,13 @@ import (
 // each printed and returned.
 func runLocalPair(t *testing.T, tool string, args ...string) (srvOut, cliOut string, srvErr, cliErr error) {
 	t.Helper()
+	return runLocalPairCfg(t, tool, nil, args...)
+}
+
+// runLocalPairCfg is runLocalPair with the client's Config changed by
+// cli, when set; its Stdout is then the client's output as well.
+func runLocalPairCfg(t *testing.T, tool string, cli func(*Config), args ...string) (srvOut, cliOut string, srvErr, cliErr error) {
+	t.Helper()
 	tl, ok := Find(tool)
 	if !ok {
 		t.Fatal("no tool", tool)
@@ -34,10 +41,14 @@ func runLocalPair(t *testing.T, tool string, args ...string) (srvOut, cliOut str
 		if err != nil {
 			return err
 		}
-		return Run(p, Config{Stdout: out, Stderr: out, Listener: ln, IdleTimeout: 30 * time.Second,
+		cfg := Config{Stdout: out, Stderr: out, Listener: ln, IdleTimeout: 30 * time.Second,
 			Open: func(*Params) (*verbs.Context, error) {
 				return verbs.OpenLocal(verbs.LocalConfig{Addr: netip.MustParseAddr(addr), MTU: 1024})
-			}})
+			}}
+		if ln == nil && cli != nil {
+			cli(&cfg)
+		}
+		return Run(p, cfg)
 	}
 	var sout, cout bytes.Buffer
 	done := make(chan error, 1)

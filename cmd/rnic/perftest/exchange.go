@@ -80,7 +80,7 @@ func openCMConn(p *Params, cfg Config, ctx *verbs.Context) (*Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		if pipe, err = dialCM(ctx, addr, idle); err != nil {
+		if pipe, err = dialCM(ctx, p.SourceIP, addr, idle); err != nil {
 			return nil, err
 		}
 	} else {
@@ -196,7 +196,7 @@ func (t *test) establish(pre preamble) error {
 	}
 	// Over rdma_cm the CM has connected the QPs already (cmdata.go).
 	if !t.p.RDMACM {
-		if err := t.res.connectQPs(t.p.Tool.Kind == Lat || t.p.Client()); err != nil {
+		if err := t.res.connectQPs(t.p.Tool.Kind == Lat || t.p.Client() || t.p.Duplex); err != nil {
 			return err
 		}
 	}

@@ -43,11 +43,16 @@ func (t *test) printLat(posted []int64, rttFactor int) error {
 		return err
 	}
 	if t.p.Unsorted {
-		fmt.Fprintln(t.out, "#, usec")
+		// The samples whatever the verbosity, as perftest prints them.
+		fmt.Fprintln(t.stdout, "#, usec")
 		for i, v := range r.Unsorted {
-			fmt.Fprintf(t.out, "%d, %g\n", i+1, v)
+			fmt.Fprintf(t.stdout, "%d, %g\n", i+1, v)
 		}
 		t.printLatHeader()
+	}
+	if t.p.Output == OutputLat {
+		fmt.Fprintf(t.stdout, "%f\n", r.Avg)
+		return nil
 	}
 	printLatReport(t.out, r)
 	return nil

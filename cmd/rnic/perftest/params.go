@@ -90,6 +90,8 @@ const (
 	defQKey          = 0x11111111
 	minRNRTimer      = 12
 	maxSizeSetByUser = 1<<31 - 1 // UINT_MAX/2
+	maxSL            = 15
+	defDuration      = 5 // seconds
 )
 
 // Params are a test's parameters after flags and perftest's dependency
@@ -121,11 +123,32 @@ type Params struct {
 	CQMod       int        // -Q
 	cqModSet    bool
 	inlineSet   bool // -I given, or forced to 0 (perftest's inline_size != DEF_INLINE)
-	NoPeak      bool // -N
-	OutReads    int  // -o; 0: the device's maximum
-	Unsorted    bool // -U: print every latency sample unsorted
-	RDMACM      bool // -R: the exchange and the QPs' connection through rdma_cm
+	// postListNote: -l set the CQ moderation, which perftest says.
+	postListNote bool
+	NoPeak       bool // -N
+	OutReads     int  // -o; 0: the device's maximum
+	Unsorted     bool // -U: print every latency sample unsorted
+	RDMACM       bool // -R: the exchange and the QPs' connection through rdma_cm
+
+	Duplex        bool       // -b: both sides send and report the sum (bw tests)
+	PostList      int        // -l: WRs per post_send call (bw tests), 1 by default
+	SL            int        // -S: service level, 0..15 (no place in a RoCEv2 packet without VLAN)
+	Output        Output     // --output: print only one figure
+	RunInfinitely bool       // --run_infinitely: a report every -D seconds until killed
+	SourceIP      netip.Addr // --source_ip: the address rdma_cm binds (-R)
+	Events        bool       // -e: sleep on completion events instead of polling
 }
+
+// Output is what --output leaves of a report: everything, or one figure
+// (perftest's verbosity levels).
+type Output int
+
+const (
+	FullVerbosity Output = iota
+	OutputBW             // --output=bandwidth: the average bandwidth
+	OutputMR             // --output=message_rate: the message rate
+	OutputLat            // --output=latency: the average latency
+)
 
 // ErrHelp is returned by Parse for -h; the usage has been written.
 var ErrHelp = errors.New("perftest: help requested")
@@ -242,6 +265,32 @@ func (p *Params) options() []option {
 			return nil
 		}},
 		{'R', "rdma_cm", false, func(p *Params, _ string) error { p.RDMACM = true; return nil }},
+		{'e', "events", false, func(p *Params, _ string) error { p.Events = true; return nil }},
+		{'b', "bidirectional", false, func(p *Params, _ string) error { p.Duplex = true; return nil }},
+		{'l', "post_list", true, intArg(&p.PostList, "post list size", 1, maxTx)},
+		{'S', "sl", true, intArg(&p.SL, "service level", 0, maxSL)},
+		{0, "output", true, func(p *Params, v string) error {
+			switch v {
+			case "bandwidth":
+				p.Output = OutputBW
+			case "message_rate":
+				p.Output = OutputMR
+			case "latency":
+				p.Output = OutputLat
+			default:
+				return fmt.Errorf("invalid verbosity level %q: use bandwidth, latency or message_rate", v)
+			}
+			return nil
+		}},
+		{0, "run_infinitely", false, func(p *Params, _ string) error { p.RunInfinitely = true; return nil }},
+		{0, "source_ip", true, func(p *Params, v string) error {
+			a, err := netip.ParseAddr(v)
+			if err != nil {
+				return fmt.Errorf("--source_ip wants an IP address: %w", err)
+			}
+			p.SourceIP = a
+			return nil
+		}},
 		{0, "report_gbits", false, func(p *Params, _ string) error { p.ReportGbits = true; return nil }},
 		{0, "daemon", false, func(p *Params, _ string) error { p.Daemon = true; return nil }},
 		{0, "local", true, func(p *Params, v string) error {
@@ -291,7 +340,7 @@ func Parse(tool Tool, args []string) (*Params, error) {
 	p := &Params{
 		Tool: tool, Port: DefaultPort, Iters: defIters, Conn: verbs.QPTypeRC,
 		Atomic: FetchAndAdd, NumQPs: 1, TxDepth: defTxBW, RxDepth: defRxRDMA, GIDIndex: -1,
-		QPTimeout: defQPTimeout, CQMod: defCQMod, Margin: -1, Size: defSizeBW,
+		QPTimeout: defQPTimeout, CQMod: defCQMod, Margin: -1, Size: defSizeBW, PostList: 1,
 	}
 	if tool.Kind == Lat {
 		p.Size, p.TxDepth = defSizeLat, defTxLat
@@ -399,7 +448,70 @@ func (p *Params) forceDependencies() error {
 			return errors.New("-R connects through rnicd's CM agent: not with --local")
 		}
 	}
-	if p.Duration > 0 {
+	if p.SourceIP.IsValid() && !p.RDMACM {
+		// perftest binds its source address only on rdma_cm's ID.
+		return errors.New("--source_ip is used with -R (rdma_cm) only")
+	}
+	if p.Duplex {
+		switch {
+		case p.Tool.Kind != BW:
+			return errors.New("-b (bidirectional) is for the bw tests")
+		case p.Tool.Verb == Send:
+			// perftest's send_bw -b runs both sides' receives and sends
+			// in one loop (run_iter_bi), which this package has not.
+			return errors.New("-b is built for ib_write_bw, ib_read_bw and ib_atomic_bw, not ib_send_bw")
+		case p.Conn == verbs.QPTypeUD:
+			return errors.New("-b does not go with UD")
+		}
+	}
+	if p.RunInfinitely {
+		switch {
+		case p.Tool.Kind != BW:
+			return errors.New("run_infinitely exists only in BW tests")
+		case p.Tool.Verb == Send:
+			// A receiver re-posting without end is perftest's
+			// run_iter_bw_infinitely_server, not built here.
+			return errors.New("--run_infinitely is built for ib_write_bw, ib_read_bw and ib_atomic_bw, not ib_send_bw")
+		case p.All:
+			return errors.New("--run_infinitely does not go with -a")
+		}
+		if p.Duration == 0 {
+			p.Duration = defDuration // perftest's DEF_DURATION: a report every 5 s
+		}
+		p.Margin = 0
+	}
+	if p.Events {
+		switch {
+		case p.Tool.Verb == Write:
+			return errors.New("events feature not available on WRITE verb")
+		case p.Duration > 0 && !p.RunInfinitely:
+			return errors.New("duration mode doesn't work with events")
+		case p.RunInfinitely:
+			return errors.New("run_infinitely does not support events")
+		}
+	}
+	if p.PostList > 1 {
+		if p.Tool.Kind != BW {
+			return errors.New("post list is supported in BW tests only")
+		}
+		if p.Duration == 0 && p.Iters%p.PostList != 0 {
+			return errors.New("number of iterations must be a multiple of post list size")
+		}
+		if !p.cqModSet {
+			p.CQMod = p.PostList
+			p.postListNote = true
+		} else if p.PostList%p.CQMod != 0 {
+			return errors.New("post list size must be a multiple of CQ moderation")
+		}
+	}
+	switch {
+	case p.Output == FullVerbosity:
+	case p.Tool.Kind == BW && p.Output == OutputLat:
+		return errors.New("output verbosity level for BW can be: bandwidth, message_rate")
+	case p.Tool.Kind == Lat && p.Output != OutputLat:
+		return errors.New("output verbosity level for LAT can be: latency")
+	}
+	if p.Duration > 0 && !p.RunInfinitely {
 		if p.Margin < 0 {
 			p.Margin = p.Duration / 4
 		}
@@ -409,6 +521,8 @@ func (p *Params) forceDependencies() error {
 		if p.All {
 			return errors.New("-a and -D do not go together")
 		}
+		p.NoPeak = true
+	} else if p.RunInfinitely {
 		p.NoPeak = true
 	} else {
 		if p.TxDepth > p.Iters {
@@ -421,11 +535,17 @@ func (p *Params) forceDependencies() error {
 			p.RxDepth = min(p.Iters, ucMaxRx)
 		}
 	}
-	if p.Size > cqModSizeLimit && p.Conn != verbs.QPTypeUD && !p.All && !p.cqModSet {
+	// perftest keeps the CQ moderation of large messages with -e: fewer
+	// events.
+	if p.Size > cqModSizeLimit && p.Conn != verbs.QPTypeUD && !p.All && !p.cqModSet && p.PostList == 1 && !p.Events {
 		p.CQMod = 1
 	}
 	if p.CQMod > p.TxDepth {
 		p.CQMod = p.TxDepth
+	}
+	if p.PostList > p.TxDepth {
+		// A list longer than the send queue would never be posted.
+		return fmt.Errorf("post list size %d exceeds the tx depth %d", p.PostList, p.TxDepth)
 	}
 	if p.Tool.Verb == Read || p.Tool.Verb == Atomic {
 		p.Inline, p.inlineSet = 0, true

@@ -18,6 +18,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"os/signal"
 )
 
 // Find returns the tool of that name.
@@ -47,6 +49,23 @@ func Main(tool Tool, args []string, cfg Config) int {
 		fmt.Fprintf(cfg.Stderr, "run '%s -h' for the flags\n", tool.Name)
 		return 1
 	}
+	if p.RunInfinitely && !p.Duplex && cfg.Stop == nil {
+		// perftest ends a --run_infinitely client on SIGINT with its
+		// closing steps, which tell the server the run is over.
+		sig := make(chan os.Signal, 1)
+		signal.Notify(sig, os.Interrupt)
+		defer signal.Stop(sig)
+		stop, done := make(chan struct{}), make(chan struct{})
+		defer close(done)
+		go func() {
+			select {
+			case <-sig:
+				close(stop)
+			case <-done:
+			}
+		}()
+		cfg.Stop = stop
+	}
 	if err := Run(p, cfg); err != nil {
 		fmt.Fprintf(cfg.Stderr, " %s: %v\n", tool.Name, err)
 		if errors.Is(err, ErrRun) {
@@ -67,6 +86,7 @@ func Usage(w io.Writer, tool Tool) {
 		"  -d, --ib-dev=<dev>        rnicd device (default the first one running)",
 		"  -D, --duration=<sec>      Run for this many seconds (bw tests)",
 		"  -f, --margin=<sec>        Warm-up and cool-down of a -D run (default duration/4)",
+		"  -e, --events              Sleep on CQ events (default poll; not on WRITE)",
 		"  -F, --CPU-freq            Accepted; the clock is the kernel's",
 		"  -I, --inline_size=<size>  Max size of message to be sent inline (default 0)",
 		"  -m, --mtu=<mtu>           256 .. 4096 (default the port's active MTU)",
@@ -84,6 +104,12 @@ func Usage(w io.Writer, tool Tool) {
 		"  -u, --qp-timeout=<t>      QP local ACK timeout (default 14)",
 		"  -U, --report-unsorted     Print every latency sample (lat tests)",
 		"  -x, --gid-index=<index>   Accepted; the port's RoCEv2 GID is used",
+		"  -b, --bidirectional       Measure bidirectional bandwidth: both sides send, each prints the sum (write, read, atomic bw)",
+		"  -l, --post_list=<size>    Post a list of this many WRs per post_send (bw tests; CQ moderation follows)",
+		"  -S, --sl=<sl>             SL, 0..15 (default 0; a RoCEv2 packet without VLAN carries none)",
+		"      --output=<units>      Print only one figure: bandwidth, message_rate (bw) or latency (lat)",
+		"      --run_infinitely      Run until SIGINT, a report every -D seconds (default 5; write, read, atomic bw)",
+		"      --source_ip=<addr>    With -R, the local address rdma_cm binds",
 		"      --report_gbits        Report bandwidth in Gb/sec",
 		"      --local=<addr>        Run an in-process NIC on this address instead of reaching rnicd",
 		"      --daemon              Accepted and ignored (the QPs always run in rnicd)",

@@ -23,11 +23,30 @@ type poller struct {
 	idle time.Duration
 	spin bool
 	wcs  []verbs.WC
+	// ch, with -e: an empty CQ is waited on by its completion channel,
+	// re-armed after each event, as perftest's ctx_notify_events.
+	ch *verbs.CompChannel
 }
 
 // newPoller polls cq for at most n completions at a time.
 func (t *test) newPoller(cq *verbs.CQ, n int) *poller {
-	return &poller{cq: cq, idle: t.idle, spin: t.ctx.Local(), wcs: make([]verbs.WC, n)}
+	pl := &poller{cq: cq, idle: t.idle, spin: t.ctx.Local(), wcs: make([]verbs.WC, n)}
+	if t.res != nil {
+		pl.ch = t.res.channels[cq]
+	}
+	return pl
+}
+
+// waitEvent is the wait of -e: the CQ's next event on its channel, then
+// the CQ armed again before it is polled (perftest's ctx_notify_events).
+func (pl *poller) waitEvent(ctx context.Context) error {
+	if _, err := pl.ch.GetCQEvent(ctx); err != nil {
+		return err
+	}
+	if err := pl.cq.ReqNotify(false); err != nil {
+		return fmt.Errorf("couldn't request CQ notification: %w", err)
+	}
+	return nil
 }
 
 func (pl *poller) poll(max int) ([]verbs.WC, error) {
@@ -52,7 +71,7 @@ func (pl *poller) pollUntil(max int, end time.Time) ([]verbs.WC, error) {
 	if n := pl.cq.Poll(pl.wcs[:max]); n > 0 {
 		return pl.wcs[:n], nil
 	}
-	if pl.spin {
+	if pl.spin && pl.ch == nil {
 		return pl.spinUntil(max, end)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), pl.idle)
@@ -66,7 +85,11 @@ func (pl *poller) pollUntil(max int, end time.Time) ([]verbs.WC, error) {
 		if n := pl.cq.Poll(pl.wcs[:max]); n > 0 {
 			return pl.wcs[:n], nil
 		}
-		if err := pl.cq.Wait(ctx); err != nil {
+		wait := pl.cq.Wait
+		if pl.ch != nil {
+			wait = pl.waitEvent
+		}
+		if err := wait(ctx); err != nil {
 			if !end.IsZero() && !time.Now().Before(end) {
 				return nil, nil
 			}

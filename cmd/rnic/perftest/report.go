@@ -92,6 +92,29 @@ func printBWReport(w io.Writer, r BWReport, gbits bool) {
 	fmt.Fprintf(w, " %-7d    %-10d       %-7.2f            %-7.2f\t\t   %-7.6f\n", r.Size, r.Iters, r.BWPeak, r.BWAvg, r.MsgRate)
 }
 
+// printBW writes one bandwidth result: the table's line, or with
+// --output the one figure asked for, as C's "%lf\n".
+func (t *test) printBW(r BWReport) {
+	switch t.p.Output {
+	case OutputBW:
+		fmt.Fprintf(t.stdout, "%f\n", r.BWAvg)
+	case OutputMR:
+		fmt.Fprintf(t.stdout, "%f\n", r.MsgRate)
+	default:
+		printBWReport(t.out, r, t.p.ReportGbits)
+	}
+}
+
+// plus is a bidirectional run's result: this side's figures and the
+// peer's added up, as print_full_bw_report adds them (size and
+// iterations this side's).
+func (r BWReport) plus(rem BWReport) BWReport {
+	r.BWPeak += rem.BWPeak
+	r.BWAvg += rem.BWAvg
+	r.MsgRate += rem.MsgRate
+	return r
+}
+
 // latTail is how many of the largest samples the statistics leave out
 // (LAT_MEASURE_TAIL).
 const latTail = 2
@@ -196,11 +219,20 @@ func printTestInfo(w io.Writer, p *Params, mtu verbs.MTU, gidIndex, outReads int
 		fmt.Fprintf(w, "%s ", atomicNames[p.Atomic])
 	}
 	if p.Tool.Kind == BW {
+		if p.Duplex {
+			fmt.Fprint(w, "Bidirectional ")
+		}
+		if p.PostList > 1 {
+			fmt.Fprint(w, "Post List ")
+		}
 		fmt.Fprint(w, "BW ")
 	} else {
 		fmt.Fprint(w, "Latency ")
 	}
 	fmt.Fprint(w, "Test\n")
+	if p.Events {
+		fmt.Fprintf(w, " Test with events. Using %s_comp0\n", p.Device)
+	}
 	fmt.Fprintf(w, " Dual-port       : OFF\t\tDevice         : %s\n", p.Device)
 	fmt.Fprintf(w, " Number of qps   : %d\t\tTransport type : IB\n", p.NumQPs)
 	fmt.Fprintf(w, " Connection type : %s\t\tUsing SRQ      : OFF\n", connNames[p.Conn])
@@ -210,10 +242,13 @@ func printTestInfo(w io.Writer, p *Params, mtu verbs.MTU, gidIndex, outReads int
 	}
 	fmt.Fprintf(w, " PCIe relax order: %s\n", relax)
 	fmt.Fprint(w, " ibv_wr* API     : OFF\n")
-	if p.Client() {
+	if p.Client() || p.Duplex {
 		fmt.Fprintf(w, " TX depth        : %d\n", p.TxDepth)
 	}
-	if p.Tool.Verb == Send && !p.Client() {
+	if p.PostList > 1 {
+		fmt.Fprintf(w, " Post List       : %d\n", p.PostList)
+	}
+	if p.Tool.Verb == Send && (!p.Client() || p.Duplex) {
 		fmt.Fprintf(w, " RX depth        : %d\n", p.RxDepth)
 	}
 	if p.Tool.Kind == BW {

@@ -29,10 +29,12 @@ type resources struct {
 	mr     *verbs.MR
 	sendCQ *verbs.CQ
 	recvCQ *verbs.CQ
-	qps    []*verbs.QP
-	my     []Dest      // this side's QPs, as the peer is told
-	rem    []Dest      // the peer's QPs, once exchanged
-	ahs    []*verbs.AH // UD: where each QP sends
+	// channels are the CQs' completion channels with -e.
+	channels map[*verbs.CQ]*verbs.CompChannel
+	qps      []*verbs.QP
+	my       []Dest      // this side's QPs, as the peer is told
+	rem      []Dest      // the peer's QPs, once exchanged
+	ahs      []*verbs.AH // UD: where each QP sends
 	// udTo are the remote QPN and Q_Key each UD QP sends to with -R:
 	// what rdma_cm learned (cmud.go), not the exchanged Dests, as
 	// perftest takes cma_master.nodes[i].remote_qpn and remote_qkey.
@@ -75,12 +77,34 @@ func newResources(ctx *verbs.Context, p *Params, l link) (*resources, error) {
 	if r.mr, err = pd.RegMR(r.buf, access); err != nil {
 		return nil, err
 	}
-	if r.sendCQ, err = ctx.CreateCQ(p.TxDepth*n, nil); err != nil {
+	// -e: each CQ reports to a completion channel of its own (perftest's
+	// send_channel and recv_channel), armed from the start.
+	newCQ := func(cqe int) (*verbs.CQ, error) {
+		var ch *verbs.CompChannel
+		if p.Events {
+			if ch, err = ctx.CreateCompChannel(); err != nil {
+				return nil, err
+			}
+		}
+		cq, err := ctx.CreateCQ(cqe, ch)
+		if err != nil {
+			return nil, err
+		}
+		if ch != nil {
+			if err := cq.ReqNotify(false); err != nil {
+				return nil, fmt.Errorf("perftest: couldn't request CQ notification: %w", err)
+			}
+			r.channels[cq] = ch
+		}
+		return cq, nil
+	}
+	r.channels = map[*verbs.CQ]*verbs.CompChannel{}
+	if r.sendCQ, err = newCQ(p.TxDepth * n); err != nil {
 		return nil, err
 	}
 	r.recvCQ = r.sendCQ
 	if p.Tool.Verb == Send {
-		if r.recvCQ, err = ctx.CreateCQ(p.RxDepth*n, nil); err != nil {
+		if r.recvCQ, err = newCQ(p.RxDepth * n); err != nil {
 			return nil, err
 		}
 	}

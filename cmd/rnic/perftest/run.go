@@ -29,6 +29,10 @@ type Config struct {
 	// (a completion, a received message, a changed byte) before it gives
 	// up. 0 means 120 s, the time perftest's check_alive allows.
 	IdleTimeout time.Duration
+	// Stop ends a --run_infinitely run when closed: the client stops
+	// posting and ends as perftest does on SIGINT (Main closes it on
+	// SIGINT). Nil: the run goes on until the process ends.
+	Stop <-chan struct{}
 }
 
 // defIdle is Config.IdleTimeout's default: the time perftest's
@@ -41,20 +45,32 @@ var ErrRun = errors.New("perftest: run failed")
 // test is one run of a tool: its parameters, the exchange with the peer
 // and this side's NIC resources.
 type test struct {
-	p    *Params
-	cfg  Config
-	out  io.Writer
-	ctx  *verbs.Context
-	idle time.Duration
-	ex   *exchange
-	res  *resources
-	cm   *cmQPs // -R: the test QPs' CM IDs
+	p   *Params
+	cfg Config
+	// out takes the tables, headers and addresses, which --output
+	// leaves out; stdout what is printed whatever the verbosity.
+	out, stdout io.Writer
+	ctx         *verbs.Context
+	idle        time.Duration
+	ex          *exchange
+	res         *resources
+	cm          *cmQPs // -R: the test QPs' CM IDs
 }
 
 // Run runs one test to the end: connection, set-up, the measurement and
 // the reports, printed on cfg.Stdout as perftest prints them.
 func Run(p *Params, cfg Config) error {
-	t := &test{p: p, cfg: cfg, out: cfg.Stdout, idle: cfg.IdleTimeout}
+	t := &test{p: p, out: cfg.Stdout, stdout: cfg.Stdout, idle: cfg.IdleTimeout}
+	if p.Output != FullVerbosity {
+		// One figure, as perftest's --output prints: no banner, header,
+		// addresses or table (the exchange prints through cfg.Stdout).
+		t.out, cfg.Stdout = io.Discard, io.Discard
+	}
+	t.cfg = cfg
+	if p.postListNote {
+		// perftest says so while it parses, whatever the verbosity.
+		fmt.Fprint(t.stdout, resultLine+"Post List requested - CQ moderation will be the size of the post list\n")
+	}
 	if t.idle == 0 {
 		t.idle = defIdle
 	}

@@ -1,0 +1,110 @@
+package tests
+
+import (
+	"fmt"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// rdmaSends is the rdma_sends counter of device dev, from rnic stat.
+func rdmaSends(t *testing.T, dev string) int {
+	t.Helper()
+	out := runTool(t, filepath.Join(binDir, "rnic"), "stat", "-d", dev)
+	m := regexp.MustCompile(`(?m)^link ` + dev + `/1 .* rdma_sends (\d+) `).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("rnic stat -d %s has no rdma_sends:\n%s", dev, out)
+	}
+	n, _ := strconv.Atoi(m[1])
+	return n
+}
+
+// bwResults are the result lines of a bandwidth table.
+func bwResults(out string) []string {
+	var r []string
+	lines := strings.Split(out, "\n")
+	for i, l := range lines {
+		if strings.HasPrefix(l, " #bytes") {
+			for _, l := range lines[i+1:] {
+				if strings.HasPrefix(l, "---") {
+					break
+				}
+				r = append(r, l)
+			}
+		}
+	}
+	return r
+}
+
+// TestCLibPerftestHabits runs the perftest options users reach for
+// between Debian's perftest (on the C library) and rnic's, in both
+// roles: -b -l 4 moves data both ways (each daemon counts the side's
+// WRITEs) and each side prints the same line, the two sides' sum, under
+// a "Bidirectional Post List" header with CQ moderation 4; -e runs on
+// completion events and says so; --output prints one figure, the same
+// on both sides.
+func TestCLibPerftestHabits(t *testing.T) {
+	tb := newToolBench(t)
+	real := debianTool(t, "ib_write_bw", "perftest")
+	realRead := debianTool(t, "ib_read_bw", "perftest")
+	realSend := debianTool(t, "ib_send_bw", "perftest")
+	const iters = 200 // above the TX depth, which perftest clamps to the iterations
+	for i, p := range []toolPair{{"real-rnic", real, rnicTool}, {"rnic-real", rnicTool, real}} {
+		t.Run("ib_write_bw-b-l4/"+p.name, func(t *testing.T) {
+			a0, b0 := rdmaSends(t, "rnicA"), rdmaSends(t, "rnicB")
+			srv, cli := tb.pairRun(t, p.srv, p.cli, "rnicA", "rnicB", "ib_write_bw", "-b", "-l", "4", "-n", strconv.Itoa(iters), "-s", "65536")
+			if da, db := rdmaSends(t, "rnicA")-a0, rdmaSends(t, "rnicB")-b0; da != iters || db != iters {
+				t.Errorf("rdma_sends grew by %d on the server's rnicA and %d on the client's rnicB, want %d each", da, db, iters)
+			}
+			checkBidirectional(t, "RDMA_Write", srv, cli, iters)
+		})
+		rp := []toolPair{{p.name, realRead, rnicTool}, {p.name, rnicTool, realRead}}[i]
+		t.Run("ib_read_bw-b/"+p.name, func(t *testing.T) {
+			srv, cli := tb.pairRun(t, rp.srv, rp.cli, "rnicA", "rnicB", "ib_read_bw", "-b", "-l", "4", "-n", strconv.Itoa(iters), "-s", "65536")
+			checkBidirectional(t, "RDMA_Read", srv, cli, iters)
+		})
+		sp := []toolPair{{p.name, realSend, rnicTool}, {p.name, rnicTool, realSend}}[i]
+		t.Run("ib_send_bw-e/"+p.name, func(t *testing.T) {
+			srv, cli := tb.pairRun(t, sp.srv, sp.cli, "rnicA", "rnicB", "ib_send_bw", "-e", "-n", strconv.Itoa(iters), "-s", "4096")
+			for who, out := range map[string]string{"server": srv, "client": cli} {
+				dev := map[string]string{"server": "rnicA", "client": "rnicB"}[who]
+				if want := "Send BW Test\n Test with events. Using " + dev + "_comp0\n"; !strings.Contains(out, want) {
+					t.Errorf("%s printed no %q:\n%s", who, want, out)
+				}
+				if r := bwResults(out); len(r) != 1 || !strings.HasPrefix(r[0], fmt.Sprintf(" 4096       %d ", iters)) {
+					t.Errorf("%s result lines %q", who, r)
+				}
+			}
+		})
+		t.Run("ib_write_bw--output/"+p.name, func(t *testing.T) {
+			srv, cli := tb.pairRun(t, p.srv, p.cli, "rnicA", "rnicB", "ib_write_bw", "--output=bandwidth", "-n", strconv.Itoa(iters))
+			if figure := regexp.MustCompile(`^\d+\.\d{6}\n$`); !figure.MatchString(cli) || srv != cli {
+				t.Errorf("--output=bandwidth: server %q, client %q; want one figure, the same", srv, cli)
+			}
+		})
+	}
+}
+
+func checkBidirectional(t *testing.T, verb, srv, cli string, iters int) {
+	t.Helper()
+	for who, out := range map[string]string{"server": srv, "client": cli} {
+		for _, want := range []string{
+			"Post List requested - CQ moderation will be the size of the post list\n",
+			"                    " + verb + " Bidirectional Post List BW Test\n",
+			" TX depth        : 128\n Post List       : 4\n CQ Moderation   : 4\n",
+		} {
+			if !strings.Contains(out, want) {
+				t.Errorf("%s printed no %q:\n%s", who, want, out)
+			}
+		}
+	}
+	s, c := bwResults(srv), bwResults(cli)
+	if len(s) != 1 || len(c) != 1 || s[0] != c[0] {
+		t.Fatalf("result lines: server %q, client %q; want one, the same on both sides", s, c)
+	}
+	if f := strings.Fields(c[0]); len(f) != 5 || f[0] != "65536" || f[1] != fmt.Sprint(iters) || f[3] == "0.00" {
+		t.Errorf("result line %q: want 65536 bytes, %d iterations, a bandwidth", c[0], iters)
+	}
+}
