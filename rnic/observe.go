@@ -26,6 +26,9 @@ type QPInfo struct {
 	// when the QP uses one, whose size is then not shown: RQCap 0).
 	SQUsed, SQCap, SQInFlight int
 	RQUsed, RQCap             int
+	// SQPosted counts the send WQEs posted since the QP was created (the
+	// ring's producer index): the web view's WRs posted per second.
+	SQPosted uint64
 	// CC is the QP's congestion control: its current and target rate and
 	// alpha (rnic/flowctl), zero while it has had no CNP.
 	CC flowctl.QPState
@@ -40,6 +43,7 @@ type QPStatus struct {
 	PathMTU                   int    // bytes; a UD QP's is the port's
 	SQUsed, SQCap, SQInFlight int
 	RQUsed                    int // of the SRQ when the QP uses one
+	SQPosted                  uint64
 	CC                        flowctl.QPState
 }
 
@@ -49,7 +53,7 @@ func (d *Device) Status(qp *QP) QPStatus {
 	st := QPStatus{
 		Attr: qp.Attr, SQPSN: qp.Req.PSN, UnaPSN: qp.Comp.PSN, RQPSN: qp.Resp.EPSN, PathMTU: qp.MTU(),
 		SQUsed: qp.SQ.Len(), SQCap: qp.SQ.Cap(), SQInFlight: int(qp.SQ.Next - qp.SQ.Head),
-		CC: d.fc.State(&qp.FC),
+		SQPosted: qp.SQ.Tail, CC: d.fc.State(&qp.FC),
 	}
 	st.Attr.State = qp.State()
 	qp.Unlock()
@@ -68,7 +72,7 @@ func (d *Device) QPInfo() []QPInfo {
 			QPN: qp.QPN, Type: qp.Type.String(), State: st.Attr.State.String(),
 			SQPSN: st.SQPSN, UnaPSN: st.UnaPSN, RQPSN: st.RQPSN,
 			DestQPN: st.Attr.DestQPN, PathMTU: st.PathMTU,
-			SQUsed: st.SQUsed, SQCap: st.SQCap, SQInFlight: st.SQInFlight, RQUsed: st.RQUsed, CC: st.CC,
+			SQUsed: st.SQUsed, SQCap: st.SQCap, SQInFlight: st.SQInFlight, RQUsed: st.RQUsed, SQPosted: st.SQPosted, CC: st.CC,
 		}
 		if dest := st.Attr.AH.Addr(); dest.IsValid() && !dest.IsUnspecified() {
 			in.Dest = dest

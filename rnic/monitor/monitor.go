@@ -91,9 +91,6 @@ type Config struct {
 // sequence diagram after the last page asked for them.
 const packetIdle = 10 * time.Second
 
-// keepPackets is how many recent packets the sequence diagram can show.
-const keepPackets = 512
-
 // Monitor serves the management port.
 type Monitor struct {
 	cfg   Config
@@ -101,9 +98,8 @@ type Monitor struct {
 	start time.Time
 
 	mu       sync.Mutex
-	packets  []Packet   // ring of the newest keepPackets
+	diagram  diagram    // the sequence diagram's rows
 	peers    []farEnd   // far ends seen, the diagram's lanes after the devices
-	nextSeq  uint64     // Seq of the next Packet
 	rates    []RateStep // ring of the newest keepRates
 	rateSeq  uint64     // Seq of the newest RateStep
 	follow   context.CancelFunc
@@ -124,7 +120,7 @@ func New(cfg Config) (*Monitor, error) {
 		}
 		seen[d.Dev.Name()] = true
 	}
-	m := &Monitor{cfg: cfg, reg: prometheus.NewRegistry(), start: time.Now(), nextSeq: 1}
+	m := &Monitor{cfg: cfg, reg: prometheus.NewRegistry(), start: time.Now()}
 	// The Go runtime's and the process's own series (go_*, process_*),
 	// as every Go exporter has them, beside the devices'.
 	m.reg.MustRegister(collector{m}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -151,6 +147,7 @@ func (m *Monitor) Handler() http.Handler {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /api/state", m.serveState)
 	mux.HandleFunc("GET /api/packets", m.servePackets)
+	mux.HandleFunc("GET /api/boot.js", m.serveBoot)
 	mux.HandleFunc("GET /api/trace", m.serveTrace)
 	mux.HandleFunc("POST /api/inject", m.serveInject)
 	return mux
@@ -203,6 +200,8 @@ type QPState struct {
 	SQInFlight int    `json:"sq_inflight"`
 	RQUsed     int    `json:"rq_used"`
 	RQCap      int    `json:"rq_cap"`
+	// SQPosted counts the send WQEs posted since the QP was created.
+	SQPosted uint64 `json:"sq_posted"`
 	// Congestion control (rnic/flowctl), once the QP has had a CNP:
 	// current and target rate in bits per second, alpha in 1024ths, and
 	// whether the pacer limits it now.
@@ -244,7 +243,7 @@ func (m *Monitor) State() State {
 		for _, q := range d.qps() {
 			qs := QPState{QPN: q.QPN, Type: q.Type, State: q.State, SQPSN: q.SQPSN, UnaPSN: q.UnaPSN, RQPSN: q.RQPSN,
 				DestQPN: q.DestQPN, PathMTU: q.PathMTU, SQUsed: q.SQUsed, SQCap: q.SQCap, SQInFlight: q.SQInFlight,
-				RQUsed: q.RQUsed, RQCap: q.RQCap}
+				RQUsed: q.RQUsed, RQCap: q.RQCap, SQPosted: q.SQPosted}
 			if q.CC.HasCongestion {
 				qs.CCRate, qs.CCTarget, qs.CCAlpha, qs.CCPaced = q.CC.CurrentRate, q.CC.TargetRate, q.CC.Alpha, q.CC.Paced
 			}

@@ -2,6 +2,7 @@ package monitor
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"slices"
 	"strconv"
@@ -12,9 +13,14 @@ import (
 	"github.com/rnicd/rnicd/wire/bth"
 )
 
-// Packet is one arrow of the sequence diagram: a packet between two ends.
+// Packet is one row of the sequence diagram: a packet between two ends,
+// or a run of like packets (Count of them, from PSN to LastPSN; see
+// diagram.go).
 type Packet struct {
+	// Seq numbers the rows; Ver is the version of the row's last change
+	// (a run grows after it is first served).
 	Seq    uint64 `json:"seq"`
+	Ver    uint64 `json:"ver"`
 	TimeNS int64  `json:"time_ns"`
 	From   string `json:"from"`
 	To     string `json:"to"`
@@ -27,11 +33,19 @@ type Packet struct {
 	ToQPN   uint32 `json:"to_qpn,omitempty"`
 	Len     uint32 `json:"len"`
 	// Kind is "request", "response" (READ response, atomic ACK), "ack",
-	// "nak" or "rnr".
+	// "nak", "rnr" or "cnp".
 	Kind       string `json:"kind"`
 	Syndrome   string `json:"syndrome,omitempty"`
 	Retransmit bool   `json:"retransmit,omitempty"`
-	Lost       bool   `json:"lost,omitempty"` // dropped by the fault injector
+	Lost       bool   `json:"lost,omitempty"` // dropped by the fault injector or its link's full queue
+	// The run: its opcode class (RDMA_WRITE for every RDMA_WRITE_*), how
+	// many packets and bytes, and the last packet's opcode, PSN and time.
+	Class      string `json:"class"`
+	Count      int    `json:"count"`
+	Bytes      uint64 `json:"bytes"`
+	LastOpcode string `json:"last_opcode"`
+	LastPSN    uint32 `json:"last_psn"`
+	LastTimeNS int64  `json:"last_time_ns"`
 }
 
 // Lane is one end of the sequence diagram: a device of this monitor, or
@@ -44,9 +58,11 @@ type Lane struct {
 
 // packetsReply is /api/packets.
 type packetsReply struct {
-	Lanes   []Lane   `json:"lanes"`
+	Lanes []Lane `json:"lanes"`
+	// Packets are the rows added or grown since ?after=VER, oldest
+	// first; the page replaces a row it has by Seq.
 	Packets []Packet `json:"packets"`
-	Next    uint64   `json:"next"` // ask with after=Next-1 for newer ones
+	Next    uint64   `json:"next"` // ask with after=Next for newer changes
 	// Rates are the rate steps newer than ?rates_after=SEQ.
 	Rates []RateStep `json:"rates"`
 	// Recording is false while the monitor was not following the trace
@@ -54,44 +70,86 @@ type packetsReply struct {
 	Recording bool `json:"recording"`
 }
 
-// servePackets returns the recorded packets newer than ?after=SEQ, and
+// servePackets returns the diagram's rows changed since ?after=VER, and
 // keeps recording for packetIdle more.
 func (m *Monitor) servePackets(w http.ResponseWriter, r *http.Request) {
 	after, _ := strconv.ParseUint(r.URL.Query().Get("after"), 10, 64)
 	ratesAfter, _ := strconv.ParseUint(r.URL.Query().Get("rates_after"), 10, 64)
-	rec := m.keepFollowing()
+	writeJSON(w, m.packetsSince(after, ratesAfter, m.keepFollowing()))
+}
+
+// packetsSince is /api/packets: the lanes, the rows changed since
+// version after and the rate steps after ratesAfter.
+func (m *Monitor) packetsSince(after, ratesAfter uint64, rec bool) packetsReply {
 	m.mu.Lock()
-	reply := packetsReply{Lanes: m.lanes(), Packets: []Packet{}, Next: m.nextSeq, Recording: rec, Rates: []RateStep{}}
+	defer m.mu.Unlock()
+	lanes := m.lanes()
+	m.diagram.keep(lanes)
+	reply := packetsReply{Lanes: lanes, Packets: m.diagram.changed(after), Next: m.diagram.ver, Recording: rec, Rates: []RateStep{}}
 	for _, r := range m.rates {
 		if r.Seq > ratesAfter {
 			reply.Rates = append(reply.Rates, r)
 		}
 	}
-	for _, p := range m.packets {
-		if p.Seq > after {
-			reply.Packets = append(reply.Packets, p)
-		}
-	}
-	m.mu.Unlock()
-	writeJSON(w, reply)
+	return reply
 }
 
-// Packets returns the recorded packets, oldest first.
+// firstLook is how long the page's first request (/api/boot.js) looks at
+// the NIC before answering: long enough for rates measured over a few
+// hundred thousand packets at full speed and, on a busy NIC, rows in the
+// diagram (the trace starts with the request); short enough not to be
+// seen as a wait.
+const firstLook = 300 * time.Millisecond
+
+// serveBoot is the script the page loads before its own (index.html):
+// two looks at the devices firstLook apart and the packets between
+// them, as `const boot = {prev, state, packets}`. The page draws it
+// before the browser's load event, so that its first frame (the one
+// `chromium --screenshot` takes) is the NIC with measured rates, where
+// it used to be "connecting..." over an empty page.
+func (m *Monitor) serveBoot(w http.ResponseWriter, r *http.Request) {
+	first := m.State()
+	rec := m.keepFollowing()
+	select {
+	case <-time.After(firstLook):
+	case <-r.Context().Done():
+		return
+	}
+	boot := struct {
+		Prev    State        `json:"prev"`
+		State   State        `json:"state"`
+		Packets packetsReply `json:"packets"`
+	}{first, m.State(), m.packetsSince(0, 0, rec)}
+	b, err := json.Marshal(boot)
+	if err != nil {
+		http.Error(w, "boot: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/javascript; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	// JSON is a JavaScript expression; encoding/json escapes <, > and &,
+	// so no device name can close the script.
+	w.Write([]byte("const boot = "))
+	w.Write(b)
+	w.Write([]byte(";\n"))
+}
+
+// Packets returns the diagram's rows, oldest first.
 func (m *Monitor) Packets() []Packet {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return append([]Packet(nil), m.packets...)
+	return append([]Packet(nil), m.diagram.rows...)
 }
 
 // unknownEnd names the far end of a packet whose QP the table does not
 // know (gone, or UD, whose peer is per work request).
 const unknownEnd = "other end"
 
-// lanes are the ends of the diagram: the devices, then the far ends
-// their packets went to or came from, by address, in the order first
-// seen; before any packet, the far ends of the devices' connected QPs,
-// so that a page opened on an idle NIC shows who it talks to. The caller
-// holds m.mu.
+// lanes are the ends of the diagram: the devices, then, in the order
+// first seen, the far ends the devices' QPs are connected to now, by
+// address, with those QPs; a far end goes with the last QP connected to
+// it (a lane of the previous run stayed, drawn empty, before). The
+// caller holds m.mu.
 func (m *Monitor) lanes() []Lane {
 	var l []Lane
 	for _, d := range m.cfg.Devices {
@@ -100,15 +158,40 @@ func (m *Monitor) lanes() []Lane {
 	if len(m.cfg.Devices) >= 2 {
 		return l
 	}
-	if len(m.peers) == 0 {
-		for _, d := range m.cfg.Devices {
-			for _, q := range d.Dev.QPInfo() {
-				if q.Dest.IsValid() {
-					m.notePeer(q.Dest.String(), q.DestQPN)
+	live := map[string][]uint32{}
+	for _, d := range m.cfg.Devices {
+		for _, q := range d.Dev.QPInfo() {
+			if q.Dest.IsValid() {
+				name := q.Dest.String()
+				m.notePeer(name)
+				if !slices.Contains(live[name], q.DestQPN) {
+					live[name] = append(live[name], q.DestQPN)
 				}
 			}
 		}
 	}
+	// The anonymous far end (a UD peer, a QP gone between its packet and
+	// the table's reading) stays while the diagram has rows of it.
+	for _, r := range m.diagram.rows {
+		if r.From == unknownEnd || r.To == unknownEnd {
+			live[unknownEnd] = nil
+			break
+		}
+	}
+	kept := m.peers[:0]
+	for _, p := range m.peers {
+		qpns, ok := live[p.name]
+		if !ok {
+			continue
+		}
+		p.qpns, p.more = qpns, false
+		if len(qpns) > maxPeerQPNs {
+			p.qpns, p.more = qpns[:maxPeerQPNs], true
+		}
+		kept = append(kept, p)
+	}
+	clear(m.peers[len(kept):])
+	m.peers = kept
 	for _, p := range m.peers {
 		d := "qp"
 		for i, q := range p.qpns {
@@ -134,7 +217,7 @@ func (m *Monitor) lanes() []Lane {
 // farEnd is a lane of the diagram outside the monitor's devices.
 type farEnd struct {
 	name string   // the address
-	qpns []uint32 // its QPs seen, the first few
+	qpns []uint32 // its QPs the devices' QPs are connected to, the first few
 	more bool     // more QPs than qpns holds
 }
 
@@ -142,32 +225,13 @@ type farEnd struct {
 // make the page draw.
 const maxPeers, maxPeerQPNs = 8, 4
 
-// notePeer records that QP qpn at the far end name was seen. The caller
-// holds m.mu.
-func (m *Monitor) notePeer(name string, qpn uint32) {
-	for i := range m.peers {
-		p := &m.peers[i]
-		if p.name != name {
-			continue
-		}
-		if qpn == 0 || slices.Contains(p.qpns, qpn) {
-			return
-		}
-		if len(p.qpns) < maxPeerQPNs {
-			p.qpns = append(p.qpns, qpn)
-		} else {
-			p.more = true
-		}
+// notePeer records that the far end name was seen, for the lanes'
+// order; lanes says which QPs it has. The caller holds m.mu.
+func (m *Monitor) notePeer(name string) {
+	if len(m.peers) >= maxPeers || slices.ContainsFunc(m.peers, func(p farEnd) bool { return p.name == name }) {
 		return
 	}
-	if len(m.peers) >= maxPeers {
-		return
-	}
-	p := farEnd{name: name}
-	if qpn != 0 {
-		p.qpns = []uint32{qpn}
-	}
-	m.peers = append(m.peers, p)
+	m.peers = append(m.peers, farEnd{name: name})
 }
 
 // qpBook finds a device's QP by its own QPN or by the QPN it sends to,
@@ -313,13 +377,15 @@ func (m *Monitor) followTrace(ctx context.Context, sub *trace.Sub) {
 				k := key{e.NIC, e.PSN, e.Opcode}
 				p.Retransmit = retx[k]
 				delete(retx, k)
-			case e.Step == trace.StepFaultDrop && e.Arg == 0:
+			case (e.Step == trace.StepFaultDrop || e.Step == trace.StepLinkDrop) && e.Arg == 0:
+				// Lost before the port (the injector's drop, or its
+				// link's full queue): never sent.
 				p = sent(e.NIC, e.DestQPN)
 				p.Lost = true
 				k := key{e.NIC, e.PSN, e.Opcode}
 				p.Retransmit = retx[k]
 				delete(retx, k)
-			case e.Step == trace.StepFaultDrop:
+			case e.Step == trace.StepFaultDrop || (e.Step == trace.StepLinkDrop && e.Arg == 1):
 				p = rcvd(e.NIC, e.QPN)
 				p.Lost = true
 			case e.Step == trace.StepReceive && !multi:
@@ -343,6 +409,8 @@ func (m *Monitor) followTrace(ctx context.Context, sub *trace.Sub) {
 				}
 			case e.Opcode.Is(bth.FlagReadResp) || e.Opcode == bth.RCAtomicAcknowledge:
 				p.Kind = "response"
+			case e.Opcode == bth.CNP:
+				p.Kind = "cnp"
 			}
 			out = append(out, p)
 		}
@@ -367,7 +435,7 @@ func (m *Monitor) stopIfIdle() bool {
 	return true
 }
 
-// record appends packets to the ring, numbering them.
+// record adds packets to the diagram.
 func (m *Monitor) record(ps []Packet) {
 	if len(ps) == 0 {
 		return
@@ -376,19 +444,12 @@ func (m *Monitor) record(ps []Packet) {
 	defer m.mu.Unlock()
 	for _, p := range ps {
 		if len(m.cfg.Devices) == 1 {
-			if p.To == unknownEnd || p.From == unknownEnd {
-				m.notePeer(unknownEnd, 0)
-			} else if p.From == m.cfg.Devices[0].Dev.Name() {
-				m.notePeer(p.To, p.ToQPN)
+			if p.From == m.cfg.Devices[0].Dev.Name() {
+				m.notePeer(p.To)
 			} else {
-				m.notePeer(p.From, p.FromQPN)
+				m.notePeer(p.From)
 			}
 		}
-		p.Seq = m.nextSeq
-		m.nextSeq++
-		m.packets = append(m.packets, p)
-	}
-	if extra := len(m.packets) - keepPackets; extra > 0 {
-		m.packets = append(m.packets[:0], m.packets[extra:]...)
+		m.diagram.add(p)
 	}
 }

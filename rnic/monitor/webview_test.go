@@ -17,32 +17,39 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/rnicd/rnicd/internal/debtest"
+	"github.com/rnicd/rnicd/internal/chrometest"
 	"github.com/rnicd/rnicd/rnic/monitor"
 	"github.com/rnicd/rnicd/rnic/rnictest"
 	"github.com/rnicd/rnicd/rnic/trace"
 	"github.com/rnicd/rnicd/wire/ibudp"
 )
 
-// pagePacket is one arrow of the sequence diagram as the page drew it.
+// pagePacket is one row of the sequence diagram as the page drew it: a
+// packet, or a run of Count like packets from PSN to LastPSN.
 type pagePacket struct {
-	Op    string `json:"op"`
-	PSN   uint32 `json:"psn"`
-	Kind  string `json:"kind"`
-	Lost  bool   `json:"lost"`
-	Retx  bool   `json:"retx"`
-	Label string `json:"label"`
+	Op      string `json:"op"`
+	PSN     uint32 `json:"psn"`
+	LastPSN uint32 `json:"lastPSN"`
+	Count   int    `json:"count"`
+	Kind    string `json:"kind"`
+	Lost    bool   `json:"lost"`
+	Retx    bool   `json:"retx"`
+	Label   string `json:"label"`
 }
+
+// pageRows is the JavaScript that reads the diagram's rows as pagePackets.
+const pageRows = `Array.from(document.querySelectorAll("#seq g.pkt")).map(g => ({
+	op: g.dataset.op, psn: +g.dataset.psn, lastPSN: +g.dataset.lastPsn, count: +g.dataset.count, kind: g.dataset.kind,
+	lost: !!g.dataset.lost, retx: !!g.dataset.retx, label: g.querySelector("text.label").textContent}))`
 
 // TestWebView loads the web view in headless Chromium while two devices
 // exchange RDMA WRITEs, every tenth of which loses a packet: the sequence
 // diagram must show real packets (write opcodes and ACKs with PSNs of the
-// QP's range, a lost packet, its NAK and the retransmission), and once the
-// traffic stops the QP table must show both devices' real QPNs and their
-// final PSNs. With RNICD_SCREENSHOT=1 the page is saved to
-// docs/webview.png for the README.
+// QP's range, runs of them counted in one row, a lost packet, its NAK and
+// the retransmission), and once the traffic stops the QP table must show
+// both devices' real QPNs and their final PSNs. With RNICD_SCREENSHOT=1
+// the page is saved to docs/webview.png for the README.
 func TestWebView(t *testing.T) {
-	chromium := debtest.Ensure(t, "chromium", "chromium")
 	tr := trace.New(0)
 	a, b := rnictest.NewEnds(t, tr)
 	m, err := monitor.New(monitor.Config{Devices: []monitor.Device{{Dev: a.Dev, Faulty: a.Faulty}, {Dev: b.Dev, Faulty: b.Faulty}}, Tracer: tr})
@@ -64,9 +71,9 @@ func TestWebView(t *testing.T) {
 		return err
 	})
 	defer stopTraffic()
-	ctx := openPage(t, chromium, srv.URL, 1100)
+	ctx := chrometest.Open(t, srv.URL+"/", 1400, 1100)
 	// Wait (a hang guard, not a timing check) for the diagram to show a
-	// loss, a NAK and a retransmission.
+	// loss, a NAK, a retransmission and a run of packets in one row.
 	wctx, wcancel := context.WithTimeout(ctx, 90*time.Second)
 	defer wcancel()
 	for _, sel := range []string{`#seq g.pkt[data-lost="1"]`, `#seq g.pkt[data-kind="nak"]`, `#seq g.pkt[data-retx="1"]`, `tr.qp`} {
@@ -74,14 +81,15 @@ func TestWebView(t *testing.T) {
 			t.Fatalf("page never showed %s: %v", sel, err)
 		}
 	}
-	pkts, err := chromedp.Run(ctx, chromedp.Evaluate[[]pagePacket](`Array.from(document.querySelectorAll("#seq g.pkt")).map(g => ({
-		op: g.dataset.op, psn: +g.dataset.psn, kind: g.dataset.kind, lost: !!g.dataset.lost, retx: !!g.dataset.retx,
-		label: g.querySelector("text.label").textContent}))`))
+	if _, err := chromedp.Run(wctx, chrometest.WaitTrue(`Array.from(document.querySelectorAll("#seq g.pkt")).some(g => +g.dataset.count > 1)`)); err != nil {
+		t.Fatalf("page never counted a run of packets in one row: %v", err)
+	}
+	pkts, err := chromedp.Run(ctx, chromedp.Evaluate[[]pagePacket](pageRows))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(pkts) < 10 {
-		t.Fatalf("diagram shows %d packets", len(pkts))
+	if len(pkts) < 4 {
+		t.Fatalf("diagram shows %d rows", len(pkts))
 	}
 	first := 0x1000 + a.QP.QPN // the SQ PSN the QP started at
 	a.QP.Lock()
@@ -100,8 +108,11 @@ func TestWebView(t *testing.T) {
 		default:
 			t.Errorf("%+v: not a packet of this traffic", p)
 		}
-		if p.PSN < first || p.PSN >= last {
-			t.Errorf("%+v: PSN outside the %#x..%#x the QP sent", p, first, last)
+		if p.PSN < first || p.LastPSN >= last || p.LastPSN < p.PSN || p.Count < 1 {
+			t.Errorf("%+v: PSNs outside the %#x..%#x the QP sent", p, first, last)
+		}
+		if p.Count > 1 && (p.Lost || p.Kind == "nak" || !strings.Contains(strings.ReplaceAll(p.Label, ",", ""), fmt.Sprintf("×%d psn 0x%06x…0x%06x", p.Count, p.PSN, p.LastPSN))) {
+			t.Errorf("row %+v: a loss or a NAK in a run, or a label without the count and PSNs", p)
 		}
 		if !strings.Contains(p.Label, fmt.Sprintf("psn 0x%06x", p.PSN)) {
 			t.Errorf("label %q does not say the PSN", p.Label)
@@ -136,10 +147,10 @@ func TestWebView(t *testing.T) {
 	defer srv1.Close()
 	ctx1, cancel1 := chromedp.NewContext(ctx) // a second tab
 	defer cancel1()
-	if err := chromedp.Do(ctx1, chromedp.Navigate(srv1.URL+"/")); err != nil {
+	wctx1, wcancel1 := context.WithTimeout(ctx1, 60*time.Second)
+	if err := chromedp.Do(wctx1, chromedp.Navigate(srv1.URL+"/")); err != nil {
 		t.Fatal(err)
 	}
-	wctx1, wcancel1 := context.WithTimeout(ctx1, 60*time.Second)
 	defer wcancel1()
 	if err := chromedp.Do(wctx1, chromedp.WaitVisible(`#seq g.pkt`)); err != nil {
 		t.Fatalf("one-device page never drew a packet: %v", err)
@@ -172,7 +183,7 @@ func TestWebView(t *testing.T) {
 			sel := fmt.Sprintf(`.device[data-name=%q] tr.qp[data-qpn="%d"]`, e.Dev.Name(), q.QPN)
 			cond := fmt.Sprintf(`(() => { const r = document.querySelector(%q); return !!r && r.querySelector(".sqpsn").textContent === "0x%06x" && r.querySelector(".rqpsn").textContent === "0x%06x" && r.cells[0].textContent === "0x%x" && r.cells[2].textContent === %q; })()`,
 				sel, q.SQPSN, q.RQPSN, q.QPN, q.State)
-			if _, err := chromedp.Run(wctx, waitTrue(cond)); err != nil {
+			if _, err := chromedp.Run(wctx, chrometest.WaitTrue(cond)); err != nil {
 				row, _ := chromedp.Run(ctx, chromedp.Evaluate[string](fmt.Sprintf(`(document.querySelector(%q)||{}).textContent||"none"`, sel)))
 				t.Fatalf("%s QP %#x: table never showed SQ PSN %#x RQ PSN %#x %s: row %q (%v)", e.Dev.Name(), q.QPN, q.SQPSN, q.RQPSN, q.State, row, err)
 			}
@@ -181,7 +192,7 @@ func TestWebView(t *testing.T) {
 	// An impairment set: the port block is highlighted and says why.
 	b.Faulty.SetRX(ibudp.Faults{Delay: time.Microsecond})
 	why := fmt.Sprintf(`(() => { const e = document.querySelector('.device[data-name=%q] .block.busy[data-name="Port"] .why'); return !!e && e.textContent.includes("fault injector"); })()`, b.Dev.Name())
-	if _, err := chromedp.Run(wctx, waitTrue(why)); err != nil {
+	if _, err := chromedp.Run(wctx, chrometest.WaitTrue(why)); err != nil {
 		t.Fatalf("port block with a fault set never said why it is highlighted: %v", err)
 	}
 	checkBlocks(t, ctx)
@@ -258,7 +269,6 @@ func checkBlocks(t *testing.T, ctx context.Context) {
 // depth, never above the peak it recorded. With RNICD_SCREENSHOT=1 the
 // page is saved to docs/webview-dcqcn.png for the README.
 func TestWebViewDCQCN(t *testing.T) {
-	chromium := debtest.Ensure(t, "chromium", "chromium")
 	tr := trace.New(0)
 	a, b := rnictest.NewEndsCC(t, tr, "dcqcn")
 	b.Faulty.SetRX(ibudp.Faults{Link: ibudp.Link{Rate: 300e6, Queue: 256 << 10, KMin: 20 << 10, KMax: 200 << 10, PMax: 0.1}})
@@ -273,21 +283,13 @@ func TestWebViewDCQCN(t *testing.T) {
 	var mu sync.Mutex
 	served, servedSteps := map[[2]uint64]bool{}, map[[2]uint64]bool{}
 	h := m.Handler()
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/api/state" && r.URL.Path != "/api/packets" {
-			h.ServeHTTP(w, r)
-			return
-		}
-		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, r)
-		var st struct {
-			monitor.State
-			Rates []monitor.RateStep `json:"rates"`
-		}
-		if err := json.Unmarshal(rec.Body.Bytes(), &st); err != nil {
-			t.Errorf("%s: %v", r.URL.Path, err)
-		}
+	type reply struct {
+		monitor.State
+		Rates []monitor.RateStep `json:"rates"`
+	}
+	note := func(st reply) {
 		mu.Lock()
+		defer mu.Unlock()
 		for _, d := range st.Devices {
 			for _, q := range d.QPs {
 				if d.Name == a.Dev.Name() && q.QPN == a.QP.QPN && q.CCRate != 0 {
@@ -300,16 +302,44 @@ func TestWebViewDCQCN(t *testing.T) {
 				servedSteps[[2]uint64{r.Rate, r.Target}] = true
 			}
 		}
-		mu.Unlock()
-		w.Header().Set("Content-Type", "application/json")
-		w.Write(rec.Body.Bytes())
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/api/state" && r.URL.Path != "/api/packets" && r.URL.Path != "/api/boot.js" {
+			h.ServeHTTP(w, r)
+			return
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, r)
+		body := rec.Body.Bytes()
+		if r.URL.Path == "/api/boot.js" {
+			// const boot = {prev, state, packets};
+			var boot struct {
+				Prev, State reply
+				Packets     reply
+			}
+			js, ok := bytes.CutPrefix(bytes.TrimSuffix(body, []byte(";\n")), []byte("const boot = "))
+			if err := json.Unmarshal(js, &boot); !ok || err != nil {
+				t.Errorf("%s: %v: %.100q", r.URL.Path, err, body)
+			}
+			note(boot.Prev)
+			note(boot.State)
+			note(boot.Packets)
+		} else {
+			var st reply
+			if err := json.Unmarshal(body, &st); err != nil {
+				t.Errorf("%s: %v", r.URL.Path, err)
+			}
+			note(st)
+		}
+		w.Header().Set("Content-Type", rec.Header().Get("Content-Type"))
+		w.Write(body)
 	}))
 	defer srv.Close()
 
 	// WRITEs of 256 KB back to back, more than the bottleneck drains.
 	stopTraffic := traffic(func(i uint64) error { return rnictest.TryWrite(a, b, i, 256<<10) })
 	defer stopTraffic()
-	ctx := openPage(t, chromium, srv.URL, 1000)
+	ctx := chrometest.Open(t, srv.URL+"/", 1400, 1000)
 	// Wait (a hang guard, not a timing check) until a's chart has drawn
 	// its QP's rate and the page has polled 8 times, and b's queue chart
 	// some depth.
@@ -318,7 +348,7 @@ func TestWebViewDCQCN(t *testing.T) {
 	rateSel := fmt.Sprintf(`#rate-%s polyline[data-name="qp 0x%x rate"]`, a.Dev.Name(), a.QP.QPN)
 	queueSel := fmt.Sprintf(`#queue-%s polyline[data-name="rx queue"]`, b.Dev.Name())
 	enough := fmt.Sprintf(`(() => { const r = document.querySelector(%q), q = document.querySelector(%q); return !!r && (history[%q] || []).length >= 8 && !!q && +q.dataset.max > 0; })()`, rateSel, queueSel, a.Dev.Name())
-	if _, err := chromedp.Run(wctx, waitTrue(enough)); err != nil {
+	if _, err := chromedp.Run(wctx, chrometest.WaitTrue(enough)); err != nil {
 		parts, _ := chromedp.Run(ctx, chromedp.Evaluate[[]any](fmt.Sprintf(`[!!document.querySelector(%q), (history[%q] || []).length, +((document.querySelector(%q)||{dataset:{}}).dataset.max||0)]`, rateSel, a.Dev.Name(), queueSel)))
 		t.Fatalf("charts never drew 8 rate samples and a queue: %v; rate line, polls, queue max: %v; congestion point's peak %d B, b np_cnp_sent %d, a rp_cnp_handled %d",
 			err, parts, b.Faulty.FaultStats().RX.QueuePeak, b.Dev.Counters()["np_cnp_sent"], a.Dev.Counters()["rp_cnp_handled"])
@@ -412,7 +442,7 @@ func TestWebViewDCQCN(t *testing.T) {
 		for _, name := range []string{"np_ecn_marked_roce_packets", "np_cnp_sent", "rp_cnp_handled", "rp_cnp_ignored"} {
 			cond := fmt.Sprintf(`Array.from(document.querySelectorAll('.device[data-name=%q] .block[data-name="Flow Control"] .group.totals .fig')).some(f => f.textContent === %q)`,
 				e.Dev.Name(), fmt.Sprintf("%s %d", name, c[name]))
-			if _, err := chromedp.Run(wctx, waitTrue(cond)); err != nil {
+			if _, err := chromedp.Run(wctx, chrometest.WaitTrue(cond)); err != nil {
 				t.Errorf("%s Flow Control block never showed %s %d: %v", e.Dev.Name(), name, c[name], err)
 			}
 		}
@@ -478,28 +508,4 @@ func traffic(step func(i uint64) error) (stop func() error) {
 		once.Do(func() { close(quit); err = <-done })
 		return err
 	}
-}
-
-// openPage opens url in a headless Chromium window 1400 pixels wide
-// and height high, closed when the test ends.
-func openPage(t *testing.T, chromium, url string, height int) context.Context {
-	t.Helper()
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromium), chromedp.NoSandbox,
-		chromedp.Flag("disable-gpu", true), chromedp.WindowSize(1400, height))
-	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
-	t.Cleanup(cancelA)
-	ctx, cancel := chromedp.NewContext(actx)
-	t.Cleanup(cancel)
-	if err := chromedp.Do(ctx, chromedp.Navigate(url+"/")); err != nil {
-		t.Fatalf("chromium: %v", err)
-	}
-	return ctx
-}
-
-// waitTrue polls a JavaScript expression until it is true, for as long
-// as the context it runs in allows: chromedp's own default of 30 s ran
-// out before the 90 s the tests give, beside a CPU hog under -race
-// (TestWebViewDCQCN 2 runs in 3), where Chromium polls slowly.
-func waitTrue(expr string) chromedp.Action[bool] {
-	return chromedp.Poll[bool](expr, chromedp.WithPollingTimeout(0))
 }

@@ -4,10 +4,11 @@
 
 const hex = (n, w) => "0x" + n.toString(16).padStart(w || 0, "0");
 let prev = null;        // the previous /api/state, for rates
-let after = 0;          // newest packet seen
-let packets = [];       // recent packets for the diagram
+let after = 0;          // version of the newest change to the diagram seen
+let rows = [];          // the diagram's newest rows, by seq
 let lanes = [];
-const maxPackets = 60;
+let paused = false;     // the pause button: keep the drawing as it is
+const maxRows = 60;
 
 // rate is how fast get(dev) grew since the previous state, per second;
 // null before there is a previous state to measure against.
@@ -19,6 +20,25 @@ function rate(dev, get) {
   return dt > 0 ? Math.max(0, (get(dev) - get(p)) / dt) : null;
 }
 let state = null;
+
+// qpRate is how fast get(qp) grew, summed over the QPs in both this and
+// the previous state, per second; mod wraps a PSN's 24 bits (a QP
+// destroyed and its number reused counts nothing).
+function qpRate(dev, get, mod) {
+  if (!prev) return null;
+  const p = prev.devices.find(d => d.name === dev.name);
+  const dt = (state.time_ns - prev.time_ns) / 1e9;
+  if (!p || dt <= 0) return null;
+  let n = 0;
+  for (const q of dev.qps) {
+    const o = p.qps.find(x => x.qpn === q.qpn);
+    if (!o) continue;
+    let d = get(q) - get(o);
+    if (mod) d = ((d % mod) + mod) % mod;
+    if (d > 0 && (!mod || d < mod / 2)) n += d;
+  }
+  return n / dt;
+}
 
 function fmtRate(r) {
   if (r === null) return "\u2013"; // not measured yet
@@ -48,9 +68,11 @@ function blocks(dev) {
   const naks = rate(dev, d => c(d).rcvd_seq_err + c(d).rcvd_rnr_err);
   const list = [
     { name: "Verbs / doorbell", now: [`doorbell queue ${dev.doorbell_depth}`, `SQ WQEs ${sum(q => q.sq_used)}`, `RQ WRs ${sum(q => q.rq_used)}`],
+      rates: [["WRs posted", qpRate(dev, q => q.sq_posted || 0)]],
       why: dev.doorbell_depth > 0 ? `${dev.doorbell_depth} rung doorbell(s) not yet served` : "" },
     { name: "QP manager", now: [`${dev.qps.length} QPs, ${rts} RTS`],
-      rates: [["ACK timeouts", timeouts]], totals: [["ACK timeouts", dev.counters.local_ack_timeout_err]],
+      rates: [["PSNs acked", qpRate(dev, q => q.una_psn, 1 << 24)], ["PSNs rcvd", qpRate(dev, q => q.rq_psn, 1 << 24)], ["ACK timeouts", timeouts]],
+      totals: [["ACK timeouts", dev.counters.local_ack_timeout_err]],
       why: timeouts > 0 ? "ACK timeouts now: the peer does not answer, or packets are lost" : "" },
     { name: "WQE engine", now: [`in flight ${inflight} WQE`],
       rates: [["sent", rate(dev, d => c(d).sent_pkts)], ["retx", rate(dev, d => c(d).retransmitted_pkts)]],
@@ -170,7 +192,7 @@ function chart(id, title, series, ymax, fmt, hlines, from) {
     out += `<line x1="${l}" x2="${w - r}" y1="${Y(f * ymax)}" y2="${Y(f * ymax)}" stroke="#e3e6ec"/>`;
     out += `<text x="${l - 4}" y="${Y(f * ymax) + 4}" text-anchor="end" fill="#555">${fmt(f * ymax)}</text>`;
   }
-  out += `<text x="${w - r}" y="${h - 6}" text-anchor="end" fill="#555">now</text><text x="${l}" y="${h - 6}" fill="#555">${((t1 - t0) / 1e9).toFixed(0)} s ago</text>`;
+  out += `<text x="${w - r}" y="${h - 6}" text-anchor="end" fill="#555">now</text><text x="${l}" y="${h - 6}" fill="#555">${((t1 - t0) / 1e9).toFixed(t1 - t0 < 10e9 ? 1 : 0)} s ago</text>`;
   for (const [v, name] of hlines || []) {
     out += `<line class="level" x1="${l}" x2="${w - r}" y1="${Y(v)}" y2="${Y(v)}" stroke="#d99a00" stroke-dasharray="3,3"/>`;
     out += `<text x="${w - r - 2}" y="${Y(v) - 3}" text-anchor="end" fill="#8a5a00">${name}</text>`;
@@ -192,7 +214,11 @@ function chart(id, title, series, ymax, fmt, hlines, from) {
 function rateCharts(dev) {
   const h = history[dev.name] || [];
   const st = steps[dev.name] || {};
-  const qpns = [...new Set(h.flatMap(s => Object.keys(s.qps)).concat(Object.keys(st)))];
+  // The QPs there are now: a QP destroyed goes from the chart (and its
+  // steps from memory), as its lane goes from the diagram.
+  const live = new Set(dev.qps.map(q => String(q.qpn)));
+  for (const qpn in st) if (!live.has(qpn)) delete st[qpn];
+  const qpns = [...new Set(h.flatMap(s => Object.keys(s.qps)).concat(Object.keys(st)))].filter(q => live.has(q));
   const dirs = Object.keys(dev.links || {});
   if (!qpns.length && !dirs.length) return "";
   const series = [];
@@ -240,17 +266,68 @@ function drawDevices() {
   ).join("");
 }
 
-const colors = { request: "#2f6fd0", response: "#138a8a", ack: "#2e9d3a", nak: "#d0342c", rnr: "#b3409b" };
+const colors = { request: "#2f6fd0", response: "#138a8a", ack: "#2e9d3a", nak: "#d0342c", rnr: "#b3409b", cnp: "#6b4fd0" };
+const retxColor = "#e07b00";
 
+// mergeRows takes the rows /api/packets says changed: a run grows after
+// it is first drawn, so a row already here is replaced by its seq. Rows
+// whose lane is gone (the QPs of a finished run) go with it.
+function mergeRows(changed) {
+  for (const r of changed) {
+    let i = rows.length - 1;
+    while (i >= 0 && rows[i].seq > r.seq) i--;
+    if (i >= 0 && rows[i].seq === r.seq) rows[i] = r;
+    else rows.splice(i + 1, 0, r);
+  }
+  const names = new Set(lanes.map(l => l.name));
+  rows = rows.filter(r => names.has(r.from) && names.has(r.to)).slice(-maxRows);
+}
+
+function fmtCount(n) { return n.toLocaleString("en-US"); }
+
+function fmtClock(ns) {
+  const d = new Date(ns / 1e6);
+  return d.toTimeString().slice(0, 8) + "." + String(d.getMilliseconds()).padStart(3, "0");
+}
+
+function fmtSpan(ns) {
+  if (ns >= 1e9) return (ns / 1e9).toFixed(2) + " s";
+  if (ns >= 1e6) return (ns / 1e6).toFixed(1) + " ms";
+  return (ns / 1e3).toFixed(0) + " us";
+}
+
+// rowLabel says what a row is: one packet by its opcode and PSN, a run
+// by its opcode class, count, PSN range, bytes and time span.
+function rowLabel(p) {
+  const cnp = p.kind === "cnp"; // a CNP has no PSN (annex A17.9.3)
+  const op = o => o.replace(/^ROCE_/, "");
+  let label;
+  if (p.count > 1) {
+    label = `${op(p.class)} \u00d7${fmtCount(p.count)}`;
+    if (!cnp) label += ` psn ${hex(p.psn, 6)}\u2026${hex(p.last_psn, 6)}`;
+    if (p.kind === "request" || p.kind === "response") label += ` ${fmtBytes(p.bytes)}`;
+    label += ` in ${fmtSpan(p.last_time_ns - p.time_ns)}`;
+  } else {
+    label = op(p.opcode) + (cnp ? "" : ` psn ${hex(p.psn, 6)}`);
+  }
+  if (p.syndrome && p.kind !== "ack") label += ` ${p.syndrome}`;
+  if (p.from_qpn && p.to_qpn) label += ` qp ${hex(p.from_qpn)}\u2192${hex(p.to_qpn)}`;
+  if (p.retransmit) label += " (retx)";
+  if (p.lost) label += " LOST";
+  return label;
+}
+
+// drawSequence draws a row per run of like packets (the count on its
+// label and a thicker arrow), a row per loss and NAK: the label above
+// its arrow, on a white halo, never crossed by it.
 function drawSequence() {
   const svg = document.getElementById("seq");
-  const width = 900, top = 40, step = 26;
-  const shown = packets.slice(-maxPackets);
-  const h = top + step * Math.max(shown.length, 1) + 20;
+  const width = 1000, top = 40, step = 26, timeCol = 96;
+  const h = top + step * Math.max(rows.length, 1) + 10;
   svg.setAttribute("width", width);
   svg.setAttribute("height", h);
   const x = {};
-  lanes.forEach((l, i) => { x[l.name] = 150 + i * (width - 300) / Math.max(1, lanes.length - 1); });
+  lanes.forEach((l, i) => { x[l.name] = timeCol + 110 + i * (width - timeCol - 220) / Math.max(1, lanes.length - 1); });
   let out = "";
   out += `<defs><marker id="arr" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="7" markerHeight="7" orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" fill="context-stroke"/></marker></defs>`;
   // Each lane: its name (a device, or the far end's address) and what is
@@ -258,32 +335,39 @@ function drawSequence() {
   lanes.forEach(l => {
     out += `<g class="lane"><text class="lane-name" x="${x[l.name]}" y="12" text-anchor="middle" font-weight="bold">${l.name}</text>`;
     out += `<text class="lane-detail" x="${x[l.name]}" y="24" text-anchor="middle" fill="#666">${l.detail}</text></g>`;
-    out += `<line x1="${x[l.name]}" y1="28" x2="${x[l.name]}" y2="${h}" stroke="#999" stroke-width="2"/>`;
+    out += `<line x1="${x[l.name]}" y1="28" x2="${x[l.name]}" y2="${h}" stroke="#bbb" stroke-width="2"/>`;
   });
-  if (!shown.length) {
+  if (!rows.length) {
     out += `<text class="empty" x="${width / 2}" y="${top + 20}" text-anchor="middle" fill="#666">no packet since this page opened: the trace records only while it is watched</text>`;
   }
-  shown.forEach((p, i) => {
+  rows.forEach((p, i) => {
     const y = top + i * step;
-    const x1 = x[p.from] ?? 40, x2 = x[p.to] ?? width - 40;
-    let col = colors[p.kind] || "#444";
-    if (p.retransmit) col = "#e07b00";
-    const end = p.lost ? (x1 + x2) / 2 : x2;
-    const dash = p.lost ? ` stroke-dasharray="5,4"` : "";
-    out += `<g class="pkt" data-op="${p.opcode}" data-psn="${p.psn}" data-kind="${p.kind}"${p.lost ? ' data-lost="1"' : ""}${p.retransmit ? ' data-retx="1"' : ""}>`;
-    out += `<line x1="${x1}" y1="${y}" x2="${end}" y2="${y + step - 8}" stroke="${col}" stroke-width="2"${dash}${p.lost ? "" : ' marker-end="url(#arr)"'}/>`;
-    if (p.lost) out += `<text x="${end}" y="${y + step - 4}" fill="${col}" text-anchor="middle" font-size="16">&#x2716;</text>`;
-    let label = `${p.opcode} psn ${hex(p.psn, 6)}`;
-    if (p.syndrome && p.kind !== "ack") label += ` ${p.syndrome}`;
-    if (p.from_qpn && p.to_qpn) label += ` qp ${hex(p.from_qpn)}\u2192${hex(p.to_qpn)}`;
-    if (p.retransmit) label += " (retx)";
-    if (p.lost) label += " LOST";
-    const lx = (x1 + x2) / 2;
-    out += `<text class="label" x="${lx}" y="${y + 6}" text-anchor="middle" fill="${col}">${label}</text></g>`;
+    const x1 = x[p.from] ?? timeCol + 20, x2 = x[p.to] ?? width - 20;
+    const col = p.retransmit ? retxColor : colors[p.kind] || "#444";
+    const ly = y + 19, end = p.lost ? (x1 + x2) / 2 : x2;
+    out += `<g class="pkt" data-op="${p.opcode}" data-class="${p.class}" data-psn="${p.psn}" data-last-psn="${p.last_psn}" data-count="${p.count}" data-kind="${p.kind}"${p.lost ? ' data-lost="1"' : ""}${p.retransmit ? ' data-retx="1"' : ""}>`;
+    out += `<text class="time" x="4" y="${y + 15}" fill="#888">${fmtClock(p.time_ns)}</text>`;
+    out += `<line x1="${x1}" y1="${ly}" x2="${end}" y2="${ly}" stroke="${col}" stroke-width="${p.count > 1 ? 4 : 2}"${p.lost ? ' stroke-dasharray="5,4"' : ' marker-end="url(#arr)"'}/>`;
+    if (p.lost) out += `<text x="${end}" y="${ly + 5}" fill="${col}" text-anchor="middle" font-size="14">&#x2716;</text>`;
+    out += `<text class="label" x="${(x1 + x2) / 2}" y="${y + 13}" text-anchor="middle" fill="${col}"${p.count > 1 ? ' font-weight="bold"' : ""}>${rowLabel(p)}</text></g>`;
   });
   svg.innerHTML = out;
   const wrap = document.getElementById("seq-wrap");
   wrap.scrollTop = wrap.scrollHeight;
+}
+
+// show takes a look at the devices and the diagram's changes and draws
+// them.
+function show(s, pk) {
+  prev = state; state = s;
+  record();
+  recordSteps(pk.rates || []);
+  lanes = pk.lanes;
+  mergeRows(pk.packets);
+  after = pk.next;
+  drawDevices();
+  drawSequence();
+  document.getElementById("status").textContent = "live " + new Date().toLocaleTimeString() + (pk.recording || rows.length ? "" : " (starting trace)");
 }
 
 async function poll() {
@@ -292,41 +376,36 @@ async function poll() {
       fetch("api/state").then(r => r.json()),
       fetch("api/packets?after=" + after + "&rates_after=" + ratesAfter).then(r => r.json()),
     ]);
-    prev = state; state = s;
-    record();
-    recordSteps(pk.rates || []);
-    lanes = pk.lanes;
-    if (pk.packets.length) {
-      packets = packets.concat(pk.packets).slice(-maxPackets);
-      after = pk.packets[pk.packets.length - 1].seq;
-    }
-    drawDevices();
-    drawSequence();
-    if (!document.body.dataset.firstRates) {
-      // What the page showed first, for whoever checks that it opens with
-      // figures rather than zeros and an empty diagram (its test does).
-      document.body.dataset.firstRates = Array.from(document.querySelectorAll(".block[data-name='Port'] .rate")).map(e => e.textContent).join("|");
-      document.body.dataset.firstPackets = String(packets.length);
-    }
-    document.getElementById("status").textContent = "live " + new Date().toLocaleTimeString() + (pk.recording ? "" : " (starting trace)");
+    if (!paused) show(s, pk);
   } catch (e) {
     document.getElementById("status").textContent = "disconnected: " + e;
   }
   setTimeout(poll, 500);
 }
 
-// start takes a first look before drawing anything: the counters, to
-// measure rates against, and the packets, which starts the trace the
-// diagram is drawn from. 300 ms later the first drawing has rates and,
-// on a busy NIC, packets, where it used to open on zeros and an empty
-// diagram.
-async function start() {
-  try {
-    state = await fetch("api/state").then(r => r.json());
-    await fetch("api/packets?after=0");
-  } catch (e) {
-    // poll says it
-  }
-  setTimeout(poll, 300);
+// pause keeps the drawing as it is, to read it; the page goes on asking
+// (the daemon records packets only while a page asks) and draws the
+// newest again on resume.
+function pause(on) {
+  paused = on;
+  const b = document.getElementById("pause");
+  b.textContent = on ? "resume" : "pause";
+  b.classList.toggle("on", on);
+  document.body.dataset.paused = on ? "1" : "";
+  if (on) document.getElementById("status").textContent = "paused";
 }
-start();
+document.getElementById("pause").addEventListener("click", () => pause(!paused));
+
+// The first frame is drawn from api/boot.js, which index.html loads
+// before this script: two looks at the NIC 300 ms apart and the packets
+// between them, so the page opens on the NIC with measured rates (and,
+// on a busy NIC, packets) before the browser's load event.
+if (typeof boot !== "undefined") {
+  state = boot.prev;
+  show(boot.state, boot.packets);
+  // What the page showed first, for whoever checks that it opens with
+  // figures rather than zeros and an empty diagram (its tests do).
+  document.body.dataset.firstRates = Array.from(document.querySelectorAll(".block[data-name='Port'] .rate")).map(e => e.textContent).join("|");
+  document.body.dataset.firstPackets = String(rows.length);
+}
+setTimeout(poll, 500);
