@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"sync"
 	"time"
 
 	"github.com/rnicd/rnicd/rdmacm"
@@ -38,6 +39,7 @@ const (
 
 type rpingOpts struct {
 	server, verbose, validate, debug, quiet bool
+	persistent                              bool
 	addr, src                               string
 	port, count, size                       int
 }
@@ -57,6 +59,7 @@ func runRping(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&o.validate, "V", false, "validate ping data")
 	fs.BoolVar(&o.debug, "d", false, "debug printfs")
 	fs.BoolVar(&o.quiet, "q", false, "quiet")
+	fs.BoolVar(&o.persistent, "P", false, "persistent server: serve client after client, several at once, until killed")
 	if err := fs.Parse(args); err != nil {
 		return parseExit(err)
 	}
@@ -68,6 +71,13 @@ func runRping(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "rping: invalid size %d (min %d, max %d), port or count\n", o.size, rpingMinSize, 1<<20)
 		return 2
 	}
+	if o.persistent && !o.server {
+		fmt.Fprintln(stderr, "rping: -P is a server's (-s)")
+		return 2
+	}
+	// A persistent server's connections print from goroutines of their
+	// own: one line at a time.
+	stdout = &syncWriter{w: stdout}
 	r := &rping{o: o, stdout: stdout, stderr: stderr}
 	var err error
 	if o.server {
@@ -93,6 +103,8 @@ type rping struct {
 	id     *rdmacm.ID
 	cq     *verbs.CQ
 	mr     *verbs.MR
+	pd     *verbs.PD
+	buf    []byte                 // the MR's memory
 	seen   map[verbs.WCOpcode]int // completions that came before they were awaited
 }
 
@@ -168,8 +180,20 @@ func (r *rping) setup(id *rdmacm.ID) error {
 		Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 2, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
 		return err
 	}
+	r.pd, r.buf = pd, buf
 	r.debugf("created pd %p, cq %p, qp %d", pd, r.cq, id.QP.QPN)
 	return r.postRecv()
+}
+
+// free destroys what setup made, the QP first (rping's free_qp and
+// free_buffers): a persistent server makes them once per client.
+func (r *rping) free() {
+	ctx := r.id.Verbs
+	r.id.QP.Destroy()
+	r.mr.Dereg()
+	r.cq.Destroy()
+	r.pd.Dealloc()
+	ctx.Free(r.buf)
 }
 
 func (r *rping) postRecv() error {
@@ -278,16 +302,82 @@ func (r *rping) runServer() error {
 		return err
 	}
 	r.debugf("rdma_listen")
+	if r.o.persistent {
+		return r.runPersistent()
+	}
 	e, err := r.event(rdmacm.EventConnectRequest)
 	if err != nil {
 		return err
 	}
-	child := e.ID
+	return r.serveConn(e.ID)
+}
+
+// rpingMaxConns bounds a persistent server's connections at once; a
+// request beyond it is rejected. rping has no bound; each connection
+// here holds a goroutine, a QP, a CQ and an MR of 2*size+32 bytes until
+// its client goes (or 90 s without a ping), and 256 of 1 MiB pings are
+// half a GiB.
+const rpingMaxConns = 256
+
+// runPersistent is rping -P: every CONNECT_REQUEST gets a connection of
+// its own, served beside the others, its resources freed when its
+// client disconnects; the server runs until killed (rping's
+// rping_run_persistent_server). Events are handed to the connection
+// whose ID they name.
+func (r *rping) runPersistent() error {
+	var mu sync.Mutex
+	conns := map[*rdmacm.ID]chan *rdmacm.Event{}
+	for e := range r.events {
+		if e.Event != rdmacm.EventConnectRequest {
+			mu.Lock()
+			ch := conns[e.ID]
+			mu.Unlock()
+			if ch != nil {
+				// The connection reads its events as they come; one that
+				// stopped reading (ended) has left the map.
+				select {
+				case ch <- e:
+				default:
+					fmt.Fprintf(r.stderr, "rping: event %v of a connection that reads none dropped\n", e.Event)
+				}
+			}
+			continue
+		}
+		mu.Lock()
+		full := len(conns) >= rpingMaxConns
+		var events chan *rdmacm.Event
+		if !full {
+			events = make(chan *rdmacm.Event, 16)
+			conns[e.ID] = events
+		}
+		mu.Unlock()
+		if full {
+			fmt.Fprintf(r.stderr, "rping: %d connections already: request from %v rejected\n", rpingMaxConns, e.ID.RemoteAddr())
+			e.ID.Reject(nil)
+			e.ID.Destroy()
+			continue
+		}
+		c := &rping{o: r.o, stdout: r.stdout, stderr: r.stderr, ch: r.ch, events: events, seen: map[verbs.WCOpcode]int{}}
+		go func(id *rdmacm.ID) {
+			if err := c.serveConn(id); err != nil {
+				fmt.Fprintf(r.stderr, "rping: connection from %v: %v\n", id.RemoteAddr(), err)
+			}
+			mu.Lock()
+			delete(conns, id)
+			mu.Unlock()
+		}(e.ID)
+	}
+	return errors.New("event channel closed")
+}
+
+// serveConn accepts the connection child asked for and serves its pings
+// until the client disconnects; everything made for it goes with it.
+func (r *rping) serveConn(child *rdmacm.ID) error {
 	defer child.Destroy()
 	if err := r.setup(child); err != nil {
 		return err
 	}
-	defer r.id.QP.Destroy()
+	defer r.free()
 	if err := child.Accept(&rdmacm.ConnParam{ResponderResources: 1, InitiatorDepth: 1, RNRRetryCount: 7}); err != nil {
 		return fmt.Errorf("rdma_accept: %w", err)
 	}
@@ -421,4 +511,17 @@ func (r *rping) runClient() error {
 	}
 	_, err = r.event(rdmacm.EventDisconnected)
 	return err
+}
+
+// syncWriter writes each Write whole, for output written by several
+// goroutines.
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(b []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(b)
 }
