@@ -7,6 +7,7 @@ import (
 	"image/png"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -23,7 +24,8 @@ import (
 // inject -d rnicA --tx drop 0.2%` losing packets and a congestion point
 // in front of rnicB marking others CE (so that DCQCN's Flow Control block
 // has CNPs to handle), and rnicA's page (rnicd --http) in headless
-// Chromium. It waits, as long as a loaded host needs, for a drawing in
+// Chromium. The page is drawn, with measured rates, by the load event.
+// It waits, as long as a loaded host needs, for a drawing in
 // which every block of the NIC passes something per second, and the
 // sequence diagram has a run of packets counted in one row, a lost
 // packet, a NAK and a retransmission, each a row of its own; it freezes
@@ -71,6 +73,16 @@ func TestWebViewLoss(t *testing.T) {
 	}()
 
 	tab := chrometest.Open(t, page, 1400, 1300)
+	// The page was drawn by the load event (Open returns on it): the
+	// blocks with measured rates, never "connecting..." over nothing.
+	first, err := chromedp.Run(tab, chromedp.Evaluate[[]string](`[String(document.querySelectorAll(".block").length),
+		document.getElementById("status").textContent, document.body.dataset.firstRates || ""]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first[0] != "8" || !strings.HasPrefix(first[1], "live ") || !regexp.MustCompile(`^tx [0-9.]+[kM]?/s\|rx [0-9.]+[kM]?/s$`).MatchString(first[2]) {
+		t.Errorf("at the load event: %s blocks, status %q, port rates %q; want 8 blocks, live, measured rates", first[0], first[1], first[2])
+	}
 	wctx, wcancel := context.WithTimeout(tab, 3*time.Minute) // a hang guard, not a timing check
 	defer wcancel()
 	// One drawing with all of it, frozen by the same evaluation that
