@@ -20,9 +20,10 @@ type heldAcks struct {
 	closed bool
 }
 
-// holdAck is rx.Handler.Hold: qp (locked) holds an ACK until at most until.
-func (d *Device) holdAck(qp *qpmgr.QP, until time.Time) {
-	h := &d.held
+// holdAck is rx.Handler.Hold of the queue's handler: qp (locked) holds an
+// ACK until at most until.
+func (q *queue) holdAck(qp *qpmgr.QP, until time.Time) {
+	h := &q.held
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
@@ -33,18 +34,18 @@ func (d *Device) holdAck(qp *qpmgr.QP, until time.Time) {
 	}
 	h.gen++
 	h.qps[qp] = h.gen
-	d.armHeld(until)
+	q.armHeld(until)
 }
 
-// armHeld makes the timer fire by t; d.held.mu is held.
-func (d *Device) armHeld(t time.Time) {
-	h := &d.held
+// armHeld makes the timer fire by t; q.held.mu is held.
+func (q *queue) armHeld(t time.Time) {
+	h := &q.held
 	if !h.next.IsZero() && !t.Before(h.next) {
 		return
 	}
 	h.next = t
 	if h.timer == nil {
-		h.timer = time.AfterFunc(time.Until(t), d.expireAcks)
+		h.timer = time.AfterFunc(time.Until(t), q.expireAcks)
 		return
 	}
 	h.timer.Reset(time.Until(t))
@@ -72,8 +73,8 @@ func (h *heldAcks) stop() {
 
 // expireAcks sends the ACKs whose hold ran out alone, and arms the timer
 // for the earliest hold left.
-func (d *Device) expireAcks() {
-	h := &d.held
+func (q *queue) expireAcks() {
+	h := &q.held
 	type hold struct {
 		qp  *qpmgr.QP
 		gen uint64
@@ -86,14 +87,14 @@ func (d *Device) expireAcks() {
 	}
 	h.mu.Unlock()
 
-	d.sendMu.Lock()
+	q.sendMu.Lock()
 	now := time.Now()
 	var next time.Time
 	gone := holds[:0]
 	for _, x := range holds {
 		x.qp.Lock()
-		if d.rx.ExpireAck(x.qp, d.sendTX, now) {
-			if until := d.rx.Deadline(x.qp); !until.IsZero() && (next.IsZero() || until.Before(next)) {
+		if q.rx.ExpireAck(x.qp, q.sendTX, now) {
+			if until := q.rx.Deadline(x.qp); !until.IsZero() && (next.IsZero() || until.Before(next)) {
 				next = until
 			}
 		} else {
@@ -101,8 +102,8 @@ func (d *Device) expireAcks() {
 		}
 		x.qp.Unlock()
 	}
-	d.sendTX.flush()
-	d.sendMu.Unlock()
+	q.sendTX.flush()
+	q.sendMu.Unlock()
 
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -115,7 +116,7 @@ func (d *Device) expireAcks() {
 		}
 	}
 	if !next.IsZero() {
-		d.armHeld(next)
+		q.armHeld(next)
 	}
 }
 
@@ -123,14 +124,15 @@ func (d *Device) expireAcks() {
 // about to destroy it or change its state, and the peer waits for the ACK
 // of a message the application has seen complete.
 func (d *Device) sendHeldAck(qp *qpmgr.QP) {
-	d.sendMu.Lock()
+	q := d.queueOf(qp)
+	q.sendMu.Lock()
 	qp.Lock()
-	sent := d.rx.SendHeldAck(qp, d.sendTX)
+	sent := q.rx.SendHeldAck(qp, q.sendTX)
 	qp.Unlock()
-	d.sendTX.flush()
-	d.sendMu.Unlock()
+	q.sendTX.flush()
+	q.sendMu.Unlock()
 	if sent {
-		d.held.remove(qp)
+		q.held.remove(qp)
 	}
 }
 

@@ -62,7 +62,7 @@ func (c *coalescer) mayWait(qp *qpmgr.QP, wqes []qpmgr.SendWQE) bool {
 
 // add puts qp on the list of QPs whose posts wait, once.
 func (c *coalescer) add(d *Device, qp *qpmgr.QP) {
-	d.counters.Inc(ib.PostDeferred)
+	d.queues[0].counters.Inc(ib.PostDeferred) // one engine (Open)
 	if qp.Coalesced.Swap(true) {
 		return
 	}
@@ -87,9 +87,11 @@ func (c *coalescer) flush(d *Device) {
 	for _, qp := range qps {
 		qp.Coalesced.Store(false)
 	}
-	if !d.sendMu.TryLock() {
+	// A device that coalesces posts has one engine (Open).
+	q := d.queues[0]
+	if !q.sendMu.TryLock() {
 		for _, qp := range qps {
-			d.kick(qp)
+			q.kick(qp)
 		}
 	} else {
 		var again []*qpmgr.QP
@@ -97,17 +99,17 @@ func (c *coalescer) flush(d *Device) {
 			qp.Lock()
 			n := 0
 			if !qp.Destroyed() {
-				n = d.runRequester(qp, d.sendTX)
+				n = q.runRequester(qp, q.sendTX)
 			}
 			qp.Unlock()
 			if n == runBudget {
 				again = append(again, qp)
 			}
 		}
-		d.sendTX.flush()
-		d.sendMu.Unlock()
+		q.sendTX.flush()
+		q.sendMu.Unlock()
 		for _, qp := range again {
-			d.kick(qp) // more to send: the pipeline's turn
+			q.kick(qp) // more to send: the pipeline's turn
 		}
 	}
 	clear(qps)

@@ -67,6 +67,12 @@ type Config struct {
 	// every post, as a daemon, whose doorbells come in batches already,
 	// does.
 	CoalescePosts bool
+	// EnginePorts, with PollIdle, run more engines (queue.go): each is a
+	// socket of Port's steered group (ibudp.Steering.Queue), wrapped as
+	// Port is, and its engine owns the QPs whose packets the group steers
+	// to it (ibudp.SteerQueue over 1+len(EnginePorts) queues, Port being
+	// queue 0). The device owns them as it owns Port.
+	EnginePorts []ibudp.Port
 	// PollIdle, if positive, runs the polling engine (engine.go) in
 	// place of the two pipelines on a port that can be polled: it polls
 	// the host queues it is given (Watch) and the port while there is
@@ -82,43 +88,26 @@ const DefaultAckHold = 200 * time.Microsecond
 
 // Device is one RDMA device with one port.
 type Device struct {
-	name     string
-	probe    *trace.Probe // nil: no tracing
-	tap      portTap
-	port     ibudp.Port
-	batch    int
-	pool     *ibudp.Pool
-	dma      *dma.Table
-	qps      *qpmgr.Table
-	counters qpmgr.Counters
-	req      wqe.Engine
-	rx       rx.Handler
-	fc       *flowctl.Manager
-	gsi      *GSI // QP1 (gsi.go)
+	name  string
+	probe *trace.Probe // nil: no tracing
+	tap   portTap
+	port  ibudp.Port // queue 0's: the port's address and MTU
+	batch int
+	dma   *dma.Table
+	qps   *qpmgr.Table
+	req   wqe.Engine
+	fc    *flowctl.Manager
+	gsi   *GSI // QP1 (gsi.go)
 
 	mu     sync.Mutex
 	nextPD dma.PD
-	runq   []*qpmgr.QP // QPs with their doorbell rung
-	bell   chan struct{}
 
-	// sendMu and recvMu are held by the pipelines while they work on a
-	// batch; Fence takes them to order the application's memory accesses
-	// with the NIC's (see Fence). sendMu also guards sendTX, which the send
-	// pipeline and a doorbell that runs the requester itself share.
-	sendMu, recvMu sync.Mutex
-	sendTX         *txBatch
-	// recvBufs and recvTX are the receive pipeline's, under recvMu: its
-	// own goroutine and an application's busy poll (PollRx) share them.
-	recvBufs []*ibudp.Buf
-	recvTX   *txBatch
-
-	held heldAcks
+	// queues are the engines, each with the QPs steered to its socket
+	// (queue.go); one without Config.EnginePorts.
+	queues []*queue
 	// coalesce holds the QPs whose posts wait for an ACK or a poll
 	// (coalesce.go); nil without Config.CoalescePosts.
 	coalesce *coalescer
-	// eng is the polling engine (engine.go), which replaces the two
-	// pipelines; nil without Config.PollIdle.
-	eng *engine
 
 	done      chan struct{}
 	wg        sync.WaitGroup
@@ -142,16 +131,35 @@ func Open(cfg Config) (*Device, error) {
 	if cfg.Name == "" {
 		cfg.Name = "rnic0"
 	}
+	ports := append([]ibudp.Port{cfg.Port}, cfg.EnginePorts...)
+	if len(ports) > 1 {
+		if cfg.PollIdle <= 0 {
+			return nil, fmt.Errorf("rnic: %d engines need the polling engine (PollIdle)", len(ports))
+		}
+		if cfg.CoalescePosts {
+			return nil, errors.New("rnic: post coalescing is for a NIC in one process, with one engine")
+		}
+		if len(ports) > ibudp.MaxQueues {
+			return nil, fmt.Errorf("rnic: %d engines, at most %d", len(ports), ibudp.MaxQueues)
+		}
+		for i, p := range ports {
+			if _, ok := p.(ibudp.Poller); !ok {
+				return nil, fmt.Errorf("rnic: engine %d's port cannot be polled", i)
+			}
+			if p.MTU() != cfg.Port.MTU() || p.Addr() != cfg.Port.Addr() {
+				return nil, fmt.Errorf("rnic: engine %d's port is %v MTU %d, not the port's %v MTU %d",
+					i, p.Addr(), p.MTU(), cfg.Port.Addr(), cfg.Port.MTU())
+			}
+		}
+	}
 	d := &Device{
 		name:   cfg.Name,
 		probe:  cfg.Trace.Probe(cfg.Name),
 		port:   cfg.Port,
 		batch:  cfg.Batch,
-		pool:   ibudp.NewPool(4*cfg.Batch, 64*cfg.Batch),
 		dma:    dma.NewTable(),
 		qps:    qpmgr.NewTableRange(cfg.QPNFirst, cmp.Or(cfg.QPNLast, bth.QPNMask)),
 		nextPD: 1,
-		bell:   make(chan struct{}, 1),
 		done:   make(chan struct{}),
 	}
 	fc, err := flowctl.New(flowctl.Config{Algorithm: cfg.CC, Params: cfg.CCParams,
@@ -164,33 +172,38 @@ func Open(cfg Config) (*Device, error) {
 	if cfg.CoalescePosts {
 		d.coalesce = &coalescer{}
 	}
-	d.sendTX = d.newTX()
-	d.recvTX = d.newTX()
-	d.recvBufs = make([]*ibudp.Buf, d.batch)
-	d.pool.GetBatch(d.recvBufs)
-	d.rx = rx.Handler{DMA: d.dma, QPs: d.qps, Counters: &d.counters, LocalAddr: cfg.Port.Addr(), Trace: d.probe, FC: fc,
-		Retry7Forever: cfg.Retry7Forever}
-	switch {
-	case cfg.AckHold == 0:
-		d.rx.AckHold = DefaultAckHold
-	case cfg.AckHold > 0:
-		d.rx.AckHold = cfg.AckHold
+	for i, p := range ports {
+		q := d.newQueue(i, p)
+		q.rx = rx.Handler{DMA: d.dma, QPs: d.qps, Counters: &q.counters, LocalAddr: cfg.Port.Addr(), Trace: d.probe, FC: fc,
+			Retry7Forever: cfg.Retry7Forever}
+		switch {
+		case cfg.AckHold == 0:
+			q.rx.AckHold = DefaultAckHold
+		case cfg.AckHold > 0:
+			q.rx.AckHold = cfg.AckHold
+		}
+		q.rx.Hold = q.holdAck
+		d.queues = append(d.queues, q)
 	}
-	d.rx.Hold = d.holdAck
 	if d.gsi, err = newGSI(d); err != nil {
 		return nil, err
 	}
 	d.tap.probe = d.probe
 	d.updateTap()
-	if p, ok := d.port.(ibudp.Poller); ok && cfg.PollIdle > 0 {
-		d.eng = &engine{idle: cfg.PollIdle, asleep: true, arm: make(chan struct{}, 1)}
-		d.wg.Add(1)
-		go d.runEngine(p)
+	if _, ok := d.port.(ibudp.Poller); ok && cfg.PollIdle > 0 {
+		for _, q := range d.queues {
+			q.eng = &engine{idle: cfg.PollIdle, asleep: true, arm: make(chan struct{}, 1)}
+		}
+		for _, q := range d.queues {
+			d.wg.Add(1)
+			go q.runEngine(q.port.(ibudp.Poller))
+		}
 		return d, nil
 	}
+	q := d.queues[0]
 	d.wg.Add(2)
-	go d.sendPipeline()
-	go d.recvPipeline()
+	go q.sendPipeline()
+	go q.recvPipeline()
 	return d, nil
 }
 
@@ -199,9 +212,15 @@ func (d *Device) Close() error {
 	var err error
 	d.closeOnce.Do(func() {
 		close(d.done)
-		err = d.port.Close()
+		for _, q := range d.queues {
+			if e := q.port.Close(); e != nil && err == nil {
+				err = e
+			}
+		}
 		d.wg.Wait()
-		d.held.stop()
+		for _, q := range d.queues {
+			q.held.stop()
+		}
 		for _, qp := range d.qps.All() {
 			qp.Destroy()
 		}
@@ -209,65 +228,68 @@ func (d *Device) Close() error {
 	return err
 }
 
-// kick is the doorbell: it puts qp on the send pipeline's run list once.
-func (d *Device) kick(qp *qpmgr.QP) {
+// kick is the doorbell: it puts qp on its engine's run list once.
+func (d *Device) kick(qp *qpmgr.QP) { d.queueOf(qp).kick(qp) }
+
+func (q *queue) kick(qp *qpmgr.QP) {
 	if qp.Scheduled.Swap(true) {
 		return
 	}
-	d.mu.Lock()
-	d.runq = append(d.runq, qp)
-	d.mu.Unlock()
+	q.mu.Lock()
+	q.runq = append(q.runq, qp)
+	q.mu.Unlock()
 	select {
-	case d.bell <- struct{}{}:
+	case q.bell <- struct{}{}:
 	default:
 	}
 }
 
-func (d *Device) popRun() *qpmgr.QP {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if len(d.runq) == 0 {
+func (q *queue) popRun() *qpmgr.QP {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.runq) == 0 {
 		return nil
 	}
-	qp := d.runq[0]
-	d.runq[0] = nil
-	d.runq = d.runq[1:]
+	qp := q.runq[0]
+	q.runq[0] = nil
+	q.runq = q.runq[1:]
 	return qp
 }
 
 // sendPipeline runs the requester of every QP whose doorbell rang, in
 // turn, runBudget packets at a time.
-func (d *Device) sendPipeline() {
+func (q *queue) sendPipeline() {
+	d := q.d
 	defer d.wg.Done()
-	tx := d.sendTX
+	tx := q.sendTX
 	for {
 		select {
-		case <-d.bell:
+		case <-q.bell:
 		case <-d.done:
 			return
 		}
-		d.sendMu.Lock()
-		d.drainRunq(tx)
-		d.sendMu.Unlock()
+		q.sendMu.Lock()
+		q.drainRunq(tx)
+		q.sendMu.Unlock()
 	}
 }
 
 // drainRunq runs the requester of every QP on the run list, in turn,
 // runBudget packets at a time, then sends the batch; sendMu is held.
-func (d *Device) drainRunq(tx *txBatch) {
-	for qp := d.popRun(); qp != nil; qp = d.popRun() {
+func (q *queue) drainRunq(tx *txBatch) {
+	for qp := q.popRun(); qp != nil; qp = q.popRun() {
 		qp.Scheduled.Store(false)
 		qp.Lock()
 		if qp.TimerExpired() {
-			d.rx.Timeout(qp)
+			q.rx.Timeout(qp)
 		}
 		n := 0
 		if !qp.Destroyed() {
-			n = d.runRequester(qp, tx)
+			n = q.runRequester(qp, tx)
 		}
 		qp.Unlock()
 		if n == runBudget {
-			d.kick(qp) // more to send: back of the line
+			q.kick(qp) // more to send: back of the line
 		}
 	}
 	tx.flush()
@@ -278,30 +300,31 @@ func (d *Device) drainRunq(tx *txBatch) {
 // the pipeline's goroutine (a wake-up, several microseconds) on the path
 // of every message; otherwise qp joins the run list.
 func (d *Device) ring(qp *qpmgr.QP) {
-	if !d.sendMu.TryLock() {
-		d.kick(qp)
+	q := d.queueOf(qp)
+	if !q.sendMu.TryLock() {
+		q.kick(qp)
 		return
 	}
 	qp.Lock()
 	n := 0
 	if !qp.Destroyed() {
-		n = d.runRequester(qp, d.sendTX)
+		n = q.runRequester(qp, q.sendTX)
 	}
 	qp.Unlock()
-	d.sendTX.flush()
-	d.sendMu.Unlock()
+	q.sendTX.flush()
+	q.sendMu.Unlock()
 	if n == runBudget {
-		d.kick(qp)
+		q.kick(qp)
 	}
 }
 
 // runRequester runs qp's requester for one turn, with qp locked; an ACK
 // held for the QP's next request goes first, in the same batch.
-func (d *Device) runRequester(qp *qpmgr.QP, tx *txBatch) int {
-	if qp.HasSendWork() && d.rx.ReleaseAck(qp, tx) {
-		d.held.remove(qp)
+func (q *queue) runRequester(qp *qpmgr.QP, tx *txBatch) int {
+	if qp.HasSendWork() && q.rx.ReleaseAck(qp, tx) {
+		q.held.remove(qp)
 	}
-	return d.req.Run(qp, tx, runBudget)
+	return q.d.req.Run(qp, tx, runBudget)
 }
 
 // Fence orders the caller's memory accesses with the device's: whatever
@@ -313,49 +336,52 @@ func (d *Device) runRequester(qp *qpmgr.QP, tx *txBatch) int {
 // polled from a CQ of this device is one already; Fence is for memory a
 // peer wrote or will read, whose only signal arrived over the network.
 func (d *Device) Fence() {
-	d.sendMu.Lock()
-	d.sendMu.Unlock()
-	d.recvMu.Lock()
-	d.recvMu.Unlock()
+	for _, q := range d.queues {
+		q.sendMu.Lock()
+		q.sendMu.Unlock()
+		q.recvMu.Lock()
+		q.recvMu.Unlock()
+	}
 }
 
 // recvPipeline takes packets off the port in batches and runs the RX
 // packet handler on each. A port that can be polled is polled, so that an
 // application's busy poll can run the pipeline too (PollRx).
-func (d *Device) recvPipeline() {
+func (q *queue) recvPipeline() {
+	d := q.d
 	defer d.wg.Done()
-	if p, ok := d.port.(ibudp.Poller); ok {
-		d.pollPipeline(p)
+	if p, ok := q.port.(ibudp.Poller); ok {
+		q.pollPipeline(p)
 		return
 	}
 	// Without PollRx the buffers are this goroutine's alone, and Recv,
 	// which blocks, runs outside recvMu (Fence takes it).
 	for {
-		n, err := d.port.Recv(d.recvBufs)
+		n, err := q.port.Recv(q.recvBufs)
 		if err != nil {
 			if d.portGone(err) {
 				return
 			}
 			continue
 		}
-		d.recvMu.Lock()
-		d.handle(n, true)
-		d.recvMu.Unlock()
+		q.recvMu.Lock()
+		q.handle(n, true)
+		q.recvMu.Unlock()
 	}
 }
 
 // pollPipeline is the receive pipeline on a Poller: take what is there,
 // and sleep in WaitRecv, outside recvMu, when nothing is.
-func (d *Device) pollPipeline(p ibudp.Poller) {
+func (q *queue) pollPipeline(p ibudp.Poller) {
 	for {
-		d.recvMu.Lock()
-		n, err := d.receive(p)
-		d.recvMu.Unlock()
-		if err != nil && d.portGone(err) {
+		q.recvMu.Lock()
+		n, err := q.receive(p)
+		q.recvMu.Unlock()
+		if err != nil && q.d.portGone(err) {
 			return
 		}
 		if n == 0 && err == nil {
-			if err := p.WaitRecv(); err != nil && d.portGone(err) {
+			if err := p.WaitRecv(); err != nil && q.d.portGone(err) {
 				return
 			}
 		}
@@ -374,14 +400,22 @@ func (d *Device) pollPipeline(p ibudp.Poller) {
 // coalescing, coalesce.go).
 func (d *Device) PollRx() int {
 	d.coalesce.flush(d)
-	p, ok := d.port.(ibudp.Poller)
-	if !ok || !d.recvMu.TryLock() {
+	total := 0
+	for _, q := range d.queues {
+		total += q.pollRx()
+	}
+	return total
+}
+
+func (q *queue) pollRx() int {
+	p, ok := q.port.(ibudp.Poller)
+	if !ok || !q.recvMu.TryLock() {
 		return 0
 	}
-	defer d.recvMu.Unlock()
+	defer q.recvMu.Unlock()
 	total := 0
 	for {
-		n, err := d.receive(p)
+		n, err := q.receive(p)
 		total += n
 		// Packets the port holds are invisible to the pipeline's
 		// WaitRecv: take them all before leaving.
@@ -397,34 +431,35 @@ func (d *Device) PollRx() int {
 // same arrival (the rest of a GRO datagram, Pending), which the caller's
 // next receive takes at once: so a run of WRITEs larger than recvBufs gets
 // one ACK, for its last PSN, not one per Recv.
-func (d *Device) receive(p ibudp.Poller) (int, error) {
-	n, err := p.TryRecv(d.recvBufs)
+func (q *queue) receive(p ibudp.Poller) (int, error) {
+	n, err := p.TryRecv(q.recvBufs)
 	if err != nil {
-		d.flushAcks()
+		q.flushAcks()
 		return 0, err
 	}
-	d.handle(n, !p.Pending())
+	q.handle(n, !p.Pending())
 	return n, nil
 }
 
 // handle runs the RX packet handler on recvBufs[:n], then sends what it
 // answered and, with acks, the ACKs coalesced so far; recvMu is held.
-func (d *Device) handle(n int, acks bool) {
-	for _, b := range d.recvBufs[:n] {
-		d.rx.Receive(b, d.recvTX)
+func (q *queue) handle(n int, acks bool) {
+	q.rxPackets.Add(uint64(n))
+	for _, b := range q.recvBufs[:n] {
+		q.rx.Receive(b, q.recvTX)
 	}
 	if acks {
-		d.rx.Flush(d.recvTX)
+		q.rx.Flush(q.recvTX)
 	}
-	d.recvTX.flush()
-	d.rx.Sent()
+	q.recvTX.flush()
+	q.rx.Sent()
 }
 
 // flushAcks sends the ACKs coalesced so far; recvMu is held.
-func (d *Device) flushAcks() {
-	d.rx.Flush(d.recvTX)
-	d.recvTX.flush()
-	d.rx.Sent()
+func (q *queue) flushAcks() {
+	q.rx.Flush(q.recvTX)
+	q.recvTX.flush()
+	q.rx.Sent()
 }
 
 // portGone reports whether a receive error means the pipeline is over:
@@ -439,33 +474,6 @@ func (d *Device) portGone(err error) bool {
 	default:
 		return false
 	}
-}
-
-// txBatch collects one pipeline's packets for the port.
-type txBatch struct {
-	d    *Device
-	bufs []*ibudp.Buf
-}
-
-func (d *Device) newTX() *txBatch { return &txBatch{d: d, bufs: make([]*ibudp.Buf, 0, d.batch)} }
-
-func (t *txBatch) Alloc() *ibudp.Buf { return t.d.pool.Get() }
-
-func (t *txBatch) Send(b *ibudp.Buf) {
-	t.bufs = append(t.bufs, b)
-	if len(t.bufs) == cap(t.bufs) {
-		t.flush()
-	}
-}
-
-func (t *txBatch) flush() {
-	if len(t.bufs) == 0 {
-		return
-	}
-	// A port that fails is closed: its packets are lost as on a dead link.
-	_ = t.d.port.Send(t.bufs)
-	t.d.pool.PutBatch(t.bufs)
-	t.bufs = t.bufs[:0]
 }
 
 // tracePost tells the trace of send WQEs posted and the doorbell that

@@ -38,6 +38,9 @@ import (
 // is positive and the port is an ibudp.Poller; every block of the NIC
 // (DCQCN and CNPs, fault injection, go-back-N, trace, counters) runs in
 // it as in them, since it calls the same requester, handler and port.
+//
+// With Config.EnginePorts a device runs one engine per socket of its
+// port, each polling only the rings of the QPs steered to it (queue.go).
 
 // HostQueue is a host interface's view of a queue in host memory that the
 // engine polls, the NIC's doorbell record: a client's QP (its send ring
@@ -53,7 +56,7 @@ type HostQueue interface {
 	SetAsleep(bool)
 }
 
-// engine is the polling engine's state.
+// engine is the polling engine's state; each queue (queue.go) has one.
 type engine struct {
 	idle time.Duration
 
@@ -68,43 +71,64 @@ type engine struct {
 }
 
 // Polling reports whether the device runs a polling engine (Config.PollIdle).
-func (d *Device) Polling() bool { return d.eng != nil }
+func (d *Device) Polling() bool { return d.queues[0].eng != nil }
 
-// Watch makes the engine poll h; its asleep word is written at once.
-// Without an engine it does nothing, and h's asleep word keeps saying
-// that every post needs a doorbell.
-func (d *Device) Watch(h HostQueue) {
-	e := d.eng
+// Watch makes the engine of key poll h: a QP's rings go to the engine of
+// its QPN (key), the only one that receives its packets; an SRQ, which
+// QPs of every engine share, to the engine of any key (its handle
+// spreads them). h's asleep word is written at once. Without an engine
+// Watch does nothing, and h's asleep word keeps saying that every post
+// needs a doorbell.
+//
+// A sleeping engine is woken only if h holds posts already: one that
+// comes later reads the asleep word and rings. Waking it for nothing
+// flipped the word of a ring the caller had just seen asleep
+// (TestPollingEngineFetches, 2 engines under -race).
+func (d *Device) Watch(h HostQueue, key uint32) {
+	q := d.queues[d.EngineOf(key)]
+	e := q.eng
 	if e == nil {
 		return
 	}
 	e.mu.Lock()
 	e.hosts = append(e.hosts, h)
 	h.SetAsleep(e.asleep)
+	wake := e.asleep && h.Pending()
 	e.mu.Unlock()
-	d.Wake()
+	if wake {
+		q.wake()
+	}
 }
 
-// Unwatch stops polling h; after it returns the engine touches h no more.
+// Unwatch stops polling h; after it returns no engine touches h.
 func (d *Device) Unwatch(h HostQueue) {
-	e := d.eng
-	if e == nil {
-		return
+	for _, q := range d.queues {
+		e := q.eng
+		if e == nil {
+			return
+		}
+		e.mu.Lock()
+		if i := slices.Index(e.hosts, h); i >= 0 {
+			e.hosts = slices.Delete(e.hosts, i, i+1)
+		}
+		e.mu.Unlock()
 	}
-	e.mu.Lock()
-	if i := slices.Index(e.hosts, h); i >= 0 {
-		e.hosts = slices.Delete(e.hosts, i, i+1)
-	}
-	e.mu.Unlock()
 }
 
-// Wake wakes the engine if it sleeps: a doorbell message arrived.
+// Wake wakes the engines that sleep: a doorbell message arrived. A client
+// rings only when its rings' engine said it sleeps, so this is rare.
 func (d *Device) Wake() {
-	if d.eng == nil {
+	for _, q := range d.queues {
+		q.wake()
+	}
+}
+
+func (q *queue) wake() {
+	if q.eng == nil {
 		return
 	}
 	select {
-	case d.bell <- struct{}{}:
+	case q.bell <- struct{}{}:
 	default:
 	}
 }
@@ -157,24 +181,25 @@ func (e *engine) setAsleep(on bool) bool {
 const spinYield = 1
 
 // runEngine is the engine's loop (see above).
-func (d *Device) runEngine(p ibudp.Poller) {
+func (q *queue) runEngine(p ibudp.Poller) {
+	d := q.d
 	defer d.wg.Done()
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	e := d.eng
+	e := q.eng
 	d.wg.Add(1)
-	go d.watchPort(p)
+	go q.watchPort(p)
 	last := time.Now()
 	empty := 0
 	for {
 		work := e.pollHosts()
-		d.recvMu.Lock()
-		n, err := d.receive(p)
-		d.recvMu.Unlock()
+		q.recvMu.Lock()
+		n, err := q.receive(p)
+		q.recvMu.Unlock()
 		if err != nil && d.portGone(err) {
 			return
 		}
-		if d.runSendQueue() || work || n > 0 {
+		if q.runSendQueue() || work || n > 0 {
 			last, empty = time.Time{}, 0
 			continue
 		}
@@ -191,10 +216,10 @@ func (d *Device) runEngine(p ibudp.Poller) {
 		// token that would wake it at once; the checks below see its
 		// work instead.
 		select {
-		case <-d.bell:
+		case <-q.bell:
 		default:
 		}
-		if e.setAsleep(true) || d.runqLen() > 0 || p.Pending() {
+		if e.setAsleep(true) || q.runqLen() > 0 || p.Pending() {
 			e.setAsleep(false)
 			last = time.Time{}
 			continue
@@ -204,7 +229,7 @@ func (d *Device) runEngine(p ibudp.Poller) {
 		default:
 		}
 		select {
-		case <-d.bell:
+		case <-q.bell:
 		case <-d.done:
 			return
 		}
@@ -215,16 +240,17 @@ func (d *Device) runEngine(p ibudp.Poller) {
 
 // watchPort waits, for the sleeping engine, until the port has a packet,
 // and wakes it.
-func (d *Device) watchPort(p ibudp.Poller) {
+func (q *queue) watchPort(p ibudp.Poller) {
+	d := q.d
 	defer d.wg.Done()
 	for {
 		select {
-		case <-d.eng.arm:
+		case <-q.eng.arm:
 		case <-d.done:
 			return
 		}
 		err := p.WaitRecv()
-		d.Wake()
+		q.wake()
 		if err != nil && d.portGone(err) {
 			return
 		}
@@ -233,18 +259,18 @@ func (d *Device) watchPort(p ibudp.Poller) {
 
 // runSendQueue runs the requester of every QP on the run list, as the
 // send pipeline does, and reports whether there was any.
-func (d *Device) runSendQueue() bool {
-	if d.runqLen() == 0 {
+func (q *queue) runSendQueue() bool {
+	if q.runqLen() == 0 {
 		return false
 	}
-	d.sendMu.Lock()
-	d.drainRunq(d.sendTX)
-	d.sendMu.Unlock()
+	q.sendMu.Lock()
+	q.drainRunq(q.sendTX)
+	q.sendMu.Unlock()
 	return true
 }
 
-func (d *Device) runqLen() int {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return len(d.runq)
+func (q *queue) runqLen() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.runq)
 }

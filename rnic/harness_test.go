@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"fmt"
 	"net/netip"
+	"os"
 	"testing"
 	"time"
 
@@ -48,7 +49,10 @@ func newNode(t testing.TB, addr netip.Addr, mtu, memLen int, faulty bool, seed i
 func openNode(t testing.TB, addr netip.Addr, o pairOpts, seed int64, name string) *node {
 	t.Helper()
 	mtu, memLen, faulty := o.mtu, o.memLen, o.faulty
-	port, err := ibudp.Open(ibudp.Config{Addr: addr, MTU: mtu, NoGSO: o.noGSO})
+	if o.engines > 1 && os.Geteuid() != 0 {
+		t.Skip("skipped: several engines need a steered port, whose eBPF program needs CAP_BPF (root); CI runs as root")
+	}
+	port, err := ibudp.Open(ibudp.Config{Addr: addr, MTU: mtu, NoGSO: o.noGSO, Queues: o.engines})
 	if err != nil {
 		t.Fatalf("open port %v: %v", addr, err)
 	}
@@ -66,6 +70,25 @@ func openNode(t testing.TB, addr netip.Addr, o pairOpts, seed int64, name string
 			p = n.faulty
 		}
 	}
+	// The other engines' sockets, wrapped as the port is: their injectors
+	// take what is set on the port's.
+	var more []ibudp.Port
+	for q := 1; q < o.engines; q++ {
+		fd, err := ibudp.SteeringOf(port).Queue(q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		qp, err := ibudp.Open(ibudp.Config{Addr: addr, MTU: mtu, NoGSO: o.noGSO, SocketFD: fd})
+		if err != nil {
+			t.Fatalf("open queue %d of %v: %v", q, addr, err)
+		}
+		if faulty {
+			fp := ibudp.NewFaultyPoller(qp.(ibudp.Poller), seed+int64(q)<<32)
+			n.faulty.Follow(fp.Faulty)
+			qp = fp
+		}
+		more = append(more, qp)
+	}
 	ccp := flowctl.DefaultParams()
 	if err := ccp.SetList(o.ccParams); err != nil {
 		t.Fatal(err)
@@ -76,7 +99,7 @@ func openNode(t testing.TB, addr netip.Addr, o pairOpts, seed int64, name string
 	}
 	n.dev, err = rnic.Open(rnic.Config{Port: p, Name: name, Trace: o.trace, Window: o.window, AckHold: o.ackHold, CC: cc,
 		Retry7Forever: o.retry7Ever, Batch: o.batch, CopyPayload: o.copyPayload, CoalescePosts: o.coalesce,
-		PollIdle: o.pollIdle})
+		PollIdle: o.pollIdle, EnginePorts: more})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,6 +159,7 @@ type pairOpts struct {
 	batch       int           // set from batchB for b
 	coalesce    bool          // rnic.Config.CoalescePosts on both devices
 	pollIdle    time.Duration // rnic.Config.PollIdle on both devices: the polling engine
+	engines     int           // engines of each device (rnic.Config.EnginePorts, a steered port); needs pollIdle
 }
 
 func newPair(t testing.TB, o pairOpts) *pair {

@@ -88,10 +88,21 @@ func (d *Device) QPInfo() []QPInfo {
 // DoorbellDepth is the number of QPs waiting on the send pipeline's run
 // list: rung doorbells and timer expiries not yet served.
 func (d *Device) DoorbellDepth() int {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return len(d.runq)
+	n := 0
+	for _, q := range d.queues {
+		q.mu.Lock()
+		n += len(q.runq)
+		q.mu.Unlock()
+	}
+	return n
 }
 
-// PortStats returns the counters of the device's port.
-func (d *Device) PortStats() ibudp.Stats { return d.port.Stats() }
+// PortStats returns the counters of the device's port: of all its
+// engines' sockets together.
+func (d *Device) PortStats() ibudp.Stats {
+	var st ibudp.Stats
+	for _, q := range d.queues {
+		st.Add(q.port.Stats())
+	}
+	return st
+}

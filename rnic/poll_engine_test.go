@@ -1,6 +1,7 @@
 package rnic_test
 
 import (
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -75,11 +76,18 @@ func (h *hostRing) post(wr ib.SendWR) bool {
 // says so), and a doorbell wakes it: every WRITE lands byte for byte and
 // completes in order, across many sleeps and wake-ups; after Unwatch the
 // engine leaves the ring alone.
+// With several engines (2, 4) the QPs' engines do the same.
 func TestPollingEngineFetches(t *testing.T) {
+	for _, engines := range []int{1, 2, 4} {
+		t.Run(fmt.Sprintf("engines=%d", engines), func(t *testing.T) { testPollingEngineFetches(t, engines) })
+	}
+}
+
+func testPollingEngineFetches(t *testing.T, engines int) {
 	// Timeout 18 (1.07 s): no go-back is expected below, and the
 	// harness's 16.8 ms ACK timeout ran out beside a CPU hog
 	// (completer_retry_err 1).
-	p := newPair(t, pairOpts{pollIdle: 100 * time.Microsecond, timeout: 18})
+	p := newPair(t, pairOpts{pollIdle: 100 * time.Microsecond, timeout: 18, engines: engines})
 	a := p.a
 	if !a.dev.Polling() {
 		t.Fatal("device with PollIdle runs no polling engine")
@@ -88,7 +96,7 @@ func TestPollingEngineFetches(t *testing.T) {
 	p.qa.SetSendSource(src)
 	h := &hostRing{t: t, dev: a.dev, qp: p.qa, src: src}
 	h.asleep.Store(true) // a new ring reads asleep until an engine polls it
-	a.dev.Watch(h)
+	a.dev.Watch(h, p.qa.QPN)
 
 	// Idle, the engine goes to sleep and says so.
 	waitAsleep := func() {
@@ -151,8 +159,16 @@ func TestPollingEngineFetches(t *testing.T) {
 // Every block of the NIC runs in the engine as in the pipelines: a link
 // that loses packets both ways, sent (a's injector) and received (b's,
 // which the engine polls through), recovers by go-back-N, byte for byte.
+// With several engines (2, 4), the port's injector impairs every engine's
+// socket.
 func TestPollingEngineLoss(t *testing.T) {
-	p := newPair(t, pairOpts{pollIdle: 50 * time.Microsecond, faulty: true, mtu: 1024})
+	for _, engines := range []int{1, 2, 4} {
+		t.Run(fmt.Sprintf("engines=%d", engines), func(t *testing.T) { testPollingEngineLoss(t, engines) })
+	}
+}
+
+func testPollingEngineLoss(t *testing.T, engines int) {
+	p := newPair(t, pairOpts{pollIdle: 50 * time.Microsecond, faulty: true, mtu: 1024, engines: engines})
 	p.a.faulty.SetTX(ibudp.Faults{Drop: 0.05})
 	p.b.faulty.SetRX(ibudp.Faults{Drop: 0.05})
 	fill(p.a.mem[:256<<10], 3)

@@ -110,11 +110,13 @@ func (d *Device) SetCapture(c ibudp.Tap) {
 // captures, and takes it off otherwise, so that a port nobody watches
 // pays one nil check per packet.
 func (d *Device) updateTap() {
-	if d.probe == nil && d.tap.capture.Load() == nil {
-		ibudp.SetTap(d.port, nil)
-		return
+	for _, q := range d.queues {
+		if d.probe == nil && d.tap.capture.Load() == nil {
+			ibudp.SetTap(q.port, nil)
+		} else {
+			ibudp.SetTap(q.port, &d.tap)
+		}
 	}
-	ibudp.SetTap(d.port, &d.tap)
 }
 
 // Name is the device's name.

@@ -126,7 +126,7 @@ func (d *Device) CreateQP(a QPInitAttr) (*QP, error) {
 	}
 	qp, err := qpmgr.New(qpmgr.Config{
 		QPN: qpn, Type: a.Type, PD: a.PD, SendCQ: a.SendCQ, RecvCQ: a.RecvCQ, SRQ: a.SRQ,
-		Caps: a.Caps, SigAll: a.SigAll, PortMTU: d.port.MTU(), Counters: &d.counters, Kick: d.kick,
+		Caps: a.Caps, SigAll: a.SigAll, PortMTU: d.port.MTU(), Counters: d.countersOf(qpn), Kick: d.kick,
 	})
 	if err != nil {
 		d.qps.Remove(qpn)
@@ -158,7 +158,7 @@ func (d *Device) DestroyQP(qp *QP) error {
 	if qp.QPN == GSIQPN {
 		return ErrGSI
 	}
-	d.awaitReceiveBatch()
+	d.awaitReceiveBatch(qp)
 	d.sendHeldAck(qp)
 	qp.Destroy()
 	d.qps.Remove(qp.QPN)
@@ -171,9 +171,11 @@ func (d *Device) DestroyQP(qp *QP) error {
 // may poll a receive completion and destroy the QP while the ACK is still
 // to leave; without the wait the peer retries, against nobody, a message
 // the application saw complete. A delayed ACK (sendHeldAck) is owed too.
-func (d *Device) awaitReceiveBatch() {
-	d.recvMu.Lock()
-	d.recvMu.Unlock()
+// The batch is that of qp's engine, the only one that receives for it.
+func (d *Device) awaitReceiveBatch(qp *QP) {
+	q := d.queueOf(qp)
+	q.recvMu.Lock()
+	q.recvMu.Unlock()
 }
 
 // PostSend posts send WRs and rings the doorbell (ibv_post_send). It checks
@@ -389,8 +391,13 @@ func (d *Device) PostRecv(qp *QP, wrs []RecvWR) error {
 // Counters returns the device's counters by name, the port's ICRC error
 // count and the Flow Control Manager's (mlx5's names) among them.
 func (d *Device) Counters() map[string]uint64 {
-	m := d.counters.Snapshot()
-	m[ib.ICRCErrors.String()] = d.port.Stats().RxICRCErrors
+	m := d.queues[0].counters.Snapshot()
+	for _, q := range d.queues[1:] {
+		for name, v := range q.counters.Snapshot() {
+			m[name] += v
+		}
+	}
+	m[ib.ICRCErrors.String()] = d.PortStats().RxICRCErrors
 	d.fc.Counters().Each(func(name string, v uint64) { m[name] = v })
 	return m
 }

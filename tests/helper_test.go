@@ -26,6 +26,9 @@ func runHelper(role string) error {
 	if role == "holder" {
 		return runHolder()
 	}
+	if role == "bindroce" {
+		return runBindRoCE()
+	}
 	if role != "target" {
 		return fmt.Errorf("unknown role %q", role)
 	}

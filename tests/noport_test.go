@@ -136,12 +136,26 @@ func describeSocket(t *testing.T, pid, fd int) (domain, typ int, local unix.Sock
 // program) reaches a packet addressed to another client's QP. Nor can a
 // new socket join the port: a bind to a daemon's address and UDP 4791
 // fails with EADDRINUSE, with SO_REUSEADDR and SO_REUSEPORT too.
+//
+// With -engines 2 each daemon's port is a SO_REUSEPORT group of its own
+// sockets, one an engine, steered by its eBPF program: the daemon holds
+// exactly 2 sockets on the port; a socket of another uid cannot join the
+// group (EADDRINUSE); one of the daemon's uid (root here) can, and
+// receives no packet while the tools' WRITEs flow.
 func TestNoClientHoldsPort(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("skipped: reading another process's descriptors (pidfd_getfd) needs root or ptrace rights; CI runs as root")
 	}
+	for _, engines := range []int{1, 2} {
+		t.Run(fmt.Sprintf("engines=%d", engines), func(t *testing.T) { testNoClientHoldsPort(t, engines) })
+	}
+}
+
+func testNoClientHoldsPort(t *testing.T, engines int) {
 	const roce = 4791
-	tb := newToolBench(t)
+	flags := []string{"-engines", strconv.Itoa(engines)}
+	a, b := daemonsWith(t, t.TempDir(), flags, flags)
+	tb := &toolBench{a: a, b: b, ca: open(t, "rnicA"), cb: open(t, "rnicB")}
 	real := debianTool(t, "ib_write_bw", "perftest")
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
@@ -230,19 +244,30 @@ func TestNoClientHoldsPort(t *testing.T) {
 				n++
 			}
 		}
-		if n == 0 {
-			t.Errorf("rnicd %s (pid %d) holds no socket on UDP %d: the check cannot see one", d.name, pid, roce)
+		if n != engines {
+			t.Errorf("rnicd %s (pid %d) holds %d sockets on UDP %d, want one an engine, %d", d.name, pid, n, roce, engines)
 		}
 	}
-	// Nor can a client make itself a socket on the port: the daemon's is
-	// in no SO_REUSEPORT group and shares its address with nobody, so a
-	// bind to it fails, SO_REUSEADDR and SO_REUSEPORT set or not (this
-	// test runs as root, as the tools do here).
+	// Nor can a client make itself a socket on the port. With one
+	// engine the daemon's socket is in no SO_REUSEPORT group and shares
+	// its address with nobody, so a bind to it fails, SO_REUSEADDR and
+	// SO_REUSEPORT set or not (this test runs as root, as the tools do
+	// here). With several, a socket of another uid cannot join the group;
+	// one of the daemon's own uid can, and gets nothing.
 	for _, d := range []*daemon{tb.a, tb.b} {
 		for _, reuse := range []bool{false, true} {
+			if reuse && engines > 1 {
+				continue
+			}
 			if err := bindRoCE(d.addr.String(), roce, reuse); err == nil || !errors.Is(err, unix.EADDRINUSE) {
 				t.Errorf("a new socket bound to %s:%d (SO_REUSEADDR and SO_REUSEPORT %v): %v, want EADDRINUSE", d.addr, roce, reuse, err)
 			}
+		}
+	}
+	if engines > 1 {
+		otherUIDCannotJoin(t, tb.a.addr.String(), roce)
+		for _, d := range []*daemon{tb.a, tb.b} {
+			joinerGetsNothing(t, d.addr.String(), roce)
 		}
 	}
 	for _, p := range procs {
@@ -268,5 +293,77 @@ func TestNoClientHoldsPort(t *testing.T) {
 			}
 		}
 		t.Logf("%s (pid %d): sockets %s", p.name, pid, strings.Join(kinds, ", "))
+	}
+}
+
+// otherUIDCannotJoin runs a copy of this test binary as another uid
+// (nobody) that binds a SO_REUSEPORT socket to addr:port: the kernel
+// keeps it out of the daemon's group (EADDRINUSE).
+func otherUIDCannotJoin(t *testing.T, addr string, port int) {
+	t.Helper()
+	uid, gid := otherUser(t)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := copyExec(t, self, openDir(t))
+	cmd := asUser(exec.Command(bin), uid, gid)
+	cmd.Env = append(os.Environ(), helperEnv+"=bindroce", "RNICD_HELPER_ADDR="+netip.AddrPortFrom(netip.MustParseAddr(addr), uint16(port)).String())
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("helper as uid %d: %v: %s", uid, err, out)
+	}
+	if got := strings.TrimSpace(string(out)); got != "EADDRINUSE" {
+		t.Errorf("a SO_REUSEPORT socket of uid %d bound to %s:%d: %q, want EADDRINUSE", uid, addr, port, got)
+	}
+}
+
+// runBindRoCE is the helper of otherUIDCannotJoin: it binds a socket
+// with SO_REUSEADDR and SO_REUSEPORT to RNICD_HELPER_ADDR and prints
+// EADDRINUSE, or what happened instead.
+func runBindRoCE() error {
+	ap, err := netip.ParseAddrPort(os.Getenv("RNICD_HELPER_ADDR"))
+	if err != nil {
+		return err
+	}
+	switch err := bindRoCE(ap.Addr().String(), int(ap.Port()), true); {
+	case errors.Is(err, unix.EADDRINUSE):
+		fmt.Println("EADDRINUSE")
+	case err == nil:
+		fmt.Println("bound: joined the group")
+	default:
+		fmt.Println(err)
+	}
+	return nil
+}
+
+// joinerGetsNothing joins a daemon's group with a socket of the daemon's
+// uid, while the tools' WRITEs flow through it, and checks that the
+// socket receives nothing in a second: the daemon's steering program
+// selects only its own engines' sockets and drops the rest.
+func joinerGetsNothing(t *testing.T, addr string, port int) {
+	t.Helper()
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	for _, o := range []int{unix.SO_REUSEADDR, unix.SO_REUSEPORT} {
+		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, o, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Sec: 1}); err != nil {
+		t.Fatal(err)
+	}
+	sa := &unix.SockaddrInet4{Port: port}
+	copy(sa.Addr[:], netip.MustParseAddr(addr).AsSlice())
+	if err := unix.Bind(fd, sa); err != nil {
+		t.Fatalf("a SO_REUSEPORT socket of the daemon's uid could not join the group on %s:%d: %v", addr, port, err)
+	}
+	buf := make([]byte, 9000)
+	n, _, err := unix.Recvfrom(fd, buf, 0)
+	if !errors.Is(err, unix.EAGAIN) {
+		t.Errorf("a socket that joined %s:%d's group received %d bytes in a second (%v), want nothing", addr, port, n, err)
 	}
 }

@@ -33,6 +33,7 @@ import (
 	"os/signal"
 	"os/user"
 	"path/filepath"
+	"runtime"
 	"runtime/pprof"
 	"sort"
 	"strconv"
@@ -78,31 +79,51 @@ func (l logged) Unwrap() error { return l.error }
 // client on shared cores, so that a message's answer finds it awake.
 const defaultPollIdle = 50 * time.Microsecond
 
+// defaultEngines is -engines' default on a machine of cpus CPUs. Each
+// engine is a thread that spins while its QPs have work, and so is each
+// application thread that polls a CQ (perftest, the rnic tools): on 4
+// CPUs or fewer one engine leaves the others to the applications, the
+// kernel's softirq that carries the packets, and a peer daemon on the
+// same host (the 2-core CI machine runs two daemons and two tools, where
+// one engine each is already more spinning threads than cores). Above
+// that, one engine per 4 CPUs, the other three for the applications and
+// the kernel, as Snap gives a few cores of a host to its engines; at
+// most 8, since one QP is one engine's and 8 engines already ran 8 tool
+// pairs at once in the benchmarks. Not measured on more than 2 cores yet.
+func defaultEngines(cpus int) int {
+	if cpus <= 4 {
+		return 1
+	}
+	return min(cpus/4, 8)
+}
+
 // config is what the flags say.
 type config struct {
-	name      string
-	addr      netip.Addr
-	mode      ibudp.Mode
-	mtu       int
-	window    int
-	ackHold   time.Duration // 0: every ACK at once
-	trace     string        // file for the trace's JSON lines
-	pcap      string        // first capture file
-	traceLim  fileLimit     // how much of the trace is kept on disk
-	pcapLim   fileLimit     // how much of the capture is kept on disk
-	http      string        // TCP address of the monitor
-	limits    hostif.Limits // what each client and all of them may hold (quota.go)
-	cc        flowctl.Algorithm
-	ccParams  flowctl.Params
-	retry7    bool          // retry_cnt 7 retries forever, as rxe
-	cpuProf   string        // file for a pprof CPU profile of the whole run
-	small     bool          // runs of equal small packets in one UDP_SEGMENT message
-	copyPay   bool          // gather payloads into packets instead of sending from the region
-	pollIdle  time.Duration // the engine polls this long without work before it sleeps; 0: no engine
-	log       *slog.Logger
-	group     string // group allowed on the sockets (mode 0660); "": owner only (0600)
-	sockGID   int    // the group's id, -1 for none
-	qpMetrics bool   // series per QP in /metrics
+	name       string
+	addr       netip.Addr
+	mode       ibudp.Mode
+	mtu        int
+	window     int
+	ackHold    time.Duration // 0: every ACK at once
+	trace      string        // file for the trace's JSON lines
+	pcap       string        // first capture file
+	traceLim   fileLimit     // how much of the trace is kept on disk
+	pcapLim    fileLimit     // how much of the capture is kept on disk
+	http       string        // TCP address of the monitor
+	limits     hostif.Limits // what each client and all of them may hold (quota.go)
+	cc         flowctl.Algorithm
+	ccParams   flowctl.Params
+	retry7     bool          // retry_cnt 7 retries forever, as rxe
+	cpuProf    string        // file for a pprof CPU profile of the whole run
+	small      bool          // runs of equal small packets in one UDP_SEGMENT message
+	copyPay    bool          // gather payloads into packets instead of sending from the region
+	pollIdle   time.Duration // the engine polls this long without work before it sleeps; 0: no engine
+	engines    int           // engine threads, each with its QPs and socket of the port
+	enginesSet bool          // -engines was given: no falling back to 1
+	log        *slog.Logger
+	group      string // group allowed on the sockets (mode 0660); "": owner only (0600)
+	sockGID    int    // the group's id, -1 for none
+	qpMetrics  bool   // series per QP in /metrics
 }
 
 func parseFlags(args []string, stdout, stderr io.Writer) (config, error) {
@@ -132,6 +153,7 @@ func parseFlags(args []string, stdout, stderr io.Writer) (config, error) {
 	fs.BoolVar(&c.copyPay, "copy-payload", false, "copy each payload out of registered memory into its packet before sending, instead of handing the kernel the region itself (for measuring one against the other)")
 	fs.BoolVar(&c.small, "small-runs", true, "send runs of equal-sized packets shorter than the MTU (64-byte WRITEs to one peer) as one UDP_SEGMENT message, 3-8x the small-message rate; -small-runs=false sends only runs of full-MTU packets")
 	fs.StringVar(&c.group, "group", "", "let the members of `GROUP` (a name or a gid) use the device: its control and monitor sockets get mode 0660 and that group (default: mode 0600, the daemon's own uid and root only; set either way, whatever the umask)")
+	fs.IntVar(&c.engines, "engines", defaultEngines(runtime.NumCPU()), "run `N` engine threads, each polling the rings of its share of the QPs (by QPN) and its own socket of the port, to which the daemon's eBPF program steers their packets (more than 1: -mode udp, the polling engine, root for CAP_BPF; default: 1 on 4 CPUs or fewer, else one per 4 CPUs, at most 8)")
 	fs.DurationVar(&c.pollIdle, "poll-idle", defaultPollIdle, "the polling engine polls the clients' rings and the port this long with nothing to do before it sleeps (0: no engine, a send and a receive pipeline woken by doorbell messages and the port)")
 	fs.StringVar(&c.cpuProf, "cpuprofile", "", "write a pprof CPU profile of the daemon's whole run to `FILE` (go tool pprof)")
 	version := fs.Bool("version", false, "print the version and build (VCS revision, time) and exit")
@@ -178,6 +200,10 @@ func parseFlags(args []string, stdout, stderr io.Writer) (config, error) {
 	if c.pollIdle < 0 || c.pollIdle > time.Second {
 		return c, fmt.Errorf("-poll-idle %v: want 0 to 1s", c.pollIdle)
 	}
+	if c.engines < 1 || c.engines > ibudp.MaxQueues {
+		return c, fmt.Errorf("-engines %d: want 1 to %d", c.engines, ibudp.MaxQueues)
+	}
+	c.enginesSet = set["engines"]
 	if c.ackHold < 0 || c.ackHold > time.Second {
 		return c, fmt.Errorf("-ack-hold %v: want 0 to 1s", c.ackHold)
 	}
@@ -230,7 +256,25 @@ func parseFlags(args []string, stdout, stderr io.Writer) (config, error) {
 	default:
 		return c, fmt.Errorf("-mode %q: want udp or packet", *mode)
 	}
-	return c, nil
+	c.engines, err = fitEngines(c.engines, c.enginesSet, c.pollIdle, c.mode)
+	return c, err
+}
+
+// fitEngines checks -engines against the other flags: several engines
+// need the polling engine and a UDP port. A default that they rule out
+// gives way to one engine; the flag, given, is refused.
+func fitEngines(engines int, set bool, pollIdle time.Duration, mode ibudp.Mode) (int, error) {
+	switch {
+	case engines <= 1:
+		return engines, nil
+	case pollIdle == 0 && set:
+		return 0, fmt.Errorf("-engines %d needs the polling engine: -poll-idle 0 runs the pipelines, one pair", engines)
+	case mode != ibudp.ModeUDP && set:
+		return 0, fmt.Errorf("-engines %d: several engines steer by QPN on a UDP port: -mode udp", engines)
+	case pollIdle == 0 || mode != ibudp.ModeUDP:
+		return 1, nil
+	}
+	return engines, nil
 }
 
 // defaultAddr is the first IPv4 address of the interface the default
@@ -397,18 +441,47 @@ func serve(c config, nofile uint64, nofileErr error) error {
 		return err
 	}
 	pcfg := ibudp.Config{Addr: c.addr, Mode: c.mode, MTU: c.mtu, WaitInKernel: true, FullMTURunsOnly: !c.small}
+	if c.engines > 1 {
+		pcfg.Queues = c.engines
+		// Each engine's thread and its port's waiter hold a P at
+		// times; the control socket's goroutines need one of their own.
+		if n := 2*c.engines + 1; runtime.GOMAXPROCS(0) < n && os.Getenv("GOMAXPROCS") == "" {
+			runtime.GOMAXPROCS(n)
+		}
+	}
 	// The daemon alone holds the port, as a NIC alone holds its wire:
-	// no client is handed a socket of it.
+	// no client is handed a socket of it. With several engines the port
+	// is a SO_REUSEPORT group of the daemon's own sockets, one an
+	// engine, whose steering program takes no other member
+	// (ibudp.Steering).
 	port, err := ibudp.Open(pcfg)
+	if err != nil && c.engines > 1 && !c.enginesSet {
+		// The default on a large machine, without the privilege of
+		// loading the steering program: one engine, as a user's
+		// daemon in UDP mode needs no privilege.
+		log.Warn("several engines need a steered port, which needs CAP_BPF: running one", "engines", c.engines, "err", err)
+		c.engines, pcfg.Queues = 1, 0
+		port, err = ibudp.Open(pcfg)
+	}
 	if err != nil {
 		l.Close()
 		os.Remove(path)
+		if c.engines > 1 {
+			return fmt.Errorf("open port for %d engines (a steered port needs root): %w", c.engines, err)
+		}
 		return fmt.Errorf("open port: %w", err)
 	}
 	// The injector is a pass-through until `rnic inject` sets a fault;
 	// the tracer records only while someone reads it.
 	var faulty *ibudp.Faulty
 	var devPort ibudp.Port
+	var enginePorts []ibudp.Port
+	closePorts := func() {
+		faulty.Close()
+		for _, p := range enginePorts {
+			p.Close()
+		}
+	}
 	if p, ok := port.(ibudp.Poller); ok && c.pollIdle > 0 {
 		// The engine polls the port through the injector.
 		fp := ibudp.NewFaultyPoller(p, time.Now().UnixNano())
@@ -417,16 +490,29 @@ func serve(c config, nofile uint64, nofileErr error) error {
 		faulty = ibudp.NewFaulty(port, time.Now().UnixNano())
 		devPort = faulty
 	}
+	for q := 1; q < c.engines; q++ {
+		qp, err := openEnginePort(pcfg, ibudp.SteeringOf(port), q)
+		if err != nil {
+			closePorts()
+			l.Close()
+			os.Remove(path)
+			return err
+		}
+		// One `rnic inject` impairs every engine's socket.
+		fp := ibudp.NewFaultyPoller(qp.(ibudp.Poller), time.Now().UnixNano()+int64(q))
+		faulty.Follow(fp.Faulty)
+		enginePorts = append(enginePorts, fp)
+	}
 	tr := trace.New(0)
 	ackHold := c.ackHold
 	if ackHold == 0 {
 		ackHold = -1 // rnic.Config's zero value is the default hold
 	}
-	dev, err := rnic.Open(rnic.Config{Port: devPort, PollIdle: c.pollIdle, Name: c.name, Trace: tr, Window: c.window, AckHold: ackHold,
+	dev, err := rnic.Open(rnic.Config{Port: devPort, EnginePorts: enginePorts, PollIdle: c.pollIdle, Name: c.name, Trace: tr, Window: c.window, AckHold: ackHold,
 		CC: c.cc, CCParams: c.ccParams,
 		Retry7Forever: c.retry7, CopyPayload: c.copyPay})
 	if err != nil {
-		faulty.Close()
+		closePorts()
 		l.Close()
 		os.Remove(path)
 		return fmt.Errorf("start device: %w", err)
@@ -468,7 +554,7 @@ func serve(c config, nofile uint64, nofileErr error) error {
 	bi := buildinfo.Read()
 	up := []any{"name", c.name, "addr", pa.Addr, "mode", c.mode, "gid", pa.GID, "active_mtu", pa.ActiveMTU,
 		"socket", path, "socket_mode", fmt.Sprintf("%#o", socketMode(c.sockGID)), "socket_group", c.group,
-		"monitor", verbs.MonitorSocketPath(c.name), "max_fds", nofile,
+		"monitor", verbs.MonitorSocketPath(c.name), "max_fds", nofile, "engines", dev.Engines(),
 		"version", bi.Version, "revision", bi.Revision}
 	if obs.httpAddr != nil {
 		up = append(up, "http", obs.httpAddr.String())
@@ -572,4 +658,18 @@ func startCPUProfile(path string) (func(), error) {
 		return nil, fmt.Errorf("-cpuprofile: %w", err)
 	}
 	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+}
+
+// openEnginePort opens engine q's socket of the steered port and its port.
+func openEnginePort(pcfg ibudp.Config, s *ibudp.Steering, q int) (ibudp.Port, error) {
+	fd, err := s.Queue(q)
+	if err != nil {
+		return nil, fmt.Errorf("engine %d: %w", q, err)
+	}
+	pcfg.Queues, pcfg.SocketFD = 0, fd
+	p, err := ibudp.Open(pcfg)
+	if err != nil {
+		return nil, fmt.Errorf("engine %d's port: %w", q, err)
+	}
+	return p, nil
 }

@@ -12,8 +12,10 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rnicd/rnicd/internal/looptest"
+	"github.com/rnicd/rnicd/wire/ibudp"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
@@ -43,6 +45,10 @@ func TestFlags(t *testing.T) {
 		{[]string{"-addr", "127.0.0.1", "-pcap", "x.pcap", "-pcap-size", "2X"}, `"2X": want bytes`},
 		{[]string{"-addr", "127.0.0.1", "-pcap", "x.pcap", "-pcap-size", "1000"}, "-pcap-size 1000: want 0 (unbounded) or at least 8192"},
 		{[]string{"-addr", "127.0.0.1", "-trace", "x.json", "-trace-files", "-1"}, "-trace-files -1"},
+		{[]string{"-addr", "127.0.0.1", "-engines", "0"}, "-engines 0: want 1 to 256"},
+		{[]string{"-addr", "127.0.0.1", "-engines", "257"}, "-engines 257: want 1 to 256"},
+		{[]string{"-addr", "127.0.0.1", "-engines", "2", "-poll-idle", "0"}, "-engines 2 needs the polling engine"},
+		{[]string{"-addr", "127.0.0.1", "-engines", "2", "-mode", "packet"}, "-engines 2: several engines steer by QPN on a UDP port"},
 	} {
 		var out, errw bytes.Buffer
 		err := run(tc.args, &out, &errw)
@@ -250,5 +256,41 @@ func TestCPUProfile(t *testing.T) {
 	}
 	if _, err := startCPUProfile(filepath.Join(path, "no", "such", "dir")); err == nil {
 		t.Fatal("a profile file that cannot be created: no error")
+	}
+}
+
+// -engines' default: one engine up to 4 CPUs, then one per 4 CPUs, at
+// most 8; a default that -poll-idle 0 or -mode packet rules out gives
+// way to one engine, where the flag given is refused (TestFlags).
+func TestDefaultEngines(t *testing.T) {
+	for _, tc := range []struct{ cpus, want int }{{1, 1}, {2, 1}, {4, 1}, {5, 1}, {8, 2}, {16, 4}, {32, 8}, {128, 8}} {
+		if got := defaultEngines(tc.cpus); got != tc.want {
+			t.Errorf("defaultEngines(%d) = %d, want %d", tc.cpus, got, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		engines  int
+		set      bool
+		pollIdle time.Duration
+		mode     ibudp.Mode
+		want     int
+		err      bool
+	}{
+		{4, false, 0, ibudp.ModeUDP, 1, false},
+		{4, false, defaultPollIdle, ibudp.ModePacket, 1, false},
+		{4, false, defaultPollIdle, ibudp.ModeUDP, 4, false},
+		{4, true, defaultPollIdle, ibudp.ModeUDP, 4, false},
+		{4, true, 0, ibudp.ModeUDP, 0, true},
+		{4, true, defaultPollIdle, ibudp.ModePacket, 0, true},
+		{1, true, 0, ibudp.ModePacket, 1, false},
+	} {
+		got, err := fitEngines(tc.engines, tc.set, tc.pollIdle, tc.mode)
+		if got != tc.want || (err != nil) != tc.err {
+			t.Errorf("fitEngines(%d, set %v, %v, %v) = %d, %v; want %d (error %v)", tc.engines, tc.set, tc.pollIdle, tc.mode, got, err, tc.want, tc.err)
+		}
+	}
+	var errw bytes.Buffer
+	if c, err := parseFlags([]string{"-addr", "127.0.0.1", "-engines", "3"}, &errw, &errw); err != nil || c.engines != 3 || !c.enginesSet {
+		t.Errorf("parseFlags -engines 3: %d engines (set %v), %v", c.engines, c.enginesSet, err)
 	}
 }

@@ -156,7 +156,7 @@ func (c *conn) createSRQ(_ object, b Body, _ []int) (Body, []int, error) {
 	pd.hold()
 	so := &srqObj{owner: c, pd: pd, srq: s, maxSGE: int(r.MaxSGE), mem: mem, feed: feed}
 	h := c.add(so)
-	c.s.dev.Watch(so)
+	c.s.dev.Watch(so, uint32(h))
 	return &RingReply{H: h, Caps: ib.QPCap{MaxRecvWR: int(r.MaxWR), MaxRecvSGE: int(r.MaxSGE)},
 		Recv: RingDesc{Size: uint32(len(mem)), Slots: r.MaxWR, SlotBytes: slot}}, []int{fd}, nil
 }
@@ -261,7 +261,7 @@ func (c *conn) createQP(_ object, b Body, _ []int) (Body, []int, error) {
 	qp.SetSendSource(q)
 	c.s.qps.Store(qp.QPN, q)
 	reply.H = c.add(q)
-	c.s.dev.Watch(q)
+	c.s.dev.Watch(q, qp.QPN)
 	return reply, []int{fd}, nil
 }
 

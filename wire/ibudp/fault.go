@@ -121,6 +121,28 @@ type Faulty struct {
 	closeErr  error
 	wg        sync.WaitGroup
 	tap       tapSlot // told of the packets the injector drops
+
+	// followers are the injectors of the other queues of a steered port
+	// (Follow): each engine's socket has its own, and what is set here is
+	// set on them, so that one `rnic inject` impairs the whole port.
+	followers []*Faulty
+}
+
+// Follow makes g, the injector of another queue of the same port, take
+// every impairment set on f from now on, and f's FaultStats count g's
+// packets too. A link model (Faults.Link) is then one per queue: with n
+// queues the port's rate is n times the one set. Call it before the
+// ports carry traffic.
+func (f *Faulty) Follow(g *Faulty) {
+	f.mu.Lock()
+	f.followers = append(f.followers, g)
+	f.mu.Unlock()
+}
+
+func (f *Faulty) following() []*Faulty {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.followers
 }
 
 type faultDir struct {
@@ -172,7 +194,12 @@ func NewFaulty(p Port, seed int64) *Faulty {
 }
 
 // SetTX sets the impairments of sent packets.
-func (f *Faulty) SetTX(c Faults) { f.set(dirTX, c) }
+func (f *Faulty) SetTX(c Faults) {
+	f.set(dirTX, c)
+	for _, g := range f.following() {
+		g.SetTX(c)
+	}
+}
 
 // SetRX sets the impairments of received packets.
 func (f *Faulty) SetRX(c Faults) {
@@ -181,6 +208,9 @@ func (f *Faulty) SetRX(c Faults) {
 	// impairments and clears the flag under the lock cannot undo this.
 	if c.impairs() {
 		f.rxSet.Store(true)
+	}
+	for _, g := range f.following() {
+		g.SetRX(c)
 	}
 }
 
@@ -235,7 +265,29 @@ func (f *Faulty) FaultStats() FaultStats {
 			c.QueueDepth = uint64(q.depth)
 		}
 	}
+	for _, g := range f.followers {
+		o := g.FaultStats()
+		st.TX.add(&o.TX)
+		st.RX.add(&o.RX)
+	}
 	return st
+}
+
+// add adds o's counts to c's; the queue's peak is the highest of them.
+func (c *FaultCounts) add(o *FaultCounts) {
+	c.Packets += o.Packets
+	c.Matched += o.Matched
+	c.Dropped += o.Dropped
+	c.Duplicated += o.Duplicated
+	c.Corrupted += o.Corrupted
+	c.Reordered += o.Reordered
+	c.Delayed += o.Delayed
+	c.Overflow += o.Overflow
+	c.LinkPackets += o.LinkPackets
+	c.LinkDropped += o.LinkDropped
+	c.Marked += o.Marked
+	c.QueueDepth += o.QueueDepth
+	c.QueuePeak = max(c.QueuePeak, o.QueuePeak)
 }
 
 func (f *Faulty) Addr() netip.Addr { return f.port.Addr() }

@@ -239,6 +239,31 @@ type Stats struct {
 	RxKernelDrops uint64 // rx_kernel_drops
 }
 
+// Add adds o's counters to s's (the ports of a steered port's queues
+// together); the last errno is o's where o has one.
+func (s *Stats) Add(o Stats) {
+	s.TxPackets += o.TxPackets
+	s.TxBytes += o.TxBytes
+	s.TxBatches += o.TxBatches
+	s.TxErrors += o.TxErrors
+	s.TxInvalid += o.TxInvalid
+	if o.TxLastErrno != 0 {
+		s.TxLastErrno = o.TxLastErrno
+	}
+	s.RxPackets += o.RxPackets
+	s.RxBytes += o.RxBytes
+	s.RxBatches += o.RxBatches
+	s.RxICRCErrors += o.RxICRCErrors
+	s.RxShort += o.RxShort
+	s.RxMalformed += o.RxMalformed
+	s.RxTooLong += o.RxTooLong
+	s.RxBadHeader += o.RxBadHeader
+	s.RxOutgoing += o.RxOutgoing
+	s.RxUDPChecksum += o.RxUDPChecksum
+	s.RxICRCAnyID += o.RxICRCAnyID
+	s.RxKernelDrops += o.RxKernelDrops
+}
+
 // RxDropped is the number of datagrams Recv dropped, all reasons together
 // (kernel drops not included).
 func (s Stats) RxDropped() uint64 {
