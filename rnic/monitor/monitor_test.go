@@ -317,3 +317,70 @@ func TestTraceStream(t *testing.T) {
 		}
 	}
 }
+
+// TestLanesGoWithQPs: a monitor of one device, as rnicd serves it, draws
+// the far end its QP is connected to as a lane, with the far QP, and the
+// packets between them; once the QP is destroyed the lane and its rows
+// go, where they used to stay until the daemon restarted.
+func TestLanesGoWithQPs(t *testing.T) {
+	tr := trace.New(0)
+	a, b := rnictest.NewEnds(t, tr)
+	m, err := monitor.New(monitor.Config{Devices: []monitor.Device{{Dev: a.Dev, Faulty: a.Faulty}}, Tracer: tr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	srv := httptest.NewServer(m.Handler())
+	defer srv.Close()
+	type reply struct {
+		Lanes []struct {
+			Name   string `json:"name"`
+			Detail string `json:"detail"`
+		} `json:"lanes"`
+		Packets []monitor.Packet `json:"packets"`
+	}
+	get := func() reply {
+		t.Helper()
+		resp, err := http.Get(srv.URL + "/api/packets?after=0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var r reply
+		if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	far := b.Dev.QueryPort().Addr.String()
+	r := get() // starts the trace
+	if len(r.Lanes) != 2 || r.Lanes[1].Name != far || r.Lanes[1].Detail != fmt.Sprintf("qp %#x", b.QP.QPN) {
+		t.Fatalf("lanes %+v, want %s and %s with qp %#x", r.Lanes, a.Dev.Name(), far, b.QP.QPN)
+	}
+	// A WRITE of 3 packets and its ACK: rows between the two lanes (the
+	// trace is read in batches: wait for them, a hang guard).
+	rnictest.Write(t, a, b, 1, 3*1024)
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		r = get()
+		n := 0
+		for _, p := range r.Packets {
+			if (p.From == a.Dev.Name() && p.To == far) || (p.From == far && p.To == a.Dev.Name()) {
+				n += p.Count
+			}
+		}
+		if n >= 4 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("rows %+v: want the WRITE's 3 packets and its ACK", r.Packets)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := a.Dev.DestroyQP(a.QP); err != nil {
+		t.Fatal(err)
+	}
+	r = get()
+	if len(r.Lanes) != 2 || r.Lanes[1].Name == far || len(r.Packets) != 0 {
+		t.Errorf("after the QP went: lanes %+v, %d rows; want no lane %s and no row", r.Lanes, len(r.Packets), far)
+	}
+}
