@@ -2,7 +2,8 @@
 // the devices' counters in Prometheus text format (/metrics), a live web
 // view of the NIC (/: its blocks with queue depths and packet rates, the
 // QP table, a sequence diagram of recent packets between the two ends),
-// the JSON those are drawn from (/api/state, /api/packets), the trace as
+// the JSON those are drawn from (/api/state, /api/packets, and
+// /api/boot.js for the page's first frame), the trace as
 // a stream of JSON lines (/api/trace) and run-time fault injection
 // (/api/inject). It owns nothing of the devices: it reads their counters
 // and tables, subscribes to their tracer, and sets their fault injectors.
