@@ -22,3 +22,63 @@ func TestTableRange(t *testing.T) {
 		t.Fatalf("a range from 0 starts at %#x, want FirstQPN", got)
 	}
 }
+
+// Lookup finds a QP from Insert to Remove, and nothing for a QPN only
+// reserved by Alloc or freed, while other goroutines look up beside it.
+func TestTableLookup(t *testing.T) {
+	tab := NewTable()
+	qpn, err := tab.Alloc()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if qp := tab.Lookup(qpn); qp != nil {
+		t.Fatalf("a reserved QPN %#x looks up %p", qpn, qp)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range 10000 {
+			if qp := tab.Lookup(qpn); qp != nil && qp.QPN != qpn {
+				t.Errorf("QPN %#x looks up QP %#x", qpn, qp.QPN)
+				return
+			}
+		}
+	}()
+	qp := &QP{QPN: qpn}
+	tab.Insert(qp)
+	if got := tab.Lookup(qpn); got != qp {
+		t.Fatalf("inserted QP %#x looks up %p, want %p", qpn, got, qp)
+	}
+	if got := tab.Lookup(qpn + 1); got != nil {
+		t.Fatalf("QPN %#x, never allocated, looks up %p", qpn+1, got)
+	}
+	if all := tab.All(); len(all) != 1 || all[0] != qp {
+		t.Fatalf("All = %v, want the one QP", all)
+	}
+	tab.Remove(qpn)
+	<-done
+	if got := tab.Lookup(qpn); got != nil {
+		t.Fatalf("removed QP %#x looks up %p", qpn, got)
+	}
+}
+
+// BenchmarkTableLookup looks up QPs from every P at once, as several
+// engines do for every packet they receive.
+func BenchmarkTableLookup(b *testing.B) {
+	tab := NewTable()
+	var qpns []uint32
+	for range 64 {
+		qpn, _ := tab.Alloc()
+		tab.Insert(&QP{QPN: qpn})
+		qpns = append(qpns, qpn)
+	}
+	b.RunParallel(func(pb *testing.PB) {
+		i := 0
+		for pb.Next() {
+			if tab.Lookup(qpns[i%len(qpns)]) == nil {
+				b.Fatal("lost a QP")
+			}
+			i++
+		}
+	})
+}
