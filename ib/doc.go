@@ -11,6 +11,13 @@
 // to the names themselves live here too, once: which WR opcodes a QP type
 // supports, and which completion opcode a WR's completion carries.
 //
+// Package verbs gives an application these types under the same names
+// (type aliases, not copies: verbs.SendWR is ib.SendWR), with the verbs'
+// errors (ErrQPState, ErrQueueFull, ErrCQOverrun, WRError), so a WR goes
+// from the application into its ring slot, and a completion out of its
+// slot into the application's slice, with no conversion; the field docs
+// are here, once.
+//
 // ib imports nothing of the project, so every package, from wire up to
 // verbs, may import it.
 package ib

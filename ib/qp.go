@@ -6,8 +6,10 @@ import (
 	"strings"
 )
 
-// QPState is a QP state (IBTA 10.3.1). The values are those of libibverbs'
-// enum ibv_qp_state, so they can cross the control socket unchanged.
+// QPState is a QP's state (enum ibv_qp_state, IBTA 10.3.1). A QP is created
+// in RESET and moved by ModifyQP: INIT, then RTR (it receives), then RTS
+// (it sends). An error moves it to ERR. The values are libibverbs', so
+// they cross the control socket unchanged.
 type QPState uint8
 
 // QP states, IBTA 10.3.1.
@@ -40,15 +42,15 @@ func (s QPState) String() string {
 	return fmt.Sprintf("State(%d)", uint8(s))
 }
 
-// QPType is the transport service of a QP. The values are those of
-// libibverbs' enum ibv_qp_type.
+// QPType is the transport service of a QP (enum ibv_qp_type, with its
+// values).
 type QPType uint8
 
-// QP transport services supported by rnicd.
+// QP types (IBV_QPT_*) rnicd supports.
 const (
-	QPTypeRC QPType = 2 // IBV_QPT_RC: reliable connected
-	QPTypeUC QPType = 3 // IBV_QPT_UC: unreliable connected
-	QPTypeUD QPType = 4 // IBV_QPT_UD: unreliable datagram
+	QPTypeRC QPType = 2 // IBV_QPT_RC: reliable connected: every verb, acknowledged, retried
+	QPTypeUC QPType = 3 // IBV_QPT_UC: unreliable connected: SEND and WRITE, a lost packet loses its message
+	QPTypeUD QPType = 4 // IBV_QPT_UD: unreliable datagram: SENDs of at most one MTU, to any QP (SendWR.AH)
 )
 
 // String returns "RC", "UC" or "UD".
@@ -64,34 +66,38 @@ func (t QPType) String() string {
 	return fmt.Sprintf("Type(%d)", uint8(t))
 }
 
-// AttrMask says which attributes a ModifyQP call sets. The values are those
-// of libibverbs' enum ibv_qp_attr_mask.
+// AttrMask says which fields of a QPAttr a ModifyQP call sets (enum
+// ibv_qp_attr_mask, with its values).
 type AttrMask uint32
 
-// ModifyQP attribute bits (IBV_QP_*).
+// QPAttr fields (IBV_QP_*). Each state change needs its own set (IBTA
+// 11.2.4.2); for RC: RESET->INIT AttrState|AttrPKeyIndex|AttrPort|
+// AttrAccessFlags; INIT->RTR AttrState|AttrAV|AttrPathMTU|AttrDestQPN|
+// AttrRQPSN|AttrMaxDestRdAtomic|AttrMinRNRTimer; RTR->RTS AttrState|
+// AttrSQPSN|AttrTimeout|AttrRetryCnt|AttrRNRRetry|AttrMaxQPRdAtomic.
 const (
-	AttrState            AttrMask = 1 << 0
-	AttrCurState         AttrMask = 1 << 1
-	AttrEnSQDAsyncNotify AttrMask = 1 << 2
-	AttrAccessFlags      AttrMask = 1 << 3
-	AttrPKeyIndex        AttrMask = 1 << 4
-	AttrPort             AttrMask = 1 << 5
-	AttrQKey             AttrMask = 1 << 6
-	AttrAV               AttrMask = 1 << 7
-	AttrPathMTU          AttrMask = 1 << 8
-	AttrTimeout          AttrMask = 1 << 9
-	AttrRetryCnt         AttrMask = 1 << 10
-	AttrRNRRetry         AttrMask = 1 << 11
-	AttrRQPSN            AttrMask = 1 << 12
-	AttrMaxQPRdAtomic    AttrMask = 1 << 13
-	AttrAltPath          AttrMask = 1 << 14
-	AttrMinRNRTimer      AttrMask = 1 << 15
-	AttrSQPSN            AttrMask = 1 << 16
-	AttrMaxDestRdAtomic  AttrMask = 1 << 17
-	AttrPathMigState     AttrMask = 1 << 18
-	AttrCap              AttrMask = 1 << 19
-	AttrDestQPN          AttrMask = 1 << 20
-	AttrRateLimit        AttrMask = 1 << 25
+	AttrState            AttrMask = 1 << 0  // IBV_QP_STATE: State
+	AttrCurState         AttrMask = 1 << 1  // IBV_QP_CUR_STATE
+	AttrEnSQDAsyncNotify AttrMask = 1 << 2  // IBV_QP_EN_SQD_ASYNC_NOTIFY
+	AttrAccessFlags      AttrMask = 1 << 3  // IBV_QP_ACCESS_FLAGS: AccessFlags
+	AttrPKeyIndex        AttrMask = 1 << 4  // IBV_QP_PKEY_INDEX: PKeyIndex
+	AttrPort             AttrMask = 1 << 5  // IBV_QP_PORT: PortNum
+	AttrQKey             AttrMask = 1 << 6  // IBV_QP_QKEY: QKey (UD)
+	AttrAV               AttrMask = 1 << 7  // IBV_QP_AV: AH, the path to the peer
+	AttrPathMTU          AttrMask = 1 << 8  // IBV_QP_PATH_MTU: PathMTU
+	AttrTimeout          AttrMask = 1 << 9  // IBV_QP_TIMEOUT: Timeout
+	AttrRetryCnt         AttrMask = 1 << 10 // IBV_QP_RETRY_CNT: RetryCnt
+	AttrRNRRetry         AttrMask = 1 << 11 // IBV_QP_RNR_RETRY: RNRRetry
+	AttrRQPSN            AttrMask = 1 << 12 // IBV_QP_RQ_PSN: RQPSN
+	AttrMaxQPRdAtomic    AttrMask = 1 << 13 // IBV_QP_MAX_QP_RD_ATOMIC: MaxRdAtomic
+	AttrAltPath          AttrMask = 1 << 14 // IBV_QP_ALT_PATH
+	AttrMinRNRTimer      AttrMask = 1 << 15 // IBV_QP_MIN_RNR_TIMER: MinRNRTimer
+	AttrSQPSN            AttrMask = 1 << 16 // IBV_QP_SQ_PSN: SQPSN
+	AttrMaxDestRdAtomic  AttrMask = 1 << 17 // IBV_QP_MAX_DEST_RD_ATOMIC: MaxDestRdAtomic
+	AttrPathMigState     AttrMask = 1 << 18 // IBV_QP_PATH_MIG_STATE
+	AttrCap              AttrMask = 1 << 19 // IBV_QP_CAP
+	AttrDestQPN          AttrMask = 1 << 20 // IBV_QP_DEST_QPN: DestQPN
+	AttrRateLimit        AttrMask = 1 << 25 // IBV_QP_RATE_LIMIT
 )
 
 // attrNames holds the libibverbs name (IBV_QP_ prefix dropped) of each
@@ -150,9 +156,11 @@ func (m AttrMask) String() string {
 	return b.String()
 }
 
-// MTU is a path MTU in the verbs encoding (ibv_mtu).
+// MTU is a path MTU in the verbs encoding (enum ibv_mtu).
 type MTU uint8
 
+// Path MTUs (IBV_MTU_*). verbs.PortAttr.ActiveMTU is the largest a QP may
+// use.
 const (
 	MTU256  MTU = 1
 	MTU512  MTU = 2
@@ -169,6 +177,7 @@ func (m MTU) Bytes() int {
 	return 128 << m
 }
 
+// String is the MTU in bytes, e.g. "1024".
 func (m MTU) String() string { return fmt.Sprintf("%d", m.Bytes()) }
 
 // MTUFromBytes is the MTU of n bytes, 0 if n is not 256..4096 in powers of two.
@@ -196,29 +205,41 @@ const (
 	GIDTableLen = 2
 )
 
-// QPCap are the sizes of a QP's queues (ibv_qp_cap).
+// QPCap are the sizes of a QP's queues (struct ibv_qp_cap): asked for in
+// verbs.QPInitAttr, granted in verbs.QP.Cap.
 type QPCap struct {
-	MaxSendWR, MaxRecvWR   int
-	MaxSendSGE, MaxRecvSGE int
-	MaxInlineData          int
+	MaxSendWR, MaxRecvWR   int // WRs each queue holds
+	MaxSendSGE, MaxRecvSGE int // SGEs of one WR
+	MaxInlineData          int // bytes of SendWR.InlineData
 }
 
-// QPAttr are a QP's attributes (ibv_qp_attr) as ModifyQP sets them.
+// QPAttr are a QP's attributes (struct ibv_qp_attr), set by ModifyQP (the
+// fields its AttrMask names) and read by QueryQP.
 type QPAttr struct {
-	State           QPState
-	PathMTU         MTU
-	QKey            uint32
-	RQPSN           uint32
-	SQPSN           uint32
-	DestQPN         uint32
-	AccessFlags     Access // remote access the QP allows
-	PKeyIndex       uint16
-	PortNum         uint8
-	AH              AH
-	Timeout         uint8 // local ACK timeout: 4.096 us * 2^Timeout, 0 = none
-	RetryCnt        uint8 // 7 = retry forever
-	RNRRetry        uint8 // 7 = retry forever
-	MinRNRTimer     uint8 // timer code the responder puts in its RNR NAKs
-	MaxRdAtomic     uint8 // outstanding READ/atomic as requester
-	MaxDestRdAtomic uint8 // outstanding READ/atomic as responder
+	State   QPState // the state to move to
+	PathMTU MTU     // RTR: at most the port's ActiveMTU; both ends must agree
+	QKey    uint32  // UD: the Q_Key a sender must present
+	RQPSN   uint32  // RTR: the first PSN the peer will send (its SQPSN)
+	SQPSN   uint32  // RTS: the first PSN this QP sends (the peer's RQPSN)
+	DestQPN uint32  // RTR, connected QPs: the peer's QP number
+	// AccessFlags are the remote operations the QP accepts
+	// (AccessRemoteWrite, ...Read, ...Atomic); the MR must allow them too.
+	AccessFlags Access
+	PKeyIndex   uint16
+	PortNum     uint8 // 1: the device has one port
+	AH          AH    // RTR, connected QPs: the path to the peer (its GID)
+	// Timeout is the local ACK timeout, 4.096 us * 2^Timeout (14: 67 ms);
+	// 0 waits forever.
+	Timeout uint8
+	// RetryCnt and RNRRetry are how often a request is sent again
+	// without an answer and after "receiver not ready"; 7 is forever.
+	RetryCnt uint8
+	RNRRetry uint8
+	// MinRNRTimer is the wait the responder asks for in its RNR NAKs
+	// (IBTA table 45 code; 12: 0.64 ms).
+	MinRNRTimer uint8
+	// MaxRdAtomic and MaxDestRdAtomic are the READs and atomics
+	// outstanding at once as requester and as responder.
+	MaxRdAtomic     uint8
+	MaxDestRdAtomic uint8
 }

@@ -5,29 +5,36 @@ import (
 	"net/netip"
 )
 
-// SGE is a scatter/gather element, as libibverbs' struct ibv_sge: Length
-// bytes at Addr in the memory region named by LKey.
-//
-// An SGE with Length 0 names no memory and is not checked (its LKey may be
-// anything), the same rule IBTA applies to a zero-length RDMA operation.
+// SGE is a scatter/gather element (struct ibv_sge): Length bytes at Addr
+// in the memory region whose local key is LKey. verbs.MR.SGE makes one.
 type SGE struct {
-	Addr   uint64
+	// Addr is the address of the first byte: the buffer's virtual address
+	// in the application (verbs.Addr(buf)), or its offset in a zero-based
+	// MR.
+	Addr uint64
+	// Length is the number of bytes. An SGE of length 0 names no memory
+	// and is not checked (its LKey may be anything), the same rule IBTA
+	// applies to a zero-length RDMA operation.
 	Length uint32
-	LKey   uint32
+	// LKey is the MR's local key (MR.LKey).
+	LKey uint32
 }
 
-// WROpcode is the operation of a send work request (ibv_wr_opcode values).
+// WROpcode is the operation of a send work request (enum ibv_wr_opcode).
 type WROpcode uint8
 
+// Send work request opcodes (IBV_WR_*), with libibverbs' values. UD QPs
+// carry only the SENDs, UC QPs SENDs and RDMA WRITEs, RC QPs all of them
+// (QPType.Supports).
 const (
-	WRRDMAWrite        WROpcode = 0
-	WRRDMAWriteWithImm WROpcode = 1
-	WRSend             WROpcode = 2
-	WRSendWithImm      WROpcode = 3
-	WRRDMARead         WROpcode = 4
-	WRAtomicCmpAndSwp  WROpcode = 5
-	WRAtomicFetchAdd   WROpcode = 6
-	WRSendWithInv      WROpcode = 9
+	WRRDMAWrite        WROpcode = 0 // IBV_WR_RDMA_WRITE: write local memory into the peer's (RemoteAddr, RKey)
+	WRRDMAWriteWithImm WROpcode = 1 // IBV_WR_RDMA_WRITE_WITH_IMM: a WRITE that also consumes a receive WR at the peer, carrying Imm
+	WRSend             WROpcode = 2 // IBV_WR_SEND: the message lands in the buffers of the peer's next receive WR
+	WRSendWithImm      WROpcode = 3 // IBV_WR_SEND_WITH_IMM: a SEND carrying Imm in the peer's completion
+	WRRDMARead         WROpcode = 4 // IBV_WR_RDMA_READ: read the peer's memory (RemoteAddr, RKey) into local memory
+	WRAtomicCmpAndSwp  WROpcode = 5 // IBV_WR_ATOMIC_CMP_AND_SWP: if the peer's 8 bytes equal CompareAdd, write Swap; the old value comes back
+	WRAtomicFetchAdd   WROpcode = 6 // IBV_WR_ATOMIC_FETCH_AND_ADD: add CompareAdd to the peer's 8 bytes; the old value comes back
+	WRSendWithInv      WROpcode = 9 // IBV_WR_SEND_WITH_INV: a SEND that invalidates InvRKey at the peer
 )
 
 var wrOpcodeNames = map[WROpcode]string{
@@ -37,6 +44,7 @@ var wrOpcodeNames = map[WROpcode]string{
 	WRSendWithInv: "SEND_WITH_INV",
 }
 
+// String is the opcode's libibverbs name without IBV_WR_, e.g. "RDMA_WRITE".
 func (o WROpcode) String() string {
 	if s, ok := wrOpcodeNames[o]; ok {
 		return s
@@ -53,47 +61,61 @@ func (o WROpcode) IsReadOrAtomic() bool {
 // IsAtomic reports whether the operation is an atomic.
 func (o WROpcode) IsAtomic() bool { return o == WRAtomicCmpAndSwp || o == WRAtomicFetchAdd }
 
-// SendFlags are ibv_send_flags.
+// SendFlags are the flags of a send work request (enum ibv_send_flags).
 type SendFlags uint8
 
+// Send flags (IBV_SEND_*).
 const (
-	SendFence     SendFlags = 1 << 0
-	SendSignaled  SendFlags = 1 << 1
-	SendSolicited SendFlags = 1 << 2
-	SendInline    SendFlags = 1 << 3
+	SendFence     SendFlags = 1 << 0 // IBV_SEND_FENCE: wait for earlier READs and atomics to complete first
+	SendSignaled  SendFlags = 1 << 1 // IBV_SEND_SIGNALED: make a completion even if the QP is not SigAll
+	SendSolicited SendFlags = 1 << 2 // IBV_SEND_SOLICITED: wake a peer that asked to be woken for solicited completions only
+	SendInline    SendFlags = 1 << 3 // IBV_SEND_INLINE: InlineData is the payload, copied at post time; no MR needed
 )
 
-// AH is an address handle (ibv_ah_attr with its GRH): where UD sends go, and
-// the primary path of a connected QP.
+// AH is an address handle (struct ibv_ah_attr with its GRH): where a UD
+// send goes, and the primary path of a connected QP (QPAttr.AH).
 type AH struct {
-	DGID         [16]byte // RoCEv2: the peer's IP address as a GID
-	FlowLabel    uint32
-	SGIDIndex    uint8
-	HopLimit     uint8
+	// DGID is the peer's GID: for RoCEv2 its IP address, an IPv4 address
+	// mapped (::ffff:a.b.c.d). verbs.PortAttr.GIDs has the local one.
+	DGID [16]byte
+	// FlowLabel picks the UDP source port of a connected QP's packets,
+	// as rxe does (ECMP entropy).
+	FlowLabel uint32
+	// SGIDIndex is the index of the local GID to send from.
+	SGIDIndex uint8
+	HopLimit  uint8
+	// TrafficClass is the IP TOS byte of the packets (DSCP and ECN).
 	TrafficClass uint8
 }
 
 // Addr returns the IP address DGID stands for.
 func (a *AH) Addr() netip.Addr { return netip.AddrFrom16(a.DGID).Unmap() }
 
-// SendWR is a send work request (ibv_send_wr). Exactly the fields its
-// opcode uses are read.
+// SendWR is a send work request (struct ibv_send_wr), for verbs.QP.PostSend.
+// Exactly the fields its opcode uses are read.
 type SendWR struct {
+	// WRID is the application's own tag, returned in the WR's completion.
 	WRID   uint64
 	Opcode WROpcode
 	Flags  SendFlags
-	SGL    []SGE
+	// SGL is the local memory of the message: gathered for WRITE and SEND,
+	// scattered into for READ, one 8-byte buffer for the atomics' result.
+	SGL []SGE
 	// Imm is the immediate data of *_WITH_IMM, in host order (the wire
 	// carries it big-endian).
 	Imm uint32
 	// InvRKey is the rkey SEND_WITH_INV asks the responder to invalidate.
 	InvRKey uint32
-	// RDMA and atomics.
+	// RemoteAddr and RKey name the peer's memory for RDMA and atomics: an
+	// address in the peer's MR (its Addr plus an offset) and the MR's RKey.
 	RemoteAddr uint64
 	RKey       uint32
-	CompareAdd uint64 // compare value of CMP_AND_SWP, addend of FETCH_AND_ADD
+	// CompareAdd is the compare value of CMP_AND_SWP and the addend of
+	// FETCH_AND_ADD; Swap is the value CMP_AND_SWP writes.
+	CompareAdd uint64
 	Swap       uint64
-	// UD.
+	// AH, RemoteQPN and RemoteQKey address a UD send: the peer's port, QP
+	// number and Q_Key.
 	AH         *AH
 	RemoteQPN  uint32
 	RemoteQKey uint32
@@ -102,10 +124,15 @@ type SendWR struct {
 	InlineData []byte
 }
 
-// RecvWR is a receive work request (ibv_recv_wr).
+// RecvWR is a receive work request (struct ibv_recv_wr), for
+// verbs.QP.PostRecv and verbs.SRQ.PostRecv: the buffers the next incoming
+// SEND (or WRITE with immediate) consumes.
 type RecvWR struct {
+	// WRID is the application's own tag, returned in the WR's completion.
 	WRID uint64
-	SGL  []SGE
+	// SGL is where the message is scattered, in order. A UD receive gets
+	// the 40-byte GRH first.
+	SGL []SGE
 }
 
 // Valid reports whether o is an opcode rnicd implements (the ones above;

@@ -93,7 +93,7 @@ func CreateEventChannelOn(ctxs ...*verbs.Context) (*EventChannel, error) {
 			unix.Close(efd)
 			return nil, fmt.Errorf("rdmacm: %s: %w", c.Name(), err)
 		}
-		ch.devs = append(ch.devs, &device{ctx: c, addr: p.Addr, gidIndex: uint8(p.GIDIndex), mtu: ib.MTU(p.ActiveMTU)})
+		ch.devs = append(ch.devs, &device{ctx: c, addr: p.Addr, gidIndex: uint8(p.GIDIndex), mtu: p.ActiveMTU})
 	}
 	return ch, nil
 }

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/rnicd/rnicd/ib"
-	"github.com/rnicd/rnicd/rnic"
 )
 
 // pingPong runs rounds of SEND ping-pong, a first: a SENDs, b receives and
@@ -19,17 +18,17 @@ func pingPong(t *testing.T, p *pair, rounds int) {
 	const size = 100
 	for i := range rounds {
 		aOff, bOff := i%8*size, 4096+i%8*size
-		mustRecv(t, b, p.qb, rnic.RecvWR{WRID: uint64(1000 + i), SGL: []rnic.SGE{sge(b, bOff, size)}})
-		mustRecv(t, a, p.qa, rnic.RecvWR{WRID: uint64(2000 + i), SGL: []rnic.SGE{sge(a, 4096+aOff, size)}})
+		mustRecv(t, b, p.qb, ib.RecvWR{WRID: uint64(1000 + i), SGL: []ib.SGE{sge(b, bOff, size)}})
+		mustRecv(t, a, p.qa, ib.RecvWR{WRID: uint64(2000 + i), SGL: []ib.SGE{sge(a, 4096+aOff, size)}})
 		fill(a.mem[aOff:aOff+size], i)
 		a.fence()
-		mustPost(t, a, p.qa, rnic.SendWR{WRID: uint64(i), Opcode: ib.WRSend, Flags: ib.SendSignaled,
-			SGL: []rnic.SGE{sge(a, aOff, size)}})
+		mustPost(t, a, p.qa, ib.SendWR{WRID: uint64(i), Opcode: ib.WRSend, Flags: ib.SendSignaled,
+			SGL: []ib.SGE{sge(a, aOff, size)}})
 
 		// b's previous send completes with a's SEND: its ACK came along.
-		want := []rnic.WC{{WRID: uint64(1000 + i), Opcode: ib.WCRecv, ByteLen: size, QPNum: p.qb.QPN}}
+		want := []ib.WC{{WRID: uint64(1000 + i), Opcode: ib.WCRecv, ByteLen: size, QPNum: p.qb.QPN}}
 		if i > 0 {
-			want = append([]rnic.WC{{WRID: uint64(3000 + i - 1), Opcode: ib.WCSend, ByteLen: size, QPNum: p.qb.QPN}}, want...)
+			want = append([]ib.WC{{WRID: uint64(3000 + i - 1), Opcode: ib.WCSend, ByteLen: size, QPNum: p.qb.QPN}}, want...)
 		}
 		for k, wc := range b.poll(len(want), 10*time.Second) {
 			checkWC(t, wc, want[k])
@@ -38,15 +37,15 @@ func pingPong(t *testing.T, p *pair, rounds int) {
 		copy(b.mem[bOff+8192:], b.mem[bOff:bOff+size])
 		b.mem[bOff+8192] ^= 0xff
 		b.fence()
-		mustPost(t, b, p.qb, rnic.SendWR{WRID: uint64(3000 + i), Opcode: ib.WRSend, Flags: ib.SendSignaled,
-			SGL: []rnic.SGE{sge(b, bOff+8192, size)}})
+		mustPost(t, b, p.qb, ib.SendWR{WRID: uint64(3000 + i), Opcode: ib.WRSend, Flags: ib.SendSignaled,
+			SGL: []ib.SGE{sge(b, bOff+8192, size)}})
 
 		wcs := a.poll(2, 10*time.Second)
-		checkWC(t, wcs[0], rnic.WC{WRID: uint64(i), Opcode: ib.WCSend, ByteLen: size, QPNum: p.qa.QPN})
-		checkWC(t, wcs[1], rnic.WC{WRID: uint64(2000 + i), Opcode: ib.WCRecv, ByteLen: size, QPNum: p.qa.QPN})
+		checkWC(t, wcs[0], ib.WC{WRID: uint64(i), Opcode: ib.WCSend, ByteLen: size, QPNum: p.qa.QPN})
+		checkWC(t, wcs[1], ib.WC{WRID: uint64(2000 + i), Opcode: ib.WCRecv, ByteLen: size, QPNum: p.qa.QPN})
 		sameBytes(t, fmt.Sprintf("round %d reply", i), a.mem[4096+aOff:4096+aOff+size], b.mem[bOff+8192:bOff+8192+size])
 	}
-	checkWC(t, b.poll(1, 10*time.Second)[0], rnic.WC{WRID: uint64(3000 + rounds - 1), Opcode: ib.WCSend, ByteLen: size, QPNum: p.qb.QPN})
+	checkWC(t, b.poll(1, 10*time.Second)[0], ib.WC{WRID: uint64(3000 + rounds - 1), Opcode: ib.WCSend, ByteLen: size, QPNum: p.qb.QPN})
 }
 
 // TestDelayedAckPingPong checks the delayed ACK of rx.Handler.Flush on a
@@ -103,11 +102,11 @@ func TestDelayedAckOneWay(t *testing.T) {
 	heldBefore := counter(p.b, "ack_held")
 	const sends = 20
 	for i := range sends {
-		mustRecv(t, p.b, p.qb, rnic.RecvWR{WRID: uint64(5000 + i), SGL: []rnic.SGE{sge(p.b, 0, 64)}})
-		mustPost(t, p.a, p.qa, rnic.SendWR{WRID: uint64(6000 + i), Opcode: ib.WRSend, Flags: ib.SendSignaled,
-			SGL: []rnic.SGE{sge(p.a, 0, 64)}})
-		checkWC(t, p.a.poll(1, 10*time.Second)[0], rnic.WC{WRID: uint64(6000 + i), Opcode: ib.WCSend, ByteLen: 64, QPNum: p.qa.QPN})
-		checkWC(t, p.b.poll(1, 10*time.Second)[0], rnic.WC{WRID: uint64(5000 + i), Opcode: ib.WCRecv, ByteLen: 64, QPNum: p.qb.QPN})
+		mustRecv(t, p.b, p.qb, ib.RecvWR{WRID: uint64(5000 + i), SGL: []ib.SGE{sge(p.b, 0, 64)}})
+		mustPost(t, p.a, p.qa, ib.SendWR{WRID: uint64(6000 + i), Opcode: ib.WRSend, Flags: ib.SendSignaled,
+			SGL: []ib.SGE{sge(p.a, 0, 64)}})
+		checkWC(t, p.a.poll(1, 10*time.Second)[0], ib.WC{WRID: uint64(6000 + i), Opcode: ib.WCSend, ByteLen: 64, QPNum: p.qa.QPN})
+		checkWC(t, p.b.poll(1, 10*time.Second)[0], ib.WC{WRID: uint64(5000 + i), Opcode: ib.WCRecv, ByteLen: 64, QPNum: p.qb.QPN})
 	}
 	// b was ping-pong after the rounds; its first one-way ACK waited out
 	// the hold, and no ACK was held after it.
@@ -138,14 +137,14 @@ func TestDelayedAckClose(t *testing.T) {
 func holdOnA(t *testing.T, p *pair) {
 	t.Helper()
 	pingPong(t, p, 3)
-	mustRecv(t, p.b, p.qb, rnic.RecvWR{WRID: 11, SGL: []rnic.SGE{sge(p.b, 0, 64)}})
-	mustRecv(t, p.a, p.qa, rnic.RecvWR{WRID: 9, SGL: []rnic.SGE{sge(p.a, 0, 64)}})
-	mustPost(t, p.a, p.qa, rnic.SendWR{WRID: 12, Opcode: ib.WRSend, Flags: ib.SendSignaled, SGL: []rnic.SGE{sge(p.a, 0, 64)}})
-	checkWC(t, p.b.poll(1, 10*time.Second)[0], rnic.WC{WRID: 11, Opcode: ib.WCRecv, ByteLen: 64, QPNum: p.qb.QPN})
-	mustPost(t, p.b, p.qb, rnic.SendWR{WRID: 10, Opcode: ib.WRSend, Flags: ib.SendSignaled, SGL: []rnic.SGE{sge(p.b, 0, 64)}})
+	mustRecv(t, p.b, p.qb, ib.RecvWR{WRID: 11, SGL: []ib.SGE{sge(p.b, 0, 64)}})
+	mustRecv(t, p.a, p.qa, ib.RecvWR{WRID: 9, SGL: []ib.SGE{sge(p.a, 0, 64)}})
+	mustPost(t, p.a, p.qa, ib.SendWR{WRID: 12, Opcode: ib.WRSend, Flags: ib.SendSignaled, SGL: []ib.SGE{sge(p.a, 0, 64)}})
+	checkWC(t, p.b.poll(1, 10*time.Second)[0], ib.WC{WRID: 11, Opcode: ib.WCRecv, ByteLen: 64, QPNum: p.qb.QPN})
+	mustPost(t, p.b, p.qb, ib.SendWR{WRID: 10, Opcode: ib.WRSend, Flags: ib.SendSignaled, SGL: []ib.SGE{sge(p.b, 0, 64)}})
 	wcs := p.a.poll(2, 10*time.Second)
-	checkWC(t, wcs[0], rnic.WC{WRID: 12, Opcode: ib.WCSend, ByteLen: 64, QPNum: p.qa.QPN})
-	checkWC(t, wcs[1], rnic.WC{WRID: 9, Opcode: ib.WCRecv, ByteLen: 64, QPNum: p.qa.QPN})
+	checkWC(t, wcs[0], ib.WC{WRID: 12, Opcode: ib.WCSend, ByteLen: 64, QPNum: p.qa.QPN})
+	checkWC(t, wcs[1], ib.WC{WRID: 9, Opcode: ib.WCRecv, ByteLen: 64, QPNum: p.qa.QPN})
 }
 
 // TestDelayedAckOwedOnDestroy checks that an application that polls a
@@ -175,7 +174,7 @@ func TestDelayedAckOwedOnDestroy(t *testing.T) {
 			if got := counter(p.a, "ack_hold_expired"); got != expired+1 && time.Since(start) < 500*time.Millisecond {
 				t.Errorf("ack_hold_expired %d right after %s, want %d", got, tc.name, expired+1)
 			}
-			checkWC(t, p.b.poll(1, 10*time.Second)[0], rnic.WC{WRID: 10, Opcode: ib.WCSend, ByteLen: 64, QPNum: p.qb.QPN})
+			checkWC(t, p.b.poll(1, 10*time.Second)[0], ib.WC{WRID: 10, Opcode: ib.WCSend, ByteLen: 64, QPNum: p.qb.QPN})
 		})
 	}
 }
@@ -196,15 +195,15 @@ func TestOneAckPerRun(t *testing.T) {
 	a, b := p.a, p.b
 	fill(a.mem[:n*size], 7)
 	a.fence()
-	var wrs []rnic.SendWR
+	var wrs []ib.SendWR
 	for i := range n {
-		wrs = append(wrs, rnic.SendWR{WRID: uint64(i), Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled,
-			SGL: []rnic.SGE{sge(a, i*size, size)}, RemoteAddr: memVA + uint64(8192+i*size), RKey: b.mr.RKey})
+		wrs = append(wrs, ib.SendWR{WRID: uint64(i), Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled,
+			SGL: []ib.SGE{sge(a, i*size, size)}, RemoteAddr: memVA + uint64(8192+i*size), RKey: b.mr.RKey})
 	}
 	rxBefore := b.dev.Port().Stats()
 	mustPost(t, a, p.qa, wrs...)
 	for i, wc := range a.poll(n, 10*time.Second) {
-		checkWC(t, wc, rnic.WC{WRID: uint64(i), Opcode: ib.WCRDMAWrite, ByteLen: size, QPNum: p.qa.QPN})
+		checkWC(t, wc, ib.WC{WRID: uint64(i), Opcode: ib.WCRDMAWrite, ByteLen: size, QPNum: p.qa.QPN})
 	}
 	b.fence()
 	sameBytes(t, "WRITEs", b.mem[8192:8192+n*size], a.mem[:n*size])

@@ -57,10 +57,10 @@ func BenchmarkRCWriteBWLent(b *testing.B) {
 func runBW(b *testing.B, op ib.WROpcode, o pairOpts) {
 	o.memLen, o.retry, o.sendWR = 4<<20, 7, 2*benchDepth
 	p := newPair(b, o)
-	wr := rnic.SendWR{Opcode: op, Flags: ib.SendSignaled, SGL: []rnic.SGE{sge(p.a, 0, benchMsg)},
+	wr := ib.SendWR{Opcode: op, Flags: ib.SendSignaled, SGL: []ib.SGE{sge(p.a, 0, benchMsg)},
 		RemoteAddr: memVA + 2<<20, RKey: p.b.mr.RKey}
-	recv := rnic.RecvWR{SGL: []rnic.SGE{sge(p.b, 0, benchMsg)}}
-	wcs := make([]rnic.WC, benchDepth)
+	recv := ib.RecvWR{SGL: []ib.SGE{sge(p.b, 0, benchMsg)}}
+	wcs := make([]ib.WC, benchDepth)
 	b.SetBytes(benchMsg)
 	b.ResetTimer()
 	posted, done := 0, 0
@@ -115,7 +115,7 @@ func BenchmarkRCSendPingPong(b *testing.B) {
 	}{{"at-once", -1}, {"held", 0}} {
 		b.Run(c.name, func(b *testing.B) {
 			p := newPair(b, pairOpts{retry: 7, timeout: 14, ackHold: c.hold})
-			var wcs [2]rnic.WC
+			var wcs [2]ib.WC
 			waitFor := func(n *node, want int) {
 				got := 0
 				for got < want {
@@ -131,10 +131,10 @@ func BenchmarkRCSendPingPong(b *testing.B) {
 				}
 			}
 			send := func(n *node, qp *rnic.QP) {
-				mustPost(b, n, qp, rnic.SendWR{Opcode: ib.WRSend, Flags: ib.SendSignaled, SGL: []rnic.SGE{sge(n, 0, 8)}})
+				mustPost(b, n, qp, ib.SendWR{Opcode: ib.WRSend, Flags: ib.SendSignaled, SGL: []ib.SGE{sge(n, 0, 8)}})
 			}
 			recv := func(n *node, qp *rnic.QP) {
-				mustRecv(b, n, qp, rnic.RecvWR{SGL: []rnic.SGE{sge(n, 64, 8)}})
+				mustRecv(b, n, qp, ib.RecvWR{SGL: []ib.SGE{sge(n, 64, 8)}})
 			}
 			done := make(chan struct{})
 			go func() { // b: receive, answer, take the send completion
@@ -164,9 +164,9 @@ func BenchmarkRCSendPingPong(b *testing.B) {
 func runLat(b *testing.B, o pairOpts) {
 	o.retry = 7
 	p := newPair(b, o)
-	wr := rnic.SendWR{Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled, SGL: []rnic.SGE{sge(p.a, 0, 8)},
+	wr := ib.SendWR{Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled, SGL: []ib.SGE{sge(p.a, 0, 8)},
 		RemoteAddr: memVA, RKey: p.b.mr.RKey}
-	var wc [1]rnic.WC
+	var wc [1]ib.WC
 	b.ResetTimer()
 	for range b.N {
 		mustPost(b, p.a, p.qa, wr)

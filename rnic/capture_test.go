@@ -18,7 +18,6 @@ import (
 
 	"github.com/rnicd/rnicd/ib"
 	"github.com/rnicd/rnicd/internal/debtest"
-	"github.com/rnicd/rnicd/rnic"
 	"github.com/rnicd/rnicd/wire/bth"
 	"github.com/rnicd/rnicd/wire/pcap"
 )
@@ -43,16 +42,16 @@ func TestCaptureTshark(t *testing.T) {
 	fill(a.mem[:8192], 1)
 	fill(b.mem[8192:16384], 2)
 	a.fence()
-	mustRecv(t, b, p.qb, rnic.RecvWR{WRID: 9, SGL: []rnic.SGE{sge(b, 32768, 4096)}})
+	mustRecv(t, b, p.qb, ib.RecvWR{WRID: 9, SGL: []ib.SGE{sge(b, 32768, 4096)}})
 	mustPost(t, a, p.qa,
-		rnic.SendWR{WRID: 1, Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled, SGL: []rnic.SGE{sge(a, 0, 3000)},
+		ib.SendWR{WRID: 1, Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled, SGL: []ib.SGE{sge(a, 0, 3000)},
 			RemoteAddr: memVA, RKey: b.mr.RKey},
-		rnic.SendWR{WRID: 2, Opcode: ib.WRRDMARead, Flags: ib.SendSignaled, SGL: []rnic.SGE{sge(a, 16384, 2500)},
+		ib.SendWR{WRID: 2, Opcode: ib.WRRDMARead, Flags: ib.SendSignaled, SGL: []ib.SGE{sge(a, 16384, 2500)},
 			RemoteAddr: memVA + 8192, RKey: b.mr.RKey},
-		rnic.SendWR{WRID: 3, Opcode: ib.WRSend, Flags: ib.SendSignaled, SGL: []rnic.SGE{sge(a, 0, 100)}},
-		rnic.SendWR{WRID: 4, Opcode: ib.WRAtomicFetchAdd, Flags: ib.SendSignaled, SGL: []rnic.SGE{sge(a, 24576, 8)},
+		ib.SendWR{WRID: 3, Opcode: ib.WRSend, Flags: ib.SendSignaled, SGL: []ib.SGE{sge(a, 0, 100)}},
+		ib.SendWR{WRID: 4, Opcode: ib.WRAtomicFetchAdd, Flags: ib.SendSignaled, SGL: []ib.SGE{sge(a, 24576, 8)},
 			RemoteAddr: memVA + 40960, RKey: b.mr.RKey, CompareAdd: 5},
-		rnic.SendWR{WRID: 5, Opcode: ib.WRAtomicCmpAndSwp, Flags: ib.SendSignaled, SGL: []rnic.SGE{sge(a, 24584, 8)},
+		ib.SendWR{WRID: 5, Opcode: ib.WRAtomicCmpAndSwp, Flags: ib.SendSignaled, SGL: []ib.SGE{sge(a, 24584, 8)},
 			RemoteAddr: memVA + 40960, RKey: b.mr.RKey, CompareAdd: 5, Swap: 7},
 	)
 	for i, wc := range a.poll(5, 30*time.Second) {

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/rnicd/rnicd/ib"
-	"github.com/rnicd/rnicd/rnic"
 	"github.com/rnicd/rnicd/wire/ibudp"
 )
 
@@ -17,17 +16,17 @@ func coalesceWrites(t *testing.T, p *pair, first uint64, off, n int) {
 	for i := 0; i < n; i++ {
 		o := off + 64*i
 		fill(p.a.mem[o:o+64], int(first)+i)
-		mustPost(t, p.a, p.qa, rnic.SendWR{WRID: first + uint64(i), Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled,
-			SGL: []rnic.SGE{sge(p.a, o, 64)}, RemoteAddr: memVA + uint64(o), RKey: p.b.mr.RKey})
+		mustPost(t, p.a, p.qa, ib.SendWR{WRID: first + uint64(i), Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled,
+			SGL: []ib.SGE{sge(p.a, o, 64)}, RemoteAddr: memVA + uint64(o), RKey: p.b.mr.RKey})
 	}
 }
 
 // checkWrites checks the completions of coalesceWrites' WRITEs, in order
 // and field by field, and their bytes at the responder.
-func checkWrites(t *testing.T, p *pair, wcs []rnic.WC, first uint64, off int) {
+func checkWrites(t *testing.T, p *pair, wcs []ib.WC, first uint64, off int) {
 	t.Helper()
 	for i, wc := range wcs {
-		checkWC(t, wc, rnic.WC{WRID: first + uint64(i), Status: ib.WCSuccess, Opcode: ib.WCRDMAWrite, ByteLen: 64, QPNum: p.qa.QPN})
+		checkWC(t, wc, ib.WC{WRID: first + uint64(i), Status: ib.WCSuccess, Opcode: ib.WCRDMAWrite, ByteLen: 64, QPNum: p.qa.QPN})
 	}
 	n := len(wcs)
 	sameBytes(t, "WRITEs at the responder", p.b.mem[off:off+64*n], p.a.mem[off:off+64*n])
@@ -76,8 +75,8 @@ func TestCoalescePostsPollSends(t *testing.T) {
 	waitCounter(t, p.a, "sent_pkts", 1, 10*time.Second)
 	// Three packets at MTU 1024: a GSO run of its own, sent at once.
 	fill(p.a.mem[4096:7096], 99)
-	mustPost(t, p.a, p.qa, rnic.SendWR{WRID: 50, Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled,
-		SGL: []rnic.SGE{sge(p.a, 4096, 3000)}, RemoteAddr: memVA + 4096, RKey: p.b.mr.RKey})
+	mustPost(t, p.a, p.qa, ib.SendWR{WRID: 50, Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled,
+		SGL: []ib.SGE{sge(p.a, 4096, 3000)}, RemoteAddr: memVA + 4096, RKey: p.b.mr.RKey})
 	waitCounter(t, p.a, "sent_pkts", 4, 10*time.Second)
 	if got, sent := counter(p.a, "post_deferred"), counter(p.a, "sent_pkts"); got != 0 || sent != 4 {
 		t.Fatalf("a 3-packet WRITE behind one in flight: post_deferred %d, sent_pkts %d; want 0, 4", got, sent)
@@ -104,8 +103,8 @@ func TestCoalescePostsPollSends(t *testing.T) {
 	// again, and they complete in order.
 	p.a.faulty.SetRX(ibudp.Faults{})
 	wcs := p.a.poll(12, 10*time.Second)
-	checkWC(t, wcs[0], rnic.WC{WRID: 1, Status: ib.WCSuccess, Opcode: ib.WCRDMAWrite, ByteLen: 64, QPNum: p.qa.QPN})
-	checkWC(t, wcs[1], rnic.WC{WRID: 50, Status: ib.WCSuccess, Opcode: ib.WCRDMAWrite, ByteLen: 3000, QPNum: p.qa.QPN})
+	checkWC(t, wcs[0], ib.WC{WRID: 1, Status: ib.WCSuccess, Opcode: ib.WCRDMAWrite, ByteLen: 64, QPNum: p.qa.QPN})
+	checkWC(t, wcs[1], ib.WC{WRID: 50, Status: ib.WCSuccess, Opcode: ib.WCRDMAWrite, ByteLen: 3000, QPNum: p.qa.QPN})
 	checkWrites(t, p, wcs[2:], 2, 64)
 }
 
@@ -118,11 +117,11 @@ func TestCoalescePostsPingPong(t *testing.T) {
 	p := newPair(t, pairOpts{coalesce: true, timeout: 18})
 	const rounds = 50
 	for i := 0; i < rounds; i++ {
-		mustRecv(t, p.b, p.qb, rnic.RecvWR{WRID: uint64(i), SGL: []rnic.SGE{sge(p.b, 0, 64)}})
-		mustRecv(t, p.a, p.qa, rnic.RecvWR{WRID: uint64(i), SGL: []rnic.SGE{sge(p.a, 0, 64)}})
-		mustPost(t, p.a, p.qa, rnic.SendWR{WRID: uint64(i), Opcode: ib.WRSend, Flags: ib.SendSignaled, SGL: []rnic.SGE{sge(p.a, 64, 8)}})
+		mustRecv(t, p.b, p.qb, ib.RecvWR{WRID: uint64(i), SGL: []ib.SGE{sge(p.b, 0, 64)}})
+		mustRecv(t, p.a, p.qa, ib.RecvWR{WRID: uint64(i), SGL: []ib.SGE{sge(p.a, 0, 64)}})
+		mustPost(t, p.a, p.qa, ib.SendWR{WRID: uint64(i), Opcode: ib.WRSend, Flags: ib.SendSignaled, SGL: []ib.SGE{sge(p.a, 64, 8)}})
 		p.b.poll(1, 10*time.Second)
-		mustPost(t, p.b, p.qb, rnic.SendWR{WRID: uint64(i), Opcode: ib.WRSend, Flags: ib.SendSignaled, SGL: []rnic.SGE{sge(p.b, 64, 8)}})
+		mustPost(t, p.b, p.qb, ib.SendWR{WRID: uint64(i), Opcode: ib.WRSend, Flags: ib.SendSignaled, SGL: []ib.SGE{sge(p.b, 64, 8)}})
 		got := p.a.poll(2, 10*time.Second)
 		p.b.poll(1, 10*time.Second)
 		if len(got) != 2 {

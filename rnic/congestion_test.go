@@ -24,8 +24,8 @@ func congested(t *testing.T, o pairOpts) *pair {
 	p.b.faulty.SetRX(ibudp.Faults{Link: ibudp.Link{Rate: 1e9, Queue: 1 << 20, KMin: 8 << 10, KMax: 8 << 10, PMax: 1}})
 	const n = 512 << 10
 	fill(p.a.mem[:n], 7)
-	mustPost(t, p.a, p.qa, rnic.SendWR{WRID: 1, Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled,
-		SGL: []rnic.SGE{sge(p.a, 0, n)}, RemoteAddr: memVA + 1<<20, RKey: p.b.mr.RKey})
+	mustPost(t, p.a, p.qa, ib.SendWR{WRID: 1, Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled,
+		SGL: []ib.SGE{sge(p.a, 0, n)}, RemoteAddr: memVA + 1<<20, RKey: p.b.mr.RKey})
 	if wc := p.a.poll(1, 30*time.Second); wc[0].Status != ib.WCSuccess {
 		t.Fatalf("WRITE: %v", &wc[0])
 	}

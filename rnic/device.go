@@ -488,7 +488,7 @@ func (d *Device) tracePost(qp *QP, wqes []qpmgr.SendWQE) {
 }
 
 // tracePostRecv tells the trace of receive WRs posted.
-func (d *Device) tracePostRecv(qp *QP, wrs []RecvWR) {
+func (d *Device) tracePostRecv(qp *QP, wrs []ib.RecvWR) {
 	for i := range wrs {
 		n := 0
 		for _, s := range wrs[i].SGL {

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/rnicd/rnicd/ib"
-	"github.com/rnicd/rnicd/rnic"
 	"github.com/rnicd/rnicd/wire/ibudp"
 )
 
@@ -29,29 +28,29 @@ func TestRCWriteReadSend(t *testing.T) {
 				wrid := uint64(i * 10)
 				// WRITE: a's [0,n) to b's [half, half+n).
 				fill(a.mem[:n], i+1)
-				mustPost(t, a, p.qa, rnic.SendWR{WRID: wrid, Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled,
-					SGL: []rnic.SGE{sge(a, 0, n)}, RemoteAddr: memVA + half, RKey: b.mr.RKey})
+				mustPost(t, a, p.qa, ib.SendWR{WRID: wrid, Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled,
+					SGL: []ib.SGE{sge(a, 0, n)}, RemoteAddr: memVA + half, RKey: b.mr.RKey})
 				wc := a.poll(1, 10*time.Second)[0]
-				checkWC(t, wc, rnic.WC{WRID: wrid, Opcode: ib.WCRDMAWrite, ByteLen: uint32(n), QPNum: p.qa.QPN})
+				checkWC(t, wc, ib.WC{WRID: wrid, Opcode: ib.WCRDMAWrite, ByteLen: uint32(n), QPNum: p.qa.QPN})
 				sameBytes(t, fmt.Sprintf("WRITE %d", n), b.mem[half:half+n], a.mem[:n])
 
 				// READ: b's [half, half+n) back into a's [half, half+n).
 				clear(a.mem[half : half+n])
-				mustPost(t, a, p.qa, rnic.SendWR{WRID: wrid + 1, Opcode: ib.WRRDMARead, Flags: ib.SendSignaled,
-					SGL: []rnic.SGE{sge(a, half, n)}, RemoteAddr: memVA + half, RKey: b.mr.RKey})
+				mustPost(t, a, p.qa, ib.SendWR{WRID: wrid + 1, Opcode: ib.WRRDMARead, Flags: ib.SendSignaled,
+					SGL: []ib.SGE{sge(a, half, n)}, RemoteAddr: memVA + half, RKey: b.mr.RKey})
 				wc = a.poll(1, 10*time.Second)[0]
-				checkWC(t, wc, rnic.WC{WRID: wrid + 1, Opcode: ib.WCRDMARead, ByteLen: uint32(n), QPNum: p.qa.QPN})
+				checkWC(t, wc, ib.WC{WRID: wrid + 1, Opcode: ib.WCRDMARead, ByteLen: uint32(n), QPNum: p.qa.QPN})
 				sameBytes(t, fmt.Sprintf("READ %d", n), a.mem[half:half+n], b.mem[half:half+n])
 
 				// SEND: a's [0,n) into a receive WQE of b at offset 0.
 				fill(a.mem[:n], i+100)
-				mustRecv(t, b, p.qb, rnic.RecvWR{WRID: wrid + 2, SGL: []rnic.SGE{sge(b, 0, n+16)}})
-				mustPost(t, a, p.qa, rnic.SendWR{WRID: wrid + 3, Opcode: ib.WRSend, Flags: ib.SendSignaled,
-					SGL: []rnic.SGE{sge(a, 0, n)}})
+				mustRecv(t, b, p.qb, ib.RecvWR{WRID: wrid + 2, SGL: []ib.SGE{sge(b, 0, n+16)}})
+				mustPost(t, a, p.qa, ib.SendWR{WRID: wrid + 3, Opcode: ib.WRSend, Flags: ib.SendSignaled,
+					SGL: []ib.SGE{sge(a, 0, n)}})
 				wc = a.poll(1, 10*time.Second)[0]
-				checkWC(t, wc, rnic.WC{WRID: wrid + 3, Opcode: ib.WCSend, ByteLen: uint32(n), QPNum: p.qa.QPN})
+				checkWC(t, wc, ib.WC{WRID: wrid + 3, Opcode: ib.WCSend, ByteLen: uint32(n), QPNum: p.qa.QPN})
 				wc = b.poll(1, 10*time.Second)[0]
-				checkWC(t, wc, rnic.WC{WRID: wrid + 2, Opcode: ib.WCRecv, ByteLen: uint32(n), QPNum: p.qb.QPN})
+				checkWC(t, wc, ib.WC{WRID: wrid + 2, Opcode: ib.WCRecv, ByteLen: uint32(n), QPNum: p.qb.QPN})
 				sameBytes(t, fmt.Sprintf("SEND %d", n), b.mem[:n], a.mem[:n])
 			}
 			t.Logf("retransmitted_pkts %d", counter(a, "retransmitted_pkts"))
@@ -65,21 +64,21 @@ func TestRCImmediate(t *testing.T) {
 	p := newPair(t, pairOpts{mtu: 1024})
 	a, b := p.a, p.b
 	fill(a.mem[:5000], 7)
-	mustRecv(t, b, p.qb, rnic.RecvWR{WRID: 70, SGL: []rnic.SGE{sge(b, 0, 0)}})
-	mustPost(t, a, p.qa, rnic.SendWR{WRID: 71, Opcode: ib.WRRDMAWriteWithImm, Flags: ib.SendSignaled,
-		SGL: []rnic.SGE{sge(a, 0, 5000)}, RemoteAddr: memVA + 8192, RKey: b.mr.RKey, Imm: 0xdeadbeef})
-	checkWC(t, a.poll(1, 5*time.Second)[0], rnic.WC{WRID: 71, Opcode: ib.WCRDMAWrite, ByteLen: 5000,
+	mustRecv(t, b, p.qb, ib.RecvWR{WRID: 70, SGL: []ib.SGE{sge(b, 0, 0)}})
+	mustPost(t, a, p.qa, ib.SendWR{WRID: 71, Opcode: ib.WRRDMAWriteWithImm, Flags: ib.SendSignaled,
+		SGL: []ib.SGE{sge(a, 0, 5000)}, RemoteAddr: memVA + 8192, RKey: b.mr.RKey, Imm: 0xdeadbeef})
+	checkWC(t, a.poll(1, 5*time.Second)[0], ib.WC{WRID: 71, Opcode: ib.WCRDMAWrite, ByteLen: 5000,
 		QPNum: p.qa.QPN, WCFlags: ib.WCFlagWithImm})
-	checkWC(t, b.poll(1, 5*time.Second)[0], rnic.WC{WRID: 70, Opcode: ib.WCRecvRDMAWithImm, ByteLen: 5000,
+	checkWC(t, b.poll(1, 5*time.Second)[0], ib.WC{WRID: 70, Opcode: ib.WCRecvRDMAWithImm, ByteLen: 5000,
 		QPNum: p.qb.QPN, WCFlags: ib.WCFlagWithImm, Imm: 0xdeadbeef})
 	sameBytes(t, "WRITE_WITH_IMM", b.mem[8192:8192+5000], a.mem[:5000])
 
-	mustRecv(t, b, p.qb, rnic.RecvWR{WRID: 72, SGL: []rnic.SGE{sge(b, 0, 3000)}})
-	mustPost(t, a, p.qa, rnic.SendWR{WRID: 73, Opcode: ib.WRSendWithImm, Flags: ib.SendSignaled,
-		SGL: []rnic.SGE{sge(a, 0, 2500)}, Imm: 42})
-	checkWC(t, a.poll(1, 5*time.Second)[0], rnic.WC{WRID: 73, Opcode: ib.WCSend, ByteLen: 2500,
+	mustRecv(t, b, p.qb, ib.RecvWR{WRID: 72, SGL: []ib.SGE{sge(b, 0, 3000)}})
+	mustPost(t, a, p.qa, ib.SendWR{WRID: 73, Opcode: ib.WRSendWithImm, Flags: ib.SendSignaled,
+		SGL: []ib.SGE{sge(a, 0, 2500)}, Imm: 42})
+	checkWC(t, a.poll(1, 5*time.Second)[0], ib.WC{WRID: 73, Opcode: ib.WCSend, ByteLen: 2500,
 		QPNum: p.qa.QPN, WCFlags: ib.WCFlagWithImm})
-	checkWC(t, b.poll(1, 5*time.Second)[0], rnic.WC{WRID: 72, Opcode: ib.WCRecv, ByteLen: 2500,
+	checkWC(t, b.poll(1, 5*time.Second)[0], ib.WC{WRID: 72, Opcode: ib.WCRecv, ByteLen: 2500,
 		QPNum: p.qb.QPN, WCFlags: ib.WCFlagWithImm, Imm: 42})
 	sameBytes(t, "SEND_WITH_IMM", b.mem[:2500], a.mem[:2500])
 }
@@ -93,22 +92,22 @@ func TestRCAtomics(t *testing.T) {
 	binary.NativeEndian.PutUint64(b.mem[64:], 1000)
 	b.fence()
 	steps := []struct {
-		wr        rnic.SendWR
+		wr        ib.SendWR
 		op        ib.WCOpcode
 		orig, now uint64
 	}{
-		{rnic.SendWR{Opcode: ib.WRAtomicFetchAdd, CompareAdd: 5}, ib.WCFetchAdd, 1000, 1005},
-		{rnic.SendWR{Opcode: ib.WRAtomicCmpAndSwp, CompareAdd: 1005, Swap: 77}, ib.WCCompSwap, 1005, 77},
-		{rnic.SendWR{Opcode: ib.WRAtomicCmpAndSwp, CompareAdd: 1, Swap: 99}, ib.WCCompSwap, 77, 77},
-		{rnic.SendWR{Opcode: ib.WRAtomicFetchAdd, CompareAdd: ^uint64(76)}, ib.WCFetchAdd, 77, 0},
+		{ib.SendWR{Opcode: ib.WRAtomicFetchAdd, CompareAdd: 5}, ib.WCFetchAdd, 1000, 1005},
+		{ib.SendWR{Opcode: ib.WRAtomicCmpAndSwp, CompareAdd: 1005, Swap: 77}, ib.WCCompSwap, 1005, 77},
+		{ib.SendWR{Opcode: ib.WRAtomicCmpAndSwp, CompareAdd: 1, Swap: 99}, ib.WCCompSwap, 77, 77},
+		{ib.SendWR{Opcode: ib.WRAtomicFetchAdd, CompareAdd: ^uint64(76)}, ib.WCFetchAdd, 77, 0},
 	}
 	for i, s := range steps {
 		wr := s.wr
 		wr.WRID, wr.Flags = uint64(i), ib.SendSignaled
-		wr.SGL = []rnic.SGE{sge(a, 128+8*i, 8)}
+		wr.SGL = []ib.SGE{sge(a, 128+8*i, 8)}
 		wr.RemoteAddr, wr.RKey = memVA+64, b.mr.RKey
 		mustPost(t, a, p.qa, wr)
-		checkWC(t, a.poll(1, 5*time.Second)[0], rnic.WC{WRID: uint64(i), Opcode: s.op, ByteLen: 8, QPNum: p.qa.QPN})
+		checkWC(t, a.poll(1, 5*time.Second)[0], ib.WC{WRID: uint64(i), Opcode: s.op, ByteLen: 8, QPNum: p.qa.QPN})
 		if got := word(a, 128+8*i); got != s.orig {
 			t.Errorf("step %d: original value %d, want %d", i, got, s.orig)
 		}
@@ -128,15 +127,15 @@ func TestRCSendWithInvalidate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mustRecv(t, b, p.qb, rnic.RecvWR{WRID: 1, SGL: []rnic.SGE{sge(b, 0, 64)}})
-	mustPost(t, a, p.qa, rnic.SendWR{WRID: 2, Opcode: ib.WRSendWithInv, Flags: ib.SendSignaled,
-		SGL: []rnic.SGE{sge(a, 0, 16)}, InvRKey: mr2.RKey})
-	checkWC(t, a.poll(1, 5*time.Second)[0], rnic.WC{WRID: 2, Opcode: ib.WCSend, ByteLen: 16, QPNum: p.qa.QPN})
-	checkWC(t, b.poll(1, 5*time.Second)[0], rnic.WC{WRID: 1, Opcode: ib.WCRecv, ByteLen: 16, QPNum: p.qb.QPN,
+	mustRecv(t, b, p.qb, ib.RecvWR{WRID: 1, SGL: []ib.SGE{sge(b, 0, 64)}})
+	mustPost(t, a, p.qa, ib.SendWR{WRID: 2, Opcode: ib.WRSendWithInv, Flags: ib.SendSignaled,
+		SGL: []ib.SGE{sge(a, 0, 16)}, InvRKey: mr2.RKey})
+	checkWC(t, a.poll(1, 5*time.Second)[0], ib.WC{WRID: 2, Opcode: ib.WCSend, ByteLen: 16, QPNum: p.qa.QPN})
+	checkWC(t, b.poll(1, 5*time.Second)[0], ib.WC{WRID: 1, Opcode: ib.WCRecv, ByteLen: 16, QPNum: p.qb.QPN,
 		WCFlags: ib.WCFlagWithInv, Imm: mr2.RKey})
-	mustPost(t, a, p.qa, rnic.SendWR{WRID: 3, Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled,
-		SGL: []rnic.SGE{sge(a, 0, 16)}, RemoteAddr: 0x5000, RKey: mr2.RKey})
-	checkWC(t, a.poll(1, 5*time.Second)[0], rnic.WC{WRID: 3, Status: ib.WCRemAccessErr, Opcode: ib.WCRDMAWrite, QPNum: p.qa.QPN})
+	mustPost(t, a, p.qa, ib.SendWR{WRID: 3, Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled,
+		SGL: []ib.SGE{sge(a, 0, 16)}, RemoteAddr: 0x5000, RKey: mr2.RKey})
+	checkWC(t, a.poll(1, 5*time.Second)[0], ib.WC{WRID: 3, Status: ib.WCRemAccessErr, Opcode: ib.WCRDMAWrite, QPNum: p.qa.QPN})
 }
 
 // TestRCMultiSGE gathers from three SGEs and scatters into three others.
@@ -144,19 +143,19 @@ func TestRCMultiSGE(t *testing.T) {
 	p := newPair(t, pairOpts{mtu: 256})
 	a, b := p.a, p.b
 	fill(a.mem[:1<<16], 3)
-	src := []rnic.SGE{sge(a, 100, 300), sge(a, 5000, 1), sge(a, 9000, 700)}
+	src := []ib.SGE{sge(a, 100, 300), sge(a, 5000, 1), sge(a, 9000, 700)}
 	want := append(append(append([]byte{}, a.mem[100:400]...), a.mem[5000:5001]...), a.mem[9000:9700]...)
-	mustRecv(t, b, p.qb, rnic.RecvWR{WRID: 1, SGL: []rnic.SGE{sge(b, 0, 17), sge(b, 1000, 500), sge(b, 3000, 1000)}})
-	mustPost(t, a, p.qa, rnic.SendWR{WRID: 2, Opcode: ib.WRSend, Flags: ib.SendSignaled, SGL: src})
-	checkWC(t, a.poll(1, 5*time.Second)[0], rnic.WC{WRID: 2, Opcode: ib.WCSend, ByteLen: 1001, QPNum: p.qa.QPN})
-	checkWC(t, b.poll(1, 5*time.Second)[0], rnic.WC{WRID: 1, Opcode: ib.WCRecv, ByteLen: 1001, QPNum: p.qb.QPN})
+	mustRecv(t, b, p.qb, ib.RecvWR{WRID: 1, SGL: []ib.SGE{sge(b, 0, 17), sge(b, 1000, 500), sge(b, 3000, 1000)}})
+	mustPost(t, a, p.qa, ib.SendWR{WRID: 2, Opcode: ib.WRSend, Flags: ib.SendSignaled, SGL: src})
+	checkWC(t, a.poll(1, 5*time.Second)[0], ib.WC{WRID: 2, Opcode: ib.WCSend, ByteLen: 1001, QPNum: p.qa.QPN})
+	checkWC(t, b.poll(1, 5*time.Second)[0], ib.WC{WRID: 1, Opcode: ib.WCRecv, ByteLen: 1001, QPNum: p.qb.QPN})
 	got := append(append(append([]byte{}, b.mem[0:17]...), b.mem[1000:1500]...), b.mem[3000:3484]...)
 	sameBytes(t, "3-SGE SEND", got, want)
 
 	// READ scattering into three SGEs.
-	mustPost(t, a, p.qa, rnic.SendWR{WRID: 3, Opcode: ib.WRRDMARead, Flags: ib.SendSignaled,
-		SGL: []rnic.SGE{sge(a, 20000, 10), sge(a, 30000, 1000), sge(a, 40000, 14)}, RemoteAddr: memVA + 1000, RKey: b.mr.RKey})
-	checkWC(t, a.poll(1, 5*time.Second)[0], rnic.WC{WRID: 3, Opcode: ib.WCRDMARead, ByteLen: 1024, QPNum: p.qa.QPN})
+	mustPost(t, a, p.qa, ib.SendWR{WRID: 3, Opcode: ib.WRRDMARead, Flags: ib.SendSignaled,
+		SGL: []ib.SGE{sge(a, 20000, 10), sge(a, 30000, 1000), sge(a, 40000, 14)}, RemoteAddr: memVA + 1000, RKey: b.mr.RKey})
+	checkWC(t, a.poll(1, 5*time.Second)[0], ib.WC{WRID: 3, Opcode: ib.WCRDMARead, ByteLen: 1024, QPNum: p.qa.QPN})
 	got = append(append(append([]byte{}, a.mem[20000:20010]...), a.mem[30000:31000]...), a.mem[40000:40014]...)
 	sameBytes(t, "3-SGE READ", got, b.mem[1000:2024])
 }
@@ -167,11 +166,11 @@ func TestRCInlineUnsignaled(t *testing.T) {
 	p := newPair(t, pairOpts{maxInline: 256})
 	a, b := p.a, p.b
 	const n = 20
-	var wrs []rnic.SendWR
+	var wrs []ib.SendWR
 	for i := range n {
-		mustRecv(t, b, p.qb, rnic.RecvWR{WRID: uint64(100 + i), SGL: []rnic.SGE{sge(b, 256*i, 256)}})
+		mustRecv(t, b, p.qb, ib.RecvWR{WRID: uint64(100 + i), SGL: []ib.SGE{sge(b, 256*i, 256)}})
 		data := []byte(fmt.Sprintf("inline message %02d", i))
-		wr := rnic.SendWR{WRID: uint64(i), Opcode: ib.WRSend, Flags: ib.SendInline, InlineData: data}
+		wr := ib.SendWR{WRID: uint64(i), Opcode: ib.WRSend, Flags: ib.SendInline, InlineData: data}
 		if i == n-1 {
 			wr.Flags |= ib.SendSignaled
 		}
@@ -181,14 +180,14 @@ func TestRCInlineUnsignaled(t *testing.T) {
 	for i := range wrs {
 		clear(wrs[i].InlineData) // the NIC copied it at post time
 	}
-	checkWC(t, a.poll(1, 5*time.Second)[0], rnic.WC{WRID: n - 1, Opcode: ib.WCSend, ByteLen: 17, QPNum: p.qa.QPN})
+	checkWC(t, a.poll(1, 5*time.Second)[0], ib.WC{WRID: n - 1, Opcode: ib.WCSend, ByteLen: 17, QPNum: p.qa.QPN})
 	a.noMore(50 * time.Millisecond)
 	wcs := b.poll(n, 5*time.Second)
 	for i, wc := range wcs {
-		checkWC(t, wc, rnic.WC{WRID: uint64(100 + i), Opcode: ib.WCRecv, ByteLen: 17, QPNum: p.qb.QPN})
+		checkWC(t, wc, ib.WC{WRID: uint64(100 + i), Opcode: ib.WCRecv, ByteLen: 17, QPNum: p.qb.QPN})
 		sameBytes(t, "inline", b.mem[256*i:256*i+17], []byte(fmt.Sprintf("inline message %02d", i)))
 	}
-	if err := a.dev.PostSend(p.qa, []rnic.SendWR{{Opcode: ib.WRSend, Flags: ib.SendInline, InlineData: make([]byte, 257)}}); err == nil {
+	if err := a.dev.PostSend(p.qa, []ib.SendWR{{Opcode: ib.WRSend, Flags: ib.SendInline, InlineData: make([]byte, 257)}}); err == nil {
 		t.Fatal("257 bytes inline on a QP with max_inline_data 256 was accepted")
 	}
 }
@@ -198,18 +197,18 @@ func TestRCSRQ(t *testing.T) {
 	p := newPair(t, pairOpts{srq: true})
 	a, b := p.a, p.b
 	for i := range 8 {
-		mustRecv(t, b, p.qb, rnic.RecvWR{WRID: uint64(i), SGL: []rnic.SGE{sge(b, 4096*i, 4096)}})
+		mustRecv(t, b, p.qb, ib.RecvWR{WRID: uint64(i), SGL: []ib.SGE{sge(b, 4096*i, 4096)}})
 	}
-	if err := b.dev.PostRecv(p.qb, []rnic.RecvWR{{WRID: 1}}); err == nil {
+	if err := b.dev.PostRecv(p.qb, []ib.RecvWR{{WRID: 1}}); err == nil {
 		t.Fatal("PostRecv on a QP with an SRQ succeeded")
 	}
 	fill(a.mem[:8*3000], 9)
 	for i := range 8 {
-		mustPost(t, a, p.qa, rnic.SendWR{WRID: uint64(i), Opcode: ib.WRSend, Flags: ib.SendSignaled, SGL: []rnic.SGE{sge(a, 3000*i, 3000)}})
+		mustPost(t, a, p.qa, ib.SendWR{WRID: uint64(i), Opcode: ib.WRSend, Flags: ib.SendSignaled, SGL: []ib.SGE{sge(a, 3000*i, 3000)}})
 	}
 	a.poll(8, 5*time.Second)
 	for i, wc := range b.poll(8, 5*time.Second) {
-		checkWC(t, wc, rnic.WC{WRID: uint64(i), Opcode: ib.WCRecv, ByteLen: 3000, QPNum: p.qb.QPN})
+		checkWC(t, wc, ib.WC{WRID: uint64(i), Opcode: ib.WCRecv, ByteLen: 3000, QPNum: p.qb.QPN})
 		sameBytes(t, "SRQ", b.mem[4096*i:4096*i+3000], a.mem[3000*i:3000*i+3000])
 	}
 	if p.qb.SRQ.Len() != 0 {
@@ -223,21 +222,21 @@ func TestUC(t *testing.T) {
 	p := newPair(t, pairOpts{typ: ib.QPTypeUC, mtu: 1024})
 	a, b := p.a, p.b
 	fill(a.mem[:100000], 11)
-	mustRecv(t, b, p.qb, rnic.RecvWR{WRID: 5, SGL: []rnic.SGE{sge(b, 0, 10000)}})
-	mustPost(t, a, p.qa, rnic.SendWR{WRID: 1, Opcode: ib.WRSend, Flags: ib.SendSignaled, SGL: []rnic.SGE{sge(a, 0, 9999)}})
-	checkWC(t, a.poll(1, 5*time.Second)[0], rnic.WC{WRID: 1, Opcode: ib.WCSend, ByteLen: 9999, QPNum: p.qa.QPN})
-	checkWC(t, b.poll(1, 5*time.Second)[0], rnic.WC{WRID: 5, Opcode: ib.WCRecv, ByteLen: 9999, QPNum: p.qb.QPN})
+	mustRecv(t, b, p.qb, ib.RecvWR{WRID: 5, SGL: []ib.SGE{sge(b, 0, 10000)}})
+	mustPost(t, a, p.qa, ib.SendWR{WRID: 1, Opcode: ib.WRSend, Flags: ib.SendSignaled, SGL: []ib.SGE{sge(a, 0, 9999)}})
+	checkWC(t, a.poll(1, 5*time.Second)[0], ib.WC{WRID: 1, Opcode: ib.WCSend, ByteLen: 9999, QPNum: p.qa.QPN})
+	checkWC(t, b.poll(1, 5*time.Second)[0], ib.WC{WRID: 5, Opcode: ib.WCRecv, ByteLen: 9999, QPNum: p.qb.QPN})
 	sameBytes(t, "UC SEND", b.mem[:9999], a.mem[:9999])
 
-	mustPost(t, a, p.qa, rnic.SendWR{WRID: 2, Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled,
-		SGL: []rnic.SGE{sge(a, 0, 100000)}, RemoteAddr: memVA + 200000, RKey: b.mr.RKey})
-	checkWC(t, a.poll(1, 5*time.Second)[0], rnic.WC{WRID: 2, Opcode: ib.WCRDMAWrite, ByteLen: 100000, QPNum: p.qa.QPN})
+	mustPost(t, a, p.qa, ib.SendWR{WRID: 2, Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled,
+		SGL: []ib.SGE{sge(a, 0, 100000)}, RemoteAddr: memVA + 200000, RKey: b.mr.RKey})
+	checkWC(t, a.poll(1, 5*time.Second)[0], ib.WC{WRID: 2, Opcode: ib.WCRDMAWrite, ByteLen: 100000, QPNum: p.qa.QPN})
 	// UC has no ACK: the data's arrival is seen by a WRITE_WITH_IMM behind it.
-	mustRecv(t, b, p.qb, rnic.RecvWR{WRID: 6})
-	mustPost(t, a, p.qa, rnic.SendWR{WRID: 3, Opcode: ib.WRRDMAWriteWithImm, RemoteAddr: memVA, RKey: b.mr.RKey, Imm: 9})
-	checkWC(t, b.poll(1, 5*time.Second)[0], rnic.WC{WRID: 6, Opcode: ib.WCRecvRDMAWithImm, QPNum: p.qb.QPN, WCFlags: ib.WCFlagWithImm, Imm: 9})
+	mustRecv(t, b, p.qb, ib.RecvWR{WRID: 6})
+	mustPost(t, a, p.qa, ib.SendWR{WRID: 3, Opcode: ib.WRRDMAWriteWithImm, RemoteAddr: memVA, RKey: b.mr.RKey, Imm: 9})
+	checkWC(t, b.poll(1, 5*time.Second)[0], ib.WC{WRID: 6, Opcode: ib.WCRecvRDMAWithImm, QPNum: p.qb.QPN, WCFlags: ib.WCFlagWithImm, Imm: 9})
 	sameBytes(t, "UC WRITE", b.mem[200000:300000], a.mem[:100000])
-	if err := a.dev.PostSend(p.qa, []rnic.SendWR{{Opcode: ib.WRRDMARead}}); err == nil {
+	if err := a.dev.PostSend(p.qa, []ib.SendWR{{Opcode: ib.WRRDMARead}}); err == nil {
 		t.Fatal("RDMA READ on a UC QP was accepted")
 	}
 }
@@ -251,14 +250,14 @@ func TestUCBackToBack(t *testing.T) {
 	fill(a.mem[:20000], 13)
 	sizes := []int{100, 100, 100, 3000, 3000, 1}
 	for i := range sizes {
-		mustRecv(t, b, p.qb, rnic.RecvWR{WRID: uint64(10 + i), SGL: []rnic.SGE{sge(b, i*4096, 4096)}})
+		mustRecv(t, b, p.qb, ib.RecvWR{WRID: uint64(10 + i), SGL: []ib.SGE{sge(b, i*4096, 4096)}})
 	}
 	for i, n := range sizes {
-		mustPost(t, a, p.qa, rnic.SendWR{WRID: uint64(i), Opcode: ib.WRSend, SGL: []rnic.SGE{sge(a, i*4096, n)}})
+		mustPost(t, a, p.qa, ib.SendWR{WRID: uint64(i), Opcode: ib.WRSend, SGL: []ib.SGE{sge(a, i*4096, n)}})
 	}
 	got := b.poll(len(sizes), 5*time.Second)
 	for i, n := range sizes {
-		checkWC(t, got[i], rnic.WC{WRID: uint64(10 + i), Opcode: ib.WCRecv, ByteLen: uint32(n), QPNum: p.qb.QPN})
+		checkWC(t, got[i], ib.WC{WRID: uint64(10 + i), Opcode: ib.WCRecv, ByteLen: uint32(n), QPNum: p.qb.QPN})
 		sameBytes(t, fmt.Sprintf("UC SEND %d", i), b.mem[i*4096:i*4096+n], a.mem[i*4096:i*4096+n])
 	}
 	if c := b.dev.Counters()["drop_uc_message"]; c != 0 {
@@ -275,12 +274,12 @@ func TestUD(t *testing.T) {
 	fill(a.mem[:1024], 12)
 	ah := &ib.AH{DGID: ibudp.GIDFromAddr(b.dev.QueryPort().Addr), HopLimit: 64}
 	for i, n := range []int{0, 1, 1000, 1024} {
-		mustRecv(t, b, p.qb, rnic.RecvWR{WRID: uint64(i), SGL: []rnic.SGE{sge(b, 0, 40+1024)}})
-		mustPost(t, a, p.qa, rnic.SendWR{WRID: uint64(10 + i), Opcode: ib.WRSendWithImm, Flags: ib.SendSignaled,
-			SGL: []rnic.SGE{sge(a, 0, n)}, AH: ah, RemoteQPN: p.qb.QPN, RemoteQKey: qkey, Imm: uint32(i)})
-		checkWC(t, a.poll(1, 5*time.Second)[0], rnic.WC{WRID: uint64(10 + i), Opcode: ib.WCSend, ByteLen: uint32(n),
+		mustRecv(t, b, p.qb, ib.RecvWR{WRID: uint64(i), SGL: []ib.SGE{sge(b, 0, 40+1024)}})
+		mustPost(t, a, p.qa, ib.SendWR{WRID: uint64(10 + i), Opcode: ib.WRSendWithImm, Flags: ib.SendSignaled,
+			SGL: []ib.SGE{sge(a, 0, n)}, AH: ah, RemoteQPN: p.qb.QPN, RemoteQKey: qkey, Imm: uint32(i)})
+		checkWC(t, a.poll(1, 5*time.Second)[0], ib.WC{WRID: uint64(10 + i), Opcode: ib.WCSend, ByteLen: uint32(n),
 			QPNum: p.qa.QPN, WCFlags: ib.WCFlagWithImm})
-		checkWC(t, b.poll(1, 5*time.Second)[0], rnic.WC{WRID: uint64(i), Opcode: ib.WCRecv, ByteLen: uint32(40 + n),
+		checkWC(t, b.poll(1, 5*time.Second)[0], ib.WC{WRID: uint64(i), Opcode: ib.WCRecv, ByteLen: uint32(40 + n),
 			QPNum: p.qb.QPN, SrcQP: p.qa.QPN, WCFlags: ib.WCFlagGRH | ib.WCFlagWithImm, Imm: uint32(i)})
 		sameBytes(t, "UD payload", b.mem[40:40+n], a.mem[:n])
 		grh := b.mem[:40]
@@ -291,28 +290,28 @@ func TestUD(t *testing.T) {
 			t.Fatalf("GRH area % x", grh)
 		}
 	}
-	mustRecv(t, b, p.qb, rnic.RecvWR{WRID: 99, SGL: []rnic.SGE{sge(b, 0, 1064)}})
-	mustPost(t, a, p.qa, rnic.SendWR{WRID: 20, Opcode: ib.WRSend, Flags: ib.SendSignaled,
-		SGL: []rnic.SGE{sge(a, 0, 8)}, AH: ah, RemoteQPN: p.qb.QPN, RemoteQKey: qkey + 1})
+	mustRecv(t, b, p.qb, ib.RecvWR{WRID: 99, SGL: []ib.SGE{sge(b, 0, 1064)}})
+	mustPost(t, a, p.qa, ib.SendWR{WRID: 20, Opcode: ib.WRSend, Flags: ib.SendSignaled,
+		SGL: []ib.SGE{sge(a, 0, 8)}, AH: ah, RemoteQPN: p.qb.QPN, RemoteQKey: qkey + 1})
 	a.poll(1, 5*time.Second)
 	b.noMore(50 * time.Millisecond)
 	if c := counter(b, "drop_bad_qkey"); c != 1 {
 		t.Fatalf("drop_bad_qkey = %d, want 1", c)
 	}
-	if err := a.dev.PostSend(p.qa, []rnic.SendWR{{Opcode: ib.WRSend, SGL: []rnic.SGE{sge(a, 0, 1025)}, AH: ah}}); err == nil {
+	if err := a.dev.PostSend(p.qa, []ib.SendWR{{Opcode: ib.WRSend, SGL: []ib.SGE{sge(a, 0, 1025)}, AH: ah}}); err == nil {
 		t.Fatal("UD send larger than the MTU was accepted")
 	}
 	far := *ah
 	far.SGIDIndex = ib.GIDTableLen
-	err := a.dev.PostSend(p.qa, []rnic.SendWR{{Opcode: ib.WRSend, SGL: []rnic.SGE{sge(a, 0, 8)}, AH: &far, RemoteQPN: p.qb.QPN, RemoteQKey: qkey}})
+	err := a.dev.PostSend(p.qa, []ib.SendWR{{Opcode: ib.WRSend, SGL: []ib.SGE{sge(a, 0, 8)}, AH: &far, RemoteQPN: p.qb.QPN, RemoteQKey: qkey}})
 	if err == nil || !strings.Contains(err.Error(), "sgid_index 2: the port's GID table has 2 entries") {
 		t.Fatalf("UD send with an sgid_index past the GID table: %v", err)
 	}
 	// The last index is taken; the receive left by the bad Q_Key takes it.
 	last := *ah
 	last.SGIDIndex = ib.GIDTableLen - 1
-	mustPost(t, a, p.qa, rnic.SendWR{WRID: 21, Opcode: ib.WRSend, Flags: ib.SendSignaled,
-		SGL: []rnic.SGE{sge(a, 0, 8)}, AH: &last, RemoteQPN: p.qb.QPN, RemoteQKey: qkey})
-	checkWC(t, a.poll(1, 5*time.Second)[0], rnic.WC{WRID: 21, Opcode: ib.WCSend, ByteLen: 8, QPNum: p.qa.QPN})
-	checkWC(t, b.poll(1, 5*time.Second)[0], rnic.WC{WRID: 99, Opcode: ib.WCRecv, ByteLen: 48, QPNum: p.qb.QPN, SrcQP: p.qa.QPN, WCFlags: ib.WCFlagGRH})
+	mustPost(t, a, p.qa, ib.SendWR{WRID: 21, Opcode: ib.WRSend, Flags: ib.SendSignaled,
+		SGL: []ib.SGE{sge(a, 0, 8)}, AH: &last, RemoteQPN: p.qb.QPN, RemoteQKey: qkey})
+	checkWC(t, a.poll(1, 5*time.Second)[0], ib.WC{WRID: 21, Opcode: ib.WCSend, ByteLen: 8, QPNum: p.qa.QPN})
+	checkWC(t, b.poll(1, 5*time.Second)[0], ib.WC{WRID: 99, Opcode: ib.WCRecv, ByteLen: 48, QPNum: p.qb.QPN, SrcQP: p.qa.QPN, WCFlags: ib.WCFlagGRH})
 }

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/rnicd/rnicd/ib"
-	"github.com/rnicd/rnicd/rnic"
 	"github.com/rnicd/rnicd/rnic/qpmgr"
 	"github.com/rnicd/rnicd/wire/ibudp"
 )
@@ -16,32 +15,32 @@ import (
 // expectFatal posts a bad WR and two good ones behind it, and checks the
 // bad one completes with status, the others flush, and both QPs end in ERR
 // with their receive WQEs flushed.
-func expectFatal(t *testing.T, p *pair, bad rnic.SendWR, status ib.WCStatus) {
+func expectFatal(t *testing.T, p *pair, bad ib.SendWR, status ib.WCStatus) {
 	t.Helper()
 	a, b := p.a, p.b
-	mustRecv(t, b, p.qb, rnic.RecvWR{WRID: 500, SGL: []rnic.SGE{sge(b, 0, 64)}})
+	mustRecv(t, b, p.qb, ib.RecvWR{WRID: 500, SGL: []ib.SGE{sge(b, 0, 64)}})
 	bad.WRID, bad.Flags = 1, bad.Flags|ib.SendSignaled
-	good := rnic.SendWR{WRID: 2, Opcode: ib.WRRDMAWrite, SGL: []rnic.SGE{sge(a, 0, 8)}, RemoteAddr: memVA, RKey: b.mr.RKey}
+	good := ib.SendWR{WRID: 2, Opcode: ib.WRRDMAWrite, SGL: []ib.SGE{sge(a, 0, 8)}, RemoteAddr: memVA, RKey: b.mr.RKey}
 	mustPost(t, a, p.qa, bad, good, good)
 	wcs := a.poll(3, 5*time.Second)
-	checkWC(t, wcs[0], rnic.WC{WRID: 1, Status: status, Opcode: bad.Opcode.WCOpcode(), QPNum: p.qa.QPN})
+	checkWC(t, wcs[0], ib.WC{WRID: 1, Status: status, Opcode: bad.Opcode.WCOpcode(), QPNum: p.qa.QPN})
 	for _, wc := range wcs[1:] {
-		checkWC(t, wc, rnic.WC{WRID: 2, Status: ib.WCWRFlushErr, Opcode: ib.WCRDMAWrite, QPNum: p.qa.QPN})
+		checkWC(t, wc, ib.WC{WRID: 2, Status: ib.WCWRFlushErr, Opcode: ib.WCRDMAWrite, QPNum: p.qa.QPN})
 	}
 	if st := a.dev.QueryQP(p.qa).State; st != ib.QPSErr {
 		t.Fatalf("requester QP in %v after %v", st, status)
 	}
 	// The responder's side of a class B/C error is ERR too: its receive
 	// WQE comes back flushed.
-	checkWC(t, b.poll(1, 5*time.Second)[0], rnic.WC{WRID: 500, Status: ib.WCWRFlushErr, Opcode: ib.WCRecv, QPNum: p.qb.QPN})
+	checkWC(t, b.poll(1, 5*time.Second)[0], ib.WC{WRID: 500, Status: ib.WCWRFlushErr, Opcode: ib.WCRecv, QPNum: p.qb.QPN})
 	// A WR posted in ERR completes at once, flushed.
-	mustPost(t, a, p.qa, rnic.SendWR{WRID: 3, Opcode: ib.WRSend})
-	checkWC(t, a.poll(1, time.Second)[0], rnic.WC{WRID: 3, Status: ib.WCWRFlushErr, Opcode: ib.WCSend, QPNum: p.qa.QPN})
+	mustPost(t, a, p.qa, ib.SendWR{WRID: 3, Opcode: ib.WRSend})
+	checkWC(t, a.poll(1, time.Second)[0], ib.WC{WRID: 3, Status: ib.WCWRFlushErr, Opcode: ib.WCSend, QPNum: p.qa.QPN})
 }
 
 func TestBadRKey(t *testing.T) {
 	p := newPair(t, pairOpts{})
-	expectFatal(t, p, rnic.SendWR{Opcode: ib.WRRDMAWrite, SGL: []rnic.SGE{sge(p.a, 0, 100)},
+	expectFatal(t, p, ib.SendWR{Opcode: ib.WRRDMAWrite, SGL: []ib.SGE{sge(p.a, 0, 100)},
 		RemoteAddr: memVA, RKey: p.b.mr.RKey ^ 0x100}, ib.WCRemAccessErr)
 	if c := counter(p.b, "naks_sent"); c != 1 {
 		t.Fatalf("naks_sent = %d, want 1", c)
@@ -62,7 +61,7 @@ func TestOutOfBounds(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := newPair(t, pairOpts{})
-			expectFatal(t, p, rnic.SendWR{Opcode: tc.op, SGL: []rnic.SGE{sge(p.a, 0, tc.n)}, RemoteAddr: tc.va, RKey: p.b.mr.RKey}, ib.WCRemAccessErr)
+			expectFatal(t, p, ib.SendWR{Opcode: tc.op, SGL: []ib.SGE{sge(p.a, 0, tc.n)}, RemoteAddr: tc.va, RKey: p.b.mr.RKey}, ib.WCRemAccessErr)
 		})
 	}
 }
@@ -77,11 +76,11 @@ func TestAccessFlags(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		expectFatal(t, p, rnic.SendWR{Opcode: ib.WRRDMAWrite, SGL: []rnic.SGE{sge(p.a, 0, 16)}, RemoteAddr: 0x9000, RKey: ro.RKey}, ib.WCRemAccessErr)
+		expectFatal(t, p, ib.SendWR{Opcode: ib.WRRDMAWrite, SGL: []ib.SGE{sge(p.a, 0, 16)}, RemoteAddr: 0x9000, RKey: ro.RKey}, ib.WCRemAccessErr)
 	})
 	t.Run("qp", func(t *testing.T) {
 		p := newPair(t, pairOpts{accessB: ib.AccessRemoteWrite})
-		expectFatal(t, p, rnic.SendWR{Opcode: ib.WRRDMARead, SGL: []rnic.SGE{sge(p.a, 0, 16)}, RemoteAddr: memVA, RKey: p.b.mr.RKey}, ib.WCRemInvReqErr)
+		expectFatal(t, p, ib.SendWR{Opcode: ib.WRRDMARead, SGL: []ib.SGE{sge(p.a, 0, 16)}, RemoteAddr: memVA, RKey: p.b.mr.RKey}, ib.WCRemInvReqErr)
 	})
 	t.Run("other pd", func(t *testing.T) {
 		p := newPair(t, pairOpts{})
@@ -90,20 +89,20 @@ func TestAccessFlags(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		expectFatal(t, p, rnic.SendWR{Opcode: ib.WRRDMAWrite, SGL: []rnic.SGE{sge(p.a, 0, 16)}, RemoteAddr: 0x9000, RKey: mr.RKey}, ib.WCRemAccessErr)
+		expectFatal(t, p, ib.SendWR{Opcode: ib.WRRDMAWrite, SGL: []ib.SGE{sge(p.a, 0, 16)}, RemoteAddr: 0x9000, RKey: mr.RKey}, ib.WCRemAccessErr)
 	})
 	t.Run("local lkey", func(t *testing.T) {
 		p := newPair(t, pairOpts{})
-		bad := rnic.SendWR{Opcode: ib.WRRDMAWrite, SGL: []rnic.SGE{{Addr: memVA, Length: 16, LKey: p.a.mr.LKey + 0x100}}, RemoteAddr: memVA, RKey: p.b.mr.RKey}
+		bad := ib.SendWR{Opcode: ib.WRRDMAWrite, SGL: []ib.SGE{{Addr: memVA, Length: 16, LKey: p.a.mr.LKey + 0x100}}, RemoteAddr: memVA, RKey: p.b.mr.RKey}
 		mustPost(t, p.a, p.qa, bad)
 		bad.WRID, bad.Flags = 1, ib.SendSignaled
-		checkWC(t, p.a.poll(1, 5*time.Second)[0], rnic.WC{Status: ib.WCLocProtErr, Opcode: ib.WCRDMAWrite, QPNum: p.qa.QPN})
+		checkWC(t, p.a.poll(1, 5*time.Second)[0], ib.WC{Status: ib.WCLocProtErr, Opcode: ib.WCRDMAWrite, QPNum: p.qa.QPN})
 	})
 }
 
 func TestMisalignedAtomic(t *testing.T) {
 	p := newPair(t, pairOpts{})
-	expectFatal(t, p, rnic.SendWR{Opcode: ib.WRAtomicFetchAdd, SGL: []rnic.SGE{sge(p.a, 0, 8)}, RemoteAddr: memVA + 4, RKey: p.b.mr.RKey, CompareAdd: 1}, ib.WCRemInvReqErr)
+	expectFatal(t, p, ib.SendWR{Opcode: ib.WRAtomicFetchAdd, SGL: []ib.SGE{sge(p.a, 0, 8)}, RemoteAddr: memVA + 4, RKey: p.b.mr.RKey, CompareAdd: 1}, ib.WCRemInvReqErr)
 	for _, b := range p.b.mem[:16] {
 		if b != 0 {
 			t.Fatal("a misaligned atomic changed remote memory")
@@ -115,8 +114,8 @@ func TestMisalignedAtomic(t *testing.T) {
 // with rnr_retry 0 completes with RNR_RETRY_EXC_ERR.
 func TestRNRRetryZero(t *testing.T) {
 	p := newPair(t, pairOpts{rnrRetry: 0})
-	mustPost(t, p.a, p.qa, rnic.SendWR{WRID: 1, Opcode: ib.WRSend, Flags: ib.SendSignaled, SGL: []rnic.SGE{sge(p.a, 0, 10)}})
-	checkWC(t, p.a.poll(1, 5*time.Second)[0], rnic.WC{WRID: 1, Status: ib.WCRNRRetryExcErr, Opcode: ib.WCSend, QPNum: p.qa.QPN})
+	mustPost(t, p.a, p.qa, ib.SendWR{WRID: 1, Opcode: ib.WRSend, Flags: ib.SendSignaled, SGL: []ib.SGE{sge(p.a, 0, 10)}})
+	checkWC(t, p.a.poll(1, 5*time.Second)[0], ib.WC{WRID: 1, Status: ib.WCRNRRetryExcErr, Opcode: ib.WCSend, QPNum: p.qa.QPN})
 	for n, name := range map[*node]string{p.a: "rcvd_rnr_err", p.b: "send_rnr_err"} {
 		if c := counter(n, name); c != 1 {
 			t.Errorf("%s = %d, want 1", name, c)
@@ -134,11 +133,11 @@ func TestRNRRetryZero(t *testing.T) {
 func TestRNRWait(t *testing.T) {
 	p := newPair(t, pairOpts{rnrRetry: 7, minRNR: 1}) // timer code 1: 0.01 ms
 	fill(p.a.mem[:3000], 5)
-	mustPost(t, p.a, p.qa, rnic.SendWR{WRID: 1, Opcode: ib.WRSend, Flags: ib.SendSignaled, SGL: []rnic.SGE{sge(p.a, 0, 3000)}})
+	mustPost(t, p.a, p.qa, ib.SendWR{WRID: 1, Opcode: ib.WRSend, Flags: ib.SendSignaled, SGL: []ib.SGE{sge(p.a, 0, 3000)}})
 	waitCounter(t, p.a, "rcvd_rnr_err", 2, 10*time.Second)
-	mustRecv(t, p.b, p.qb, rnic.RecvWR{WRID: 9, SGL: []rnic.SGE{sge(p.b, 0, 3000)}})
-	checkWC(t, p.a.poll(1, 5*time.Second)[0], rnic.WC{WRID: 1, Opcode: ib.WCSend, ByteLen: 3000, QPNum: p.qa.QPN})
-	checkWC(t, p.b.poll(1, 5*time.Second)[0], rnic.WC{WRID: 9, Opcode: ib.WCRecv, ByteLen: 3000, QPNum: p.qb.QPN})
+	mustRecv(t, p.b, p.qb, ib.RecvWR{WRID: 9, SGL: []ib.SGE{sge(p.b, 0, 3000)}})
+	checkWC(t, p.a.poll(1, 5*time.Second)[0], ib.WC{WRID: 1, Opcode: ib.WCSend, ByteLen: 3000, QPNum: p.qa.QPN})
+	checkWC(t, p.b.poll(1, 5*time.Second)[0], ib.WC{WRID: 9, Opcode: ib.WCRecv, ByteLen: 3000, QPNum: p.qb.QPN})
 	sameBytes(t, "after RNR", p.b.mem[:3000], p.a.mem[:3000])
 }
 
@@ -152,11 +151,11 @@ func TestRetryExceeded(t *testing.T) {
 			p := newPair(t, pairOpts{faulty: true, retry: retry, noRetry: retry == 0, timeout: 8}) // 1 ms, 8 ms at most with backoff
 			p.a.faulty.SetTX(ibudp.Faults{Drop: 1})
 			mustPost(t, p.a, p.qa,
-				rnic.SendWR{WRID: 1, Opcode: ib.WRRDMAWrite, SGL: []rnic.SGE{sge(p.a, 0, 5000)}, RemoteAddr: memVA, RKey: p.b.mr.RKey},
-				rnic.SendWR{WRID: 2, Opcode: ib.WRSend, Flags: ib.SendSignaled, SGL: []rnic.SGE{sge(p.a, 0, 5)}})
+				ib.SendWR{WRID: 1, Opcode: ib.WRRDMAWrite, SGL: []ib.SGE{sge(p.a, 0, 5000)}, RemoteAddr: memVA, RKey: p.b.mr.RKey},
+				ib.SendWR{WRID: 2, Opcode: ib.WRSend, Flags: ib.SendSignaled, SGL: []ib.SGE{sge(p.a, 0, 5)}})
 			wcs := p.a.poll(2, 5*time.Second)
-			checkWC(t, wcs[0], rnic.WC{WRID: 1, Status: ib.WCRetryExcErr, Opcode: ib.WCRDMAWrite, QPNum: p.qa.QPN})
-			checkWC(t, wcs[1], rnic.WC{WRID: 2, Status: ib.WCWRFlushErr, Opcode: ib.WCSend, QPNum: p.qa.QPN})
+			checkWC(t, wcs[0], ib.WC{WRID: 1, Status: ib.WCRetryExcErr, Opcode: ib.WCRDMAWrite, QPNum: p.qa.QPN})
+			checkWC(t, wcs[1], ib.WC{WRID: 2, Status: ib.WCWRFlushErr, Opcode: ib.WCSend, QPNum: p.qa.QPN})
 			n := uint64(retry) + 1 // transmissions of the 6 packets (5 WRITE, 1 SEND)
 			for name, want := range map[string]uint64{"local_ack_timeout_err": n, "completer_retry_err": n - 1,
 				"retry_exceeded_err": 1, "sent_pkts": n * 6} {
@@ -189,11 +188,11 @@ func TestRetry7Forever(t *testing.T) {
 	p := newPair(t, pairOpts{faulty: true, retry: 7, timeout: 8, retry7Ever: true})
 	fill(p.a.mem[:5000], 3)
 	p.a.faulty.SetTX(ibudp.Faults{Drop: 1})
-	mustPost(t, p.a, p.qa, rnic.SendWR{WRID: 1, Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled,
-		SGL: []rnic.SGE{sge(p.a, 0, 5000)}, RemoteAddr: memVA, RKey: p.b.mr.RKey})
+	mustPost(t, p.a, p.qa, ib.SendWR{WRID: 1, Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled,
+		SGL: []ib.SGE{sge(p.a, 0, 5000)}, RemoteAddr: memVA, RKey: p.b.mr.RKey})
 	waitCounter(t, p.a, "local_ack_timeout_err", 12, 10*time.Second)
 	p.a.faulty.SetTX(ibudp.Faults{})
-	checkWC(t, p.a.poll(1, 5*time.Second)[0], rnic.WC{WRID: 1, Opcode: ib.WCRDMAWrite, ByteLen: 5000, QPNum: p.qa.QPN})
+	checkWC(t, p.a.poll(1, 5*time.Second)[0], ib.WC{WRID: 1, Opcode: ib.WCRDMAWrite, ByteLen: 5000, QPNum: p.qa.QPN})
 	sameBytes(t, "after 12 timeouts", p.b.mem[:5000], p.a.mem[:5000])
 	if c := counter(p.a, "retry_exceeded_err"); c != 0 {
 		t.Errorf("retry_exceeded_err = %d, want 0", c)
@@ -208,15 +207,15 @@ func TestRetry7Forever(t *testing.T) {
 func TestRNRRetry7Forever(t *testing.T) {
 	p := newPair(t, pairOpts{rnrRetry: 7, noRetry: true, minRNR: 1, timeout: 18}) // timer code 1: 0.01 ms
 	fill(p.a.mem[:100], 4)
-	mustPost(t, p.a, p.qa, rnic.SendWR{WRID: 1, Opcode: ib.WRSend, Flags: ib.SendSignaled, SGL: []rnic.SGE{sge(p.a, 0, 100)}})
+	mustPost(t, p.a, p.qa, ib.SendWR{WRID: 1, Opcode: ib.WRSend, Flags: ib.SendSignaled, SGL: []ib.SGE{sge(p.a, 0, 100)}})
 	waitCounter(t, p.a, "rcvd_rnr_err", 50, 10*time.Second)
-	var wc [1]rnic.WC
+	var wc [1]ib.WC
 	if p.a.cq.Poll(wc[:]) != 0 {
 		t.Fatalf("completion before the receive was posted: %v", &wc[0])
 	}
-	mustRecv(t, p.b, p.qb, rnic.RecvWR{WRID: 9, SGL: []rnic.SGE{sge(p.b, 0, 100)}})
-	checkWC(t, p.a.poll(1, 5*time.Second)[0], rnic.WC{WRID: 1, Opcode: ib.WCSend, ByteLen: 100, QPNum: p.qa.QPN})
-	checkWC(t, p.b.poll(1, 5*time.Second)[0], rnic.WC{WRID: 9, Opcode: ib.WCRecv, ByteLen: 100, QPNum: p.qb.QPN})
+	mustRecv(t, p.b, p.qb, ib.RecvWR{WRID: 9, SGL: []ib.SGE{sge(p.b, 0, 100)}})
+	checkWC(t, p.a.poll(1, 5*time.Second)[0], ib.WC{WRID: 1, Opcode: ib.WCSend, ByteLen: 100, QPNum: p.qa.QPN})
+	checkWC(t, p.b.poll(1, 5*time.Second)[0], ib.WC{WRID: 9, Opcode: ib.WCRecv, ByteLen: 100, QPNum: p.qb.QPN})
 	sameBytes(t, "after RNR", p.b.mem[:100], p.a.mem[:100])
 	if c := counter(p.a, "retry_rnr_exceeded_err"); c != 0 {
 		t.Errorf("retry_rnr_exceeded_err = %d, want 0", c)
@@ -229,7 +228,7 @@ func TestWrongState(t *testing.T) {
 	aa, _ := nextPair(t)
 	n := newNode(t, aa, 1024, 4096, false, 0)
 	qp := n.createQP(pairOpts{typ: ib.QPTypeRC, sendWR: 16})
-	if err := n.dev.PostRecv(qp, []rnic.RecvWR{{WRID: 1}}); !errors.Is(err, rnic.ErrQPState) {
+	if err := n.dev.PostRecv(qp, []ib.RecvWR{{WRID: 1}}); !errors.Is(err, ib.ErrQPState) {
 		t.Fatalf("PostRecv in RESET: %v", err)
 	}
 	// RESET -> RTS skips INIT and RTR.
@@ -250,7 +249,7 @@ func TestWrongState(t *testing.T) {
 	if err := n.dev.ModifyQP(qp, &init, ib.AttrState|ib.AttrPKeyIndex|ib.AttrPort|ib.AttrAccessFlags); err != nil {
 		t.Fatal(err)
 	}
-	if err := n.dev.PostSend(qp, []rnic.SendWR{{WRID: 1, Opcode: ib.WRSend}}); !errors.Is(err, rnic.ErrQPState) {
+	if err := n.dev.PostSend(qp, []ib.SendWR{{WRID: 1, Opcode: ib.WRSend}}); !errors.Is(err, ib.ErrQPState) {
 		t.Fatalf("PostSend in INIT: %v", err)
 	}
 	// A bad attribute value fails the whole modify.
@@ -269,13 +268,13 @@ func TestWrongState(t *testing.T) {
 		t.Fatalf("failed modify left the QP in %v", st)
 	}
 	// Receive WRs posted in INIT flush when the QP goes to ERR.
-	mustRecv(t, n, qp, rnic.RecvWR{WRID: 7}, rnic.RecvWR{WRID: 8})
+	mustRecv(t, n, qp, ib.RecvWR{WRID: 7}, ib.RecvWR{WRID: 8})
 	if err := n.dev.ModifyQP(qp, &ib.QPAttr{State: ib.QPSErr}, ib.AttrState); err != nil {
 		t.Fatal(err)
 	}
 	wcs := n.poll(2, time.Second)
 	for i, wc := range wcs {
-		checkWC(t, wc, rnic.WC{WRID: uint64(7 + i), Status: ib.WCWRFlushErr, Opcode: ib.WCRecv, QPNum: qp.QPN})
+		checkWC(t, wc, ib.WC{WRID: uint64(7 + i), Status: ib.WCWRFlushErr, Opcode: ib.WCRecv, QPNum: qp.QPN})
 	}
 }
 
@@ -289,8 +288,8 @@ func TestWindow(t *testing.T) {
 	for _, w := range []int{0, 300} {
 		p := newPair(t, pairOpts{faulty: true, retry: 1, timeout: 20, memLen: 2 << 20, window: w}) // 4.3 s
 		p.a.faulty.SetTX(ibudp.Faults{Drop: 1})
-		mustPost(t, p.a, p.qa, rnic.SendWR{WRID: 1, Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled,
-			SGL: []rnic.SGE{sge(p.a, 0, 1<<20)}, RemoteAddr: memVA, RKey: p.b.mr.RKey}) // 1024 packets
+		mustPost(t, p.a, p.qa, ib.SendWR{WRID: 1, Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled,
+			SGL: []ib.SGE{sge(p.a, 0, 1<<20)}, RemoteAddr: memVA, RKey: p.b.mr.RKey}) // 1024 packets
 		want := uint64(qpmgr.MaxUnackedPSNs)
 		if w > 0 {
 			want = uint64(w)

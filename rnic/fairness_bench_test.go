@@ -64,8 +64,8 @@ func runFairness(b *testing.B, cc, params string) {
 		}
 	}
 	post := func(f *flow) {
-		wr := rnic.SendWR{WRID: uint64(f.qp.QPN), Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled,
-			SGL: []rnic.SGE{sge(f.n, 0, msg)}, RemoteAddr: memVA + 1<<19, RKey: recv.mr.RKey}
+		wr := ib.SendWR{WRID: uint64(f.qp.QPN), Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled,
+			SGL: []ib.SGE{sge(f.n, 0, msg)}, RemoteAddr: memVA + 1<<19, RKey: recv.mr.RKey}
 		mustPost(b, f.n, f.qp, wr)
 		f.posted++
 	}
@@ -81,7 +81,7 @@ func runFairness(b *testing.B, cc, params string) {
 	}
 	b.ResetTimer()
 	start := time.Now()
-	var wc [16]rnic.WC
+	var wc [16]ib.WC
 	for time.Since(start) < runFor {
 		for _, s := range senders {
 			for _, w := range wc[:s.cq.Poll(wc[:])] {

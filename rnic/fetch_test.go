@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/rnicd/rnicd/ib"
-	"github.com/rnicd/rnicd/rnic"
 )
 
 // ring is a host's send ring as the device sees it (qpmgr.SendSource):
@@ -58,7 +57,7 @@ func TestFetchSend(t *testing.T) {
 	src := &ring{}
 	p.qa.SetSendSource(src)
 	write := func(id uint64) ib.SendWR {
-		return ib.SendWR{WRID: id, Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled, SGL: []rnic.SGE{sge(a, 0, 8)},
+		return ib.SendWR{WRID: id, Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled, SGL: []ib.SGE{sge(a, 0, 8)},
 			RemoteAddr: memVA, RKey: p.b.mr.RKey}
 	}
 	fetch := func(wantFailed int) error {
@@ -80,7 +79,7 @@ func TestFetchSend(t *testing.T) {
 	if err := fetch(0); err != nil {
 		t.Fatal(err)
 	}
-	checkWC(t, a.poll(1, 5*time.Second)[0], rnic.WC{WRID: 1, Status: ib.WCSuccess, Opcode: ib.WCRDMAWrite, ByteLen: 8, QPNum: p.qa.QPN})
+	checkWC(t, a.poll(1, 5*time.Second)[0], ib.WC{WRID: 1, Status: ib.WCSuccess, Opcode: ib.WCRDMAWrite, ByteLen: 8, QPNum: p.qa.QPN})
 	wantRetired(1)
 
 	// Unknown send flags: the validator refuses the WR, the one after it
@@ -92,8 +91,8 @@ func TestFetchSend(t *testing.T) {
 		t.Fatal("no error for a WR with unknown flags")
 	}
 	wcs := a.poll(2, 5*time.Second)
-	checkWC(t, wcs[0], rnic.WC{WRID: 2, Status: ib.WCLocQPOpErr, Opcode: ib.WCRDMAWrite, QPNum: p.qa.QPN})
-	checkWC(t, wcs[1], rnic.WC{WRID: 3, Status: ib.WCWRFlushErr, Opcode: ib.WCRDMAWrite, QPNum: p.qa.QPN})
+	checkWC(t, wcs[0], ib.WC{WRID: 2, Status: ib.WCLocQPOpErr, Opcode: ib.WCRDMAWrite, QPNum: p.qa.QPN})
+	checkWC(t, wcs[1], ib.WC{WRID: 3, Status: ib.WCWRFlushErr, Opcode: ib.WCRDMAWrite, QPNum: p.qa.QPN})
 	wantRetired(3)
 	if st := a.dev.QueryQP(p.qa).State; st != ib.QPSErr {
 		t.Fatalf("QP in %v, want ERR", st)
@@ -106,7 +105,7 @@ func TestFetchSend(t *testing.T) {
 	if err := fetch(1); !errors.Is(err, garbled) {
 		t.Fatalf("FetchSend: %v, want the decoder's error", err)
 	}
-	checkWC(t, a.poll(1, 5*time.Second)[0], rnic.WC{WRID: 4, Status: ib.WCWRFlushErr, Opcode: ib.WCRDMAWrite, QPNum: p.qa.QPN})
+	checkWC(t, a.poll(1, 5*time.Second)[0], ib.WC{WRID: 4, Status: ib.WCWRFlushErr, Opcode: ib.WCRDMAWrite, QPNum: p.qa.QPN})
 	wantRetired(4)
 
 	// A garbage ring: nothing fetched, nothing completes, one failure.

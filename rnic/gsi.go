@@ -159,7 +159,7 @@ func (g *GSI) SendMAD(to netip.Addr, mad []byte) error {
 		AH:        &ib.AH{DGID: to.As16(), HopLimit: 64},
 		RemoteQPN: GSIQPN, RemoteQKey: GSIQKey,
 	}
-	if err := g.d.postSend(g.qp, []SendWR{wr}); err != nil {
+	if err := g.d.postSend(g.qp, []ib.SendWR{wr}); err != nil {
 		g.free = append(g.free, slot)
 		return err
 	}

@@ -58,8 +58,8 @@ func TestGSISendsAndReceivesMADs(t *testing.T) {
 	// An application's UD QP sends to QP1 with its own Q_Key: dropped.
 	ah := &ib.AH{DGID: ibudp.GIDFromAddr(b.dev.QueryPort().Addr), HopLimit: 64}
 	before := counter(b, "drop_bad_qkey")
-	mustPost(t, a, p.qa, rnic.SendWR{WRID: 1, Opcode: ib.WRSend, Flags: ib.SendSignaled,
-		SGL: []rnic.SGE{sge(a, 0, rnic.MADLen)}, AH: ah, RemoteQPN: rnic.GSIQPN, RemoteQKey: qkey})
+	mustPost(t, a, p.qa, ib.SendWR{WRID: 1, Opcode: ib.WRSend, Flags: ib.SendSignaled,
+		SGL: []ib.SGE{sge(a, 0, rnic.MADLen)}, AH: ah, RemoteQPN: rnic.GSIQPN, RemoteQKey: qkey})
 	a.poll(1, 5*time.Second)
 	deadline := time.Now().Add(5 * time.Second)
 	for counter(b, "drop_bad_qkey") == before && time.Now().Before(deadline) {
@@ -74,8 +74,8 @@ func TestGSISendsAndReceivesMADs(t *testing.T) {
 	// Nor with the GSI Q_Key: it is a controlled Q_Key (high bit set), so
 	// the requester sends the QP's own instead (IBTA 10.2.5, as rxe does),
 	// and no application can pass itself off as a CM.
-	mustPost(t, a, p.qa, rnic.SendWR{WRID: 2, Opcode: ib.WRSend, Flags: ib.SendSignaled,
-		SGL: []rnic.SGE{sge(a, 0, rnic.MADLen)}, AH: ah, RemoteQPN: rnic.GSIQPN, RemoteQKey: rnic.GSIQKey})
+	mustPost(t, a, p.qa, ib.SendWR{WRID: 2, Opcode: ib.WRSend, Flags: ib.SendSignaled,
+		SGL: []ib.SGE{sge(a, 0, rnic.MADLen)}, AH: ah, RemoteQPN: rnic.GSIQPN, RemoteQKey: rnic.GSIQKey})
 	a.poll(1, 5*time.Second)
 	for counter(b, "drop_bad_qkey") == before+1 && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
@@ -113,11 +113,11 @@ func TestGSIIsNotTheApplications(t *testing.T) {
 			t.Fatal("QPs lists QP1")
 		}
 	}
-	wr := rnic.SendWR{Opcode: ib.WRSend, SGL: []rnic.SGE{sge(n, 0, 8)},
+	wr := ib.SendWR{Opcode: ib.WRSend, SGL: []ib.SGE{sge(n, 0, 8)},
 		AH: &ib.AH{DGID: ibudp.GIDFromAddr(n.dev.QueryPort().Addr)}, RemoteQPN: 1, RemoteQKey: rnic.GSIQKey}
 	for what, err := range map[string]error{
-		"PostSend":  n.dev.PostSend(gsi, []rnic.SendWR{wr}),
-		"PostRecv":  n.dev.PostRecv(gsi, []rnic.RecvWR{{SGL: []rnic.SGE{sge(n, 0, 296)}}}),
+		"PostSend":  n.dev.PostSend(gsi, []ib.SendWR{wr}),
+		"PostRecv":  n.dev.PostRecv(gsi, []ib.RecvWR{{SGL: []ib.SGE{sge(n, 0, 296)}}}),
 		"ModifyQP":  n.dev.ModifyQP(gsi, &ib.QPAttr{State: ib.QPSErr}, ib.AttrState),
 		"DestroyQP": n.dev.DestroyQP(gsi),
 	} {

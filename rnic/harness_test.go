@@ -265,10 +265,10 @@ func (n *node) connect(qp *rnic.QP, peer *node, pqp *rnic.QP, o pairOpts, access
 // with no completion at all: a hang, not a slow machine (under -race on
 // two shared cores, a round of TestLossRecovery's go-back-N retries can
 // take a minute while it keeps completing).
-func (n *node) poll(want int, timeout time.Duration) []rnic.WC {
+func (n *node) poll(want int, timeout time.Duration) []ib.WC {
 	n.t.Helper()
-	out := make([]rnic.WC, 0, want)
-	buf := make([]rnic.WC, 256)
+	out := make([]ib.WC, 0, want)
+	buf := make([]ib.WC, 256)
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
 	for len(out) < want {
@@ -323,7 +323,7 @@ func (n *node) fence() {
 func (n *node) noMore(d time.Duration) {
 	n.t.Helper()
 	time.Sleep(d)
-	var wc [1]rnic.WC
+	var wc [1]ib.WC
 	if n.cq.Poll(wc[:]) != 0 {
 		n.t.Fatalf("unexpected completion %v", &wc[0])
 	}
@@ -351,25 +351,25 @@ func sameBytes(t testing.TB, what string, got, want []byte) {
 }
 
 // checkWC compares a completion field by field.
-func checkWC(t testing.TB, got rnic.WC, want rnic.WC) {
+func checkWC(t testing.TB, got ib.WC, want ib.WC) {
 	t.Helper()
 	if got != want {
 		t.Fatalf("completion\n got %v\nwant %v", &got, &want)
 	}
 }
 
-func sge(n *node, off, length int) rnic.SGE {
-	return rnic.SGE{Addr: memVA + uint64(off), Length: uint32(length), LKey: n.mr.LKey}
+func sge(n *node, off, length int) ib.SGE {
+	return ib.SGE{Addr: memVA + uint64(off), Length: uint32(length), LKey: n.mr.LKey}
 }
 
-func mustPost(t testing.TB, n *node, qp *rnic.QP, wrs ...rnic.SendWR) {
+func mustPost(t testing.TB, n *node, qp *rnic.QP, wrs ...ib.SendWR) {
 	t.Helper()
 	if err := n.dev.PostSend(qp, wrs); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func mustRecv(t testing.TB, n *node, qp *rnic.QP, wrs ...rnic.RecvWR) {
+func mustRecv(t testing.TB, n *node, qp *rnic.QP, wrs ...ib.RecvWR) {
 	t.Helper()
 	var err error
 	if qp.SRQ != nil {

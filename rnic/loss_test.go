@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/rnicd/rnicd/ib"
-	"github.com/rnicd/rnicd/rnic"
 	"github.com/rnicd/rnicd/wire/ibudp"
 )
 
@@ -61,38 +60,38 @@ func TestLossRecovery(t *testing.T) {
 	}
 	for r := 0; r < ops/round; r++ {
 		batch := make([]op, round)
-		wrs := make([]rnic.SendWR, round)
-		var recvs []rnic.RecvWR
+		wrs := make([]ib.SendWR, round)
+		var recvs []ib.RecvWR
 		for k := range batch {
 			i := r*round + k
 			o := op{size: rng.Intn(slot + 1)}
 			if rng.Intn(3) == 0 {
 				o.size = rng.Intn(64) // plenty of one-packet messages
 			}
-			wr := rnic.SendWR{WRID: uint64(i), Flags: ib.SendSignaled}
+			wr := ib.SendWR{WRID: uint64(i), Flags: ib.SendSignaled}
 			switch rng.Intn(4) {
 			case 0:
 				o.kind = ib.WRRDMAWrite
 				fill(a.mem[aSrc+k*slot:aSrc+k*slot+o.size], i)
-				wr.SGL = []rnic.SGE{sge(a, aSrc+k*slot, o.size)}
+				wr.SGL = []ib.SGE{sge(a, aSrc+k*slot, o.size)}
 				wr.RemoteAddr, wr.RKey = memVA+uint64(bWDst+k*slot), b.mr.RKey
 			case 1:
 				o.kind = ib.WRRDMARead
 				o.rOff = rng.Intn(1<<20 - slot)
 				clear(a.mem[aRDst+k*slot : aRDst+(k+1)*slot])
-				wr.SGL = []rnic.SGE{sge(a, aRDst+k*slot, o.size)}
+				wr.SGL = []ib.SGE{sge(a, aRDst+k*slot, o.size)}
 				wr.RemoteAddr, wr.RKey = memVA+uint64(bRSrc+o.rOff), b.mr.RKey
 			case 2:
 				o.kind = ib.WRSend
 				fill(a.mem[aSrc+k*slot:aSrc+k*slot+o.size], i)
-				wr.SGL = []rnic.SGE{sge(a, aSrc+k*slot, o.size)}
+				wr.SGL = []ib.SGE{sge(a, aSrc+k*slot, o.size)}
 				o.recvID = uint64(1e6 + i)
-				recvs = append(recvs, rnic.RecvWR{WRID: o.recvID, SGL: []rnic.SGE{sge(b, bRecv+k*slot, slot)}})
+				recvs = append(recvs, ib.RecvWR{WRID: o.recvID, SGL: []ib.SGE{sge(b, bRecv+k*slot, slot)}})
 			case 3:
 				o.kind, o.size = ib.WRAtomicFetchAdd, 8
 				o.add = uint64(i + 1)
 				addSum += o.add
-				wr.SGL = []rnic.SGE{sge(a, aAtom+8*k, 8)}
+				wr.SGL = []ib.SGE{sge(a, aAtom+8*k, 8)}
 				wr.RemoteAddr, wr.RKey, wr.CompareAdd = memVA+bAtom, b.mr.RKey, o.add
 			}
 			wr.Opcode = o.kind
@@ -110,7 +109,7 @@ func TestLossRecovery(t *testing.T) {
 				t.Logf("a's counters: %v", a.dev.Counters())
 				t.Logf("b's counters: %v", b.dev.Counters())
 			}
-			checkWC(t, wc, rnic.WC{WRID: uint64(i), Opcode: o.kind.WCOpcode(), ByteLen: uint32(o.size), QPNum: p.qa.QPN})
+			checkWC(t, wc, ib.WC{WRID: uint64(i), Opcode: o.kind.WCOpcode(), ByteLen: uint32(o.size), QPNum: p.qa.QPN})
 			what := fmt.Sprintf("op %d (%v, %d bytes)", i, o.kind, o.size)
 			switch o.kind {
 			case ib.WRRDMAWrite:
@@ -126,7 +125,7 @@ func TestLossRecovery(t *testing.T) {
 		j := 0
 		for _, o := range batch {
 			if o.kind == ib.WRSend {
-				checkWC(t, rwcs[j], rnic.WC{WRID: o.recvID, Opcode: ib.WCRecv, ByteLen: uint32(o.size), QPNum: p.qb.QPN})
+				checkWC(t, rwcs[j], ib.WC{WRID: o.recvID, Opcode: ib.WCRecv, ByteLen: uint32(o.size), QPNum: p.qb.QPN})
 				j++
 			}
 		}
@@ -171,9 +170,9 @@ func TestProbeBeforeRTTSample(t *testing.T) {
 	write := func(wrid uint64, n int) {
 		t.Helper()
 		fill(a.mem[:n], int(wrid))
-		mustPost(t, a, p.qa, rnic.SendWR{WRID: wrid, Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled,
-			SGL: []rnic.SGE{sge(a, 0, n)}, RemoteAddr: memVA, RKey: b.mr.RKey})
-		checkWC(t, a.poll(1, 5*time.Second)[0], rnic.WC{WRID: wrid, Opcode: ib.WCRDMAWrite, ByteLen: uint32(n), QPNum: p.qa.QPN})
+		mustPost(t, a, p.qa, ib.SendWR{WRID: wrid, Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled,
+			SGL: []ib.SGE{sge(a, 0, n)}, RemoteAddr: memVA, RKey: b.mr.RKey})
+		checkWC(t, a.poll(1, 5*time.Second)[0], ib.WC{WRID: wrid, Opcode: ib.WCRDMAWrite, ByteLen: uint32(n), QPNum: p.qa.QPN})
 		b.fence()
 		sameBytes(t, fmt.Sprintf("WRITE %d", wrid), b.mem[:n], a.mem[:n])
 		b.fence() // the read before the next WRITE's DMA

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/rnicd/rnicd/ib"
-	"github.com/rnicd/rnicd/rnic"
 	"github.com/rnicd/rnicd/wire/ibudp"
 )
 
@@ -23,9 +22,9 @@ func TestLostNAKRepeated(t *testing.T) {
 	fill(p.a.mem[:n], 11)
 	p.a.faulty.SetTX(ibudp.Faults{DropNth: 1})                                 // the WRITE's first packet
 	p.b.faulty.SetTX(ibudp.Faults{DropNth: 1, FilterQPN: true, QPN: p.qa.QPN}) // b's first packet to a: the NAK
-	mustPost(t, p.a, p.qa, rnic.SendWR{WRID: 1, Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled,
-		SGL: []rnic.SGE{sge(p.a, 0, n)}, RemoteAddr: memVA, RKey: p.b.mr.RKey})
-	checkWC(t, p.a.poll(1, 5*time.Second)[0], rnic.WC{WRID: 1, Opcode: ib.WCRDMAWrite, ByteLen: n, QPNum: p.qa.QPN})
+	mustPost(t, p.a, p.qa, ib.SendWR{WRID: 1, Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled,
+		SGL: []ib.SGE{sge(p.a, 0, n)}, RemoteAddr: memVA, RKey: p.b.mr.RKey})
+	checkWC(t, p.a.poll(1, 5*time.Second)[0], ib.WC{WRID: 1, Opcode: ib.WCRDMAWrite, ByteLen: n, QPNum: p.qa.QPN})
 	sameBytes(t, "WRITE after a lost NAK", p.b.mem[:n], p.a.mem[:n])
 	if tx := p.b.faulty.FaultStats().TX; tx.Dropped != 1 {
 		t.Fatalf("b's port dropped %d packets, want the one NAK", tx.Dropped)

@@ -112,7 +112,7 @@ func testPollingEngineFetches(t *testing.T, engines int) {
 	fill(a.mem[:4096], 7)
 	write := func(id uint64) ib.SendWR {
 		off := int(id%64) * 64
-		return ib.SendWR{WRID: id, Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled, SGL: []rnic.SGE{sge(a, off, 64)},
+		return ib.SendWR{WRID: id, Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled, SGL: []ib.SGE{sge(a, off, 64)},
 			RemoteAddr: memVA + uint64(off), RKey: p.b.mr.RKey}
 	}
 	// Asleep: the post needs the doorbell, which wakes the engine; the
@@ -121,7 +121,7 @@ func testPollingEngineFetches(t *testing.T, engines int) {
 		t.Fatal("a post found the sleeping engine awake")
 	}
 	a.dev.Wake()
-	checkWC(t, a.poll(1, 10*time.Second)[0], rnic.WC{WRID: 0, Status: ib.WCSuccess, Opcode: ib.WCRDMAWrite, ByteLen: 64, QPNum: p.qa.QPN})
+	checkWC(t, a.poll(1, 10*time.Second)[0], ib.WC{WRID: 0, Status: ib.WCSuccess, Opcode: ib.WCRDMAWrite, ByteLen: 64, QPNum: p.qa.QPN})
 
 	// Posts in bursts, with pauses longer than PollIdle between some:
 	// a post rings (Wake) only when the asleep word says so.
@@ -135,7 +135,7 @@ func testPollingEngineFetches(t *testing.T, engines int) {
 		}
 		wcs := a.poll(8, 10*time.Second)
 		for i, wc := range wcs {
-			checkWC(t, wc, rnic.WC{WRID: id - 8 + uint64(i), Status: ib.WCSuccess, Opcode: ib.WCRDMAWrite, ByteLen: 64, QPNum: p.qa.QPN})
+			checkWC(t, wc, ib.WC{WRID: id - 8 + uint64(i), Status: ib.WCSuccess, Opcode: ib.WCRDMAWrite, ByteLen: 64, QPNum: p.qa.QPN})
 		}
 		if round%4 == 3 {
 			time.Sleep(time.Millisecond)
@@ -174,12 +174,12 @@ func testPollingEngineLoss(t *testing.T, engines int) {
 	fill(p.a.mem[:256<<10], 3)
 	const n = 16
 	for i := range n {
-		mustPost(t, p.a, p.qa, rnic.SendWR{WRID: uint64(i), Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled,
-			SGL: []rnic.SGE{sge(p.a, i*16<<10, 16<<10)}, RemoteAddr: memVA + uint64(i*16<<10), RKey: p.b.mr.RKey})
+		mustPost(t, p.a, p.qa, ib.SendWR{WRID: uint64(i), Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled,
+			SGL: []ib.SGE{sge(p.a, i*16<<10, 16<<10)}, RemoteAddr: memVA + uint64(i*16<<10), RKey: p.b.mr.RKey})
 	}
 	wcs := p.a.poll(n, 30*time.Second)
 	for i, wc := range wcs {
-		checkWC(t, wc, rnic.WC{WRID: uint64(i), Status: ib.WCSuccess, Opcode: ib.WCRDMAWrite, ByteLen: 16 << 10, QPNum: p.qa.QPN})
+		checkWC(t, wc, ib.WC{WRID: uint64(i), Status: ib.WCSuccess, Opcode: ib.WCRDMAWrite, ByteLen: 16 << 10, QPNum: p.qa.QPN})
 	}
 	p.b.fence()
 	sameBytes(t, "WRITEs over a lossy link", p.b.mem[:256<<10], p.a.mem[:256<<10])

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/rnicd/rnicd/ib"
-	"github.com/rnicd/rnicd/rnic"
 	"github.com/rnicd/rnicd/wire/ibudp"
 )
 
@@ -58,28 +57,28 @@ func TestPollRx(t *testing.T) {
 
 	const n = 64 << 10 // 64 packets at MTU 1024
 	fill(a.mem[:n], 7)
-	mustPost(t, a, p.qa, rnic.SendWR{WRID: 1, Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled,
-		SGL: []rnic.SGE{sge(a, 0, n)}, RemoteAddr: memVA + 4096, RKey: b.mr.RKey})
+	mustPost(t, a, p.qa, ib.SendWR{WRID: 1, Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled,
+		SGL: []ib.SGE{sge(a, 0, n)}, RemoteAddr: memVA + 4096, RKey: b.mr.RKey})
 	got := pollRx(t, b, "WRITE", func() bool { return counter(b, "rcvd_pkts") == 64 })
 	if got != 64 {
 		t.Fatalf("PollRx reported %d packets, the device counted 64", got)
 	}
-	checkWC(t, a.poll(1, 5*time.Second)[0], rnic.WC{WRID: 1, Opcode: ib.WCRDMAWrite, ByteLen: n, QPNum: p.qa.QPN})
+	checkWC(t, a.poll(1, 5*time.Second)[0], ib.WC{WRID: 1, Opcode: ib.WCRDMAWrite, ByteLen: n, QPNum: p.qa.QPN})
 	b.fence()
 	sameBytes(t, "WRITE", b.mem[4096:4096+n], a.mem[:n])
 
-	mustRecv(t, b, p.qb, rnic.RecvWR{WRID: 2, SGL: []rnic.SGE{sge(b, 0, 4096)}})
-	mustPost(t, a, p.qa, rnic.SendWR{WRID: 3, Opcode: ib.WRSend, Flags: ib.SendSignaled,
-		SGL: []rnic.SGE{sge(a, 100, 3000)}})
-	wcs := make([]rnic.WC, 2)
+	mustRecv(t, b, p.qb, ib.RecvWR{WRID: 2, SGL: []ib.SGE{sge(b, 0, 4096)}})
+	mustPost(t, a, p.qa, ib.SendWR{WRID: 3, Opcode: ib.WRSend, Flags: ib.SendSignaled,
+		SGL: []ib.SGE{sge(a, 100, 3000)}})
+	wcs := make([]ib.WC, 2)
 	var k int
 	got = pollRx(t, b, "SEND", func() bool { k = b.cq.Poll(wcs); return k > 0 })
 	if k != 1 || got != 3 || counter(b, "rcvd_pkts") != 67 {
 		t.Fatalf("SEND: %d completions, PollRx reported %d packets, device counted %d; want 1, 3, 67",
 			k, got, counter(b, "rcvd_pkts"))
 	}
-	checkWC(t, wcs[0], rnic.WC{WRID: 2, Opcode: ib.WCRecv, ByteLen: 3000, QPNum: p.qb.QPN})
-	checkWC(t, a.poll(1, 5*time.Second)[0], rnic.WC{WRID: 3, Opcode: ib.WCSend, ByteLen: 3000, QPNum: p.qa.QPN})
+	checkWC(t, wcs[0], ib.WC{WRID: 2, Opcode: ib.WCRecv, ByteLen: 3000, QPNum: p.qb.QPN})
+	checkWC(t, a.poll(1, 5*time.Second)[0], ib.WC{WRID: 3, Opcode: ib.WCSend, ByteLen: 3000, QPNum: p.qa.QPN})
 	b.fence()
 	sameBytes(t, "SEND", b.mem[:3000], a.mem[100:3100])
 }
@@ -88,9 +87,9 @@ func TestPollRx(t *testing.T) {
 // nothing to do; its own goroutine receives as before.
 func TestPollRxNotPoller(t *testing.T) {
 	p := newPair(t, pairOpts{faulty: true})
-	mustPost(t, p.a, p.qa, rnic.SendWR{WRID: 1, Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled,
-		SGL: []rnic.SGE{sge(p.a, 0, 5000)}, RemoteAddr: memVA, RKey: p.b.mr.RKey})
-	checkWC(t, p.a.poll(1, 5*time.Second)[0], rnic.WC{WRID: 1, Opcode: ib.WCRDMAWrite, ByteLen: 5000, QPNum: p.qa.QPN})
+	mustPost(t, p.a, p.qa, ib.SendWR{WRID: 1, Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled,
+		SGL: []ib.SGE{sge(p.a, 0, 5000)}, RemoteAddr: memVA, RKey: p.b.mr.RKey})
+	checkWC(t, p.a.poll(1, 5*time.Second)[0], ib.WC{WRID: 1, Opcode: ib.WCRDMAWrite, ByteLen: 5000, QPNum: p.qa.QPN})
 	if n := p.b.dev.PollRx(); n != 0 {
 		t.Fatalf("PollRx on a fault injector's port = %d", n)
 	}
@@ -107,9 +106,9 @@ func TestPollRxThenStop(t *testing.T) {
 	for i := range 20 {
 		b.dev.PollRx()
 		fill(a.mem[:3000], i)
-		mustPost(t, a, p.qa, rnic.SendWR{WRID: uint64(i), Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled,
-			SGL: []rnic.SGE{sge(a, 0, 3000)}, RemoteAddr: memVA + 8192, RKey: b.mr.RKey})
-		checkWC(t, a.poll(1, 5*time.Second)[0], rnic.WC{WRID: uint64(i), Opcode: ib.WCRDMAWrite, ByteLen: 3000, QPNum: p.qa.QPN})
+		mustPost(t, a, p.qa, ib.SendWR{WRID: uint64(i), Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled,
+			SGL: []ib.SGE{sge(a, 0, 3000)}, RemoteAddr: memVA + 8192, RKey: b.mr.RKey})
+		checkWC(t, a.poll(1, 5*time.Second)[0], ib.WC{WRID: uint64(i), Opcode: ib.WCRDMAWrite, ByteLen: 3000, QPNum: p.qa.QPN})
 		b.fence()
 		sameBytes(t, "WRITE after a busy poll", b.mem[8192:8192+3000], a.mem[:3000])
 	}

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/rnicd/rnicd/ib"
-	"github.com/rnicd/rnicd/rnic"
 )
 
 // The responder owes an ACK for a message whose completion the
@@ -22,11 +21,11 @@ func TestDestroyAfterReceiveStillAcks(t *testing.T) {
 		qa, qb := a.createQP(o), b.createQP(o)
 		a.connect(qa, b, qb, o, 0)
 		b.connect(qb, a, qa, o, 0)
-		mustRecv(t, b, qb, rnic.RecvWR{WRID: 7, SGL: []rnic.SGE{sge(b, 0, 64)}})
-		mustPost(t, a, qa, rnic.SendWR{WRID: uint64(i), Opcode: ib.WRSend, Flags: ib.SendSignaled,
-			SGL: []rnic.SGE{sge(a, 0, 64)}})
+		mustRecv(t, b, qb, ib.RecvWR{WRID: 7, SGL: []ib.SGE{sge(b, 0, 64)}})
+		mustPost(t, a, qa, ib.SendWR{WRID: uint64(i), Opcode: ib.WRSend, Flags: ib.SendSignaled,
+			SGL: []ib.SGE{sge(a, 0, 64)}})
 		// Spin, so as to destroy as early as an application could.
-		var wc [1]rnic.WC
+		var wc [1]ib.WC
 		for deadline := time.Now().Add(10 * time.Second); b.cq.Poll(wc[:]) == 0; {
 			if time.Now().After(deadline) {
 				t.Fatalf("round %d: no receive completion", i)

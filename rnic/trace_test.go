@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/rnicd/rnicd/ib"
-	"github.com/rnicd/rnicd/rnic"
 	"github.com/rnicd/rnicd/rnic/trace"
 	"github.com/rnicd/rnicd/wire/bth"
 	"github.com/rnicd/rnicd/wire/ibudp"
@@ -60,10 +59,10 @@ func TestTraceWriteWithLoss(t *testing.T) {
 	const n, wrid = 3 * 1024, 0x77
 	fill(a.mem[:n], 5)
 	a.fence()
-	mustPost(t, a, p.qa, rnic.SendWR{WRID: wrid, Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled,
-		SGL: []rnic.SGE{sge(a, 0, n)}, RemoteAddr: memVA + 4096, RKey: b.mr.RKey})
+	mustPost(t, a, p.qa, ib.SendWR{WRID: wrid, Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled,
+		SGL: []ib.SGE{sge(a, 0, n)}, RemoteAddr: memVA + 4096, RKey: b.mr.RKey})
 	wc := a.poll(1, 30*time.Second)
-	checkWC(t, wc[0], rnic.WC{WRID: wrid, Opcode: ib.WCRDMAWrite, ByteLen: n, QPNum: p.qa.QPN})
+	checkWC(t, wc[0], ib.WC{WRID: wrid, Opcode: ib.WCRDMAWrite, ByteLen: n, QPNum: p.qa.QPN})
 	sameBytes(t, "written data", b.mem[4096:4096+n], a.mem[:n])
 
 	// Read the trace up to the completion (the ACK it follows came last).

@@ -11,42 +11,22 @@ import (
 	"github.com/rnicd/rnicd/wire/ibudp"
 )
 
-// The verbs objects, under the names libibverbs gives them.
+// The verbs objects, under the names libibverbs gives them: the blocks
+// that own them (dma, qpmgr) are the device's inside, and the Device's
+// methods hand them out. What a verb carries (WRs, WCs, attributes) is
+// package ib's, under its own name.
 type (
-	PD       = dma.PD
-	MR       = dma.MR
-	CQ       = qpmgr.CQ
-	SRQ      = qpmgr.RecvQueue
-	QP       = qpmgr.QP
-	QPAttr   = ib.QPAttr
-	SendWR   = ib.SendWR
-	RecvWR   = ib.RecvWR
-	WC       = ib.WC
-	SGE      = ib.SGE
-	AttrMask = ib.AttrMask
+	PD  = dma.PD
+	MR  = dma.MR
+	CQ  = qpmgr.CQ
+	SRQ = qpmgr.RecvQueue
+	QP  = qpmgr.QP
 )
 
 // Device limits (ibv_query_device).
 const (
 	MaxCQE = 1 << 20
 )
-
-// ErrQPState is returned when a QP's state does not allow the verb.
-var ErrQPState = errors.New("rnic: QP state does not allow this")
-
-// WRError says which work request of a post failed and why, like the
-// bad_wr of ibv_post_send.
-type WRError struct {
-	Index int
-	WRID  uint64
-	Err   error
-}
-
-func (e *WRError) Error() string {
-	return fmt.Sprintf("rnic: work request %d (wr_id %d): %v", e.Index, e.WRID, e.Err)
-}
-
-func (e *WRError) Unwrap() error { return e.Err }
 
 // PortAttr describes the port (ibv_query_port, ibv_query_gid).
 type PortAttr struct {
@@ -97,9 +77,9 @@ func (d *Device) CreateSRQ(pd PD, maxWR, maxSGE int) (*SRQ, error) {
 }
 
 // PostSRQRecv posts receive WRs to an SRQ (ibv_post_srq_recv).
-func (d *Device) PostSRQRecv(srq *SRQ, wrs []RecvWR) error {
+func (d *Device) PostSRQRecv(srq *SRQ, wrs []ib.RecvWR) error {
 	if i, err := srq.Post(wrs); err != nil {
-		return &WRError{Index: i, WRID: wrs[i].WRID, Err: err}
+		return &ib.WRError{Index: i, WRID: wrs[i].WRID, Err: err}
 	}
 	return nil
 }
@@ -138,7 +118,7 @@ func (d *Device) CreateQP(a QPInitAttr) (*QP, error) {
 
 // ModifyQP changes a QP's state and attributes (ibv_modify_qp). A wrong
 // transition or attribute changes nothing.
-func (d *Device) ModifyQP(qp *QP, attr *QPAttr, mask AttrMask) error {
+func (d *Device) ModifyQP(qp *QP, attr *ib.QPAttr, mask ib.AttrMask) error {
 	if qp.QPN == GSIQPN {
 		return ErrGSI
 	}
@@ -147,7 +127,7 @@ func (d *Device) ModifyQP(qp *QP, attr *QPAttr, mask AttrMask) error {
 }
 
 // QueryQP returns a QP's state and attributes (ibv_query_qp).
-func (d *Device) QueryQP(qp *QP) QPAttr {
+func (d *Device) QueryQP(qp *QP) ib.QPAttr {
 	qp.Lock()
 	defer qp.Unlock()
 	return qp.Attr
@@ -181,7 +161,7 @@ func (d *Device) awaitReceiveBatch(qp *QP) {
 // PostSend posts send WRs and rings the doorbell (ibv_post_send). It checks
 // every WR against the QP before queuing any of them after it; on error the
 // WRs before the bad one are posted.
-func (d *Device) PostSend(qp *QP, wrs []SendWR) error {
+func (d *Device) PostSend(qp *QP, wrs []ib.SendWR) error {
 	if qp.QPN == GSIQPN {
 		return ErrGSI
 	}
@@ -189,22 +169,22 @@ func (d *Device) PostSend(qp *QP, wrs []SendWR) error {
 }
 
 // postSend is PostSend for any QP, QP1 included.
-func (d *Device) postSend(qp *QP, wrs []SendWR) error {
+func (d *Device) postSend(qp *QP, wrs []ib.SendWR) error {
 	wqes := make([]qpmgr.SendWQE, 0, len(wrs))
 	qp.Lock()
 	st := qp.State()
-	var bad *WRError
+	var bad *ib.WRError
 	for i := range wrs {
 		w, err := d.checkSend(qp, st, &wrs[i])
 		if err != nil {
-			bad = &WRError{Index: i, WRID: wrs[i].WRID, Err: err}
+			bad = &ib.WRError{Index: i, WRID: wrs[i].WRID, Err: err}
 			break
 		}
 		wqes = append(wqes, w)
 	}
 	posted, err := qp.PostSend(wqes)
 	if err != nil && bad == nil {
-		bad = &WRError{Index: posted, WRID: wrs[posted].WRID, Err: err}
+		bad = &ib.WRError{Index: posted, WRID: wrs[posted].WRID, Err: err}
 	}
 	if d.probe.On() {
 		d.tracePost(qp, wqes[:posted])
@@ -226,11 +206,11 @@ func (d *Device) postSend(qp *QP, wrs []SendWR) error {
 // checkSend validates one send WR and makes the NIC's copy of it. It is
 // the one validator of WRs: the host interface's WQE decoder checks only
 // that a WQE fits its slot.
-func (d *Device) checkSend(qp *QP, st ib.QPState, wr *SendWR) (qpmgr.SendWQE, error) {
+func (d *Device) checkSend(qp *QP, st ib.QPState, wr *ib.SendWR) (qpmgr.SendWQE, error) {
 	switch st {
 	case ib.QPSRTS, ib.QPSSQD, ib.QPSErr:
 	default:
-		return qpmgr.SendWQE{}, fmt.Errorf("%w: post send in %v", ErrQPState, st)
+		return qpmgr.SendWQE{}, fmt.Errorf("%w: post send in %v", ib.ErrQPState, st)
 	}
 	if !qp.Type.Supports(wr.Opcode) {
 		return qpmgr.SendWQE{}, fmt.Errorf("rnic: %v not supported on a %v QP", wr.Opcode, qp.Type)
@@ -253,7 +233,7 @@ func (d *Device) checkSend(qp *QP, st ib.QPState, wr *SendWR) (qpmgr.SendWQE, er
 		if len(wr.SGL) > qp.Caps.MaxSendSGE {
 			return w, fmt.Errorf("rnic: %d SGEs, QP allows %d", len(wr.SGL), qp.Caps.MaxSendSGE)
 		}
-		w.WR.SGL = append([]SGE(nil), wr.SGL...)
+		w.WR.SGL = append([]ib.SGE(nil), wr.SGL...)
 		w.WR.InlineData = nil
 		for _, s := range wr.SGL {
 			w.Len += int(s.Length)
@@ -305,7 +285,7 @@ func (d *Device) FetchSend(qp *QP) (failed int, err error) {
 		}
 		if k > 0 {
 			err := d.PostSend(qp, wrs[:k])
-			var we *WRError
+			var we *ib.WRError
 			if errors.As(err, &we) {
 				k, bad[we.Index] = we.Index, we.Err
 			} else if err != nil {
@@ -329,7 +309,7 @@ func (d *Device) FetchSend(qp *QP) (failed int, err error) {
 // decode, as a NIC does at WQE fetch: LOC_QP_OP_ERR (WR_FLUSH_ERR if the
 // QP was in ERR already), after the QP has gone to ERR, as EnterError
 // takes it there.
-func (d *Device) FailSend(qp *QP, wr *SendWR) {
+func (d *Device) FailSend(qp *QP, wr *ib.SendWR) {
 	d.sendHeldAck(qp)
 	qp.Lock()
 	defer qp.Unlock()
@@ -365,7 +345,7 @@ func (d *Device) RefillRecv(qp *QP) {
 }
 
 // PostRecv posts receive WRs to a QP's receive queue (ibv_post_recv).
-func (d *Device) PostRecv(qp *QP, wrs []RecvWR) error {
+func (d *Device) PostRecv(qp *QP, wrs []ib.RecvWR) error {
 	if qp.QPN == GSIQPN {
 		return ErrGSI
 	}
@@ -375,7 +355,7 @@ func (d *Device) PostRecv(qp *QP, wrs []RecvWR) error {
 	qp.Lock()
 	defer qp.Unlock()
 	if qp.State() == ib.QPSReset {
-		return fmt.Errorf("%w: post recv in RESET", ErrQPState)
+		return fmt.Errorf("%w: post recv in RESET", ib.ErrQPState)
 	}
 	i, err := qp.RQ.Post(wrs)
 	if d.probe.On() {
@@ -383,7 +363,7 @@ func (d *Device) PostRecv(qp *QP, wrs []RecvWR) error {
 	}
 	qp.Flush()
 	if err != nil {
-		return &WRError{Index: i, WRID: wrs[i].WRID, Err: err}
+		return &ib.WRError{Index: i, WRID: wrs[i].WRID, Err: err}
 	}
 	return nil
 }

@@ -30,7 +30,7 @@ func (qp *QP) SyncState() error {
 		return err
 	}
 	qp.mu.Lock()
-	qp.state = QPState(r.Attr.State)
+	qp.state = r.Attr.State
 	qp.mu.Unlock()
 	return nil
 }

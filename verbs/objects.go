@@ -399,8 +399,8 @@ func (c *Context) QPs() ([]QPInfo, error) {
 				owner = row.Comm + "[" + strconv.Itoa(int(row.PID)) + "]"
 			}
 			out = append(out, QPInfo{
-				QPN: row.QPN, Type: QPType(row.Type), State: QPState(row.State), SQPSN: row.SQPSN, RQPSN: row.RQPSN,
-				DestQPN: row.DestQPN, Dest: netip.AddrFrom16(row.Dest).Unmap(), PathMTU: MTU(row.PathMTU),
+				QPN: row.QPN, Type: row.Type, State: row.State, SQPSN: row.SQPSN, RQPSN: row.RQPSN,
+				DestQPN: row.DestQPN, Dest: netip.AddrFrom16(row.Dest).Unmap(), PathMTU: row.PathMTU,
 				Owner: owner, SQDepth: int(row.SQDepth), RQDepth: int(row.RQDepth),
 			})
 		}
@@ -663,7 +663,7 @@ func (ch *CompChannel) Destroy() error {
 }
 
 // ErrCQOverrun is CQ.Err's answer once a completion did not fit.
-var ErrCQOverrun = errors.New("verbs: completion queue overrun")
+var ErrCQOverrun = ib.ErrCQOverrun
 
 // CQ is a completion queue (ibv_cq): a ring the NIC writes completions
 // into and Poll reads with no system call.
@@ -823,9 +823,7 @@ func (cq *CQ) poll(wcs []WC) int {
 	prod := cq.ring.Producer()
 	k := 0
 	for k < len(wcs) && cq.cons != prod {
-		var w ib.WC
-		hostif.GetCQE(cq.ring.Slot(cq.cons), &w)
-		wcs[k] = wcFromIB(&w)
+		hostif.GetCQE(cq.ring.Slot(cq.cons), &wcs[k])
 		cq.cons++
 		k++
 	}
@@ -982,8 +980,7 @@ func postRecv(ring *hostif.Ring, prod *uint32, maxSGE int, wrs []RecvWR) error {
 		case len(wrs[i].SGL) > maxSGE:
 			err = fmt.Errorf("verbs: %d SGEs, queue allows %d", len(wrs[i].SGL), maxSGE)
 		default:
-			w := wrs[i].toIB()
-			err = hostif.EncodeRecvWQE(ring.Slot(*prod), &w)
+			err = hostif.EncodeRecvWQE(ring.Slot(*prod), &wrs[i])
 		}
 		if err != nil {
 			bad = &WRError{Index: i, WRID: wrs[i].WRID, Err: err}
@@ -1032,7 +1029,7 @@ func (pd *PD) CreateQP(a QPInitAttr) (*QP, error) {
 	if c.MaxSendWR < 0 || c.MaxRecvWR < 0 || c.MaxSendSGE < 0 || c.MaxRecvSGE < 0 || c.MaxInlineData < 0 {
 		return nil, fmt.Errorf("verbs: create QP: negative caps %+v", c)
 	}
-	req := &hostif.CreateQPReq{PD: pd.h, SendCQ: a.SendCQ.h, RecvCQ: a.RecvCQ.h, Type: ib.QPType(a.Type), SigAll: a.SigAll, Caps: ib.QPCap(a.Cap)}
+	req := &hostif.CreateQPReq{PD: pd.h, SendCQ: a.SendCQ.h, RecvCQ: a.RecvCQ.h, Type: a.Type, SigAll: a.SigAll, Caps: a.Cap}
 	if a.SRQ != nil {
 		req.SRQ = a.SRQ.h
 	}
@@ -1046,7 +1043,7 @@ func (pd *PD) CreateQP(a QPInitAttr) (*QP, error) {
 		pd.ctx.destroy(hostif.KindDestroyQP, r.H)
 		return nil, err
 	}
-	qp := &QP{pd: pd, h: r.H, QPN: r.QPN, Cap: QPCap(r.Caps), typ: a.Type, mem: mem, sq: sq, state: QPSReset}
+	qp := &QP{pd: pd, h: r.H, QPN: r.QPN, Cap: r.Caps, typ: a.Type, mem: mem, sq: sq, state: QPSReset}
 	if r.Recv.Size != 0 {
 		qp.rq, err = hostif.NewRing(mem[r.Recv.Offset:uint64(r.Recv.Offset)+uint64(r.Recv.Size)], r.Recv.Slots, r.Recv.SlotBytes)
 		if err != nil {
@@ -1061,7 +1058,7 @@ func (pd *PD) CreateQP(a QPInitAttr) (*QP, error) {
 func (qp *QP) Modify(attr *QPAttr, mask AttrMask) error {
 	qp.mu.Lock()
 	defer qp.mu.Unlock()
-	if _, err := qp.pd.ctx.call(hostif.KindModifyQP, &hostif.ModifyQPReq{H: qp.h, Mask: ib.AttrMask(mask), Attr: attr.toIB()}, nil, &hostif.Empty{}); err != nil {
+	if _, err := qp.pd.ctx.call(hostif.KindModifyQP, &hostif.ModifyQPReq{H: qp.h, Mask: mask, Attr: *attr}, nil, &hostif.Empty{}); err != nil {
 		return err
 	}
 	if mask&AttrState != 0 {
@@ -1079,7 +1076,7 @@ func (qp *QP) Query() (QPAttr, error) {
 	if _, err := qp.pd.ctx.call(hostif.KindQueryQP, &hostif.Handle{H: qp.h}, nil, &r); err != nil {
 		return QPAttr{}, err
 	}
-	return qpAttrFromIB(&r.Attr), nil
+	return r.Attr, nil
 }
 
 // PostSend posts send WRs (ibv_post_send): it writes them into the send
@@ -1110,8 +1107,7 @@ func (qp *QP) PostSend(wrs []SendWR) error {
 		case wr.Flags&SendInline == 0 && len(wr.SGL) > qp.Cap.MaxSendSGE:
 			err = fmt.Errorf("verbs: %d SGEs, QP allows %d", len(wr.SGL), qp.Cap.MaxSendSGE)
 		default:
-			w := wr.toIB()
-			err = hostif.EncodeSendWQE(qp.sq.Slot(qp.sqProd), &w)
+			err = hostif.EncodeSendWQE(qp.sq.Slot(qp.sqProd), wr)
 		}
 		if err != nil {
 			bad = &WRError{Index: i, WRID: wr.WRID, Err: err}

@@ -12,7 +12,39 @@
 // requests (SendWR, RecvWR, SGE), completions (WC with its WCStatus and
 // WCOpcode), QP types, states and attributes, access flags and errors
 // (ErrQPState, *WRError, *RequestError). No other package of rnicd is
-// needed to write one.
+// needed to write one. The WR, WC and attribute types and the verbs'
+// errors are the NIC's own (package ib, whose go doc shows their fields,
+// e.g. go doc ib.SendWR): an application and the NIC speak one
+// vocabulary, and errors.Is(err, ErrQPState) holds whichever side refused.
+//
+// # A wr_id's way
+//
+// From PostSend to the application's Poll a send WR's wr_id is written
+// and read 5 times, each where the representation really changes:
+//
+//  1. QP.PostSend encodes the SendWR into its send ring's slot
+//     (hostif.EncodeSendWQE): the slot is the ABI the C library writes too.
+//  2. The daemon's engine, at the doorbell or polling the ring, fetches it
+//     (Device.FetchSend calls the ring's hostif qpObj.Fetch through
+//     qpmgr.SendSource, which decodes it, hostif.DecodeSendWQE) and checks
+//     it (Device.checkSend, the one validator), which wraps the same
+//     ib.SendWR in the engine's qpmgr.SendWQE: a copy, not a conversion.
+//  3. When the WR is done (the completer's ACK, a flush), qpmgr.QP's
+//     completeSend retires its ring slot (SendSource.Retire) and makes the
+//     completion, an ib.WC whose WRID is the WQE's.
+//  4. The CQ hands it to the completion ring (qpmgr.CompletionSink, the
+//     hostif cqObj.Complete), which writes the CQE (hostif.PutCQE).
+//  5. CQ.Poll decodes the CQE into the caller's []WC (hostif.GetCQE).
+//
+// That is 5 conversions, not the 3 aimed at (before the types were one, a
+// copy on each side, a SendWR to the NIC's and the NIC's WC to the
+// application's, made 7): the ring codecs, two each way, are the ABI's
+// and stay while the rings are bytes a C program shares. The way still
+// climbs back up three times, where the engine
+// (rnic, qpmgr) calls the host interface above it through interfaces it
+// defines (SendSource.Fetch, Retire, CompletionSink.Complete), so that
+// the device imports nothing of the host side: reading the calls down
+// from PostSend, that is where the trail goes through an interface.
 //
 // Memory that the NIC reads or writes must come from Context.Alloc, which
 // returns memory the NIC can share; RegMR registers a slice of it. As in
@@ -27,6 +59,8 @@ import (
 	"net/netip"
 	"syscall"
 	"unsafe"
+
+	"github.com/rnicd/rnicd/ib"
 )
 
 // Errors common to both paths.
@@ -41,27 +75,18 @@ var (
 	// will come any more.
 	ErrDeviceFatal = errors.New("verbs: device fatal error")
 	// ErrQPState is returned by a post to a QP whose state does not
-	// allow it: a send before RTS, a receive in RESET.
-	ErrQPState = errors.New("verbs: QP state does not allow this")
+	// allow it: a send before RTS, a receive in RESET. It is the NIC's
+	// own (ib.ErrQPState), as are ErrQueueFull and ErrCQOverrun.
+	ErrQPState = ib.ErrQPState
 	// ErrQueueFull is returned (in a *WRError) by a post to a queue that
 	// holds as many WRs as it can: poll completions first.
-	ErrQueueFull = errors.New("verbs: work queue full")
+	ErrQueueFull = ib.ErrQueueFull
 )
 
 // WRError says which work request of a post was refused and why (what
 // libibverbs returns in bad_wr). The WRs before it were posted, it and
 // the ones after it were not. Unwrap gives the reason, e.g. ErrQueueFull.
-type WRError struct {
-	Index int    // position of the refused WR in the posted slice
-	WRID  uint64 // its WRID
-	Err   error
-}
-
-func (e *WRError) Error() string {
-	return fmt.Sprintf("verbs: work request %d (wr_id %d): %v", e.Index, e.WRID, e.Err)
-}
-
-func (e *WRError) Unwrap() error { return e.Err }
+type WRError = ib.WRError
 
 // RequestError is a verb the NIC refused (a create, a modify, a
 // registration...), with the errno libibverbs would return:

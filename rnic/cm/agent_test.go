@@ -124,10 +124,10 @@ func (p *peer) event(want cm.EventType) cm.Event {
 	return cm.Event{}
 }
 
-func (p *peer) poll() rnic.WC {
+func (p *peer) poll() ib.WC {
 	p.t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
-	var wc [1]rnic.WC
+	var wc [1]ib.WC
 	for time.Now().Before(deadline) {
 		if p.cq.Poll(wc[:]) == 1 {
 			return wc[0]
@@ -135,7 +135,7 @@ func (p *peer) poll() rnic.WC {
 		time.Sleep(100 * time.Microsecond)
 	}
 	p.t.Fatal("no completion")
-	return rnic.WC{}
+	return ib.WC{}
 }
 
 var service = mad.ServiceID(mad.PSTCP, 7174)
@@ -197,8 +197,8 @@ func TestAgentConnectsRealQPs(t *testing.T) {
 	for i := range a.mem[:4096] {
 		a.mem[i] = byte(i * 7)
 	}
-	if err := a.dev.PostSend(qa, []rnic.SendWR{{WRID: 1, Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled,
-		SGL: []rnic.SGE{{Addr: memVA, Length: 4096, LKey: a.mr.LKey}}, RemoteAddr: memVA + 8192, RKey: b.mr.RKey}}); err != nil {
+	if err := a.dev.PostSend(qa, []ib.SendWR{{WRID: 1, Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled,
+		SGL: []ib.SGE{{Addr: memVA, Length: 4096, LKey: a.mr.LKey}}, RemoteAddr: memVA + 8192, RKey: b.mr.RKey}}); err != nil {
 		t.Fatal(err)
 	}
 	if wc := a.poll(); wc.Status != ib.WCSuccess || wc.WRID != 1 {
@@ -208,8 +208,8 @@ func TestAgentConnectsRealQPs(t *testing.T) {
 	if !bytes.Equal(b.mem[8192:8192+4096], a.mem[:4096]) {
 		t.Fatal("WRITE data differs")
 	}
-	if err := a.dev.PostSend(qa, []rnic.SendWR{{WRID: 2, Opcode: ib.WRRDMARead, Flags: ib.SendSignaled,
-		SGL: []rnic.SGE{{Addr: memVA + 16384, Length: 4096, LKey: a.mr.LKey}}, RemoteAddr: memVA + 8192, RKey: b.mr.RKey}}); err != nil {
+	if err := a.dev.PostSend(qa, []ib.SendWR{{WRID: 2, Opcode: ib.WRRDMARead, Flags: ib.SendSignaled,
+		SGL: []ib.SGE{{Addr: memVA + 16384, Length: 4096, LKey: a.mr.LKey}}, RemoteAddr: memVA + 8192, RKey: b.mr.RKey}}); err != nil {
 		t.Fatal(err)
 	}
 	wc := a.poll()

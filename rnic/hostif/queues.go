@@ -9,7 +9,6 @@ import (
 
 	"github.com/rnicd/rnicd/ib"
 	"github.com/rnicd/rnicd/rnic"
-	"github.com/rnicd/rnicd/rnic/qpmgr"
 )
 
 // cqObj is a CQ whose completions the engine writes into a ring in the
@@ -80,7 +79,7 @@ func (o *cqObj) Complete(wc *ib.WC, solicited bool) error {
 	if o.prod-o.ring.Consumer() >= o.ring.Slots {
 		o.ring.setFlag(FlagOverrun)
 		o.s.cqOverruns.Add(1)
-		return qpmgr.ErrCQOverrun
+		return ib.ErrCQOverrun
 	}
 	PutCQE(o.ring.slot(o.prod), wc)
 	o.prod++

@@ -1,16 +1,14 @@
 package qpmgr
 
 import (
-	"errors"
 	"sync"
 
 	"github.com/rnicd/rnicd/ib"
 )
 
-// ErrCQOverrun is returned when a completion does not fit in its CQ. The
-// application sized the CQ too small; like a real CQ overrun it is an
-// error the device reports, and the completion is lost.
-var ErrCQOverrun = errors.New("qpmgr: completion queue overrun")
+// A completion that does not fit in its CQ is lost and Push returns
+// ib.ErrCQOverrun: the application sized the CQ too small; like a real CQ
+// overrun it is an error the device reports.
 
 // CQ is a completion queue (ibv_cq): a ring of work completions the engines
 // write and the application polls. It is safe for concurrent use.
@@ -36,7 +34,7 @@ type CQ struct {
 // as a NIC's CQE DMA does, with no goroutine in between. Complete is
 // called with the CQ's lock held, so calls are serialized and in order;
 // arming, events and polling are the sink's business. An error (its ring
-// is full) is returned by Push as ErrCQOverrun is.
+// is full) is returned by Push as ib.ErrCQOverrun is.
 type CompletionSink interface {
 	Complete(wc *ib.WC, solicited bool) error
 }
@@ -71,7 +69,7 @@ func (c *CQ) Push(wc ib.WC, solicited bool) error {
 	}
 	if c.n == len(c.ring) {
 		c.mu.Unlock()
-		return ErrCQOverrun
+		return ib.ErrCQOverrun
 	}
 	c.ring[(c.head+c.n)%len(c.ring)] = wc
 	c.n++

@@ -290,7 +290,7 @@ func New(cfg Config) (*QP, error) {
 	c := cfg.Caps
 	// A queue of 0 WRs is allowed, as rxe and mlx5 allow it: a QP that
 	// only sends (qperf's bandwidth tests) or only receives asks for no
-	// room on the other side. Posting to it fails (ErrQueueFull), and a
+	// room on the other side. Posting to it fails (ib.ErrQueueFull), and a
 	// SEND that finds no receive is answered with an RNR NAK.
 	if c.MaxSendWR < 0 || c.MaxSendWR > ib.MaxQPWR || c.MaxSendSGE < 0 || c.MaxSendSGE > ib.MaxSGE ||
 		c.MaxRecvSGE < 0 || c.MaxRecvSGE > ib.MaxSGE || c.MaxInlineData < 0 || c.MaxInlineData > ib.MaxInlineData ||
@@ -718,7 +718,7 @@ func (qp *QP) OutstandingRdAtomic() int {
 func (qp *QP) PostSend(wqes []SendWQE) (int, error) {
 	for i := range wqes {
 		if qp.SQ.Len() == qp.SQ.Cap() {
-			return i, ErrQueueFull
+			return i, ib.ErrQueueFull
 		}
 		*qp.SQ.At(qp.SQ.Tail) = wqes[i]
 		qp.SQ.Tail++

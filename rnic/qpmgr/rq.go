@@ -1,15 +1,11 @@
 package qpmgr
 
 import (
-	"errors"
 	"fmt"
 	"sync"
 
 	"github.com/rnicd/rnicd/ib"
 )
-
-// ErrQueueFull is returned when a work request does not fit in its queue.
-var ErrQueueFull = errors.New("qpmgr: work queue full")
 
 // RecvQueue is a receive queue: the RQ of one QP or a shared receive queue
 // (SRQ) of many. It is safe for concurrent use: the application posts while
@@ -88,7 +84,7 @@ func (q *RecvQueue) Post(wrs []ib.RecvWR) (int, error) {
 	defer q.mu.Unlock()
 	for i := range wrs {
 		if q.n == len(q.ring) {
-			return i, ErrQueueFull
+			return i, ib.ErrQueueFull
 		}
 		if len(wrs[i].SGL) > q.maxSGE {
 			return i, fmt.Errorf("qpmgr: recv WR %d has %d SGEs, max %d", wrs[i].WRID, len(wrs[i].SGL), q.maxSGE)

@@ -108,12 +108,12 @@ func Write(t testing.TB, a, b *End, wrid uint64, n int) {
 
 // TryWrite is Write for goroutines other than the test's.
 func TryWrite(a, b *End, wrid uint64, n int) error {
-	err := a.Dev.PostSend(a.QP, []rnic.SendWR{{WRID: wrid, Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled,
-		SGL: []rnic.SGE{{Addr: MemVA, Length: uint32(n), LKey: a.MR.LKey}}, RemoteAddr: MemVA + 1<<19, RKey: b.MR.RKey}})
+	err := a.Dev.PostSend(a.QP, []ib.SendWR{{WRID: wrid, Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled,
+		SGL: []ib.SGE{{Addr: MemVA, Length: uint32(n), LKey: a.MR.LKey}}, RemoteAddr: MemVA + 1<<19, RKey: b.MR.RKey}})
 	if err != nil {
 		return err
 	}
-	var wc [1]rnic.WC
+	var wc [1]ib.WC
 	deadline := time.After(30 * time.Second)
 	for a.CQ.Poll(wc[:]) == 0 {
 		select {
