@@ -3,9 +3,13 @@ package ib_test
 import (
 	"bufio"
 	"bytes"
+	"fmt"
+	"go/parser"
+	"go/token"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -14,45 +18,103 @@ const module = "github.com/rnicd/rnicd/"
 
 // TestImportGraph holds the project's dependency rule (cmd -> verbs ->
 // rnic -> wire, with ib the leaf everyone shares) so that it cannot regress
-// unnoticed: ib imports nothing of the project, nothing below cmd imports
-// verbs (but rdmacm, the connection manager's API, which stands on verbs as
-// librdmacm stands on libibverbs), nothing below cmd imports rdmacm, and
-// nothing under wire imports anything above it. It reads the
-// graph the go command computes, test files excluded (the end-to-end suites
-// under tests/ are applications and may use verbs).
+// unnoticed. It reads the graph the go command computes, test files
+// excluded (the end-to-end suites under tests/ are applications and may
+// use verbs); importRules says the rules, TestImportRulesFail shows each
+// can fail.
 func TestImportGraph(t *testing.T) {
 	gocmd, err := exec.LookPath("go")
 	if err != nil {
 		gocmd = filepath.Join(runtime.GOROOT(), "bin", "go")
 	}
-	cmd := exec.Command(gocmd, "list", "-f", `{{.ImportPath}} {{join .Deps " "}}`, module+"...")
+	cmd := exec.Command(gocmd, "list", "-f", `{{.ImportPath}} {{join .Deps " "}} | {{join .Imports " "}}`, module+"...")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
 		t.Fatalf("go list: %v\n%s", err, stderr.Bytes())
 	}
-	deps := map[string][]string{} // package -> the project's packages it depends on, module prefix cut
+	g := graph{deps: map[string][]string{}, imports: map[string][]string{}, abiFiles: map[string][]string{}}
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
-		f := strings.Fields(sc.Text())
+		deps, imports, _ := strings.Cut(sc.Text(), " | ")
+		f := strings.Fields(deps)
 		pkg := strings.TrimPrefix(f[0], module)
-		deps[pkg] = nil
-		for _, d := range f[1:] {
-			if strings.HasPrefix(d, module) {
-				deps[pkg] = append(deps[pkg], strings.TrimPrefix(d, module))
-			}
-		}
+		g.deps[pkg], g.imports[pkg] = ours(f[1:]), ours(strings.Fields(imports))
 	}
 	if err := sc.Err(); err != nil {
 		t.Fatal(err)
 	}
-	for _, must := range []string{"ib", "verbs", "rdmacm", "rnic", "rnic/qpmgr", "wire/bth", "wire/ibudp"} {
-		if _, ok := deps[must]; !ok {
+	for _, must := range []string{"ib", "verbs", "rdmacm", "rnic", "rnic/qpmgr", "rnic/hostif", "rnic/monitor", "wire/bth", "wire/ibudp"} {
+		if _, ok := g.deps[must]; !ok {
 			t.Fatalf("go list did not list %s; the rules below would check nothing", must)
 		}
 	}
+	for _, f := range abiFiles {
+		file, err := parser.ParseFile(token.NewFileSet(), filepath.Join("..", f), nil, parser.ImportsOnly)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g.abiFiles[f] = []string{}
+		for _, imp := range file.Imports {
+			g.abiFiles[f] = append(g.abiFiles[f], strings.Trim(imp.Path.Value, `"`))
+		}
+	}
+	if !slices.Contains(g.imports["rdmacm"], "verbs") || !slices.Contains(g.abiFiles["rnic/hostif/ring.go"], module+"ib") {
+		t.Fatalf("rdmacm's imports %q, ring.go's %q: not read; the rules below would check nothing",
+			g.imports["rdmacm"], g.abiFiles["rnic/hostif/ring.go"])
+	}
+	for _, v := range importRules(g) {
+		t.Error(v)
+	}
+}
+
+// abiFiles hold the host interface's ABI (request kinds, reply and CM
+// event codes, ring layout and slot codecs), which clib/src/rnic.h
+// repeats for C (rnic/hostif's TestCHeaderABI holds the two equal). They
+// are files, not yet a package of their own: hostif, around them, imports
+// the device. What they import is held as a leaf package's would be.
+var abiFiles = []string{"rnic/hostif/proto.go", "rnic/hostif/ring.go"}
+
+// hostSide are the packages under rnic/ that serve clients and stand above
+// the device (they import rnic): the host interface, the monitor, the test
+// fixture. The device's blocks must not reach up into them.
+var hostSide = []string{"rnic/hostif", "rnic/monitor", "rnic/rnictest"}
+
+// graph is the project's import graph, packages by path below the module.
+type graph struct {
+	deps     map[string][]string // every package of the project a package depends on, directly or not
+	imports  map[string][]string // the ones it imports itself
+	abiFiles map[string][]string // each ABI file's imports, full paths
+}
+
+// ours is the paths of the project among ps, module prefix cut.
+func ours(ps []string) []string {
+	var out []string
+	for _, p := range ps {
+		if strings.HasPrefix(p, module) {
+			out = append(out, strings.TrimPrefix(p, module))
+		}
+	}
+	return out
+}
+
+// importRules returns every break of the rules in g:
+//   - ib imports nothing of the project;
+//   - nothing below cmd imports verbs (but rdmacm, the connection
+//     manager's API, which stands on verbs as librdmacm stands on
+//     libibverbs), and nothing below cmd imports rdmacm;
+//   - nothing under wire imports anything above it;
+//   - nothing under rnic/ but the host side (hostSide) depends on the host
+//     side: the NIC never calls up into what serves its clients;
+//   - rdmacm imports nothing under rnic/ but rnic/hostif, the protocol its
+//     requests travel in (verbs.CMCall takes hostif's kinds and bodies), so
+//     not the daemon's CM agent (rnic/cm);
+//   - the ABI files import nothing of the project but ib, as the leaf
+//     package they are to become would.
+func importRules(g graph) []string {
+	var bad []string
 	// low: the packages at wire's level or below it: wire itself, ib, and
 	// helpers under internal/ that depend on nothing above wire (kwait, say;
 	// not rnictest, which builds a whole NIC).
@@ -63,26 +125,91 @@ func TestImportGraph(t *testing.T) {
 		if !under(p, "internal") {
 			return false
 		}
-		for _, d := range deps[p] {
+		for _, d := range g.deps[p] {
 			if !under(d, "wire") && d != "ib" && !under(d, "internal") {
 				return false
 			}
 		}
 		return true
 	}
-	for pkg, ds := range deps {
+	host := func(p string) bool {
+		for _, h := range hostSide {
+			if under(p, h) {
+				return true
+			}
+		}
+		return false
+	}
+	for pkg, ds := range g.deps {
 		for _, d := range ds {
 			switch {
 			case pkg == "ib":
-				t.Errorf("ib imports %s: the vocabulary must import nothing of the project", d)
+				bad = append(bad, fmt.Sprintf("ib imports %s: the vocabulary must import nothing of the project", d))
 			case d == "verbs" && !under(pkg, "cmd") && pkg != "rdmacm":
-				t.Errorf("%s imports verbs: only applications (cmd/...) and rdmacm may", pkg)
+				bad = append(bad, fmt.Sprintf("%s imports verbs: only applications (cmd/...) and rdmacm may", pkg))
 			case d == "rdmacm" && !under(pkg, "cmd"):
-				t.Errorf("%s imports rdmacm: only applications (cmd/...) may", pkg)
+				bad = append(bad, fmt.Sprintf("%s imports rdmacm: only applications (cmd/...) may", pkg))
 			case under(pkg, "wire") && !low(d):
-				t.Errorf("%s imports %s, which is above wire", pkg, d)
+				bad = append(bad, fmt.Sprintf("%s imports %s, which is above wire", pkg, d))
+			case under(pkg, "rnic") && !host(pkg) && host(d):
+				bad = append(bad, fmt.Sprintf("%s depends on %s: the NIC must not reach up into the host side", pkg, d))
 			}
 		}
+	}
+	for _, d := range g.imports["rdmacm"] {
+		if under(d, "rnic") && d != "rnic/hostif" {
+			bad = append(bad, fmt.Sprintf("rdmacm imports %s: it speaks to the daemon through the host interface only", d))
+		}
+	}
+	for f, imps := range g.abiFiles {
+		for _, imp := range imps {
+			if strings.HasPrefix(imp, module) && imp != module+"ib" {
+				bad = append(bad, fmt.Sprintf("%s imports %s: the ABI imports nothing of the project but ib", f, strings.TrimPrefix(imp, module)))
+			}
+		}
+	}
+	slices.Sort(bad)
+	return bad
+}
+
+// TestImportRulesFail shows every rule of importRules fails when broken:
+// a graph that breaks each once gets one complaint each, and the same
+// graph without the breaks none.
+func TestImportRulesFail(t *testing.T) {
+	ok := graph{
+		deps: map[string][]string{
+			"ib": nil, "wire/bth": {"ib"}, "rnic": {"ib", "wire/bth"}, "rnic/cm": {"rnic", "ib"},
+			"rnic/hostif": {"rnic", "rnic/cm", "ib"}, "rnic/monitor": {"rnic"}, "verbs": {"rnic/hostif", "rnic", "ib"},
+			"rdmacm": {"verbs", "rnic/hostif", "rnic/cm", "rnic", "ib"}, "cmd/rnicd": {"verbs", "rnic/hostif", "rnic/monitor"},
+		},
+		imports:  map[string][]string{"rdmacm": {"verbs", "rnic/hostif", "ib"}},
+		abiFiles: map[string][]string{"rnic/hostif/ring.go": {"fmt", module + "ib"}},
+	}
+	if got := importRules(ok); len(got) != 0 {
+		t.Fatalf("a graph that keeps the rules: %q", got)
+	}
+	broken := graph{deps: map[string][]string{}, imports: map[string][]string{}, abiFiles: map[string][]string{}}
+	for k, v := range ok.deps {
+		broken.deps[k] = v
+	}
+	broken.deps["ib"] = []string{"wire/bth"}
+	broken.deps["rnic/qpmgr"] = []string{"verbs"}
+	broken.deps["rnic/wqe"] = []string{"rdmacm"}
+	broken.deps["wire/ibudp"] = []string{"rnic"}
+	broken.deps["rnic/rx"] = []string{"rnic/monitor"}
+	broken.imports["rdmacm"] = []string{"verbs", "rnic/hostif", "rnic/cm"}
+	broken.abiFiles["rnic/hostif/ring.go"] = []string{"fmt", module + "ib", module + "rnic"}
+	want := []string{
+		"ib imports wire/bth: the vocabulary must import nothing of the project",
+		"rdmacm imports rnic/cm: it speaks to the daemon through the host interface only",
+		"rnic/hostif/ring.go imports rnic: the ABI imports nothing of the project but ib",
+		"rnic/qpmgr imports verbs: only applications (cmd/...) and rdmacm may",
+		"rnic/rx depends on rnic/monitor: the NIC must not reach up into the host side",
+		"rnic/wqe imports rdmacm: only applications (cmd/...) may",
+		"wire/ibudp imports rnic, which is above wire",
+	}
+	if got := importRules(broken); !slices.Equal(got, want) {
+		t.Errorf("a graph that breaks each rule once:\n got %q\nwant %q", got, want)
 	}
 }
 

@@ -12,7 +12,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rnicd/rnicd/ib"
-	"github.com/rnicd/rnicd/rnic/cm"
 	"github.com/rnicd/rnicd/rnic/hostif"
 	"github.com/rnicd/rnicd/verbs"
 	"github.com/rnicd/rnicd/wire/mad"
@@ -482,7 +481,7 @@ func (ch *EventChannel) next() (*Event, error) {
 
 // convert turns a daemon's event into rdma_cm's.
 func (ch *EventChannel) convert(d *device, r *hostif.CMEvent) *Event {
-	e := &Event{Event: fromCM[cm.EventType(r.Type)], RejectReason: r.RejectReason,
+	e := &Event{Event: fromCM[r.Type], RejectReason: r.RejectReason,
 		Param: ConnParam{PrivateData: r.PrivateData, ResponderResources: r.ResponderResources,
 			InitiatorDepth: r.InitiatorDepth, RetryCount: r.RetryCount, RNRRetryCount: r.RNRRetryCount}}
 	e.ID = ch.ids[idKey{d, r.ID}]

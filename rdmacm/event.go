@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 
-	"github.com/rnicd/rnicd/rnic/cm"
+	"github.com/rnicd/rnicd/rnic/hostif"
 	"github.com/rnicd/rnicd/verbs"
 )
 
@@ -47,16 +47,16 @@ func (t EventType) String() string {
 	return fmt.Sprintf("UNKNOWN EVENT (%d)", int(t))
 }
 
-// fromCM maps the CM's events to rdma_cm's, one for one as cma.c's
-// cma_ib_handler does.
-var fromCM = map[cm.EventType]EventType{
-	cm.EventConnectRequest: EventConnectRequest,
-	cm.EventEstablished:    EventEstablished,
-	cm.EventRejected:       EventRejected,
-	cm.EventUnreachable:    EventUnreachable,
-	cm.EventConnectError:   EventConnectError,
-	cm.EventDisconnected:   EventDisconnected,
-	cm.EventTimewaitExit:   EventTimewaitExit,
+// fromCM maps the daemon's CM events (the host interface's codes) to
+// rdma_cm's, one for one as cma.c's cma_ib_handler does.
+var fromCM = map[uint8]EventType{
+	hostif.CMEventConnectRequest: EventConnectRequest,
+	hostif.CMEventEstablished:    EventEstablished,
+	hostif.CMEventRejected:       EventRejected,
+	hostif.CMEventUnreachable:    EventUnreachable,
+	hostif.CMEventConnectError:   EventConnectError,
+	hostif.CMEventDisconnected:   EventDisconnected,
+	hostif.CMEventTimewaitExit:   EventTimewaitExit,
 }
 
 // ConnParam is struct rdma_conn_param.

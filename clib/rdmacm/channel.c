@@ -49,17 +49,17 @@ static struct cm_channel *channels;
 void cm_lock(void) { pthread_mutex_lock(&lib_mu); }
 void cm_unlock(void) { pthread_mutex_unlock(&lib_mu); }
 
-/* The daemon's event types (rnic/cm EventType) as rdma_cm's. */
+/* The daemon's event types (enum rnic_cm_event) as rdma_cm's. */
 static int cm_type(uint8_t t)
 {
 	switch (t) {
-	case 1: return RDMA_CM_EVENT_CONNECT_REQUEST;
-	case 2: return RDMA_CM_EVENT_ESTABLISHED;
-	case 3: return RDMA_CM_EVENT_REJECTED;
-	case 4: return RDMA_CM_EVENT_UNREACHABLE;
-	case 5: return RDMA_CM_EVENT_CONNECT_ERROR;
-	case 6: return RDMA_CM_EVENT_DISCONNECTED;
-	case 7: return RDMA_CM_EVENT_TIMEWAIT_EXIT;
+	case CM_EV_CONNECT_REQUEST: return RDMA_CM_EVENT_CONNECT_REQUEST;
+	case CM_EV_ESTABLISHED: return RDMA_CM_EVENT_ESTABLISHED;
+	case CM_EV_REJECTED: return RDMA_CM_EVENT_REJECTED;
+	case CM_EV_UNREACHABLE: return RDMA_CM_EVENT_UNREACHABLE;
+	case CM_EV_CONNECT_ERROR: return RDMA_CM_EVENT_CONNECT_ERROR;
+	case CM_EV_DISCONNECTED: return RDMA_CM_EVENT_DISCONNECTED;
+	case CM_EV_TIMEWAIT_EXIT: return RDMA_CM_EVENT_TIMEWAIT_EXIT;
 	default: return -1;
 	}
 }

@@ -185,21 +185,28 @@ int poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 	uint32_t prod = ring_load(q->ring, RING_PRODUCER);
 	int k = 0;
 	for (; k < n && q->cons != prod; k++, q->cons++) {
-		struct buf s = {.p = q->ring + RING_HEADER + (size_t)(q->cons % q->slots) * CQE_BYTES, .len = CQE_BYTES};
+		struct buf s = {.p = q->ring + RING_HEADER + (size_t)(q->cons % q->slots) * CQE_BYTES, .len = CQE_BYTES, .off = CQE_WR_ID};
 		struct ibv_wc *w = &wc[k];
 		memset(w, 0, sizeof(*w));
 		w->wr_id = get64(&s);
+		s.off = CQE_STATUS;
 		w->status = get8(&s);
+		s.off = CQE_OPCODE;
 		w->opcode = get8(&s);
+		s.off = CQE_WC_FLAGS;
 		w->wc_flags = get8(&s);
-		get8(&s);
+		s.off = CQE_BYTE_LEN;
 		w->byte_len = get32(&s);
+		s.off = CQE_IMM;
 		uint32_t imm = get32(&s);
 		/* The ring carries the immediate in host order, the verbs
 		 * structure in network order; an invalidated rkey stays host. */
 		w->imm_data = (w->wc_flags & IBV_WC_WITH_IMM) ? htonl(imm) : imm;
+		s.off = CQE_QP_NUM;
 		w->qp_num = get32(&s);
+		s.off = CQE_SRC_QP;
 		w->src_qp = get32(&s);
+		s.off = CQE_PKEY_INDEX;
 		w->pkey_index = get16(&s);
 		/* A UD receive's sl says which L3 header the first 40 bytes
 		 * hold, as a ConnectX's does for RoCE (its CQE's packet type:
@@ -223,7 +230,7 @@ int poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 		/* A completion that found the ring full was lost (the CQ is too
 		 * small for its QPs): say so rather than let the program wait
 		 * for it (rdma-core reports IBV_EVENT_CQ_ERR). */
-		overrun = ring_load(q->ring, RING_FLAGS) & 1;
+		overrun = ring_load(q->ring, RING_FLAGS) & FLAG_OVERRUN;
 		if (++q->empty % (1u << 16) == 0)
 			dead = conn_hung_up(&to_rctx(cq->context)->conn);
 	}

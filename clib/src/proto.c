@@ -177,12 +177,12 @@ static const char *kind_name(int k)
 static int code_errno(uint32_t code)
 {
 	switch (code) {
-	case 1: return EINVAL;
-	case 2: return ENOENT;
-	case 3: return EPROTO;
-	case 4: return ENOSYS;
-	case 5: return EBUSY;
-	case 7: return ENOMEM; /* over a limit of the client or the daemon */
+	case CODE_INVALID: return EINVAL;
+	case CODE_NO_HANDLE: return ENOENT;
+	case CODE_MALFORMED: return EPROTO;
+	case CODE_UNKNOWN: return ENOSYS;
+	case CODE_BUSY: return EBUSY;
+	case CODE_LIMIT: return ENOMEM; /* over a limit of the client or the daemon */
 	default: return EIO;
 	}
 }

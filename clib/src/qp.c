@@ -34,20 +34,19 @@ static int post_recv_ring(int *ring, struct rring *r, struct ibv_recv_wr *wr, st
 			break;
 		}
 		if (wr->num_sge < 0 || (uint32_t)wr->num_sge > r->max_sge ||
-		    16 + (size_t)SGE_BYTES * wr->num_sge > r->slot_bytes) {
+		    RECV_FIXED + (size_t)SGE_BYTES * wr->num_sge > r->slot_bytes) {
 			err = EINVAL;
 			break;
 		}
 		struct buf s = {.p = r->ring + RING_HEADER + (size_t)(r->prod % r->slots) * r->slot_bytes,
 				.len = r->slot_bytes};
+		memset(s.p, 0, RECV_FIXED);
+		s.off = RWQE_WR_ID;
 		put64(&s, wr->wr_id);
+		s.off = RWQE_NUM_SGE;
 		put32(&s, wr->num_sge);
-		put32(&s, 0);
-		for (int i = 0; i < wr->num_sge; i++) {
-			put64(&s, wr->sg_list[i].addr);
-			put32(&s, wr->sg_list[i].length);
-			put32(&s, wr->sg_list[i].lkey);
-		}
+		for (int i = 0; i < wr->num_sge; i++)
+			put_sge(&s, RECV_FIXED + (size_t)SGE_BYTES * i, &wr->sg_list[i]);
 		r->prod++;
 	}
 	*ring = ring_post(r->ring, r->prod, 0);
@@ -125,7 +124,7 @@ int post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_w
 	int ring;
 	int err = post_recv_ring(&ring, &s->rq, wr, bad);
 	pthread_spin_unlock(&s->lock);
-	int e2 = ring ? conn_doorbell(&to_rctx(srq->context)->conn, s->h, 1) : 0;
+	int e2 = ring ? conn_doorbell(&to_rctx(srq->context)->conn, s->h, DOORBELL_RECV) : 0;
 	return err ? err : e2;
 }
 
@@ -404,9 +403,13 @@ int encode_send(struct rqp *q, struct ibv_send_wr *wr, uint8_t *slot)
 	}
 	struct buf s = {.p = slot, .len = q->sq_slot_bytes};
 	memset(slot, 0, SEND_FIXED);
+	s.off = SWQE_WR_ID;
 	put64(&s, wr->wr_id);
+	s.off = SWQE_OPCODE;
 	put8(&s, wr->opcode);
+	s.off = SWQE_SEND_FLAGS;
 	put8(&s, flags);
+	s.off = SWQE_NUM_SGE;
 	put8(&s, inl ? 0 : wr->num_sge);
 	struct rah *ah = NULL;
 	if (q->qpx.qp_base.qp_type == IBV_QPT_UD) {
@@ -414,47 +417,53 @@ int encode_send(struct rqp *q, struct ibv_send_wr *wr, uint8_t *slot)
 			return EINVAL;
 		ah = (struct rah *)wr->wr.ud.ah;
 	}
+	s.off = SWQE_HAS_AH;
 	put8(&s, ah ? 1 : 0);
+	s.off = SWQE_INLINE_LEN;
 	put32(&s, inl ? total : 0);
 	uint32_t imm = 0, inv = 0;
 	if (wr->opcode == IBV_WR_SEND_WITH_INV)
 		inv = wr->invalidate_rkey;
 	else if (wr->opcode == IBV_WR_SEND_WITH_IMM || wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM)
 		imm = ntohl(wr->imm_data);
+	s.off = SWQE_IMM;
 	put32(&s, imm);
+	s.off = SWQE_INV_RKEY;
 	put32(&s, inv);
 	int atomic = wr->opcode == IBV_WR_ATOMIC_CMP_AND_SWP || wr->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
+	s.off = SWQE_REMOTE_ADDR;
 	put64(&s, atomic ? wr->wr.atomic.remote_addr : wr->wr.rdma.remote_addr);
+	s.off = SWQE_RKEY;
 	put32(&s, atomic ? wr->wr.atomic.rkey : wr->wr.rdma.rkey);
 	if (ah) {
 		/* The union's ud member overlaps rdma's: write it only for UD. */
-		s.off = 36;
+		s.off = SWQE_REMOTE_QPN;
 		put32(&s, wr->wr.ud.remote_qpn);
+		s.off = SWQE_REMOTE_QKEY;
 		put32(&s, wr->wr.ud.remote_qkey);
+		s.off = SWQE_HOP_LIMIT;
 		put8(&s, ah->grh.hop_limit);
+		s.off = SWQE_TRAFFIC_CLASS;
 		put8(&s, ah->grh.traffic_class);
+		s.off = SWQE_SGID_INDEX;
 		put8(&s, ah->grh.sgid_index);
-		put8(&s, 0);
+		s.off = SWQE_FLOW_LABEL;
 		put32(&s, ah->grh.flow_label);
-	}
-	s.off = 56;
-	if (atomic) {
-		put64(&s, wr->wr.atomic.compare_add);
-		put64(&s, wr->wr.atomic.swap);
-	}
-	if (ah) {
-		s.off = 72;
+		s.off = SWQE_DGID;
 		putn(&s, ah->grh.dgid.raw, 16);
+	}
+	if (atomic) {
+		s.off = SWQE_COMPARE_ADD;
+		put64(&s, wr->wr.atomic.compare_add);
+		s.off = SWQE_SWAP;
+		put64(&s, wr->wr.atomic.swap);
 	}
 	s.off = SEND_FIXED;
 	for (int i = 0; i < wr->num_sge; i++) {
-		if (inl) {
+		if (inl)
 			putn(&s, (void *)(uintptr_t)wr->sg_list[i].addr, wr->sg_list[i].length);
-		} else {
-			put64(&s, wr->sg_list[i].addr);
-			put32(&s, wr->sg_list[i].length);
-			put32(&s, wr->sg_list[i].lkey);
-		}
+		else
+			put_sge(&s, SEND_FIXED + (size_t)SGE_BYTES * i, &wr->sg_list[i]);
 	}
 	return s.bad ? EINVAL : 0;
 }
@@ -491,7 +500,7 @@ int post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **ba
 	if (err)
 		*bad = wr;
 	if (ring) {
-		int e2 = conn_doorbell(&to_rctx(qp->context)->conn, q->h, 0);
+		int e2 = conn_doorbell(&to_rctx(qp->context)->conn, q->h, DOORBELL_SEND);
 		if (!err)
 			err = e2;
 	}
@@ -509,6 +518,6 @@ int post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **ba
 	int ring;
 	int err = post_recv_ring(&ring, &q->rq, wr, bad);
 	pthread_spin_unlock(&q->rlock);
-	int e2 = ring ? conn_doorbell(&to_rctx(qp->context)->conn, q->h, 1) : 0;
+	int e2 = ring ? conn_doorbell(&to_rctx(qp->context)->conn, q->h, DOORBELL_RECV) : 0;
 	return err ? err : e2;
 }

@@ -27,7 +27,16 @@
 
 #define EXPORT __attribute__((visibility("default")))
 
-/* Request kinds of rnic/hostif/proto.go; values are the protocol. */
+/*
+ * The host interface's ABI: rnic/hostif's proto.go (request kinds, the
+ * header, reply codes, CM event codes), messages.go (doorbell queues) and
+ * ring.go (ring header words, slot layouts). Every value here is checked
+ * against the Go side by rnic/hostif's TestCHeaderABI, which compiles a
+ * program printing them; the code below uses these names, never the
+ * numbers.
+ */
+
+/* Request kinds (hostif.Kind); values are the protocol. */
 enum rnic_kind {
 	K_QUERY_PORT = 1,
 	K_ALLOC_PD = 2,
@@ -44,6 +53,8 @@ enum rnic_kind {
 	K_MODIFY_QP = 13,
 	K_QUERY_QP = 14,
 	K_DESTROY_QP = 15,
+	K_LIST_QPS = 16, /* the tools' (rnic res); this library sends none */
+	K_COUNTERS = 17, /* the tools' (rnic stat) */
 	K_DOORBELL = 18,
 	K_CM_CREATE_CHANNEL = 20,
 	K_CM_DESTROY_CHANNEL = 21,
@@ -55,14 +66,44 @@ enum rnic_kind {
 	K_CM_REJECT = 27,
 	K_CM_DISCONNECT = 28,
 	K_CM_GET_EVENT = 29,
+	K_LIST_CM_IDS = 30, /* the tools' (rnic res cm_id) */
 };
 
 #define HDR_LEN 16
 #define MAX_MSG (64 << 10)
 #define FLAG_REPLY 1
 
-/* Ring header words (rnic/hostif/ring.go). */
+/* Reply codes (hostif.Code): the first word of every reply. */
+enum rnic_code {
+	CODE_OK = 0,
+	CODE_INVALID = 1,
+	CODE_NO_HANDLE = 2,
+	CODE_MALFORMED = 3,
+	CODE_UNKNOWN = 4,
+	CODE_BUSY = 5,
+	CODE_FAILED = 6,
+	CODE_LIMIT = 7,
+};
+
+/* A doorbell's queue (hostif.DoorbellSend, DoorbellRecv). */
+#define DOORBELL_SEND 0
+#define DOORBELL_RECV 1
+
+/* The daemon's CM event types (hostif.CMEvent*, rnic/cm's EventType). */
+enum rnic_cm_event {
+	CM_EV_CONNECT_REQUEST = 1,
+	CM_EV_ESTABLISHED = 2,
+	CM_EV_REJECTED = 3,
+	CM_EV_UNREACHABLE = 4,
+	CM_EV_CONNECT_ERROR = 5,
+	CM_EV_DISCONNECTED = 6,
+	CM_EV_TIMEWAIT_EXIT = 7,
+};
+
+/* Ring header words: byte offsets of uint32s. */
 #define RING_PRODUCER 0
+#define RING_DEPTH 8
+#define RING_SLOT_SIZE 12
 #define RING_ARMED 16
 #define RING_FLAGS 20
 #define RING_EVENTS 24
@@ -73,8 +114,49 @@ enum rnic_kind {
 #define RING_HEADER 128
 #define ARM_ANY 1
 #define ARM_SOLICITED 2
+#define FLAG_OVERRUN 1
+
+/* Send WQE slot: byte offsets of its fields (little-endian), then
+ * num_sge SGEs or the inline data from SEND_FIXED. */
+#define SWQE_WR_ID 0           /* uint64 */
+#define SWQE_OPCODE 8          /* uint8, ibv_wr_opcode */
+#define SWQE_SEND_FLAGS 9      /* uint8, ibv_send_flags */
+#define SWQE_NUM_SGE 10        /* uint8 */
+#define SWQE_HAS_AH 11         /* uint8: 1, the AH fields are valid */
+#define SWQE_INLINE_LEN 12     /* uint32 */
+#define SWQE_IMM 16            /* uint32, host order */
+#define SWQE_INV_RKEY 20       /* uint32 */
+#define SWQE_REMOTE_ADDR 24    /* uint64 */
+#define SWQE_RKEY 32           /* uint32 */
+#define SWQE_REMOTE_QPN 36     /* uint32 */
+#define SWQE_REMOTE_QKEY 40    /* uint32 */
+#define SWQE_HOP_LIMIT 44      /* uint8 */
+#define SWQE_TRAFFIC_CLASS 45  /* uint8 */
+#define SWQE_SGID_INDEX 46     /* uint8 */
+#define SWQE_FLOW_LABEL 48     /* uint32 */
+#define SWQE_COMPARE_ADD 56    /* uint64 */
+#define SWQE_SWAP 64           /* uint64 */
+#define SWQE_DGID 72           /* 16 bytes */
 #define SEND_FIXED 96
+/* An SGE in a slot. */
+#define SGE_ADDR 0   /* uint64 */
+#define SGE_LENGTH 8 /* uint32 */
+#define SGE_LKEY 12  /* uint32 */
 #define SGE_BYTES 16
+/* Receive WQE slot: then num_sge SGEs from RECV_FIXED. */
+#define RWQE_WR_ID 0   /* uint64 */
+#define RWQE_NUM_SGE 8 /* uint32 */
+#define RECV_FIXED 16
+/* CQE slot. */
+#define CQE_WR_ID 0      /* uint64 */
+#define CQE_STATUS 8     /* uint8 */
+#define CQE_OPCODE 9     /* uint8 */
+#define CQE_WC_FLAGS 10  /* uint8 */
+#define CQE_BYTE_LEN 12  /* uint32 */
+#define CQE_IMM 16       /* uint32, host order (or the invalidated rkey) */
+#define CQE_QP_NUM 20    /* uint32 */
+#define CQE_SRC_QP 24    /* uint32 */
+#define CQE_PKEY_INDEX 28 /* uint16 */
 #define CQE_BYTES 32
 
 /* A message being built or read: little-endian fields, as hostif's
@@ -95,6 +177,17 @@ uint16_t get16(struct buf *b);
 uint32_t get32(struct buf *b);
 uint64_t get64(struct buf *b);
 void getn(struct buf *b, void *v, size_t n);
+
+/* put_sge writes an SGE into a slot at offset off. */
+static inline void put_sge(struct buf *b, size_t off, const struct ibv_sge *sg)
+{
+	b->off = off + SGE_ADDR;
+	put64(b, sg->addr);
+	b->off = off + SGE_LENGTH;
+	put32(b, sg->length);
+	b->off = off + SGE_LKEY;
+	put32(b, sg->lkey);
+}
 
 /* conn is one control connection to a daemon. */
 struct conn {

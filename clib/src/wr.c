@@ -66,7 +66,7 @@ static int wr_complete(struct ibv_qp_ex *x)
 	}
 	pthread_spin_unlock(&q->slock);
 	if (ring)
-		err = conn_doorbell(&to_rctx(qp->context)->conn, q->h, 0);
+		err = conn_doorbell(&to_rctx(qp->context)->conn, q->h, DOORBELL_SEND);
 	return err;
 }
 

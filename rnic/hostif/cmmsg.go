@@ -122,7 +122,7 @@ func (m *CMDataReq) target() uint32 { return m.H }
 // Type 0 if there is none (rdma_get_cm_event would block; the client
 // waits on the channel's wake pipe and asks again).
 type CMEvent struct {
-	// Type is the cm.EventType (RDMA_CM_EVENT_*), 0 for none.
+	// Type is one of the CMEvent* codes, 0 for none.
 	Type uint8
 	// ID is the CM ID's handle; for CONNECT_REQUEST a new CM ID of this
 	// client, and Listen the listening one's.

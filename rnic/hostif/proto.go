@@ -58,6 +58,20 @@ const (
 	FlagReply uint16 = 1 << 0
 )
 
+// CM event codes, a CMEvent's Type: the values of rnic/cm's EventType
+// (the daemon sends its agent's events as they are; a test holds the two
+// equal), here so that a client (rdmacm, clib/rdmacm) maps them to
+// rdma_cm's without importing the daemon's CM agent.
+const (
+	CMEventConnectRequest uint8 = 1 // RDMA_CM_EVENT_CONNECT_REQUEST
+	CMEventEstablished    uint8 = 2 // RDMA_CM_EVENT_ESTABLISHED
+	CMEventRejected       uint8 = 3 // RDMA_CM_EVENT_REJECTED
+	CMEventUnreachable    uint8 = 4 // RDMA_CM_EVENT_UNREACHABLE
+	CMEventConnectError   uint8 = 5 // RDMA_CM_EVENT_CONNECT_ERROR
+	CMEventDisconnected   uint8 = 6 // RDMA_CM_EVENT_DISCONNECTED
+	CMEventTimewaitExit   uint8 = 7 // RDMA_CM_EVENT_TIMEWAIT_EXIT
+)
+
 // HeaderLen is the size of the fixed header every message starts with:
 //
 //	offset 0  kind      uint16
