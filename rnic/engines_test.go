@@ -69,8 +69,8 @@ func testEnginesOwnTheirQPs(t *testing.T, engines int) {
 		}
 		for j := range writes {
 			off := (i*writes + j) * size
-			mustPost(t, a, qp.qa, rnic.SendWR{WRID: uint64(off), Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled,
-				SGL: []rnic.SGE{sge(a, off, size)}, RemoteAddr: memVA + uint64(off), RKey: b.mr.RKey})
+			mustPost(t, a, qp.qa, ib.SendWR{WRID: uint64(off), Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled,
+				SGL: []ib.SGE{sge(a, off, size)}, RemoteAddr: memVA + uint64(off), RKey: b.mr.RKey})
 		}
 		wantA[ea] += writes
 		wantB[eb] += writes
