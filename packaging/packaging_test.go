@@ -626,6 +626,7 @@ func TestBashCompletion(t *testing.T) {
 		{"rnic", "_rnic", []string{"rnic", "res", "sh"}, "show"},
 		{"rnicd", "_rnicd", []string{"rnicd", "-log-"}, "-log-format -log-level"},
 		{"rnicd", "_rnicd", []string{"rnicd", "-mode", ""}, "packet udp"},
+		{"rnicd", "_rnicd", []string{"rnicd", "-pcap-format", ""}, "pcap pcapng"},
 	} {
 		if got := strings.Join(complete(c.file, c.fn, c.words...), " "); got != c.want {
 			t.Errorf("completing %q: %q, want %q", c.words, got, c.want)

@@ -49,8 +49,10 @@ func TestObserveDaemons(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// rnicD's capture rotates at 8 KiB, every file kept: several files.
-	dd, err := startDaemon(dir, "rnicD", addrD, "-trace", trD, "-pcap", pcD, "-pcap-size", "8192", "-pcap-files", "0", "-http", addrD+":0")
+	// rnicD's capture rotates at 8 KiB, every file kept: several files,
+	// in pcapng.
+	pcD += "ng"
+	dd, err := startDaemon(dir, "rnicD", addrD, "-trace", trD, "-pcap", pcD, "-pcap-format", "pcapng", "-pcap-size", "8192", "-pcap-files", "0", "-http", addrD+":0")
 	if err != nil {
 		dc.stop()
 		t.Fatal(err)
@@ -195,6 +197,7 @@ func TestObserveDaemons(t *testing.T) {
 		t.Errorf("rnicD's capture did not rotate at 8 KiB")
 	}
 	fromD, toD := tsharkCount(t, tshark, append([]string{pcD}, rotated...), addrD)
+	tsharkNg(t, tshark, append([]string{pcD}, rotated...), addrD, "rnicD")
 	t.Logf("rnicD's capture: %d files, %d packets sent, %d received", 1+len(rotated), fromD, toD)
 	if float64(fromD) != d2["sent_pkts"] || float64(toD) != d2["rcvd_pkts"] {
 		t.Errorf("rnicD's capture has %d sent and %d received packets, its counters %v and %v",
@@ -500,6 +503,31 @@ func get(t *testing.T, url string) string {
 // tsharkCount has tshark read the capture files, fails on any frame it
 // does not decode as InfiniBand or finds malformed, and counts the
 // packets from and to addr.
+// tsharkNg checks, by tshark, that every frame of the pcapng files paths
+// names the device's interface and is marked sent (p2p_dir 0) when it
+// comes from addr, received (1) when it goes to addr.
+func tsharkNg(t *testing.T, tshark string, paths []string, addr, dev string) {
+	t.Helper()
+	for _, p := range paths {
+		out, err := exec.Command(tshark, "-r", p, "-T", "fields", "-E", "separator=,",
+			"-e", "frame.interface_name", "-e", "frame.p2p_dir", "-e", "ip.src", "-e", "ip.dst").Output()
+		if err != nil {
+			t.Fatalf("tshark %s: %v", p, err)
+		}
+		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			want := dev + ",1,"
+			if strings.HasSuffix(line, ","+addr) == strings.Contains(line, ","+addr+",") {
+				t.Errorf("%s: frame %q neither from nor to %s", p, line, addr)
+			} else if strings.Contains(line, ","+addr+",") {
+				want = dev + ",0,"
+			}
+			if !strings.HasPrefix(line, want) {
+				t.Errorf("%s: frame %q, want interface %s and direction %s", p, line, dev, want[len(dev)+1:len(want)-1])
+			}
+		}
+	}
+}
+
 func tsharkCount(t *testing.T, tshark string, paths []string, addr string) (from, to int) {
 	t.Helper()
 	for _, p := range paths {

@@ -51,6 +51,7 @@ import (
 	"github.com/rnicd/rnicd/rnic/trace"
 	"github.com/rnicd/rnicd/verbs"
 	"github.com/rnicd/rnicd/wire/ibudp"
+	"github.com/rnicd/rnicd/wire/pcap"
 )
 
 func main() {
@@ -109,6 +110,7 @@ type config struct {
 	pcap       string        // first capture file
 	traceLim   fileLimit     // how much of the trace is kept on disk
 	pcapLim    fileLimit     // how much of the capture is kept on disk
+	pcapFmt    pcap.Format   // the capture files' format
 	http       string        // TCP address of the monitor
 	limits     hostif.Limits // what each client and all of them may hold (quota.go)
 	cc         flowctl.Algorithm
@@ -138,6 +140,7 @@ func parseFlags(args []string, stdout, stderr io.Writer) (config, error) {
 	ackHold := fs.Duration("ack-hold", rnic.DefaultAckHold, "longest a ping-pong QP's ACK waits to go out with its next request (0: ACK at once, as rxe)")
 	traceFile := fs.String("trace", "", "write every trace event to `FILE` as JSON lines (FILE the newest; FILE.1, FILE.2, ... the older ones as it rotates; see -trace-size)")
 	pcapFile := fs.String("pcap", "", "capture every packet sent and received into `FILE` (pcap, for tshark; FILE the newest; FILE.1, FILE.2, ... the older ones as it rotates; see -pcap-size)")
+	pcapFormat := fs.String("pcap-format", "pcap", "write the capture as `FORMAT`: pcap, or pcapng (the device named in its interface block, each packet marked inbound or outbound)")
 	m := readMachine()
 	c := config{traceLim: defaultFileLimit, pcapLim: defaultFileLimit, limits: defaultLimits(m)}
 	limitFlags(fs, &c.limits, m)
@@ -240,6 +243,12 @@ func parseFlags(args []string, stdout, stderr io.Writer) (config, error) {
 	}
 	if err := c.pcapLim.check("pcap", c.pcap, set); err != nil {
 		return c, err
+	}
+	if c.pcapFmt, err = pcap.ParseFormat(*pcapFormat); err != nil {
+		return c, fmt.Errorf("-pcap-format: %w", err)
+	}
+	if set["pcap-format"] && c.pcap == "" {
+		return c, errors.New("-pcap-format without -pcap")
 	}
 	if *addr == "" {
 		if c.addr, err = defaultAddr(); err != nil {

@@ -66,13 +66,14 @@ func startObservers(c config, dev *rnic.Device, faulty *ibudp.Faulty, cmCounters
 		log.Info("trace file", "path", c.trace, "keeps", c.traceLim, "at_most_bytes", c.traceLim.bound())
 	}
 	if c.pcap != "" {
-		w, err := pcap.Create(pcap.Config{Path: c.pcap, MaxBytes: int64(c.pcapLim.size), MaxFiles: c.pcapLim.files})
+		w, err := pcap.Create(pcap.Config{Path: c.pcap, MaxBytes: int64(c.pcapLim.size), MaxFiles: c.pcapLim.files,
+			Format: c.pcapFmt, Interface: c.name})
 		if err != nil {
 			return nil, err
 		}
 		o.capture = w
 		o.setCapture(w)
-		log.Info("capture", "path", c.pcap, "keeps", c.pcapLim, "at_most_bytes", c.pcapLim.bound())
+		log.Info("capture", "path", c.pcap, "format", c.pcapFmt, "keeps", c.pcapLim, "at_most_bytes", c.pcapLim.bound())
 	}
 	// Fault injection changes the device for every client: only root
 	// and the daemon's own uid may, by the credentials of the unix

@@ -11,6 +11,7 @@ _rnicd() {
 	prev=${COMP_WORDS[COMP_CWORD-1]}
 	case $prev in
 	-mode) COMPREPLY=($(compgen -W 'udp packet' -- "$cur")); return ;;
+	-pcap-format) COMPREPLY=($(compgen -W 'pcap pcapng' -- "$cur")); return ;;
 	-cc) COMPREPLY=($(compgen -W 'dcqcn none' -- "$cur")); return ;;
 	-retry7) COMPREPLY=($(compgen -W 'seven forever' -- "$cur")); return ;;
 	-log-format) COMPREPLY=($(compgen -W 'text json' -- "$cur")); return ;;

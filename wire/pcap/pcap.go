@@ -1,10 +1,13 @@
 // Package pcap models the NIC's port mirror: it writes every packet a
-// port sends and receives into pcap files that Wireshark and tshark read,
+// port sends and receives into pcap or pcapng files that Wireshark and
+// tshark read,
 // as Ethernet frames carrying the packet's IPv4 or IPv6 and UDP headers
 // and its RoCE part (BTH through ICRC), so that their RoCEv2 dissector
 // decodes it. Its files rotate by size and count (FILE, FILE.1, FILE.2,
 // ..., the newest MaxFiles kept; package rotate), each a capture of its
-// own, with its header and whole records.
+// own, with its header and whole records. A pcapng file (Config.Format)
+// also names the device in its interface block and marks each packet
+// inbound or outbound, and an ICRC error with a comment.
 //
 // What is synthesized: the Ethernet header always (the kernel holds the
 // real MAC addresses; the capture puts locally administered ones made
@@ -20,9 +23,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"time"
 
+	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
 	"github.com/gopacket/gopacket/pcapgo"
 
@@ -39,6 +44,38 @@ type Config struct {
 	MaxBytes int64
 	// MaxFiles is how many files are kept, the newest; 0 keeps all.
 	MaxFiles int
+	// Format is the files' format: FormatPcap (the zero value) or
+	// FormatPcapNG.
+	Format Format
+	// Interface names the port in a pcapng file's interface block (the
+	// device's name); "" gives "rnic".
+	Interface string
+}
+
+// Format is a capture file format.
+type Format int
+
+const (
+	FormatPcap   Format = iota // libpcap's, nanosecond timestamps
+	FormatPcapNG               // pcapng: one section and one interface a file
+)
+
+// ParseFormat reads a format's name: pcap or pcapng.
+func ParseFormat(s string) (Format, error) {
+	switch s {
+	case "pcap":
+		return FormatPcap, nil
+	case "pcapng":
+		return FormatPcapNG, nil
+	}
+	return 0, fmt.Errorf("pcap: format %q: pcap or pcapng", s)
+}
+
+func (f Format) String() string {
+	if f == FormatPcapNG {
+		return "pcapng"
+	}
+	return "pcap"
 }
 
 // pcap file layout.
@@ -64,6 +101,10 @@ type Writer struct {
 	rec   [recordHeaderLen + snapLen]byte
 	stats Stats
 	err   error // the first write error; capture stops there
+	// ng writes pcapng blocks into ngBuf, whence each goes whole to the
+	// files (rotation never splits a block); nil for pcap.
+	ng    *pcapgo.NgWriter
+	ngBuf bytes.Buffer
 }
 
 // Create opens cfg.Path and writes its pcap header.
@@ -71,16 +112,43 @@ func Create(cfg Config) (*Writer, error) {
 	if cfg.Path == "" {
 		return nil, errors.New("pcap: no file name")
 	}
+	w := &Writer{stats: Stats{Files: 1}}
 	var hdr bytes.Buffer
-	if err := pcapgo.NewWriterNanos(&hdr).WriteFileHeader(snapLen, layers.LinkTypeEthernet); err != nil {
-		return nil, fmt.Errorf("pcap: %w", err)
+	switch cfg.Format {
+	case FormatPcap:
+		if err := pcapgo.NewWriterNanos(&hdr).WriteFileHeader(snapLen, layers.LinkTypeEthernet); err != nil {
+			return nil, fmt.Errorf("pcap: %w", err)
+		}
+	case FormatPcapNG:
+		name := cfg.Interface
+		if name == "" {
+			name = "rnic"
+		}
+		// The section and interface blocks head every file, so that each
+		// rotated file reads on its own.
+		ng, err := pcapgo.NewNgWriterInterface(&w.ngBuf,
+			pcapgo.NgInterface{Name: name, Description: "RoCEv2 port of " + name, OS: runtime.GOOS,
+				LinkType: layers.LinkTypeEthernet, SnapLength: snapLen, TimestampResolution: 9},
+			pcapgo.NgWriterOptions{SectionInfo: pcapgo.NgSectionInfo{Hardware: runtime.GOARCH, OS: runtime.GOOS, Application: "rnicd"}})
+		if err == nil {
+			err = ng.Flush()
+		}
+		if err != nil {
+			return nil, fmt.Errorf("pcap: %w", err)
+		}
+		hdr.Write(w.ngBuf.Bytes())
+		w.ngBuf.Reset()
+		w.ng = ng
+	default:
+		return nil, fmt.Errorf("pcap: unknown format %d", cfg.Format)
 	}
 	files, err := rotate.Create(rotate.Config{Path: cfg.Path, MaxBytes: cfg.MaxBytes, MaxFiles: cfg.MaxFiles,
 		Header: hdr.Bytes(), BufSize: 256 << 10})
 	if err != nil {
 		return nil, fmt.Errorf("pcap: %w", err)
 	}
-	return &Writer{files: files, stats: Stats{Files: 1}}, nil
+	w.files = files
+	return w, nil
 }
 
 // FileName is the name of the i-th newest file of a capture (0: path
@@ -116,6 +184,14 @@ func (w *Writer) Packet(at ibudp.TapPoint, hdr, roce []byte, _ ibudp.ICRCStatus)
 	putEthernet(frame, hdr)
 	copy(frame[ethHeaderLen:], hdr)
 	copy(frame[ethHeaderLen+len(hdr):], roce)
+	if w.ng != nil {
+		var err error
+		if rec, err = w.ngBlock(now, at, frame); err != nil {
+			w.err = fmt.Errorf("pcap: %w", err)
+			w.stats.Errors++
+			return
+		}
+	}
 	if _, err := w.files.Write(rec); err != nil {
 		w.err = fmt.Errorf("pcap: %w", err)
 		w.stats.Errors++
@@ -124,6 +200,27 @@ func (w *Writer) Packet(at ibudp.TapPoint, hdr, roce []byte, _ ibudp.ICRCStatus)
 	w.stats.Files = w.files.Stats().Files
 	w.stats.Packets++
 	w.stats.Bytes += uint64(len(rec))
+}
+
+// ngBlock is frame's pcapng Enhanced Packet Block: its direction in the
+// flags word, a comment on a packet whose ICRC failed.
+func (w *Writer) ngBlock(now time.Time, at ibudp.TapPoint, frame []byte) ([]byte, error) {
+	opts := pcapgo.NgPacketOptions{Flags: &pcapgo.NgEpbFlags{Direction: pcapgo.NgEpbFlagDirectionInbound}}
+	switch at {
+	case ibudp.TapSent:
+		opts.Flags.Direction = pcapgo.NgEpbFlagDirectionOutbound
+	case ibudp.TapICRCError:
+		opts.Comments = []string{"ICRC error: the port dropped it"}
+	}
+	w.ngBuf.Reset()
+	ci := gopacket.CaptureInfo{Timestamp: now, CaptureLength: len(frame), Length: len(frame)}
+	if err := w.ng.WritePacketWithOptions(ci, frame, opts); err != nil {
+		return nil, err
+	}
+	if err := w.ng.Flush(); err != nil {
+		return nil, err
+	}
+	return w.ngBuf.Bytes(), nil
 }
 
 // putEthernet writes an Ethernet header for the IP datagram starting with

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
 	"github.com/gopacket/gopacket/pcapgo"
 
@@ -24,6 +25,15 @@ type frame struct {
 	eth  []byte
 	hdr  []byte // IP and UDP
 	roce []byte
+	// pcapng's: the interface's name and the packet's direction.
+	intf string
+	dir  pcapgo.NgEpbFlag
+}
+
+// packetReader is what pcapgo's Reader and NgReader both do.
+type packetReader interface {
+	ReadPacketData() ([]byte, gopacket.CaptureInfo, error)
+	LinkType() layers.LinkType
 }
 
 // readCapture reads every frame of the capture files path.(files-1), ...,
@@ -55,7 +65,20 @@ func readFrames(t *testing.T, name string, max int64) []frame {
 		if st, _ := f.Stat(); max > 0 && st.Size() > max {
 			t.Errorf("%s: %d bytes, more than the %d allowed", name, st.Size(), max)
 		}
-		r, err := pcapgo.NewReader(f)
+		// A pcapng file starts with a Section Header Block, 0x0a0d0d0a.
+		var magic [4]byte
+		if _, err := io.ReadFull(f, magic[:]); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		f.Seek(0, io.SeekStart)
+		var r packetReader
+		var ng *pcapgo.NgReader
+		if binary.LittleEndian.Uint32(magic[:]) == 0x0a0d0d0a {
+			ng, err = pcapgo.NewNgReader(f, pcapgo.DefaultNgReaderOptions)
+			r = ng
+		} else {
+			r, err = pcapgo.NewReader(f)
+		}
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
@@ -63,7 +86,22 @@ func readFrames(t *testing.T, name string, max int64) []frame {
 			t.Fatalf("%s: link type %v", name, r.LinkType())
 		}
 		for {
-			data, _, err := r.ReadPacketData()
+			var data []byte
+			var fr frame
+			if ng != nil {
+				var ci gopacket.CaptureInfo
+				var opts pcapgo.NgPacketOptions
+				data, ci, opts, err = ng.ReadPacketDataWithOptions()
+				if err == nil {
+					intf, ierr := ng.Interface(ci.InterfaceIndex)
+					if ierr != nil || opts.Flags == nil {
+						t.Fatalf("%s: packet of interface %d (%v), flags %v", name, ci.InterfaceIndex, ierr, opts.Flags)
+					}
+					fr.intf, fr.dir = intf.Name, opts.Flags.Direction
+				}
+			} else {
+				data, _, err = r.ReadPacketData()
+			}
 			if errors.Is(err, io.EOF) {
 				break
 			}
@@ -77,7 +115,8 @@ func readFrames(t *testing.T, name string, max int64) []frame {
 			if binary.BigEndian.Uint16(data[12:]) == 0x86dd {
 				hl = 48
 			}
-			out = append(out, frame{eth: data[:14], hdr: data[14 : 14+hl], roce: data[14+hl:]})
+			fr.eth, fr.hdr, fr.roce = data[:14], data[14:14+hl], data[14+hl:]
+			out = append(out, fr)
 		}
 	}
 	return out
@@ -98,12 +137,22 @@ func openPort(t *testing.T, a netip.Addr) ibudp.Port {
 // back: every packet is there twice (sent, received), byte for byte, in an
 // Ethernet frame whose synthesized IPv4 and UDP headers are those the ICRC
 // was sealed for.
+//
+// In pcapng the same, and every packet carries its port's name (the
+// interface block of its file) and its direction: outbound as a sent,
+// inbound as b received it.
 func TestCaptureModeUDP(t *testing.T) {
+	for _, f := range []pcap.Format{pcap.FormatPcap, pcap.FormatPcapNG} {
+		t.Run(f.String(), func(t *testing.T) { captureModeUDP(t, f) })
+	}
+}
+
+func captureModeUDP(t *testing.T, format pcap.Format) {
 	a, b := looptest.Pair(t)
 	pa, pb := openPort(t, a), openPort(t, b)
-	path := filepath.Join(t.TempDir(), "cap.pcap")
+	path := filepath.Join(t.TempDir(), "cap."+format.String())
 	const max = 8 << 10
-	w, err := pcap.Create(pcap.Config{Path: path, MaxBytes: max})
+	w, err := pcap.Create(pcap.Config{Path: path, MaxBytes: max, Format: format, Interface: "rnicX"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,6 +200,15 @@ func TestCaptureModeUDP(t *testing.T) {
 		want := sent[i/2]
 		if !bytes.Equal(f.roce, want) {
 			t.Fatalf("frame %d: RoCE part differs from the packet sent", i)
+		}
+		if format == pcap.FormatPcapNG {
+			dir := pcapgo.NgEpbFlagDirectionOutbound
+			if i%2 == 1 {
+				dir = pcapgo.NgEpbFlagDirectionInbound
+			}
+			if f.intf != "rnicX" || f.dir != dir {
+				t.Fatalf("frame %d: interface %q, direction %v; want rnicX, %v", i, f.intf, f.dir, dir)
+			}
 		}
 		// Ethernet: IPv4, MACs made of the IP addresses (02:00 and the
 		// address's four bytes), b's the destination, a's the source.
@@ -250,4 +308,42 @@ func TestCaptureBounded(t *testing.T) {
 		t.Fatalf("newest packet kept is %d, want %d", next-1, count-1)
 	}
 	t.Logf("%d packets, %d files opened, %d kept: %d bytes on disk", count, st.Files, len(ents), total)
+}
+
+// In pcapng a packet whose ICRC failed is inbound and commented so,
+// which tshark shows as its frame comment.
+func TestPcapNGICRCComment(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "icrc.pcapng")
+	w, err := pcap.Create(pcap.Config{Path: path, Format: pcap.FormatPcapNG, Interface: "rnicY"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hdr := make([]byte, 28)
+	hdr[0], hdr[9] = 0x45, 17
+	copy(hdr[12:], []byte{198, 18, 0, 1, 198, 18, 0, 2})
+	roce := bytes.Repeat([]byte{0xab}, 40)
+	w.Packet(ibudp.TapICRCError, hdr, roce, ibudp.ICRCStatus(0))
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	r, err := pcapgo.NewNgReader(f, pcapgo.DefaultNgReaderOptions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _, opts, err := r.ReadPacketDataWithOptions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(data[14+28:], roce) || len(opts.Comments) != 1 || opts.Comments[0] != "ICRC error: the port dropped it" ||
+		opts.Flags == nil || opts.Flags.Direction != pcapgo.NgEpbFlagDirectionInbound {
+		t.Fatalf("frame % x, options %+v", data, opts)
+	}
+	if info := r.SectionInfo(); info.Application != "rnicd" {
+		t.Errorf("section info %+v", info)
+	}
 }
