@@ -203,6 +203,7 @@ type ID struct {
 	dev           *device
 	h             uint32
 	local, remote netip.AddrPort
+	tos           uint8 // SetTOS's
 	// Context is the application's.
 	Context any
 }
@@ -213,6 +214,12 @@ func (ch *EventChannel) CreateID() *ID { return ch.CreateIDIn(PSTCP) }
 // CreateIDIn is rdma_create_id in port space ps: PSTCP (RC QPs) or PSUDP
 // (UD QPs).
 func (ch *EventChannel) CreateIDIn(ps PortSpace) *ID { return &ID{ch: ch, ps: ps} }
+
+// SetTOS is rdma_set_option(RDMA_OPTION_ID, RDMA_OPTION_ID_TOS): the
+// IP TOS byte of the connection Connect makes, which its REQ carries to
+// the peer and both QPs put on their packets (RoCEv2's traffic class).
+// Set it before Connect; a UD ID's SIDR has no place for it.
+func (id *ID) SetTOS(tos uint8) { id.tos = tos }
 
 // PS is the ID's port space (cm_id->ps).
 func (id *ID) PS() PortSpace { return id.ps }
@@ -375,7 +382,7 @@ func (id *ID) Connect(p *ConnParam) error {
 		ServiceID: mad.ServiceID(id.ps, id.remote.Port()), StartingPSN: rand.Uint32() & 0xffffff,
 		CMParams: hostif.CMParams{PathMTU: uint8(id.dev.mtu), ResponderResources: p.ResponderResources,
 			InitiatorDepth: p.InitiatorDepth, RetryCount: min(p.RetryCount, 7), RNRRetryCount: min(p.RNRRetryCount, 7)},
-		PrivateData: pd}
+		PrivateData: pd, TrafficClass: id.tos}
 	_, err := id.Verbs.CMCall(hostif.KindCMConnect, req, nil, &hostif.Empty{})
 	return err
 }

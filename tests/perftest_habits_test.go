@@ -2,11 +2,15 @@ package tests
 
 import (
 	"fmt"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/rnicd/rnicd/internal/debtest"
 )
 
 // rdmaSends is the rdma_sends counter of device dev, from rnic stat.
@@ -106,5 +110,55 @@ func checkBidirectional(t *testing.T, verb, srv, cli string, iters int) {
 	}
 	if f := strings.Fields(c[0]); len(f) != 5 || f[0] != "65536" || f[1] != fmt.Sprint(iters) || f[3] == "0.00" {
 		t.Errorf("result line %q: want 65536 bytes, %d iterations, a bandwidth", c[0], iters)
+	}
+}
+
+// TestPerftestTOS: ib_write_bw -R -T 96 between two rnicd: both headers
+// say the TOS, and every packet of the connections, the control QP's
+// and the test QP's, each way, leaves with DSCP 24 (TOS 96, its ECN bits
+// DCQCN's): the client's CM agent sent the traffic class in its REQ and
+// the server's took it from there, as rdma_set_option's TOS does.
+func TestPerftestTOS(t *testing.T) {
+	tshark := debtest.Ensure(t, "tshark", "tshark")
+	dir := t.TempDir()
+	pc := filepath.Join(dir, "a.pcap")
+	a, b := daemonsWith(t, dir, []string{"-pcap", pc}, nil)
+	tb := &toolBench{a: a, b: b, ca: open(t, "rnicA"), cb: open(t, "rnicB"), host: a.addr.String()}
+	srv, cli := tb.pair(t, "ib_write_bw", "-R", "-T", "96", "-n", "200")
+	for who, out := range map[string]string{"server": srv, "client": cli} {
+		if !strings.Contains(out, " Data ex. method : rdma_cm \tTOS    : 96\n") {
+			t.Errorf("%s's header has no TOS:\n%s", who, out)
+		}
+	}
+	// The capture is flushed every second: read it until the WRITEs are
+	// there.
+	var from map[string]int
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		out, err := exec.Command(tshark, "-r", pc, "-Y", "infiniband.bth.destqp != 1", "-T", "fields", "-E", "separator=,",
+			"-e", "ip.src", "-e", "ip.dsfield.dscp").Output()
+		if err != nil && time.Now().Before(deadline) {
+			continue // the file's first flush is yet to come
+		}
+		if err != nil {
+			t.Fatalf("tshark: %v", err)
+		}
+		from = map[string]int{}
+		var bad []string
+		for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			src, dscp, _ := strings.Cut(l, ",")
+			if dscp != "24" {
+				bad = append(bad, l)
+			}
+			from[src]++
+		}
+		if len(bad) > 0 {
+			t.Fatalf("packets (source, DSCP) not DSCP 24 (TOS 96): %q", bad)
+		}
+		if from[a.addr.String()] > 0 && from[b.addr.String()] >= 200 || time.Now().After(deadline) {
+			break
+		}
+	}
+	if from[a.addr.String()] == 0 || from[b.addr.String()] < 200 {
+		t.Errorf("packets by source %v: want the server's answers and the client's 200 WRITEs at least", from)
 	}
 }

@@ -424,7 +424,7 @@ func (c *conn) cmConnect(t object, b Body, _ []int) (Body, []int, error) {
 		Dest: cm.Dest{GID: mad.GID(r.DGID), PKey: 0xffff}, LocalGID: mad.GID(c.s.dev.QueryPort().GID),
 		StartingPSN: r.StartingPSN, PathMTU: ib.MTU(r.PathMTU),
 		ResponderResources: r.ResponderResources, InitiatorDepth: r.InitiatorDepth,
-		RetryCount: r.RetryCount, RNRRetryCount: r.RNRRetryCount,
+		RetryCount: r.RetryCount, RNRRetryCount: r.RNRRetryCount, TrafficClass: r.TrafficClass,
 		PrivateData: r.PrivateData, Context: o,
 	}
 	c.s.cmAgent.Do(func(m *cm.CM) {

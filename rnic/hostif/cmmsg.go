@@ -18,6 +18,11 @@ type CMConnectReq struct {
 	StartingPSN uint32
 	CMParams
 	PrivateData []byte
+	// TrafficClass is the connection's IP TOS byte (rdma_set_option's
+	// RDMA_OPTION_ID_TOS), sent in the REQ and put in both QPs' AH. It
+	// comes last, and only when it is not 0, so that a client that knows
+	// no TOS (clib) sends the body it always sent: one encoding a value.
+	TrafficClass uint8
 }
 
 // CMParams are a connection's parameters (struct rdma_conn_param, with
@@ -46,6 +51,9 @@ func (m *CMConnectReq) encode(e *encoder) {
 	e.u32(m.StartingPSN)
 	m.CMParams.encode(e)
 	e.str(string(m.PrivateData))
+	if m.TrafficClass != 0 {
+		e.u8(m.TrafficClass)
+	}
 }
 
 func (m *CMConnectReq) decode(d *decoder) {
@@ -55,6 +63,11 @@ func (m *CMConnectReq) decode(d *decoder) {
 	m.StartingPSN = d.u32()
 	m.CMParams.decode(d)
 	m.PrivateData = []byte(d.str())
+	if d.err == nil && len(d.b) > 0 {
+		if m.TrafficClass = d.u8(); m.TrafficClass == 0 {
+			d.fail("traffic class 0 sent as a byte (it is sent as none)")
+		}
+	}
 }
 
 func (m *CMConnectReq) target() uint32 { return m.H }

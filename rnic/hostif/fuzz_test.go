@@ -29,6 +29,8 @@ func seedRequests() [][]byte {
 		Encode(KindCMListen, 0, 12, &CMListenReq{H: 5, ServiceID: 0x1061c06, Backlog: 3}),
 		Encode(KindCMConnect, 0, 13, &CMConnectReq{H: 5, QP: 3, ServiceID: 0x1061c06,
 			CMParams: CMParams{PathMTU: 3, RetryCount: 7, RNRRetryCount: 7}, PrivateData: []byte("pd")}),
+		Encode(KindCMConnect, 0, 13, &CMConnectReq{H: 5, QP: 3, ServiceID: 0x1061c06,
+			CMParams: CMParams{PathMTU: 3}, PrivateData: []byte("pd"), TrafficClass: 96}),
 		Encode(KindCMAccept, 0, 14, &CMAcceptReq{H: 6, QP: 3, ResponderResources: 1, PrivateData: []byte{1}}),
 		Encode(KindCMReject, 0, 15, &CMDataReq{H: 6, Reason: 28, PrivateData: []byte{2}}),
 		Encode(KindCMGetEvent, 0, 16, &Handle{H: 4}),

@@ -147,6 +147,9 @@ func (c *cmQPs) dialOnce(res *resources, addr netip.AddrPort, cp *rdmacm.ConnPar
 		c.ids = append(c.ids, id)
 		// --source_ip binds the ID to that address (rdma_resolve_addr's
 		// src, as perftest passes it); unset, the route's.
+		if res.p.TOS >= 0 {
+			id.SetTOS(uint8(res.p.TOS)) // -T, as rdma_cm_address_handler sets it
+		}
 		if err := id.ResolveAddr(res.p.SourceIP, addr); err != nil {
 			return fmt.Errorf("perftest: rdma_resolve_addr: %w", err)
 		}

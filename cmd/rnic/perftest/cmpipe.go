@@ -53,12 +53,16 @@ type cmPipe struct {
 // ctx (rdma_client_connect): resolve address and route, make the QP, post
 // its receive, connect with retry count 7 and RNR retry 7 and no
 // responder resources (the control QP only SENDs).
-func dialCM(ctx *verbs.Context, src netip.Addr, addr netip.AddrPort, idle time.Duration) (*cmPipe, error) {
+func dialCM(ctx *verbs.Context, src netip.Addr, tos int, addr netip.AddrPort, idle time.Duration) (*cmPipe, error) {
 	ch, err := rdmacm.CreateEventChannelOn(ctx)
 	if err != nil {
 		return nil, err
 	}
 	c := &cmPipe{ch: ch, id: ch.CreateID()}
+	if tos >= 0 {
+		// -T: perftest sets the TOS on the control connection's ID too.
+		c.id.SetTOS(uint8(tos))
+	}
 	if err := c.dial(src, addr, idle); err != nil {
 		c.Close()
 		return nil, err

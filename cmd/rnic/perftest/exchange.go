@@ -80,7 +80,7 @@ func openCMConn(p *Params, cfg Config, ctx *verbs.Context) (*Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		if pipe, err = dialCM(ctx, p.SourceIP, addr, idle); err != nil {
+		if pipe, err = dialCM(ctx, p.SourceIP, p.TOS, addr, idle); err != nil {
 			return nil, err
 		}
 	} else {

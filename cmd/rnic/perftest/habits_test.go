@@ -35,6 +35,12 @@ func TestParseHabits(t *testing.T) {
 	if p, err = Parse(wb, []string{"-R", "--source_ip", "198.18.0.1", "host"}); err != nil || p.SourceIP != netip.MustParseAddr("198.18.0.1") {
 		t.Fatalf("--source_ip: %+v, %v", p, err)
 	}
+	if p, err = Parse(wb, []string{"-R", "-T", "96"}); err != nil || p.TOS != 96 {
+		t.Fatalf("-R -T 96: %+v, %v", p, err)
+	}
+	if p, err = Parse(wb, []string{"-R"}); err != nil || p.TOS != -1 {
+		t.Fatalf("-R: TOS %d, %v; want -1, none set", p.TOS, err)
+	}
 	wl, _ := Find("ib_write_lat")
 	if p, err = Parse(wl, []string{"--output=latency"}); err != nil || p.Output != OutputLat {
 		t.Fatalf("lat --output=latency: %+v, %v", p, err)
@@ -49,6 +55,8 @@ func TestParseHabits(t *testing.T) {
 		{wb, []string{"-l", "4", "-Q", "3", "-n", "1200"}, "multiple of CQ moderation"},
 		{wb, []string{"-l", "200", "-n", "1000"}, "exceeds the tx depth"},
 		{wb, []string{"-S", "16"}, "service level"},
+		{wb, []string{"-T", "96"}, "TOS only valid for rdma_cm"},
+		{wb, []string{"-R", "-T", "256"}, "TOS should be between 0 and 255"},
 		{wb, []string{"--output=latency"}, "for BW can be"},
 		{wb, []string{"--output=bogus"}, "invalid verbosity"},
 		{wb, []string{"--source_ip", "198.18.0.1"}, "with -R"},

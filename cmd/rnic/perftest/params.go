@@ -137,6 +137,7 @@ type Params struct {
 	RunInfinitely bool       // --run_infinitely: a report every -D seconds until killed
 	SourceIP      netip.Addr // --source_ip: the address rdma_cm binds (-R)
 	Events        bool       // -e: sleep on completion events instead of polling
+	TOS           int        // -T: the IP TOS byte of rdma_cm's connections (-R); -1 when not given
 }
 
 // Output is what --output leaves of a report: everything, or one figure
@@ -265,6 +266,7 @@ func (p *Params) options() []option {
 			return nil
 		}},
 		{'R', "rdma_cm", false, func(p *Params, _ string) error { p.RDMACM = true; return nil }},
+		{'T', "tos", true, intArg(&p.TOS, "TOS", 0, 255)},
 		{'e', "events", false, func(p *Params, _ string) error { p.Events = true; return nil }},
 		{'b', "bidirectional", false, func(p *Params, _ string) error { p.Duplex = true; return nil }},
 		{'l', "post_list", true, intArg(&p.PostList, "post list size", 1, maxTx)},
@@ -340,7 +342,7 @@ func Parse(tool Tool, args []string) (*Params, error) {
 	p := &Params{
 		Tool: tool, Port: DefaultPort, Iters: defIters, Conn: verbs.QPTypeRC,
 		Atomic: FetchAndAdd, NumQPs: 1, TxDepth: defTxBW, RxDepth: defRxRDMA, GIDIndex: -1,
-		QPTimeout: defQPTimeout, CQMod: defCQMod, Margin: -1, Size: defSizeBW, PostList: 1,
+		QPTimeout: defQPTimeout, CQMod: defCQMod, Margin: -1, Size: defSizeBW, PostList: 1, TOS: -1,
 	}
 	if tool.Kind == Lat {
 		p.Size, p.TxDepth = defSizeLat, defTxLat
@@ -447,6 +449,9 @@ func (p *Params) forceDependencies() error {
 		case p.Local.IsValid():
 			return errors.New("-R connects through rnicd's CM agent: not with --local")
 		}
+	}
+	if p.TOS >= 0 && !p.RDMACM {
+		return errors.New("TOS only valid for rdma_cm based QP (-R)")
 	}
 	if p.SourceIP.IsValid() && !p.RDMACM {
 		// perftest binds its source address only on rdma_cm's ID.

@@ -107,6 +107,7 @@ func Usage(w io.Writer, tool Tool) {
 		"  -b, --bidirectional       Measure bidirectional bandwidth: both sides send, each prints the sum (write, read, atomic bw)",
 		"  -l, --post_list=<size>    Post a list of this many WRs per post_send (bw tests; CQ moderation follows)",
 		"  -S, --sl=<sl>             SL, 0..15 (default 0; a RoCEv2 packet without VLAN carries none)",
+		"  -T, --tos=<tos value>     With -R, the IP TOS byte of the connections, 0..255",
 		"      --output=<units>      Print only one figure: bandwidth, message_rate (bw) or latency (lat)",
 		"      --run_infinitely      Run until SIGINT, a report every -D seconds (default 5; write, read, atomic bw)",
 		"      --source_ip=<addr>    With -R, the local address rdma_cm binds",

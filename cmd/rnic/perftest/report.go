@@ -270,6 +270,9 @@ func printTestInfo(w io.Writer, p *Params, mtu verbs.MTU, gidIndex, outReads int
 	}
 	fmt.Fprint(w, " rdma_cm QPs\t : ON\n")
 	fmt.Fprint(w, " Data ex. method : rdma_cm")
+	if p.TOS >= 0 {
+		fmt.Fprintf(w, " \tTOS    : %d", p.TOS)
+	}
 	if !p.Client() {
 		// perftest prints it once the QPs are connected already.
 		fmt.Fprint(w, "\n"+resultLine)
