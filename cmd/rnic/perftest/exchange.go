@@ -42,12 +42,12 @@ func openExchange(p *Params, cfg Config, ctx *verbs.Context) (*exchange, error) 
 		// a SEND: no rkey, address or reads.
 		x.verb = Send
 	case p.Client():
-		x.conn, err = Dial(net.JoinHostPort(p.ServerName, strconv.Itoa(p.Port)))
+		x.conn, err = DialFrom(p.SourceIP, net.JoinHostPort(p.ServerName, strconv.Itoa(p.Port)))
 	default:
 		printWaiting(x.out)
 		ln := cfg.Listener
 		if ln == nil {
-			if ln, err = Listen(p.Port); err != nil {
+			if ln, err = ListenOn(p.SourceIP, p.Port); err != nil {
 				return nil, err
 			}
 		}

@@ -2,12 +2,15 @@ package perftest
 
 import (
 	"bytes"
+	"net"
 	"net/netip"
 	"regexp"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/rnicd/rnicd/internal/looptest"
 )
 
 // The options perftest users reach for, parsed with perftest's rules:
@@ -59,7 +62,6 @@ func TestParseHabits(t *testing.T) {
 		{wb, []string{"-R", "-T", "256"}, "TOS should be between 0 and 255"},
 		{wb, []string{"--output=latency"}, "for BW can be"},
 		{wb, []string{"--output=bogus"}, "invalid verbosity"},
-		{wb, []string{"--source_ip", "198.18.0.1"}, "with -R"},
 		{wb, []string{"--source_ip", "nowhere", "-R"}, "wants an IP address"},
 		{wb, []string{"--run_infinitely", "-a"}, "not go with -a"},
 		{wl, []string{"-b"}, "bw tests"},
@@ -218,5 +220,43 @@ func TestEvents(t *testing.T) {
 	// Large messages keep the CQ moderation with -e, as perftest keeps it.
 	if p, err := Parse(sb, []string{"-e", "-s", "65536", "-n", "1000"}); err != nil || p.CQMod != 100 {
 		t.Errorf("ib_send_bw -e -s 65536: %+v, %v", p, err)
+	}
+}
+
+// --source_ip: the client's exchange leaves from that address, and a
+// server listens on it alone, as perftest binds its socket.
+func TestSourceIP(t *testing.T) {
+	src, other := looptest.Get(t), looptest.Get(t)
+	ln, err := ListenOn(src, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	port := ln.Addr().(*net.TCPAddr).Port
+	if got := ln.Addr().(*net.TCPAddr).AddrPort().Addr().Unmap(); got != src {
+		t.Fatalf("listening on %v, want %v", got, src)
+	}
+	if c, err := net.Dial("tcp", netip.AddrPortFrom(other, uint16(port)).String()); err == nil {
+		c.Close()
+		t.Fatalf("a server with --source_ip %v took a connection to %v", src, other)
+	}
+	from := looptest.Get(t)
+	accepted := make(chan net.Addr, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			accepted <- nil
+			return
+		}
+		accepted <- c.RemoteAddr()
+		c.Close()
+	}()
+	c, err := DialFrom(from, netip.AddrPortFrom(src, uint16(port)).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if got := <-accepted; got == nil || got.(*net.TCPAddr).AddrPort().Addr().Unmap() != from {
+		t.Fatalf("the server saw the client at %v, want %v", got, from)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"net"
+	"net/netip"
 	"strconv"
 	"strings"
 
@@ -202,8 +203,16 @@ func NewConn(c net.Conn, client bool) *Conn { return &Conn{p: tcpPipe{c}, client
 // Dial connects to a perftest server at host:port (ethernet_client_connect),
 // resolving the host as getaddrinfo with AF_UNSPEC does: an IPv4 or IPv6
 // literal (fe80::1%eth0 with its zone) or a name, trying each address.
-func Dial(addr string) (*Conn, error) {
-	c, err := net.Dial("tcp", addr)
+func Dial(addr string) (*Conn, error) { return DialFrom(netip.Addr{}, addr) }
+
+// DialFrom is Dial from local address src, if valid (perftest's
+// --source_ip binds the exchange's socket to it).
+func DialFrom(src netip.Addr, addr string) (*Conn, error) {
+	var d net.Dialer
+	if src.IsValid() {
+		d.LocalAddr = &net.TCPAddr{IP: src.AsSlice()}
+	}
+	c, err := d.Dial("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("perftest: couldn't connect to %s: %w", addr, err)
 	}
@@ -214,8 +223,16 @@ func Dial(addr string) (*Conn, error) {
 // (ethernet_server_connect): every address of both families, one IPv6
 // socket that also takes IPv4 clients as mapped addresses, as a dual-stack
 // host answers either; on a host without IPv6, IPv4 only.
-func Listen(port int) (net.Listener, error) {
-	ln, err := net.Listen("tcp", ":"+strconv.Itoa(port))
+func Listen(port int) (net.Listener, error) { return ListenOn(netip.Addr{}, port) }
+
+// ListenOn is Listen on address src only, if valid (--source_ip on the
+// server, as perftest listens on it).
+func ListenOn(src netip.Addr, port int) (net.Listener, error) {
+	host := ""
+	if src.IsValid() {
+		host = src.String()
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
 	if err != nil {
 		return nil, fmt.Errorf("perftest: couldn't listen to port %d: %w", port, err)
 	}

@@ -135,7 +135,7 @@ type Params struct {
 	SL            int        // -S: service level, 0..15 (no place in a RoCEv2 packet without VLAN)
 	Output        Output     // --output: print only one figure
 	RunInfinitely bool       // --run_infinitely: a report every -D seconds until killed
-	SourceIP      netip.Addr // --source_ip: the address rdma_cm binds (-R)
+	SourceIP      netip.Addr // --source_ip: the exchange's local address (client's bind, server's listen) and rdma_cm's (-R)
 	Events        bool       // -e: sleep on completion events instead of polling
 	TOS           int        // -T: the IP TOS byte of rdma_cm's connections (-R); -1 when not given
 }
@@ -452,10 +452,6 @@ func (p *Params) forceDependencies() error {
 	}
 	if p.TOS >= 0 && !p.RDMACM {
 		return errors.New("TOS only valid for rdma_cm based QP (-R)")
-	}
-	if p.SourceIP.IsValid() && !p.RDMACM {
-		// perftest binds its source address only on rdma_cm's ID.
-		return errors.New("--source_ip is used with -R (rdma_cm) only")
 	}
 	if p.Duplex {
 		switch {

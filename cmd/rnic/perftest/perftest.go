@@ -110,7 +110,7 @@ func Usage(w io.Writer, tool Tool) {
 		"  -T, --tos=<tos value>     With -R, the IP TOS byte of the connections, 0..255",
 		"      --output=<units>      Print only one figure: bandwidth, message_rate (bw) or latency (lat)",
 		"      --run_infinitely      Run until SIGINT, a report every -D seconds (default 5; write, read, atomic bw)",
-		"      --source_ip=<addr>    With -R, the local address rdma_cm binds",
+		"      --source_ip=<addr>    Local address of the exchange (client) or the one listened on (server); with -R rdma_cm's",
 		"      --report_gbits        Report bandwidth in Gb/sec",
 		"      --local=<addr>        Run an in-process NIC on this address instead of reaching rnicd",
 		"      --daemon              Accepted and ignored (the QPs always run in rnicd)",
