@@ -58,8 +58,10 @@ func openNode(t testing.TB, addr netip.Addr, o pairOpts, seed int64, name string
 	}
 	n := &node{t: t}
 	var p ibudp.Port = port
+	var pollOnly *pollOnlyPort
 	if o.pollOnly {
-		p = &pollOnlyPort{Poller: port.(ibudp.Poller), closed: make(chan struct{})}
+		pollOnly = newPollOnlyPort(port.(ibudp.Poller))
+		p = pollOnly
 	}
 	if faulty {
 		if o.pollIdle > 0 {
@@ -104,6 +106,9 @@ func openNode(t testing.TB, addr netip.Addr, o pairOpts, seed int64, name string
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { n.dev.Close() })
+	if pollOnly != nil {
+		pollOnly.waitAsleep(t)
+	}
 	n.pd = n.dev.AllocPD()
 	n.cq, err = n.dev.CreateCQ(65536)
 	if err != nil {

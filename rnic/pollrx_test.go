@@ -12,17 +12,39 @@ import (
 )
 
 // pollOnlyPort is a port whose WaitRecv returns only when the port
-// closes: the device's receive goroutine, which found nothing at its
-// start, sleeps there for good, and only PollRx receives.
+// closes: the device's receive goroutine, once it has found nothing and
+// gone to sleep there, sleeps for good, and only PollRx receives. Before
+// that the goroutine's first TryRecv takes what has arrived, as it must
+// on a real port: a goroutine that started late beside a CPU hog (-race,
+// load 25) took the first of a WRITE's 64 packets, and PollRx reported
+// 63. waitAsleep is how a test knows the goroutine is out of the way.
 type pollOnlyPort struct {
 	ibudp.Poller
 	closed chan struct{}
 	once   sync.Once
+	asleep chan struct{} // closed when the goroutine enters WaitRecv
+	slept  sync.Once
+}
+
+func newPollOnlyPort(p ibudp.Poller) *pollOnlyPort {
+	return &pollOnlyPort{Poller: p, closed: make(chan struct{}), asleep: make(chan struct{})}
 }
 
 func (p *pollOnlyPort) WaitRecv() error {
+	p.slept.Do(func() { close(p.asleep) })
 	<-p.closed
 	return fmt.Errorf("poll-only port: %w", net.ErrClosed)
+}
+
+// waitAsleep waits until the device's receive goroutine sleeps in
+// WaitRecv, where it stays until the port closes.
+func (p *pollOnlyPort) waitAsleep(t testing.TB) {
+	t.Helper()
+	select {
+	case <-p.asleep:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the device's receive goroutine did not reach WaitRecv in 10 s")
+	}
 }
 
 func (p *pollOnlyPort) Close() error {
@@ -47,9 +69,11 @@ func pollRx(t *testing.T, b *node, what string, done func() bool) uint64 {
 // PollRx runs the receive pipeline in the caller's goroutine: on a
 // device whose own receive goroutine never receives, a WRITE lands, its
 // ACK goes back, and a SEND completes, all from PollRx, which reports
-// every packet.
+// every packet. The ACK timeout is 1.07 s (18), not the harness's 16.8
+// ms: a resent packet would count in rcvd_pkts too, and a test goroutine
+// held off the CPU that long (a hog beside -race) would see it.
 func TestPollRx(t *testing.T) {
-	p := newPair(t, pairOpts{pollOnlyB: true, ackHold: -1})
+	p := newPair(t, pairOpts{pollOnlyB: true, ackHold: -1, timeout: 18})
 	a, b := p.a, p.b
 	if n := b.dev.PollRx(); n != 0 {
 		t.Fatalf("PollRx with nothing sent = %d", n)
