@@ -1,7 +1,9 @@
 package tests
 
 import (
+	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -35,7 +37,9 @@ func bwResults(out string) []string {
 				if strings.HasPrefix(l, "---") {
 					break
 				}
-				r = append(r, l)
+				if l != "" { // a line still being written
+					r = append(r, l)
+				}
 			}
 		}
 	}
@@ -161,4 +165,64 @@ func TestPerftestTOS(t *testing.T) {
 	if from[a.addr.String()] == 0 || from[b.addr.String()] < 200 {
 		t.Errorf("packets by source %v: want the server's answers and the client's 200 WRITEs at least", from)
 	}
+}
+
+// TestRunInfinitelySIGINT: rnic's ib_write_bw --run_infinitely -D 1 as a
+// user runs it: the client prints a line a second until ^C (SIGINT),
+// then ends with perftest's closing steps, status 0; the server then says
+// the client closed the connection and exits 0 too.
+func TestRunInfinitelySIGINT(t *testing.T) {
+	tb := newToolBench(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	port := freePort(t)
+	srv := rnicTool(ctx, "ib_write_bw", "-d", "rnicA", "-p", port, "--run_infinitely", "-D", "1", "-s", "4096")
+	sout := &lockedBuf{}
+	srv.Stdout, srv.Stderr = sout, sout
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Process.Kill()
+	var cout lockedBuf
+	var cli *exec.Cmd
+	for lines := 0; lines < 2; {
+		if cli == nil {
+			cli = rnicTool(ctx, "ib_write_bw", "-d", "rnicB", "-p", port, "--run_infinitely", "-D", "1", "-s", "4096", "127.0.0.1")
+			cli.Stdout, cli.Stderr = &cout, &cout
+			if err := cli.Start(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+		if cli.ProcessState == nil && strings.Contains(cout.String(), "couldn't connect") {
+			// Started before the server listened: again, as a user would.
+			cli.Wait()
+			cli, cout = nil, lockedBuf{}
+			continue
+		}
+		lines = len(bwResults(cout.String()))
+		if ctx.Err() != nil {
+			t.Fatalf("client printed %d lines:\n%s", lines, cout.String())
+		}
+	}
+	cli.Process.Signal(os.Interrupt)
+	if err := cli.Wait(); err != nil {
+		t.Fatalf("client after SIGINT: %v\n%s", err, cout.String())
+	}
+	if err := srv.Wait(); err != nil {
+		t.Fatalf("server after the client's SIGINT: %v\n%s", err, sout.String())
+	}
+	out := cout.String()
+	for _, l := range bwResults(out) {
+		if f := strings.Fields(l); len(f) != 5 || f[0] != "4096" || f[1] == "0" || f[2] != "0.00" {
+			t.Errorf("client line %q: want 4096 bytes, iterations, no peak", l)
+		}
+	}
+	if !strings.HasSuffix(out, "\n---------------------------------------------------------------------------------------\n") {
+		t.Errorf("client's end:\n%s", out)
+	}
+	if !strings.Contains(sout.String(), " Client closed connection\n") {
+		t.Errorf("server's end:\n%s", sout.String())
+	}
+	tb.idle(t)
 }

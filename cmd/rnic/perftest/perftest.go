@@ -60,6 +60,9 @@ func Main(tool Tool, args []string, cfg Config) int {
 		go func() {
 			select {
 			case <-sig:
+				// A second ^C ends the process, should the closing
+				// steps hang.
+				signal.Stop(sig)
 				close(stop)
 			case <-done:
 			}
