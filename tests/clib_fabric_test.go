@@ -3,7 +3,6 @@ package tests
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"regexp"
 	"strings"
 	"testing"
@@ -25,21 +24,8 @@ import (
 // ends say fi_getinfo found none.
 func TestCLibFabricPingpong(t *testing.T) {
 	pp := debianTool(t, "fi_pingpong", "libfabric-bin")
-	name := fmt.Sprintf("fp%06x", time.Now().UnixNano()&0xffffff)
-	nameA, nameB := name+"a", name+"b"
-	dirA, dirB := t.TempDir(), t.TempDir()
-	a, err := startDaemon(dirA, nameA, ownAddr(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.stop()
-	b, err := startDaemon(dirB, nameB, ownAddr(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.stop()
-	t.Setenv("RNICD_DIR", dirB)
-	cb := open(t, nameB)
+	p := startApart(t, "fp", nil)
+	a, dirA, dirB, cb := p.a, p.dirA, p.dirB, p.cb
 
 	// run runs fi_pingpong's server on the first rnicd and its client
 	// on the second, both with args, and returns what each printed and

@@ -185,6 +185,29 @@ func TestCLibMemoryBounds(t *testing.T) {
 	tb.idle(t)
 }
 
+// TestCLibMemoryBoundsShm runs mrbounds -shm: a region in System V
+// shared memory (UCX's allocator) is registered in place, the daemon
+// attaching the segment: a WRITE lands where a second attachment sees
+// it, also after the program detached the registered one (the daemon's
+// attachment keeps the segment), and one byte past the region completes
+// with REM_ACCESS_ERR, the bytes around it unchanged; a shared file
+// mapping, which could be truncated under the daemon, is refused.
+func TestCLibMemoryBoundsShm(t *testing.T) {
+	tb := newToolBench(t)
+	lib := clibDir(t)
+	cmd := exec.Command(filepath.Join(lib, "mrbounds"), "-shm", "rnicA", "rnicB")
+	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+lib)
+	out := runOut(t, cmd)
+	want := "shm: WRITE of 5000 bytes: success, data checked in both attachments\n" +
+		"shm: detached by the program, a WRITE still lands in the segment\n" +
+		"shm: WRITE one byte past the end: remote access error, guards unchanged\n" +
+		"shm: a shared file mapping: EINVAL\nPASS\n"
+	if out != want {
+		t.Fatalf("mrbounds -shm printed\n%s\nwant\n%s", out, want)
+	}
+	tb.idle(t)
+}
+
 // TestCLibCompChannel runs mrbounds -events: the completion channel's
 // fd is the read end of the daemon's wake pipe, blocking until the
 // program sets O_NONBLOCK, after which ibv_get_cq_event says EAGAIN when

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/rnicd/rnicd/internal/debtest"
 )
 
 // The software people run on RDMA (UCX, libfabric, Open MPI) links
@@ -211,7 +213,7 @@ func TestCLibUCX(t *testing.T) {
 		if c.test == "am_lat" {
 			args = append(args, "-d", name+":1", "-x", "rc_verbs")
 		}
-		cli := ucxPerftest(ctx, t, perf, dirA, dirB, "UCX_NET_DEVICES="+name+":1", "UCX_TLS="+c.tls, args...)
+		cli := ucxPerftest(ctx, t, perf, perf, dirA, dirB, "UCX_NET_DEVICES="+name+":1", "UCX_TLS="+c.tls, "UCX_NET_DEVICES="+name+":1", "UCX_TLS="+c.tls, args...)
 		if !regexp.MustCompile(`(?m)^Final:\s+1000\s`).MatchString(cli) {
 			t.Errorf("ucx_perftest %v printed no Final line of 1000 iterations:\n%s", args, cli)
 		}
@@ -219,24 +221,25 @@ func TestCLibUCX(t *testing.T) {
 	}
 }
 
-// ucxPerftest runs ucx_perftest's server on the rnicd of dirA and its
-// client with args on dirB's, both with env, and returns what the client
-// printed once both exited 0.
-func ucxPerftest(ctx context.Context, t *testing.T, perf runner, dirA, dirB, env1, env2 string, args ...string) string {
+// ucxPerftest runs ucx_perftest's server (srvPerf) on the rnicd of
+// dirA with env1 and env2 and its client (cliPerf) with args on dirB's
+// with cenv1 and cenv2, and returns what the client printed once both
+// exited 0.
+func ucxPerftest(ctx context.Context, t *testing.T, srvPerf, cliPerf runner, dirA, dirB, env1, env2, cenv1, cenv2 string, args ...string) string {
 	t.Helper()
-	env := func(cmd *exec.Cmd, dir string) *exec.Cmd {
-		cmd.Env = append(cmd.Env, "RNICD_DIR="+dir, env1, env2)
+	env := func(cmd *exec.Cmd, dir, e1, e2 string) *exec.Cmd {
+		cmd.Env = append(cmd.Env, "RNICD_DIR="+dir, e1, e2)
 		return cmd
 	}
 	port := freePort(t)
-	srv := env(perf(ctx, "", "-p", port), dirA)
+	srv := env(srvPerf(ctx, "", "-p", port), dirA, env1, env2)
 	var sout bytes.Buffer
 	srv.Stdout, srv.Stderr = &sout, &sout
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
 	}
 	for {
-		c := env(perf(ctx, "", append([]string{"127.0.0.1", "-p", port}, args...)...), dirB)
+		c := env(cliPerf(ctx, "", append([]string{"127.0.0.1", "-p", port}, args...)...), dirB, cenv1, cenv2)
 		o, err := c.CombinedOutput()
 		if err == nil || ctx.Err() != nil || !strings.Contains(string(o), "Connection refused") {
 			if err != nil {
@@ -290,5 +293,55 @@ func TestCLibAsyncWatch(t *testing.T) {
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() != 1 || string(rest) != "  event_type IBV_EVENT_DEVICE_FATAL (8), port 0\n" {
 		t.Fatalf("ibv_asyncwatch after its daemon was killed: %v, printed\n%q", err, rest)
+	}
+}
+
+// TestCLibUCXDefault runs Debian's ucx_perftest between two rnicd with
+// UCX's default transport selection (no UCX_TLS; UCX_NET_DEVICES names
+// each side's device), as between two hosts: the client and its rnicd
+// in an IPC namespace of their own, so that UCX finds no shared memory
+// between the two processes and puts every lane on the verbs devices.
+// UCX allocates the buffers it registers from System V shared memory,
+// which clib registers in place and the daemon attaches
+// (rnic/hostif/shm.go); clib refused it before, and every test failed
+// with "Out of memory". The client's rnicd's counters show the traffic.
+func TestCLibUCXDefault(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("making /dev/infiniband nodes and IPC namespaces needs root")
+	}
+	perf := debianTool(t, "ucx_perftest", "ucx-utils")
+	debtest.Ensure(t, "unshare", "util-linux")
+	debtest.Ensure(t, "nsenter", "util-linux")
+	p := startApart(t, "ud", []string{"unshare", "--ipc", "--"})
+	dirA, dirB, nameA, nameB, cb := p.dirA, p.dirB, p.nameA, p.nameB, p.cb
+	ipcB := fmt.Sprintf("--ipc=/proc/%d/ns/ipc", p.b.cmd.Process.Pid)
+	// The client runs in b's IPC namespace.
+	cli := func(ctx context.Context, tool string, args ...string) *exec.Cmd {
+		c := perf(ctx, tool, args...)
+		w := exec.CommandContext(ctx, "nsenter", append([]string{ipcB, "--", c.Path}, c.Args[1:]...)...)
+		w.Env = c.Env
+		return w
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	for _, test := range []string{"tag_lat", "tag_bw", "ucp_put_bw", "ucp_get"} {
+		before := must[map[string]uint64](t)(cb.Counters())
+		// UCX_TLS=all is UCX's default (ucx_info -c), set only so that
+		// no UCX_TLS of this process's environment applies.
+		out := ucxPerftest(ctx, t, perf, cli, dirA, dirB, "UCX_NET_DEVICES="+nameA+":1", "UCX_TLS=all",
+			"UCX_NET_DEVICES="+nameB+":1", "UCX_TLS=all", "-t", test, "-n", "1000")
+		if !regexp.MustCompile(`(?m)^Final:\s+1000\s`).MatchString(out) {
+			t.Errorf("ucx_perftest -t %s printed no Final line of 1000 iterations:\n%s", test, out)
+		}
+		after := must[map[string]uint64](t)(cb.Counters())
+		// 1000 messages, PUTs or GETs, each at least a packet from the
+		// client's rnicd (the bandwidth tests' replies may be few).
+		if got := after["sent_pkts"] - before["sent_pkts"]; got < 1000 {
+			t.Errorf("ucx_perftest -t %s: the client's rnicd sent %d packets, want at least 1000", test, got)
+		}
+		if got := after["rcvd_pkts"] - before["rcvd_pkts"]; got == 0 {
+			t.Errorf("ucx_perftest -t %s: the client's rnicd received no packet", test)
+		}
+		t.Logf("ucx_perftest -t %s, UCX's default transports:\n%s", test, out)
 	}
 }

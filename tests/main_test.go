@@ -73,10 +73,21 @@ func startDaemon(dir, name, addr string, extra ...string) (*daemon, error) {
 // startDaemonIn is startDaemon in the network namespace at path (see
 // nsenter(1)), or this process's for "".
 func startDaemonIn(netns, dir, name, addr string, extra ...string) (*daemon, error) {
+	var wrap []string
+	if netns != "" {
+		wrap = []string{"nsenter", "--net=" + netns, "--"}
+	}
+	return startDaemonWrapped(wrap, dir, name, addr, extra...)
+}
+
+// startDaemonWrapped is startDaemon run by the command line wrap (a
+// program that execs its last arguments, as nsenter and unshare do, so
+// that the daemon's pid is the command's), or directly for nil.
+func startDaemonWrapped(wrap []string, dir, name, addr string, extra ...string) (*daemon, error) {
 	args := append([]string{"-d", name, "-addr", addr, "-mtu", "1024"}, extra...)
 	cmd := exec.Command(filepath.Join(binDir, "rnicd"), args...)
-	if netns != "" {
-		cmd = exec.Command("nsenter", append([]string{"--net=" + netns, "--", cmd.Path}, args...)...)
+	if len(wrap) > 0 {
+		cmd = exec.Command(wrap[0], append(append(append([]string{}, wrap[1:]...), cmd.Path), args...)...)
 	}
 	cmd.Env = append(os.Environ(), "RNICD_DIR="+dir)
 	d := &daemon{name: name, addr: netip.MustParseAddr(addr), cmd: cmd, errb: &lockedBuf{}, done: make(chan error, 1)}
@@ -236,4 +247,38 @@ func pollN(t testing.TB, cq *verbs.CQ, n int) []verbs.WC {
 		}
 	}
 	return out
+}
+
+// apart is two rnicd, each with its sockets in a directory of its own,
+// so that a program given one directory (RNICD_DIR) sees one daemon, as
+// on a host of its own; ca and cb are the test's contexts on them.
+type apart struct {
+	a, b         *daemon
+	dirA, dirB   string
+	nameA, nameB string
+	ca, cb       *verbs.Context
+}
+
+// startApart starts two such daemons named prefix plus a random part (no
+// other test's daemon has the name: rnicd makes /dev/infiniband nodes by
+// it) and "a" or "b"; wrapB, if not nil, runs the second (see
+// startDaemonWrapped). They stop when the test ends.
+func startApart(t *testing.T, prefix string, wrapB []string) *apart {
+	t.Helper()
+	name := fmt.Sprintf("%s%06x", prefix, time.Now().UnixNano()&0xffffff)
+	p := &apart{dirA: t.TempDir(), dirB: t.TempDir(), nameA: name + "a", nameB: name + "b"}
+	var err error
+	if p.a, err = startDaemon(p.dirA, p.nameA, ownAddr(t)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.a.stop() })
+	if p.b, err = startDaemonWrapped(wrapB, p.dirB, p.nameB, ownAddr(t)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.b.stop() })
+	t.Setenv("RNICD_DIR", p.dirA)
+	p.ca = open(t, p.nameA)
+	t.Setenv("RNICD_DIR", p.dirB)
+	p.cb = open(t, p.nameB)
+	return p
 }

@@ -43,9 +43,14 @@
  *    which is what a kernel with FOLL_PIN fork support does for pinned
  *    pages (ibv_fork_init is not needed, ibv_is_fork_initialized says
  *    IBV_FORK_UNNEEDED).
- *  - Memory that is already a shared mapping (a file, shm) cannot be
- *    moved without changing its meaning: such a registration fails with
- *    EINVAL and says why.
+ *  - Memory that is already a shared mapping cannot be moved without
+ *    parting it from the processes it is shared with. System V shared
+ *    memory (shmat: UCX's default allocator) is registered in place: the
+ *    daemon attaches the same segment, whose size cannot change, so no
+ *    truncation can fault its DMA (rnic/hostif/shm.go). A shared file,
+ *    POSIX shm or another process's memfd could be truncated under the
+ *    daemon's mapping: such a registration fails with EINVAL and says
+ *    why.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -87,6 +92,8 @@ struct vma {
 	int prot;
 	int shared; /* 's' */
 	int ours;   /* a mapping of the library's memfd */
+	int sysv;   /* an attachment of System V shared memory */
+	unsigned long ino; /* the file's inode: a System V segment's id */
 };
 
 /* vmas lists the mappings over [lo, hi) into v (at most max); it returns
@@ -101,9 +108,9 @@ static int vmas(uintptr_t lo, uintptr_t hi, struct vma *v, int max)
 	int n = 0;
 	uintptr_t next = lo;
 	while (next < hi && fgets(line, sizeof(line), f)) {
-		unsigned long a, b;
+		unsigned long a, b, ino = 0;
 		char perms[8], path[4096] = "";
-		if (sscanf(line, "%lx-%lx %7s %*s %*s %*s %4095[^\n]", &a, &b, perms, path) < 3)
+		if (sscanf(line, "%lx-%lx %7s %*s %*s %lu %4095[^\n]", &a, &b, perms, &ino, path) < 3)
 			continue;
 		if (b <= next || a >= hi)
 			continue;
@@ -120,6 +127,8 @@ static int vmas(uintptr_t lo, uintptr_t hi, struct vma *v, int max)
 			  (perms[2] == 'x' ? PROT_EXEC : 0);
 		x->shared = perms[3] == 's';
 		x->ours = strstr(path, "/memfd:" MEMFD_NAME) != NULL;
+		x->sysv = x->shared && !strncmp(path, "/SYSV", 5);
+		x->ino = ino;
 		next = x->hi;
 	}
 	fclose(f);
@@ -244,8 +253,9 @@ static int move_in(uintptr_t lo, uintptr_t hi)
 	for (int i = 0; i < n; i++) {
 		struct vma *v = &job.v[i];
 		if (v->shared && !v->ours) {
-			rnic_log("reg_mr: [%#lx, %#lx) is a shared mapping (a file or shm); rnicd can register "
-				 "private memory only (malloc, stack, anonymous or private mmap)",
+			rnic_log("reg_mr: [%#lx, %#lx) is a shared mapping (a file, POSIX shm or memfd); rnicd can register "
+				 "private memory (malloc, stack, anonymous or private mmap) and System V shared memory "
+				 "(shmat) only",
 				 (unsigned long)v->lo, (unsigned long)v->hi);
 			return EINVAL;
 		}
@@ -318,13 +328,24 @@ static int out_and_free(uintptr_t lo, uintptr_t hi)
 }
 
 /* mem_share makes [addr, addr+len) reachable by the daemon: *fd and *off
- * are the memfd and the offset of addr in it. */
-int mem_share(void *addr, size_t len, int *fd, uint64_t *off)
+ * are the memfd and the offset of addr in it; or, for memory of one
+ * System V shared memory attachment, *fd is -1 and *shmid the segment,
+ * which the daemon attaches itself (rnic/hostif/shm.go): moving shared
+ * pages onto the memfd would part them from the other processes that
+ * share them. */
+int mem_share(void *addr, size_t len, int *fd, uint64_t *off, uint32_t *shmid)
 {
 	pthread_once(&once, init_once);
 	uintptr_t lo = page_down((uintptr_t)addr), hi = page_up((uintptr_t)addr + len);
 	if (len == 0 || hi < lo || hi > SPAN)
 		return EINVAL;
+	struct vma v;
+	if (vmas(lo, hi, &v, 1) == 1 && v.sysv) {
+		*fd = -1;
+		*off = (uintptr_t)addr;
+		*shmid = (uint32_t)v.ino;
+		return 0;
+	}
 	pthread_mutex_lock(&mu);
 	int err = open_memfd();
 	if (!err && nregs == capregs) {

@@ -49,26 +49,29 @@ static struct ibv_mr *reg_mr(struct ibv_pd *pd, void *addr, size_t len, uint64_t
 {
 	int fd;
 	uint64_t off;
+	uint32_t shmid = 0;
 	struct rmr *m = calloc(1, sizeof(*m));
 	if (!m) {
 		errno = ENOMEM;
 		return NULL;
 	}
 	struct ibv_mr *mr = &m->mr;
-	int err = mem_share(addr, len, &fd, &off);
+	int err = mem_share(addr, len, &fd, &off, &shmid);
 	if (err) {
 		free(m);
 		errno = err;
 		return NULL;
 	}
-	uint8_t b[32];
+	uint8_t b[40];
 	struct buf req = {.p = b, .len = sizeof(b)}, rep;
 	put32(&req, pd->handle);
 	put32(&req, access & ~IBV_ACCESS_OPTIONAL_RANGE);
+	if (fd < 0) /* System V shared memory: the daemon attaches it */
+		put32(&req, shmid);
 	put64(&req, off);
 	put64(&req, len);
 	put64(&req, iova);
-	err = call(pd->context, K_REG_MR, &req, fd, &rep, NULL);
+	err = call(pd->context, fd < 0 ? K_REG_MR_SHM : K_REG_MR, &req, fd, &rep, NULL);
 	if (err) {
 		mem_unshare(addr, len);
 		free(m);

@@ -158,7 +158,7 @@ static const char *kind_name(int k)
 {
 	static const char *names[] = {
 		[K_QUERY_PORT] = "query_port", [K_ALLOC_PD] = "alloc_pd", [K_DEALLOC_PD] = "dealloc_pd",
-		[K_REG_MR] = "reg_mr", [K_DEREG_MR] = "dereg_mr", [K_CREATE_CHANNEL] = "create_comp_channel",
+		[K_REG_MR] = "reg_mr", [K_REG_MR_SHM] = "reg_mr", [K_DEREG_MR] = "dereg_mr", [K_CREATE_CHANNEL] = "create_comp_channel",
 		[K_DESTROY_CHANNEL] = "destroy_comp_channel", [K_CREATE_CQ] = "create_cq",
 		[K_DESTROY_CQ] = "destroy_cq", [K_CREATE_SRQ] = "create_srq", [K_DESTROY_SRQ] = "destroy_srq",
 		[K_CREATE_QP] = "create_qp", [K_MODIFY_QP] = "modify_qp", [K_QUERY_QP] = "query_qp",

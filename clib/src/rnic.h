@@ -67,6 +67,7 @@ enum rnic_kind {
 	K_CM_DISCONNECT = 28,
 	K_CM_GET_EVENT = 29,
 	K_LIST_CM_IDS = 30, /* the tools' (rnic res cm_id) */
+	K_REG_MR_SHM = 31,
 };
 
 #define HDR_LEN 16
@@ -268,7 +269,7 @@ int post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_w
 struct ibv_qp *create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_attr_ex *a);
 
 /* mem.c */
-int mem_share(void *addr, size_t len, int *fd, uint64_t *off);
+int mem_share(void *addr, size_t len, int *fd, uint64_t *off, uint32_t *shmid);
 void mem_unshare(void *addr, size_t len);
 
 /* Ring access: sync/atomic on the Go side, acquire/release here. */

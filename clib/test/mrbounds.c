@@ -18,6 +18,12 @@
  *                                          pipe, blocking until the program
  *                                          sets O_NONBLOCK, which
  *                                          ibv_get_cq_event then honours
+ *   mrbounds -shm TARGET_DEV SENDER_DEV    the same checks on System V
+ *                                          shared memory, which stays
+ *                                          shared: a second attachment
+ *                                          sees what the NIC writes, also
+ *                                          after the first is detached;
+ *                                          a shared file is refused
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -29,6 +35,9 @@
 #include <string.h>
 #include <time.h>
 #include <sys/wait.h>
+#include <sys/ipc.h>
+#include <sys/mman.h>
+#include <sys/shm.h>
 #include <unistd.h>
 
 #define REGION 5000 /* bytes: crosses a page boundary, ends mid-page */
@@ -268,8 +277,88 @@ static int spin(const char *dev)
 	return n < 0 ? 0 : 1;
 }
 
+static void make_end(struct end *e, const char *dev);
+
+/* shm: the region is in a System V segment, attached twice. */
+static int shm(const char *tdev, const char *sdev)
+{
+	struct end t, s;
+	make_end(&t, tdev);
+	make_end(&s, sdev);
+	connect_qp(&t, &s);
+	connect_qp(&s, &t);
+	int id = shmget(IPC_PRIVATE, 3 * 4096, IPC_CREAT | 0600);
+	if (id < 0)
+		die("shmget");
+	unsigned char *block = shmat(id, NULL, 0), *other = shmat(id, NULL, 0);
+	shmctl(id, IPC_RMID, NULL); /* it goes with its last attachment */
+	if (block == (void *)-1 || other == (void *)-1)
+		die("shmat");
+	memset(block, 0xa5, GUARD);
+	memset(block + GUARD, 0, REGION);
+	memset(block + GUARD + REGION, 0x5a, GUARD);
+	unsigned char *region = block + GUARD;
+	struct ibv_mr *mr = ibv_reg_mr(t.pd, region, REGION, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	if (!mr)
+		die("ibv_reg_mr of System V shared memory");
+	unsigned char *src = malloc(REGION);
+	for (int i = 0; i < REGION; i++)
+		src[i] = (unsigned char)(i * 11 + 3);
+	struct ibv_mr *smr = ibv_reg_mr(s.pd, src, REGION, IBV_ACCESS_LOCAL_WRITE);
+	if (!smr)
+		die("ibv_reg_mr of the source");
+	int st = write_wr(&s, smr, REGION, (uintptr_t)region, mr->rkey);
+	if (st != IBV_WC_SUCCESS || memcmp(region, src, REGION) || memcmp(other + GUARD, src, REGION) ||
+	    check_guards(block, "by a WRITE inside the region")) {
+		printf("FAIL: WRITE into System V shared memory: %s\n", ibv_wc_status_str(st));
+		return 1;
+	}
+	printf("shm: WRITE of %d bytes: %s, data checked in both attachments\n", REGION, ibv_wc_status_str(st));
+	/* The program detaches the registered attachment: the region stays
+	 * the NIC's to write, and the other attachment sees it. */
+	if (shmdt(block))
+		die("shmdt");
+	for (int i = 0; i < REGION; i++)
+		src[i] ^= 0xff;
+	st = write_wr(&s, smr, REGION, (uintptr_t)region, mr->rkey);
+	if (st != IBV_WC_SUCCESS || memcmp(other + GUARD, src, REGION) || check_guards(other, "after the detach")) {
+		printf("FAIL: shm: WRITE after the program detached: %s\n", ibv_wc_status_str(st));
+		return 1;
+	}
+	printf("shm: detached by the program, a WRITE still lands in the segment\n");
+	st = write_wr(&s, smr, 1, (uintptr_t)region + REGION, mr->rkey);
+	if (st != IBV_WC_REM_ACCESS_ERR || check_guards(other, "by a WRITE past the end") ||
+	    memcmp(other + GUARD, src, REGION)) {
+		printf("FAIL: shm: WRITE one byte past the end: %s, want remote access error\n", ibv_wc_status_str(st));
+		return 1;
+	}
+	printf("shm: WRITE one byte past the end: %s, guards unchanged\n", ibv_wc_status_str(st));
+	if (ibv_dereg_mr(mr))
+		die("ibv_dereg_mr");
+
+	/* A shared mapping of a file could be truncated under the daemon:
+	 * refused. */
+	char path[] = "/tmp/mrbounds-XXXXXX";
+	int fd = mkstemp(path);
+	if (fd < 0 || ftruncate(fd, 4096))
+		die("a file");
+	unlink(path);
+	void *file = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (file == MAP_FAILED)
+		die("mmap");
+	errno = 0;
+	if (ibv_reg_mr(t.pd, file, 4096, IBV_ACCESS_LOCAL_WRITE) || errno != EINVAL) {
+		printf("FAIL: a shared file mapping was registered (errno %d)\n", errno);
+		return 1;
+	}
+	printf("shm: a shared file mapping: EINVAL\nPASS\n");
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
+	if (argc == 4 && strcmp(argv[1], "-shm") == 0)
+		return shm(argv[2], argv[3]);
 	if (argc == 3 && strcmp(argv[1], "-hold") == 0)
 		return hold(argv[2]);
 	if (argc == 3 && strcmp(argv[1], "-spin") == 0)

@@ -32,7 +32,9 @@
 // as big as it thinks and cannot be shrunk under it, and the client learns
 // the final caps and the slot sizes in the same reply. Memory for MRs is
 // the client's: a memfd sealed with F_SEAL_SHRINK, which the daemon maps
-// (zero copies; the MR's iova is the client's address). The ring layout
+// (zero copies; the MR's iova is the client's address), or a System V
+// shared memory segment the client has attached, which the daemon
+// attaches (RegMRShm, shm.go). The ring layout
 // and the slot formats are in ring.go. The rings are the engine's WQE
 // sources and completion sinks: the host interface is the only producer
 // of its WQEs and the only consumer of its CQEs, through interfaces the

@@ -18,6 +18,7 @@ func seedRequests() [][]byte {
 		Encode(KindAllocPD, 0, 2, &Empty{}),
 		Encode(KindDeallocPD, 0, 3, &Handle{H: 1}),
 		Encode(KindRegMR, 0, 4, &RegMRReq{PD: 1, Access: 7, Offset: 4096, Length: 100, IOVA: 0x7f00}),
+		Encode(KindRegMRShm, 0, 4, &RegMRShmReq{PD: 1, Access: 7, ShmID: 3, Addr: 0x7f0000001000, Length: 100, IOVA: 0x7f00}),
 		Encode(KindCreateCQ, 0, 5, &CreateCQReq{CQE: 16, Channel: 2}),
 		Encode(KindCreateSRQ, 0, 6, &CreateSRQReq{PD: 1, MaxWR: 8, MaxSGE: 1}),
 		Encode(KindCreateQP, 0, 7, &CreateQPReq{PD: 1, SendCQ: 2, RecvCQ: 2, Type: ib.QPTypeRC,

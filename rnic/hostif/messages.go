@@ -66,6 +66,35 @@ func (m *RegMRReq) decode(d *decoder) {
 	m.Offset, m.Length, m.IOVA = d.u64(), d.u64(), d.u64()
 }
 
+// RegMRShmReq asks to register Length bytes at Addr of the client's
+// address space, which lie in its attachment of System V shared memory
+// segment ShmID (ibv_reg_mr on shmat memory, as UCX's sysv allocator
+// gives), answering to IOVA with Access. The daemon attaches the segment
+// itself: its size is fixed, so nothing the client does can make the
+// NIC's access to it fault. The reply is a RegMRReply.
+type RegMRShmReq struct {
+	PD     uint32
+	Access uint32
+	ShmID  uint32
+	Addr   uint64
+	Length uint64
+	IOVA   uint64
+}
+
+func (m *RegMRShmReq) encode(e *encoder) {
+	e.u32(m.PD)
+	e.u32(m.Access)
+	e.u32(m.ShmID)
+	e.u64(m.Addr)
+	e.u64(m.Length)
+	e.u64(m.IOVA)
+}
+
+func (m *RegMRShmReq) decode(d *decoder) {
+	m.PD, m.Access, m.ShmID = d.u32(), d.u32(), d.u32()
+	m.Addr, m.Length, m.IOVA = d.u64(), d.u64(), d.u64()
+}
+
 // RegMRReply answers KindRegMR.
 type RegMRReply struct{ H, LKey, RKey uint32 }
 

@@ -108,6 +108,7 @@ type mrObj struct {
 	pd  *pdObj
 	mr  *rnic.MR
 	mem []byte // the daemon's mapping of the client's memfd
+	shm bool   // mem is an attachment of a System V segment (shm.go)
 }
 
 func (*mrObj) kind() objKind { return kindMR }
@@ -120,7 +121,11 @@ func (o *mrObj) release(c *conn) error {
 	// A pipeline that looked the region up before it went may still be
 	// copying: wait for its batch before the memory goes.
 	c.s.dev.Fence()
-	unix.Munmap(o.mem)
+	if o.shm {
+		unix.SysvShmDetach(o.mem)
+	} else {
+		unix.Munmap(o.mem)
+	}
 	o.pd.drop()
 	return nil
 }

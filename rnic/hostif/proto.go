@@ -51,6 +51,9 @@ const (
 	KindCMGetEvent       Kind = 29
 	// KindListCMIDs lists every client's CM IDs (rdma res show cm_id).
 	KindListCMIDs Kind = 30
+	// KindRegMRShm registers memory of a System V shared memory
+	// segment the client has attached (see RegMRShmReq).
+	KindRegMRShm Kind = 31
 )
 
 // Header flags.

@@ -356,6 +356,7 @@ func init() {
 		KindDeallocPD:      {name: "dealloc_pd", body: handle, target: kindPD, handle: (*conn).destroy},
 		KindRegMR:          {name: "reg_mr", fds: 1, body: func() Body { return &RegMRReq{} }, cost: regMRCost, handle: (*conn).regMR},
 		KindDeregMR:        {name: "dereg_mr", body: handle, target: kindMR, handle: (*conn).destroy},
+		KindRegMRShm:       {name: "reg_mr_shm", body: func() Body { return &RegMRShmReq{} }, cost: regMRShmCost, handle: (*conn).regMRShm},
 		KindCreateChannel:  {name: "create_comp_channel", body: empty, cost: costOf(costChannel), handle: (*conn).createChannel},
 		KindDestroyChannel: {name: "destroy_comp_channel", body: handle, target: kindChannel, handle: (*conn).destroy},
 		KindCreateCQ:       {name: "create_cq", body: func() Body { return &CreateCQReq{} }, cost: createCQCost, handle: (*conn).createCQ},
