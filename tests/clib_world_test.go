@@ -90,8 +90,11 @@ func TestCLibWorldLoads(t *testing.T) {
 // whose fd the program made non-blocking (UCX does), ibv_get_cq_event
 // fails with EAGAIN when no event waits, the fd is readable exactly while
 // one does, and one arm gives one event; a UD receive carries what rxe
-// and a ConnectX report; QPs of 0 send or 0 receive WRs are made (qperf
-// asks for them) and refuse posts with ENOMEM.
+// and a ConnectX report; on a blocking channel a SIGALRM without
+// SA_RESTART ends the wait with EINTR and one with SA_RESTART does not,
+// as libibverbs' read of its event file (qperf's timed tests hung for
+// ever before); QPs of 0 send or 0 receive WRs are made (qperf asks for
+// them) and refuse posts with ENOMEM.
 func TestCLibCQEvents(t *testing.T) {
 	newToolBench(t)
 	lib := clibDir(t)
@@ -108,6 +111,8 @@ func TestCLibCQEvents(t *testing.T) {
 		"UD receive: IPv4 header at byte 20, addresses, payload at 40: ok",
 		"event taken: ibv_get_cq_event fails with EAGAIN: ok",
 		"event taken: the fd is not readable: ok",
+		"blocking, a signal without SA_RESTART: EINTR: ok",
+		"blocking, a signal with SA_RESTART: the wait goes on to the event: ok",
 		"QPs of 0 receive WRs and of 0 send WRs: created: ok",
 		"QPs of 0 WRs: ibv_query_qp reports 0: ok",
 		"QPs of 0 WRs: posting fails with ENOMEM: ok",

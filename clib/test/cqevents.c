@@ -8,15 +8,25 @@
  * A UD QP sends one datagram to itself through a CQ on the channel; the
  * receive's completion and GRH are checked too.
  *
+ * On a blocking channel, a signal interrupts the wait as it interrupts
+ * libibverbs' read of its event file: EINTR when the handler has no
+ * SA_RESTART (qperf ends its timed tests so), and the wait goes on to
+ * the event when it has.
+ *
  *   cqevents DEV    print one line per check, PASS if all hold (exit 0)
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <infiniband/verbs.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
 
 static int failed;
 
@@ -31,6 +41,52 @@ static void die(const char *what)
 {
 	perror(what);
 	exit(2);
+}
+
+static volatile sig_atomic_t alarms;
+
+static void on_alarm(int sig)
+{
+	(void)sig;
+	alarms++;
+}
+
+/* alarm_in sends SIGALRM in ms milliseconds, with a handler that has
+ * SA_RESTART or not. */
+static void alarm_in(int ms, int restart)
+{
+	struct sigaction sa = {.sa_handler = on_alarm, .sa_flags = restart ? SA_RESTART : 0};
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGALRM, &sa, NULL);
+	struct itimerval it = {.it_value = {.tv_sec = 0, .tv_usec = ms * 1000}};
+	setitimer(ITIMER_REAL, &it, NULL);
+}
+
+struct later {
+	struct ibv_qp *qp;
+	struct ibv_send_wr *wr;
+};
+
+/* send_later posts its WR after 300 ms, well after the alarm. */
+static void *send_later(void *arg)
+{
+	struct later *l = arg;
+	struct timespec ts = {0, 300 * 1000 * 1000};
+	nanosleep(&ts, NULL);
+	struct ibv_send_wr *bad;
+	if (ibv_post_send(l->qp, l->wr, &bad))
+		die("ibv_post_send");
+	return NULL;
+}
+
+/* watchdog ends the program if a wait that must end does not. */
+static void *watchdog(void *arg)
+{
+	(void)arg;
+	sleep(20);
+	printf("a wait that a signal ends did not end: WRONG\nFAIL\n");
+	fflush(stdout);
+	_exit(1);
 }
 
 static int readable(int fd, int ms)
@@ -137,6 +193,40 @@ int main(int argc, char **argv)
 	errno = 0;
 	check(ibv_get_cq_event(ch, &ev_cq, &ev_ctx) == -1 && errno == EAGAIN, "event taken: ibv_get_cq_event fails with EAGAIN");
 	check(!readable(ch->fd, 0), "event taken: the fd is not readable");
+
+	/* A blocking channel again, and SIGALRM while ibv_get_cq_event
+	 * waits: without SA_RESTART the call fails with EINTR; with it, the
+	 * wait goes on to the event of a send posted after the signal. */
+	if (fcntl(ch->fd, F_SETFL, fl & ~O_NONBLOCK) < 0 || ibv_req_notify_cq(cq, 0))
+		die("fcntl/ibv_req_notify_cq");
+	pthread_t wd;
+	if (pthread_create(&wd, NULL, watchdog, NULL))
+		die("pthread_create");
+	alarms = 0;
+	alarm_in(50, 0);
+	errno = 0;
+	got = ibv_get_cq_event(ch, &ev_cq, &ev_ctx);
+	check(got == -1 && errno == EINTR && alarms == 1, "blocking, a signal without SA_RESTART: EINTR");
+	if (ibv_post_recv(qp, &rwr, &brwr))
+		die("ibv_post_recv");
+	struct later l = {qp, &swr};
+	pthread_t th;
+	if (pthread_create(&th, NULL, send_later, &l))
+		die("pthread_create");
+	alarm_in(50, 1);
+	got = ibv_get_cq_event(ch, &ev_cq, &ev_ctx);
+	pthread_join(th, NULL);
+	check(got == 0 && ev_cq == cq && alarms == 2, "blocking, a signal with SA_RESTART: the wait goes on to the event");
+	if (got == 0)
+		ibv_ack_cq_events(cq, 1);
+	pthread_cancel(wd);
+	pthread_join(wd, NULL);
+	for (int tries = 0, k2 = 0; k2 < 2 && tries < 1000000; tries++) {
+		int r = ibv_poll_cq(cq, 2 - k2, wc);
+		if (r < 0)
+			die("ibv_poll_cq");
+		k2 += r;
+	}
 
 	/* Queues of 0 WRs, as rxe and mlx5 allow (qperf's bandwidth tests
 	 * ask for them): the QP is made, reports 0, and posting to the empty
