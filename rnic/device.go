@@ -108,6 +108,9 @@ type Device struct {
 	// coalesce holds the QPs whose posts wait for an ACK or a poll
 	// (coalesce.go); nil without Config.CoalescePosts.
 	coalesce *coalescer
+	// epoch is when the device opened: the clock of the queues'
+	// recoverUntil (lossspin.go).
+	epoch time.Time
 
 	done      chan struct{}
 	wg        sync.WaitGroup
@@ -161,6 +164,7 @@ func Open(cfg Config) (*Device, error) {
 		qps:    qpmgr.NewTableRange(cfg.QPNFirst, cmp.Or(cfg.QPNLast, bth.QPNMask)),
 		nextPD: 1,
 		done:   make(chan struct{}),
+		epoch:  time.Now(),
 	}
 	fc, err := flowctl.New(flowctl.Config{Algorithm: cfg.CC, Params: cfg.CCParams,
 		Window: min(max(cfg.Window, 0), flowctl.MaxWindow), Emit: d.rateEvent})
@@ -183,6 +187,7 @@ func Open(cfg Config) (*Device, error) {
 			q.rx.AckHold = cfg.AckHold
 		}
 		q.rx.Hold = q.holdAck
+		q.rx.Recovering = q.lossSeen
 		d.queues = append(d.queues, q)
 	}
 	if d.gsi, err = newGSI(d); err != nil {

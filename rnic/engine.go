@@ -206,7 +206,7 @@ func (q *queue) runEngine(p ibudp.Poller) {
 		if last.IsZero() {
 			last = time.Now()
 		}
-		if time.Since(last) < e.idle {
+		if time.Since(last) < e.idle || q.recovering() {
 			if empty++; empty%spinYield == 0 {
 				osYield()
 			}

@@ -190,3 +190,64 @@ func testPollingEngineLoss(t *testing.T, engines int) {
 		t.Fatalf("b's injector dropped nothing it received: %+v", st.RX)
 	}
 }
+
+// asleepLog is a host queue that records when the engine says it goes
+// to sleep.
+type asleepLog struct {
+	mu     sync.Mutex
+	sleeps []time.Time
+}
+
+func (l *asleepLog) Poll() bool    { return false }
+func (l *asleepLog) Pending() bool { return false }
+func (l *asleepLog) SetAsleep(on bool) {
+	if on {
+		l.mu.Lock()
+		l.sleeps = append(l.sleeps, time.Now())
+		l.mu.Unlock()
+	}
+}
+
+// sleptAfter returns the first time the engine went to sleep after t.
+func (l *asleepLog) sleptAfter(t time.Time) (time.Time, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, s := range l.sleeps {
+		if s.After(t) {
+			return s, true
+		}
+	}
+	return time.Time{}, false
+}
+
+// After a loss (a NAK sent or a go-back) the polling engine keeps polling
+// for lossSpin, whatever its idle interval, instead of sleeping until the
+// answer wakes it: it goes to sleep no sooner than LossSpin after the
+// loss, and it does go to sleep. (A lower bound only: a loaded host makes
+// the engine later, never sooner.)
+func TestPollingEngineAwakeAfterLoss(t *testing.T) {
+	p := newPair(t, pairOpts{pollIdle: 20 * time.Microsecond})
+	a := p.a
+	var l asleepLog
+	a.dev.Watch(&l, p.qa.QPN)
+	waitSleep := func(after time.Time) time.Time {
+		t.Helper()
+		for end := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Microsecond) {
+			if s, ok := l.sleptAfter(after); ok {
+				return s
+			}
+			if time.Now().After(end) {
+				t.Fatal("the engine never went to sleep")
+			}
+		}
+	}
+	waitSleep(time.Time{})
+	time.Sleep(time.Millisecond)
+
+	loss := time.Now()
+	a.dev.LossSeen(p.qa.QPN)
+	a.dev.Wake()
+	if slept := waitSleep(loss); slept.Sub(loss) < rnic.LossSpin {
+		t.Fatalf("the engine slept %v after a loss, before the %v it polls for the answer", slept.Sub(loss), rnic.LossSpin)
+	}
+}

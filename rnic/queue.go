@@ -69,6 +69,10 @@ type queue struct {
 	counters qpmgr.Counters
 	// eng is the polling engine (engine.go); nil without Config.PollIdle.
 	eng *engine
+	// recoverUntil is when, counted from the device's epoch, the engine
+	// may sleep again after the last loss its QPs took part in
+	// (lossspin.go); 0: none yet.
+	recoverUntil atomic.Int64
 
 	rxPackets, txPackets atomic.Uint64
 }

@@ -236,6 +236,9 @@ func (h *Handler) goBack(qp *qpmgr.QP, why trace.RetryReason) {
 	if h.Trace.On() {
 		h.traceRetry(qp, why)
 	}
+	if h.Recovering != nil {
+		h.Recovering()
+	}
 	qp.Kick()
 }
 

@@ -40,6 +40,12 @@ type Handler struct {
 	// false (the zero value) gives IBTA's seven retries and then
 	// RETRY_EXC_ERR. rnr_retry 7 is forever either way, as IBTA says.
 	Retry7Forever bool
+	// Recovering, when not nil, is told, with the QP locked, that the
+	// QP takes part in a loss recovery: its responder NAKed a gap and
+	// waits for the go-back, or its requester went back and waits for
+	// the answer to what it resends. A polling NIC keeps polling for
+	// that answer instead of going to sleep (rnic: Device.lossSeen).
+	Recovering func()
 
 	acks []*qpmgr.QP // QPs with a coalesced ACK to send at Flush
 	// sent counts the receive pipeline's batches that went out (Sent);

@@ -1,0 +1,37 @@
+package rnic
+
+import "time"
+
+// A polling engine that goes to sleep while one of its QPs recovers from
+// a loss pays a wake-up on the path of the recovery: the requester waits
+// for the NAK, the responder for the go-back's first packet, each a round
+// trip off, and a sleeping engine is woken by the port's watcher through
+// two or three thread hand-offs of the Go runtime. On the 2-core machine
+// under load (load average 15-23) each such sleep cost 0.5-1.5 ms, 15 of
+// them per ib_write_bw -s 65536 -n 1000 at 1% drop, and now and then both
+// daemons slept 66-75 ms with the NAK waiting in the socket, until an
+// ACK timeout woke them; the engines never slept in the same run without
+// loss. So for lossSpin after each loss event (a NAK sent, a go-back) the
+// engine polls on whatever its idle interval (Config.PollIdle). At 1%
+// drop, -poll-idle 2ms moved 293-407 MB/s against 131-240 with the
+// default 50us (alternated, six rounds, bench/loss.sh's setup); 500us
+// and 1ms gave 198-260, 5ms no more than 2ms. Polling for lossSpin
+// after a loss only, eight rounds alternated with the old daemons at
+// load 22-25: best 280 against 202 MB/s, median 179 against 159 (5%
+// drop: best 76 against 50). A QP that loses nothing keeps the engine's
+// idle interval, so a lossless daemon sleeps as before; a lossy one is
+// awake at most lossSpin past its last loss.
+const lossSpin = 2 * time.Millisecond
+
+// lossSeen is rx.Handler.Recovering: a QP of the queue recovers from a
+// loss, and the queue's engine, which receives the QP's packets and runs
+// its requester, polls for the answer until lossSpin from now.
+func (q *queue) lossSeen() {
+	q.recoverUntil.Store(int64(time.Since(q.d.epoch) + lossSpin))
+}
+
+// recovering reports whether the queue saw a loss less than lossSpin ago.
+func (q *queue) recovering() bool {
+	u := q.recoverUntil.Load()
+	return u != 0 && int64(time.Since(q.d.epoch)) < u
+}
