@@ -147,13 +147,8 @@ func TestLateACKDuringRetry(t *testing.T) {
 	r := newRCQP(t)
 	qp := r.qp
 	req := wqe.Engine{DMA: r.tab, FC: newFC(t, 0)}
-	if _, err := qp.PostSend([]qpmgr.SendWQE{r.write(7, 3000)}); err != nil {
-		t.Fatal(err)
-	}
 	var tx sent
-	if n := req.Run(qp, &tx, 16); n != 3 {
-		t.Fatalf("requester sent %d packets, want 3", n)
-	}
+	r.sendWrite(t, &req, &tx, 7)
 	r.h.Timeout(qp)
 	if n := req.Run(qp, &tx, 1); n != 1 {
 		t.Fatalf("retry sent %d packets with a budget of 1", n)
@@ -168,6 +163,18 @@ func TestLateACKDuringRetry(t *testing.T) {
 	}
 	if n := req.Run(qp, &tx, 16); n != 0 {
 		t.Fatalf("requester sent %d more packets of a completed WRITE", n)
+	}
+}
+
+// sendWrite posts WRITE id of 3000 bytes, three packets at MTU 1024,
+// and has req send it whole.
+func (r *rcQP) sendWrite(t *testing.T, req *wqe.Engine, tx *sent, id uint64) {
+	t.Helper()
+	if _, err := r.qp.PostSend([]qpmgr.SendWQE{r.write(id, 3000)}); err != nil {
+		t.Fatal(err)
+	}
+	if n := req.Run(r.qp, tx, 16); n != 3 {
+		t.Fatalf("requester sent %d packets, want 3", n)
 	}
 }
 
@@ -200,13 +207,8 @@ func TestRepeatedNAKCostsOneRetry(t *testing.T) {
 	qp := r.qp
 	qp.Attr.RetryCnt, qp.Comp.RetryCnt = 1, 1
 	req := wqe.Engine{DMA: r.tab, FC: newFC(t, 0)}
-	if _, err := qp.PostSend([]qpmgr.SendWQE{r.write(1, 3000)}); err != nil {
-		t.Fatal(err)
-	}
 	var tx sent
-	if n := req.Run(qp, &tx, 16); n != 3 {
-		t.Fatalf("requester sent %d packets, want 3", n)
-	}
+	r.sendWrite(t, &req, &tx, 1)
 	for i := 1; i <= 3; i++ {
 		nak := ibudp.NewBuf()
 		if !nak.SetRoCE(nakFor(qp.QPN, 0x11, 0)) {
@@ -235,12 +237,7 @@ func TestRepeatedNAKCostsOneRetry(t *testing.T) {
 	}
 	// A new gap with no retry left: the first NAK for it fails the WRITE.
 	qp.Comp.RetryCnt = 0
-	if _, err := qp.PostSend([]qpmgr.SendWQE{r.write(2, 3000)}); err != nil {
-		t.Fatal(err)
-	}
-	if n := req.Run(qp, &tx, 16); n != 3 {
-		t.Fatalf("requester sent %d packets, want 3", n)
-	}
+	r.sendWrite(t, &req, &tx, 2)
 	nak := ibudp.NewBuf()
 	nak.SetRoCE(nakFor(qp.QPN, 0x13, 1)) // the first PSN: no progress
 	nak.Peer = r.peer

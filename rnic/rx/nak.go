@@ -51,6 +51,9 @@ func (h *Handler) sendSeqNAK(qp *qpmgr.QP, tx qpmgr.TX) {
 		r.NAKAgain = now.Add(h.nakAgain(qp))
 	}
 	h.sendAck(qp, tx, bth.NAKPSNSeqError, r.EPSN)
+	if h.Recovering != nil {
+		h.Recovering()
+	}
 	if h.Hold != nil && !r.NAKAgain.IsZero() {
 		h.Hold(qp, r.NAKAgain) // ExpireAck sends it if no packet comes
 	}
@@ -70,6 +73,50 @@ func (h *Handler) nakAgain(qp *qpmgr.QP) time.Duration {
 		d = min(d, t/2)
 	}
 	return d
+}
+
+// quietGap is told of a packet past a gap already NAKed, at now: the
+// NAK's repeat waits until the gap has been quiet for the repeat's
+// interval. Packets still coming past the gap are the requester's flight
+// from before the NAK reached it, and the go-back, which answers the
+// NAK, queues behind them on the way; a repeat sent while they drain
+// sends the requester back a second time, to resend everything from the
+// gap once more. On the 2-core host under load (bench/loss.sh, 1% drop
+// at the sender, load average 23-27) a daemon took over 2 ms now and
+// then to drain its port: a median of 80 NAKs of 700 went again, 10
+// once repeats waited for a quiet gap; at 5% drop 266-369 against
+// 399-539, and 49-104 MB/s against 52-61. The stream past a gap stops
+// when the requester's window is full, so a lost NAK still goes again,
+// at most one interval later than it would have; the repeat never waits
+// past half the ACK timeout from the last NAK.
+//
+// Tried and not kept: a NAK at once when a packet at or below the last
+// one past the gap showed a go-back that lacked the expected PSN. The
+// requester takes a NAK for the PSN it went back to less than a round
+// trip ago for the one it answered already (Handler.retryNAK), so that
+// NAK went for nothing and doubled the next repeat's interval: at 5%
+// drop 310-663 repeats and 38-77 MB/s in the same rounds.
+func (h *Handler) quietGap(qp *qpmgr.QP, tx qpmgr.TX, now time.Time) {
+	r := &qp.Resp
+	if !now.Before(r.NAKAgain) {
+		// Due, and not yet sent by ExpireAck: the gap was quiet.
+		h.sendSeqNAK(qp, tx)
+		return
+	}
+	again := now.Add(h.nakAgain(qp))
+	if t := qp.ACKTimeout(); t > 0 {
+		again = minTime(again, r.NAKAt.Add(t/2))
+	}
+	if again.After(r.NAKAgain) {
+		r.NAKAgain = again
+	}
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // gapClosed is called when the expected PSN arrives after a NAK: the

@@ -26,10 +26,14 @@ func (h *Handler) respondRC(qp *qpmgr.QP, p bth.Packet, tx qpmgr.TX) {
 	case d > 0:
 		// A gap: NAK it, drop everything until the expected PSN comes
 		// (IBTA 9.7.5.1.2, C9-95). The NAK goes again if the gap
-		// outlives the round trip (nakAgain).
+		// outlives the round trip once it went quiet (nakAgain,
+		// quietGap).
 		h.Counters.Inc(ib.OutOfSeqRequest)
-		if !r.NAKSent || !r.NAKAgain.IsZero() && !time.Now().Before(r.NAKAgain) {
+		switch {
+		case !r.NAKSent:
 			h.sendSeqNAK(qp, tx)
+		case !r.NAKAgain.IsZero():
+			h.quietGap(qp, tx, time.Now())
 		}
 		return
 	case d < 0:
