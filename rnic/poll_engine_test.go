@@ -245,9 +245,21 @@ func TestPollingEngineAwakeAfterLoss(t *testing.T) {
 	time.Sleep(time.Millisecond)
 
 	loss := time.Now()
-	a.dev.LossSeen(p.qa.QPN)
+	a.dev.LossSeen(p.qa.QPN, 0)
 	a.dev.Wake()
 	if slept := waitSleep(loss); slept.Sub(loss) < rnic.LossSpin {
 		t.Fatalf("the engine slept %v after a loss, before the %v it polls for the answer", slept.Sub(loss), rnic.LossSpin)
+	}
+}
+
+// A loss on a QP whose answer takes longer than LossSpin (its measured
+// round trip) leaves the engine's sleep alone: polling would not see the
+// answer and would take a core from the peer.
+func TestPollingEngineSleepsForSlowPeer(t *testing.T) {
+	p := newPair(t, pairOpts{pollIdle: 20 * time.Microsecond})
+	a := p.a
+	a.dev.LossSeen(p.qa.QPN, 2*rnic.LossSpin)
+	if a.dev.Recovering(p.qa.QPN) {
+		t.Fatalf("the engine polls on after a loss whose round trip is %v, over %v", 2*rnic.LossSpin, rnic.LossSpin)
 	}
 }

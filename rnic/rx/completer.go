@@ -237,7 +237,8 @@ func (h *Handler) goBack(qp *qpmgr.QP, why trace.RetryReason) {
 		h.traceRetry(qp, why)
 	}
 	if h.Recovering != nil {
-		h.Recovering()
+		srtt, _ := h.FC.RTT(&qp.FC)
+		h.Recovering(time.Duration(srtt))
 	}
 	qp.Kick()
 }

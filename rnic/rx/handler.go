@@ -43,9 +43,12 @@ type Handler struct {
 	// Recovering, when not nil, is told, with the QP locked, that the
 	// QP takes part in a loss recovery: its responder NAKed a gap and
 	// waits for the go-back, or its requester went back and waits for
-	// the answer to what it resends. A polling NIC keeps polling for
-	// that answer instead of going to sleep (rnic: Device.lossSeen).
-	Recovering func()
+	// the answer to what it resends; rtt is the round trip the QP
+	// measured for that answer (the requester's smoothed round trip, the
+	// responder's NAK to go-back), 0 before the first. A polling NIC
+	// keeps polling for the answer instead of going to sleep (rnic:
+	// queue.lossSeen).
+	Recovering func(rtt time.Duration)
 
 	acks []*qpmgr.QP // QPs with a coalesced ACK to send at Flush
 	// sent counts the receive pipeline's batches that went out (Sent);

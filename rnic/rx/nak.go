@@ -52,7 +52,7 @@ func (h *Handler) sendSeqNAK(qp *qpmgr.QP, tx qpmgr.TX) {
 	}
 	h.sendAck(qp, tx, bth.NAKPSNSeqError, r.EPSN)
 	if h.Recovering != nil {
-		h.Recovering()
+		h.Recovering(r.NAKRTT)
 	}
 	if h.Hold != nil && !r.NAKAgain.IsZero() {
 		h.Hold(qp, r.NAKAgain) // ExpireAck sends it if no packet comes

@@ -50,7 +50,7 @@ func TestNAKRepeatWaitsForQuietGap(t *testing.T) {
 	r := newRCQP(t)
 	qp, h := r.qp, r.h
 	recovering := 0
-	h.Recovering = func() { recovering++ }
+	h.Recovering = func(time.Duration) { recovering++ }
 	// No ACK timeout and a measured round trip of 10 s pin the clock:
 	// the repeat is due 20 s after the NAK, and no slowness of the host
 	// makes it due before the test says the gap went quiet.
@@ -134,7 +134,7 @@ func TestGoBackTellsRecovering(t *testing.T) {
 	r := newRCQP(t)
 	qp := r.qp
 	recovering := 0
-	r.h.Recovering = func() { recovering++ }
+	r.h.Recovering = func(time.Duration) { recovering++ }
 	req := wqe.Engine{DMA: r.tab, FC: newFC(t, 0)}
 	var tx sent
 	r.sendWrite(t, &req, &tx, 1)
