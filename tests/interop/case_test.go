@@ -57,6 +57,39 @@ func (c tcase) isPingpong() bool { return strings.HasPrefix(c.tool, "ibv_") }
 // device (their -d is debug) and no GID index.
 func (c tcase) isRdmaCM() bool { return c.tool == "rping" }
 
+// isUCX tells UCX's ucx_perftest: its server takes only the port (the
+// client sends it the test), its client the server's address first, and
+// each side picks its device and transports from the environment
+// (ucxEnv).
+func (c tcase) isUCX() bool { return c.tool == "ucx_perftest" }
+
+// ucxTLS is the transports of the UCX cases: rc_verbs carries every
+// message, and ud_verbs is only the auxiliary one that carries UCP's
+// wireup (UCX_TLS=rc_verbs alone fails: "Destination is unreachable",
+// no transport to send the wireup on); UCX_LOG_LEVEL=info makes each
+// side print its endpoint's lanes (ep_cfg), which ucxCheck reads.
+// UCX_HANDLE_ERRORS=none leaves out the backtrace a failing side
+// prints, which pushes its reason out of the tail the verdict shows.
+const ucxTLS = "UCX_TLS=rc_verbs,ud_verbs:aux UCX_LOG_LEVEL=info UCX_HANDLE_ERRORS=none"
+
+// ucxRxe is what UCX 1.13 needs on rxe alone: rxe gives a user QP's UD
+// completion no RoCE packet type (sl 0; rxe_resp.c sets
+// network_hdr_type for kernel QPs only), so UCX, which reads the type
+// from sl as a ConnectX writes it, looks for the destination GID where
+// rxe wrote the IPv4 header and drops every wireup datagram: both ends'
+// UD endpoints timed out ("unhandled timeout error"), in both roles.
+// rnicd's completion says IPv4 in sl, and its side keeps the check.
+const ucxRxe = "UCX_UD_VERBS_ETH_DGID_CHECK=n"
+
+// ucxEnv is the environment of a UCX case's side on device dev.
+func ucxEnv(dev string) []string {
+	env := append([]string{"UCX_NET_DEVICES=" + dev + ":1"}, strings.Fields(ucxTLS)...)
+	if dev == "rxe0" {
+		env = append(env, ucxRxe)
+	}
+	return env
+}
+
 // cmAddrs are the addresses an rdma_cm tool names: rnicd's and the VM's,
 // IPv6 for an IPv6 case (rnicd's on device6).
 func (c tcase) cmAddrs() (host, vm string) {
@@ -169,6 +202,15 @@ func matrix(ibMTU int) []tcase {
 		// library's librdmacm: the same unmodified binary, one end's
 		// rdma_cm without a kernel.
 		tcase{tool: "rping", args: []string{"-C", "100", "-v", "-V"}, deadline: 60 * time.Second, clib: true},
+		// Completion events (-e): each side sleeps in ibv_get_cq_event
+		// on a channel, rnic's clone and Debian's tool on clib. perftest
+		// takes no -e on WRITE ("Events feature not available on WRITE
+		// verb", before it opens a device: on rxe too), so SEND carries
+		// them: a stream, and the ping-pong whose reply the server once
+		// waited for forever on clib.
+		tcase{tool: "ib_send_bw", args: []string{"-e", "-s", "65536", "-n", "20"}},
+		tcase{tool: "ib_send_bw", args: []string{"-e", "-s", "65536", "-n", "20"}, clib: true},
+		tcase{tool: "ib_send_lat", args: []string{"-e", "-s", "1", "-n", "50"}, clib: true},
 		// DCQCN's notification point against rxe: nftables marks 10% of
 		// the RoCE packets on the tap CE each way, rxe's to rnicd among
 		// them (WRITEs with rxe as client, ACKs with rxe as server);
@@ -176,6 +218,17 @@ func matrix(ibMTU int) []tcase {
 		// and the transfer completes.
 		tcase{tool: "ib_write_bw", args: []string{"-s", "65536", "-n", "100"}, impair: markCE(10, cnpsToRxe)},
 	)
+	// Debian's UCX 1.13 on both ends over rc_verbs: UCP's tagged
+	// latency (SENDs) and PUT bandwidth (RDMA WRITEs, 64 KiB: 64 packets
+	// at MTU 1024), the wireup over ud_verbs. At one MTU only, the one
+	// with the more packets a message: the suite has 5 minutes, and UCX
+	// takes a second or two to start in the emulated VM. The deadline is
+	// for a side that never comes.
+	if ibMTU == 1024 {
+		cs = append(cs,
+			tcase{tool: "ucx_perftest", args: []string{"-t", "tag_lat", "-n", "100"}, clib: true, deadline: 60 * time.Second},
+			tcase{tool: "ucx_perftest", args: []string{"-t", "ucp_put_bw", "-s", "65536", "-n", "50"}, clib: true, deadline: 60 * time.Second})
+	}
 	return cs
 }
 
@@ -350,6 +403,13 @@ func vmCommand(c tcase, port int, client bool) string {
 		}
 		return fmt.Sprintf("%s -s -a %s -p %d %s", c.tool, vm, port, strings.Join(c.args, " "))
 	}
+	if c.isUCX() {
+		env := "env " + strings.Join(ucxEnv("rxe0"), " ")
+		if client {
+			return fmt.Sprintf("%s %s %s -p %d %s", env, c.tool, hostAddr, port, strings.Join(c.args, " "))
+		}
+		return fmt.Sprintf("%s %s -p %d", env, c.tool, port)
+	}
 	index, server := "1", hostAddr
 	if c.ipv6 {
 		index = "$g6"
@@ -379,6 +439,12 @@ func hostArgs(c tcase, port int, client bool) []string {
 			args = []string{c.tool, "-c", "-a", vm, "-I", host}
 		}
 		return append(append(args, "-p", strconv.Itoa(port)), c.args...)
+	}
+	if c.isUCX() {
+		if client {
+			return append([]string{c.tool, vmAddr, "-p", strconv.Itoa(port)}, c.args...)
+		}
+		return []string{c.tool, "-p", strconv.Itoa(port)}
 	}
 	gid := []string{"-x", "1"}
 	if c.isPingpong() {

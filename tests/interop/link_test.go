@@ -95,6 +95,10 @@ func runLink(t *testing.T, bin, img string, linkMTU, ibMTU int) []result {
 	} else if !l.vm.poweredOff(2 * time.Minute) {
 		t.Errorf("MTU %d: the VM did not power off; console:\n%s", ibMTU, tail(l.vm.console.String()))
 		l.vm.kill()
+	} else if n := l.vm.unfinished(); n != 0 {
+		// It powered off (or qemu ended) before its last case: its
+		// console says why, as no case's output can.
+		t.Errorf("MTU %d: the VM exited with %d cases not run; console:\n%s", ibMTU, n, tail(l.vm.console.String()))
 	}
 	l.checkGIDs()
 	if sendsFrom(cases, hostAddr6) {
@@ -159,6 +163,11 @@ func (l *link) rnic(ctx context.Context, c tcase, port int, client bool) hostRun
 	if c.clib {
 		// Debian's binary of the tool, with the C library TestRxeInterop built.
 		cmd, env = cmd[1:], append([]string{"LD_LIBRARY_PATH=" + filepath.Join(l.bin, "clib")}, l.env...)
+	}
+	if c.isUCX() {
+		// rnicd, as root, made /dev/infiniband/rnicd-rnio0, without
+		// which UCX lists no device.
+		env = append(env, ucxEnv(device)...)
 	}
 	run := l.ns.command(ctx, env, cmd...)
 	if c.clib && c.isRdmaCM() {
@@ -388,7 +397,8 @@ func sysfsGID(addr netip.Addr) string {
 // refused tells a client that found no server yet from a failed run.
 func refused(out string) bool {
 	return strings.Contains(out, "connection refused") || strings.Contains(out, "Couldn't connect") || strings.Contains(out, "connect:") ||
-		strings.Contains(out, "RDMA_CM_EVENT_REJECTED, error 8") // Debian's rping on clib: REJ reason 8, nobody listens
+		strings.Contains(out, "RDMA_CM_EVENT_REJECTED, error 8") || // Debian's rping on clib: REJ reason 8, nobody listens
+		strings.Contains(out, "Connection refused") // ucx_perftest's client
 }
 
 func waitSocket(t *testing.T, path string) {

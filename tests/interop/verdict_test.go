@@ -102,6 +102,8 @@ func (r *result) judge(host hostRun, guest vmRun, want string) {
 			strings.Join(unexplained(guest.cm.errors, r.moved), " "), r.counters) + said
 	case r.c.isRdmaCM() && rpingCheck(r.c, r.rxeRole, host.out, guest.out) != "":
 		r.detail = rpingCheck(r.c, r.rxeRole, host.out, guest.out) + said
+	case r.c.isUCX() && ucxCheck(r.c, r.rxeRole, host.out, guest.out) != "":
+		r.detail = ucxCheck(r.c, r.rxeRole, host.out, guest.out) + said
 	case want != "":
 		r.detail = "both sides exit 0, but rnicd's counters do not show the recovery: want " + want
 	default:

@@ -20,9 +20,12 @@
 # seconds without KVM.
 set -euo pipefail
 
-# rdmacm-utils brings rping, for the connection manager's cases.
+# rdmacm-utils brings rping, for the connection manager's cases;
+# ucx-utils and libucx0 ucx_perftest (UCX's own libraries and its
+# transports, dlopened from usr/lib/x86_64-linux-gnu/ucx: 2.6 MB).
 pkgs=(rdma-core ibverbs-providers libibverbs1 librdmacm1 libibumad3 perftest
-	ibverbs-utils rdmacm-utils libnl-3-200 libnl-route-3-200 libpci3)
+	ibverbs-utils rdmacm-utils libnl-3-200 libnl-route-3-200 libpci3
+	ucx-utils libucx0)
 # rdma_ucm (with rdma_cm, ib_cm, iw_cm) is what rping and librdmacm need.
 mods=(crc32_generic virtio_pci virtio_net rdma_rxe ib_uverbs ib_umad rdma_ucm)
 
@@ -58,9 +61,11 @@ image() {
 	cp -a "$tmp/pkgs/etc/libibverbs.d" "$root/etc/"
 	cp "$(command -v busybox)" "$root/bin/busybox"
 	cp "$(command -v rdma)" "$root/bin/rdma"
-	# The tools' shared libraries come from this host, also Debian 12.
+	# The tools' shared libraries come from this host, also Debian 12;
+	# UCX's transports are modules it loads, whose libraries ldd of the
+	# tools does not see (libnuma, libstdc++ for ucx_perftest).
 	local bin lib
-	for bin in "$tmp"/pkgs/usr/bin/* "$(command -v rdma)"; do
+	for bin in "$tmp"/pkgs/usr/bin/* "$tmp"/pkgs/usr/lib/x86_64-linux-gnu/ucx/*.so.0 "$(command -v rdma)"; do
 		LD_LIBRARY_PATH=$tmp/pkgs/usr/lib/x86_64-linux-gnu ldd "$bin" 2>/dev/null || true
 	done | awk '$3 ~ /^\// {print $3}' | grep -v "^$tmp" | sort -u >"$tmp/libs"
 	while read -r lib; do cp -L "$lib" "$root/lib/x86_64-linux-gnu/"; done <"$tmp/libs"

@@ -66,7 +66,7 @@ func vmScript(phases []phase) string {
 				// and only until the deadline.
 				fmt.Fprintf(&b, "  end=$(($(date +%%s)+%d)); while :; do left=$((end-$(date +%%s))); [ $left -gt 0 ] || { rc=137; break; }; "+
 					"timeout -s KILL $left %s %s; [ $rc -eq 0 ] && break; [ $rc -eq 137 ] && break; "+
-					"grep -q -e \"Couldn't connect\" -e \"RDMA_CM_EVENT_REJECTED, error 8\" -e \"Unable to perform rdma_client\" $out || break; sleep 1; done\n",
+					"grep -q -e \"Couldn't connect\" -e \"RDMA_CM_EVENT_REJECTED, error 8\" -e \"Unable to perform rdma_client\" -e \"Connection refused\" $out || break; sleep 1; done\n",
 					secs, vmCommand(c, ph.ports[i], true), redir)
 			} else {
 				fmt.Fprintf(&b, "  timeout -s KILL %d %s %s\n", secs, vmCommand(c, ph.ports[i], false), redir)
@@ -407,4 +407,12 @@ func (v *vm) poweredOff(d time.Duration) bool {
 	case <-time.After(d):
 		return false
 	}
+}
+
+// unfinished is how many cases the VM gave no verdict on: after it
+// powered off, the cases it never reached (a boot that failed, a panic).
+func (v *vm) unfinished() int {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return len(v.deadlines) - len(v.log.rc)
 }
