@@ -166,7 +166,14 @@ func (l *link) rnic(ctx context.Context, c tcase, port int, client bool) hostRun
 	}
 	if c.isUCX() {
 		// rnicd, as root, made /dev/infiniband/rnicd-rnio0, without
-		// which UCX lists no device.
+		// which UCX lists no device. The node is one for every rnicd of
+		// that name, in any namespace, and goes when the daemon that
+		// made it stops: a second interop suite on this machine takes
+		// it away from this one.
+		node := "/dev/infiniband/rnicd-" + device
+		if _, err := os.Stat(node); err != nil {
+			return hostRun{err: fmt.Errorf("UCX lists no %s without its node: %w (another rnicd named %s stopped: a second interop suite on this machine?)", device, err, device)}
+		}
 		env = append(env, ucxEnv(device)...)
 	}
 	run := l.ns.command(ctx, env, cmd...)
