@@ -6,13 +6,16 @@ package interop
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -69,6 +72,10 @@ func runLink(t *testing.T, bin, img string, linkMTU, ibMTU int) []result {
 		}
 	}()
 	t.Setenv("RNICD_DIR", l.dir)
+	// rnicd, as root, made its device's node (or found one of its name).
+	if _, err := os.Stat(devNode); err != nil {
+		t.Errorf("MTU %d: rnicd up, but no node for UCX: %v", ibMTU, err)
+	}
 
 	cases, err := selectCases(matrix(ibMTU), os.Getenv("RNICD_INTEROP_CASES"))
 	if err != nil {
@@ -165,14 +172,8 @@ func (l *link) rnic(ctx context.Context, c tcase, port int, client bool) hostRun
 		cmd, env = cmd[1:], append([]string{"LD_LIBRARY_PATH=" + filepath.Join(l.bin, "clib")}, l.env...)
 	}
 	if c.isUCX() {
-		// rnicd, as root, made /dev/infiniband/rnicd-rnio0, without
-		// which UCX lists no device. The node is one for every rnicd of
-		// that name, in any namespace, and goes when the daemon that
-		// made it stops: a second interop suite on this machine takes
-		// it away from this one.
-		node := "/dev/infiniband/rnicd-" + device
-		if _, err := os.Stat(node); err != nil {
-			return hostRun{err: fmt.Errorf("UCX lists no %s without its node: %w (another rnicd named %s stopped: a second interop suite on this machine?)", device, err, device)}
+		if err := l.keepDevNode(); err != nil {
+			return hostRun{err: err}
 		}
 		env = append(env, ucxEnv(device)...)
 	}
@@ -189,6 +190,28 @@ func (l *link) rnic(ctx context.Context, c tcase, port int, client bool) hostRun
 	}
 	out, err := run.CombinedOutput()
 	return hostRun{err: err, out: string(out)}
+}
+
+// devNode is the node rnicd makes for UCX, /dev/infiniband/rnicd-rnio0,
+// without which UCX lists no device.
+const devNode = "/dev/infiniband/rnicd-" + device
+
+// keepDevNode makes sure devNode is there for a UCX case. runLink has
+// checked that rnicd made it (or found it); but the node is one for every
+// rnicd of that name, in any namespace, and goes when the daemon that
+// made it stops, so a second interop suite on this machine, whose rnio0
+// made it first, takes it away from this one mid-run (it did, in two
+// runs of three beside other suites). Then it is made again here, as
+// rnicd's log tells a user to (mknod, the null device's number, 0600).
+func (l *link) keepDevNode() error {
+	if _, err := os.Stat(devNode); err == nil {
+		return nil
+	}
+	if err := syscall.Mknod(devNode, syscall.S_IFCHR|0o600, 1<<8|3); err != nil && !errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("UCX lists no %s without %s, gone (another rnicd named %s stopped) and not made again: %w", device, devNode, device, err)
+	}
+	l.t.Logf("MTU %d: %s was gone (another rnicd named %s stopped): made again", l.ibMTU, devNode, device)
+	return nil
 }
 
 // host runs the host's side of c: rnic, unless a test says otherwise.
