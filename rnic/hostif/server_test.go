@@ -612,6 +612,15 @@ func TestNoLendPort(t *testing.T) {
 // signal both pipes past their 4 KiB, and every completion still
 // arrives. With the client's own eventfds (as before), the daemon's
 // write blocked once a client had cleared the flag and filled one.
+//
+// The daemon publishes a CQE (the producer index) before it disarms the
+// CQ, counts the event and takes the waiter (cqObj.Complete), so that a
+// client woken by the event always finds the CQE. Seeing the CQE thus
+// says nothing about the event yet: the test waits for each one before
+// it arms again. Arming earlier would be merged into the arm the daemon
+// has not yet taken, one event for both, as ibv_req_notify_cq allows (an
+// event after every arm, not one per arm); under -race on a loaded
+// machine that made 599 events of 600.
 func TestWakePipesNeverBlock(t *testing.T) {
 	n := newNIC(t, looptest.Get(t).String())
 	c := n.client(t)
@@ -651,6 +660,14 @@ func TestWakePipesNeverBlock(t *testing.T) {
 			SGL: []ib.SGE{{Addr: 0x10000, Length: 8, LKey: q.mr.LKey}}, RemoteAddr: 0x18000, RKey: q.mr.RKey}, nil)
 		if wc := poll(t, q.cq, &cons); wc.WRID != uint64(i) || wc.Status != ib.WCSuccess {
 			t.Fatalf("completion %d: %v", i, &wc)
+		}
+		// Exactly one event per arm, and the waiter taken: a second
+		// event or a lost one shows here, at the WRITE that caused it.
+		eventually(t, "the completion's event and wake-up", func() bool {
+			return q.cq.Events() >= uint32(i+1) && q.cq.Load(ringWaiting) == 0
+		})
+		if ev := q.cq.Events(); ev != uint32(i+1) {
+			t.Fatalf("%d completion events after %d armed completions", ev, i+1)
 		}
 	}
 	if ev := q.cq.Events(); ev != writes {
