@@ -3,6 +3,7 @@ package tests
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"regexp"
 	"strings"
 	"testing"
@@ -51,7 +52,12 @@ func TestCLibFabricPingpong(t *testing.T) {
 				time.Sleep(50 * time.Millisecond)
 				continue
 			}
-			s.Wait()
+			// The server's exit goes into what it printed: killed by
+			// the deadline, it never flushed its rows (a pipe is
+			// fully buffered).
+			if serr := s.Wait(); serr != nil {
+				fmt.Fprintf(&sout, "[the server ended: %v]\n", serr)
+			}
 			return sout.String(), cout.String(), err
 		}
 	}
