@@ -34,15 +34,24 @@ func TestRpingPersistent(t *testing.T) {
 		server.Process.Kill()
 		<-done
 	}()
+	// client returns what the client printed to stdout, its pings; its
+	// stderr goes into the error. Debian's rping prints its CM events
+	// to stderr, unbuffered, and its pings to a buffered stdout: in one
+	// pipe "client DISCONNECT EVENT..." (the server disconnected first)
+	// landed in the middle of ping 54, where the first 4 KiB were
+	// flushed.
 	client := func(run runner, n int) (string, error) {
 		for {
-			var out strings.Builder
+			var out, errb strings.Builder
 			c := run(ctx, "rping", "-c", "-v", "-V", "-C", fmt.Sprint(n), "-a", tb.a.addr.String(), "-I", tb.b.addr.String(), "-p", port)
-			c.Stdout, c.Stderr = &out, &out
+			c.Stdout, c.Stderr = &out, &errb
 			err := c.Run()
-			if err != nil && rpingRejected(out.String()) && ctx.Err() == nil {
+			if err != nil && rpingRejected(out.String()+errb.String()) && ctx.Err() == nil {
 				time.Sleep(20 * time.Millisecond) // the server does not listen yet
 				continue
+			}
+			if err != nil {
+				err = fmt.Errorf("%w; stderr:\n%s", err, errb.String())
 			}
 			return out.String(), err
 		}
