@@ -43,11 +43,17 @@ func TestLostNAKRepeated(t *testing.T) {
 		want uint64
 	}{
 		{p.b, "naks_sent", 1 + repeats}, {p.b, "out_of_seq_request", 19},
-		{p.a, "rcvd_seq_err", repeats}, // every NAK but the dropped one
 		{p.a, "local_ack_timeout_err", 0}, {p.a, "retry_exceeded_err", 0},
 	} {
 		if got := counter(c.n, c.name); got != c.want {
 			t.Errorf("%s = %d, want %d", c.name, got, c.want)
 		}
+	}
+	// The requester takes the repeats that reach it before its WRITE
+	// completes; one sent just before the resent packet arrived may come
+	// after (beside stress-ng: 2 repeats, 1 taken), and answers nothing
+	// outstanding then.
+	if got := counter(p.a, "rcvd_seq_err"); got < 1 || got > repeats {
+		t.Errorf("rcvd_seq_err = %d, want 1 to %d (the repeats)", got, repeats)
 	}
 }
