@@ -1,10 +1,7 @@
 package verbs
 
 import (
-	"net/netip"
-
 	"github.com/rnicd/rnicd/ib"
-	"github.com/rnicd/rnicd/wire/ibudp"
 )
 
 // QPType is the transport service of a QP (enum ibv_qp_type).
@@ -48,23 +45,6 @@ const (
 // MTUFromBytes is the MTU of n bytes, 0 if n is not 256..4096 in powers of two.
 func MTUFromBytes(n int) MTU { return ib.MTUFromBytes(n) }
 
-// Access is a set of memory access flags (enum ibv_access_flags): what an
-// MR lets the NIC do with its memory (PD.RegMR), and what remote
-// operations a QP accepts (QPAttr.AccessFlags).
-type Access = ib.Access
-
-// Access flags (IBV_ACCESS_*). A region the peer may write or use atomics on
-// must be locally writable too.
-const (
-	AccessLocalWrite   = ib.AccessLocalWrite   // IBV_ACCESS_LOCAL_WRITE: the NIC may write it for local work (receives, READ results)
-	AccessRemoteWrite  = ib.AccessRemoteWrite  // IBV_ACCESS_REMOTE_WRITE: RDMA WRITE from the peer
-	AccessRemoteRead   = ib.AccessRemoteRead   // IBV_ACCESS_REMOTE_READ: RDMA READ from the peer
-	AccessRemoteAtomic = ib.AccessRemoteAtomic // IBV_ACCESS_REMOTE_ATOMIC: atomics from the peer
-	AccessMWBind       = ib.AccessMWBind       // IBV_ACCESS_MW_BIND: accepted; rnicd has no memory windows
-	AccessZeroBased    = ib.AccessZeroBased    // IBV_ACCESS_ZERO_BASED: the MR answers to addresses from 0
-	AccessOnDemand     = ib.AccessOnDemand     // IBV_ACCESS_ON_DEMAND: accepted; memory here is always resident
-)
-
 // AttrMask says which fields of a QPAttr QP.Modify sets (enum
 // ibv_qp_attr_mask).
 type AttrMask = ib.AttrMask
@@ -107,24 +87,3 @@ type QPCap = ib.QPCap
 // (the fields its AttrMask names) and read by QP.Query; go doc ib.QPAttr
 // says what each field does in which transition.
 type QPAttr = ib.QPAttr
-
-// GID is a port's global identifier (union ibv_gid): for RoCEv2 an IP
-// address, an IPv4 address mapped (::ffff:a.b.c.d). It goes into AH.DGID
-// as it is.
-type GID [16]byte
-
-// GIDFromAddr is the RoCEv2 GID of an IP address.
-func GIDFromAddr(a netip.Addr) GID { return GID(ibudp.GIDFromAddr(a)) }
-
-// Addr is the IP address the GID stands for.
-func (g GID) Addr() netip.Addr { return ibudp.GID(g).Addr() }
-
-// IsZero reports whether g is all zeros (no GID).
-func (g GID) IsZero() bool { return g == GID{} }
-
-// String gives the GID as sysfs and show_gids do, e.g.
-// 0000:0000:0000:0000:0000:ffff:c612:0002.
-func (g GID) String() string { return ibudp.GID(g).String() }
-
-// MarshalText is String, for JSON.
-func (g GID) MarshalText() ([]byte, error) { return []byte(g.String()), nil }

@@ -3,6 +3,7 @@ package verbs
 import (
 	"fmt"
 	"sync"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -96,3 +97,27 @@ func (s *shared) free() error {
 	}
 	return first
 }
+
+// Addr is the virtual address of b's first byte: what an SGE or a remote
+// peer uses for it. b must not be empty.
+func Addr(b []byte) uint64 { return uint64(uintptr(unsafe.Pointer(unsafe.SliceData(b)))) }
+
+// Alloc returns n bytes of memory the NIC can share, zeroed. Register it
+// (or slices of it) with RegMR; give it back with Free.
+func (c *Context) Alloc(n int) ([]byte, error) {
+	if err := c.check(); err != nil {
+		return nil, err
+	}
+	if n <= 0 {
+		return nil, fmt.Errorf("verbs: alloc %d bytes", n)
+	}
+	s, err := c.mem.alloc(n)
+	if err != nil {
+		return nil, err
+	}
+	return s.app, nil
+}
+
+// Free gives back memory from Alloc. A region still registered keeps the
+// NIC's own mapping until it is deregistered.
+func (c *Context) Free(b []byte) error { return c.mem.release(b) }
