@@ -106,3 +106,17 @@ func (d *Device) PortStats() ibudp.Stats {
 	}
 	return st
 }
+
+// Counters returns the device's counters by name, the port's ICRC error
+// count and the Flow Control Manager's (mlx5's names) among them.
+func (d *Device) Counters() map[string]uint64 {
+	m := d.queues[0].counters.Snapshot()
+	for _, q := range d.queues[1:] {
+		for name, v := range q.counters.Snapshot() {
+			m[name] += v
+		}
+	}
+	m[ib.ICRCErrors.String()] = d.PortStats().RxICRCErrors
+	d.fc.Counters().Each(func(name string, v uint64) { m[name] = v })
+	return m
+}
