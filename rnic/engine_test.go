@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/rnicd/rnicd/ib"
-	"github.com/rnicd/rnicd/wire/ibudp"
+	"github.com/rnicd/rnicd/wire/netif"
 )
 
 var sizes = []int{0, 1, 3, 255, 256, 257, 1023, 1024, 1025, 4095, 4096, 4097, 12345, 65536, 1 << 20}
@@ -272,7 +272,7 @@ func TestUD(t *testing.T) {
 	p := newPair(t, pairOpts{typ: ib.QPTypeUD, mtu: 1024})
 	a, b := p.a, p.b
 	fill(a.mem[:1024], 12)
-	ah := &ib.AH{DGID: ibudp.GIDFromAddr(b.dev.QueryPort().Addr), HopLimit: 64}
+	ah := &ib.AH{DGID: netif.GIDFromAddr(b.dev.QueryPort().Addr), HopLimit: 64}
 	for i, n := range []int{0, 1, 1000, 1024} {
 		mustRecv(t, b, p.qb, ib.RecvWR{WRID: uint64(i), SGL: []ib.SGE{sge(b, 0, 40+1024)}})
 		mustPost(t, a, p.qa, ib.SendWR{WRID: uint64(10 + i), Opcode: ib.WRSendWithImm, Flags: ib.SendSignaled,

@@ -10,6 +10,7 @@ import (
 	"github.com/rnicd/rnicd/ib"
 	"github.com/rnicd/rnicd/rnic/qpmgr"
 	"github.com/rnicd/rnicd/wire/ibudp"
+	"github.com/rnicd/rnicd/wire/netif"
 )
 
 // expectFatal posts a bad WR and two good ones behind it, and checks the
@@ -256,13 +257,13 @@ func TestWrongState(t *testing.T) {
 		t.Fatalf("PostSend in INIT: %v", err)
 	}
 	// A bad attribute value fails the whole modify.
-	rtr := ib.QPAttr{State: ib.QPSRTR, PathMTU: ib.MTU4096, AH: ib.AH{DGID: ibudp.GIDFromAddr(aa)}}
+	rtr := ib.QPAttr{State: ib.QPSRTR, PathMTU: ib.MTU4096, AH: ib.AH{DGID: netif.GIDFromAddr(aa)}}
 	if err := n.dev.ModifyQP(qp, &rtr, ib.AttrState|ib.AttrAV|ib.AttrPathMTU|ib.AttrDestQPN|ib.AttrRQPSN|ib.AttrMaxDestRdAtomic|ib.AttrMinRNRTimer); err == nil {
 		t.Fatal("path MTU 4096 above the port's 1024 was accepted")
 	}
 	// An sgid_index at or past the GID table's end is refused, as
 	// ib_core refuses it (EINVAL); the last index is taken.
-	rtr = ib.QPAttr{State: ib.QPSRTR, PathMTU: ib.MTU1024, AH: ib.AH{DGID: ibudp.GIDFromAddr(aa), SGIDIndex: ib.GIDTableLen}}
+	rtr = ib.QPAttr{State: ib.QPSRTR, PathMTU: ib.MTU1024, AH: ib.AH{DGID: netif.GIDFromAddr(aa), SGIDIndex: ib.GIDTableLen}}
 	rtrMask := ib.AttrState | ib.AttrAV | ib.AttrPathMTU | ib.AttrDestQPN | ib.AttrRQPSN | ib.AttrMaxDestRdAtomic | ib.AttrMinRNRTimer
 	if err := n.dev.ModifyQP(qp, &rtr, rtrMask); err == nil || !strings.Contains(err.Error(), "sgid_index 2: the port's GID table has 2 entries") {
 		t.Fatalf("sgid_index past the GID table: %v", err)

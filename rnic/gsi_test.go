@@ -10,6 +10,7 @@ import (
 	"github.com/rnicd/rnicd/rnic"
 	"github.com/rnicd/rnicd/wire/bth"
 	"github.com/rnicd/rnicd/wire/ibudp"
+	"github.com/rnicd/rnicd/wire/netif"
 )
 
 // recvMAD waits for a MAD on n's QP1.
@@ -56,7 +57,7 @@ func TestGSISendsAndReceivesMADs(t *testing.T) {
 	}
 
 	// An application's UD QP sends to QP1 with its own Q_Key: dropped.
-	ah := &ib.AH{DGID: ibudp.GIDFromAddr(b.dev.QueryPort().Addr), HopLimit: 64}
+	ah := &ib.AH{DGID: netif.GIDFromAddr(b.dev.QueryPort().Addr), HopLimit: 64}
 	before := counter(b, "drop_bad_qkey")
 	mustPost(t, a, p.qa, ib.SendWR{WRID: 1, Opcode: ib.WRSend, Flags: ib.SendSignaled,
 		SGL: []ib.SGE{sge(a, 0, rnic.MADLen)}, AH: ah, RemoteQPN: rnic.GSIQPN, RemoteQKey: qkey})
@@ -114,7 +115,7 @@ func TestGSIIsNotTheApplications(t *testing.T) {
 		}
 	}
 	wr := ib.SendWR{Opcode: ib.WRSend, SGL: []ib.SGE{sge(n, 0, 8)},
-		AH: &ib.AH{DGID: ibudp.GIDFromAddr(n.dev.QueryPort().Addr)}, RemoteQPN: 1, RemoteQKey: rnic.GSIQKey}
+		AH: &ib.AH{DGID: netif.GIDFromAddr(n.dev.QueryPort().Addr)}, RemoteQPN: 1, RemoteQKey: rnic.GSIQKey}
 	for what, err := range map[string]error{
 		"PostSend":  n.dev.PostSend(gsi, []ib.SendWR{wr}),
 		"PostRecv":  n.dev.PostRecv(gsi, []ib.RecvWR{{SGL: []ib.SGE{sge(n, 0, 296)}}}),

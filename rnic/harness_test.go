@@ -15,6 +15,7 @@ import (
 	"github.com/rnicd/rnicd/rnic/flowctl"
 	"github.com/rnicd/rnicd/rnic/trace"
 	"github.com/rnicd/rnicd/wire/ibudp"
+	"github.com/rnicd/rnicd/wire/netif"
 )
 
 // nextPair gives a test its own pair of loopback addresses (looptest),
@@ -236,7 +237,7 @@ func (n *node) connect(qp *rnic.QP, peer *node, pqp *rnic.QP, o pairOpts, access
 	if access == 0 {
 		access = ib.AccessRemoteWrite | ib.AccessRemoteRead | ib.AccessRemoteAtomic
 	}
-	gid := ibudp.GIDFromAddr(peer.dev.QueryPort().Addr)
+	gid := netif.GIDFromAddr(peer.dev.QueryPort().Addr)
 	steps := []struct {
 		a    ib.QPAttr
 		mask ib.AttrMask

@@ -9,6 +9,7 @@ import (
 	"github.com/rnicd/rnicd/rnic/dma"
 	"github.com/rnicd/rnicd/rnic/qpmgr"
 	"github.com/rnicd/rnicd/wire/ibudp"
+	"github.com/rnicd/rnicd/wire/netif"
 )
 
 // The verbs objects, under the names libibverbs gives them: the blocks
@@ -31,14 +32,14 @@ const (
 // PortAttr describes the port (ibv_query_port, ibv_query_gid).
 type PortAttr struct {
 	Addr      netip.Addr
-	GID       ibudp.GID
+	GID       netif.GID
 	ActiveMTU int
 }
 
 // QueryPort returns the port's address, GID and active MTU.
 func (d *Device) QueryPort() PortAttr {
 	a := d.port.Addr()
-	return PortAttr{Addr: a, GID: ibudp.GIDFromAddr(a), ActiveMTU: d.port.MTU()}
+	return PortAttr{Addr: a, GID: netif.GIDFromAddr(a), ActiveMTU: d.port.MTU()}
 }
 
 // AllocPD allocates a protection domain (ibv_alloc_pd).

@@ -7,7 +7,7 @@ import (
 	"net"
 	"net/netip"
 
-	"github.com/rnicd/rnicd/wire/ibudp"
+	"github.com/rnicd/rnicd/wire/netif"
 )
 
 // runShowGIDs is show_gids (the script RoCE users run to find the GID
@@ -49,9 +49,9 @@ func runShowGIDs(args []string, stdout, stderr io.Writer) int {
 		}
 		ndev := interfaceOf(p.Addr)
 		for i, g := range p.GIDs {
-			gid := ibudp.GID(g)
+			gid := netif.GID(g)
 			// The script leaves out empty entries and the bare fe80:: prefix.
-			if gid.IsZero() || gid == (ibudp.GID{0: 0xfe, 1: 0x80}) {
+			if gid.IsZero() || gid == (netif.GID{0: 0xfe, 1: 0x80}) {
 				continue
 			}
 			a := gid.Addr()

@@ -16,6 +16,7 @@ import (
 	"github.com/rnicd/rnicd/rnic/flowctl"
 	"github.com/rnicd/rnicd/rnic/trace"
 	"github.com/rnicd/rnicd/wire/ibudp"
+	"github.com/rnicd/rnicd/wire/netif"
 )
 
 // End is one device with a faulty port, a CQ, a buffer and an RC QP.
@@ -81,7 +82,7 @@ func NewEndsCC(t testing.TB, tr *trace.Tracer, cc string) (a, b *End) {
 			{ib.QPAttr{State: ib.QPSInit, PortNum: 1, AccessFlags: ib.AccessRemoteWrite | ib.AccessRemoteRead},
 				ib.AttrState | ib.AttrPKeyIndex | ib.AttrPort | ib.AttrAccessFlags},
 			{ib.QPAttr{State: ib.QPSRTR, PathMTU: ib.MTU1024, DestQPN: y.QP.QPN, RQPSN: 0x1000 + y.QP.QPN, MaxDestRdAtomic: 4,
-				AH: ib.AH{DGID: ibudp.GIDFromAddr(y.Dev.QueryPort().Addr), HopLimit: 64}},
+				AH: ib.AH{DGID: netif.GIDFromAddr(y.Dev.QueryPort().Addr), HopLimit: 64}},
 				ib.AttrState | ib.AttrAV | ib.AttrPathMTU | ib.AttrDestQPN | ib.AttrRQPSN | ib.AttrMaxDestRdAtomic | ib.AttrMinRNRTimer},
 			{ib.QPAttr{State: ib.QPSRTS, SQPSN: 0x1000 + x.QP.QPN, Timeout: 17, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 4},
 				ib.AttrState | ib.AttrTimeout | ib.AttrRetryCnt | ib.AttrRNRRetry | ib.AttrSQPSN | ib.AttrMaxQPRdAtomic},

@@ -14,6 +14,7 @@ import (
 	"github.com/rnicd/rnicd/rnic/wqe"
 	"github.com/rnicd/rnicd/wire/bth"
 	"github.com/rnicd/rnicd/wire/ibudp"
+	"github.com/rnicd/rnicd/wire/netif"
 )
 
 // sent keeps the packets a TX is given.
@@ -71,7 +72,7 @@ func newRCQPMem(t *testing.T, mem []byte) *rcQP {
 		m ib.AttrMask
 	}{
 		{ib.QPAttr{State: ib.QPSInit, PortNum: 1}, ib.AttrState | ib.AttrPKeyIndex | ib.AttrPort | ib.AttrAccessFlags},
-		{ib.QPAttr{State: ib.QPSRTR, PathMTU: ib.MTU1024, DestQPN: 0x99, AH: ib.AH{DGID: ibudp.GIDFromAddr(peer)}, MaxDestRdAtomic: 1},
+		{ib.QPAttr{State: ib.QPSRTR, PathMTU: ib.MTU1024, DestQPN: 0x99, AH: ib.AH{DGID: netif.GIDFromAddr(peer)}, MaxDestRdAtomic: 1},
 			ib.AttrState | ib.AttrAV | ib.AttrPathMTU | ib.AttrDestQPN | ib.AttrRQPSN | ib.AttrMaxDestRdAtomic | ib.AttrMinRNRTimer},
 		{ib.QPAttr{State: ib.QPSRTS, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 1, SQPSN: 0x10},
 			ib.AttrState | ib.AttrTimeout | ib.AttrRetryCnt | ib.AttrRNRRetry | ib.AttrSQPSN | ib.AttrMaxQPRdAtomic},

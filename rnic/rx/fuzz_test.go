@@ -11,6 +11,7 @@ import (
 	"github.com/rnicd/rnicd/rnic/qpmgr"
 	"github.com/rnicd/rnicd/wire/bth"
 	"github.com/rnicd/rnicd/wire/ibudp"
+	"github.com/rnicd/rnicd/wire/netif"
 )
 
 // sink is a TX that keeps what it is given.
@@ -62,7 +63,7 @@ func newFuzzRig(t testing.TB) *fuzzRig {
 			t.Fatal(err)
 		}
 		r.h.QPs.Insert(qp)
-		gid := ibudp.GIDFromAddr(r.peer)
+		gid := netif.GIDFromAddr(r.peer)
 		steps := []struct {
 			a ib.QPAttr
 			m ib.AttrMask

@@ -14,6 +14,7 @@ import (
 	"github.com/rnicd/rnicd/rnic/wqe"
 	"github.com/rnicd/rnicd/wire/bth"
 	"github.com/rnicd/rnicd/wire/ibudp"
+	"github.com/rnicd/rnicd/wire/netif"
 )
 
 // port is a fake port: it keeps the packets the requester sends.
@@ -82,7 +83,7 @@ func newRequester(t *testing.T, typ ib.QPType, mtu ib.MTU, psn uint32, window in
 	if err != nil {
 		t.Fatal(err)
 	}
-	peer := ibudp.GIDFromAddr(netip.MustParseAddr("127.0.0.9"))
+	peer := netif.GIDFromAddr(netip.MustParseAddr("127.0.0.9"))
 	steps := []struct {
 		a ib.QPAttr
 		m ib.AttrMask

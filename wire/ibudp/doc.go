@@ -20,10 +20,6 @@
 //     IPV6_RECVTCLASS or the IP header; the one to send, per packet), and
 //     the UDP source port where the mode allows it (see SourcePortFlow and
 //     SourcePortQPN for rxe's);
-//   - the facts of the interface the port runs on, from netlink: which
-//     interface holds an address (InterfaceOf), its MTU and the IB MTU rxe
-//     would run on it (ActiveMTU), and the GID table rxe would build for it
-//     (GIDTable, GID);
 //   - counters (Stats, named as rxe names its counters where it has them);
 //   - a fault injector (Faulty) that drops, duplicates, reorders, delays and
 //     corrupts packets, in place of netem;
@@ -35,6 +31,9 @@
 //     owner's own engines (Config.SocketFD), never for another process;
 //   - polling (Poller): a receive that never waits and a wait that takes
 //     nothing, so that whichever goroutine finds packets handles them.
+//
+// The interface the port runs on, its MTU and GIDs are package netif's,
+// which Open asks which interface holds Addr and what IB MTU it gives.
 //
 // It does not own Ethernet addressing or neighbour resolution (the kernel
 // routes every packet, in both modes), nor anything above the BTH: PSNs,

@@ -4,10 +4,12 @@ import (
 	"fmt"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/rnicd/rnicd/wire/netif"
 )
 
 func open(cfg Config) (Port, error) {
-	ifc, err := InterfaceOf(cfg.Addr)
+	ifc, err := netif.InterfaceOf(cfg.Addr)
 	if err != nil {
 		// A UDP socket does not need the interface; only its MTU, which the
 		// configuration can give instead.

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rnicd/rnicd/wire/bth"
+	"github.com/rnicd/rnicd/wire/netif"
 )
 
 // packetPort is a ModePacket port. It receives whole IP datagrams on an
@@ -36,7 +37,7 @@ type packetPort struct {
 	runs   *runs     // UDP_SEGMENT runs seen before the kernel cut them (runs_linux.go)
 }
 
-func openPacket(cfg Config, ifc Interface, mtu int) (_ *packetPort, err error) {
+func openPacket(cfg Config, ifc netif.Interface, mtu int) (_ *packetPort, err error) {
 	p := &packetPort{
 		sockPort: sockPort{cfg: cfg, mtu: mtu},
 		local:    cfg.Addr.WithZone(""),
@@ -60,7 +61,7 @@ func openPacket(cfg Config, ifc Interface, mtu int) (_ *packetPort, err error) {
 	ifindexes := []int{ifc.Index}
 	if !ifc.Loopback {
 		// Packets from this host to Addr come in on the loopback device.
-		lo, err := loopbackIndex()
+		lo, err := netif.LoopbackIndex()
 		if err != nil {
 			return nil, err
 		}

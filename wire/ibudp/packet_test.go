@@ -12,6 +12,7 @@ import (
 
 	"github.com/rnicd/rnicd/internal/looptest"
 	"github.com/rnicd/rnicd/wire/bth"
+	"github.com/rnicd/rnicd/wire/netif"
 )
 
 // Two ModePacket ports exchange batches both ways: byte for byte, ICRC
@@ -260,7 +261,7 @@ type capture struct{ fd int }
 
 func openCapture(t *testing.T, dst netip.Addr) *capture {
 	t.Helper()
-	lo, err := loopbackIndex()
+	lo, err := netif.LoopbackIndex()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"syscall"
 
 	"github.com/rnicd/rnicd/wire/bth"
+	"github.com/rnicd/rnicd/wire/netif"
 )
 
 // Port is the Ethernet/UDP block of the NIC: it moves batches of RoCEv2
@@ -169,7 +170,7 @@ func (cfg Config) withDefaults() (Config, error) {
 	if cfg.Queues > 1 && cfg.SocketFD > 0 {
 		return cfg, errors.New("ibudp: config: a queue's socket cannot open queues")
 	}
-	if cfg.MTU != 0 && !validIBMTU(cfg.MTU) {
+	if cfg.MTU != 0 && !netif.ValidIBMTU(cfg.MTU) {
 		return cfg, fmt.Errorf("ibudp: config: MTU %d is not 256, 512, 1024, 2048 or 4096", cfg.MTU)
 	}
 	switch {

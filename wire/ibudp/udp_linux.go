@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rnicd/rnicd/wire/bth"
+	"github.com/rnicd/rnicd/wire/netif"
 )
 
 // udpPort is a ModeUDP port: one unconnected UDP socket bound to
@@ -43,7 +44,7 @@ type udpPort struct {
 	perDgram int
 }
 
-func openUDP(cfg Config, ifc Interface, mtu int) (*udpPort, error) {
+func openUDP(cfg Config, ifc netif.Interface, mtu int) (*udpPort, error) {
 	u := &udpPort{sockPort: sockPort{cfg: cfg, mtu: mtu}, v6: cfg.Addr.Is6()}
 	if u.v6 && cfg.Addr.IsLinkLocalUnicast() {
 		u.scope = uint32(ifc.Index)

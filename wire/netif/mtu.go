@@ -1,4 +1,4 @@
-package ibudp
+package netif
 
 // rxeMaxHdrLen is what rxe reserves of the interface MTU for headers
 // (RXE_MAX_HDR_LENGTH): Ethernet aside, IP, UDP, BTH, the largest extension
@@ -19,8 +19,8 @@ func ActiveMTU(ifMTU int) int {
 	return 256
 }
 
-// validIBMTU reports whether m is one of the IB MTUs.
-func validIBMTU(m int) bool {
+// ValidIBMTU reports whether m is one of the IB MTUs.
+func ValidIBMTU(m int) bool {
 	switch m {
 	case 256, 512, 1024, 2048, 4096:
 		return true

@@ -1,4 +1,4 @@
-package ibudp
+package netif
 
 import (
 	"encoding/hex"
@@ -49,16 +49,16 @@ func ParseGID(s string) (GID, error) {
 	if len(s) == 32 && !strings.ContainsAny(s, ":.") {
 		var g GID
 		if _, err := hex.Decode(g[:], []byte(s)); err != nil {
-			return GID{}, fmt.Errorf("ibudp: GID %q: %w", s, err)
+			return GID{}, fmt.Errorf("netif: GID %q: %w", s, err)
 		}
 		return g, nil
 	}
 	a, err := netip.ParseAddr(s)
 	if err != nil {
-		return GID{}, fmt.Errorf("ibudp: GID %q: not an IPv6/IPv4 address or 32 hex digits", s)
+		return GID{}, fmt.Errorf("netif: GID %q: not an IPv6/IPv4 address or 32 hex digits", s)
 	}
 	if a.Zone() != "" {
-		return GID{}, fmt.Errorf("ibudp: GID %q: a GID has no zone", s)
+		return GID{}, fmt.Errorf("netif: GID %q: a GID has no zone", s)
 	}
 	return GIDFromAddr(a), nil
 }

@@ -1,4 +1,4 @@
-package ibudp
+package netif
 
 import (
 	"errors"
@@ -36,7 +36,7 @@ func InterfaceOf(addr netip.Addr) (Interface, error) {
 	}
 	addrs, err := addrList(nil, family)
 	if err != nil {
-		return Interface{}, fmt.Errorf("ibudp: listing addresses: %w", err)
+		return Interface{}, fmt.Errorf("netif: listing addresses: %w", err)
 	}
 	for i := range addrs {
 		a := &addrs[i]
@@ -63,14 +63,14 @@ func InterfaceOf(addr netip.Addr) (Interface, error) {
 			return ifc, nil
 		}
 	}
-	return Interface{}, fmt.Errorf("ibudp: no interface holds %v", addr)
+	return Interface{}, fmt.Errorf("netif: no interface holds %v", addr)
 }
 
 // InterfaceByName returns the interface called name.
 func InterfaceByName(name string) (Interface, error) {
 	l, err := netlink.LinkByName(name)
 	if err != nil {
-		return Interface{}, fmt.Errorf("ibudp: interface %q: %w", name, err)
+		return Interface{}, fmt.Errorf("netif: interface %q: %w", name, err)
 	}
 	return fromLink(l), nil
 }
@@ -78,7 +78,7 @@ func InterfaceByName(name string) (Interface, error) {
 func interfaceByIndex(index int) (Interface, error) {
 	l, err := netlink.LinkByIndex(index)
 	if err != nil {
-		return Interface{}, fmt.Errorf("ibudp: interface %d: %w", index, err)
+		return Interface{}, fmt.Errorf("netif: interface %d: %w", index, err)
 	}
 	return fromLink(l), nil
 }
@@ -102,15 +102,15 @@ func fromLink(l netlink.Link) Interface {
 func GIDTable(name string) ([]GIDEntry, error) {
 	l, err := netlink.LinkByName(name)
 	if err != nil {
-		return nil, fmt.Errorf("ibudp: GID table of %q: %w", name, err)
+		return nil, fmt.Errorf("netif: GID table of %q: %w", name, err)
 	}
 	v4, err := addrsOf(l, netlink.FAMILY_V4)
 	if err != nil {
-		return nil, fmt.Errorf("ibudp: GID table of %q: %w", name, err)
+		return nil, fmt.Errorf("netif: GID table of %q: %w", name, err)
 	}
 	v6, err := addrsOf(l, netlink.FAMILY_V6)
 	if err != nil {
-		return nil, fmt.Errorf("ibudp: GID table of %q: %w", name, err)
+		return nil, fmt.Errorf("netif: GID table of %q: %w", name, err)
 	}
 	return buildGIDTable(l.Attrs().HardwareAddr, v4, v6), nil
 }
@@ -148,16 +148,16 @@ func addrList(l netlink.Link, family int) ([]netlink.Addr, error) {
 	return nil, err
 }
 
-// loopbackIndex returns the index of the loopback interface.
-func loopbackIndex() (int, error) {
+// LoopbackIndex returns the index of the loopback interface.
+func LoopbackIndex() (int, error) {
 	links, err := netlink.LinkList()
 	if err != nil && !errors.Is(err, netlink.ErrDumpInterrupted) {
-		return 0, fmt.Errorf("ibudp: listing interfaces: %w", err)
+		return 0, fmt.Errorf("netif: listing interfaces: %w", err)
 	}
 	for _, l := range links {
 		if a := l.Attrs(); a.Flags&net.FlagLoopback != 0 {
 			return a.Index, nil
 		}
 	}
-	return 0, errors.New("ibudp: no loopback interface")
+	return 0, errors.New("netif: no loopback interface")
 }
