@@ -46,7 +46,7 @@ func TestImportGraph(t *testing.T) {
 	if err := sc.Err(); err != nil {
 		t.Fatal(err)
 	}
-	for _, must := range []string{"ib", "verbs", "rdmacm", "rnic", "rnic/qpmgr", "rnic/hostif", "rnic/monitor", "wire/bth", "wire/ibudp"} {
+	for _, must := range []string{"ib", "verbs", "rdmacm", "rnic", "rnic/qpmgr", "rnic/trace", "rnic/hostif", "rnic/monitor", "wire/bth", "wire/ibudp"} {
 		if _, ok := g.deps[must]; !ok {
 			t.Fatalf("go list did not list %s; the rules below would check nothing", must)
 		}
@@ -106,6 +106,8 @@ func ours(ps []string) []string {
 //     manager's API, which stands on verbs as librdmacm stands on
 //     libibverbs), and nothing below cmd imports rdmacm;
 //   - nothing under wire imports anything above it;
+//   - rnic/trace imports nothing above wire: every block of the NIC emits
+//     into it, so one it imported could not (an import cycle);
 //   - nothing under rnic/ but the host side (hostSide) depends on the host
 //     side: the NIC never calls up into what serves its clients;
 //   - rdmacm imports nothing under rnic/ but rnic/hostif, the protocol its
@@ -151,6 +153,8 @@ func importRules(g graph) []string {
 				bad = append(bad, fmt.Sprintf("%s imports rdmacm: only applications (cmd/...) may", pkg))
 			case under(pkg, "wire") && !low(d):
 				bad = append(bad, fmt.Sprintf("%s imports %s, which is above wire", pkg, d))
+			case pkg == "rnic/trace" && !low(d):
+				bad = append(bad, fmt.Sprintf("rnic/trace imports %s: the trace is the ground floor every block emits into", d))
 			case under(pkg, "rnic") && !host(pkg) && host(d):
 				bad = append(bad, fmt.Sprintf("%s depends on %s: the NIC must not reach up into the host side", pkg, d))
 			}
@@ -179,6 +183,7 @@ func TestImportRulesFail(t *testing.T) {
 	ok := graph{
 		deps: map[string][]string{
 			"ib": nil, "wire/bth": {"ib"}, "rnic": {"ib", "wire/bth"}, "rnic/cm": {"rnic", "ib"},
+			"rnic/trace":  {"ib", "wire/bth"},
 			"rnic/hostif": {"rnic", "rnic/cm", "ib"}, "rnic/monitor": {"rnic"}, "verbs": {"rnic/hostif", "rnic", "ib"},
 			"rdmacm": {"verbs", "rnic/hostif", "rnic/cm", "rnic", "ib"}, "cmd/rnicd": {"verbs", "rnic/hostif", "rnic/monitor"},
 		},
@@ -197,6 +202,7 @@ func TestImportRulesFail(t *testing.T) {
 	broken.deps["rnic/wqe"] = []string{"rdmacm"}
 	broken.deps["wire/ibudp"] = []string{"rnic"}
 	broken.deps["rnic/rx"] = []string{"rnic/monitor"}
+	broken.deps["rnic/trace"] = []string{"ib", "rnic/qpmgr"}
 	broken.imports["rdmacm"] = []string{"verbs", "rnic/hostif", "rnic/cm"}
 	broken.abiFiles["rnic/hostif/ring.go"] = []string{"fmt", module + "ib", module + "rnic"}
 	want := []string{
@@ -205,6 +211,7 @@ func TestImportRulesFail(t *testing.T) {
 		"rnic/hostif/ring.go imports rnic: the ABI imports nothing of the project but ib",
 		"rnic/qpmgr imports verbs: only applications (cmd/...) and rdmacm may",
 		"rnic/rx depends on rnic/monitor: the NIC must not reach up into the host side",
+		"rnic/trace imports rnic/qpmgr: the trace is the ground floor every block emits into",
 		"rnic/wqe imports rdmacm: only applications (cmd/...) may",
 		"wire/ibudp imports rnic, which is above wire",
 	}

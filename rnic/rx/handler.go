@@ -163,7 +163,7 @@ func (h *Handler) drop(qp *qpmgr.QP, p bth.Packet, why ib.Counter) {
 // st, telling the trace.
 func (h *Handler) completeSend(qp *qpmgr.QP, st ib.WCStatus) {
 	if h.Trace.On() {
-		h.Trace.Emit(trace.SendCompletion(qp, st))
+		h.Trace.Emit(qpmgr.SendCompletionEvent(qp, st))
 	}
 	qp.CompleteSend(st)
 }
@@ -171,7 +171,7 @@ func (h *Handler) completeSend(qp *qpmgr.QP, st ib.WCStatus) {
 // completeRecv posts a receive completion, telling the trace.
 func (h *Handler) completeRecv(qp *qpmgr.QP, wc ib.WC, solicited bool) {
 	if h.Trace.On() {
-		h.Trace.Emit(trace.RecvCompletion(qp, &wc))
+		h.Trace.Emit(qpmgr.RecvCompletionEvent(qp, &wc))
 	}
 	qp.CompleteRecv(wc, solicited)
 }

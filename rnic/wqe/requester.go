@@ -349,7 +349,7 @@ func requestOpcode(t ib.QPType, op ib.WROpcode, first, last bool) bth.Opcode {
 // status st, telling the trace.
 func (e *Engine) completeSend(qp *qpmgr.QP, st ib.WCStatus) {
 	if e.Trace.On() {
-		e.Trace.Emit(trace.SendCompletion(qp, st))
+		e.Trace.Emit(qpmgr.SendCompletionEvent(qp, st))
 	}
 	qp.CompleteSend(st)
 }
