@@ -17,6 +17,7 @@ import (
 	"github.com/rnicd/rnicd/rnic/wqe"
 	"github.com/rnicd/rnicd/wire/bth"
 	"github.com/rnicd/rnicd/wire/ibudp"
+	"github.com/rnicd/rnicd/wire/steer"
 )
 
 // Config says how to build a device.
@@ -48,7 +49,7 @@ type Config struct {
 	AckHold time.Duration
 	// QPNFirst and QPNLast bound the QPNs the device hands out, as a
 	// NIC's are bounded by its QP context memory (a steered port's queues
-	// take one block each: ibudp.Steering).
+	// take one block each: steer.Group).
 	// Zero values: every QPN from qpmgr.FirstQPN.
 	QPNFirst, QPNLast uint32
 	// Retry7Forever makes an RC QP with retry_cnt 7 retry forever, as rxe
@@ -68,9 +69,9 @@ type Config struct {
 	// does.
 	CoalescePosts bool
 	// EnginePorts, with PollIdle, run more engines (queue.go): each is a
-	// socket of Port's steered group (ibudp.Steering.Queue), wrapped as
+	// socket of Port's steered group (steer.Group.Queue), wrapped as
 	// Port is, and its engine owns the QPs whose packets the group steers
-	// to it (ibudp.SteerQueue over 1+len(EnginePorts) queues, Port being
+	// to it (steer.QueueOf over 1+len(EnginePorts) queues, Port being
 	// queue 0). The device owns them as it owns Port.
 	EnginePorts []ibudp.Port
 	// PollIdle, if positive, runs the polling engine (engine.go) in
@@ -142,8 +143,8 @@ func Open(cfg Config) (*Device, error) {
 		if cfg.CoalescePosts {
 			return nil, errors.New("rnic: post coalescing is for a NIC in one process, with one engine")
 		}
-		if len(ports) > ibudp.MaxQueues {
-			return nil, fmt.Errorf("rnic: %d engines, at most %d", len(ports), ibudp.MaxQueues)
+		if len(ports) > steer.MaxQueues {
+			return nil, fmt.Errorf("rnic: %d engines, at most %d", len(ports), steer.MaxQueues)
 		}
 		for i, p := range ports {
 			if _, ok := p.(ibudp.Poller); !ok {

@@ -7,7 +7,7 @@ import (
 
 	"github.com/rnicd/rnicd/ib"
 	"github.com/rnicd/rnicd/rnic"
-	"github.com/rnicd/rnicd/wire/ibudp"
+	"github.com/rnicd/rnicd/wire/steer"
 )
 
 // Each engine of a multi-queue device gets its own QPs' packets and no
@@ -52,7 +52,7 @@ func testEnginesOwnTheirQPs(t *testing.T, engines int) {
 		}
 	}
 	for _, qp := range pairs {
-		if ea, eb := a.dev.EngineOf(qp.qa.QPN), ibudp.SteerQueue(qp.qa.QPN, engines); ea != eb {
+		if ea, eb := a.dev.EngineOf(qp.qa.QPN), steer.QueueOf(qp.qa.QPN, engines); ea != eb {
 			t.Fatalf("QP %#x: device says engine %d, the port's steering %d", qp.qa.QPN, ea, eb)
 		}
 	}

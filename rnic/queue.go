@@ -7,13 +7,14 @@ import (
 	"github.com/rnicd/rnicd/rnic/qpmgr"
 	"github.com/rnicd/rnicd/rnic/rx"
 	"github.com/rnicd/rnicd/wire/ibudp"
+	"github.com/rnicd/rnicd/wire/steer"
 )
 
 // Multi-queue: a device runs one engine per socket of its port, as a
 // multi-queue NIC runs one queue pair per core and steers each flow to its
 // queue by RSS. Config.EnginePorts are the sockets of a steered port
-// (ibudp.Steering) beside Config.Port; the kernel's steering program sends
-// every packet for QPN q to socket ibudp.SteerQueue(q, n), and the device
+// (steer.Group) beside Config.Port; the kernel's steering program sends
+// every packet for QPN q to socket steer.QueueOf(q, n), and the device
 // gives QP q to the engine of that socket (queueOf): the engine that
 // receives a QP's packets is the one that runs its requester, polls its
 // rings and sends its packets, on its own socket.
@@ -96,14 +97,14 @@ func (d *Device) queueOf(qp *qpmgr.QP) *queue {
 	if len(d.queues) == 1 {
 		return d.queues[0]
 	}
-	return d.queues[ibudp.SteerQueue(qp.QPN, len(d.queues))]
+	return d.queues[steer.QueueOf(qp.QPN, len(d.queues))]
 }
 
 // Engines is the number of engines (queues) the device runs.
 func (d *Device) Engines() int { return len(d.queues) }
 
 // EngineOf is the engine that owns the QP numbered qpn.
-func (d *Device) EngineOf(qpn uint32) int { return ibudp.SteerQueue(qpn, len(d.queues)) }
+func (d *Device) EngineOf(qpn uint32) int { return steer.QueueOf(qpn, len(d.queues)) }
 
 // EngineStats are one engine's counters.
 type EngineStats struct {

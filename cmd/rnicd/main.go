@@ -52,6 +52,7 @@ import (
 	"github.com/rnicd/rnicd/verbs"
 	"github.com/rnicd/rnicd/wire/ibudp"
 	"github.com/rnicd/rnicd/wire/pcap"
+	"github.com/rnicd/rnicd/wire/steer"
 )
 
 func main() {
@@ -203,8 +204,8 @@ func parseFlags(args []string, stdout, stderr io.Writer) (config, error) {
 	if c.pollIdle < 0 || c.pollIdle > time.Second {
 		return c, fmt.Errorf("-poll-idle %v: want 0 to 1s", c.pollIdle)
 	}
-	if c.engines < 1 || c.engines > ibudp.MaxQueues {
-		return c, fmt.Errorf("-engines %d: want 1 to %d", c.engines, ibudp.MaxQueues)
+	if c.engines < 1 || c.engines > steer.MaxQueues {
+		return c, fmt.Errorf("-engines %d: want 1 to %d", c.engines, steer.MaxQueues)
 	}
 	c.enginesSet = set["engines"]
 	if c.ackHold < 0 || c.ackHold > time.Second {
@@ -462,7 +463,7 @@ func serve(c config, nofile uint64, nofileErr error) error {
 	// no client is handed a socket of it. With several engines the port
 	// is a SO_REUSEPORT group of the daemon's own sockets, one an
 	// engine, whose steering program takes no other member
-	// (ibudp.Steering).
+	// (steer.Group).
 	port, err := ibudp.Open(pcfg)
 	if err != nil && c.engines > 1 && !c.enginesSet {
 		// The default on a large machine, without the privilege of
@@ -670,7 +671,7 @@ func startCPUProfile(path string) (func(), error) {
 }
 
 // openEnginePort opens engine q's socket of the steered port and its port.
-func openEnginePort(pcfg ibudp.Config, s *ibudp.Steering, q int) (ibudp.Port, error) {
+func openEnginePort(pcfg ibudp.Config, s *steer.Group, q int) (ibudp.Port, error) {
 	fd, err := s.Queue(q)
 	if err != nil {
 		return nil, fmt.Errorf("engine %d: %w", q, err)

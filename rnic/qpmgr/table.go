@@ -24,7 +24,7 @@ type Table struct {
 func NewTable() *Table { return NewTableRange(FirstQPN, bth.QPNMask) }
 
 // NewTableRange returns an empty table handing out QPNs first..last
-// (a steering block's, ibudp.Steering), clamped to FirstQPN..2^24-1.
+// (a steering block's, steer.Group), clamped to FirstQPN..2^24-1.
 func NewTableRange(first, last uint32) *Table {
 	first, last = max(first, FirstQPN), min(last, bth.QPNMask)
 	return &Table{qps: make(map[uint32]*QP), first: first, last: last, next: first}

@@ -23,12 +23,12 @@
 //   - counters (Stats, named as rxe names its counters where it has them);
 //   - a fault injector (Faulty) that drops, duplicates, reorders, delays and
 //     corrupts packets, in place of netem;
-//   - receive steering (Steering, Config.Queues): the port's UDP 4791 as a
-//     SO_REUSEPORT group in which an eBPF program hands each datagram to
-//     the socket of its destination QPN's queue (SteerQueue), as a
-//     multi-queue NIC steers flows to queues, and drops what no queue of
-//     its own takes; the sockets (Steering.Queue) are for the port's
-//     owner's own engines (Config.SocketFD), never for another process;
+//   - the sockets of receive steering (Config.Queues, Config.SocketFD):
+//     the port's UDP 4791 as a SO_REUSEPORT group whose datagrams package
+//     steer's eBPF program hands to the socket of their destination QPN's
+//     queue; the port opens the group's sockets and hands them to its
+//     steer.Group (SteeringOf), for the port's owner's own engines only,
+//     never for another process;
 //   - polling (Poller): a receive that never waits and a wait that takes
 //     nothing, so that whichever goroutine finds packets handles them.
 //

@@ -10,6 +10,7 @@ import (
 
 	"github.com/rnicd/rnicd/wire/bth"
 	"github.com/rnicd/rnicd/wire/netif"
+	"github.com/rnicd/rnicd/wire/steer"
 )
 
 // Port is the Ethernet/UDP block of the NIC: it moves batches of RoCEv2
@@ -134,13 +135,14 @@ type Config struct {
 	WaitInKernel bool
 	// Queues, above 1, opens a ModeUDP port's socket in a SO_REUSEPORT
 	// group whose datagrams the kernel steers by destination QPN
-	// (Steering, which SteeringOf returns; SteerQueue says which QPN goes
-	// where), as a multi-queue NIC steers by RSS: the port is queue 0,
-	// and Steering.Queue opens the sockets of the others, each for an
-	// engine of the same process. At most MaxQueues; it needs CAP_BPF.
+	// (a steer.Group, which SteeringOf returns; steer.QueueOf says which
+	// QPN goes where), as a multi-queue NIC steers by RSS: the port is
+	// queue 0, and the Group's Queue opens the sockets of the others, each
+	// for an engine of the same process. At most steer.MaxQueues; it
+	// needs CAP_BPF.
 	Queues int
 	// SocketFD, if above 0, is a socket of a steered port's group
-	// (Steering.Queue, in this process): a ModeUDP port takes it over
+	// (steer.Group.Queue, in this process): a ModeUDP port takes it over
 	// instead of opening one, and Open closes it if it fails. Addr and
 	// Port must be those it is bound to.
 	SocketFD int
@@ -161,8 +163,8 @@ func (cfg Config) withDefaults() (Config, error) {
 	if cfg.Mode != ModeUDP && cfg.Mode != ModePacket {
 		return cfg, fmt.Errorf("ibudp: config: unknown %v", cfg.Mode)
 	}
-	if cfg.Queues < 0 || cfg.Queues > MaxQueues {
-		return cfg, fmt.Errorf("ibudp: config: %d queues, want 0..%d", cfg.Queues, MaxQueues)
+	if cfg.Queues < 0 || cfg.Queues > steer.MaxQueues {
+		return cfg, fmt.Errorf("ibudp: config: %d queues, want 0..%d", cfg.Queues, steer.MaxQueues)
 	}
 	if (cfg.Queues > 1 || cfg.SocketFD > 0) && cfg.Mode != ModeUDP {
 		return cfg, fmt.Errorf("ibudp: config: steering needs ModeUDP, have %v", cfg.Mode)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/rnicd/rnicd/internal/looptest"
 	"github.com/rnicd/rnicd/wire/bth"
+	"github.com/rnicd/rnicd/wire/steer"
 )
 
 // sendTo sends one packet to qpn at peer and returns its PSN.
@@ -88,9 +89,9 @@ func TestSteering(t *testing.T) {
 	}
 	psn := uint32(100)
 	for _, qpn := range []uint32{0x11, 0x12, 0x13, 0xff, 0x100, 0x1234, 9<<16 | 5, bth.QPNMask, 1} {
-		q := SteerQueue(qpn, queues)
+		q := steer.QueueOf(qpn, queues)
 		if want := int(qpn&0xff) % queues; q != want {
-			t.Fatalf("SteerQueue(%#x, %d) = %d, want %d", qpn, queues, q, want)
+			t.Fatalf("steer.QueueOf(%#x, %d) = %d, want %d", qpn, queues, q, want)
 		}
 		psn++
 		gotQPN(t, recv[q], fmt.Sprintf("queue %d", q), qpn, sendTo(t, peer, port, qpn, psn))
@@ -137,7 +138,7 @@ func TestSteeringConfig(t *testing.T) {
 	if _, err := Open(Config{Addr: ipC, Mode: ModePacket, Queues: 2}); err == nil {
 		t.Fatal("a steered ModePacket port opened")
 	}
-	for _, queues := range []int{-1, MaxQueues + 1} {
+	for _, queues := range []int{-1, steer.MaxQueues + 1} {
 		if _, err := Open(Config{Addr: ipC, Mode: ModeUDP, Queues: queues}); err == nil {
 			t.Fatalf("a port of %d queues opened", queues)
 		}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/rnicd/rnicd/wire/bth"
 	"github.com/rnicd/rnicd/wire/netif"
+	"github.com/rnicd/rnicd/wire/steer"
 )
 
 // udpPort is a ModeUDP port: one unconnected UDP socket bound to
@@ -27,7 +28,7 @@ type udpPort struct {
 	segs []int
 	// steer, with Config.Queues, opens more sockets of the port's group,
 	// for queues of this process only.
-	steer *Steering
+	steer *steer.Group
 	// gro receives runs the kernel coalesced (gro_linux.go): the slots'
 	// overflow room and the held packets are in runs, the packets of this
 	// batch's runs in groSegs.
@@ -44,6 +45,15 @@ type udpPort struct {
 	perDgram int
 }
 
+// SteeringOf returns the steering of a port opened with Config.Queues
+// above 1, nil for any other port.
+func SteeringOf(p Port) *steer.Group {
+	if u, ok := p.(*udpPort); ok {
+		return u.steer
+	}
+	return nil
+}
+
 func openUDP(cfg Config, ifc netif.Interface, mtu int) (*udpPort, error) {
 	u := &udpPort{sockPort: sockPort{cfg: cfg, mtu: mtu}, v6: cfg.Addr.Is6()}
 	if u.v6 && cfg.Addr.IsLinkLocalUnicast() {
@@ -58,7 +68,7 @@ func openUDP(cfg Config, ifc netif.Interface, mtu int) (*udpPort, error) {
 	}
 	fd, err := cfg.SocketFD, error(nil)
 	if fd > 0 {
-		// A socket of a steered port's group (Steering.Queue): bound,
+		// A socket of a steered port's group (steer.Group.Queue): bound,
 		// and its buffers sized already when Queue opened it with the
 		// port's options.
 		cfg.RcvBuf, cfg.SndBuf = 0, 0
@@ -83,7 +93,8 @@ func openUDP(cfg Config, ifc netif.Interface, mtu int) (*udpPort, error) {
 	}
 	if cfg.Queues > 1 {
 		queueSetup := func(fd int) error { return setUDPOptions(fd, u.v6, !u.gso, cfg) }
-		if u.steer, err = newSteering(fd, bind, u.scope, cfg.Queues, queueSetup); err != nil {
+		openQueue := func() (int, error) { return openUDPSocket(bind, u.scope, true, queueSetup) }
+		if u.steer, err = steer.New(fd, cfg.Queues, openQueue); err != nil {
 			unix.Close(fd)
 			return nil, err
 		}
@@ -91,7 +102,7 @@ func openUDP(cfg Config, ifc netif.Interface, mtu int) (*udpPort, error) {
 	rc, closer, err := socketIO(fd, cfg.WaitInKernel, "ibudp-udp")
 	if err != nil {
 		if u.steer != nil {
-			u.steer.close()
+			u.steer.Close()
 		}
 		return nil, fmt.Errorf("ibudp: UDP %s: %w", bind, err)
 	}
@@ -180,7 +191,7 @@ func setUDPOptions(fd int, v6, noCheck bool, cfg Config) error {
 
 func (u *udpPort) Close() error {
 	if u.steer != nil {
-		u.steer.close()
+		u.steer.Close()
 	}
 	return u.close(u.sock.Close)
 }

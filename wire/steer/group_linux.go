@@ -1,9 +1,8 @@
-package ibudp
+package steer
 
 import (
 	"errors"
 	"fmt"
-	"net/netip"
 	"os"
 	"sync"
 
@@ -12,14 +11,14 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Steering is the receive-side steering of a ModeUDP port opened with
-// Config.Queues above 1, as a multi-queue NIC steers each flow to its own
-// queue by RSS: the port's socket and the Queues-1 others it opens share
-// UDP 4791 (a SO_REUSEPORT group), and for every datagram an eBPF program
-// in the kernel reads the BTH's destination QP and picks the socket of
-// that QP's queue, SteerQueue(qpn, queues). Each queue is an engine
-// thread of the port's owner with the QPs of its shard: the packets of a
-// QP only ever reach the thread that owns it.
+// Group is the receive-side steering of a ModeUDP port opened with
+// ibudp.Config.Queues above 1, as a multi-queue NIC steers each flow to
+// its own queue by RSS: the port's socket and the Queues-1 others it
+// opens share UDP 4791 (a SO_REUSEPORT group), and for every datagram an
+// eBPF program in the kernel reads the BTH's destination QP and picks the
+// socket of that QP's queue, QueueOf(qpn, queues). Each queue is an
+// engine thread of the port's owner with the QPs of its shard: the
+// packets of a QP only ever reach the thread that owns it.
 //
 // The program selects only sockets of its own map, a
 // BPF_MAP_TYPE_REUSEPORT_SOCKARRAY the owner fills (queue i's socket
@@ -48,40 +47,18 @@ import (
 // instead of 47 (+15%, once: the module is cached after); a steered port
 // opens in 0.8-0.9 ms either way; the data path never calls the library
 // (the kernel runs the program).
-type Steering struct {
-	addr   netip.AddrPort
-	scope  uint32
+type Group struct {
 	queues int
-	setup  func(fd int) error // options of a group member's socket, before bind
+	// open makes a new socket of the group: bound to the port's address
+	// and UDP port with SO_REUSEPORT, the port's options set. The port
+	// gives it, so that steering knows nothing of the port's sockets.
+	open func() (fd int, err error)
 
 	mu     sync.Mutex
 	socks  *ebpf.Map     // queue -> socket (REUSEPORT_SOCKARRAY)
 	prog   *ebpf.Program // the selector
 	opened []bool        // queue i's socket was handed out (Queue)
 	closed bool
-}
-
-// MaxQueues is the most queues a steered port has: the program keys on
-// the low byte of the QPN.
-const MaxQueues = 256
-
-// SteerQueue is the queue of qpn on a port of queues queues: its low
-// byte modulo queues, which the steering program computes. QPNs handed
-// out in sequence go round the queues.
-func SteerQueue(qpn uint32, queues int) int {
-	if queues <= 1 {
-		return 0
-	}
-	return int(qpn&0xff) % queues
-}
-
-// SteeringOf returns the steering of a port opened with Config.Queues
-// above 1, nil for any other port.
-func SteeringOf(p Port) *Steering {
-	if u, ok := p.(*udpPort); ok {
-		return u.steer
-	}
-	return nil
 }
 
 // bthDestQPLow is the offset of the low byte of the BTH's DestQP from the
@@ -127,17 +104,22 @@ func steerProgram(socks *ebpf.Map, queues int) asm.Instructions {
 	}
 }
 
-// newSteering makes the map and the program and attaches them to the
-// group of fd, the port's bound socket, which takes queue 0.
-func newSteering(fd int, addr netip.AddrPort, scope uint32, queues int, setup func(fd int) error) (*Steering, error) {
-	s := &Steering{addr: addr, scope: scope, queues: queues, setup: setup, opened: make([]bool, queues)}
+// New makes the map and the program and attaches them to the group of
+// fd, the port's bound socket, which takes queue 0, for queues queues
+// (2..MaxQueues). open makes the socket of another queue (Queue); the
+// caller keeps fd, and closes the group (Close) before it.
+func New(fd int, queues int, open func() (fd int, err error)) (*Group, error) {
+	if queues < 2 || queues > MaxQueues {
+		return nil, fmt.Errorf("steer: %d queues, want 2..%d", queues, MaxQueues)
+	}
+	s := &Group{queues: queues, open: open, opened: make([]bool, queues)}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var err error
 	s.socks, err = ebpf.NewMap(&ebpf.MapSpec{Name: "rnicd_steer", Type: ebpf.ReusePortSockArray,
 		KeySize: 4, ValueSize: 8, MaxEntries: uint32(queues)}) // key: the queue; value: a socket descriptor
 	if err != nil {
-		return nil, fmt.Errorf("ibudp: steering map: %w", err)
+		return nil, fmt.Errorf("steer: steering map: %w", err)
 	}
 	// On a refusal the library loads again with the verifier's log and
 	// puts it in the error: it says why.
@@ -145,11 +127,11 @@ func newSteering(fd int, addr netip.AddrPort, scope uint32, queues int, setup fu
 		Instructions: steerProgram(s.socks, queues), License: "GPL"})
 	if err != nil {
 		s.closeLocked()
-		return nil, fmt.Errorf("ibudp: steering program: %w", err)
+		return nil, fmt.Errorf("steer: steering program: %w", err)
 	}
 	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ATTACH_REUSEPORT_EBPF, s.prog.FD()); err != nil {
 		s.closeLocked()
-		return nil, fmt.Errorf("ibudp: attach steering program: %w", os.NewSyscallError("setsockopt", err))
+		return nil, fmt.Errorf("steer: attach steering program: %w", os.NewSyscallError("setsockopt", err))
 	}
 	if err := s.put(0, fd); err != nil {
 		s.closeLocked()
@@ -160,38 +142,38 @@ func newSteering(fd int, addr netip.AddrPort, scope uint32, queues int, setup fu
 }
 
 // put sets the socket of queue q; mu is held.
-func (s *Steering) put(q int, fd int) error {
+func (s *Group) put(q int, fd int) error {
 	if err := s.socks.Update(uint32(q), uint64(fd), ebpf.UpdateAny); err != nil {
-		return fmt.Errorf("ibudp: steer queue %d: %w", q, err)
+		return fmt.Errorf("steer: steer queue %d: %w", q, err)
 	}
 	return nil
 }
 
 // Queues is the number of queues the port steers to, its own included.
-func (s *Steering) Queues() int { return s.queues }
+func (s *Group) Queues() int { return s.queues }
 
 // Queue opens queue q's socket (1 <= q < Queues; the port's own is queue
 // 0) on the port's address and UDP port, in the port's group, and steers
 // the QPNs of q to it. The caller owns the socket, a non-blocking
 // descriptor for the engine of this process that runs queue q
-// (Config.SocketFD; never to be passed to another process: see
-// Steering). Each queue is opened once; its QPNs' packets are dropped
+// (ibudp.Config.SocketFD; never to be passed to another process:
+// see Group). Each queue is opened once; its QPNs' packets are dropped
 // once its socket closes.
-func (s *Steering) Queue(q int) (fd int, err error) {
+func (s *Group) Queue(q int) (fd int, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return -1, errors.New("ibudp: steering of a closed port")
+		return -1, errors.New("steer: steering of a closed port")
 	}
 	if q < 1 || q >= s.queues {
-		return -1, fmt.Errorf("ibudp: steering queue %d outside 1..%d", q, s.queues-1)
+		return -1, fmt.Errorf("steer: steering queue %d outside 1..%d", q, s.queues-1)
 	}
 	if s.opened[q] {
-		return -1, fmt.Errorf("ibudp: steering queue %d is open already", q)
+		return -1, fmt.Errorf("steer: steering queue %d is open already", q)
 	}
-	fd, err = openUDPSocket(s.addr, s.scope, true, s.setup)
+	fd, err = s.open()
 	if err != nil {
-		return -1, fmt.Errorf("ibudp: queue %d's socket: %w", q, err)
+		return -1, fmt.Errorf("steer: queue %d's socket: %w", q, err)
 	}
 	if err := s.put(q, fd); err != nil {
 		unix.Close(fd)
@@ -201,13 +183,16 @@ func (s *Steering) Queue(q int) (fd int, err error) {
 	return fd, nil
 }
 
-func (s *Steering) close() {
+// Close releases the program's and the map's descriptors (the kernel
+// keeps the program attached until the group's last socket closes) and
+// opens no more queues. The port closes it when it closes.
+func (s *Group) Close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.closeLocked()
 }
 
-func (s *Steering) closeLocked() {
+func (s *Group) closeLocked() {
 	s.closed = true
 	if s.prog != nil {
 		s.prog.Close()
