@@ -222,7 +222,7 @@ func TestImportRulesFail(t *testing.T) {
 
 func under(pkg, dir string) bool { return pkg == dir || strings.HasPrefix(pkg, dir+"/") }
 
-// TestFixturesAreTestPackages holds issue 18's last rule: a test fixture
+// TestFixturesAreTestPackages holds the fixtures' rule: a test fixture
 // (code that imports package testing) lives in a _test.go file or in a
 // package whose name ends in "test", as httptest beside net/http, so that
 // no fixture can end up in a binary and the graph above stays honest.

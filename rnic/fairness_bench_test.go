@@ -12,7 +12,7 @@ import (
 	"github.com/rnicd/rnicd/wire/ibudp"
 )
 
-// BenchmarkFairness is issue 14's end-to-end run: 4 RC QPs, two on each
+// BenchmarkFairness is the congestion-control run end to end: 4 RC QPs, two on each
 // of two sender devices, stream 64 KiB WRITEs (4 outstanding each) for 2
 // s into one receiver whose port sits behind a 400 Mb/s bottleneck (the
 // fault injector's link: 256 KB queue, the DCQCN paper's marking). It

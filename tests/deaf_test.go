@@ -15,11 +15,11 @@ import (
 	"github.com/rnicd/rnicd/verbs"
 )
 
-// TestDaemonNeverDeaf is issue 19's lock-out: a client that takes every
+// TestDaemonNeverDeaf is a lock-out: a client that takes every
 // descriptor the daemon may open makes its accept fail with EMFILE. The
 // daemon must say so once, keep serving, and take a new client as soon as
-// the hog has left; before, Serve returned, rnicd ignored it and never
-// accepted again. The daemon's limit is lowered from outside (prlimit)
+// the hog has left, not let Serve return on EMFILE, which left a daemon
+// that never accepted again. The daemon's limit is lowered from outside (prlimit)
 // to what it holds plus 8, so the hog needs 8 connections, not 20,000
 // CQs. It also checks that rnicd raised its soft limit to the hard one
 // at start (it logs max_fds).

@@ -8,8 +8,8 @@ import (
 )
 
 // Deregistering the memory a requester sends from while 64 KiB WRITEs are
-// in flight. The requester lends the port views of that memory (issue 16,
-// sending from registered memory); the daemon unmaps it only after its
+// in flight. The requester lends the port views of that memory (it sends
+// from registered memory, no copy); the daemon unmaps it only after its
 // send pipeline has let go of them (Device.Fence), so it neither crashes
 // nor sends freed memory. The WRITEs complete in order: successes, then
 // errors; and the daemon carries on serving.

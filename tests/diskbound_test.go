@@ -22,8 +22,8 @@ import (
 	"github.com/rnicd/rnicd/rnic/trace"
 )
 
-// TestDiskBound is issue 19's "10 minutes of full-speed traffic leaves at
-// most the documented bound on disk", scaled down for CI: a daemon with
+// TestDiskBound is "10 minutes of full-speed traffic leaves at most the
+// documented bound on disk", scaled down for CI: a daemon with
 // --trace and --pcap bounded to 3 files of 256 KiB each carries an
 // ib_write_bw of 32 MiB (about 36 MB of capture and more of trace, a
 // hundred times the bound), and what is left on disk afterwards is 3

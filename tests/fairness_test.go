@@ -68,7 +68,7 @@ func (r fairnessRun) String() string {
 		r.goodput, r.perQP[0], r.perQP[1], r.perQP[2], r.perQP[3], r.jain, r.dropped, r.queued, r.retx, r.sent, r.startDrop, r.startRetx, r.marked, r.cnpSent, r.cnpHandld)
 }
 
-// TestFairness is issue 14's end-to-end run: 4 RC QPs, two from each of
+// TestFairness is the congestion-control run end to end: 4 RC QPs, two from each of
 // two rnicd senders, stream 32 KiB WRITEs into one rnicd receiver whose
 // port sits behind a 50 Mb/s congestion point; the QPs start 200 ms
 // apart, and each one's goodput is measured over 3 s once all four run.

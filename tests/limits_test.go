@@ -61,7 +61,7 @@ func runHog() error {
 				keep = append(keep, q)
 				return err
 			})
-		case "bytes": // issue 19's attack: regions of 1 TiB of a sparse memfd
+		case "bytes": // regions of 1 TiB of a sparse memfd, which cost the hog nothing
 			until(phase, func() error {
 				mem, err := c.Alloc(1 << 40)
 				if err != nil {
@@ -297,7 +297,7 @@ func TestDaemonWideLimit(t *testing.T) {
 	goodClient(t, "rnicW", 7)
 }
 
-// TestHogDefaults: issue 19's first two attacks, CQs and QPs until
+// TestHogDefaults: the first two attacks of a greedy client, CQs and QPs until
 // something breaks, against rnicd with the limits it sizes itself (from
 // vm.max_map_count and RLIMIT_NOFILE): the hog is refused at its own
 // limits, far below the kernel's, and the daemon serves the next client.
@@ -357,12 +357,13 @@ func clientLimit(t *testing.T, d *daemon, what string) int {
 	return must[int](t)(strconv.Atoi(m[1]))
 }
 
-// TestHogsFillDaemon: issue 19's crash, QPs until the mappings run out,
-// by five processes against rnicd's defaults: together they reach the
-// daemon's limit of mappings (vm.max_map_count less its reserve), the
-// last is refused naming -max-maps, and the daemon, holding some 57,000
-// rings, still lists every QP (where it crashed) and, once a hog has
-// gone, serves a client that moves data.
+// TestHogsFillDaemon: QPs until the daemon's mappings run out, by five
+// processes against rnicd's defaults: together they reach the daemon's
+// limit of mappings (vm.max_map_count less its reserve), the last is
+// refused naming -max-maps, and the daemon, holding some 57,000 rings,
+// still lists every QP (where one with no limit crashed: 65,530 QPs
+// exhaust vm.max_map_count) and, once a hog has gone, serves a client
+// that moves data.
 func TestHogsFillDaemon(t *testing.T) {
 	dir := t.TempDir()
 	d, err := startDaemon(dir, "rnicF", ownAddr(t))

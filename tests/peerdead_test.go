@@ -11,13 +11,13 @@ import (
 	"github.com/rnicd/rnicd/verbs"
 )
 
-// TestServerKilledMidRun is issue 19's dead peer: ib_write_bw's server is
+// TestServerKilledMidRun is a dead peer: ib_write_bw's server is
 // SIGKILLed mid-run. rnicA destroys its QP and answers nothing more, so
 // the client's QP (perftest's retry_cnt 7, timeout 14: 67 ms) hears no
 // ACK: after 8 ACK timeouts (67 ms doubled up to 8x, 3.2 s in all) its
 // WRITE completes with RETRY_EXC_ERR and the tool fails, saying the peer
-// stopped answering. Before, retry_cnt 7 retried forever (rxe's reading)
-// and the client waited for its own 2-minute watchdog.
+// stopped answering. Were retry_cnt 7 to retry forever (rxe's reading),
+// the client would wait for its own 2-minute watchdog.
 func TestServerKilledMidRun(t *testing.T) {
 	tb := newToolBench(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)

@@ -16,7 +16,7 @@ import (
 	"time"
 )
 
-// The -compare mode (issue 25): the daemon's path, the only one, of one
+// The -compare mode: the daemon's path, the only one, of one
 // or more builds against honest anchors of the same run, on one veth pair
 // of MTU 9000 (IB MTU 4096). Every figure is taken -rounds times and the
 // best kept (the machine is shared: the best is the least disturbed); the

@@ -4,15 +4,15 @@
 // 1024 and 4096 and at 108 bytes for the 64-byte message rate, iperf3 TCP
 // one stream, and a UDP ping-pong), then two rnicd with the rnic tools on
 // the same pair: on the default path, the daemons' own path (when the
-// tools have a flag that forces it; the lent socket of issue 16 is gone).
-// Each of
-// issue 16's targets is checked against its anchor of the same run (the
-// note column says whether it is met). It prints a table with each figure
+// tools have a flag that forces it; the lent socket, the other path, is
+// gone). Each target (row.target: 1.0x the kernel's TCP, 2x its datagram
+// rate, ...) is checked against its anchor of the same run (the note
+// column says whether it is met). It prints a table with each figure
 // and its ratio to its anchor and adds it to BENCHMARKS.md above the
 // earlier runs, which stay, with the date, the machine and the load
 // average at the start and the end. Run it as root through bench/run.sh.
 //
-// With -compare as its first argument it runs issue 25's table instead
+// With -compare as its first argument it runs the builds' table instead
 // (compare.go): one or more builds against honest anchors, the best of
 // several rounds.
 package main
@@ -38,7 +38,7 @@ import (
 
 // The two ends. 198.18.0.0/15 is reserved for benchmarking (RFC 2544).
 const (
-	smallDgram   = 108 // iperf3 UDP datagram size for the 64 B message rate (issue 16)
+	smallDgram   = 108 // iperf3 UDP datagram size for the 64 B message rate
 	nsA, nsB     = "rnb-a", "rnb-b"
 	addrA, addrB = "198.18.2.1", "198.18.2.2"
 )
@@ -101,7 +101,7 @@ type row struct {
 	baseline string  // what it is compared with
 	ratio    float64 // value / baseline value; 0 if none
 	note     string
-	// target is issue 16's bound on ratio, 0 if none; atMost makes it an
+	// target is the project's bound on ratio, 0 if none; atMost makes it an
 	// upper bound (latency), else a lower one.
 	target float64
 	atMost bool
@@ -142,9 +142,9 @@ func run(cfg config) error {
 }
 
 // daemonPathFlag is the tools' flag that forces the daemon's data path
-// (issue 16's builds took the lent socket by default), "" if this build
-// has none: then the default path is the daemon's. Builds since issue 25
-// accept --daemon and ignore it: one path.
+// (builds with a lent socket took it by default), "" if this build has
+// none: then the default path is the daemon's. Builds without the lent
+// socket accept --daemon and ignore it: one path.
 func daemonPathFlag(cfg config) string {
 	out, _ := exec.Command(filepath.Join(cfg.bin, "rnic"), "ib_write_bw", "-h").CombinedOutput()
 	for _, f := range []string{"--daemon", "--no-direct"} {
@@ -210,7 +210,7 @@ func measure(cfg config, linkMTU int) ([]row, error) {
 	base := fmt.Sprintf("iperf3 UDP %d B", dgram)
 	rows = append(rows, row{what: base, value: udp, unit: "Gbit/s"})
 	// The 64-byte message rate's anchor: a WRITE ONLY of 64 bytes is 96
-	// bytes of UDP payload (BTH 12, RETH 16, data 64, ICRC 4); issue 16
+	// bytes of UDP payload (BTH 12, RETH 16, data 64, ICRC 4); the target
 	// measures the kernel with 108-byte datagrams, a little more. iperf3
 	// sends unpaced (-b 0) and its one receiving thread drops what it
 	// cannot take, so under load it swings by 2-3x from run to run: the
@@ -287,7 +287,7 @@ func measure(cfg config, linkMTU int) ([]row, error) {
 		}
 		r.what += ", best of 2"
 		if ib == 4096 {
-			// Issue 16: 1.0x the kernel's TCP on the default path, 0.8x
+			// Targets: 1.0x the kernel's TCP on the default path, 0.8x
 			// through the daemons.
 			switch {
 			case p.daemon:
@@ -340,7 +340,7 @@ func measure(cfg config, linkMTU int) ([]row, error) {
 		}
 		r := row{what: what, value: res.mpps, unit: "Mpps", baseline: smallBase, ratio: res.mpps / smallRate}
 		if t.p.name == def.name {
-			r.target = 2 // issue 16: 2x the kernel's datagram rate, 1 QP and 16
+			r.target = 2 // 2x the kernel's datagram rate, 1 QP and 16
 			if t.qps == 1 {
 				rate1 = res.mpps
 			}
@@ -397,7 +397,7 @@ func bestOf(n int, f func() (float64, error)) (float64, error) {
 
 // fullRunRows is the 64 B message rate on one QP again with both daemons
 // sending only runs of full-MTU packets as one UDP_SEGMENT message
-// (-small-runs=false, the default before issue 16), for the gain of
+// (-small-runs=false, the old default), for the gain of
 // small runs within the run.
 func fullRunRows(cfg config, ib int, iters, base string, rate float64) ([]row, error) {
 	stopA, err := startDaemon(cfg, nsA, addrA, "rnba", []string{"-small-runs=false"})
@@ -420,7 +420,7 @@ func fullRunRows(cfg config, ib int, iters, base string, rate float64) ([]row, e
 
 // latRows runs ib_send_lat and ib_write_lat with run and gives their
 // median, against the UDP ping-pong rr, and p99; target, if not 0, is the
-// most ib_send_lat's median may be (issue 16).
+// most ib_send_lat's median may be.
 func latRows(cfg config, rr float64, how string, run func(config, string, []string) (result, error), target float64) []row {
 	var rows []row
 	for _, tool := range []string{"ib_send_lat", "ib_write_lat"} {
@@ -652,8 +652,8 @@ func parsePerftest(tool string, out []byte) (result, error) {
 
 // soak runs 1024 QPs of WRITE traffic for cfg.soak, on the daemons' own
 // path (their memory is what is measured), and samples the resident
-// memory of both rnicd every 10 s (issue 16: "RSS steady over 10
-// minutes"). The samples of each daemon are printed as they come.
+// memory of both rnicd every 10 s (the target: RSS steady over 10
+// minutes). The samples of each daemon are printed as they come.
 func soak(cfg config, _ func()) ([]row, error) {
 	names := []string{"rnba", "rnbb"}
 	pids := make([]int, len(names))

@@ -11,8 +11,8 @@ import (
 // explainOneMessage sends one RDMA WRITE of one page from A to B and tells
 // what each block of both NICs did for it, from the counters of both
 // devices before and after and the QPs' PSNs. It is the one place that
-// tells the story: the step-by-step trace (issue 6) will replace the
-// counter arithmetic with the events themselves.
+// tells the story from counters; the step-by-step trace (package trace,
+// rnic trace) tells it with the events themselves.
 func explainOneMessage(w io.Writer, a, b *demoSide, cfg demoConfig) error {
 	const size = 4096
 	if cfg.size < size {

@@ -13,9 +13,10 @@ type fileLimit struct {
 	files int
 }
 
-// defaultFileLimit keeps 10 files of 100 MiB, 1000 MiB in all: under the
-// 1 GiB issue 19 allows by default. Before it, the README's example
-// command wrote 14 GB in 4 minutes of full-speed traffic.
+// defaultFileLimit keeps 10 files of 100 MiB, 1000 MiB in all: under
+// 1 GiB, what a default daemon may leave on disk. Without a bound the
+// README's example command wrote 14 GB in 4 minutes of full-speed
+// traffic.
 var defaultFileLimit = fileLimit{size: 100 << 20, files: 10}
 
 // minFileSize is the smallest bounded file: it holds the largest record,

@@ -549,8 +549,8 @@ func serve(c config, nofile uint64, nofileErr error) error {
 	node := makeDevNode(log, c.name, socketMode(c.sockGID), c.sockGID)
 	defer node.remove()
 	// A serving goroutine that stops leaves a daemon that is up but deaf
-	// (issue 19: Serve returned on EMFILE and nothing noticed): whichever
-	// stops, the daemon stops too, non-zero, with the reason.
+	// (a Serve that returned on EMFILE went unnoticed): whichever stops,
+	// the daemon stops too, non-zero, with the reason.
 	go func() {
 		err := srv.Serve(l)
 		if err == nil {
@@ -616,8 +616,8 @@ func stopAll(log *slog.Logger, dev *rnic.Device, srv *hostif.Server, obs *observ
 
 // raiseNofile raises the soft limit on open descriptors to the hard
 // limit and returns it: every client's CQ holds an eventfd and every
-// region a memfd, and the soft limit (1,024 on most systems) is what a
-// single client exhausted in issue 19. Go's runtime does the same at
+// region a memfd, and the soft limit (1,024 on most systems) is one a
+// single client exhausts with 1,024 CQs. Go's runtime does the same at
 // start since Go 1.19; doing it here says so, and keeps it if that
 // changes.
 func raiseNofile() (uint64, error) {

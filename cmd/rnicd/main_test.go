@@ -159,8 +159,8 @@ func TestHelp(t *testing.T) {
 
 // TestPortInUseOneError starts rnicd on an address whose UDP 4791 is
 // taken: the start fails with that error, said once, and no warning about
-// steering repeats it (issue 19: every failed start logged the real error
-// twice, once as a steering warning).
+// steering repeats it (a steering warning that repeated it made every
+// failed start log the real error twice).
 func TestPortInUseOneError(t *testing.T) {
 	t.Setenv("RNICD_DIR", t.TempDir())
 	addr := looptest.Get(t).String()

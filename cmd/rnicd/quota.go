@@ -14,7 +14,7 @@ import (
 
 // The limits on what clients hold (hostif.Limits) and their defaults,
 // sized from the machine's own limits at start, so that the daemon
-// refuses a greedy client before the kernel refuses the daemon (issue 19:
+// refuses a greedy client before the kernel refuses the daemon (unbounded,
 // 65,530 QPs exhausted vm.max_map_count and crashed it; 20,000 CQs
 // exhausted its descriptors; 127 x 1 TiB regions its address space).
 

@@ -10,7 +10,7 @@
 // (a pipe ping-pong between two Go processes: 15 us one way through the
 // poller, 7 us blocked in read), and a message from one application to
 // another through two rnicd crosses three waits: the doorbell, the packet,
-// the completion (issue 7, BENCHMARKS.md).
+// the completion (BENCHMARKS.md).
 //
 // A descriptor waited on here must not be in the runtime's poller too,
 // or its events wake the poller's thread all the same. The waiting thread

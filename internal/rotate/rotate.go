@@ -4,8 +4,9 @@
 // FILE.2, ...; a new FILE starts before a record would take the current
 // one past MaxBytes, the others moving one name up, and only the newest
 // MaxFiles are kept (the oldest is removed as a new one opens). So
-// `tshark -r FILE` always reads the newest packets, whatever rotated. It is what bounds the disk `rnicd --pcap` and `--trace` use:
-// before it, the README's own example wrote 14 GB in 4 minutes (issue 19).
+// `tshark -r FILE` always reads the newest packets, whatever rotated. It
+// is what bounds the disk `rnicd --pcap` and `--trace` use: unbounded,
+// the README's own example wrote 14 GB in 4 minutes.
 //
 // A record is one Write and never straddles two files, so each file is
 // readable on its own (a pcap file with its header, whole JSON lines).

@@ -27,8 +27,8 @@ type Engine struct {
 	// the QP again then.
 	Paced func(qp *qpmgr.QP, wait time.Duration)
 	// CopyPayload makes the requester gather every payload into its
-	// packet's Buf, as before issue 16, instead of lending the port the
-	// registered memory (payload): for measuring one against the other.
+	// packet's Buf instead of lending the port the registered memory
+	// (payload): for measuring one against the other.
 	CopyPayload bool
 }
 
