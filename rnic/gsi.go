@@ -10,7 +10,6 @@ import (
 	"github.com/rnicd/rnicd/ib"
 	"github.com/rnicd/rnicd/rnic/dma"
 	"github.com/rnicd/rnicd/rnic/qpmgr"
-	"github.com/rnicd/rnicd/rnic/trace"
 )
 
 // The General Services Interface: QP1 (IBTA 13.5.1), the UD QP every port
@@ -121,10 +120,6 @@ func (g *GSI) postRecv(slot int) error {
 
 // GSI returns the device's QP1.
 func (d *Device) GSI() *GSI { return d.gsi }
-
-// Probe is the device's handle on its trace, for the CM agent that runs
-// on QP1 beside it; nil when the device traces nothing.
-func (d *Device) Probe() *trace.Probe { return d.probe }
 
 // Addr is the address of the port QP1 serves: its GID is the one CM
 // peers name as ours.

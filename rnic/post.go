@@ -6,6 +6,7 @@ import (
 
 	"github.com/rnicd/rnicd/ib"
 	"github.com/rnicd/rnicd/rnic/qpmgr"
+	"github.com/rnicd/rnicd/rnic/trace"
 )
 
 // PostSRQRecv posts receive WRs to an SRQ (ibv_post_srq_recv).
@@ -224,4 +225,27 @@ func (d *Device) PostRecv(qp *QP, wrs []ib.RecvWR) error {
 		return &ib.WRError{Index: i, WRID: wrs[i].WRID, Err: err}
 	}
 	return nil
+}
+
+// tracePost tells the trace of send WQEs posted and the doorbell that
+// follows them.
+func (d *Device) tracePost(qp *QP, wqes []qpmgr.SendWQE) {
+	for i := range wqes {
+		w := &wqes[i]
+		d.probe.Emit(trace.Event{Module: trace.ModVerbs, Step: trace.StepPost, QPN: qp.QPN, WRID: w.WR.WRID,
+			WROp: w.WR.Opcode, Len: uint32(w.Len)})
+	}
+	d.probe.Emit(trace.Event{Module: trace.ModDoorbell, Step: trace.StepDoorbell, QPN: qp.QPN, Arg: uint32(len(wqes))})
+}
+
+// tracePostRecv tells the trace of receive WRs posted.
+func (d *Device) tracePostRecv(qp *QP, wrs []ib.RecvWR) {
+	for i := range wrs {
+		n := 0
+		for _, s := range wrs[i].SGL {
+			n += int(s.Length)
+		}
+		d.probe.Emit(trace.Event{Module: trace.ModVerbs, Step: trace.StepPostRecv, QPN: qp.QPN, WRID: wrs[i].WRID,
+			Len: uint32(n), Flags: trace.FlagRecv})
+	}
 }

@@ -118,6 +118,3 @@ func (d *Device) updateTap() {
 		}
 	}
 }
-
-// Name is the device's name.
-func (d *Device) Name() string { return d.name }
