@@ -46,7 +46,7 @@ func TestImportGraph(t *testing.T) {
 	if err := sc.Err(); err != nil {
 		t.Fatal(err)
 	}
-	for _, must := range []string{"ib", "verbs", "rdmacm", "rnic", "rnic/qpmgr", "rnic/trace", "rnic/hostif", "rnic/monitor", "wire/bth", "wire/ibudp"} {
+	for _, must := range []string{"ib", "verbs", "rdmacm", "rnic", "rnic/qpmgr", "rnic/trace", "hostif", "monitor", "wire/bth", "wire/ibudp"} {
 		if _, ok := g.deps[must]; !ok {
 			t.Fatalf("go list did not list %s; the rules below would check nothing", must)
 		}
@@ -61,9 +61,9 @@ func TestImportGraph(t *testing.T) {
 			g.abiFiles[f] = append(g.abiFiles[f], strings.Trim(imp.Path.Value, `"`))
 		}
 	}
-	if !slices.Contains(g.imports["rdmacm"], "verbs") || !slices.Contains(g.abiFiles["rnic/hostif/ring.go"], module+"ib") {
+	if !slices.Contains(g.imports["rdmacm"], "verbs") || !slices.Contains(g.abiFiles["hostif/ring.go"], module+"ib") {
 		t.Fatalf("rdmacm's imports %q, ring.go's %q: not read; the rules below would check nothing",
-			g.imports["rdmacm"], g.abiFiles["rnic/hostif/ring.go"])
+			g.imports["rdmacm"], g.abiFiles["hostif/ring.go"])
 	}
 	for _, v := range importRules(g) {
 		t.Error(v)
@@ -72,15 +72,15 @@ func TestImportGraph(t *testing.T) {
 
 // abiFiles hold the host interface's ABI (request kinds, reply and CM
 // event codes, ring layout and slot codecs), which clib/src/rnic.h
-// repeats for C (rnic/hostif's TestCHeaderABI holds the two equal). They
+// repeats for C (hostif's TestCHeaderABI holds the two equal). They
 // are files, not yet a package of their own: hostif, around them, imports
 // the device. What they import is held as a leaf package's would be.
-var abiFiles = []string{"rnic/hostif/proto.go", "rnic/hostif/ring.go"}
+var abiFiles = []string{"hostif/proto.go", "hostif/ring.go"}
 
 // hostSide are the packages under rnic/ that serve clients and stand above
 // the device (they import rnic): the host interface, the monitor, the test
 // fixture. The device's blocks must not reach up into them.
-var hostSide = []string{"rnic/hostif", "rnic/monitor", "rnic/rnictest"}
+var hostSide = []string{"hostif", "monitor", "internal/rnictest"}
 
 // graph is the project's import graph, packages by path below the module.
 type graph struct {
@@ -110,7 +110,7 @@ func ours(ps []string) []string {
 //     into it, so one it imported could not (an import cycle);
 //   - nothing under rnic/ but the host side (hostSide) depends on the host
 //     side: the NIC never calls up into what serves its clients;
-//   - rdmacm imports nothing under rnic/ but rnic/hostif, the protocol its
+//   - rdmacm imports nothing under rnic/ but hostif, the protocol its
 //     requests travel in (verbs.CMCall takes hostif's kinds and bodies), so
 //     not the daemon's CM agent (rnic/cm);
 //   - the ABI files import nothing of the project but ib, as the leaf
@@ -161,7 +161,7 @@ func importRules(g graph) []string {
 		}
 	}
 	for _, d := range g.imports["rdmacm"] {
-		if under(d, "rnic") && d != "rnic/hostif" {
+		if under(d, "rnic") && d != "hostif" {
 			bad = append(bad, fmt.Sprintf("rdmacm imports %s: it speaks to the daemon through the host interface only", d))
 		}
 	}
@@ -183,12 +183,12 @@ func TestImportRulesFail(t *testing.T) {
 	ok := graph{
 		deps: map[string][]string{
 			"ib": nil, "wire/bth": {"ib"}, "rnic": {"ib", "wire/bth"}, "rnic/cm": {"rnic", "ib"},
-			"rnic/trace":  {"ib", "wire/bth"},
-			"rnic/hostif": {"rnic", "rnic/cm", "ib"}, "rnic/monitor": {"rnic"}, "verbs": {"rnic/hostif", "rnic", "ib"},
-			"rdmacm": {"verbs", "rnic/hostif", "rnic/cm", "rnic", "ib"}, "cmd/rnicd": {"verbs", "rnic/hostif", "rnic/monitor"},
+			"rnic/trace": {"ib", "wire/bth"},
+			"hostif":     {"rnic", "rnic/cm", "ib"}, "monitor": {"rnic"}, "verbs": {"hostif", "rnic", "ib"},
+			"rdmacm": {"verbs", "hostif", "rnic/cm", "rnic", "ib"}, "cmd/rnicd": {"verbs", "hostif", "monitor"},
 		},
-		imports:  map[string][]string{"rdmacm": {"verbs", "rnic/hostif", "ib"}},
-		abiFiles: map[string][]string{"rnic/hostif/ring.go": {"fmt", module + "ib"}},
+		imports:  map[string][]string{"rdmacm": {"verbs", "hostif", "ib"}},
+		abiFiles: map[string][]string{"hostif/ring.go": {"fmt", module + "ib"}},
 	}
 	if got := importRules(ok); len(got) != 0 {
 		t.Fatalf("a graph that keeps the rules: %q", got)
@@ -201,16 +201,16 @@ func TestImportRulesFail(t *testing.T) {
 	broken.deps["rnic/qpmgr"] = []string{"verbs"}
 	broken.deps["rnic/wqe"] = []string{"rdmacm"}
 	broken.deps["wire/ibudp"] = []string{"rnic"}
-	broken.deps["rnic/rx"] = []string{"rnic/monitor"}
+	broken.deps["rnic/rx"] = []string{"monitor"}
 	broken.deps["rnic/trace"] = []string{"ib", "rnic/qpmgr"}
-	broken.imports["rdmacm"] = []string{"verbs", "rnic/hostif", "rnic/cm"}
-	broken.abiFiles["rnic/hostif/ring.go"] = []string{"fmt", module + "ib", module + "rnic"}
+	broken.imports["rdmacm"] = []string{"verbs", "hostif", "rnic/cm"}
+	broken.abiFiles["hostif/ring.go"] = []string{"fmt", module + "ib", module + "rnic"}
 	want := []string{
+		"hostif/ring.go imports rnic: the ABI imports nothing of the project but ib",
 		"ib imports wire/bth: the vocabulary must import nothing of the project",
 		"rdmacm imports rnic/cm: it speaks to the daemon through the host interface only",
-		"rnic/hostif/ring.go imports rnic: the ABI imports nothing of the project but ib",
 		"rnic/qpmgr imports verbs: only applications (cmd/...) and rdmacm may",
-		"rnic/rx depends on rnic/monitor: the NIC must not reach up into the host side",
+		"rnic/rx depends on monitor: the NIC must not reach up into the host side",
 		"rnic/trace imports rnic/qpmgr: the trace is the ground floor every block emits into",
 		"rnic/wqe imports rdmacm: only applications (cmd/...) may",
 		"wire/ibudp imports rnic, which is above wire",

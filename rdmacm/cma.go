@@ -11,8 +11,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rnicd/rnicd/hostif"
 	"github.com/rnicd/rnicd/ib"
-	"github.com/rnicd/rnicd/rnic/hostif"
 	"github.com/rnicd/rnicd/verbs"
 	"github.com/rnicd/rnicd/wire/mad"
 )

@@ -3,7 +3,7 @@ package rnic_test
 import (
 	"testing"
 
-	"github.com/rnicd/rnicd/rnic/rnictest"
+	"github.com/rnicd/rnicd/internal/rnictest"
 	"github.com/rnicd/rnicd/rnic/trace"
 	"github.com/rnicd/rnicd/wire/ibudp"
 )

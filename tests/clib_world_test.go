@@ -308,7 +308,7 @@ func TestCLibAsyncWatch(t *testing.T) {
 // between the two processes and puts every lane on the verbs devices.
 // UCX allocates the buffers it registers from System V shared memory,
 // which clib registers in place and the daemon attaches
-// (rnic/hostif/shm.go); clib refused it before, and every test failed
+// (hostif/shm.go); clib refused it before, and every test failed
 // with "Out of memory". The client's rnicd's counters show the traffic.
 func TestCLibUCXDefault(t *testing.T) {
 	if os.Geteuid() != 0 {

@@ -16,9 +16,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rnicd/rnicd/hostif"
 	"github.com/rnicd/rnicd/ib"
 	"github.com/rnicd/rnicd/rdmacm"
-	"github.com/rnicd/rnicd/rnic/hostif"
 	"github.com/rnicd/rnicd/verbs"
 )
 

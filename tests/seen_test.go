@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/rnicd/rnicd/internal/debtest"
-	"github.com/rnicd/rnicd/rnic/monitor"
+	"github.com/rnicd/rnicd/monitor"
 )
 
 // A tool's QP, on the default path as the README's commands run it, is

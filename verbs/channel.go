@@ -9,7 +9,7 @@ import (
 
 	"time"
 
-	"github.com/rnicd/rnicd/rnic/hostif"
+	"github.com/rnicd/rnicd/hostif"
 )
 
 // CompChannel is a completion channel (ibv_comp_channel): where armed CQs

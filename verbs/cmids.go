@@ -3,7 +3,7 @@ package verbs
 import (
 	"net/netip"
 
-	"github.com/rnicd/rnicd/rnic/hostif"
+	"github.com/rnicd/rnicd/hostif"
 )
 
 // CMIDInfo is one CM ID of the device as `rdma res show cm_id` shows it.

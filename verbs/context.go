@@ -11,8 +11,8 @@ import (
 
 	"syscall"
 
+	"github.com/rnicd/rnicd/hostif"
 	"github.com/rnicd/rnicd/rnic"
-	"github.com/rnicd/rnicd/rnic/hostif"
 	"github.com/rnicd/rnicd/wire/ibudp"
 )
 

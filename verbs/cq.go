@@ -12,8 +12,8 @@ import (
 
 	"github.com/rnicd/rnicd/ib"
 
+	"github.com/rnicd/rnicd/hostif"
 	"github.com/rnicd/rnicd/rnic"
-	"github.com/rnicd/rnicd/rnic/hostif"
 )
 
 // ErrCQOverrun is CQ.Err's answer once a completion did not fit.

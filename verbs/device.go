@@ -4,9 +4,9 @@ import (
 	"net/netip"
 	"strconv"
 
+	"github.com/rnicd/rnicd/hostif"
 	"github.com/rnicd/rnicd/ib"
 	"github.com/rnicd/rnicd/rnic"
-	"github.com/rnicd/rnicd/rnic/hostif"
 )
 
 // DeviceAttr describes the device (ibv_query_device).

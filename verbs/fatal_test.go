@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rnicd/rnicd/hostif"
 	"github.com/rnicd/rnicd/internal/looptest"
 	"github.com/rnicd/rnicd/rnic"
-	"github.com/rnicd/rnicd/rnic/hostif"
 	"github.com/rnicd/rnicd/wire/ibudp"
 )
 

@@ -4,8 +4,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/rnicd/rnicd/hostif"
 	"github.com/rnicd/rnicd/ib"
-	"github.com/rnicd/rnicd/rnic/hostif"
 )
 
 // Access is a set of memory access flags (enum ibv_access_flags): what an

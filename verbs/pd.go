@@ -1,7 +1,7 @@
 package verbs
 
 import (
-	"github.com/rnicd/rnicd/rnic/hostif"
+	"github.com/rnicd/rnicd/hostif"
 )
 
 // PD is a protection domain (ibv_pd).

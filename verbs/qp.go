@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/rnicd/rnicd/rnic/hostif"
+	"github.com/rnicd/rnicd/hostif"
 
 	"golang.org/x/sys/unix"
 

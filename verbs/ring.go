@@ -5,7 +5,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/rnicd/rnicd/rnic/hostif"
+	"github.com/rnicd/rnicd/hostif"
 )
 
 func closeFDs(fds []int) {

@@ -3,7 +3,7 @@ package verbs
 import (
 	"fmt"
 
-	"github.com/rnicd/rnicd/rnic/hostif"
+	"github.com/rnicd/rnicd/hostif"
 
 	"golang.org/x/sys/unix"
 

@@ -4,7 +4,7 @@
  * A program linked against librdmacm.so.1 and started with
  * LD_LIBRARY_PATH pointing here (beside this folder's libibverbs.so.1)
  * gets rdma_cm on rnicd: the daemon's CM agent (rnic/cm) runs the
- * connections on QP1 and answers the CM requests of rnic/hostif (kinds
+ * connections on QP1 and answers the CM requests of hostif (kinds
  * 20-30), which this library sends on the control connection of the
  * ibv_context a cm_id uses. It mirrors rdma-core's librdmacm/cma.c with
  * the kernel's ucma replaced by those requests, as the Go package

@@ -47,7 +47,7 @@
  *    parting it from the processes it is shared with. System V shared
  *    memory (shmat: UCX's default allocator) is registered in place: the
  *    daemon attaches the same segment, whose size cannot change, so no
- *    truncation can fault its DMA (rnic/hostif/shm.go). A shared file,
+ *    truncation can fault its DMA (hostif/shm.go). A shared file,
  *    POSIX shm or another process's memfd could be truncated under the
  *    daemon's mapping: such a registration fails with EINVAL and says
  *    why.
@@ -330,7 +330,7 @@ static int out_and_free(uintptr_t lo, uintptr_t hi)
 /* mem_share makes [addr, addr+len) reachable by the daemon: *fd and *off
  * are the memfd and the offset of addr in it; or, for memory of one
  * System V shared memory attachment, *fd is -1 and *shmid the segment,
- * which the daemon attaches itself (rnic/hostif/shm.go): moving shared
+ * which the daemon attaches itself (hostif/shm.go): moving shared
  * pages onto the memfd would part them from the other processes that
  * share them. */
 int mem_share(void *addr, size_t len, int *fd, uint64_t *off, uint32_t *shmid)

@@ -3,7 +3,7 @@
  *
  * libibverbs for rnicd. A program linked against libibverbs.so.1 and
  * started with LD_LIBRARY_PATH pointing here finds one device per running
- * rnicd and drives it through the daemon's host interface (rnic/hostif):
+ * rnicd and drives it through the daemon's host interface (hostif):
  * control requests over the daemon's SOCK_SEQPACKET socket, work requests
  * and completions through rings in memory both map. The structures are
  * the system's own <infiniband/verbs.h>, so the header's inline functions
@@ -28,10 +28,10 @@
 #define EXPORT __attribute__((visibility("default")))
 
 /*
- * The host interface's ABI: rnic/hostif's proto.go (request kinds, the
+ * The host interface's ABI: hostif's proto.go (request kinds, the
  * header, reply codes, CM event codes), messages.go (doorbell queues) and
  * ring.go (ring header words, slot layouts). Every value here is checked
- * against the Go side by rnic/hostif's TestCHeaderABI, which compiles a
+ * against the Go side by hostif's TestCHeaderABI, which compiles a
  * program printing them; the code below uses these names, never the
  * numbers.
  */

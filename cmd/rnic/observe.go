@@ -20,7 +20,7 @@ import (
 	"sync"
 
 	"github.com/rnicd/rnicd/ib"
-	"github.com/rnicd/rnicd/rnic/monitor"
+	"github.com/rnicd/rnicd/monitor"
 	"github.com/rnicd/rnicd/rnic/trace"
 	"github.com/rnicd/rnicd/verbs"
 	"github.com/rnicd/rnicd/wire/ibudp"

@@ -10,8 +10,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/rnicd/rnicd/rnic/monitor"
-	"github.com/rnicd/rnicd/rnic/rnictest"
+	"github.com/rnicd/rnicd/internal/rnictest"
+	"github.com/rnicd/rnicd/monitor"
 	"github.com/rnicd/rnicd/rnic/trace"
 	"github.com/rnicd/rnicd/verbs"
 	"github.com/rnicd/rnicd/wire/ibudp"

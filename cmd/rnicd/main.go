@@ -43,11 +43,11 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/rnicd/rnicd/hostif"
 	"github.com/rnicd/rnicd/internal/buildinfo"
 	"github.com/rnicd/rnicd/internal/kwait"
 	"github.com/rnicd/rnicd/rnic"
 	"github.com/rnicd/rnicd/rnic/flowctl"
-	"github.com/rnicd/rnicd/rnic/hostif"
 	"github.com/rnicd/rnicd/rnic/trace"
 	"github.com/rnicd/rnicd/verbs"
 	"github.com/rnicd/rnicd/wire/ibudp"

@@ -14,8 +14,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rnicd/rnicd/internal/rotate"
+	"github.com/rnicd/rnicd/monitor"
 	"github.com/rnicd/rnicd/rnic"
-	"github.com/rnicd/rnicd/rnic/monitor"
 	"github.com/rnicd/rnicd/rnic/trace"
 	"github.com/rnicd/rnicd/wire/ibudp"
 	"github.com/rnicd/rnicd/wire/pcap"

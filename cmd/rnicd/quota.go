@@ -9,7 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/rnicd/rnicd/rnic/hostif"
+	"github.com/rnicd/rnicd/hostif"
 )
 
 // The limits on what clients hold (hostif.Limits) and their defaults,

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/rnicd/rnicd/rnic/hostif"
+	"github.com/rnicd/rnicd/hostif"
 )
 
 // The defaults follow the machine's limits as quota.go derives them.

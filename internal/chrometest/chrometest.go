@@ -1,5 +1,5 @@
 // Package chrometest opens pages in headless Chromium for the tests of
-// the web view: the in-process ones (rnic/monitor) and the one against
+// the web view: the in-process ones (monitor) and the one against
 // real rnicd processes (tests).
 package chrometest
 

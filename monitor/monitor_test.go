@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rnicd/rnicd/rnic/monitor"
-	"github.com/rnicd/rnicd/rnic/rnictest"
+	"github.com/rnicd/rnicd/internal/rnictest"
+	"github.com/rnicd/rnicd/monitor"
 	"github.com/rnicd/rnicd/rnic/trace"
 	"github.com/rnicd/rnicd/wire/ibudp"
 )

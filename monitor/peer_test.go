@@ -12,8 +12,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/rnicd/rnicd/rnic/monitor"
-	"github.com/rnicd/rnicd/rnic/rnictest"
+	"github.com/rnicd/rnicd/internal/rnictest"
+	"github.com/rnicd/rnicd/monitor"
 )
 
 // /api/inject asks Authorize with the peer's credentials: over a unix

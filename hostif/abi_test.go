@@ -17,7 +17,7 @@ import (
 )
 
 // cHeader is the C library's copy of the ABI.
-const cHeader = "../../clib/src/rnic.h"
+const cHeader = "../clib/src/rnic.h"
 
 // goABI is the host interface's ABI as the Go side has it, by the C
 // header's names: the constants as they are, and every slot field's

@@ -18,8 +18,8 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/rnicd/rnicd/internal/chrometest"
-	"github.com/rnicd/rnicd/rnic/monitor"
-	"github.com/rnicd/rnicd/rnic/rnictest"
+	"github.com/rnicd/rnicd/internal/rnictest"
+	"github.com/rnicd/rnicd/monitor"
 	"github.com/rnicd/rnicd/rnic/trace"
 	"github.com/rnicd/rnicd/wire/ibudp"
 )
@@ -205,7 +205,7 @@ func TestWebView(t *testing.T) {
 		t.Fatalf("screenshot: %v, %dx%d", err, cfg.Width, cfg.Height)
 	}
 	if os.Getenv("RNICD_SCREENSHOT") != "" {
-		out := filepath.Join("..", "..", "docs", "webview.png")
+		out := filepath.Join("..", "docs", "webview.png")
 		if err := os.WriteFile(out, shot, 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -474,7 +474,7 @@ func TestWebViewDCQCN(t *testing.T) {
 	}
 	checkBlocks(t, ctx)
 	if os.Getenv("RNICD_SCREENSHOT") != "" {
-		out := filepath.Join("..", "..", "docs", "webview-dcqcn.png")
+		out := filepath.Join("..", "docs", "webview-dcqcn.png")
 		if err := os.WriteFile(out, shot, 0o644); err != nil {
 			t.Fatal(err)
 		}

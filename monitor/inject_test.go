@@ -3,7 +3,7 @@ package monitor_test
 import (
 	"testing"
 
-	"github.com/rnicd/rnicd/rnic/monitor"
+	"github.com/rnicd/rnicd/monitor"
 	"github.com/rnicd/rnicd/wire/ibudp"
 )
 
