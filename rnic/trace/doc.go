@@ -6,7 +6,10 @@
 // events that readers drain at their own pace, losing the oldest when
 // they fall behind), each NIC's handle on it (Probe), and their two
 // renderings: JSON lines (WriteJSON, ReadJSON) and a one-line-per-event
-// timeline for a terminal (Format).
+// timeline for a terminal (Format). It imports nothing of the NIC's
+// blocks, only ib and wire, so that every block can emit into it without
+// an import cycle (ib/imports_test.go holds the rule); events built from
+// a block's own state live in that block (qpmgr.SendCompletionEvent).
 //
 // Tracing costs nothing when off: an engine holds a *Probe, nil when the
 // device has no tracer, and every step is guarded by Probe.On, a nil check
