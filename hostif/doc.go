@@ -61,4 +61,12 @@
 // another's packets or change how they are steered. In a client's own
 // process (verbs.OpenLocal, a NIC on an address of its own) the server's
 // end is a Local, whose doorbells are calls.
+//
+// Where it lives. hostif is the host side of the NIC, not one of its
+// blocks: it imports the device (rnic) and its CM agent and serves them to
+// clients, as a driver stands above the hardware it drives. So it sits at
+// the top of the tree beside verbs, its client, and not under rnic/, where
+// the device's blocks are and which must never import it
+// (ib/imports_test.go holds that). proto.go and ring.go, the ABI that
+// clib/src/rnic.h repeats, import nothing of the project but ib.
 package hostif

@@ -11,6 +11,12 @@
 // The sequence diagram needs the trace, which costs while it records: the
 // monitor subscribes when a page asks for packets and lets go when no
 // page has asked for packetIdle.
+//
+// Where it lives. The monitor reads the device from outside, as a
+// management agent on the host reads an RNIC's counters, so it sits at
+// the top of the tree beside hostif and not under rnic/: nothing of the
+// NIC may depend on it (ib/imports_test.go holds that), and the device
+// works the same without one.
 package monitor
 
 import (

@@ -1,7 +1,11 @@
 // Package rnictest gives tests two connected devices: one RC QP each,
-// a registered buffer, a fault injector in front of each port. It sits
-// beside rnic as net/http/httptest sits beside net/http: a fixture for the
-// tests of the packages above rnic (monitor, the tools).
+// a registered buffer, a fault injector in front of each port. It is to
+// rnic what net/http/httptest is to net/http: a fixture for the tests of
+// the packages above rnic (monitor, the tools) and of rnic's own external
+// tests. It lives in internal/ because it is no API for other modules, and
+// outside rnic/ because it builds whole devices (it imports rnic): under
+// rnic/ it would read as a block of the NIC, and nothing of the NIC may
+// depend on it (ib/imports_test.go).
 package rnictest
 
 import (
