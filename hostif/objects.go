@@ -1,13 +1,6 @@
 package hostif
 
-import (
-	"strings"
-
-	"golang.org/x/sys/unix"
-
-	"github.com/rnicd/rnicd/rnic"
-	"github.com/rnicd/rnicd/rnic/dma"
-)
+import "strings"
 
 // objKind is the kind of object a handle names. Kinds are bits, so that a
 // request may accept more than one (a doorbell names a QP or an SRQ).
@@ -93,55 +86,6 @@ func (u *useCount) drop()      { u.n-- }
 type noUsers struct{}
 
 func (noUsers) users() int { return 0 }
-
-type pdObj struct {
-	useCount
-	pd dma.PD
-}
-
-func (*pdObj) kind() objKind       { return kindPD }
-func (*pdObj) release(*conn) error { return nil } // a PD is a number: nothing to free
-func (*pdObj) cost() Quota         { return costPD }
-
-type mrObj struct {
-	noUsers
-	pd  *pdObj
-	mr  *rnic.MR
-	mem []byte // the daemon's mapping of the client's memfd
-	shm bool   // mem is an attachment of a System V segment (shm.go)
-}
-
-func (*mrObj) kind() objKind { return kindMR }
-func (o *mrObj) cost() Quota { return mrCost(uint64(len(o.mem))) }
-
-func (o *mrObj) release(c *conn) error {
-	if err := c.s.dev.DeregMR(o.mr); err != nil {
-		return errf(CodeFailed, "dereg_mr: %v", err)
-	}
-	// A pipeline that looked the region up before it went may still be
-	// copying: wait for its batch before the memory goes.
-	c.s.dev.Fence()
-	if o.shm {
-		unix.SysvShmDetach(o.mem)
-	} else {
-		unix.Munmap(o.mem)
-	}
-	o.pd.drop()
-	return nil
-}
-
-type chanObj struct {
-	useCount
-	fd int // write end of the wake pipe the client waits on (wakePipe)
-}
-
-func (*chanObj) kind() objKind { return kindChannel }
-func (*chanObj) cost() Quota   { return costChannel }
-
-func (o *chanObj) release(*conn) error {
-	unix.Close(o.fd)
-	return nil
-}
 
 // add gives o a handle of this client.
 func (c *conn) add(o object) uint32 {

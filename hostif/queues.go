@@ -553,3 +553,29 @@ func (c *conn) fetchSRQ(s *srqObj) error {
 	}
 	return nil
 }
+
+// ringMem makes a memfd of n bytes and maps it; the client gets the fd.
+// The memfd is sealed at its size before the client sees it: a client
+// that could ftruncate it would make the daemon's next access to the
+// ring (a doorbell's fetch, a completion) a SIGBUS that kills rnicd and
+// every client with it.
+func ringMem(n uint64) (int, []byte, error) {
+	fd, err := unix.MemfdCreate("rnicd-ring", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		return -1, nil, errf(CodeFailed, "memfd_create: %v", err)
+	}
+	if err := unix.Ftruncate(fd, int64(n)); err != nil {
+		unix.Close(fd)
+		return -1, nil, errf(CodeFailed, "ring of %d bytes: %v", n, err)
+	}
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_SEAL); err != nil {
+		unix.Close(fd)
+		return -1, nil, errf(CodeFailed, "seal ring memfd: %v", err)
+	}
+	mem, err := unix.Mmap(fd, 0, int(n), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		unix.Close(fd)
+		return -1, nil, errf(CodeFailed, "mmap ring of %d bytes: %v", n, err)
+	}
+	return fd, mem, nil
+}

@@ -1,13 +1,11 @@
 package hostif
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"os"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,7 +13,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/rnicd/rnicd/ib"
 	"github.com/rnicd/rnicd/rnic"
 	"github.com/rnicd/rnicd/rnic/cm"
 )
@@ -576,14 +573,6 @@ func (c *conn) created(reply Body) object {
 
 func costOf(q Quota) func(Body) Quota { return func(Body) Quota { return q } }
 
-// regMRCost is a region's cost: the bytes the daemon maps for it, from
-// the page its offset falls in (see regMR).
-func regMRCost(b Body) Quota {
-	r := b.(*RegMRReq)
-	page := uint64(os.Getpagesize())
-	return mrCost(r.Offset%page + min(r.Length, maxMR))
-}
-
 // refuse counts and logs a refused request and returns its error reply.
 func (c *conn) refuse(msg []byte, err error) []byte {
 	var k Kind
@@ -623,165 +612,4 @@ func rightsOf(fds []int) []byte {
 		return nil
 	}
 	return unix.UnixRights(fds...)
-}
-
-func (c *conn) queryPort(object, Body, []int) (Body, []int, error) {
-	p := c.s.dev.QueryPort()
-	return &PortReply{Name: c.s.name, Addr: p.Addr.As16(), GID: p.GID, ActiveMTU: uint32(p.ActiveMTU)}, nil, nil
-}
-
-func (c *conn) allocPD(object, Body, []int) (Body, []int, error) {
-	return &Handle{H: c.add(&pdObj{pd: c.s.dev.AllocPD()})}, nil, nil
-}
-
-// maxMR is the largest region (ibv_device_attr max_mr_size).
-const maxMR = 1 << 40
-
-func (c *conn) regMR(_ object, b Body, fds []int) (Body, []int, error) {
-	r := b.(*RegMRReq)
-	pd, err := lookup[*pdObj](c, r.PD, kindPD)
-	if err != nil {
-		return nil, nil, err
-	}
-	fd := fds[0]
-	// Only a memfd sealed against shrinking may be mapped: any other
-	// file could be truncated under the NIC and fault its DMA.
-	seals, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0)
-	if err != nil {
-		return nil, nil, c.refuseMemory(errf(CodeInvalid, "reg_mr: descriptor is not a memfd with sealing (F_GET_SEALS: %v)", err))
-	}
-	if seals&unix.F_SEAL_SHRINK == 0 {
-		return nil, nil, c.refuseMemory(errf(CodeInvalid, "reg_mr: memfd is not sealed with F_SEAL_SHRINK (seals %#x): it could be truncated under the NIC", seals))
-	}
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return nil, nil, errf(CodeInvalid, "reg_mr: fstat: %v", err)
-	}
-	if r.Length == 0 || r.Length > maxMR || r.Offset > uint64(st.Size) || r.Length > uint64(st.Size)-r.Offset {
-		return nil, nil, errf(CodeInvalid, "reg_mr: %d bytes at offset %d of a %d-byte memfd", r.Length, r.Offset, st.Size)
-	}
-	if ib.Access(r.Access)&^(ib.AccessLocalWrite|ib.AccessRemoteWrite|ib.AccessRemoteRead|
-		ib.AccessRemoteAtomic|ib.AccessMWBind|ib.AccessZeroBased|ib.AccessOnDemand) != 0 {
-		return nil, nil, errf(CodeInvalid, "reg_mr: access flags %#x", r.Access)
-	}
-	page := uint64(os.Getpagesize())
-	start := r.Offset &^ (page - 1)
-	// The mapping's length is what regMRCost charged.
-	mem, err := unix.Mmap(fd, int64(start), int(r.Offset-start+r.Length), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-	if err != nil {
-		return nil, nil, errf(CodeFailed, "reg_mr: mmap %d bytes: %v", r.Length, err)
-	}
-	buf := mem[r.Offset-start:]
-	mr, err := c.s.dev.RegMR(pd.pd, buf, r.IOVA, ib.Access(r.Access))
-	if err != nil {
-		unix.Munmap(mem)
-		return nil, nil, errf(CodeInvalid, "reg_mr: %v", err)
-	}
-	pd.hold()
-	h := c.add(&mrObj{pd: pd, mr: mr, mem: mem})
-	return &RegMRReply{H: h, LKey: mr.LKey, RKey: mr.RKey}, nil, nil
-}
-
-// refuseMemory counts and logs memory the daemon will not map because
-// its client could make an access to it fault.
-func (c *conn) refuseMemory(err error) error {
-	c.s.unsealed.Add(1)
-	c.s.log.Warn("memory refused", "pid", c.pid, "uid", c.uid, "comm", c.comm, "err", err)
-	return err
-}
-
-func (c *conn) createChannel(object, Body, []int) (Body, []int, error) {
-	rd, wr, err := wakePipe()
-	if err != nil {
-		return nil, nil, err
-	}
-	return &Handle{H: c.add(&chanObj{fd: wr})}, []int{rd}, nil
-}
-
-// wakePipe makes the descriptor pair a wake-up goes through: the daemon
-// keeps the write end, non-blocking on an open file description no
-// client ever receives, and the client gets the read end. An eventfd the
-// client handed over (as before) shares its flags with the client, which
-// could clear O_NONBLOCK, fill the counter and block the daemon thread
-// that writes it for ever, stopping every client. The pipe is cut to one
-// page (F_SETPIPE_SZ): a client that never reads it pins 4 KiB, not 64.
-func wakePipe() (rd, wr int, err error) {
-	var p [2]int
-	if err := unix.Pipe2(p[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
-		return -1, -1, errf(CodeFailed, "pipe: %v", err)
-	}
-	unix.FcntlInt(uintptr(p[1]), unix.F_SETPIPE_SZ, os.Getpagesize()) // a smaller pipe is only a saving
-	return p[0], p[1], nil
-}
-
-// signalFD wakes whoever waits on the read end of the wake pipe whose
-// write end is fd. It cannot block: the write end's O_NONBLOCK is the
-// daemon's alone. EAGAIN means the pipe is full, so already readable;
-// EPIPE means the client closed its end; both need nothing more.
-func signalFD(fd int) {
-	var one [8]byte
-	le.PutUint64(one[:], 1)
-	unix.Write(fd, one[:])
-}
-
-// ringMem makes a memfd of n bytes and maps it; the client gets the fd.
-// The memfd is sealed at its size before the client sees it: a client
-// that could ftruncate it would make the daemon's next access to the
-// ring (a doorbell's fetch, a completion) a SIGBUS that kills rnicd and
-// every client with it.
-func ringMem(n uint64) (int, []byte, error) {
-	fd, err := unix.MemfdCreate("rnicd-ring", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
-	if err != nil {
-		return -1, nil, errf(CodeFailed, "memfd_create: %v", err)
-	}
-	if err := unix.Ftruncate(fd, int64(n)); err != nil {
-		unix.Close(fd)
-		return -1, nil, errf(CodeFailed, "ring of %d bytes: %v", n, err)
-	}
-	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_SEAL); err != nil {
-		unix.Close(fd)
-		return -1, nil, errf(CodeFailed, "seal ring memfd: %v", err)
-	}
-	mem, err := unix.Mmap(fd, 0, int(n), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-	if err != nil {
-		unix.Close(fd)
-		return -1, nil, errf(CodeFailed, "mmap ring of %d bytes: %v", n, err)
-	}
-	return fd, mem, nil
-}
-
-func (c *conn) counters(object, Body, []int) (Body, []int, error) {
-	m := c.s.dev.Counters()
-	for k, v := range c.s.Counters() {
-		m[k] = v
-	}
-	return &CountersReply{Counters: m}, nil, nil
-}
-
-func (c *conn) listQPs(_ object, b Body, _ []int) (Body, []int, error) {
-	from := b.(*ListQPsReq).From
-	out := &ListQPsReply{}
-	// A page is the QPs from QPN from on, in QPN order: the device's
-	// table is a map, and paging its order lost most QPs past the first
-	// page (1,888 of 57,334 listed in TestHogsFillDaemon).
-	qps := slices.DeleteFunc(c.s.dev.QPs(), func(qp *rnic.QP) bool { return qp.QPN < from })
-	slices.SortFunc(qps, func(a, b *rnic.QP) int { return cmp.Compare(a.QPN, b.QPN) })
-	for _, qp := range qps {
-		if len(out.Rows) == maxRows {
-			out.More, out.Next = true, qp.QPN
-			break
-		}
-		row := QPRow{QPN: qp.QPN, Comm: "rnicd"}
-		if o, ok := c.s.qps.Load(qp.QPN); ok {
-			q := o.(*qpObj)
-			row.PID, row.Comm = uint32(q.owner.pid), q.owner.comm
-		}
-		st := c.s.dev.Status(qp)
-		row.Type, row.State, row.PathMTU = qp.Type, st.Attr.State, st.Attr.PathMTU
-		row.SQPSN, row.RQPSN, row.DestQPN = st.SQPSN, st.RQPSN, st.Attr.DestQPN
-		row.Dest = st.Attr.AH.DGID
-		row.SQDepth, row.RQDepth = uint32(st.SQUsed), uint32(st.RQUsed)
-		out.Rows = append(out.Rows, row)
-	}
-	return out, nil, nil
 }

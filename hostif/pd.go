@@ -1,0 +1,16 @@
+package hostif
+
+import "github.com/rnicd/rnicd/rnic/dma"
+
+type pdObj struct {
+	useCount
+	pd dma.PD
+}
+
+func (*pdObj) kind() objKind       { return kindPD }
+func (*pdObj) release(*conn) error { return nil } // a PD is a number: nothing to free
+func (*pdObj) cost() Quota         { return costPD }
+
+func (c *conn) allocPD(object, Body, []int) (Body, []int, error) {
+	return &Handle{H: c.add(&pdObj{pd: c.s.dev.AllocPD()})}, nil, nil
+}
