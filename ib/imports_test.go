@@ -46,7 +46,7 @@ func TestImportGraph(t *testing.T) {
 	if err := sc.Err(); err != nil {
 		t.Fatal(err)
 	}
-	for _, must := range append([]string{"ib", "verbs", "rdmacm", "rnic", "rnic/qpmgr", "rnic/trace", "wire/bth", "wire/ibudp"}, hostSide...) {
+	for _, must := range append([]string{"ib", "verbs", "rdmacm", "rnic", "rnic/qpmgr", "rnic/trace", "wire/bth", "wire/ibudp", "wire/netif", "wire/steer", "wire/fault"}, hostSide...) {
 		if _, ok := g.deps[must]; !ok {
 			t.Fatalf("go list did not list %s; the rules below would check nothing", must)
 		}
@@ -85,6 +85,11 @@ var abiFiles = []string{"hostif/proto.go", "hostif/ring.go"}
 // moved back under rnic/ (or renamed) must come here too, in sight.
 var hostSide = []string{"hostif", "monitor", "internal/rnictest"}
 
+// belowPort are the blocks the port (wire/ibudp) stands on: it imports
+// them, never they it. The fault injector (wire/fault) wraps the port, so
+// it imports the port and the port must not depend on it.
+var belowPort = []string{"wire/netif", "wire/steer"}
+
 // graph is the project's import graph, packages by path below the module.
 type graph struct {
 	deps     map[string][]string // every package of the project a package depends on, directly or not
@@ -109,6 +114,8 @@ func ours(ps []string) []string {
 //     manager's API, which stands on verbs as librdmacm stands on
 //     libibverbs), and nothing below cmd imports rdmacm;
 //   - nothing under wire imports anything above it;
+//   - the port's blocks (belowPort) do not import the port, and the port
+//     does not depend on the fault injector that wraps it;
 //   - rnic/trace imports nothing above wire: every block of the NIC emits
 //     into it, so one it imported could not (an import cycle);
 //   - nothing under rnic/ depends on the host side (hostSide), test files
@@ -156,6 +163,10 @@ func importRules(g graph) []string {
 				bad = append(bad, fmt.Sprintf("%s imports rdmacm: only applications (cmd/...) may", pkg))
 			case under(pkg, "wire") && !low(d):
 				bad = append(bad, fmt.Sprintf("%s imports %s, which is above wire", pkg, d))
+			case slices.Contains(belowPort, pkg) && under(d, "wire/ibudp"):
+				bad = append(bad, fmt.Sprintf("%s imports %s: the port stands on it, not it on the port", pkg, d))
+			case under(pkg, "wire/ibudp") && under(d, "wire/fault"):
+				bad = append(bad, fmt.Sprintf("%s depends on %s: the fault injector wraps the port, not the reverse", pkg, d))
 			case pkg == "rnic/trace" && !low(d):
 				bad = append(bad, fmt.Sprintf("rnic/trace imports %s: the trace is the ground floor every block emits into", d))
 			case under(pkg, "rnic") && host(d):
@@ -187,6 +198,8 @@ func TestImportRulesFail(t *testing.T) {
 	ok := graph{
 		deps: map[string][]string{
 			"ib": nil, "wire/bth": {"ib"}, "rnic": {"ib", "wire/bth"}, "rnic/cm": {"rnic", "ib"},
+			"wire/netif": nil, "wire/steer": nil, "wire/ibudp": {"wire/bth", "wire/netif", "wire/steer"},
+			"wire/fault": {"wire/ibudp", "wire/bth", "wire/netif", "wire/steer"},
 			"rnic/trace": {"ib", "wire/bth"},
 			"hostif":     {"rnic", "rnic/cm", "ib"}, "monitor": {"rnic"}, "verbs": {"hostif", "rnic", "ib"},
 			"rdmacm": {"verbs", "hostif", "rnic/cm", "rnic", "ib"}, "cmd/rnicd": {"verbs", "hostif", "monitor"},
@@ -204,7 +217,8 @@ func TestImportRulesFail(t *testing.T) {
 	broken.deps["ib"] = []string{"wire/bth"}
 	broken.deps["rnic/qpmgr"] = []string{"verbs"}
 	broken.deps["rnic/wqe"] = []string{"rdmacm"}
-	broken.deps["wire/ibudp"] = []string{"rnic"}
+	broken.deps["wire/ibudp"] = []string{"rnic", "wire/fault"}
+	broken.deps["wire/steer"] = []string{"wire/ibudp"}
 	broken.deps["rnic/rx"] = []string{"monitor"}
 	broken.deps["rnic/cm"] = []string{"rnic", "ib", "hostif"}
 	broken.deps["rnic/dma"] = []string{"ib", "internal/rnictest"}
@@ -221,7 +235,9 @@ func TestImportRulesFail(t *testing.T) {
 		"rnic/rx depends on monitor: the NIC must not reach up into the host side",
 		"rnic/trace imports rnic/qpmgr: the trace is the ground floor every block emits into",
 		"rnic/wqe imports rdmacm: only applications (cmd/...) may",
+		"wire/ibudp depends on wire/fault: the fault injector wraps the port, not the reverse",
 		"wire/ibudp imports rnic, which is above wire",
+		"wire/steer imports wire/ibudp: the port stands on it, not it on the port",
 	}
 	if got := importRules(broken); !slices.Equal(got, want) {
 		t.Errorf("a graph that breaks each rule once:\n got %q\nwant %q", got, want)

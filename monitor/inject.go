@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/rnicd/rnicd/internal/units"
-	"github.com/rnicd/rnicd/wire/ibudp"
+	"github.com/rnicd/rnicd/wire/fault"
 )
 
 // InjectRequest asks for impairments on a device's port (`rnic inject`).
@@ -29,19 +29,19 @@ type InjectRequest struct {
 // ApplySpec returns f changed as spec says; "off" clears everything, the
 // QP filter included. Other impairments of f stay as they were.
 //
-// A bottleneck link (ibudp.Link, DCQCN's congestion point) is
+// A bottleneck link (fault.Link, DCQCN's congestion point) is
 // "link RATE [queue SIZE] [ecn KMIN KMAX P%|ecn off] [mark
 // enqueue|dequeue]", rates as tc writes them (2gbit, 500mbit), sizes in
 // bytes or KB/MB; a new link starts with a 256KB queue, the DCQCN
 // paper's marking (ecn 5KB 200KB 1%) on the depth a packet meets (mark
 // enqueue); "link off" removes it.
-func ApplySpec(f ibudp.Faults, spec string) (ibudp.Faults, error) {
+func ApplySpec(f fault.Faults, spec string) (fault.Faults, error) {
 	words := strings.Fields(spec)
 	if len(words) == 0 {
 		return f, errors.New("inject: empty spec: want drop|dup|reorder|corrupt P%, delay|jitter D, link RATE [queue SIZE] [ecn KMIN KMAX P%], or off")
 	}
 	if len(words) == 1 && words[0] == "off" {
-		return ibudp.Faults{}, nil
+		return fault.Faults{}, nil
 	}
 	orig := f
 	var queue *int
@@ -96,7 +96,7 @@ func ApplySpec(f ibudp.Faults, spec string) (ibudp.Faults, error) {
 			}
 		case "link":
 			if val == "off" {
-				f.Link = ibudp.Link{}
+				f.Link = fault.Link{}
 				break
 			}
 			r, err := units.ParseRate(val)
@@ -104,7 +104,7 @@ func ApplySpec(f ibudp.Faults, spec string) (ibudp.Faults, error) {
 				return orig, fmt.Errorf("inject: link: %w", err)
 			}
 			if f.Link.Rate == 0 {
-				f.Link = ibudp.NewLink(r)
+				f.Link = fault.NewLink(r)
 			}
 			f.Link.Rate = r
 		case "queue":
@@ -171,12 +171,12 @@ func parsePercent(s string) (float64, error) {
 }
 
 // Inject applies r to fl, the injector in front of a device's port.
-func Inject(fl *ibudp.Faulty, r InjectRequest) error {
+func Inject(fl *fault.Injector, r InjectRequest) error {
 	tx, rx := r.TX, r.RX
 	if !tx && !rx {
 		tx, rx = true, true
 	}
-	apply := func(cur ibudp.Faults) (ibudp.Faults, error) {
+	apply := func(cur fault.Faults) (fault.Faults, error) {
 		f, err := ApplySpec(cur, r.Spec)
 		if err != nil {
 			return cur, err
@@ -189,7 +189,7 @@ func Inject(fl *ibudp.Faulty, r InjectRequest) error {
 		}
 		return f, nil
 	}
-	var ftx, frx ibudp.Faults
+	var ftx, frx fault.Faults
 	var err error
 	if tx {
 		if ftx, err = apply(fl.TX()); err != nil {

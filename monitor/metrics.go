@@ -6,7 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/rnicd/rnicd/internal/buildinfo"
-	"github.com/rnicd/rnicd/wire/ibudp"
+	"github.com/rnicd/rnicd/wire/fault"
 )
 
 // collector reads the devices' counters at every scrape. Metric names:
@@ -67,7 +67,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		})
 		if d.Faulty != nil {
 			fs := d.faultStats()
-			for dir, fc := range map[string]ibudp.FaultCounts{"tx": fs.TX, "rx": fs.RX} {
+			for dir, fc := range map[string]fault.Counts{"tx": fs.TX, "rx": fs.RX} {
 				l := prometheus.Labels{"device": d.Dev.Name(), "dir": dir}
 				for name, v := range map[string]uint64{"packets": fc.Packets, "matched": fc.Matched, "dropped": fc.Dropped,
 					"duplicated": fc.Duplicated, "corrupted": fc.Corrupted, "reordered": fc.Reordered,

@@ -37,7 +37,7 @@ import (
 
 	"github.com/rnicd/rnicd/rnic"
 	"github.com/rnicd/rnicd/rnic/trace"
-	"github.com/rnicd/rnicd/wire/ibudp"
+	"github.com/rnicd/rnicd/wire/fault"
 )
 
 //go:embed web
@@ -48,7 +48,7 @@ type Device struct {
 	Dev *rnic.Device
 	// Faulty is the fault injector in front of the device's port, nil
 	// if it has none (then /api/inject refuses the device).
-	Faulty *ibudp.Faulty
+	Faulty *fault.Injector
 	// Counters, if set, gives the counters of the device's blocks that
 	// live outside it (the daemon's CM agent: cm_tx_msgs_req, ...); they
 	// join the device's own in /metrics and /api/state.
@@ -74,7 +74,7 @@ func (d view) counters() map[string]uint64 {
 }
 
 // faultStats are what the device's injector did.
-func (d view) faultStats() ibudp.FaultStats { return d.Faulty.FaultStats() }
+func (d view) faultStats() fault.Stats { return d.Faulty.FaultStats() }
 
 // qps is the device's QP table: every QP of every client.
 func (d view) qps() []rnic.QPInfo { return d.Dev.QPInfo() }
@@ -169,7 +169,7 @@ type DeviceState struct {
 	Counters map[string]uint64 `json:"counters"`
 	Port     map[string]uint64 `json:"port"`
 	// Fault is the injector's counters per direction, nil without one.
-	Fault    *ibudp.FaultStats `json:"fault,omitempty"`
+	Fault    *fault.Stats      `json:"fault,omitempty"`
 	FaultCfg map[string]string `json:"fault_cfg,omitempty"`
 	// Links are the injector's bottleneck links (congestion points) by
 	// direction ("tx", "rx"), for the queue chart's scale and its Kmin
@@ -238,7 +238,7 @@ func (m *Monitor) State() State {
 			fs := d.faultStats()
 			ds.Fault = &fs
 			ds.FaultCfg = map[string]string{"tx": describeFaults(d.Faulty.TX()), "rx": describeFaults(d.Faulty.RX())}
-			for dir, f := range map[string]ibudp.Faults{"tx": d.Faulty.TX(), "rx": d.Faulty.RX()} {
+			for dir, f := range map[string]fault.Faults{"tx": d.Faulty.TX(), "rx": d.Faulty.RX()} {
 				if l := f.Link; l.Rate > 0 {
 					if ds.Links == nil {
 						ds.Links = map[string]LinkState{}
@@ -265,7 +265,7 @@ func (m *Monitor) State() State {
 }
 
 // describeFaults renders impairments as an inject spec would say them.
-func describeFaults(f ibudp.Faults) string {
+func describeFaults(f fault.Faults) string {
 	s := ""
 	add := func(what string, p float64) {
 		if p > 0 {

@@ -17,7 +17,7 @@ import (
 	"github.com/rnicd/rnicd/internal/rnictest"
 	"github.com/rnicd/rnicd/monitor"
 	"github.com/rnicd/rnicd/rnic/trace"
-	"github.com/rnicd/rnicd/wire/ibudp"
+	"github.com/rnicd/rnicd/wire/fault"
 )
 
 // scrape returns /metrics as metric line -> value.
@@ -76,7 +76,7 @@ func TestMetrics(t *testing.T) {
 	srv := httptest.NewServer(m.Handler())
 	defer srv.Close()
 
-	a.Faulty.SetTX(ibudp.Faults{FilterQPN: true, QPN: b.QP.QPN, DropNth: 2})
+	a.Faulty.SetTX(fault.Faults{FilterQPN: true, QPN: b.QP.QPN, DropNth: 2})
 	rnictest.Write(t, a, b, 1, 3*1024)
 	want := map[string]float64{
 		`rnicd_rdma_sends_total{device="rnic0"}`:                                               1,
@@ -158,17 +158,17 @@ func TestMetrics(t *testing.T) {
 }
 
 func TestApplySpec(t *testing.T) {
-	base := ibudp.Faults{Drop: 0.5, FilterQPN: true, QPN: 3}
+	base := fault.Faults{Drop: 0.5, FilterQPN: true, QPN: 3}
 	cases := []struct {
 		spec string
-		want ibudp.Faults
+		want fault.Faults
 		err  bool
 	}{
-		{spec: "drop 2%", want: ibudp.Faults{Drop: 0.02, FilterQPN: true, QPN: 3}},
-		{spec: "dup 1% reorder 5%", want: ibudp.Faults{Drop: 0.5, Duplicate: 0.01, Reorder: 0.05, FilterQPN: true, QPN: 3}},
-		{spec: "delay 200us jitter 1ms", want: ibudp.Faults{Drop: 0.5, Delay: 200 * time.Microsecond, Jitter: time.Millisecond, FilterQPN: true, QPN: 3}},
-		{spec: "corrupt 100%", want: ibudp.Faults{Drop: 0.5, Corrupt: 1, FilterQPN: true, QPN: 3}},
-		{spec: "off", want: ibudp.Faults{}},
+		{spec: "drop 2%", want: fault.Faults{Drop: 0.02, FilterQPN: true, QPN: 3}},
+		{spec: "dup 1% reorder 5%", want: fault.Faults{Drop: 0.5, Duplicate: 0.01, Reorder: 0.05, FilterQPN: true, QPN: 3}},
+		{spec: "delay 200us jitter 1ms", want: fault.Faults{Drop: 0.5, Delay: 200 * time.Microsecond, Jitter: time.Millisecond, FilterQPN: true, QPN: 3}},
+		{spec: "corrupt 100%", want: fault.Faults{Drop: 0.5, Corrupt: 1, FilterQPN: true, QPN: 3}},
+		{spec: "off", want: fault.Faults{}},
 		{spec: "", err: true},
 		{spec: "drop", err: true},
 		{spec: "drop 2", err: true},
@@ -220,7 +220,7 @@ func TestInject(t *testing.T) {
 	if code, body := post(t, srv.URL, monitor.InjectRequest{Device: "rnic0", TX: true, QPN: &qpn, Spec: "drop 2% dup 1%"}); code != 200 {
 		t.Fatalf("inject: %d %s", code, body)
 	}
-	if got, want := a.Faulty.TX(), (ibudp.Faults{Drop: 0.02, Duplicate: 0.01, FilterQPN: true, QPN: 0x12}); got.Drop != want.Drop ||
+	if got, want := a.Faulty.TX(), (fault.Faults{Drop: 0.02, Duplicate: 0.01, FilterQPN: true, QPN: 0x12}); got.Drop != want.Drop ||
 		got.Duplicate != want.Duplicate || !got.FilterQPN || got.QPN != want.QPN {
 		t.Fatalf("TX faults %+v, want %+v", got, want)
 	}

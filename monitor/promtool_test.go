@@ -12,7 +12,7 @@ import (
 	"github.com/rnicd/rnicd/internal/promtest"
 	"github.com/rnicd/rnicd/internal/rnictest"
 	"github.com/rnicd/rnicd/monitor"
-	"github.com/rnicd/rnicd/wire/ibudp"
+	"github.com/rnicd/rnicd/wire/fault"
 )
 
 // TestMetricsPromtool holds /metrics, with every family it can have
@@ -33,7 +33,7 @@ func TestMetricsPromtool(t *testing.T) {
 	// A 1 Gbit/s bottleneck in front of b that marks every packet
 	// meeting a queue of 8 KB: a 512 KB WRITE at 10 Gbit/s fills it, b
 	// answers the marks with CNPs and a's QP comes under DCQCN.
-	b.Faulty.SetRX(ibudp.Faults{Link: ibudp.Link{Rate: 1e9, Queue: 1 << 20, KMin: 8 << 10, KMax: 8 << 10, PMax: 1}})
+	b.Faulty.SetRX(fault.Faults{Link: fault.Link{Rate: 1e9, Queue: 1 << 20, KMin: 8 << 10, KMax: 8 << 10, PMax: 1}})
 	rnictest.Write(t, a, b, 1, 512<<10)
 	rate := fmt.Sprintf("rnicd_qp_cc_rate_bps{device=%q,qpn=\"%#x\",type=\"RC\"} ", a.Dev.Name(), a.QP.QPN)
 	var body string

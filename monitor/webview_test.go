@@ -21,7 +21,7 @@ import (
 	"github.com/rnicd/rnicd/internal/rnictest"
 	"github.com/rnicd/rnicd/monitor"
 	"github.com/rnicd/rnicd/rnic/trace"
-	"github.com/rnicd/rnicd/wire/ibudp"
+	"github.com/rnicd/rnicd/wire/fault"
 )
 
 // pagePacket is one row of the sequence diagram as the page drew it: a
@@ -64,7 +64,7 @@ func TestWebView(t *testing.T) {
 	// every tenth loses its second packet.
 	stopTraffic := traffic(func(i uint64) error {
 		if i%10 == 0 {
-			a.Faulty.SetTX(ibudp.Faults{FilterQPN: true, QPN: b.QP.QPN, DropNth: 2})
+			a.Faulty.SetTX(fault.Faults{FilterQPN: true, QPN: b.QP.QPN, DropNth: 2})
 		}
 		err := rnictest.TryWrite(a, b, i, 3*1024)
 		time.Sleep(5 * time.Millisecond) // pace it for the eye
@@ -190,7 +190,7 @@ func TestWebView(t *testing.T) {
 		}
 	}
 	// An impairment set: the port block is highlighted and says why.
-	b.Faulty.SetRX(ibudp.Faults{Delay: time.Microsecond})
+	b.Faulty.SetRX(fault.Faults{Delay: time.Microsecond})
 	why := fmt.Sprintf(`(() => { const e = document.querySelector('.device[data-name=%q] .block.busy[data-name="Port"] .why'); return !!e && e.textContent.includes("fault injector"); })()`, b.Dev.Name())
 	if _, err := chromedp.Run(wctx, chrometest.WaitTrue(why)); err != nil {
 		t.Fatalf("port block with a fault set never said why it is highlighted: %v", err)
@@ -271,7 +271,7 @@ func checkBlocks(t *testing.T, ctx context.Context) {
 func TestWebViewDCQCN(t *testing.T) {
 	tr := trace.New(0)
 	a, b := rnictest.NewEndsCC(t, tr, "dcqcn")
-	b.Faulty.SetRX(ibudp.Faults{Link: ibudp.Link{Rate: 300e6, Queue: 256 << 10, KMin: 20 << 10, KMax: 200 << 10, PMax: 0.1}})
+	b.Faulty.SetRX(fault.Faults{Link: fault.Link{Rate: 300e6, Queue: 256 << 10, KMin: 20 << 10, KMax: 200 << 10, PMax: 0.1}})
 	m, err := monitor.New(monitor.Config{Devices: []monitor.Device{{Dev: a.Dev, Faulty: a.Faulty}, {Dev: b.Dev, Faulty: b.Faulty}}, Tracer: tr, QPMetrics: true})
 	if err != nil {
 		t.Fatal(err)

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/rnicd/rnicd/ib"
-	"github.com/rnicd/rnicd/wire/ibudp"
+	"github.com/rnicd/rnicd/wire/fault"
 )
 
 // coalesceWrites posts n signaled 64-byte WRITEs from p.a to p.b, wr_id
@@ -39,7 +39,7 @@ func checkWrites(t *testing.T, p *pair, wcs []ib.WC, first uint64, off int) {
 // flight.
 func TestCoalescePostsACKSends(t *testing.T) {
 	p := newPair(t, pairOpts{faulty: true, coalesce: true, timeout: 18}) // 1.07 s: no timer fires
-	p.a.faulty.SetRX(ibudp.Faults{Delay: 100 * time.Millisecond})
+	p.a.faulty.SetRX(fault.Faults{Delay: 100 * time.Millisecond})
 	coalesceWrites(t, p, 1, 0, 1)
 	// On the wire at once, by the poster or, if that is at work, the
 	// send pipeline; never left waiting.
@@ -70,7 +70,7 @@ func TestCoalescePostsACKSends(t *testing.T) {
 // retransmission timer is 1.07 s away).
 func TestCoalescePostsPollSends(t *testing.T) {
 	p := newPair(t, pairOpts{faulty: true, coalesce: true, timeout: 18})
-	p.a.faulty.SetRX(ibudp.Faults{Drop: 1})
+	p.a.faulty.SetRX(fault.Faults{Drop: 1})
 	coalesceWrites(t, p, 1, 0, 1)
 	waitCounter(t, p.a, "sent_pkts", 1, 10*time.Second)
 	// Three packets at MTU 1024: a GSO run of its own, sent at once.
@@ -101,7 +101,7 @@ func TestCoalescePostsPollSends(t *testing.T) {
 
 	// The ACKs were lost: the retransmission timer sends the WRITEs
 	// again, and they complete in order.
-	p.a.faulty.SetRX(ibudp.Faults{})
+	p.a.faulty.SetRX(fault.Faults{})
 	wcs := p.a.poll(12, 10*time.Second)
 	checkWC(t, wcs[0], ib.WC{WRID: 1, Status: ib.WCSuccess, Opcode: ib.WCRDMAWrite, ByteLen: 64, QPNum: p.qa.QPN})
 	checkWC(t, wcs[1], ib.WC{WRID: 50, Status: ib.WCSuccess, Opcode: ib.WCRDMAWrite, ByteLen: 3000, QPNum: p.qa.QPN})

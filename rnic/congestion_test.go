@@ -8,7 +8,7 @@ import (
 	"github.com/rnicd/rnicd/ib"
 	"github.com/rnicd/rnicd/rnic"
 	"github.com/rnicd/rnicd/rnic/trace"
-	"github.com/rnicd/rnicd/wire/ibudp"
+	"github.com/rnicd/rnicd/wire/fault"
 )
 
 // congested runs a 512 KB WRITE from a to b through a bottleneck in
@@ -21,7 +21,7 @@ func congested(t *testing.T, o pairOpts) *pair {
 	// answered like the first, so the counts below still agree.
 	o.faulty, o.memLen, o.retry, o.timeout = true, 2<<20, 7, 14
 	p := newPair(t, o)
-	p.b.faulty.SetRX(ibudp.Faults{Link: ibudp.Link{Rate: 1e9, Queue: 1 << 20, KMin: 8 << 10, KMax: 8 << 10, PMax: 1}})
+	p.b.faulty.SetRX(fault.Faults{Link: fault.Link{Rate: 1e9, Queue: 1 << 20, KMin: 8 << 10, KMax: 8 << 10, PMax: 1}})
 	const n = 512 << 10
 	fill(p.a.mem[:n], 7)
 	mustPost(t, p.a, p.qa, ib.SendWR{WRID: 1, Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled,

@@ -9,7 +9,7 @@ import (
 
 	"github.com/rnicd/rnicd/ib"
 	"github.com/rnicd/rnicd/rnic/qpmgr"
-	"github.com/rnicd/rnicd/wire/ibudp"
+	"github.com/rnicd/rnicd/wire/fault"
 	"github.com/rnicd/rnicd/wire/netif"
 )
 
@@ -153,7 +153,7 @@ func TestRetryExceeded(t *testing.T) {
 	for retry := uint8(0); retry <= 7; retry++ {
 		t.Run(fmt.Sprintf("retry_cnt=%d", retry), func(t *testing.T) {
 			p := newPair(t, pairOpts{faulty: true, retry: retry, noRetry: retry == 0, timeout: 8}) // 1 ms, 8 ms at most with backoff
-			p.a.faulty.SetTX(ibudp.Faults{Drop: 1})
+			p.a.faulty.SetTX(fault.Faults{Drop: 1})
 			mustPost(t, p.a, p.qa,
 				ib.SendWR{WRID: 1, Opcode: ib.WRRDMAWrite, SGL: []ib.SGE{sge(p.a, 0, 5000)}, RemoteAddr: memVA, RKey: p.b.mr.RKey},
 				ib.SendWR{WRID: 2, Opcode: ib.WRSend, Flags: ib.SendSignaled, SGL: []ib.SGE{sge(p.a, 0, 5)}})
@@ -191,11 +191,11 @@ func waitCounter(t *testing.T, n *node, name string, want uint64, d time.Duratio
 func TestRetry7Forever(t *testing.T) {
 	p := newPair(t, pairOpts{faulty: true, retry: 7, timeout: 8, retry7Ever: true})
 	fill(p.a.mem[:5000], 3)
-	p.a.faulty.SetTX(ibudp.Faults{Drop: 1})
+	p.a.faulty.SetTX(fault.Faults{Drop: 1})
 	mustPost(t, p.a, p.qa, ib.SendWR{WRID: 1, Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled,
 		SGL: []ib.SGE{sge(p.a, 0, 5000)}, RemoteAddr: memVA, RKey: p.b.mr.RKey})
 	waitCounter(t, p.a, "local_ack_timeout_err", 12, 10*time.Second)
-	p.a.faulty.SetTX(ibudp.Faults{})
+	p.a.faulty.SetTX(fault.Faults{})
 	checkWC(t, p.a.poll(1, 5*time.Second)[0], ib.WC{WRID: 1, Opcode: ib.WCRDMAWrite, ByteLen: 5000, QPNum: p.qa.QPN})
 	sameBytes(t, "after 12 timeouts", p.b.mem[:5000], p.a.mem[:5000])
 	if c := counter(p.a, "retry_exceeded_err"); c != 0 {
@@ -291,7 +291,7 @@ func TestWrongState(t *testing.T) {
 func TestWindow(t *testing.T) {
 	for _, w := range []int{0, 300} {
 		p := newPair(t, pairOpts{faulty: true, retry: 1, timeout: 20, memLen: 2 << 20, window: w}) // 4.3 s
-		p.a.faulty.SetTX(ibudp.Faults{Drop: 1})
+		p.a.faulty.SetTX(fault.Faults{Drop: 1})
 		mustPost(t, p.a, p.qa, ib.SendWR{WRID: 1, Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled,
 			SGL: []ib.SGE{sge(p.a, 0, 1<<20)}, RemoteAddr: memVA, RKey: p.b.mr.RKey}) // 1024 packets
 		want := uint64(qpmgr.MaxUnackedPSNs)

@@ -9,7 +9,7 @@ import (
 
 	"github.com/rnicd/rnicd/ib"
 	"github.com/rnicd/rnicd/rnic"
-	"github.com/rnicd/rnicd/wire/ibudp"
+	"github.com/rnicd/rnicd/wire/fault"
 )
 
 // BenchmarkFairness is the congestion-control run end to end: 4 RC QPs, two on each
@@ -47,7 +47,7 @@ func runFairness(b *testing.B, cc, params string) {
 	for i, ad := range []netip.Addr{a1, a2} {
 		senders = append(senders, openNode(b, ad, o, int64(i+1), fmt.Sprintf("rnicS%d", i)))
 	}
-	recv.faulty.SetRX(ibudp.Faults{Link: ibudp.NewLink(rate)})
+	recv.faulty.SetRX(fault.Faults{Link: fault.NewLink(rate)})
 	type flow struct {
 		n      *node
 		qp     *rnic.QP

@@ -14,6 +14,7 @@ import (
 	"github.com/rnicd/rnicd/rnic"
 	"github.com/rnicd/rnicd/rnic/flowctl"
 	"github.com/rnicd/rnicd/rnic/trace"
+	"github.com/rnicd/rnicd/wire/fault"
 	"github.com/rnicd/rnicd/wire/ibudp"
 	"github.com/rnicd/rnicd/wire/netif"
 )
@@ -31,7 +32,7 @@ type node struct {
 	t      testing.TB
 	peer   *node
 	dev    *rnic.Device
-	faulty *ibudp.Faulty
+	faulty *fault.Injector
 	pd     rnic.PD
 	cq     *rnic.CQ
 	mem    []byte
@@ -66,10 +67,10 @@ func openNode(t testing.TB, addr netip.Addr, o pairOpts, seed int64, name string
 	}
 	if faulty {
 		if o.pollIdle > 0 {
-			fp := ibudp.NewFaultyPoller(port.(ibudp.Poller), seed)
-			n.faulty, p = fp.Faulty, fp
+			fp := fault.NewPoller(port.(ibudp.Poller), seed)
+			n.faulty, p = fp.Injector, fp
 		} else {
-			n.faulty = ibudp.NewFaulty(port, seed)
+			n.faulty = fault.New(port, seed)
 			p = n.faulty
 		}
 	}
@@ -86,8 +87,8 @@ func openNode(t testing.TB, addr netip.Addr, o pairOpts, seed int64, name string
 			t.Fatalf("open queue %d of %v: %v", q, addr, err)
 		}
 		if faulty {
-			fp := ibudp.NewFaultyPoller(qp.(ibudp.Poller), seed+int64(q)<<32)
-			n.faulty.Follow(fp.Faulty)
+			fp := fault.NewPoller(qp.(ibudp.Poller), seed+int64(q)<<32)
+			n.faulty.Follow(fp.Injector)
 			qp = fp
 		}
 		more = append(more, qp)

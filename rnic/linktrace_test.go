@@ -5,7 +5,7 @@ import (
 
 	"github.com/rnicd/rnicd/internal/rnictest"
 	"github.com/rnicd/rnicd/rnic/trace"
-	"github.com/rnicd/rnicd/wire/ibudp"
+	"github.com/rnicd/rnicd/wire/fault"
 )
 
 // The injector's bottleneck link shows in the trace: every tail drop its
@@ -18,7 +18,7 @@ func TestLinkDropTraced(t *testing.T) {
 	defer sub.Close()
 	a, b := rnictest.NewEnds(t, tr)
 	const queue = 32 << 10
-	a.Faulty.SetTX(ibudp.Faults{Link: ibudp.Link{Rate: 1e9, Queue: queue}})
+	a.Faulty.SetTX(fault.Faults{Link: fault.Link{Rate: 1e9, Queue: queue}})
 	rnictest.Write(t, a, b, 1, 256<<10)
 	st := a.Faulty.FaultStats().TX
 	if st.LinkDropped == 0 || st.Marked != 0 {

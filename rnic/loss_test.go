@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/rnicd/rnicd/ib"
-	"github.com/rnicd/rnicd/wire/ibudp"
+	"github.com/rnicd/rnicd/wire/fault"
 )
 
 // TestLossRecovery runs 10,000 mixed RC operations (WRITE, READ, SEND,
@@ -45,7 +45,7 @@ func TestLossRecovery(t *testing.T) {
 	a, b := p.a, p.b
 	fill(b.mem[bRSrc:bRSrc+1<<20], 99)
 	b.fence()
-	faults := ibudp.Faults{Drop: 0.05, Duplicate: 0.01, Reorder: 0.02, ReorderBy: 3, Corrupt: 0.01}
+	faults := fault.Faults{Drop: 0.05, Duplicate: 0.01, Reorder: 0.02, ReorderBy: 3, Corrupt: 0.01}
 	a.faulty.SetTX(faults)
 	b.faulty.SetTX(faults)
 
@@ -177,12 +177,12 @@ func TestProbeBeforeRTTSample(t *testing.T) {
 		sameBytes(t, fmt.Sprintf("WRITE %d", wrid), b.mem[:n], a.mem[:n])
 		b.fence() // the read before the next WRITE's DMA
 	}
-	a.faulty.SetTX(ibudp.Faults{DropNth: 3}) // PSN 2 of 8
+	a.faulty.SetTX(fault.Faults{DropNth: 3}) // PSN 2 of 8
 	write(1, 8*1024)
 	if c := counter(a, "rcvd_seq_err"); c == 0 { // more if the NAK was repeated
 		t.Fatalf("rcvd_seq_err 0 after a packet lost mid-message")
 	}
-	a.faulty.SetTX(ibudp.Faults{DropNth: 4}) // the last of 4, with AckReq
+	a.faulty.SetTX(fault.Faults{DropNth: 4}) // the last of 4, with AckReq
 	write(2, 4*1024)
 	if c := counter(a, "local_ack_timeout_err"); c != 0 {
 		t.Errorf("local_ack_timeout_err %d, want 0: the tail went by a probe", c)

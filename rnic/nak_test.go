@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/rnicd/rnicd/ib"
-	"github.com/rnicd/rnicd/wire/ibudp"
+	"github.com/rnicd/rnicd/wire/fault"
 )
 
 // TestLostNAKRepeated: the first packet of a 20-packet WRITE is lost, and
@@ -20,8 +20,8 @@ func TestLostNAKRepeated(t *testing.T) {
 	p := newPair(t, pairOpts{faulty: true, retry: 7, timeout: 18}) // 1.07 s
 	const n = 20 << 10
 	fill(p.a.mem[:n], 11)
-	p.a.faulty.SetTX(ibudp.Faults{DropNth: 1})                                 // the WRITE's first packet
-	p.b.faulty.SetTX(ibudp.Faults{DropNth: 1, FilterQPN: true, QPN: p.qa.QPN}) // b's first packet to a: the NAK
+	p.a.faulty.SetTX(fault.Faults{DropNth: 1})                                 // the WRITE's first packet
+	p.b.faulty.SetTX(fault.Faults{DropNth: 1, FilterQPN: true, QPN: p.qa.QPN}) // b's first packet to a: the NAK
 	mustPost(t, p.a, p.qa, ib.SendWR{WRID: 1, Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled,
 		SGL: []ib.SGE{sge(p.a, 0, n)}, RemoteAddr: memVA, RKey: p.b.mr.RKey})
 	checkWC(t, p.a.poll(1, 5*time.Second)[0], ib.WC{WRID: 1, Opcode: ib.WCRDMAWrite, ByteLen: n, QPNum: p.qa.QPN})

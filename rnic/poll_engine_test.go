@@ -9,7 +9,7 @@ import (
 
 	"github.com/rnicd/rnicd/ib"
 	"github.com/rnicd/rnicd/rnic"
-	"github.com/rnicd/rnicd/wire/ibudp"
+	"github.com/rnicd/rnicd/wire/fault"
 )
 
 // hostRing is a client's send ring as the polling engine sees it
@@ -169,8 +169,8 @@ func TestPollingEngineLoss(t *testing.T) {
 
 func testPollingEngineLoss(t *testing.T, engines int) {
 	p := newPair(t, pairOpts{pollIdle: 50 * time.Microsecond, faulty: true, mtu: 1024, engines: engines})
-	p.a.faulty.SetTX(ibudp.Faults{Drop: 0.05})
-	p.b.faulty.SetRX(ibudp.Faults{Drop: 0.05})
+	p.a.faulty.SetTX(fault.Faults{Drop: 0.05})
+	p.b.faulty.SetRX(fault.Faults{Drop: 0.05})
 	fill(p.a.mem[:256<<10], 3)
 	const n = 16
 	for i := range n {

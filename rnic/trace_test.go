@@ -10,7 +10,7 @@ import (
 	"github.com/rnicd/rnicd/ib"
 	"github.com/rnicd/rnicd/rnic/trace"
 	"github.com/rnicd/rnicd/wire/bth"
-	"github.com/rnicd/rnicd/wire/ibudp"
+	"github.com/rnicd/rnicd/wire/fault"
 )
 
 // want describes one expected trace event; zero fields are not checked.
@@ -54,7 +54,7 @@ func TestTraceWriteWithLoss(t *testing.T) {
 	// loss; on a loaded machine a short timer could fire first.
 	p := newPair(t, pairOpts{mtu: 1024, faulty: true, retry: 7, timeout: 18, trace: tr})
 	a, b := p.a, p.b
-	a.faulty.SetTX(ibudp.Faults{FilterQPN: true, QPN: p.qb.QPN, DropNth: 2})
+	a.faulty.SetTX(fault.Faults{FilterQPN: true, QPN: p.qb.QPN, DropNth: 2})
 
 	const n, wrid = 3 * 1024, 0x77
 	fill(a.mem[:n], 5)

@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"testing"
 
-	"github.com/rnicd/rnicd/wire/ibudp"
+	"github.com/rnicd/rnicd/wire/fault"
 )
 
 // The command puts a bottleneck in front of a device's receive
@@ -17,7 +17,7 @@ func TestInjectLink(t *testing.T) {
 	if code := run(args, &out, &errb); code != 0 {
 		t.Fatalf("rnic %v: exit %d %s", args, code, errb.String())
 	}
-	want := ibudp.Link{Rate: 2e9, Queue: 256 << 10, KMin: 20 << 10, KMax: 200 << 10, PMax: 0.01}
+	want := fault.Link{Rate: 2e9, Queue: 256 << 10, KMin: 20 << 10, KMax: 200 << 10, PMax: 0.01}
 	if got := a.Faulty.RX().Link; got != want || a.Faulty.TX().Link.Rate != 0 {
 		t.Fatalf("RX link %+v, TX %+v; want RX %+v", got, a.Faulty.TX().Link, want)
 	}

@@ -23,7 +23,7 @@ import (
 	"github.com/rnicd/rnicd/monitor"
 	"github.com/rnicd/rnicd/rnic/trace"
 	"github.com/rnicd/rnicd/verbs"
-	"github.com/rnicd/rnicd/wire/ibudp"
+	"github.com/rnicd/rnicd/wire/fault"
 )
 
 // observeCommands look inside a running rnicd: stat, trace, inject. They
@@ -405,7 +405,7 @@ func runInject(args []string, stdout, stderr io.Writer) int {
 		req.QPN = &q
 	}
 	// Check the spec here first, for a clear message before any request.
-	if _, err := monitor.ApplySpec(ibudp.Faults{}, req.Spec); err != nil {
+	if _, err := monitor.ApplySpec(fault.Faults{}, req.Spec); err != nil {
 		fmt.Fprintln(stderr, "rnic", err)
 		return 2
 	}

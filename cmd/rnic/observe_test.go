@@ -14,7 +14,7 @@ import (
 	"github.com/rnicd/rnicd/monitor"
 	"github.com/rnicd/rnicd/rnic/trace"
 	"github.com/rnicd/rnicd/verbs"
-	"github.com/rnicd/rnicd/wire/ibudp"
+	"github.com/rnicd/rnicd/wire/fault"
 )
 
 // observed is two in-process devices behind a management port.
@@ -160,7 +160,7 @@ func TestInjectCommand(t *testing.T) {
 	if code := run([]string{"inject", "-http", addr, "-d", "rnic0", "--rx", "--qp", "0x11", "reorder", "5%"}, &out, &errb); code != 0 {
 		t.Fatalf("rnic inject: %d %s", code, errb.String())
 	}
-	if rx, tx := a.Faulty.RX(), a.Faulty.TX(); rx.Reorder != 0.05 || !rx.FilterQPN || rx.QPN != 0x11 || tx != (ibudp.Faults{}) {
+	if rx, tx := a.Faulty.RX(), a.Faulty.TX(); rx.Reorder != 0.05 || !rx.FilterQPN || rx.QPN != 0x11 || tx != (fault.Faults{}) {
 		t.Fatalf("after inject: RX %+v TX %+v", rx, tx)
 	}
 	if !strings.Contains(out.String(), "rnic0 rx: reorder 5% (qp 0x11)") {

@@ -50,6 +50,7 @@ import (
 	"github.com/rnicd/rnicd/rnic/flowctl"
 	"github.com/rnicd/rnicd/rnic/trace"
 	"github.com/rnicd/rnicd/verbs"
+	"github.com/rnicd/rnicd/wire/fault"
 	"github.com/rnicd/rnicd/wire/ibudp"
 	"github.com/rnicd/rnicd/wire/pcap"
 	"github.com/rnicd/rnicd/wire/steer"
@@ -483,7 +484,7 @@ func serve(c config, nofile uint64, nofileErr error) error {
 	}
 	// The injector is a pass-through until `rnic inject` sets a fault;
 	// the tracer records only while someone reads it.
-	var faulty *ibudp.Faulty
+	var faulty *fault.Injector
 	var devPort ibudp.Port
 	var enginePorts []ibudp.Port
 	closePorts := func() {
@@ -494,10 +495,10 @@ func serve(c config, nofile uint64, nofileErr error) error {
 	}
 	if p, ok := port.(ibudp.Poller); ok && c.pollIdle > 0 {
 		// The engine polls the port through the injector.
-		fp := ibudp.NewFaultyPoller(p, time.Now().UnixNano())
-		faulty, devPort = fp.Faulty, fp
+		fp := fault.NewPoller(p, time.Now().UnixNano())
+		faulty, devPort = fp.Injector, fp
 	} else {
-		faulty = ibudp.NewFaulty(port, time.Now().UnixNano())
+		faulty = fault.New(port, time.Now().UnixNano())
 		devPort = faulty
 	}
 	for q := 1; q < c.engines; q++ {
@@ -509,8 +510,8 @@ func serve(c config, nofile uint64, nofileErr error) error {
 			return err
 		}
 		// One `rnic inject` impairs every engine's socket.
-		fp := ibudp.NewFaultyPoller(qp.(ibudp.Poller), time.Now().UnixNano()+int64(q))
-		faulty.Follow(fp.Faulty)
+		fp := fault.NewPoller(qp.(ibudp.Poller), time.Now().UnixNano()+int64(q))
+		faulty.Follow(fp.Injector)
 		enginePorts = append(enginePorts, fp)
 	}
 	tr := trace.New(0)

@@ -17,7 +17,7 @@ import (
 	"github.com/rnicd/rnicd/monitor"
 	"github.com/rnicd/rnicd/rnic"
 	"github.com/rnicd/rnicd/rnic/trace"
-	"github.com/rnicd/rnicd/wire/ibudp"
+	"github.com/rnicd/rnicd/wire/fault"
 	"github.com/rnicd/rnicd/wire/pcap"
 )
 
@@ -50,7 +50,7 @@ type observers struct {
 
 // startObservers starts what c asks for, and always the monitor on
 // socketPath. On error it undoes what it started.
-func startObservers(c config, dev *rnic.Device, faulty *ibudp.Faulty, cmCounters func() map[string]uint64,
+func startObservers(c config, dev *rnic.Device, faulty *fault.Injector, cmCounters func() map[string]uint64,
 	tr *trace.Tracer, socketPath string, log *slog.Logger, authorize func(what string, cred *unix.Ucred) error) (_ *observers, err error) {
 	o := &observers{log: log, dev: dev, stopped: make(chan error, 4)}
 	defer func() {

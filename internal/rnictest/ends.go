@@ -19,6 +19,7 @@ import (
 	"github.com/rnicd/rnicd/rnic"
 	"github.com/rnicd/rnicd/rnic/flowctl"
 	"github.com/rnicd/rnicd/rnic/trace"
+	"github.com/rnicd/rnicd/wire/fault"
 	"github.com/rnicd/rnicd/wire/ibudp"
 	"github.com/rnicd/rnicd/wire/netif"
 )
@@ -26,7 +27,7 @@ import (
 // End is one device with a faulty port, a CQ, a buffer and an RC QP.
 type End struct {
 	Dev    *rnic.Device
-	Faulty *ibudp.Faulty
+	Faulty *fault.Injector
 	CQ     *rnic.CQ
 	Mem    []byte
 	MR     *rnic.MR
@@ -53,7 +54,7 @@ func NewEndsCC(t testing.TB, tr *trace.Tracer, cc string) (a, b *End) {
 		if err != nil {
 			t.Fatalf("open port %v: %v", addr, err)
 		}
-		e := &End{Faulty: ibudp.NewFaulty(port, 1)}
+		e := &End{Faulty: fault.New(port, 1)}
 		alg, err := flowctl.NewAlgorithm(cc, flowctl.DefaultParams(), 0)
 		if err != nil {
 			t.Fatal(err)

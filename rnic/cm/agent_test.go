@@ -22,6 +22,7 @@ import (
 	"github.com/rnicd/rnicd/internal/looptest"
 	"github.com/rnicd/rnicd/rnic"
 	"github.com/rnicd/rnicd/rnic/cm"
+	"github.com/rnicd/rnicd/wire/fault"
 	"github.com/rnicd/rnicd/wire/ibudp"
 	"github.com/rnicd/rnicd/wire/mad"
 	"github.com/rnicd/rnicd/wire/pcap"
@@ -35,7 +36,7 @@ import (
 type peer struct {
 	t      testing.TB
 	dev    *rnic.Device
-	faulty *ibudp.Faulty
+	faulty *fault.Injector
 	pd     rnic.PD
 	cq     *rnic.CQ
 	mem    []byte
@@ -73,7 +74,7 @@ func newPeerTimers(t testing.TB, addr string, guid uint64, respTimeout, lifeTime
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &peer{t: t, faulty: ibudp.NewFaulty(port, 1), events: make(chan cm.Event, 16), qps: map[uint32]*rnic.QP{}}
+	p := &peer{t: t, faulty: fault.New(port, 1), events: make(chan cm.Event, 16), qps: map[uint32]*rnic.QP{}}
 	if p.dev, err = rnic.Open(rnic.Config{Port: p.faulty, Name: "cm" + addr}); err != nil {
 		t.Fatal(err)
 	}
@@ -257,7 +258,7 @@ func TestAgentConnectionRefused(t *testing.T) {
 func TestAgentLostREQ(t *testing.T) {
 	a, b := newPeer(t, looptest.Get(t).String(), 0xa), newPeer(t, looptest.Get(t).String(), 0xb)
 	b.agent.Do(func(c *cm.CM) { c.Listen(service, nil) })
-	a.faulty.SetTX(ibudp.Faults{FilterQPN: true, QPN: rnic.GSIQPN, DropNth: 1})
+	a.faulty.SetTX(fault.Faults{FilterQPN: true, QPN: rnic.GSIQPN, DropNth: 1})
 	qa, qb := a.createQP(), b.createQP()
 	a.connect(b, qa)
 	cr := b.event(cm.EventConnectRequest)

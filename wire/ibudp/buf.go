@@ -20,8 +20,8 @@ const MaxRoCELen = 4096 + 128
 // minRoCELen is the shortest RoCE part worth looking at: a BTH and an ICRC.
 const minRoCELen = bth.BTHLen + bth.ICRCLen
 
-// bufLen is len(Buf.Data).
-const bufLen = Headroom + MaxRoCELen
+// BufLen is len(Buf.Data) of every Buf from NewBuf.
+const BufLen = Headroom + MaxRoCELen
 
 // ICRCStatus says how a port checked the ICRC of a received packet.
 type ICRCStatus uint8
@@ -38,8 +38,8 @@ const (
 	// IPv4 ID (Buf.IPID), which the socket does not show; 16 of the 32 bits
 	// were spent finding that ID, so this is a 16-bit check.
 	ICRCVerifiedAnyID
-	// ICRCCorrupted: a fault injector (Faulty) flipped a bit after the
-	// port verified the packet; its ICRC no longer matches.
+	// ICRCCorrupted: a fault injector (package fault) flipped a bit after
+	// the port verified the packet; its ICRC no longer matches.
 	ICRCCorrupted
 )
 
@@ -82,9 +82,10 @@ type Buf struct {
 	// ModeUDP.
 	IPID uint16
 
-	// flip, when nonzero, makes the port flip bit flip-1 of the RoCE part
-	// after sealing the ICRC; the fault injector uses it for TX corruption.
-	flip uint32
+	// Flip, when nonzero, makes the port flip bit Flip-1 of the RoCE part
+	// after sealing the ICRC, and clear it: a fault injector's TX
+	// corruption (package fault), which the peer's ICRC check must catch.
+	Flip uint32
 
 	// ext, when not nil, holds the bytes [extOff, extOff+len(ext)) of the
 	// RoCE part in place of Data: a payload lent by reference (SetPayloadRef)
@@ -95,13 +96,13 @@ type Buf struct {
 }
 
 // NewBuf allocates a Buf with room for the largest packet.
-func NewBuf() *Buf { return &Buf{Data: make([]byte, bufLen)} }
+func NewBuf() *Buf { return &Buf{Data: make([]byte, BufLen)} }
 
 // RoCE returns the RoCE part, Data[Headroom:Headroom+N]. A payload lent by
 // reference is copied into Data first.
 func (b *Buf) RoCE() []byte {
 	if b.ext != nil {
-		b.flatten()
+		b.Flatten()
 	}
 	return b.Data[Headroom : Headroom+b.N]
 }
@@ -122,9 +123,14 @@ func (b *Buf) SetPayloadRef(off int, p []byte) bool {
 	return true
 }
 
-// flatten copies a payload lent by reference into Data, after which the Buf
-// no longer refers to it.
-func (b *Buf) flatten() {
+// Flatten copies a payload lent by reference (SetPayloadRef) into Data,
+// after which the Buf no longer refers to it: what keeps a Buf past the
+// Send that takes it (a fault injector delaying it) must not refer to
+// registered memory, which may be gone by then.
+func (b *Buf) Flatten() {
+	if b.ext == nil {
+		return
+	}
 	copy(b.Data[Headroom+b.extOff:Headroom+b.extOff+len(b.ext)], b.ext)
 	b.ext = nil
 }
@@ -162,23 +168,25 @@ func (b *Buf) reset() {
 
 // valid reports whether the Buf has the shape ports rely on.
 func (b *Buf) valid() bool {
-	return b != nil && len(b.Data) == bufLen && b.N >= minRoCELen && b.N <= MaxRoCELen
+	return b != nil && len(b.Data) == BufLen && b.N >= minRoCELen && b.N <= MaxRoCELen
 }
 
-// checkRecvBufs refuses receive buffers that did not come from NewBuf.
-func checkRecvBufs(bufs []*Buf) error {
+// CheckRecvBufs refuses receive buffers that did not come from NewBuf, as
+// every Port's Recv does.
+func CheckRecvBufs(bufs []*Buf) error {
 	for i, b := range bufs {
-		if b == nil || len(b.Data) != bufLen {
+		if b == nil || len(b.Data) != BufLen {
 			return fmt.Errorf("ibudp: recv: buffer %d is not a Buf from NewBuf", i)
 		}
 	}
 	return nil
 }
 
-// copyFrom makes b a copy of c (data and metadata).
-func (b *Buf) copyFrom(c *Buf) {
+// CopyFrom makes b a copy of c (data and metadata); a payload c lends by
+// reference is copied into c's Data first.
+func (b *Buf) CopyFrom(c *Buf) {
 	if c.ext != nil {
-		c.flatten()
+		c.Flatten()
 	}
 	data := b.Data
 	*b = *c
@@ -257,7 +265,7 @@ func (p *Pool) PutBatch(bufs []*Buf) {
 }
 
 func (p *Pool) putLocked(b *Buf) {
-	if b == nil || len(b.Data) != bufLen {
+	if b == nil || len(b.Data) != BufLen {
 		return
 	}
 	b.reset()

@@ -19,13 +19,13 @@ func TestPool(t *testing.T) {
 	if p.Allocated() != 6 {
 		t.Fatalf("allocated %d after taking 6", p.Allocated())
 	}
-	bufs[0].N, bufs[0].TOS, bufs[0].flip = 100, 3, 9
+	bufs[0].N, bufs[0].TOS, bufs[0].Flip = 100, 3, 9
 	p.PutBatch(bufs)
 	if bufs[0] != nil {
 		t.Fatal("PutBatch did not clear the slice")
 	}
 	b := p.Get()
-	if b.N != 0 || b.TOS != 0 || b.flip != 0 || len(b.Data) != Headroom+MaxRoCELen {
+	if b.N != 0 || b.TOS != 0 || b.Flip != 0 || len(b.Data) != Headroom+MaxRoCELen {
 		t.Fatalf("Get returned a dirty Buf: %+v", b)
 	}
 	p.Put(&Buf{Data: make([]byte, 10)}) // not ours: let go

@@ -21,8 +21,6 @@
 //     the UDP source port where the mode allows it (see SourcePortFlow and
 //     SourcePortQPN for rxe's);
 //   - counters (Stats, named as rxe names its counters where it has them);
-//   - a fault injector (Faulty) that drops, duplicates, reorders, delays and
-//     corrupts packets, in place of netem;
 //   - the sockets of receive steering (Config.Queues, Config.SocketFD):
 //     the port's UDP 4791 as a SO_REUSEPORT group whose datagrams package
 //     steer's eBPF program hands to the socket of their destination QPN's
@@ -33,7 +31,10 @@
 //     nothing, so that whichever goroutine finds packets handles them.
 //
 // The interface the port runs on, its MTU and GIDs are package netif's,
-// which Open asks which interface holds Addr and what IB MTU it gives.
+// which Open asks which interface holds Addr and what IB MTU it gives. The
+// fault injector that stands in for netem is package fault's: it wraps a
+// Port, and the port's one part in it is flipping the bit Buf.Flip names
+// after sealing the ICRC.
 //
 // It does not own Ethernet addressing or neighbour resolution (the kernel
 // routes every packet, in both modes), nor anything above the BTH: PSNs,

@@ -50,7 +50,7 @@ func (u *udpPort) recvGRO(bufs []*Buf, wait bool) (int, error) {
 	if len(bufs) == 0 {
 		return 0, nil
 	}
-	if err := checkRecvBufs(bufs); err != nil {
+	if err := CheckRecvBufs(bufs); err != nil {
 		return 0, err
 	}
 	u.rxMu.Lock()
@@ -192,7 +192,7 @@ func (u *udpPort) deliverHeld(bufs []*Buf) int {
 		}
 		t[cRxPackets]++
 		t[cRxBytes] += uint64(b.N)
-		if u.tap.load() != nil {
+		if u.tap.Load() != nil {
 			env := u.rxEnvelope(b.Peer, b.PeerPort, b.TOS)
 			env.ID = b.IPID
 			u.tapRecv(TapReceived, &env, b)

@@ -166,7 +166,7 @@ const iovsPerBuf = 3
 // copy makes redundant: one of the two copies per byte rnicd made beyond
 // TCP's (BENCHMARKS.md, "Sending from registered memory").
 func (u *udpPort) sealInto(env *bth.Envelope, b *Buf, iovs []unix.Iovec) int {
-	if t := u.tap.load(); b.flip == 0 && (t == nil || !wantsPayload(t)) {
+	if t := u.tap.Load(); b.Flip == 0 && (t == nil || !wantsPayload(t)) {
 		if head, payload, tail, ok := b.lentParts(); ok {
 			u.txSum.sealEnvelopeParts(env, head, payload, tail)
 			if t != nil {
@@ -188,7 +188,7 @@ func (u *udpPort) sealInto(env *bth.Envelope, b *Buf, iovs []unix.Iovec) int {
 	roce := b.RoCE()
 	u.txSum.sealEnvelope(env, roce)
 	flipBit(b)
-	if t := u.tap.load(); t != nil {
+	if t := u.tap.Load(); t != nil {
 		t.Packet(TapSent, u.sentHeader(env, roce), roce, ICRCUnchecked)
 	}
 	iovs[0].Base = &roce[0]

@@ -263,7 +263,7 @@ func TestGRORunThroughFewBufs(t *testing.T) {
 			fillPacket(t, bufs[i], 0x11, uint32(1000*(bad+2)+i), n)
 			bufs[i].Peer = r.Addr()
 			if i == bad {
-				bufs[i].flip = 8*200 + 1 // a payload bit, after sealing
+				bufs[i].Flip = 8*200 + 1 // a payload bit, after sealing
 			}
 		}
 		before := r.Stats()

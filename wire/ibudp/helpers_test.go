@@ -131,6 +131,19 @@ func (r *receiver) none(t testing.TB, wait time.Duration) {
 	}
 }
 
+// drain receives until nothing has come for quiet.
+func drain(r *receiver, quiet time.Duration) []received {
+	var out []received
+	for {
+		select {
+		case p := <-r.ch:
+			out = append(out, p)
+		case <-time.After(quiet):
+			return out
+		}
+	}
+}
+
 // sendBatch builds n packets to peer (sizes cycling through sizes) and
 // sends them in one call, returning what was sent (sealed).
 func sendBatch(t testing.TB, p Port, peer netip.Addr, n int, psn0 uint32, sizes []int, srcPort uint16, tos uint8) []sentPacket {

@@ -73,11 +73,11 @@ func (c *icrc) checkEnvelopeAnyID(e *bth.Envelope, roce []byte) (id uint16, exac
 
 // flipBit applies a fault injector's pending corruption to b, after sealing.
 func flipBit(b *Buf) {
-	if b.flip == 0 {
+	if b.Flip == 0 {
 		return
 	}
-	bit := int(b.flip - 1)
-	b.flip = 0
+	bit := int(b.Flip - 1)
+	b.Flip = 0
 	if r := b.RoCE(); bit/8 < len(r) {
 		r[bit/8] ^= 1 << (bit % 8)
 	}

@@ -237,7 +237,7 @@ func (p *packetPort) prepare(b *Buf, k int) bool {
 		env.ID = p.nextIPID()
 	}
 	if b.ext != nil {
-		b.flatten() // the frame is built in place around the RoCE part
+		b.Flatten() // the frame is built in place around the RoCE part
 	}
 	frame := b.Data[Headroom-p.hl : Headroom+b.N]
 	env.Put(frame[:p.hl], b.N)
@@ -246,7 +246,7 @@ func (p *packetPort) prepare(b *Buf, k int) bool {
 	if p.v6 {
 		putUDP6Checksum(frame[:p.hl], frame[p.hl:]) // mandatory over IPv6 (csum.go)
 	}
-	if t := p.tap.load(); t != nil {
+	if t := p.tap.Load(); t != nil {
 		t.Packet(TapSent, frame[:p.hl], frame[p.hl:], ICRCUnchecked)
 	}
 	m := p.tx.m
@@ -261,7 +261,7 @@ func (p *packetPort) Recv(bufs []*Buf) (int, error) {
 	if len(bufs) == 0 {
 		return 0, nil
 	}
-	if err := checkRecvBufs(bufs); err != nil {
+	if err := CheckRecvBufs(bufs); err != nil {
 		return 0, err
 	}
 	p.rxMu.Lock()
@@ -350,7 +350,7 @@ func (p *packetPort) check(b *Buf, d rxInfo, t *tally) bool {
 		return false
 	}
 	if !p.onePacket(raw[:h.hdrLen], roce) {
-		if run, bad := p.runs.cut(&p.rxSum, raw, h, p.tap.load()); run {
+		if run, bad := p.runs.cut(&p.rxSum, raw, h, p.tap.Load()); run {
 			t[cRxICRCErrors] += uint64(bad)
 			return false
 		}
@@ -361,13 +361,13 @@ func (p *packetPort) check(b *Buf, d rxInfo, t *tally) bool {
 			t[cRxMalformed]++
 		default:
 			t[cRxICRCErrors]++
-			if tp := p.tap.load(); tp != nil {
+			if tp := p.tap.Load(); tp != nil {
 				tp.Packet(TapICRCError, raw[:h.hdrLen], roce, ICRCUnchecked)
 			}
 		}
 		return false
 	}
-	if tp := p.tap.load(); tp != nil {
+	if tp := p.tap.Load(); tp != nil {
 		tp.Packet(TapReceived, raw[:h.hdrLen], roce, ICRCVerified)
 	}
 	if start+h.hdrLen != Headroom {
@@ -375,7 +375,7 @@ func (p *packetPort) check(b *Buf, d rxInfo, t *tally) bool {
 	}
 	b.N = len(roce)
 	b.Peer, b.PeerPort, b.TOS, b.IPID = h.env.Src, h.env.SrcPort, h.env.TOS, h.env.ID
-	b.SrcPort, b.flip = 0, 0
+	b.SrcPort, b.Flip = 0, 0
 	b.ICRC = ICRCVerified
 	return true
 }

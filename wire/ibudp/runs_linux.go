@@ -205,7 +205,7 @@ func (r *runs) deliver(bufs []*Buf, counted []bool) int {
 		b := bufs[n]
 		b.N = copy(b.Data[Headroom:], r.arena[p.off:p.off+p.n])
 		b.Peer, b.PeerPort, b.TOS, b.IPID = p.peer, p.peerPort, p.tos, p.id
-		b.SrcPort, b.flip = 0, 0
+		b.SrcPort, b.Flip = 0, 0
 		b.ICRC = p.icrc
 		if counted != nil {
 			counted[n] = p.counted

@@ -30,7 +30,7 @@ type sockPort struct {
 	rxSum   icrc
 	rxTally tally // a field, not a local: check is called indirectly, so its arguments escape
 
-	tap          tapSlot
+	tap          TapSlot
 	txHdr, rxHdr [bth.MaxEnvelopeLen]byte // synthesized headers for the tap (ModeUDP)
 }
 
@@ -132,7 +132,7 @@ func (s *sockPort) recv(bufs []*Buf, front int, wait bool, check func(b *Buf, d 
 	if len(bufs) == 0 {
 		return 0, nil
 	}
-	if err := checkRecvBufs(bufs); err != nil {
+	if err := CheckRecvBufs(bufs); err != nil {
 		return 0, err
 	}
 	s.rxMu.Lock()

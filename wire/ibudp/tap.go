@@ -2,7 +2,7 @@ package ibudp
 
 import "sync/atomic"
 
-// TapPoint says where a port (or a Faulty over it) saw a packet.
+// TapPoint says where a port (or a fault injector over it) saw a packet.
 type TapPoint uint8
 
 const (
@@ -12,14 +12,14 @@ const (
 	TapReceived
 	// TapICRCError: received with an ICRC that does not match; dropped.
 	TapICRCError
-	// TapFaultDropTX and TapFaultDropRX: a Faulty dropped the packet on
-	// its way out or in; hdr is nil, the wire never carried it (TX) or the
-	// engine never sees it (RX).
+	// TapFaultDropTX and TapFaultDropRX: a fault injector dropped the
+	// packet on its way out or in; hdr is nil, the wire never carried it
+	// (TX) or the engine never sees it (RX).
 	TapFaultDropTX
 	TapFaultDropRX
-	// TapLinkMarkTX/RX and TapLinkDropTX/RX: a Faulty's bottleneck link
-	// (Faults.Link) marked the packet CE, or dropped it at the tail of a
-	// full queue; only a LinkTap is told of them.
+	// TapLinkMarkTX/RX and TapLinkDropTX/RX: a fault injector's
+	// bottleneck link (fault.Faults.Link) marked the packet CE, or dropped
+	// it at the tail of a full queue; only a LinkTap is told of them.
 	TapLinkMarkTX
 	TapLinkMarkRX
 	TapLinkDropTX
@@ -87,6 +87,15 @@ type PayloadTap interface {
 	WantsPayload() bool
 }
 
+// LinkTap is a Tap that also wants a fault injector's bottleneck link's
+// (fault.Link) marks and tail drops (TapLinkMarkTX/RX, TapLinkDropTX/RX) with the depth, in bytes, of
+// the queue the packet met. Like Packet, LinkPacket must not keep roce or
+// block.
+type LinkTap interface {
+	Tap
+	LinkPacket(at TapPoint, roce []byte, depth int)
+}
+
 // wantsPayload reports whether t needs a sent packet's payload.
 func wantsPayload(t Tap) bool {
 	pt, ok := t.(PayloadTap)
@@ -96,11 +105,13 @@ func wantsPayload(t Tap) bool {
 // tapRef boxes a Tap for an atomic pointer.
 type tapRef struct{ Tap }
 
-// tapSlot holds a port's tap. Loading it is one atomic load, so a port
-// without a tap pays a nil check per packet.
-type tapSlot struct{ p atomic.Pointer[tapRef] }
+// TapSlot holds a port's tap (or a fault injector's). Loading it is one
+// atomic load, so a port without a tap pays a nil check per packet. The
+// zero value holds none.
+type TapSlot struct{ p atomic.Pointer[tapRef] }
 
-func (s *tapSlot) set(t Tap) {
+// Set makes t the tap (nil: none).
+func (s *TapSlot) Set(t Tap) {
 	if t == nil {
 		s.p.Store(nil)
 		return
@@ -108,7 +119,8 @@ func (s *tapSlot) set(t Tap) {
 	s.p.Store(&tapRef{t})
 }
 
-func (s *tapSlot) load() Tap {
+// Load returns the tap, nil if none.
+func (s *TapSlot) Load() Tap {
 	if r := s.p.Load(); r != nil {
 		return r.Tap
 	}
@@ -116,22 +128,19 @@ func (s *tapSlot) load() Tap {
 }
 
 // tapper is a port that takes a tap.
-type tapper interface{ setTap(Tap) }
+type tapper interface{ SetTap(Tap) }
 
 // SetTap attaches t to port p (nil detaches it) and reports whether p
-// takes taps: the ports Open returns and a Faulty over one of them do; a
-// Faulty passes the tap to the port it wraps and reports its own drops.
+// takes taps: the ports Open returns and a fault injector over one of
+// them (package fault) do; an injector passes the tap to the port it
+// wraps and reports its own drops.
 func SetTap(p Port, t Tap) bool {
 	tp, ok := p.(tapper)
 	if ok {
-		tp.setTap(t)
+		tp.SetTap(t)
 	}
 	return ok
 }
 
-func (s *sockPort) setTap(t Tap) { s.tap.set(t) }
-
-func (f *Faulty) setTap(t Tap) {
-	f.tap.set(t)
-	SetTap(f.port, t)
-}
+// SetTap attaches t to the port (SetTap above).
+func (s *sockPort) SetTap(t Tap) { s.tap.Set(t) }

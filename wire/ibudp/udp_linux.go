@@ -218,7 +218,7 @@ func (u *udpPort) prepare(b *Buf, k int) bool {
 	roce := b.RoCE()
 	u.txSum.sealEnvelope(&env, roce)
 	flipBit(b)
-	if t := u.tap.load(); t != nil {
+	if t := u.tap.Load(); t != nil {
 		t.Packet(TapSent, u.sentHeader(&env, roce), roce, ICRCUnchecked)
 	}
 	m := u.tx.m
@@ -324,7 +324,7 @@ func (u *udpPort) checkPacket(b *Buf, peer netip.Addr, peerPort uint16, tos uint
 	}
 	env := u.rxEnvelope(peer, peerPort, tos)
 	b.Peer, b.PeerPort, b.TOS = peer, peerPort, tos
-	b.SrcPort, b.IPID, b.flip = 0, 0, 0
+	b.SrcPort, b.IPID, b.Flip = 0, 0, 0
 	switch id, exact, ok := u.rxSum.checkEnvelopeAnyID(&env, b.RoCE()); {
 	case exact:
 		b.ICRC = ICRCVerified
@@ -354,7 +354,7 @@ func (u *udpPort) sentHeader(env *bth.Envelope, roce []byte) []byte {
 // tapRecv shows a received datagram to the tap under the headers the
 // kernel stripped, as far as the port knows them.
 func (u *udpPort) tapRecv(at TapPoint, env *bth.Envelope, b *Buf) {
-	if t := u.tap.load(); t != nil {
+	if t := u.tap.Load(); t != nil {
 		roce := b.RoCE()
 		t.Packet(at, u.rxHdr[:env.Put(u.rxHdr[:], len(roce))], roce, b.ICRC)
 	}

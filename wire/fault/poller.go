@@ -1,14 +1,16 @@
-package ibudp
+package fault
 
 import (
 	"fmt"
 	"net"
 	"time"
+
+	"github.com/rnicd/rnicd/wire/ibudp"
 )
 
-// FaultyPoller is a Faulty over a Poller that is a Poller itself, for a
-// NIC that polls its port (the daemon's polling engine, rnic's engine.go),
-// so that injected faults apply to what it polls.
+// Poller is an Injector over an ibudp.Poller that is an ibudp.Poller
+// itself, for a NIC that polls its port (the daemon's polling engine,
+// rnic's engine.go), so that injected faults apply to what it polls.
 //
 // Until receive impairments are first set, TryRecv, WaitRecv and Pending
 // are the port's own, at the cost of one atomic load. After, they go
@@ -16,18 +18,18 @@ import (
 // and they take what it lets through; once it passes packets through
 // again, they read the port themselves. Only one goroutine at a time may
 // call TryRecv (the NIC's receive lock orders them).
-type FaultyPoller struct {
-	*Faulty
-	p Poller
+type Poller struct {
+	*Injector
+	p ibudp.Poller
 }
 
-// NewFaultyPoller wraps p, as NewFaulty does.
-func NewFaultyPoller(p Poller, seed int64) *FaultyPoller {
-	return &FaultyPoller{Faulty: NewFaulty(p, seed), p: p}
+// NewPoller wraps p, as New does.
+func NewPoller(p ibudp.Poller, seed int64) *Poller {
+	return &Poller{Injector: New(p, seed), p: p}
 }
 
 // TryRecv returns the packets waiting, impaired, without blocking.
-func (f *FaultyPoller) TryRecv(bufs []*Buf) (int, error) {
+func (f *Poller) TryRecv(bufs []*ibudp.Buf) (int, error) {
 	if !f.rxSet.Load() {
 		n, err := f.p.TryRecv(bufs)
 		f.rxPassed.Add(uint64(n))
@@ -36,7 +38,7 @@ func (f *FaultyPoller) TryRecv(bufs []*Buf) (int, error) {
 	if len(bufs) == 0 {
 		return 0, nil
 	}
-	if err := checkRecvBufs(bufs); err != nil {
+	if err := ibudp.CheckRecvBufs(bufs); err != nil {
 		return 0, err
 	}
 	f.mu.Lock()
@@ -47,7 +49,7 @@ func (f *FaultyPoller) TryRecv(bufs []*Buf) (int, error) {
 		return n, nil
 	case f.closed:
 		f.mu.Unlock()
-		return 0, fmt.Errorf("ibudp: faulty recv: %w", net.ErrClosed)
+		return 0, fmt.Errorf("fault: recv: %w", net.ErrClosed)
 	case f.rxErr != nil:
 		err := f.rxErr
 		f.mu.Unlock()
@@ -81,14 +83,14 @@ func (f *FaultyPoller) TryRecv(bufs []*Buf) (int, error) {
 	now := time.Now()
 	for _, b := range bufs[:n] {
 		c := f.pool.Get()
-		c.copyFrom(b)
+		c.CopyFrom(b)
 		f.impair(dirRX, c, now, nil)
 	}
 	return f.takeReady(bufs), nil
 }
 
 // WaitRecv blocks until a packet may be waiting.
-func (f *FaultyPoller) WaitRecv() error {
+func (f *Poller) WaitRecv() error {
 	if !f.rxSet.Load() {
 		return f.p.WaitRecv()
 	}
@@ -100,7 +102,7 @@ func (f *FaultyPoller) WaitRecv() error {
 	f.mu.Unlock()
 	switch {
 	case closed:
-		return fmt.Errorf("ibudp: faulty recv: %w", net.ErrClosed)
+		return fmt.Errorf("fault: recv: %w", net.ErrClosed)
 	case ready || looping:
 		return nil
 	}
@@ -116,7 +118,7 @@ func (f *FaultyPoller) WaitRecv() error {
 }
 
 // Pending reports whether packets wait that WaitRecv would not see.
-func (f *FaultyPoller) Pending() bool {
+func (f *Poller) Pending() bool {
 	if !f.rxSet.Load() {
 		return f.p.Pending()
 	}

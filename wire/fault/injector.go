@@ -1,4 +1,4 @@
-package ibudp
+package fault
 
 import (
 	"container/heap"
@@ -10,9 +10,11 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/rnicd/rnicd/wire/ibudp"
 )
 
-// Faults are the impairments of one direction of a Faulty port. The zero
+// Faults are the impairments of one direction of an Injector. The zero
 // value passes every packet unharmed.
 type Faults struct {
 	Drop      float64 // probability that a packet is lost
@@ -39,8 +41,8 @@ type Faults struct {
 	Link Link
 }
 
-// FaultCounts is what a Faulty did in one direction.
-type FaultCounts struct {
+// Counts is what an Injector did in one direction.
+type Counts struct {
 	Packets    uint64 // packets seen
 	Matched    uint64 // packets the filter let the faults act on
 	Dropped    uint64
@@ -58,8 +60,8 @@ type FaultCounts struct {
 	QueuePeak   uint64 // the most bytes it held
 }
 
-// FaultStats are a Faulty's counters.
-type FaultStats struct{ TX, RX FaultCounts }
+// Stats are an Injector's counters.
+type Stats struct{ TX, RX Counts }
 
 const (
 	dirTX = iota
@@ -71,30 +73,32 @@ const (
 	faultyRxQueue         = 8192 // packets waiting for Recv
 )
 
-// Faulty wraps a Port and impairs its traffic: it drops, duplicates,
-// reorders, delays and corrupts packets, per direction, at rates that can be
-// changed while it runs. It stands in for netem, which this kernel lacks.
+// Injector wraps an ibudp.Port and impairs its traffic: it drops,
+// duplicates, reorders, delays and corrupts packets, per direction, at
+// rates that can be changed while it runs. It stands in for netem, which
+// this kernel lacks.
 //
-// TX corruption flips a bit after the port sealed the ICRC, so the peer's
-// ICRC check catches it (this needs a port from Open, or a Faulty over one).
-// RX corruption flips a bit after the port verified the ICRC and marks the
-// Buf ICRCCorrupted, so it tests how the engine copes with a bad packet;
-// to model a packet the wire garbled, use Drop.
+// TX corruption flips a bit after the port sealed the ICRC (Buf.Flip), so
+// the peer's ICRC check catches it (this needs a port from ibudp.Open, or
+// an Injector over one). RX corruption flips a bit after the port
+// verified the ICRC and marks the Buf ICRCCorrupted, so it tests how the
+// engine copes with a bad packet; to model a packet the wire garbled, use
+// Drop.
 //
 // A direction with no impairments set and no packet held or delayed is a
 // pass-through: Send and Recv hand the batch straight to the port, so an
-// injector nobody uses costs a flag check per batch. Otherwise Faulty
+// injector nobody uses costs a flag check per batch. Otherwise it
 // copies packets it holds, delays or duplicates into buffers of its own,
 // and on the receive side reads the port from a goroutine of its own, so
 // it allocates and copies where a bare port does not. It is safe for
 // concurrent use.
-type Faulty struct {
-	port Port
-	pool *Pool
-	// rxSet and rxPassed are a FaultyPoller's: receive impairments were
+type Injector struct {
+	port ibudp.Port
+	pool *ibudp.Pool
+	// rxSet and rxPassed are a Poller's: receive impairments were
 	// set (go through the injector), and the packets its TryRecv passed
-	// straight through. In Faulty, so that SetRX and FaultStats called
-	// on the embedded Faulty (the monitor's) see them.
+	// straight through. In Injector, so that SetRX and FaultStats called
+	// on the embedded Injector (the monitor's) see them.
 	rxSet    atomic.Bool
 	rxPassed atomic.Uint64
 
@@ -103,7 +107,7 @@ type Faulty struct {
 	dir    [2]faultDir
 	closed bool
 	rxCond sync.Cond     // signalled when rxRdy grows, rxErr is set or closed
-	rxRdy  []*Buf        // delivered packets waiting for Recv (owned)
+	rxRdy  []*ibudp.Buf  // delivered packets waiting for Recv (owned)
 	rxErr  error         // the error that ended the receive goroutine
 	timers delayQueue    // delayed packets of both directions (owned)
 	nDelay uint64        // packets ever delayed: the next delayed.seq
@@ -115,17 +119,17 @@ type Faulty struct {
 	txBusy    atomic.Bool   // TX is not a pass-through: busy(dirTX), set under mu
 	txPassed  atomic.Uint64 // packets Send passed straight through
 	txMu      sync.Mutex    // serializes Send's impairing path; guards txOut and txOwn
-	txOut     []*Buf        // the batch Send passes to the port
-	txOwn     []*Buf        // injector buffers in txOut, returned after sending
+	txOut     []*ibudp.Buf  // the batch Send passes to the port
+	txOwn     []*ibudp.Buf  // injector buffers in txOut, returned after sending
 	closeOnce sync.Once
 	closeErr  error
 	wg        sync.WaitGroup
-	tap       tapSlot // told of the packets the injector drops
+	tap       ibudp.TapSlot // told of the packets the injector drops
 
 	// followers are the injectors of the other queues of a steered port
 	// (Follow): each engine's socket has its own, and what is set here is
 	// set on them, so that one `rnic inject` impairs the whole port.
-	followers []*Faulty
+	followers []*Injector
 }
 
 // Follow makes g, the injector of another queue of the same port, take
@@ -133,13 +137,13 @@ type Faulty struct {
 // packets too. A link model (Faults.Link) is then one per queue: with n
 // queues the port's rate is n times the one set. Call it before the
 // ports carry traffic.
-func (f *Faulty) Follow(g *Faulty) {
+func (f *Injector) Follow(g *Injector) {
 	f.mu.Lock()
 	f.followers = append(f.followers, g)
 	f.mu.Unlock()
 }
 
-func (f *Faulty) following() []*Faulty {
+func (f *Injector) following() []*Injector {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.followers
@@ -148,7 +152,7 @@ func (f *Faulty) following() []*Faulty {
 type faultDir struct {
 	f       Faults
 	held    []heldBuf
-	counts  FaultCounts
+	counts  Counts
 	matched int // packets matched since the faults were set, for DropNth
 	delayed int // packets of this direction in the delay queue
 	queue   linkQueue
@@ -163,26 +167,26 @@ func (c *Faults) impairs() bool {
 // busy reports whether direction d must go through the injector: it has
 // impairments set, or packets held or delayed that later ones must not
 // overtake for free. Called with mu held.
-func (f *Faulty) busy(d int) bool {
+func (f *Injector) busy(d int) bool {
 	fd := &f.dir[d]
 	return fd.f.impairs() || len(fd.held) > 0 || fd.delayed > 0
 }
 
 // updateTXBusy publishes busy(dirTX) to Send's fast path. Called with mu
 // held, after anything that may change it.
-func (f *Faulty) updateTXBusy() { f.txBusy.Store(f.busy(dirTX)) }
+func (f *Injector) updateTXBusy() { f.txBusy.Store(f.busy(dirTX)) }
 
 type heldBuf struct {
-	b        *Buf
+	b        *ibudp.Buf
 	left     int
 	deadline time.Time
 }
 
-// NewFaulty wraps p. seed makes the random choices repeatable.
-func NewFaulty(p Port, seed int64) *Faulty {
-	f := &Faulty{
+// New wraps p in an injector. seed makes the random choices repeatable.
+func New(p ibudp.Port, seed int64) *Injector {
+	f := &Injector{
 		port: p,
-		pool: NewPool(0, 4*faultyRxQueue),
+		pool: ibudp.NewPool(0, 4*faultyRxQueue),
 		rng:  rand.New(rand.NewPCG(uint64(seed), 0x9e3779b97f4a7c15)),
 		wake: make(chan struct{}, 1),
 		done: make(chan struct{}),
@@ -194,7 +198,7 @@ func NewFaulty(p Port, seed int64) *Faulty {
 }
 
 // SetTX sets the impairments of sent packets.
-func (f *Faulty) SetTX(c Faults) {
+func (f *Injector) SetTX(c Faults) {
 	f.set(dirTX, c)
 	for _, g := range f.following() {
 		g.SetTX(c)
@@ -202,9 +206,9 @@ func (f *Faulty) SetTX(c Faults) {
 }
 
 // SetRX sets the impairments of received packets.
-func (f *Faulty) SetRX(c Faults) {
+func (f *Injector) SetRX(c Faults) {
 	f.set(dirRX, c)
-	// After set, so that a FaultyPoller's TryRecv that saw no
+	// After set, so that a Poller's TryRecv that saw no
 	// impairments and clears the flag under the lock cannot undo this.
 	if c.impairs() {
 		f.rxSet.Store(true)
@@ -215,12 +219,12 @@ func (f *Faulty) SetRX(c Faults) {
 }
 
 // TX returns the impairments of sent packets.
-func (f *Faulty) TX() Faults { f.mu.Lock(); defer f.mu.Unlock(); return f.dir[dirTX].f }
+func (f *Injector) TX() Faults { f.mu.Lock(); defer f.mu.Unlock(); return f.dir[dirTX].f }
 
 // RX returns the impairments of received packets.
-func (f *Faulty) RX() Faults { f.mu.Lock(); defer f.mu.Unlock(); return f.dir[dirRX].f }
+func (f *Injector) RX() Faults { f.mu.Lock(); defer f.mu.Unlock(); return f.dir[dirRX].f }
 
-func (f *Faulty) set(d int, c Faults) {
+func (f *Injector) set(d int, c Faults) {
 	clamp := func(p float64) float64 { return min(max(p, 0), 1) }
 	c.Drop, c.Duplicate, c.Corrupt, c.Reorder = clamp(c.Drop), clamp(c.Duplicate), clamp(c.Corrupt), clamp(c.Reorder)
 	c.ReorderBy = max(c.ReorderBy, 1)
@@ -251,14 +255,14 @@ func (f *Faulty) set(d int, c Faults) {
 }
 
 // FaultStats returns what the injector has done so far.
-func (f *Faulty) FaultStats() FaultStats {
+func (f *Injector) FaultStats() Stats {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	st := FaultStats{TX: f.dir[dirTX].counts, RX: f.dir[dirRX].counts}
+	st := Stats{TX: f.dir[dirTX].counts, RX: f.dir[dirRX].counts}
 	st.TX.Packets += f.txPassed.Load()
 	st.RX.Packets += f.rxPassed.Load()
 	now := time.Now()
-	for d, c := range []*FaultCounts{&st.TX, &st.RX} {
+	for d, c := range []*Counts{&st.TX, &st.RX} {
 		if l := f.dir[d].f.Link; l.Rate > 0 {
 			q := f.dir[d].queue
 			q.drain(l.Rate, now)
@@ -274,7 +278,7 @@ func (f *Faulty) FaultStats() FaultStats {
 }
 
 // add adds o's counts to c's; the queue's peak is the highest of them.
-func (c *FaultCounts) add(o *FaultCounts) {
+func (c *Counts) add(o *Counts) {
 	c.Packets += o.Packets
 	c.Matched += o.Matched
 	c.Dropped += o.Dropped
@@ -290,15 +294,23 @@ func (c *FaultCounts) add(o *FaultCounts) {
 	c.QueuePeak = max(c.QueuePeak, o.QueuePeak)
 }
 
-func (f *Faulty) Addr() netip.Addr { return f.port.Addr() }
-func (f *Faulty) MTU() int         { return f.port.MTU() }
+func (f *Injector) Addr() netip.Addr { return f.port.Addr() }
+func (f *Injector) MTU() int         { return f.port.MTU() }
+
+// SetTap attaches t to the injector, which tells it of the packets it
+// drops (and its link of what it marks or drops, to a LinkTap), and to
+// the port it wraps (ibudp.SetTap).
+func (f *Injector) SetTap(t ibudp.Tap) {
+	f.tap.Set(t)
+	ibudp.SetTap(f.port, t)
+}
 
 // Stats returns the counters of the wrapped port.
-func (f *Faulty) Stats() Stats { return f.port.Stats() }
+func (f *Injector) Stats() ibudp.Stats { return f.port.Stats() }
 
 // Close closes the wrapped port and drops every packet still held or
 // delayed.
-func (f *Faulty) Close() error {
+func (f *Injector) Close() error {
 	f.closeOnce.Do(func() {
 		f.mu.Lock()
 		f.closed = true
@@ -328,7 +340,7 @@ func (f *Faulty) Close() error {
 // Send impairs the batch and passes what is left to the port now; held and
 // delayed packets follow later from the timer goroutine. With nothing to
 // impair, the batch goes straight to the port.
-func (f *Faulty) Send(bufs []*Buf) error {
+func (f *Injector) Send(bufs []*ibudp.Buf) error {
 	if !f.txBusy.Load() {
 		f.txPassed.Add(uint64(len(bufs)))
 		return f.port.Send(bufs)
@@ -338,19 +350,17 @@ func (f *Faulty) Send(bufs []*Buf) error {
 	f.mu.Lock()
 	if f.closed {
 		f.mu.Unlock()
-		return fmt.Errorf("ibudp: faulty send: %w", net.ErrClosed)
+		return fmt.Errorf("fault: send: %w", net.ErrClosed)
 	}
 	now := time.Now()
 	for _, b := range bufs {
-		if b == nil || len(b.Data) != bufLen || b.N < 0 || b.N > MaxRoCELen {
+		if b == nil || len(b.Data) != ibudp.BufLen || b.N < 0 || b.N > ibudp.MaxRoCELen {
 			f.txOut = append(f.txOut, b) // the port counts it as invalid
 			continue
 		}
-		if b.ext != nil {
-			// What the injector keeps for later must not refer to
-			// registered memory, which may be gone by then.
-			b.flatten()
-		}
+		// What the injector keeps for later must not refer to
+		// registered memory, which may be gone by then.
+		b.Flatten()
 		f.impair(dirTX, b, now, &f.txOut)
 	}
 	f.updateTXBusy()
@@ -371,7 +381,7 @@ func (f *Faulty) Send(bufs []*Buf) error {
 // and anything kept for later is a copy; buffers of the injector's sent now
 // are listed in f.txOwn, to go back to the pool after sending. In RX, b is
 // the injector's already. Called with mu held (and, in TX, txMu).
-func (f *Faulty) impair(d int, b *Buf, now time.Time, out *[]*Buf) {
+func (f *Injector) impair(d int, b *ibudp.Buf, now time.Time, out *[]*ibudp.Buf) {
 	fd := &f.dir[d]
 	c := &fd.f
 	fd.counts.Packets++
@@ -384,20 +394,20 @@ func (f *Faulty) impair(d int, b *Buf, now time.Time, out *[]*Buf) {
 	defer f.releaseHeld(d, now, out)
 	if f.roll(c.Drop) || fd.matched == c.DropNth {
 		fd.counts.Dropped++
-		if t := f.tap.load(); t != nil {
-			t.Packet(TapFaultDropTX+TapPoint(d), nil, b.RoCE(), b.ICRC)
+		if t := f.tap.Load(); t != nil {
+			t.Packet(ibudp.TapFaultDropTX+ibudp.TapPoint(d), nil, b.RoCE(), b.ICRC)
 		}
 		if d == dirRX {
 			f.pool.Put(b)
 		}
 		return
 	}
-	copies := [2]*Buf{b}
+	copies := [2]*ibudp.Buf{b}
 	n := 1
 	if f.roll(c.Duplicate) {
 		fd.counts.Duplicated++
 		dup := f.pool.Get()
-		dup.copyFrom(b)
+		dup.CopyFrom(b)
 		if d == dirTX {
 			f.txOwn = append(f.txOwn, dup)
 		}
@@ -445,7 +455,7 @@ func (f *Faulty) impair(d int, b *Buf, now time.Time, out *[]*Buf) {
 // dropOwn forgets p, a TX duplicate of the injector's that the link
 // dropped, so that it goes back to the pool after the batch is sent.
 // (RX buffers are the injector's throughout: enqueue put it back.)
-func (f *Faulty) dropOwn(p *Buf) {
+func (f *Injector) dropOwn(p *ibudp.Buf) {
 	for i, o := range f.txOwn {
 		if o == p {
 			f.txOwn = append(f.txOwn[:i], f.txOwn[i+1:]...)
@@ -458,7 +468,7 @@ func (f *Faulty) dropOwn(p *Buf) {
 // keep returns a buffer of the injector's holding p's packet, to be sent or
 // delivered later: p itself if it is the injector's, else a copy (and the
 // caller's p loses any pending corruption, which went with the copy).
-func (f *Faulty) keep(d int, p *Buf) *Buf {
+func (f *Injector) keep(d int, p *ibudp.Buf) *ibudp.Buf {
 	if d == dirRX {
 		return p
 	}
@@ -469,14 +479,14 @@ func (f *Faulty) keep(d int, p *Buf) *Buf {
 		}
 	}
 	c := f.pool.Get()
-	c.copyFrom(p)
-	p.flip = 0
+	c.CopyFrom(p)
+	p.Flip = 0
 	return c
 }
 
 // releaseHeld counts one more packet past every held packet of direction
 // d and lets out those that have waited for enough of them, or long enough.
-func (f *Faulty) releaseHeld(d int, now time.Time, out *[]*Buf) {
+func (f *Injector) releaseHeld(d int, now time.Time, out *[]*ibudp.Buf) {
 	fd := &f.dir[d]
 	kept := fd.held[:0]
 	for _, h := range fd.held {
@@ -493,7 +503,7 @@ func (f *Faulty) releaseHeld(d int, now time.Time, out *[]*Buf) {
 
 // deliver passes b on: in TX onto the list to send, in RX onto the ready
 // queue.
-func (f *Faulty) deliver(d int, b *Buf, out *[]*Buf) {
+func (f *Injector) deliver(d int, b *ibudp.Buf, out *[]*ibudp.Buf) {
 	if d == dirTX {
 		*out = append(*out, b)
 		return
@@ -509,7 +519,7 @@ func (f *Faulty) deliver(d int, b *Buf, out *[]*Buf) {
 
 // corrupt flips one random bit of b's RoCE part, never one of BTH byte 4,
 // whose bits the ICRC does not cover. In TX the port flips it after sealing.
-func (f *Faulty) corrupt(d int, b *Buf) {
+func (f *Injector) corrupt(d int, b *ibudp.Buf) {
 	if b.N < 2 {
 		return
 	}
@@ -519,18 +529,18 @@ func (f *Faulty) corrupt(d int, b *Buf) {
 	}
 	bit := i*8 + f.rng.IntN(8)
 	if d == dirTX {
-		b.flip = uint32(bit) + 1
+		b.Flip = uint32(bit) + 1
 		return
 	}
-	b.Data[Headroom+bit/8] ^= 1 << (bit % 8)
-	b.ICRC = ICRCCorrupted
+	b.Data[ibudp.Headroom+bit/8] ^= 1 << (bit % 8)
+	b.ICRC = ibudp.ICRCCorrupted
 }
 
-func (f *Faulty) roll(p float64) bool { return p > 0 && f.rng.Float64() < p }
+func (f *Injector) roll(p float64) bool { return p > 0 && f.rng.Float64() < p }
 
 func destQPN(roce []byte) uint32 { return uint32(roce[5])<<16 | uint32(roce[6])<<8 | uint32(roce[7]) }
 
-func (f *Faulty) poke() {
+func (f *Injector) poke() {
 	select {
 	case f.wake <- struct{}{}:
 	default:
@@ -540,11 +550,11 @@ func (f *Faulty) poke() {
 // Recv returns received packets. While RX is busy (impairments set, or
 // packets held or delayed) a goroutine of the injector reads the port and
 // Recv returns what it let through; otherwise Recv reads the port itself.
-func (f *Faulty) Recv(bufs []*Buf) (int, error) {
+func (f *Injector) Recv(bufs []*ibudp.Buf) (int, error) {
 	if len(bufs) == 0 {
 		return 0, nil
 	}
-	if err := checkRecvBufs(bufs); err != nil {
+	if err := ibudp.CheckRecvBufs(bufs); err != nil {
 		return 0, err
 	}
 	f.mu.Lock()
@@ -554,7 +564,7 @@ func (f *Faulty) Recv(bufs []*Buf) (int, error) {
 		case len(f.rxRdy) > 0:
 			return f.takeReady(bufs), nil
 		case f.closed:
-			return 0, fmt.Errorf("ibudp: faulty recv: %w", net.ErrClosed)
+			return 0, fmt.Errorf("fault: recv: %w", net.ErrClosed)
 		case f.rxErr != nil:
 			return 0, f.rxErr
 		case f.busy(dirRX) && !f.rxLooping:
@@ -577,15 +587,15 @@ func (f *Faulty) Recv(bufs []*Buf) (int, error) {
 // impairments were set while it waited, it hands the packets to them
 // instead and reports not done. Called with mu held; it lets go of it
 // while it waits.
-func (f *Faulty) recvDirect(bufs []*Buf) (n int, err error, done bool) {
+func (f *Injector) recvDirect(bufs []*ibudp.Buf) (n int, err error, done bool) {
 	f.mu.Unlock()
 	n, err = f.port.Recv(bufs)
 	f.mu.Lock()
 	if err != nil {
 		if f.closed || errors.Is(err, net.ErrClosed) {
-			return 0, fmt.Errorf("ibudp: faulty recv: %w", net.ErrClosed), true
+			return 0, fmt.Errorf("fault: recv: %w", net.ErrClosed), true
 		}
-		return 0, fmt.Errorf("ibudp: faulty recv: %w", err), true
+		return 0, fmt.Errorf("fault: recv: %w", err), true
 	}
 	if !f.busy(dirRX) {
 		f.dir[dirRX].counts.Packets += uint64(n)
@@ -594,17 +604,17 @@ func (f *Faulty) recvDirect(bufs []*Buf) (n int, err error, done bool) {
 	now := time.Now()
 	for _, b := range bufs[:n] {
 		c := f.pool.Get()
-		c.copyFrom(b)
+		c.CopyFrom(b)
 		f.impair(dirRX, c, now, nil)
 	}
 	return 0, nil, false
 }
 
 // takeReady moves ready packets into bufs. Called with mu held.
-func (f *Faulty) takeReady(bufs []*Buf) int {
+func (f *Injector) takeReady(bufs []*ibudp.Buf) int {
 	n := min(len(bufs), len(f.rxRdy))
 	for i, b := range f.rxRdy[:n] {
-		bufs[i].copyFrom(b)
+		bufs[i].CopyFrom(b)
 		f.pool.Put(b)
 	}
 	rest := copy(f.rxRdy, f.rxRdy[n:])
@@ -615,9 +625,9 @@ func (f *Faulty) takeReady(bufs []*Buf) int {
 
 // rxLoop reads the port and impairs what it reads, until RX is a
 // pass-through again.
-func (f *Faulty) rxLoop() {
+func (f *Injector) rxLoop() {
 	defer f.wg.Done()
-	bufs := make([]*Buf, DefaultBatch)
+	bufs := make([]*ibudp.Buf, ibudp.DefaultBatch)
 	f.pool.GetBatch(bufs)
 	defer func() { f.pool.PutBatch(bufs) }()
 	for {
@@ -625,7 +635,7 @@ func (f *Faulty) rxLoop() {
 		f.mu.Lock()
 		if err != nil {
 			if f.closed || errors.Is(err, net.ErrClosed) {
-				err = fmt.Errorf("ibudp: faulty recv: %w", net.ErrClosed)
+				err = fmt.Errorf("fault: recv: %w", net.ErrClosed)
 			}
 			f.rxErr = err
 			f.rxLooping = false
@@ -651,7 +661,7 @@ func (f *Faulty) rxLoop() {
 
 // timerLoop delivers delayed packets and releases held ones whose time is
 // up.
-func (f *Faulty) timerLoop() {
+func (f *Injector) timerLoop() {
 	defer f.wg.Done()
 	// The timer runs only while a packet waits: an armed timer, even an
 	// hour away, costs every round trip of the engine several
@@ -659,7 +669,7 @@ func (f *Faulty) timerLoop() {
 	t := time.NewTimer(time.Hour)
 	t.Stop()
 	defer t.Stop()
-	var send []*Buf
+	var send []*ibudp.Buf
 	for {
 		f.mu.Lock()
 		now := time.Now()
@@ -721,7 +731,7 @@ type delayed struct {
 	due  time.Time
 	seq  uint64 // order of arrival, so that packets due together keep it
 	dir  int
-	b    *Buf
+	b    *ibudp.Buf
 	link bool // it went through the bottleneck link's queue
 }
 

@@ -1,4 +1,4 @@
-package ibudp
+package fault
 
 import (
 	"math/rand/v2"
@@ -7,20 +7,21 @@ import (
 
 	"github.com/rnicd/rnicd/internal/looptest"
 	"github.com/rnicd/rnicd/wire/bth"
+	"github.com/rnicd/rnicd/wire/ibudp"
 )
 
-// linkPorts opens two loopback ports in each mode this user can, and a
-// Faulty with seed 7 over the first.
-func eachLinkMode(t *testing.T, test func(t *testing.T, f *Faulty, a, b Port, r *receiver)) {
-	modes := []Mode{ModeUDP}
+// eachLinkMode opens two loopback ports in each mode this user can, and
+// an Injector with seed 7 over the first.
+func eachLinkMode(t *testing.T, test func(t *testing.T, f *Injector, a, b ibudp.Port, r *receiver)) {
+	modes := []ibudp.Mode{ibudp.ModeUDP}
 	if canRaw() {
-		modes = append(modes, ModePacket)
+		modes = append(modes, ibudp.ModePacket)
 	}
 	for _, mode := range modes {
 		t.Run(mode.String(), func(t *testing.T) {
-			a := openPort(t, Config{Addr: looptest.Get(t), Mode: mode})
-			b := openPort(t, Config{Addr: looptest.Get(t), Mode: mode})
-			f := NewFaulty(a, 7)
+			a := openPort(t, ibudp.Config{Addr: looptest.Get(t), Mode: mode})
+			b := openPort(t, ibudp.Config{Addr: looptest.Get(t), Mode: mode})
+			f := New(a, 7)
 			t.Cleanup(func() { f.Close() })
 			test(t, f, a, b, startReceiver(b))
 		})
@@ -32,12 +33,12 @@ type linkTap struct {
 	marks, drops []int // depths
 }
 
-func (*linkTap) Packet(TapPoint, []byte, []byte, ICRCStatus) {}
-func (l *linkTap) LinkPacket(at TapPoint, roce []byte, depth int) {
+func (*linkTap) Packet(ibudp.TapPoint, []byte, []byte, ibudp.ICRCStatus) {}
+func (l *linkTap) LinkPacket(at ibudp.TapPoint, roce []byte, depth int) {
 	switch at {
-	case TapLinkMarkTX:
+	case ibudp.TapLinkMarkTX:
 		l.marks = append(l.marks, depth)
-	case TapLinkDropTX:
+	case ibudp.TapLinkDropTX:
 		l.drops = append(l.drops, depth)
 	}
 }
@@ -49,18 +50,18 @@ func (l *linkTap) LinkPacket(at TapPoint, roce []byte, depth int) {
 // batch is one instant to the injector, so the queue does not drain
 // during it and every figure is exact.
 func TestLinkTailDropAndMark(t *testing.T) {
-	eachLinkMode(t, func(t *testing.T, f *Faulty, a, b Port, r *receiver) {
+	eachLinkMode(t, func(t *testing.T, f *Injector, a, b ibudp.Port, r *receiver) {
 		tap := &linkTap{}
-		SetTap(f, tap)
+		ibudp.SetTap(f, tap)
 		f.SetTX(Faults{Link: Link{Rate: 80_000_000, Queue: 50 << 10, KMin: 10 << 10, KMax: 10 << 10, PMax: 1}})
 		const frame = 12 + 1000 + 4 + 20 + 8 + 14 + 4 // RoCE part, IPv4, UDP, Ethernet header and FCS
-		bufs := make([]*Buf, 100)
+		bufs := make([]*ibudp.Buf, 100)
 		for i := range bufs {
-			bufs[i] = NewBuf()
+			bufs[i] = ibudp.NewBuf()
 			fillPacket(t, bufs[i], 0x11, uint32(i), 1000)
 			bufs[i].Peer, bufs[i].TOS = b.Addr(), 0x68
 			if i%2 == 0 {
-				bufs[i].SetECN(ECT0)
+				bufs[i].SetECN(ibudp.ECT0)
 			}
 		}
 		start := time.Now()
@@ -74,15 +75,15 @@ func TestLinkTailDropAndMark(t *testing.T) {
 		r.none(t, 20*time.Millisecond)
 		for i, g := range got {
 			psn := int(bth.BTH(g.roce).PSN())
-			want := NotECT
+			want := ibudp.NotECT
 			switch {
 			case psn%2 == 1:
 			case psn*frame >= 10<<10:
-				want = CE
+				want = ibudp.CE
 			default:
-				want = ECT0
+				want = ibudp.ECT0
 			}
-			if psn != i || ECN(g.tos&ecnMask) != want || g.tos>>2 != 0x68>>2 {
+			if psn != i || ibudp.ECN(g.tos&0b11) != want || g.tos>>2 != 0x68>>2 {
 				t.Errorf("packet %d: PSN %d TOS %#x, want PSN %d %v", i, psn, g.tos, i, want)
 			}
 		}
@@ -107,22 +108,22 @@ func TestLinkTailDropAndMark(t *testing.T) {
 // on the depth d a packet meets: with the injector's seed, exactly the
 // packets a replay of its random numbers picks.
 func TestLinkRED(t *testing.T) {
-	eachLinkMode(t, func(t *testing.T, f *Faulty, a, b Port, r *receiver) {
+	eachLinkMode(t, func(t *testing.T, f *Injector, a, b ibudp.Port, r *receiver) {
 		l := NewLink(1_000_000_000)
 		l.PMax = 0.5 // to mark enough of 240 packets to tell
 		f.SetTX(Faults{Link: l})
 		const n, frame = 240, 12 + 1000 + 4 + 20 + 8 + 14 + 4
-		bufs := make([]*Buf, n)
+		bufs := make([]*ibudp.Buf, n)
 		for i := range bufs {
-			bufs[i] = NewBuf()
+			bufs[i] = ibudp.NewBuf()
 			fillPacket(t, bufs[i], 0x11, uint32(i), 1000)
 			bufs[i].Peer = b.Addr()
-			bufs[i].SetECN(ECT0)
+			bufs[i].SetECN(ibudp.ECT0)
 		}
 		if err := f.Send(bufs); err != nil {
 			t.Fatal(err)
 		}
-		// The replay: the same generator as NewFaulty(_, 7), one draw
+		// The replay: the same generator as New(_, 7), one draw
 		// per packet whose probability is not 0.
 		rng := rand.New(rand.NewPCG(7, 0x9e3779b97f4a7c15))
 		want := map[uint32]bool{}
@@ -144,10 +145,10 @@ func TestLinkRED(t *testing.T) {
 		marked := 0
 		for _, g := range got {
 			psn := bth.BTH(g.roce).PSN()
-			if ce := ECN(g.tos&ecnMask) == CE; ce != want[psn] {
-				t.Errorf("PSN %d (depth %d): CE %v, want %v", psn, int(psn)*frame, ce, want[psn])
+			if ce := ibudp.ECN(g.tos&0b11) == ibudp.CE; ce != want[psn] {
+				t.Errorf("PSN %d (depth %d): ibudp.CE %v, want %v", psn, int(psn)*frame, ce, want[psn])
 			}
-			if ECN(g.tos&ecnMask) == CE {
+			if ibudp.ECN(g.tos&0b11) == ibudp.CE {
 				marked++
 			}
 		}
@@ -158,21 +159,21 @@ func TestLinkRED(t *testing.T) {
 	})
 }
 
-// The link on the RX side: the engine above the Faulty sees what the far
+// The link on the RX side: the engine above the Injector sees what the far
 // side sent, marked and thinned as the queue in front of it decides.
 func TestLinkRX(t *testing.T) {
-	a := openPort(t, Config{Addr: looptest.Get(t)})
-	b := openPort(t, Config{Addr: looptest.Get(t)})
-	f := NewFaulty(b, 7)
+	a := openPort(t, ibudp.Config{Addr: looptest.Get(t)})
+	b := openPort(t, ibudp.Config{Addr: looptest.Get(t)})
+	f := New(b, 7)
 	t.Cleanup(func() { f.Close() })
 	f.SetRX(Faults{Link: Link{Rate: 800_000_000, Queue: 8 << 10, KMin: 0, KMax: 0}})
 	r := startReceiver(f)
-	bufs := make([]*Buf, 20)
+	bufs := make([]*ibudp.Buf, 20)
 	for i := range bufs {
-		bufs[i] = NewBuf()
+		bufs[i] = ibudp.NewBuf()
 		fillPacket(t, bufs[i], 0x11, uint32(i), 1000)
 		bufs[i].Peer = f.Addr()
-		bufs[i].SetECN(ECT0)
+		bufs[i].SetECN(ibudp.ECT0)
 	}
 	if err := a.Send(bufs); err != nil {
 		t.Fatal(err)
@@ -180,7 +181,7 @@ func TestLinkRX(t *testing.T) {
 	// How many fit depends on how the kernel hands the packets up (one
 	// read or several, the queue draining between them), but no mark
 	// (KMax 0), and what the queue took and dropped adds up.
-	var st FaultCounts
+	var st Counts
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
 		if st = f.FaultStats().RX; st.LinkPackets+st.LinkDropped == 20 {
 			break
@@ -191,7 +192,7 @@ func TestLinkRX(t *testing.T) {
 		t.Fatalf("%d received; counts %+v", len(got), st)
 	}
 	for _, g := range got {
-		if ECN(g.tos&ecnMask) != ECT0 {
+		if ibudp.ECN(g.tos&0b11) != ibudp.ECT0 {
 			t.Fatalf("TOS %#x", g.tos)
 		}
 	}
@@ -208,20 +209,20 @@ func TestLinkRX(t *testing.T) {
 // the marks met at enqueue (TestLinkTailDropAndMark) are the other end
 // of the burst.
 func TestLinkMarkDequeue(t *testing.T) {
-	eachLinkMode(t, func(t *testing.T, f *Faulty, a, b Port, r *receiver) {
+	eachLinkMode(t, func(t *testing.T, f *Injector, a, b ibudp.Port, r *receiver) {
 		tap := &linkTap{}
-		SetTap(f, tap)
+		ibudp.SetTap(f, tap)
 		l := Link{Rate: 400_000, Queue: 50 << 10, KMin: 10 << 10, KMax: 10 << 10, PMax: 1, Dequeue: true}
 		f.SetTX(Faults{Link: l})
 		const frame = 12 + 1000 + 4 + 20 + 8 + 14 + 4
 		const n = 48 // what fits: 48 frames of 1082 bytes in 50 KB
-		bufs := make([]*Buf, n)
+		bufs := make([]*ibudp.Buf, n)
 		for i := range bufs {
-			bufs[i] = NewBuf()
+			bufs[i] = ibudp.NewBuf()
 			fillPacket(t, bufs[i], 0x11, uint32(i), 1000)
 			bufs[i].Peer = b.Addr()
 			if i%2 == 0 {
-				bufs[i].SetECN(ECT0)
+				bufs[i].SetECN(ibudp.ECT0)
 			}
 		}
 		if err := f.Send(bufs); err != nil {
@@ -232,12 +233,12 @@ func TestLinkMarkDequeue(t *testing.T) {
 		for i, g := range got {
 			psn := int(bth.BTH(g.roce).PSN())
 			behind := (n - 1 - psn) * frame // the depth when it leaves, on time
-			isCE := ECN(g.tos&ecnMask) == CE
+			isCE := ibudp.ECN(g.tos&0b11) == ibudp.CE
 			switch {
 			case psn != i:
 				t.Errorf("packet %d has PSN %d", i, psn)
 			case isCE && (psn%2 == 1 || behind < 10<<10):
-				t.Errorf("PSN %d (leaving %d bytes behind) marked CE", psn, behind)
+				t.Errorf("PSN %d (leaving %d bytes behind) marked ibudp.CE", psn, behind)
 			case !isCE && psn%2 == 0 && psn < 3:
 				t.Errorf("PSN %d left %d bytes behind unmarked", psn, behind)
 			}
@@ -247,7 +248,7 @@ func TestLinkMarkDequeue(t *testing.T) {
 		}
 		st := f.FaultStats().TX
 		if st.Marked != uint64(ce) || len(tap.marks) != ce || st.LinkDropped != 0 || st.LinkPackets != n {
-			t.Errorf("counts %+v, tap marks %d; %d CE received", st, len(tap.marks), ce)
+			t.Errorf("counts %+v, tap marks %d; %d ibudp.CE received", st, len(tap.marks), ce)
 		}
 	})
 }

@@ -1,4 +1,4 @@
-package ibudp
+package fault
 
 import (
 	"testing"
@@ -6,14 +6,15 @@ import (
 
 	"github.com/rnicd/rnicd/internal/looptest"
 	"github.com/rnicd/rnicd/wire/bth"
+	"github.com/rnicd/rnicd/wire/ibudp"
 )
 
 // pollAll takes packets off p by polling, as a busy-polling NIC does
 // (WaitRecv, then TryRecv until empty), until n arrived or a second
 // passed with none, and returns their PSNs.
-func pollAll(t *testing.T, p Poller, n int) []uint32 {
+func pollAll(t *testing.T, p ibudp.Poller, n int) []uint32 {
 	t.Helper()
-	bufs := []*Buf{NewBuf(), NewBuf(), NewBuf(), NewBuf()}
+	bufs := []*ibudp.Buf{ibudp.NewBuf(), ibudp.NewBuf(), ibudp.NewBuf(), ibudp.NewBuf()}
 	var psns []uint32
 	idle := time.Now()
 	for len(psns) < n && time.Since(idle) < time.Second {
@@ -33,15 +34,15 @@ func pollAll(t *testing.T, p Poller, n int) []uint32 {
 	return psns
 }
 
-// A FaultyPoller is a Poller: without receive impairments it is the
+// A Poller is an ibudp.Poller: without receive impairments it is the
 // port's own polling; with them, its TryRecv hands out what the injector
 // let through (DropNth 3 loses exactly the third packet), and once they
 // are off it is a pass-through again. WaitRecv wakes for a packet in
 // either state.
-func TestFaultyPoller(t *testing.T) {
-	a := openPort(t, Config{Addr: looptest.Get(t), Mode: ModeUDP})
-	b := openPort(t, Config{Addr: looptest.Get(t), Mode: ModeUDP})
-	f := NewFaultyPoller(b.(Poller), 1)
+func TestPoller(t *testing.T) {
+	a := openPort(t, ibudp.Config{Addr: looptest.Get(t), Mode: ibudp.ModeUDP})
+	b := openPort(t, ibudp.Config{Addr: looptest.Get(t), Mode: ibudp.ModeUDP})
+	f := NewPoller(b.(ibudp.Poller), 1)
 	defer f.Close()
 
 	sendBatch(t, a, b.Addr(), 5, 100, []int{64}, 0, 0)
@@ -79,7 +80,7 @@ func TestFaultyPoller(t *testing.T) {
 	// The injector's reader stops at its next packet; the poll after
 	// that takes the fast path again.
 	for deadline := time.Now().Add(time.Second); f.rxSet.Load() && time.Now().Before(deadline); {
-		if n, err := f.TryRecv([]*Buf{NewBuf()}); n != 0 || err != nil {
+		if n, err := f.TryRecv([]*ibudp.Buf{ibudp.NewBuf()}); n != 0 || err != nil {
 			t.Fatalf("TryRecv with nothing sent: %d, %v", n, err)
 		}
 	}
@@ -87,7 +88,7 @@ func TestFaultyPoller(t *testing.T) {
 		t.Fatalf("after the impairments: %d dropped in all, fast path %v", d, !f.rxSet.Load())
 	}
 	f.Close()
-	if _, err := f.TryRecv([]*Buf{NewBuf()}); !isClosed(err) {
+	if _, err := f.TryRecv([]*ibudp.Buf{ibudp.NewBuf()}); !isClosed(err) {
 		t.Fatalf("TryRecv after Close: %v", err)
 	}
 }

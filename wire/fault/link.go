@@ -1,13 +1,14 @@
-package ibudp
+package fault
 
 import (
 	"strconv"
 	"time"
 
 	"github.com/rnicd/rnicd/wire/bth"
+	"github.com/rnicd/rnicd/wire/ibudp"
 )
 
-// Link is a bottleneck in one direction of a Faulty: the egress queue of
+// Link is a bottleneck in one direction of an Injector: the egress queue of
 // a virtual switch port, which this machine lacks (its kernel has no
 // ECN-marking qdisc: no red, fq_codel or netem). Packets join a FIFO of
 // Queue bytes that drains at Rate; a packet that does not fit is dropped
@@ -64,7 +65,7 @@ type linkQueue struct {
 
 // frameLen is the length b takes in a switch queue: the Ethernet frame
 // around its IP datagram.
-func frameLen(b *Buf) int {
+func frameLen(b *ibudp.Buf) int {
 	n := b.N + linkFrameOverhead + bth.UDPHeaderLen
 	if b.Peer.Unmap().Is4() {
 		return n + bth.IPv4HeaderLen
@@ -88,7 +89,7 @@ func (l *Link) markProb(d float64) float64 {
 // if the queue is full: b is then dropped, counted and told to the tap,
 // and an RX buffer goes back to the pool. An ECN-capable b may leave
 // marked CE. Called with mu held.
-func (f *Faulty) enqueue(d int, b *Buf, now time.Time) (time.Time, bool) {
+func (f *Injector) enqueue(d int, b *ibudp.Buf, now time.Time) (time.Time, bool) {
 	fd := &f.dir[d]
 	l := &fd.f.Link
 	q := &fd.queue
@@ -96,7 +97,7 @@ func (f *Faulty) enqueue(d int, b *Buf, now time.Time) (time.Time, bool) {
 	size := float64(frameLen(b))
 	if q.depth+size > float64(l.Queue) {
 		fd.counts.LinkDropped++
-		f.tapLink(TapLinkDropTX+TapPoint(d), b, int(q.depth))
+		f.tapLink(ibudp.TapLinkDropTX+ibudp.TapPoint(d), b, int(q.depth))
 		if d == dirRX {
 			f.pool.Put(b)
 		}
@@ -113,19 +114,19 @@ func (f *Faulty) enqueue(d int, b *Buf, now time.Time) (time.Time, bool) {
 
 // mark marks b CE with RED's probability for a queue of depth bytes, if
 // it is ECN-capable. Called with mu held.
-func (f *Faulty) mark(d int, b *Buf, depth float64) {
+func (f *Injector) mark(d int, b *ibudp.Buf, depth float64) {
 	fd := &f.dir[d]
-	if e := b.ECN(); (e == ECT0 || e == ECT1) && f.roll(fd.f.Link.markProb(depth)) {
-		b.SetECN(CE)
+	if e := b.ECN(); (e == ibudp.ECT0 || e == ibudp.ECT1) && f.roll(fd.f.Link.markProb(depth)) {
+		b.SetECN(ibudp.CE)
 		fd.counts.Marked++
-		f.tapLink(TapLinkMarkTX+TapPoint(d), b, int(depth))
+		f.tapLink(ibudp.TapLinkMarkTX+ibudp.TapPoint(d), b, int(depth))
 	}
 }
 
 // dequeue is a packet of direction d leaving the bottleneck at now: with
 // Link.Dequeue, it is marked on the depth it leaves behind. Called with
 // mu held.
-func (f *Faulty) dequeue(d int, b *Buf, now time.Time) {
+func (f *Injector) dequeue(d int, b *ibudp.Buf, now time.Time) {
 	fd := &f.dir[d]
 	if l := &fd.f.Link; l.Rate > 0 && l.Dequeue {
 		fd.queue.drain(l.Rate, now)
@@ -144,23 +145,14 @@ func (q *linkQueue) drain(rate uint64, now time.Time) {
 
 // tapLink tells the tap of a mark or a tail drop, with the depth of the
 // queue the packet met.
-func (f *Faulty) tapLink(at TapPoint, b *Buf, depth int) {
-	t := f.tap.load()
+func (f *Injector) tapLink(at ibudp.TapPoint, b *ibudp.Buf, depth int) {
+	t := f.tap.Load()
 	if t == nil {
 		return
 	}
-	if lt, ok := t.(LinkTap); ok {
+	if lt, ok := t.(ibudp.LinkTap); ok {
 		lt.LinkPacket(at, b.RoCE(), depth)
 	}
-}
-
-// LinkTap is a Tap that also wants the bottleneck link's marks and tail
-// drops (TapLinkMarkTX/RX, TapLinkDropTX/RX) with the depth, in bytes, of
-// the queue the packet met. Like Packet, LinkPacket must not keep roce or
-// block.
-type LinkTap interface {
-	Tap
-	LinkPacket(at TapPoint, roce []byte, depth int)
 }
 
 // String renders the link in the words `rnic inject` takes: "link 2gbit

@@ -1,6 +1,6 @@
 //go:build linux
 
-package ibudp
+package fault
 
 import (
 	"fmt"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/rnicd/rnicd/internal/looptest"
 	"github.com/rnicd/rnicd/wire/bth"
+	"github.com/rnicd/rnicd/wire/ibudp"
 )
 
 // memNet is an in-memory wire between memPorts, for testing the fault
@@ -27,9 +28,9 @@ type memPort struct {
 	net    *memNet
 	addr   netip.Addr
 	cond   sync.Cond
-	q      []*Buf
+	q      []*ibudp.Buf
 	closed bool
-	stats  counters
+	stats  ibudp.Stats // guarded by net.mu
 }
 
 func newMemPair(a, b netip.Addr) (*memPort, *memPort) {
@@ -43,32 +44,30 @@ func newMemPair(a, b netip.Addr) (*memPort, *memPort) {
 	return mk(a), mk(b)
 }
 
-func (p *memPort) Send(bufs []*Buf) error {
+func (p *memPort) Send(bufs []*ibudp.Buf) error {
 	p.net.mu.Lock()
 	defer p.net.mu.Unlock()
 	if p.closed {
 		return fmt.Errorf("mem send: %w", net.ErrClosed)
 	}
-	var t tally
 	for _, b := range bufs {
 		dst := p.net.ports[b.Peer]
-		if !b.valid() || dst == nil {
-			t[cTxInvalid]++
+		if b == nil || len(b.Data) != ibudp.BufLen || b.N < bth.BTHLen+bth.ICRCLen || b.N > ibudp.MaxRoCELen || dst == nil {
+			p.stats.TxInvalid++
 			continue
 		}
-		flipBit(b) // as a real port does after sealing
-		c := NewBuf()
-		c.copyFrom(b)
-		c.Peer, c.ICRC = p.addr, ICRCVerified
+		flipAfterSeal(b) // as a real port does
+		c := ibudp.NewBuf()
+		c.CopyFrom(b)
+		c.Peer, c.ICRC = p.addr, ibudp.ICRCVerified
 		dst.q = append(dst.q, c)
 		dst.cond.Signal()
-		t[cTxPackets]++
+		p.stats.TxPackets++
 	}
-	p.stats.add(&t)
 	return nil
 }
 
-func (p *memPort) Recv(bufs []*Buf) (int, error) {
+func (p *memPort) Recv(bufs []*ibudp.Buf) (int, error) {
 	p.net.mu.Lock()
 	defer p.net.mu.Unlock()
 	for len(p.q) == 0 && !p.closed {
@@ -79,19 +78,21 @@ func (p *memPort) Recv(bufs []*Buf) (int, error) {
 	}
 	n := 0
 	for n < len(bufs) && n < len(p.q) {
-		bufs[n].copyFrom(p.q[n])
+		bufs[n].CopyFrom(p.q[n])
 		n++
 	}
 	p.q = p.q[n:]
-	var t tally
-	t[cRxPackets] = uint64(n)
-	p.stats.add(&t)
+	p.stats.RxPackets += uint64(n)
 	return n, nil
 }
 
 func (p *memPort) Addr() netip.Addr { return p.addr }
 func (p *memPort) MTU() int         { return 4096 }
-func (p *memPort) Stats() Stats     { return p.stats.snapshot() }
+func (p *memPort) Stats() ibudp.Stats {
+	p.net.mu.Lock()
+	defer p.net.mu.Unlock()
+	return p.stats
+}
 func (p *memPort) Close() error {
 	p.net.mu.Lock()
 	p.closed = true
@@ -100,12 +101,25 @@ func (p *memPort) Close() error {
 	return nil
 }
 
+// flipAfterSeal applies the injector's pending TX corruption (Buf.Flip)
+// as a port does after sealing the ICRC.
+func flipAfterSeal(b *ibudp.Buf) {
+	if b.Flip == 0 {
+		return
+	}
+	bit := int(b.Flip - 1)
+	b.Flip = 0
+	if r := b.RoCE(); bit/8 < len(r) {
+		r[bit/8] ^= 1 << (bit % 8)
+	}
+}
+
 var memA, memB = addr("10.0.0.1"), addr("10.0.0.2")
 
 // sendSeq sends packets with PSNs from..to-1 to peer in batches of 50.
-func sendSeq(t *testing.T, p Port, peer netip.Addr, qpn uint32, from, to int) {
+func sendSeq(t *testing.T, p ibudp.Port, peer netip.Addr, qpn uint32, from, to int) {
 	t.Helper()
-	bufs := make([]*Buf, 0, 50)
+	bufs := make([]*ibudp.Buf, 0, 50)
 	flush := func() {
 		if err := p.Send(bufs); err != nil {
 			t.Fatal(err)
@@ -113,7 +127,7 @@ func sendSeq(t *testing.T, p Port, peer netip.Addr, qpn uint32, from, to int) {
 		bufs = bufs[:0]
 	}
 	for psn := from; psn < to; psn++ {
-		b := NewBuf()
+		b := ibudp.NewBuf()
 		fillPacket(t, b, qpn, uint32(psn), 32)
 		b.Peer = peer
 		bufs = append(bufs, b)
@@ -122,19 +136,6 @@ func sendSeq(t *testing.T, p Port, peer netip.Addr, qpn uint32, from, to int) {
 		}
 	}
 	flush()
-}
-
-// drain receives until nothing has come for quiet.
-func drain(r *receiver, quiet time.Duration) []received {
-	var out []received
-	for {
-		select {
-		case p := <-r.ch:
-			out = append(out, p)
-		case <-time.After(quiet):
-			return out
-		}
-	}
 }
 
 // within checks that got is within 4.5 standard deviations of a binomial
@@ -154,15 +155,15 @@ func TestFaultRates(t *testing.T) {
 	for _, dir := range []string{"tx", "rx"} {
 		t.Run(dir, func(t *testing.T) {
 			pa, pb := newMemPair(memA, memB)
-			var sender, recvPort Port = pa, pb
-			var f *Faulty
+			var sender, recvPort ibudp.Port = pa, pb
+			var f *Injector
 			faults := Faults{Drop: 0.1, Duplicate: 0.05}
 			if dir == "tx" {
-				f = NewFaulty(pa, 1)
+				f = New(pa, 1)
 				f.SetTX(faults)
 				sender = f
 			} else {
-				f = NewFaulty(pb, 2)
+				f = New(pb, 2)
 				f.SetRX(faults)
 				recvPort = f
 			}
@@ -205,7 +206,7 @@ func TestFaultRates(t *testing.T) {
 // Reordering holds packets back by ReorderBy and loses none.
 func TestFaultReorder(t *testing.T) {
 	pa, pb := newMemPair(memA, memB)
-	f := NewFaulty(pa, 3)
+	f := New(pa, 3)
 	defer f.Close()
 	f.SetTX(Faults{Reorder: 0.05, ReorderBy: 3})
 	r := startReceiver(pb)
@@ -234,7 +235,7 @@ func TestFaultReorder(t *testing.T) {
 // A held packet with nothing behind it is released by the timeout.
 func TestFaultReorderTimeout(t *testing.T) {
 	pa, pb := newMemPair(memA, memB)
-	f := NewFaulty(pa, 4)
+	f := New(pa, 4)
 	defer f.Close()
 	f.SetTX(Faults{Reorder: 1, ReorderBy: 5, ReorderTimeout: 30 * time.Millisecond})
 	r := startReceiver(pb)
@@ -256,14 +257,14 @@ func TestFaultDelay(t *testing.T) {
 			// takes even under -race on a loaded machine, so a Send that
 			// waited for them stands out.
 			faults := Faults{Delay: 200 * time.Millisecond, Jitter: 40 * time.Millisecond}
-			var sender, rp Port = pa, pb
+			var sender, rp ibudp.Port = pa, pb
 			if dir == "tx" {
-				f := NewFaulty(pa, 5)
+				f := New(pa, 5)
 				defer f.Close()
 				f.SetTX(faults)
 				sender = f
 			} else {
-				f := NewFaulty(pb, 5)
+				f := New(pb, 5)
 				defer f.Close()
 				f.SetRX(faults)
 				rp = f
@@ -288,14 +289,14 @@ func TestFaultDelay(t *testing.T) {
 // RX corruption flips exactly one bit, never in BTH byte 4, and says so.
 func TestFaultCorruptRX(t *testing.T) {
 	pa, pb := newMemPair(memA, memB)
-	f := NewFaulty(pb, 6)
+	f := New(pb, 6)
 	defer f.Close()
 	f.SetRX(Faults{Corrupt: 1})
 	r := startReceiver(f)
-	bufs := make([]*Buf, 200)
+	bufs := make([]*ibudp.Buf, 200)
 	want := map[uint32][]byte{}
 	for i := range bufs {
-		bufs[i] = NewBuf()
+		bufs[i] = ibudp.NewBuf()
 		fillPacket(t, bufs[i], 1, uint32(i), 64)
 		bufs[i].Peer = memB
 		want[uint32(i)] = append([]byte(nil), bufs[i].RoCE()...)
@@ -304,7 +305,7 @@ func TestFaultCorruptRX(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, g := range r.get(t, 200, time.Second) {
-		if g.icrc != ICRCCorrupted {
+		if g.icrc != ibudp.ICRCCorrupted {
 			t.Fatalf("ICRC status %v", g.icrc)
 		}
 		var w []byte
@@ -341,31 +342,31 @@ func hamming(a, b []byte) int {
 // TX corruption happens after sealing: the peer port's ICRC check drops
 // every corrupted packet; the caller's buffers keep no pending corruption.
 func TestFaultCorruptTXRealPorts(t *testing.T) {
-	modes := []Mode{ModeUDP}
+	modes := []ibudp.Mode{ibudp.ModeUDP}
 	if canRaw() {
-		modes = append(modes, ModePacket)
+		modes = append(modes, ibudp.ModePacket)
 	}
 	for _, mode := range modes {
 		t.Run(mode.String(), func(t *testing.T) {
-			a := openPort(t, Config{Addr: looptest.Get(t), Mode: mode})
-			b := openPort(t, Config{Addr: looptest.Get(t), Mode: mode})
+			a := openPort(t, ibudp.Config{Addr: looptest.Get(t), Mode: mode})
+			b := openPort(t, ibudp.Config{Addr: looptest.Get(t), Mode: mode})
 			r := startReceiver(b)
-			f := NewFaulty(a, 7)
+			f := New(a, 7)
 			defer f.Close()
 			f.SetTX(Faults{Corrupt: 1})
-			bufs := make([]*Buf, 20)
+			bufs := make([]*ibudp.Buf, 20)
 			for j := range bufs {
-				bufs[j] = NewBuf()
+				bufs[j] = ibudp.NewBuf()
 				fillPacket(t, bufs[j], 1, uint32(j), 200)
 				bufs[j].Peer = b.Addr()
 			}
 			if err := f.Send(bufs); err != nil {
 				t.Fatal(err)
 			}
-			waitStats(t, b, "20 ICRC errors", func(s Stats) bool { return s.RxICRCErrors == 20 })
+			waitStats(t, b, "20 ICRC errors", func(s ibudp.Stats) bool { return s.RxICRCErrors == 20 })
 			r.none(t, 20*time.Millisecond)
 			for _, x := range bufs {
-				if x.flip != 0 {
+				if x.Flip != 0 {
 					t.Fatal("a caller's buffer kept a pending flip")
 				}
 			}
@@ -379,7 +380,7 @@ func TestFaultCorruptTXRealPorts(t *testing.T) {
 // With a QPN filter only that QP's packets are impaired.
 func TestFaultQPNFilter(t *testing.T) {
 	pa, pb := newMemPair(memA, memB)
-	f := NewFaulty(pa, 8)
+	f := New(pa, 8)
 	defer f.Close()
 	f.SetTX(Faults{Drop: 1, FilterQPN: true, QPN: 5})
 	r := startReceiver(pb)
@@ -402,7 +403,7 @@ func TestFaultQPNFilter(t *testing.T) {
 // Settings change while traffic flows in both directions (run with -race).
 func TestFaultConcurrent(t *testing.T) {
 	pa, pb := newMemPair(memA, memB)
-	fa, fb := NewFaulty(pa, 9), NewFaulty(pb, 10)
+	fa, fb := New(pa, 9), New(pb, 10)
 	ra := startReceiver(fa)
 	rb := startReceiver(fb)
 	var wg sync.WaitGroup
@@ -437,9 +438,9 @@ func TestFaultConcurrent(t *testing.T) {
 	fb.Close()
 }
 
-func TestFaultyCloseUnblocksRecv(t *testing.T) {
+func TestInjectorCloseUnblocksRecv(t *testing.T) {
 	pa, _ := newMemPair(memA, memB)
-	testCloseUnblocks(t, NewFaulty(pa, 11))
+	testCloseUnblocks(t, New(pa, 11))
 }
 
 // psns are the PSNs of received packets, in arrival order.
@@ -470,7 +471,7 @@ func wantPSNs(t *testing.T, got []received, from, to int) {
 // more, it is a pass-through again.
 func TestFaultPassThrough(t *testing.T) {
 	pa, pb := newMemPair(memA, memB)
-	fa, fb := NewFaulty(pa, 12), NewFaulty(pb, 13)
+	fa, fb := New(pa, 12), New(pb, 13)
 	defer fa.Close()
 	defer fb.Close()
 	r := startReceiver(fb)
