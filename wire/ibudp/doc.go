@@ -2,7 +2,9 @@
 // between the transport engine and the wire. In a RoCEv2 NIC this block
 // wraps each transport packet in UDP (destination port 4791), IP and
 // Ethernet on the way out, strips them on the way in, and owns the invariant
-// CRC, because only it knows the real headers the ICRC covers.
+// CRC, because only it knows the real headers the ICRC covers. In rxe it
+// is rxe_net.c (the UDP tunnel socket, rxe_udp_encap_recv, rxe_prepare)
+// with rxe_icrc.c.
 //
 // The package owns:
 //
