@@ -20,9 +20,13 @@
 // bad message gets an error reply and changes nothing.
 //
 // Objects. Every handle belongs to the connection that created it and
-// names one object of one kind (objects.go): the request table says which
-// kind each request acts on, and one check refuses a handle of another
-// kind or another client before any handler runs. When
+// names one object of one kind (objects.go): the request table (server.go)
+// says which kind each request acts on, and one check refuses a handle of
+// another kind or another client before any handler runs. Each kind's
+// type, release and handlers share a file named for it (pd.go, mr.go and
+// shm.go, channel.go, cq.go, srq.go, qp.go, cm.go); queues.go holds the
+// doorbell and the WQE fetch that QPs and SRQs share, device.go the
+// queries of the device itself. When
 // the connection closes (the application exits or is killed) everything it
 // created is destroyed: QPs moved to ERR and destroyed, MRs deregistered
 // and unmapped, CQs, SRQs, channels and descriptors closed.

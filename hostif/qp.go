@@ -1,0 +1,225 @@
+package hostif
+
+import (
+	"sync/atomic"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/rnicd/rnicd/ib"
+	"github.com/rnicd/rnicd/rnic"
+)
+
+// qpObj is a client's QP with its two rings.
+type qpObj struct {
+	noUsers
+	owner     *conn
+	qp        *rnic.QP
+	pd        *pdObj
+	scq, rcq  *cqObj
+	srq       *srqObj
+	mem       []byte
+	sq        *Ring
+	rqFeed    *recvFeed     // nil with an SRQ
+	sqFetched atomic.Uint32 // send WQEs fetched; written under the conn's handling
+	sqDone    atomic.Uint32 // send WQEs the engine retired
+	broken    atomic.Bool   // a garbage producer index: doorbells are refused
+	// rqSeen is the receive ring's producer index at the last receive
+	// doorbell or poll, for the polling engine to tell a new post.
+	rqSeen atomic.Uint32
+}
+
+// Retire frees n slots of the send ring (qpmgr.SendSource): the engine
+// is done with their WQEs, which it copied at fetch.
+func (q *qpObj) Retire(n int) { q.sq.SetConsumer(q.sqDone.Add(uint32(n))) }
+
+func (c *conn) createQP(_ object, b Body, _ []int) (Body, []int, error) {
+	r := b.(*CreateQPReq)
+	pd, err := lookup[*pdObj](c, r.PD, kindPD)
+	if err != nil {
+		return nil, nil, err
+	}
+	scq, err := lookup[*cqObj](c, r.SendCQ, kindCQ)
+	if err != nil {
+		return nil, nil, err
+	}
+	rcq, err := lookup[*cqObj](c, r.RecvCQ, kindCQ)
+	if err != nil {
+		return nil, nil, err
+	}
+	var srq *srqObj
+	if r.SRQ != 0 {
+		if srq, err = lookup[*srqObj](c, r.SRQ, kindSRQ); err != nil {
+			return nil, nil, err
+		}
+		if srq.pd != pd {
+			return nil, nil, errf(CodeInvalid, "create_qp: SRQ %d is of another PD", r.SRQ)
+		}
+	}
+	ia := rnic.QPInitAttr{PD: pd.pd, Type: r.Type, SendCQ: scq.cq, RecvCQ: rcq.cq, Caps: r.Caps, SigAll: r.SigAll}
+	if srq != nil {
+		ia.SRQ = srq.srq
+		ia.Caps.MaxRecvWR, ia.Caps.MaxRecvSGE = 0, 0
+	}
+	qp, err := c.s.dev.CreateQP(ia)
+	if err != nil {
+		return nil, nil, errf(CodeInvalid, "create_qp: %v", err)
+	}
+	caps := qp.Caps
+	sqSlot := SendSlotBytes(caps.MaxSendSGE, caps.MaxInlineData)
+	sqBytes := RingBytes(uint32(caps.MaxSendWR), sqSlot)
+	total := sqBytes
+	var rqSlot uint32
+	if srq == nil {
+		rqSlot = RecvSlotBytes(caps.MaxRecvSGE)
+		total += RingBytes(uint32(caps.MaxRecvWR), rqSlot)
+	}
+	fd, mem, err := ringMem(total)
+	if err != nil {
+		c.s.dev.DestroyQP(qp)
+		return nil, nil, err
+	}
+	q := &qpObj{owner: c, qp: qp, pd: pd, scq: scq, rcq: rcq, srq: srq, mem: mem}
+	q.sq, _ = NewRing(mem[:sqBytes], uint32(caps.MaxSendWR), sqSlot)
+	q.sq.writeGeometry()
+	reply := &RingReply{QPN: qp.QPN, Caps: caps,
+		Send: RingDesc{Offset: 0, Size: uint32(sqBytes), Slots: uint32(caps.MaxSendWR), SlotBytes: sqSlot}}
+	if srq == nil {
+		rq, _ := NewRing(mem[sqBytes:], uint32(caps.MaxRecvWR), rqSlot)
+		rq.writeGeometry()
+		q.rqFeed = newRecvFeed(rq, caps.MaxRecvSGE)
+		qp.RQ.SetSource(q.rqFeed)
+		reply.Recv = RingDesc{Offset: uint32(sqBytes), Size: uint32(total - sqBytes), Slots: uint32(caps.MaxRecvWR), SlotBytes: rqSlot}
+	}
+	pd.hold()
+	scq.hold()
+	rcq.hold()
+	if srq != nil {
+		srq.hold()
+	}
+	qp.SetSendSource(q)
+	c.s.qps.Store(qp.QPN, q)
+	reply.H = c.add(q)
+	c.s.dev.Watch(q, qp.QPN)
+	return reply, []int{fd}, nil
+}
+
+func (c *conn) modifyQP(o object, b Body, _ []int) (Body, []int, error) {
+	r, q := b.(*ModifyQPReq), o.(*qpObj)
+	if err := c.s.dev.ModifyQP(q.qp, &r.Attr, r.Mask); err != nil {
+		return nil, nil, errf(CodeInvalid, "modify_qp: %v", err)
+	}
+	if r.Mask&ib.AttrState != 0 && r.Attr.State == ib.QPSReset {
+		// RESET empties the queues without completions (nothing is
+		// retired, nothing will be): the rings start again from 0, on
+		// both sides.
+		q.sqFetched.Store(0)
+		q.sqDone.Store(0)
+		q.broken.Store(false)
+		q.sq.reset()
+		if q.rqFeed != nil {
+			q.qp.RQ.SetSource(nil)
+			q.rqFeed.reset()
+			q.rqSeen.Store(0)
+			q.qp.RQ.SetSource(q.rqFeed)
+		}
+	}
+	return &Empty{}, nil, nil
+}
+
+func (c *conn) queryQP(o object, _ Body, _ []int) (Body, []int, error) {
+	q := o.(*qpObj)
+	return &QPAttrReply{Attr: c.s.dev.QueryQP(q.qp)}, nil, nil
+}
+
+func (*qpObj) kind() objKind { return kindQP }
+func (q *qpObj) cost() Quota { return qpCost(uint64(len(q.mem))) }
+
+// release destroys the QP; its outstanding WQEs complete no more
+// (ibv_destroy_qp).
+func (q *qpObj) release(c *conn) error {
+	c.s.dev.Unwatch(q)
+	c.s.dev.DestroyQP(q.qp)
+	c.s.qps.Delete(q.qp.QPN)
+	// Nothing retires into the rings once their memory is gone.
+	q.qp.SetSendSource(nil)
+	if q.rqFeed != nil {
+		q.qp.RQ.SetSource(nil)
+	}
+	c.s.dev.Fence()
+	unix.Munmap(q.mem)
+	q.pd.drop()
+	q.scq.drop()
+	q.rcq.drop()
+	if q.srq != nil {
+		q.srq.drop()
+	}
+	return nil
+}
+
+// flushQP moves the QP of a client that died to ERR, so that its WQEs
+// are flushed before it is destroyed.
+func (c *conn) flushQP(q *qpObj) {
+	// A client that exits without destroying its QPs may have polled a
+	// completion whose ACK the receive batch has yet to send, and ERR
+	// would stop it: let the batch end first (Fence waits for it).
+	c.s.dev.Fence()
+	c.s.dev.EnterError(q.qp)
+}
+
+// fetchSend rings the device's send doorbell of q: the device fetches
+// from q (its qpmgr.SendSource) and fails what does not decode or
+// validate.
+func (c *conn) fetchSend(q *qpObj) error {
+	failed, err := c.s.dev.FetchSend(q.qp)
+	c.s.badWQEs.Add(uint64(failed))
+	if err != nil {
+		return errf(CodeInvalid, "doorbell: %v", err)
+	}
+	return nil
+}
+
+// Fetch decodes the WQEs the client wrote since the last fetch
+// (qpmgr.SendSource). A producer index past what the ring can hold breaks
+// the ring: doorbells are refused until the QP is reset.
+func (q *qpObj) Fetch() ([]ib.SendWR, []error, error) {
+	fetched := q.sqFetched.Load()
+	n, err := newWQEs(q.sq, fetched, q.sqDone.Load)
+	if err != nil {
+		q.broken.Store(true)
+		return nil, nil, err
+	}
+	wrs := make([]ib.SendWR, 0, n)
+	bad := make([]error, 0, n) // per WR: why it does not decode
+	for i := range n {
+		wr, err := DecodeSendWQE(q.sq.slot(fetched + i))
+		wrs = append(wrs, wr)
+		bad = append(bad, err)
+	}
+	q.sqFetched.Store(fetched + n)
+	return wrs, bad, nil
+}
+
+// failQP moves a QP to ERR for a fault of its rings.
+func (c *conn) failQP(q *qpObj) {
+	c.s.badWQEs.Add(1)
+	c.s.dev.EnterError(q.qp)
+}
+
+func (c *conn) fetchRecv(q *qpObj) error {
+	qp := q.qp
+	c.s.dev.RefillRecv(qp)
+	bad, broken := q.rqFeed.faults()
+	if broken != nil {
+		q.broken.Store(true)
+		c.failQP(q)
+		return errf(CodeInvalid, "doorbell: QP %#x receive queue: %v", qp.QPN, broken)
+	}
+	for _, b := range bad {
+		c.s.badWQEs.Add(1)
+		c.s.dev.FailRecv(qp, b.wrid)
+	}
+	if len(bad) > 0 {
+		return errf(CodeInvalid, "doorbell: QP %#x receive WQE wr_id %d: %v", qp.QPN, bad[0].wrid, bad[0].err)
+	}
+	return nil
+}
