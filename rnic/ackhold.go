@@ -8,7 +8,7 @@ import (
 )
 
 // heldAcks are the QPs whose ACK the RX packet handler held back for their
-// next request (rx.Handler.Flush), and the timer that sends those nobody
+// next request (rx.Acker.Flush), and the timer that sends those nobody
 // came for. The timer is armed while an ACK is held, for the earliest
 // hold's end, and then for the next one still held.
 type heldAcks struct {
@@ -20,7 +20,7 @@ type heldAcks struct {
 	closed bool
 }
 
-// holdAck is rx.Handler.Hold of the queue's handler: qp (locked) holds an
+// holdAck is rx.Acker.Hold of the queue's handler: qp (locked) holds an
 // ACK until at most until.
 func (q *queue) holdAck(qp *qpmgr.QP, until time.Time) {
 	h := &q.held
@@ -93,8 +93,8 @@ func (q *queue) expireAcks() {
 	gone := holds[:0]
 	for _, x := range holds {
 		x.qp.Lock()
-		if q.rx.ExpireAck(x.qp, q.sendTX, now) {
-			if until := q.rx.Deadline(x.qp); !until.IsZero() && (next.IsZero() || until.Before(next)) {
+		if q.rx.Ack.Expire(x.qp, q.sendTX, now) {
+			if until := q.rx.Ack.Deadline(x.qp); !until.IsZero() && (next.IsZero() || until.Before(next)) {
 				next = until
 			}
 		} else {
@@ -127,7 +127,7 @@ func (d *Device) sendHeldAck(qp *qpmgr.QP) {
 	q := d.queueOf(qp)
 	q.sendMu.Lock()
 	qp.Lock()
-	sent := q.rx.SendHeldAck(qp, q.sendTX)
+	sent := q.rx.Ack.SendHeld(qp, q.sendTX)
 	qp.Unlock()
 	q.sendTX.flush()
 	q.sendMu.Unlock()

@@ -48,7 +48,7 @@ func pingPong(t *testing.T, p *pair, rounds int) {
 	checkWC(t, b.poll(1, 10*time.Second)[0], ib.WC{WRID: uint64(3000 + rounds - 1), Opcode: ib.WCSend, ByteLen: size, QPNum: p.qb.QPN})
 }
 
-// TestDelayedAckPingPong checks the delayed ACK of rx.Handler.Flush on a
+// TestDelayedAckPingPong checks the delayed ACK of rx.Acker.Flush on a
 // SEND ping-pong. With a hold longer than any round can take (1 s, under
 // an eighth of the 8.6 s ACK timeout; the 134 ms of a 1.07 s timeout was
 // overrun by a round on a loaded machine), which ACK is held is exact: b answers a's first SEND within the hold of its ACK, so

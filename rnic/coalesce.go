@@ -34,7 +34,7 @@ import (
 // message), as does a post with a multi-packet WQE (a large message's
 // packets are a GSO run on their own), one that would leave more than a
 // requester's turn (runBudget) unsent, and a QP whose responder holds
-// its ACKs for its requests (ping-pong mode, rx.Handler.Flush): two
+// its ACKs for its requests (ping-pong mode, rx.Acker.Flush): two
 // such QPs would each wait for the other's ACK until a hold ran out.
 type coalescer struct {
 	n  atomic.Int32 // len(qps): PollRx's check when nothing waits
@@ -48,7 +48,7 @@ type coalescer struct {
 // for its ACK or the next poll; false on a nil coalescer.
 func (c *coalescer) mayWait(qp *qpmgr.QP, wqes []qpmgr.SendWQE) bool {
 	if c == nil || len(wqes) == 0 || qp.Type != ib.QPTypeRC || qp.State() != ib.QPSRTS ||
-		qp.Resp.PingPong || !qp.Outstanding() || int(qp.SQ.Tail-qp.SQ.Next) > runBudget {
+		qp.Resp.Ack.PingPong || !qp.Outstanding() || int(qp.SQ.Tail-qp.SQ.Next) > runBudget {
 		return false
 	}
 	mtu := qp.MTU()

@@ -43,7 +43,7 @@ type Config struct {
 	CC       flowctl.Algorithm
 	CCParams flowctl.Params
 	// AckHold is the longest a ping-pong QP's ACK waits for the QP's next
-	// request to go out with it (rx.Handler.Flush); 0 takes DefaultAckHold,
+	// request to go out with it (rx.Acker.Flush); 0 takes DefaultAckHold,
 	// a negative value sends every ACK at once, as rxe does.
 	AckHold time.Duration
 	// QPNFirst and QPNLast bound the QPNs the device hands out, as a
@@ -177,15 +177,14 @@ func Open(cfg Config) (*Device, error) {
 	for i, p := range ports {
 		q := d.newQueue(i, p)
 		q.rx = rx.Handler{DMA: d.dma, QPs: d.qps, Counters: &q.counters, LocalAddr: cfg.Port.Addr(), Trace: d.probe, FC: fc,
-			Retry7Forever: cfg.Retry7Forever}
+			Retry7Forever: cfg.Retry7Forever, Recovering: q.lossSeen,
+			Ack: rx.Acker{Counters: &q.counters, Trace: d.probe, Hold: q.holdAck, Recovering: q.lossSeen}}
 		switch {
 		case cfg.AckHold == 0:
-			q.rx.AckHold = DefaultAckHold
+			q.rx.Ack.AckHold = DefaultAckHold
 		case cfg.AckHold > 0:
-			q.rx.AckHold = cfg.AckHold
+			q.rx.Ack.AckHold = cfg.AckHold
 		}
-		q.rx.Hold = q.holdAck
-		q.rx.Recovering = q.lossSeen
 		d.queues = append(d.queues, q)
 	}
 	if d.gsi, err = newGSI(d); err != nil {

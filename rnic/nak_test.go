@@ -10,7 +10,7 @@ import (
 
 // TestLostNAKRepeated: the first packet of a 20-packet WRITE is lost, and
 // so is the NAK the responder sends for the gap. The responder NAKs the
-// gap again about two round trips later (rnic/rx/nak.go), so the
+// gap again about two round trips later (rnic/rx/ack.go), so the
 // requester goes back without waiting for its ACK timeout, and the data
 // arrives whole. Before, a lost NAK always cost a timeout. The timeout
 // is 1.07 s, not perftest's 67 ms, which a host busy with other tests

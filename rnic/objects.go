@@ -140,7 +140,7 @@ func (d *Device) DestroyQP(qp *QP) error {
 
 // awaitReceiveBatch returns once the receive batch in progress, if any,
 // has ended. A batch pushes its completions before it sends the ACKs they
-// owe (rx.Handler.Flush, one per QP at the batch's end), so an application
+// owe (rx.Acker.Flush, one per QP at the batch's end), so an application
 // may poll a receive completion and destroy the QP while the ACK is still
 // to leave; without the wait the peer retries, against nobody, a message
 // the application saw complete. A delayed ACK (sendHeldAck) is owed too.

@@ -147,7 +147,7 @@ func TestTraceWriteWithLoss(t *testing.T) {
 	// And nothing else went wrong: one loss, one NAK, one go-back of the
 	// two packets, no timeout. A scheduler that delays a daemon by a
 	// round trip (1-2 ms under -race; 1 run in 4) lets the responder's
-	// NAK-repeat timer fire before the resent packets are taken (nak.go),
+	// NAK-repeat timer fire before the resent packets are taken (rx/ack.go),
 	// and the requester may take that repeat as a new loss: each repeat
 	// is counted (naks_repeated), and each go-back it causes resends the
 	// same two packets at most.

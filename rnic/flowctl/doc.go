@@ -24,7 +24,7 @@
 //     CNP per QP per np_min_time_between_cnps) are built, with every
 //     mlx5 parameter settable by its name (Params).
 //
-// The ACK hold (rnic/ackhold.go and rx.Handler.Flush: a responder holding
+// The ACK hold (rnic/ackhold.go and rx.Acker.Flush: a responder holding
 // its ACK back to leave with the QP's next request) does not belong here
 // but with the responder, in rnic/rx, timer included: it decides when an
 // acknowledgement leaves, from the responder's state (the PSN and MSN to

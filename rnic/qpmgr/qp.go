@@ -148,13 +148,30 @@ type RespResource struct {
 	MSN      uint32 // MSN the response carried
 }
 
-// RespState is the responder's state (rxe: qp->resp).
-type RespState struct {
-	EPSN    uint32 // expected PSN
-	MSN     uint32 // message sequence number
-	NAKSent bool   // a NAK (sequence error or RNR) for the current gap was sent
+// AckState is what a QP's responder owes the requester in ACKs and NAKs.
+// rx.Acker (rnic/rx/ack.go) alone writes it, with the QP's lock held:
+// every way an ACK or a NAK leaves is one of its methods.
+type AckState struct {
+	// Pending asks the receive pipeline to send an ACK for PSN at the end
+	// of the batch (ACK coalescing).
+	Pending bool
+	PSN     uint32
+	// Batch is the receive batch whose packets hold the last ACK Flush
+	// sent (rx.Acker.Sent counts the batches that went out): until that
+	// batch goes, a request of this QP would overtake the ACK.
+	Batch uint64
+	// Delayed ACK (see rx.Acker.AckHold). PingPong is set when the QP's
+	// requester sent within the hold time of an ACK going out, and cleared
+	// when a held ACK had to go alone; Held says the ACK for PSN is kept
+	// back until HoldUntil at the latest; SentAt is when the last ACK went
+	// alone.
+	PingPong  bool
+	Held      bool
+	HoldUntil time.Time
+	SentAt    time.Time
+	NAKSent   bool // a NAK (sequence error or RNR) for the current gap was sent
 	// A sequence-error NAK is sent again while its gap persists
-	// (rx.Handler.nakAgain): NAKAgain is when (zero: never, as after an
+	// (rx.Acker.nakAgain): NAKAgain is when (zero: never, as after an
 	// RNR NAK), NAKAt when the last one went, NAKs how many went for this
 	// gap, and NAKRTT the smoothed time from a gap's only NAK to the
 	// expected PSN arriving: the round trip the requester takes to resend.
@@ -162,6 +179,12 @@ type RespState struct {
 	NAKAt    time.Time
 	NAKs     int
 	NAKRTT   time.Duration
+}
+
+// RespState is the responder's state (rxe: qp->resp).
+type RespState struct {
+	EPSN uint32 // expected PSN
+	MSN  uint32 // message sequence number
 	// The message being received.
 	InMsg     bth.Flags // FlagSend or FlagWrite while a multi-packet message is open
 	HaveWQE   bool
@@ -170,23 +193,8 @@ type RespState struct {
 	WriteVA   uint64
 	WriteRKey uint32
 	WriteLen  uint32
-	// AckPending asks the receive pipeline to send an ACK for AckPSN at
-	// the end of the batch (ACK coalescing).
-	AckPending bool
-	AckPSN     uint32
-	// AckBatch is the receive batch whose packets hold the last ACK Flush
-	// sent (rx.Handler.Sent counts the batches that went out): until that
-	// batch goes, a request of this QP would overtake the ACK.
-	AckBatch uint64
-	// Delayed ACK (see rx.Handler.AckHold). PingPong is set when the QP's
-	// requester sent within the hold time of an ACK going out, and cleared
-	// when a held ACK had to go alone; AckHeld says the ACK for AckPSN is
-	// kept back until AckHoldUntil at the latest; AckSentAt is when the
-	// last ACK went alone.
-	PingPong     bool
-	AckHeld      bool
-	AckHoldUntil time.Time
-	AckSentAt    time.Time
+	// Ack is the state of the ACKs and NAKs the responder owes.
+	Ack AckState
 	// Resources is the READ/atomic replay ring, max_dest_rd_atomic long.
 	Resources []RespResource
 	NextRes   int

@@ -206,7 +206,7 @@ func (h *Handler) retry(qp *qpmgr.QP, why trace.RetryReason) {
 // go-back started from less than a round trip ago is answered already:
 // the packet it asks for is on its way, and going back again would
 // resend everything after it once more. Such NAKs come from a responder
-// that repeats its NAK while the gap lasts (nak.go). Before the round
+// that repeats its NAK while the gap lasts (ack.go). Before the round
 // trip's first sample it is taken as minRTO, not 0: a requester whose
 // receive was delayed 1 ms took the first NAK and its repeat in one
 // batch, 7 us apart, and went back twice (TestTraceWriteWithLoss, 1 run
@@ -271,7 +271,7 @@ const minRTO = 300 * time.Microsecond
 // setRTO sets qp's retransmission timeout for probes: 0 (none) unless
 // the QP is lossy; srtt + 4 rttvar once a round trip was measured; before
 // that an eighth of the ACK timeout, the longest a peer holds an ACK
-// (Handler.holdFor). Without a sample there used to be no probe at all:
+// (Acker.holdFor). Without a sample there used to be no probe at all:
 // under bench/loss.sh the first messages' go-backs are never timed
 // (Karn's rule, flowctl.Window), and a lost tail or last ACK in them cost
 // the whole 67 ms ACK timeout, 0-2 per run in a third of the runs

@@ -56,7 +56,7 @@ func newRCQPMem(t *testing.T, mem []byte) *rcQP {
 		t.Fatal(err)
 	}
 	var counters qpmgr.Counters
-	h := &rx.Handler{DMA: tab, QPs: qpmgr.NewTable(), Counters: &counters, LocalAddr: netip.MustParseAddr("127.0.0.2"), FC: newFC(t, 0)}
+	h := &rx.Handler{DMA: tab, QPs: qpmgr.NewTable(), Counters: &counters, Ack: rx.Acker{Counters: &counters}, LocalAddr: netip.MustParseAddr("127.0.0.2"), FC: newFC(t, 0)}
 	cq := qpmgr.NewCQ(64)
 	qpn, _ := h.QPs.Alloc()
 	qp, err := qpmgr.New(qpmgr.Config{QPN: qpn, Type: ib.QPTypeRC, PD: 1, SendCQ: cq, RecvCQ: cq, PortMTU: 1024,
@@ -100,7 +100,7 @@ func (r *rcQP) ack(t *testing.T, tx *sent, psn, msn uint32) {
 	}
 	b.Peer = r.peer
 	r.h.Receive(b, tx)
-	r.h.Flush(tx)
+	r.h.Ack.Flush(tx)
 }
 
 // An ACK wakes the requester only when it has something left to send: on
@@ -199,7 +199,7 @@ func nakFor(qpn, psn, msn uint32) []byte {
 }
 
 // TestRepeatedNAKCostsOneRetry: a responder repeats its NAK while the gap
-// lasts (nak.go). With retry_cnt 1, three NAKs for the same PSN within
+// lasts (ack.go). With retry_cnt 1, three NAKs for the same PSN within
 // the ACK timeout each send the requester back but cost one retry in all:
 // the QP stays in RTS and completes the WRITE once ACKed. A NAK for
 // another PSN costs the next retry, and with none left fails the WRITE.
@@ -220,7 +220,7 @@ func TestRepeatedNAKCostsOneRetry(t *testing.T) {
 		// it repeats is answered already (retryNAK); these come later.
 		qp.Comp.GoBackAt = qp.Comp.GoBackAt.Add(-time.Second)
 		r.h.Receive(nak, &tx)
-		r.h.Flush(&tx)
+		r.h.Ack.Flush(&tx)
 		if st := qp.State(); st != ib.QPSRTS || qp.Comp.RetryCnt != 0 || !qp.Req.NeedRetry {
 			t.Fatalf("after NAK %d: state %v, retries left %d, retry pending %v; want RTS, 0, true", i, st, qp.Comp.RetryCnt, qp.Req.NeedRetry)
 		}
@@ -243,7 +243,7 @@ func TestRepeatedNAKCostsOneRetry(t *testing.T) {
 	nak.SetRoCE(nakFor(qp.QPN, 0x13, 1)) // the first PSN: no progress
 	nak.Peer = r.peer
 	r.h.Receive(nak, &tx)
-	r.h.Flush(&tx)
+	r.h.Ack.Flush(&tx)
 	if r.cq.Poll(wc[:]) != 1 || wc[0] != (ib.WC{WRID: 2, Status: ib.WCRetryExcErr, Opcode: ib.WCRDMAWrite, QPNum: qp.QPN}) {
 		t.Fatalf("completion after a NAK with no retry left: %+v", wc[0])
 	}

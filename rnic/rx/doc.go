@@ -8,8 +8,11 @@
 //     READs again and answers duplicate atomics from its replay ring,
 //     consumes receive WQEs, writes SENDs and WRITEs through the DMA
 //     engine, sends READ responses and atomic ACKs, RNR NAKs when no
-//     receive WQE is posted and NAKs bad requests; ACKs are coalesced per
-//     receive batch;
+//     receive WQE is posted and NAKs bad requests;
+//   - the Acker (ack.go) owns the responder's ACKs and NAKs: it coalesces
+//     ACKs per receive batch, holds a ping-pong QP's ACK for its next
+//     request, repeats a gap's NAK, and every way one leaves is one of its
+//     methods (Flush, Release, Expire, SendHeld, and the responder's);
 //   - the completer (completer.go; rxe_comp.c, IBTA 9.7.5.1) matches ACKs,
 //     NAKs and responses to send WQEs, writes READ responses and atomic
 //     results into local memory, posts CQEs, and starts retries (NAK

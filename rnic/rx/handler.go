@@ -2,7 +2,6 @@ package rx
 
 import (
 	"net/netip"
-	"sync/atomic"
 	"time"
 
 	"github.com/rnicd/rnicd/ib"
@@ -15,7 +14,8 @@ import (
 )
 
 // Handler is the RX packet handler of one device. It is used by the
-// receive pipeline goroutine only, but for ReleaseAck and ExpireAck.
+// receive pipeline goroutine only, but for the Acker's Release, Expire
+// and SendHeld.
 type Handler struct {
 	DMA      *dma.Table
 	QPs      *qpmgr.Table
@@ -25,13 +25,8 @@ type Handler struct {
 	LocalAddr netip.Addr
 	// Trace is the device's trace probe, nil when it traces nothing.
 	Trace *trace.Probe
-	// AckHold turns on delayed ACKs for QPs that answer what they receive
-	// (ping-pong QPs, see Flush); 0 sends every ACK at the end of its batch.
-	AckHold time.Duration
-	// Hold is told, with the QP locked, of each ACK Flush holds back and
-	// the time by which it must go; the device sends it with ReleaseAck
-	// or, from that time on, ExpireAck.
-	Hold func(qp *qpmgr.QP, until time.Time)
+	// Ack is the responder's ACK: every ACK and NAK leaves by it.
+	Ack Acker
 	// FC is the device's Flow Control Manager, told of the CNPs that
 	// arrive (reaction point) and of the packets marked CE, which it may
 	// answer with a CNP (notification point; congestion.go). Required.
@@ -47,18 +42,11 @@ type Handler struct {
 	// measured for that answer (the requester's smoothed round trip, the
 	// responder's NAK to go-back), 0 before the first. A polling NIC
 	// keeps polling for the answer instead of going to sleep (rnic:
-	// queue.lossSeen).
+	// queue.lossSeen). The completer tells it of go-backs; the
+	// responder's NAKs are told to Ack.Recovering, which the device sets
+	// to the same.
 	Recovering func(rtt time.Duration)
-
-	acks []*qpmgr.QP // QPs with a coalesced ACK to send at Flush
-	// sent counts the receive pipeline's batches that went out (Sent);
-	// the one being filled is number sent+1.
-	sent atomic.Uint64
 }
-
-// Sent tells the Handler that the batch Receive and Flush filled went
-// out: the ACKs in it can no longer be overtaken by a request.
-func (h *Handler) Sent() { h.sent.Add(1) }
 
 // Receive handles one packet; packets it answers with go to tx.
 func (h *Handler) Receive(b *ibudp.Buf, tx qpmgr.TX) {
@@ -187,142 +175,6 @@ func (h *Handler) traceDMAWrite(qp *qpmgr.QP, p bth.Packet, wrID uint64, n, off 
 	h.Trace.Emit(e)
 }
 
-// Flush sends the ACKs coalesced over a receive batch: one per QP, for the
-// newest PSN that asked for one.
-//
-// A ping-pong QP's ACK is held back instead, to go out just before the
-// QP's next request (ReleaseAck), as TCP delays the ACK of an interactive
-// connection (RFC 1122 4.2.3.2; the IBTA lets a responder coalesce ACKs,
-// 9.7.5.1.1). On a SEND ping-pong this spares the peer wake-ups: its NIC
-// takes the ACK and the reply in one receive, and its application finds
-// both completions at once. A hold that runs out (ExpireAck) sends the
-// ACK alone and ends the QP's ping-pong mode. The hold is at most an
-// eighth of the QP's own ACK timeout: the peer's requester, which must
-// not time out waiting, most likely uses the same.
-func (h *Handler) Flush(tx qpmgr.TX) {
-	for i, qp := range h.acks {
-		qp.Lock()
-		r := &qp.Resp
-		if r.AckPending && answers(qp) {
-			switch {
-			case r.AckHeld:
-				// Still held: the newer AckPSN goes with the request.
-			case r.PingPong && h.Hold != nil:
-				r.AckHeld, r.AckHoldUntil = true, time.Now().Add(h.holdFor(qp))
-				h.Hold(qp, r.AckHoldUntil)
-			default:
-				h.sendAck(qp, tx, bth.ACK(bth.CreditsInvalid), r.AckPSN)
-				r.AckBatch = h.sent.Load() + 1
-				if h.AckHold > 0 {
-					r.AckSentAt = time.Now()
-				}
-			}
-		}
-		r.AckPending = false
-		qp.Unlock()
-		h.acks[i] = nil
-	}
-	h.acks = h.acks[:0]
-}
-
-// ReleaseAck is called, with qp locked, before qp's requester sends: an ACK
-// held for it goes first, into the same batch. A request that follows an
-// ACK within the hold time marks the QP ping-pong. It reports whether qp
-// held an ACK. Unlike the rest of the Handler it may run on any goroutine.
-func (h *Handler) ReleaseAck(qp *qpmgr.QP, tx qpmgr.TX) bool {
-	r := &qp.Resp
-	if r.AckHeld {
-		h.sendHeld(qp, tx, ib.AckHeld)
-		return true
-	}
-	// The application may answer a message before the ACK of it left:
-	// before the receive batch that carried the message ended (Flush), or
-	// after Flush put the ACK into a batch that has not gone out yet. The
-	// ACK goes first all the same, as rxe's and a NIC's do (they send it
-	// before the application can see the message); in the second case
-	// the batch's copy then comes second and is taken for a duplicate.
-	// A reply that overtook the ACK completed at the peer before the send
-	// it answers, and Debian's ib_send_lat -e (one channel for both CQs,
-	// one poll per event) hung in 9 runs of 25 (21 of 25 with -ack-hold 0).
-	if answers(qp) && (r.AckPending || (r.AckBatch != 0 && r.AckBatch > h.sent.Load())) {
-		r.AckPending, r.AckBatch = false, 0
-		h.sendAck(qp, tx, bth.ACK(bth.CreditsInvalid), r.AckPSN)
-		if h.AckHold > 0 {
-			r.AckSentAt = time.Now()
-		}
-	}
-	if h.AckHold > 0 && !r.PingPong && !r.AckSentAt.IsZero() && time.Since(r.AckSentAt) < h.holdFor(qp) {
-		r.PingPong = true
-	}
-	return false
-}
-
-// SendHeldAck sends qp's held ACK alone now, if it holds one, and reports
-// whether it did: the QP is about to be destroyed or modified. Call with
-// qp locked; it may run on any goroutine.
-func (h *Handler) SendHeldAck(qp *qpmgr.QP, tx qpmgr.TX) bool {
-	if !qp.Resp.AckHeld {
-		return false
-	}
-	h.sendHeld(qp, tx, ib.AckHoldExpired)
-	return true
-}
-
-// ExpireAck is called, with qp locked, when an ACK may have been held for
-// as long as it may: if so, it goes alone and the QP leaves ping-pong
-// mode. A NAK whose gap persists goes again (nak.go). It reports whether
-// qp still holds an ACK or a NAK to repeat (see Deadline). It may run on
-// any goroutine.
-func (h *Handler) ExpireAck(qp *qpmgr.QP, tx qpmgr.TX, now time.Time) bool {
-	nak := h.expireNAK(qp, tx, now)
-	r := &qp.Resp
-	if !r.AckHeld {
-		return nak
-	}
-	if now.Before(r.AckHoldUntil) {
-		return true
-	}
-	r.PingPong = false
-	h.sendHeld(qp, tx, ib.AckHoldExpired)
-	return nak
-}
-
-// sendHeld sends qp's held ACK, counted as c, unless the QP answers no
-// more.
-func (h *Handler) sendHeld(qp *qpmgr.QP, tx qpmgr.TX, c ib.Counter) {
-	r := &qp.Resp
-	r.AckHeld = false
-	if !answers(qp) {
-		return
-	}
-	h.Counters.Inc(c)
-	h.sendAck(qp, tx, bth.ACK(bth.CreditsInvalid), r.AckPSN)
-	r.AckSentAt = time.Now()
-}
-
-// answers reports whether qp still sends the ACKs it owes.
-func answers(qp *qpmgr.QP) bool { return !qp.Destroyed() && qp.State() != ib.QPSErr }
-
-// holdFor is how long qp's ACK may be held: AckHold, at most an eighth of
-// the QP's ACK timeout.
-func (h *Handler) holdFor(qp *qpmgr.QP) time.Duration {
-	if t := qp.ACKTimeout(); t > 0 {
-		return min(h.AckHold, t/8)
-	}
-	return h.AckHold
-}
-
-// deferAck asks for an ACK of psn at the end of the batch.
-func (h *Handler) deferAck(qp *qpmgr.QP, psn uint32) {
-	if !qp.Resp.AckPending {
-		qp.Resp.AckPending = true
-		h.acks = append(h.acks, qp)
-	} else {
-		h.Counters.Inc(ib.AckDeferred)
-	}
-	qp.Resp.AckPSN = psn
-}
-
 // response builds a responder packet of opcode op with an n-byte payload.
 func response(qp *qpmgr.QP, tx qpmgr.TX, op bth.Opcode, n int, psn uint32) (*ibudp.Buf, bth.Packet) {
 	b := tx.Alloc()
@@ -334,19 +186,4 @@ func response(qp *qpmgr.QP, tx qpmgr.TX, op bth.Opcode, n int, psn uint32) (*ibu
 	b.N = p.Len()
 	b.Peer, b.SrcPort, b.TOS = qp.Dest(), qp.SrcPort(), qp.Attr.AH.TrafficClass
 	return b, p
-}
-
-// sendAck sends an ACKNOWLEDGE with syndrome s (ACK, RNR NAK or NAK).
-func (h *Handler) sendAck(qp *qpmgr.QP, tx qpmgr.TX, s bth.Syndrome, psn uint32) {
-	b, p := response(qp, tx, bth.RCAcknowledge, 0, psn)
-	p.AETH().Encode(s, qp.Resp.MSN)
-	if h.Trace.On() {
-		h.Trace.Emit(trace.Event{Module: trace.ModRX, Step: trace.StepAckSent, QPN: qp.QPN, PSN: psn,
-			Opcode: bth.RCAcknowledge, Arg: uint32(s), Aux: qp.Resp.MSN})
-	}
-	if !s.IsACK() {
-		qp.Counters.Inc(ib.NAKsSent)
-	}
-	qp.Counters.Inc(ib.SentPkts)
-	tx.Send(b)
 }

@@ -50,23 +50,23 @@ func TestNAKRepeatWaitsForQuietGap(t *testing.T) {
 	r := newRCQP(t)
 	qp, h := r.qp, r.h
 	recovering := 0
-	h.Recovering = func(time.Duration) { recovering++ }
+	h.Ack.Recovering = func(time.Duration) { recovering++ }
 	// No ACK timeout and a measured round trip of 10 s pin the clock:
 	// the repeat is due 20 s after the NAK, and no slowness of the host
 	// makes it due before the test says the gap went quiet.
 	qp.Attr.Timeout = 0
-	qp.Resp.NAKRTT = 10 * time.Second
+	qp.Resp.Ack.NAKRTT = 10 * time.Second
 	var tx sent
 	epsn := qp.Resp.EPSN
 	h.Receive(r.writeMiddle(epsn+1), &tx) // EPSN lost: a gap
-	h.Flush(&tx)
+	h.Ack.Flush(&tx)
 	if got := naks(t, &tx, 0); len(got) != 1 || got[0] != epsn {
 		t.Fatalf("NAKs after the first packet past the gap: %v, want [%#x]", got, epsn)
 	}
 	if recovering != 1 {
 		t.Fatalf("Recovering told %d times of a NAKed gap, want 1", recovering)
 	}
-	first := qp.Resp.NAKAgain
+	first := qp.Resp.Ack.NAKAgain
 	if first.IsZero() {
 		t.Fatal("no repeat scheduled for the gap's NAK")
 	}
@@ -74,18 +74,18 @@ func TestNAKRepeatWaitsForQuietGap(t *testing.T) {
 	// The flight past the gap goes on: no NAK, the repeat moves later.
 	sentBefore := len(tx.bufs)
 	for psn := epsn + 2; psn < epsn+10; psn++ {
-		before := qp.Resp.NAKAgain
+		before := qp.Resp.Ack.NAKAgain
 		h.Receive(r.writeMiddle(psn), &tx)
-		h.Flush(&tx)
-		if qp.Resp.NAKAgain.Before(before) {
-			t.Fatalf("PSN %#x moved the repeat earlier: %v before %v", psn, qp.Resp.NAKAgain, before)
+		h.Ack.Flush(&tx)
+		if qp.Resp.Ack.NAKAgain.Before(before) {
+			t.Fatalf("PSN %#x moved the repeat earlier: %v before %v", psn, qp.Resp.Ack.NAKAgain, before)
 		}
 	}
 	if got := naks(t, &tx, sentBefore); len(got) != 0 {
 		t.Fatalf("NAKs while packets past the gap kept coming: %v, want none", got)
 	}
-	if !qp.Resp.NAKAgain.After(first) {
-		t.Fatalf("repeat due %v, not after the first due time %v: packets past the gap did not push it", qp.Resp.NAKAgain, first)
+	if !qp.Resp.Ack.NAKAgain.After(first) {
+		t.Fatalf("repeat due %v, not after the first due time %v: packets past the gap did not push it", qp.Resp.Ack.NAKAgain, first)
 	}
 	if c := h.Counters.Get(ib.OutOfSeqRequest); c != 9 { // the first and the 8 after it
 		t.Fatalf("out_of_seq_request = %d, want 9", c)
@@ -94,9 +94,9 @@ func TestNAKRepeatWaitsForQuietGap(t *testing.T) {
 	// Quiet for the interval (the due time is passed): the next packet
 	// past the gap, or the timer, sends the repeat, once.
 	sentBefore = len(tx.bufs)
-	qp.Resp.NAKAgain = time.Now().Add(-time.Microsecond)
+	qp.Resp.Ack.NAKAgain = time.Now().Add(-time.Microsecond)
 	h.Receive(r.writeMiddle(epsn+10), &tx)
-	h.Flush(&tx)
+	h.Ack.Flush(&tx)
 	if got := naks(t, &tx, sentBefore); len(got) != 1 || got[0] != epsn {
 		t.Fatalf("NAKs once the gap was quiet: %v, want [%#x]", got, epsn)
 	}
@@ -104,9 +104,9 @@ func TestNAKRepeatWaitsForQuietGap(t *testing.T) {
 		t.Fatalf("naks_repeated = %d, want 1", c)
 	}
 	sentBefore = len(tx.bufs)
-	qp.Resp.NAKAgain = time.Now().Add(-time.Microsecond)
-	if !h.ExpireAck(qp, &tx, time.Now()) {
-		t.Fatal("ExpireAck: no repeat left scheduled after the second NAK")
+	qp.Resp.Ack.NAKAgain = time.Now().Add(-time.Microsecond)
+	if !h.Ack.Expire(qp, &tx, time.Now()) {
+		t.Fatal("Expire: no repeat left scheduled after the second NAK")
 	}
 	if got := naks(t, &tx, sentBefore); len(got) != 1 || got[0] != epsn {
 		t.Fatalf("NAKs from the timer of a quiet gap: %v, want [%#x]", got, epsn)
@@ -115,12 +115,12 @@ func TestNAKRepeatWaitsForQuietGap(t *testing.T) {
 	// However long the flight, a repeat is never pushed past half the
 	// ACK timeout from the last NAK.
 	qp.Attr.Timeout = 14
-	qp.Resp.NAKAt = time.Now().Add(-time.Hour)
+	qp.Resp.Ack.NAKAt = time.Now().Add(-time.Hour)
 	due := time.Now().Add(time.Millisecond)
-	qp.Resp.NAKAgain = due
+	qp.Resp.Ack.NAKAgain = due
 	h.Receive(r.writeMiddle(epsn+11), &tx)
-	if !qp.Resp.NAKAgain.Equal(due) {
-		t.Fatalf("repeat moved to %v from %v, an hour after the last NAK", qp.Resp.NAKAgain, due)
+	if !qp.Resp.Ack.NAKAgain.Equal(due) {
+		t.Fatalf("repeat moved to %v from %v, an hour after the last NAK", qp.Resp.Ack.NAKAgain, due)
 	}
 	if recovering != 3 {
 		t.Fatalf("Recovering told %d times, want 3 (each NAK sent)", recovering)
@@ -146,7 +146,7 @@ func TestGoBackTellsRecovering(t *testing.T) {
 	nak.SetRoCE(nakFor(qp.QPN, 0x11, 0))
 	nak.Peer = r.peer
 	r.h.Receive(nak, &tx)
-	r.h.Flush(&tx)
+	r.h.Ack.Flush(&tx)
 	if recovering != 1 || !qp.Req.NeedRetry {
 		t.Fatalf("after a NAK: Recovering told %d times, go-back pending %v; want 1, true", recovering, qp.Req.NeedRetry)
 	}

@@ -147,7 +147,7 @@ func TestReadRetryWaitsForBusyResponder(t *testing.T) {
 				}
 				b.Peer = r.peer
 				r.h.Receive(b, &tx)
-				r.h.Flush(&tx)
+				r.h.Ack.Flush(&tx)
 			}
 		} else if !timedOut {
 			silent++

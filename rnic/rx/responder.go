@@ -3,7 +3,6 @@ package rx
 import (
 	"encoding/binary"
 	"errors"
-	"time"
 
 	"github.com/rnicd/rnicd/ib"
 	"github.com/rnicd/rnicd/rnic/dma"
@@ -29,20 +28,13 @@ func (h *Handler) respondRC(qp *qpmgr.QP, p bth.Packet, tx qpmgr.TX) {
 		// outlives the round trip once it went quiet (nakAgain,
 		// quietGap).
 		h.Counters.Inc(ib.OutOfSeqRequest)
-		switch {
-		case !r.NAKSent:
-			h.sendSeqNAK(qp, tx)
-		case !r.NAKAgain.IsZero():
-			h.quietGap(qp, tx, time.Now())
-		}
+		h.Ack.gap(qp, tx)
 		return
 	case d < 0:
 		h.duplicate(qp, p, tx)
 		return
 	}
-	if r.NAKSent {
-		h.gapClosed(qp)
-	}
+	h.Ack.inSequence(qp)
 	op := p.Opcode()
 	if syn, ok := h.checkRequest(qp, p); !ok {
 		h.fatal(qp, tx, syn, psn, ib.WCRemInvReqErr)
@@ -70,7 +62,7 @@ func (h *Handler) respondRC(qp *qpmgr.QP, p bth.Packet, tx qpmgr.TX) {
 		r.InMsg = 0
 	}
 	if p.BTH().AckReq() {
-		h.deferAck(qp, psn)
+		h.Ack.deferAck(qp, psn)
 	}
 }
 
@@ -121,7 +113,7 @@ func (h *Handler) checkRequest(qp *qpmgr.QP, p bth.Packet) (bth.Syndrome, bool) 
 // receive WQE in progress completed in error, and the QP to ERR (IBTA
 // 9.9.3.1, class B and C errors).
 func (h *Handler) fatal(qp *qpmgr.QP, tx qpmgr.TX, s bth.Syndrome, psn uint32, st ib.WCStatus) {
-	h.sendAck(qp, tx, s, psn)
+	h.Ack.nak(qp, tx, s, psn)
 	if qp.Resp.HaveWQE {
 		h.completeRecv(qp, ib.WC{WRID: qp.Resp.WQE.WRID, Status: st, Opcode: ib.WCRecv}, false)
 		qp.Resp.HaveWQE = false
@@ -139,10 +131,7 @@ func (h *Handler) takeWQE(qp *qpmgr.QP, tx qpmgr.TX, psn uint32) bool {
 	wr, ok := qp.Recv().Pop()
 	if !ok {
 		h.Counters.Inc(ib.SendRNRErr)
-		if !r.NAKSent {
-			r.NAKSent = true // the rest of the message is part of this gap
-			h.sendAck(qp, tx, bth.RNRNAK(qp.Attr.MinRNRTimer), psn)
-		}
+		h.Ack.rnrNAK(qp, tx, psn)
 		return false
 	}
 	r.WQE, r.HaveWQE = wr, true
@@ -351,7 +340,7 @@ func (h *Handler) duplicate(qp *qpmgr.QP, p bth.Packet, tx qpmgr.TX) {
 	psn := p.BTH().PSN()
 	op := p.Opcode()
 	if !op.Is(bth.FlagRead) && !op.Is(bth.FlagAtomic) {
-		h.deferAck(qp, bth.PSNAdd(qp.Resp.EPSN, -1))
+		h.Ack.deferAck(qp, bth.PSNAdd(qp.Resp.EPSN, -1))
 		return
 	}
 	for i := range qp.Resp.Resources {
