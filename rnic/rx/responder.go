@@ -25,8 +25,8 @@ func (h *Handler) respondRC(qp *qpmgr.QP, p bth.Packet, tx qpmgr.TX) {
 	case d > 0:
 		// A gap: NAK it, drop everything until the expected PSN comes
 		// (IBTA 9.7.5.1.2, C9-95). The NAK goes again if the gap
-		// outlives the round trip once it went quiet (nakAgain,
-		// quietGap).
+		// outlives the round trip once it went quiet (Acker.nakAgain,
+		// Acker.quietGap).
 		h.Counters.Inc(ib.OutOfSeqRequest)
 		h.Ack.gap(qp, tx)
 		return
