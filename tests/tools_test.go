@@ -65,6 +65,24 @@ func rnicTool(ctx context.Context, tool string, args ...string) *exec.Cmd {
 // cliRun.
 func (tb *toolBench) pairRun(t *testing.T, srvRun, cliRun runner, srvDev, cliDev, tool string, args ...string) (srv, cli string) {
 	t.Helper()
+	for run := 1; ; run++ {
+		srv, cli, err := tb.pairRunOnce(t, srvRun, cliRun, srvDev, cliDev, tool, args...)
+		if err != nil && perftestClockFailed(err.Error()) && run < 3 {
+			t.Logf("run %d: perftest could not calibrate its clock for the report (the machine is busy); again", run)
+			tb.idle(t)
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		tb.idle(t)
+		return srv, cli
+	}
+}
+
+// pairRunOnce runs one server and one client; the error holds both
+// sides' output when either failed.
+func (tb *toolBench) pairRunOnce(t *testing.T, srvRun, cliRun runner, srvDev, cliDev, tool string, args ...string) (srv, cli string, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	port := freePort(t)
@@ -79,7 +97,7 @@ func (tb *toolBench) pairRun(t *testing.T, srvRun, cliRun runner, srvDev, cliDev
 	var sout, serr bytes.Buffer
 	server.Stdout, server.Stderr = &sout, &serr
 	if err := server.Start(); err != nil {
-		t.Fatal(err)
+		return "", "", err
 	}
 	var cout, cerr bytes.Buffer
 	var clientErr error
@@ -103,11 +121,21 @@ func (tb *toolBench) pairRun(t *testing.T, srvRun, cliRun runner, srvDev, cliDev
 	}
 	serverErr := server.Wait()
 	if clientErr != nil || serverErr != nil {
-		t.Fatalf("%s %s\nclient: %v\n%s%s\nserver: %v\n%s%s", tool, strings.Join(args, " "),
+		return "", "", fmt.Errorf("%s %s\nclient: %v\n%s%s\nserver: %v\n%s%s", tool, strings.Join(args, " "),
 			clientErr, cout.String(), cerr.String(), serverErr, sout.String(), serr.String())
 	}
-	tb.idle(t)
-	return sout.String(), cout.String()
+	return sout.String(), cout.String(), nil
+}
+
+// perftestClockFailed says perftest gave up on its report, not on the
+// transfer: it times the CPU's cycle counter against gettimeofday over
+// 200 samples and refuses a fit worse than r^2 0.9 ("Can't produce a
+// report", perftest's get_clock.c), which a busy host's preemptions
+// give (r^2 0.84-0.90 in 3 of 11 pairs of one loaded run beside
+// stress-ng). The pair runs again, at most twice, as the interop
+// suite's do.
+func perftestClockFailed(out string) bool {
+	return strings.Contains(out, "Can't produce a report")
 }
 
 // notListening says a client's output is that of a failed connect to a
