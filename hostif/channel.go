@@ -1,9 +1,12 @@
 package hostif
 
 import (
+	"encoding/binary"
 	"os"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/rnicd/rnicd/hostif/abi"
 )
 
 type chanObj struct {
@@ -19,12 +22,12 @@ func (o *chanObj) release(*conn) error {
 	return nil
 }
 
-func (c *conn) createChannel(object, Body, []int) (Body, []int, error) {
+func (c *conn) createChannel(object, abi.Body, []int) (abi.Body, []int, error) {
 	rd, wr, err := wakePipe()
 	if err != nil {
 		return nil, nil, err
 	}
-	return &Handle{H: c.add(&chanObj{fd: wr})}, []int{rd}, nil
+	return &abi.Handle{H: c.add(&chanObj{fd: wr})}, []int{rd}, nil
 }
 
 // wakePipe makes the descriptor pair a wake-up goes through: the daemon
@@ -37,7 +40,7 @@ func (c *conn) createChannel(object, Body, []int) (Body, []int, error) {
 func wakePipe() (rd, wr int, err error) {
 	var p [2]int
 	if err := unix.Pipe2(p[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
-		return -1, -1, errf(CodeFailed, "pipe: %v", err)
+		return -1, -1, errf(abi.CodeFailed, "pipe: %v", err)
 	}
 	unix.FcntlInt(uintptr(p[1]), unix.F_SETPIPE_SZ, os.Getpagesize()) // a smaller pipe is only a saving
 	return p[0], p[1], nil
@@ -49,6 +52,6 @@ func wakePipe() (rd, wr int, err error) {
 // EPIPE means the client closed its end; both need nothing more.
 func signalFD(fd int) {
 	var one [8]byte
-	le.PutUint64(one[:], 1)
+	binary.LittleEndian.PutUint64(one[:], 1)
 	unix.Write(fd, one[:])
 }

@@ -8,6 +8,8 @@ import (
 	"sync"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/rnicd/rnicd/hostif/abi"
 )
 
 // Client is the application's end of a control connection. Calls are
@@ -35,7 +37,7 @@ func Dial(path string) (*Client, error) {
 
 // NewClient wraps a connected SOCK_SEQPACKET socket.
 func NewClient(uc *net.UnixConn) *Client {
-	return &Client{uc: uc, buf: make([]byte, MaxMessage+1), oob: make([]byte, unix.CmsgSpace(4*8))}
+	return &Client{uc: uc, buf: make([]byte, abi.MaxMessage+1), oob: make([]byte, unix.CmsgSpace(4*8))}
 }
 
 // Close hangs up: the daemon destroys everything this client created.
@@ -43,12 +45,12 @@ func (c *Client) Close() error { return c.uc.Close() }
 
 // Call sends a request with fds and decodes its reply into reply,
 // returning the descriptors the reply carries (the caller owns them).
-func (c *Client) Call(k Kind, req Body, fds []int, reply Body) ([]int, error) {
+func (c *Client) Call(k abi.Kind, req abi.Body, fds []int, reply abi.Body) ([]int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.id++
 	id := c.id
-	if _, _, err := c.uc.WriteMsgUnix(Encode(k, 0, id, req), rightsOf(fds), nil); err != nil {
+	if _, _, err := c.uc.WriteMsgUnix(abi.Encode(k, 0, id, req), rightsOf(fds), nil); err != nil {
 		return nil, fmt.Errorf("hostif: %v: send: %w", k, err)
 	}
 	for {
@@ -58,11 +60,11 @@ func (c *Client) Call(k Kind, req Body, fds []int, reply Body) ([]int, error) {
 		}
 		if h.ID != id {
 			// An error reply to an earlier doorbell.
-			c.async = DecodeReply(h.Kind, body, nil)
+			c.async = abi.DecodeReply(h.Kind, body, nil)
 			closeAll(rfds)
 			continue
 		}
-		if err := DecodeReply(k, body, reply); err != nil {
+		if err := abi.DecodeReply(k, body, reply); err != nil {
 			closeAll(rfds)
 			return nil, err
 		}
@@ -71,11 +73,11 @@ func (c *Client) Call(k Kind, req Body, fds []int, reply Body) ([]int, error) {
 }
 
 // Send sends a request that has no reply (a doorbell).
-func (c *Client) Send(k Kind, req Body) error {
+func (c *Client) Send(k abi.Kind, req abi.Body) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.id++
-	if _, _, err := c.uc.WriteMsgUnix(Encode(k, 0, c.id, req), nil, nil); err != nil {
+	if _, _, err := c.uc.WriteMsgUnix(abi.Encode(k, 0, c.id, req), nil, nil); err != nil {
 		return fmt.Errorf("hostif: %v: send: %w", k, err)
 	}
 	return nil
@@ -128,26 +130,26 @@ func (c *Client) Raw(msg []byte, fds []int) ([]byte, error) {
 	return append([]byte(nil), c.buf[:n]...), nil
 }
 
-func (c *Client) read() (Header, []byte, []int, error) {
+func (c *Client) read() (abi.Header, []byte, []int, error) {
 	n, oobn, flags, _, err := c.uc.ReadMsgUnix(c.buf, c.oob)
 	if err != nil {
-		return Header{}, nil, nil, err
+		return abi.Header{}, nil, nil, err
 	}
 	fds := parseFDs(c.oob[:oobn])
 	if n == 0 {
 		closeAll(fds)
-		return Header{}, nil, nil, errors.New("daemon hung up")
+		return abi.Header{}, nil, nil, errors.New("daemon hung up")
 	}
 	if flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 {
 		closeAll(fds)
-		return Header{}, nil, nil, errors.New("reply truncated")
+		return abi.Header{}, nil, nil, errors.New("reply truncated")
 	}
-	h, err := ParseHeader(c.buf[:n])
-	if err != nil || h.Flags&FlagReply == 0 {
+	h, err := abi.ParseHeader(c.buf[:n])
+	if err != nil || h.Flags&abi.FlagReply == 0 {
 		closeAll(fds)
 		return h, nil, nil, fmt.Errorf("bad reply: %v", err)
 	}
-	return h, c.buf[HeaderLen:n], fds, nil
+	return h, c.buf[abi.HeaderLen:n], fds, nil
 }
 
 func closeAll(fds []int) {

@@ -1,6 +1,10 @@
 package hostif
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/rnicd/rnicd/hostif/abi"
+)
 
 // A client sees its daemon hang up without sending a request, and not
 // before: a reply waiting to be read is no hang-up.
@@ -14,7 +18,7 @@ func TestClientHungUp(t *testing.T) {
 	if c.HungUp() {
 		t.Fatal("hung up while the daemon's end is open")
 	}
-	if _, err := srv.Write(Encode(KindQueryPort, 0, 1, &Empty{})); err != nil {
+	if _, err := srv.Write(abi.Encode(abi.KindQueryPort, 0, 1, &abi.Empty{})); err != nil {
 		t.Fatal(err)
 	}
 	if c.HungUp() {

@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rnicd/rnicd/hostif/abi"
 	"github.com/rnicd/rnicd/ib"
 	"github.com/rnicd/rnicd/rnic/cm"
 	"github.com/rnicd/rnicd/wire/mad"
@@ -322,12 +323,12 @@ func (ch *cmChanObj) unqueueRequest(o *cmIDObj) bool {
 // cmReady checks that the daemon runs a CM agent.
 func (c *conn) cmReady() error {
 	if c.s.cmAgent == nil {
-		return errf(CodeUnknown, "this daemon runs no CM agent")
+		return errf(abi.CodeUnknown, "this daemon runs no CM agent")
 	}
 	return nil
 }
 
-func (c *conn) cmCreateChannel(object, Body, []int) (Body, []int, error) {
+func (c *conn) cmCreateChannel(object, abi.Body, []int) (abi.Body, []int, error) {
 	if err := c.cmReady(); err != nil {
 		return nil, nil, err
 	}
@@ -336,22 +337,22 @@ func (c *conn) cmCreateChannel(object, Body, []int) (Body, []int, error) {
 		return nil, nil, err
 	}
 	h := c.add(&cmChanObj{fd: wr})
-	return &Handle{H: h}, []int{rd}, nil
+	return &abi.Handle{H: h}, []int{rd}, nil
 }
 
-func (c *conn) cmCreateID(ch object, _ Body, _ []int) (Body, []int, error) {
+func (c *conn) cmCreateID(ch object, _ abi.Body, _ []int) (abi.Body, []int, error) {
 	if !c.countCMID() {
-		return nil, nil, errf(CodeLimit, "create_id: %d CM IDs is the most a client may hold", maxCMIDs)
+		return nil, nil, errf(abi.CodeLimit, "create_id: %d CM IDs is the most a client may hold", maxCMIDs)
 	}
 	co := ch.(*cmChanObj)
 	co.hold()
 	o := &cmIDObj{owner: c, ch: co, idn: c.s.cmIDN.Add(1) - 1}
 	o.h = c.add(o)
-	return &Handle{H: o.h}, nil, nil
+	return &abi.Handle{H: o.h}, nil, nil
 }
 
-func (c *conn) cmListen(t object, b Body, _ []int) (Body, []int, error) {
-	o, r := t.(*cmIDObj), b.(*CMListenReq)
+func (c *conn) cmListen(t object, b abi.Body, _ []int) (abi.Body, []int, error) {
+	o, r := t.(*cmIDObj), b.(*abi.CMListenReq)
 	var err error
 	c.s.cmAgent.Do(func(m *cm.CM) {
 		if o.l != nil || o.id != nil {
@@ -370,9 +371,9 @@ func (c *conn) cmListen(t object, b Body, _ []int) (Body, []int, error) {
 		}
 	})
 	if err != nil {
-		return nil, nil, errf(CodeInvalid, "listen: %v", err)
+		return nil, nil, errf(abi.CodeInvalid, "listen: %v", err)
 	}
-	return &Empty{}, nil, nil
+	return &abi.Empty{}, nil, nil
 }
 
 // bindQP binds the client's QP handle h to o for the agent (cmQPs); a
@@ -383,10 +384,10 @@ func (c *conn) bindQP(o *cmIDObj, h uint32, ud bool) (uint32, error) {
 		return 0, err
 	}
 	if o.qpn != 0 {
-		return 0, errf(CodeInvalid, "CM ID %d already has QP %d", o.h, o.qpn)
+		return 0, errf(abi.CodeInvalid, "CM ID %d already has QP %d", o.h, o.qpn)
 	}
 	if (q.qp.Type == ib.QPTypeUD) != ud {
-		return 0, errf(CodeInvalid, "QP %d is %v: rdma_cm's UDP port space takes UD QPs, the others connected ones", q.qp.QPN, q.qp.Type)
+		return 0, errf(abi.CodeInvalid, "QP %d is %v: rdma_cm's UDP port space takes UD QPs, the others connected ones", q.qp.QPN, q.qp.Type)
 	}
 	c.mu.Lock()
 	if c.cmQPNs == nil {
@@ -412,8 +413,8 @@ func isUDP(serviceID uint64) bool {
 	return ok && ps == mad.PSUDP
 }
 
-func (c *conn) cmConnect(t object, b Body, _ []int) (Body, []int, error) {
-	o, r := t.(*cmIDObj), b.(*CMConnectReq)
+func (c *conn) cmConnect(t object, b abi.Body, _ []int) (abi.Body, []int, error) {
+	o, r := t.(*cmIDObj), b.(*abi.CMConnectReq)
 	ud := isUDP(r.ServiceID)
 	qpn, err := c.bindQP(o, r.QP, ud)
 	if err != nil {
@@ -446,13 +447,13 @@ func (c *conn) cmConnect(t object, b Body, _ []int) (Body, []int, error) {
 	})
 	if err != nil {
 		c.unbindQP(o)
-		return nil, nil, errf(CodeInvalid, "connect: %v", err)
+		return nil, nil, errf(abi.CodeInvalid, "connect: %v", err)
 	}
-	return &Empty{}, nil, nil
+	return &abi.Empty{}, nil, nil
 }
 
-func (c *conn) cmAccept(t object, b Body, _ []int) (Body, []int, error) {
-	o, r := t.(*cmIDObj), b.(*CMAcceptReq)
+func (c *conn) cmAccept(t object, b abi.Body, _ []int) (abi.Body, []int, error) {
+	o, r := t.(*cmIDObj), b.(*abi.CMAcceptReq)
 	var ud bool
 	c.s.cmAgent.Do(func(*cm.CM) { ud = o.id != nil && o.id.State() == cm.StateSIDRREQRcvd })
 	qpn, err := c.bindQP(o, r.QP, ud)
@@ -479,13 +480,13 @@ func (c *conn) cmAccept(t object, b Body, _ []int) (Body, []int, error) {
 	})
 	if err != nil {
 		c.unbindQP(o)
-		return nil, nil, errf(CodeInvalid, "accept: %v", err)
+		return nil, nil, errf(abi.CodeInvalid, "accept: %v", err)
 	}
-	return &Empty{}, nil, nil
+	return &abi.Empty{}, nil, nil
 }
 
-func (c *conn) cmReject(t object, b Body, _ []int) (Body, []int, error) {
-	r := b.(*CMDataReq)
+func (c *conn) cmReject(t object, b abi.Body, _ []int) (abi.Body, []int, error) {
+	r := b.(*abi.CMDataReq)
 	reason := mad.RejReason(r.Reason)
 	if reason == 0 {
 		reason = mad.RejConsumerDefined
@@ -499,8 +500,8 @@ func (c *conn) cmReject(t object, b Body, _ []int) (Body, []int, error) {
 // kernel's rdma_disconnect answers 0 when ib_send_cm_dreq fails.
 // A UD ID has no connection: there is nothing to send, and it succeeds as
 // the kernel's does (its DREQ and DREP fail on the IB CM ID, unreported).
-func (c *conn) cmDisconnect(t object, b Body, _ []int) (Body, []int, error) {
-	r := b.(*CMDataReq)
+func (c *conn) cmDisconnect(t object, b abi.Body, _ []int) (abi.Body, []int, error) {
+	r := b.(*abi.CMDataReq)
 	o := t.(*cmIDObj)
 	return c.onConnection(t, "disconnect", func(id *cm.ID) error {
 		if o.ps == mad.PSUDP {
@@ -515,7 +516,7 @@ func (c *conn) cmDisconnect(t object, b Body, _ []int) (Body, []int, error) {
 }
 
 // onConnection runs f on the agent with the connection of CM ID t.
-func (c *conn) onConnection(t object, what string, f func(*cm.ID) error) (Body, []int, error) {
+func (c *conn) onConnection(t object, what string, f func(*cm.ID) error) (abi.Body, []int, error) {
 	o := t.(*cmIDObj)
 	var err error
 	c.s.cmAgent.Do(func(*cm.CM) {
@@ -526,21 +527,21 @@ func (c *conn) onConnection(t object, what string, f func(*cm.ID) error) (Body, 
 		err = f(o.id)
 	})
 	if err != nil {
-		return nil, nil, errf(CodeInvalid, "%s: %v", what, err)
+		return nil, nil, errf(abi.CodeInvalid, "%s: %v", what, err)
 	}
-	return &Empty{}, nil, nil
+	return &abi.Empty{}, nil, nil
 }
 
 // cmGetEvent pops the channel's oldest event (rdma_get_cm_event). A
 // connect request's new CM ID gets its handle here; events of IDs the
 // client destroyed since are skipped.
-func (c *conn) cmGetEvent(t object, _ Body, _ []int) (Body, []int, error) {
+func (c *conn) cmGetEvent(t object, _ abi.Body, _ []int) (abi.Body, []int, error) {
 	ch := t.(*cmChanObj)
 	for {
 		ch.mu.Lock()
 		if len(ch.queue) == 0 {
 			ch.mu.Unlock()
-			return &CMEvent{}, nil, nil
+			return &abi.CMEvent{}, nil, nil
 		}
 		p := ch.queue[0]
 		ch.queue[0] = cmPending{}
@@ -566,11 +567,11 @@ func (c *conn) cmGetEvent(t object, _ Body, _ []int) (Body, []int, error) {
 	}
 }
 
-func cmEventBody(p *cmPending) *CMEvent {
+func cmEventBody(p *cmPending) *abi.CMEvent {
 	e := &p.ev
 	r := &e.Remote
-	out := &CMEvent{Type: uint8(e.Type), ID: p.id.h, RemoteGID: r.GID, RemoteQPN: r.QPN,
-		StartingPSN: r.StartingPSN, CMParams: CMParams{PathMTU: r.PathMTU, ResponderResources: r.ResponderResources,
+	out := &abi.CMEvent{Type: uint8(e.Type), ID: p.id.h, RemoteGID: r.GID, RemoteQPN: r.QPN,
+		StartingPSN: r.StartingPSN, CMParams: abi.CMParams{PathMTU: r.PathMTU, ResponderResources: r.ResponderResources,
 			InitiatorDepth: r.InitiatorDepth, RetryCount: r.RetryCount, RNRRetryCount: r.RNRRetryCount},
 		PrivateData: e.PrivateData, QKey: r.QKey}
 	if p.listen != nil {

@@ -7,6 +7,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rnicd/rnicd/hostif/abi"
 	"github.com/rnicd/rnicd/ib"
 	"github.com/rnicd/rnicd/internal/looptest"
 	"github.com/rnicd/rnicd/rnic/cm"
@@ -39,8 +40,8 @@ func newCMQP(t *testing.T, c *Client) *cmQP { t.Helper(); return newCMQPOf(t, c,
 // newCMQPOf is newCMQP with a QP of type typ.
 func newCMQPOf(t *testing.T, c *Client, typ ib.QPType) *cmQP {
 	t.Helper()
-	var pd Handle
-	call(t, c, KindAllocPD, &Empty{}, nil, &pd)
+	var pd abi.Handle
+	call(t, c, abi.KindAllocPD, &abi.Empty{}, nil, &pd)
 	q := &cmQP{}
 	fd := sealedMemfd(t, 1<<16, true)
 	mem, err := unix.Mmap(fd, 0, 1<<16, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
@@ -49,11 +50,11 @@ func newCMQPOf(t *testing.T, c *Client, typ ib.QPType) *cmQP {
 	}
 	t.Cleanup(func() { unix.Munmap(mem) })
 	q.mem = mem
-	call(t, c, KindRegMR, &RegMRReq{PD: pd.H, Access: 0xf, Length: 1 << 16, IOVA: 0x10000}, []int{fd}, &q.mr)
-	var cq RingReply
-	q.cq = ringOf(t, mapFD(t, call(t, c, KindCreateCQ, &CreateCQReq{CQE: 64}, nil, &cq)), cq.Send)
-	var r RingReply
-	qm := mapFD(t, call(t, c, KindCreateQP, &CreateQPReq{PD: pd.H, SendCQ: cq.H, RecvCQ: cq.H, Type: typ,
+	call(t, c, abi.KindRegMR, &abi.RegMRReq{PD: pd.H, Access: 0xf, Length: 1 << 16, IOVA: 0x10000}, []int{fd}, &q.mr)
+	var cq abi.RingReply
+	q.cq = ringOf(t, mapFD(t, call(t, c, abi.KindCreateCQ, &abi.CreateCQReq{CQE: 64}, nil, &cq)), cq.Send)
+	var r abi.RingReply
+	qm := mapFD(t, call(t, c, abi.KindCreateQP, &abi.CreateQPReq{PD: pd.H, SendCQ: cq.H, RecvCQ: cq.H, Type: typ,
 		Caps: ib.QPCap{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 2, MaxRecvSGE: 2, MaxInlineData: 32}}, nil, &r))
 	q.h, q.qpn = r.H, r.QPN
 	q.sq, q.rq = ringOf(t, qm, r.Send), ringOf(t, qm, r.Recv)
@@ -63,19 +64,19 @@ func newCMQPOf(t *testing.T, c *Client, typ ib.QPType) *cmQP {
 // cmChannel makes an event channel and a CM ID on it.
 func cmChannel(t *testing.T, c *Client) (ch, id uint32) {
 	t.Helper()
-	var h Handle
-	call(t, c, KindCMCreateChannel, &Empty{}, nil, &h)
+	var h abi.Handle
+	call(t, c, abi.KindCMCreateChannel, &abi.Empty{}, nil, &h)
 	ch = h.H
-	call(t, c, KindCMCreateID, &Handle{H: ch}, nil, &h)
+	call(t, c, abi.KindCMCreateID, &abi.Handle{H: ch}, nil, &h)
 	return ch, h.H
 }
 
 // nextEvent waits for the channel's next event; it must be of type want.
-func nextEvent(t *testing.T, c *Client, ch uint32, want cm.EventType) CMEvent {
+func nextEvent(t *testing.T, c *Client, ch uint32, want cm.EventType) abi.CMEvent {
 	t.Helper()
 	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
-		var e CMEvent
-		call(t, c, KindCMGetEvent, &Handle{H: ch}, nil, &e)
+		var e abi.CMEvent
+		call(t, c, abi.KindCMGetEvent, &abi.Handle{H: ch}, nil, &e)
 		if e.Type == 0 {
 			continue
 		}
@@ -85,14 +86,14 @@ func nextEvent(t *testing.T, c *Client, ch uint32, want cm.EventType) CMEvent {
 		return e
 	}
 	t.Fatalf("no %v event", want)
-	return CMEvent{}
+	return abi.CMEvent{}
 }
 
 // connectTo connects CM ID id with QP q to n's rping service.
 func connectTo(t *testing.T, c *Client, id uint32, q *cmQP, n *nic) {
 	t.Helper()
-	call(t, c, KindCMConnect, &CMConnectReq{H: id, QP: q.h, DGID: n.addr.As16(), ServiceID: rpingService,
-		CMParams: CMParams{PathMTU: uint8(ib.MTU1024), RetryCount: 7, RNRRetryCount: 7}}, nil, &Empty{})
+	call(t, c, abi.KindCMConnect, &abi.CMConnectReq{H: id, QP: q.h, DGID: n.addr.As16(), ServiceID: rpingService,
+		CMParams: abi.CMParams{PathMTU: uint8(ib.MTU1024), RetryCount: 7, RNRRetryCount: 7}}, nil, &abi.Empty{})
 }
 
 const rpingService = 0x0000000001060000 | 7174
@@ -108,14 +109,14 @@ func TestCMConnectThroughHostif(t *testing.T) {
 	ca, cb := a.client(t), b.client(t)
 
 	lch, lid := cmChannel(t, ca)
-	call(t, ca, KindCMListen, &CMListenReq{H: lid, ServiceID: rpingService}, nil, &Empty{})
+	call(t, ca, abi.KindCMListen, &abi.CMListenReq{H: lid, ServiceID: rpingService}, nil, &abi.Empty{})
 
 	qb := newCMQP(t, cb)
 	bch, bid := cmChannel(t, cb)
 	pd := []byte("hello from b")
-	call(t, cb, KindCMConnect, &CMConnectReq{H: bid, QP: qb.h, DGID: a.addr.As16(), ServiceID: rpingService,
-		StartingPSN: 0x123456, CMParams: CMParams{PathMTU: uint8(ib.MTU1024), ResponderResources: 1, InitiatorDepth: 1,
-			RetryCount: 7, RNRRetryCount: 7}, PrivateData: pd}, nil, &Empty{})
+	call(t, cb, abi.KindCMConnect, &abi.CMConnectReq{H: bid, QP: qb.h, DGID: a.addr.As16(), ServiceID: rpingService,
+		StartingPSN: 0x123456, CMParams: abi.CMParams{PathMTU: uint8(ib.MTU1024), ResponderResources: 1, InitiatorDepth: 1,
+			RetryCount: 7, RNRRetryCount: 7}, PrivateData: pd}, nil, &abi.Empty{})
 
 	req := nextEvent(t, ca, lch, cm.EventConnectRequest)
 	if req.Listen != lid || req.ID == 0 || req.ID == lid || req.RemoteQPN != qb.qpn || req.StartingPSN != 0x123456 ||
@@ -124,8 +125,8 @@ func TestCMConnectThroughHostif(t *testing.T) {
 		t.Fatalf("connect request %+v", req)
 	}
 	qa := newCMQP(t, ca)
-	call(t, ca, KindCMAccept, &CMAcceptReq{H: req.ID, QP: qa.h, StartingPSN: 0x654321, ResponderResources: 1,
-		InitiatorDepth: 1, RNRRetryCount: 7}, nil, &Empty{})
+	call(t, ca, abi.KindCMAccept, &abi.CMAcceptReq{H: req.ID, QP: qa.h, StartingPSN: 0x654321, ResponderResources: 1,
+		InitiatorDepth: 1, RNRRetryCount: 7}, nil, &abi.Empty{})
 
 	est := nextEvent(t, cb, bch, cm.EventEstablished)
 	if est.ID != bid || est.RemoteQPN != qa.qpn || est.StartingPSN != 0x654321 {
@@ -140,8 +141,8 @@ func TestCMConnectThroughHostif(t *testing.T) {
 		dest   uint32
 		sq, rq uint32
 	}{{ca, qa, qb.qpn, 0x123456, 0x654321}, {cb, qb, qa.qpn, 0x654321, 0x123456}} { // each sends from the peer's Starting PSN, as Linux
-		var r QPAttrReply
-		call(t, s.c, KindQueryQP, &Handle{H: s.q.h}, nil, &r)
+		var r abi.QPAttrReply
+		call(t, s.c, abi.KindQueryQP, &abi.Handle{H: s.q.h}, nil, &r)
 		if r.Attr.State != ib.QPSRTS || r.Attr.DestQPN != s.dest || r.Attr.SQPSN != s.sq || r.Attr.RQPSN != s.rq {
 			t.Fatalf("QP %d after the exchange: %+v", s.q.qpn, r.Attr)
 		}
@@ -159,18 +160,18 @@ func TestCMConnectThroughHostif(t *testing.T) {
 		t.Fatalf("passive side's memory holds %q", got)
 	}
 
-	call(t, cb, KindCMDisconnect, &CMDataReq{H: bid}, nil, &Empty{})
+	call(t, cb, abi.KindCMDisconnect, &abi.CMDataReq{H: bid}, nil, &abi.Empty{})
 	nextEvent(t, ca, lch, cm.EventDisconnected)
 	nextEvent(t, cb, bch, cm.EventDisconnected)
 	// The passive side's own rdma_disconnect after the peer's: nothing
 	// to send, and not an error (rping's server does this at its end).
-	call(t, ca, KindCMDisconnect, &CMDataReq{H: req.ID}, nil, &Empty{})
+	call(t, ca, abi.KindCMDisconnect, &abi.CMDataReq{H: req.ID}, nil, &abi.Empty{})
 	if st := qpState(t, ca, qa.h); st != ib.QPSErr {
 		t.Fatalf("passive QP in %v after DREQ", st)
 	}
 	// The passive side's CM counters, one message each way per step.
-	var m CountersReply
-	call(t, ca, KindCounters, &Empty{}, nil, &m)
+	var m abi.CountersReply
+	call(t, ca, abi.KindCounters, &abi.Empty{}, nil, &m)
 	for k, want := range map[string]uint64{"cm_rx_msgs_req": 1, "cm_tx_msgs_rep": 1, "cm_rx_msgs_rtu": 1,
 		"cm_rx_msgs_dreq": 1, "cm_tx_msgs_drep": 1, "cm_tx_msgs_dreq": 0, "cm_tx_msgs_req": 0, "cm_rx_msgs_rej": 0} {
 		if m.Counters[k] != want {
@@ -206,13 +207,13 @@ func TestCMClientDies(t *testing.T) {
 	b := cmNIC(t, 6)
 	ca, cb := a.client(t), b.client(t)
 	lch, lid := cmChannel(t, ca)
-	call(t, ca, KindCMListen, &CMListenReq{H: lid, ServiceID: rpingService}, nil, &Empty{})
+	call(t, ca, abi.KindCMListen, &abi.CMListenReq{H: lid, ServiceID: rpingService}, nil, &abi.Empty{})
 	qb := newCMQP(t, cb)
 	bch, bid := cmChannel(t, cb)
 	connectTo(t, cb, bid, qb, a)
 	req := nextEvent(t, ca, lch, cm.EventConnectRequest)
 	qa := newCMQP(t, ca)
-	call(t, ca, KindCMAccept, &CMAcceptReq{H: req.ID, QP: qa.h, RNRRetryCount: 7}, nil, &Empty{})
+	call(t, ca, abi.KindCMAccept, &abi.CMAcceptReq{H: req.ID, QP: qa.h, RNRRetryCount: 7}, nil, &abi.Empty{})
 	nextEvent(t, cb, bch, cm.EventEstablished)
 	if n := a.srv.Objects()["cm_id"]; n != 2 {
 		t.Fatalf("%d CM IDs on the passive daemon, want 2 (listener and connection)", n)
@@ -250,33 +251,33 @@ func TestCMHostileRequests(t *testing.T) {
 	qx := newCMQP(t, x)
 
 	// Handles are per client: y, holding nothing yet, names x's.
-	_, err := y.Call(KindCMListen, &CMListenReq{H: xid, ServiceID: rpingService}, nil, &Empty{})
-	wantCode(t, "listen on another client's CM ID", err, CodeNoHandle)
-	_, err = y.Call(KindCMGetEvent, &Handle{H: xch}, nil, &CMEvent{})
-	wantCode(t, "events of another client's channel", err, CodeNoHandle)
+	_, err := y.Call(abi.KindCMListen, &abi.CMListenReq{H: xid, ServiceID: rpingService}, nil, &abi.Empty{})
+	wantCode(t, "listen on another client's CM ID", err, abi.CodeNoHandle)
+	_, err = y.Call(abi.KindCMGetEvent, &abi.Handle{H: xch}, nil, &abi.CMEvent{})
+	wantCode(t, "events of another client's channel", err, abi.CodeNoHandle)
 	_, yid := cmChannel(t, y) // handles 1 and 2; x's QP is handle 6
-	_, err = y.Call(KindCMConnect, &CMConnectReq{H: yid, QP: qx.h, DGID: n.addr.As16(), ServiceID: rpingService,
-		CMParams: CMParams{PathMTU: uint8(ib.MTU1024)}}, nil, &Empty{})
-	wantCode(t, "connect with another client's QP", err, CodeNoHandle)
-	_, err = x.Call(KindCMGetEvent, &Handle{H: xid}, nil, &CMEvent{})
-	wantCode(t, "events of a CM ID handle", err, CodeNoHandle)
-	_, err = x.Call(KindCMConnect, &CMConnectReq{H: xch, QP: qx.h}, nil, &Empty{})
-	wantCode(t, "connect with a channel handle", err, CodeNoHandle)
-	_, err = x.Call(KindCMCreateChannel, &Empty{}, []int{eventfd(t)}, &Handle{})
-	wantCode(t, "channel with a descriptor", err, CodeMalformed)
-	_, err = x.Call(KindCMAccept, &CMAcceptReq{H: xid, QP: qx.h}, nil, &Empty{})
-	wantCode(t, "accept without a connect request", err, CodeInvalid)
-	_, err = x.Call(KindCMConnect, &CMConnectReq{H: xid, QP: qx.h, DGID: n.addr.As16(), ServiceID: rpingService,
-		CMParams: CMParams{PathMTU: 0}}, nil, &Empty{})
-	wantCode(t, "connect with path MTU code 0", err, CodeInvalid)
+	_, err = y.Call(abi.KindCMConnect, &abi.CMConnectReq{H: yid, QP: qx.h, DGID: n.addr.As16(), ServiceID: rpingService,
+		CMParams: abi.CMParams{PathMTU: uint8(ib.MTU1024)}}, nil, &abi.Empty{})
+	wantCode(t, "connect with another client's QP", err, abi.CodeNoHandle)
+	_, err = x.Call(abi.KindCMGetEvent, &abi.Handle{H: xid}, nil, &abi.CMEvent{})
+	wantCode(t, "events of a CM ID handle", err, abi.CodeNoHandle)
+	_, err = x.Call(abi.KindCMConnect, &abi.CMConnectReq{H: xch, QP: qx.h}, nil, &abi.Empty{})
+	wantCode(t, "connect with a channel handle", err, abi.CodeNoHandle)
+	_, err = x.Call(abi.KindCMCreateChannel, &abi.Empty{}, []int{eventfd(t)}, &abi.Handle{})
+	wantCode(t, "channel with a descriptor", err, abi.CodeMalformed)
+	_, err = x.Call(abi.KindCMAccept, &abi.CMAcceptReq{H: xid, QP: qx.h}, nil, &abi.Empty{})
+	wantCode(t, "accept without a connect request", err, abi.CodeInvalid)
+	_, err = x.Call(abi.KindCMConnect, &abi.CMConnectReq{H: xid, QP: qx.h, DGID: n.addr.As16(), ServiceID: rpingService,
+		CMParams: abi.CMParams{PathMTU: 0}}, nil, &abi.Empty{})
+	wantCode(t, "connect with path MTU code 0", err, abi.CodeInvalid)
 	if st := qpState(t, x, qx.h); st != ib.QPSReset {
 		t.Fatalf("the refused connect left the QP in %v", st)
 	}
-	call(t, x, KindCMListen, &CMListenReq{H: xid, ServiceID: rpingService}, nil, &Empty{})
-	_, err = y.Call(KindCMListen, &CMListenReq{H: yid, ServiceID: rpingService}, nil, &Empty{})
-	wantCode(t, "a second listener on the service", err, CodeInvalid)
-	_, err = x.Call(KindCMDestroyChannel, &Handle{H: xch}, nil, &Empty{})
-	wantCode(t, "destroy a channel its CM ID uses", err, CodeBusy)
+	call(t, x, abi.KindCMListen, &abi.CMListenReq{H: xid, ServiceID: rpingService}, nil, &abi.Empty{})
+	_, err = y.Call(abi.KindCMListen, &abi.CMListenReq{H: yid, ServiceID: rpingService}, nil, &abi.Empty{})
+	wantCode(t, "a second listener on the service", err, abi.CodeInvalid)
+	_, err = x.Call(abi.KindCMDestroyChannel, &abi.Handle{H: xch}, nil, &abi.Empty{})
+	wantCode(t, "destroy a channel its CM ID uses", err, abi.CodeBusy)
 
 	// The QP the CM agent would move must be bound by its owner: a QPN
 	// alone is not enough.
@@ -296,18 +297,18 @@ func TestCMConnectRequestsCharged(t *testing.T) {
 	b := cmNIC(t, 0x0200_00ff_fe00_0002)
 	ca, cb := a.client(t), b.client(t)
 	lch, lid := cmChannel(t, ca)
-	call(t, ca, KindCMListen, &CMListenReq{H: lid, ServiceID: rpingService}, nil, &Empty{})
+	call(t, ca, abi.KindCMListen, &abi.CMListenReq{H: lid, ServiceID: rpingService}, nil, &abi.Empty{})
 	for range maxCMIDs - 3 {
-		call(t, ca, KindCMCreateID, &Handle{H: lch}, nil, &Handle{})
+		call(t, ca, abi.KindCMCreateID, &abi.Handle{H: lch}, nil, &abi.Handle{})
 	}
 	bch, _ := cmChannel(t, cb)
 	connect := func(n int, service uint64) {
 		for range n {
-			var h Handle
-			call(t, cb, KindCMCreateID, &Handle{H: bch}, nil, &h)
+			var h abi.Handle
+			call(t, cb, abi.KindCMCreateID, &abi.Handle{H: bch}, nil, &h)
 			q := newCMQP(t, cb)
-			call(t, cb, KindCMConnect, &CMConnectReq{H: h.H, QP: q.h, DGID: a.addr.As16(), ServiceID: service,
-				CMParams: CMParams{PathMTU: uint8(ib.MTU1024), RetryCount: 7, RNRRetryCount: 7}}, nil, &Empty{})
+			call(t, cb, abi.KindCMConnect, &abi.CMConnectReq{H: h.H, QP: q.h, DGID: a.addr.As16(), ServiceID: service,
+				CMParams: abi.CMParams{PathMTU: uint8(ib.MTU1024), RetryCount: 7, RNRRetryCount: 7}}, nil, &abi.Empty{})
 		}
 	}
 	waitCM := func(what string, ok func(m map[string]uint64) bool) {
@@ -328,23 +329,23 @@ func TestCMConnectRequestsCharged(t *testing.T) {
 	if m := a.srv.CMCounters(); m["cm_listen_drops"] != 2 || m["cm_tx_msgs_rej"] != 0 {
 		t.Errorf("listen drops %d, REJs %d; want 2 and 0", m["cm_listen_drops"], m["cm_tx_msgs_rej"])
 	}
-	if _, err := ca.Call(KindCMCreateID, &Handle{H: lch}, nil, &Handle{}); err == nil {
+	if _, err := ca.Call(abi.KindCMCreateID, &abi.Handle{H: lch}, nil, &abi.Handle{}); err == nil {
 		t.Fatal("create_id worked with two connect requests charged")
 	}
 	e := nextEvent(t, ca, lch, cm.EventConnectRequest)
-	if _, err := ca.Call(KindCMCreateID, &Handle{H: lch}, nil, &Handle{}); err == nil {
+	if _, err := ca.Call(abi.KindCMCreateID, &abi.Handle{H: lch}, nil, &abi.Handle{}); err == nil {
 		t.Fatal("create_id worked with the fetched request's ID held")
 	}
-	call(t, ca, KindCMDestroyID, &Handle{H: e.ID}, nil, &Empty{})
-	var h Handle
-	call(t, ca, KindCMCreateID, &Handle{H: lch}, nil, &h)
-	call(t, ca, KindCMDestroyID, &Handle{H: h.H}, nil, &Empty{})
-	call(t, ca, KindCMDestroyID, &Handle{H: lid}, nil, &Empty{})
+	call(t, ca, abi.KindCMDestroyID, &abi.Handle{H: e.ID}, nil, &abi.Empty{})
+	var h abi.Handle
+	call(t, ca, abi.KindCMCreateID, &abi.Handle{H: lch}, nil, &h)
+	call(t, ca, abi.KindCMDestroyID, &abi.Handle{H: h.H}, nil, &abi.Empty{})
+	call(t, ca, abi.KindCMDestroyID, &abi.Handle{H: lid}, nil, &abi.Empty{})
 
 	// A second client, backlog 1.
 	cc := a.client(t)
 	_, lid2 := cmChannel(t, cc)
-	call(t, cc, KindCMListen, &CMListenReq{H: lid2, ServiceID: rpingService + 1, Backlog: 1}, nil, &Empty{})
+	call(t, cc, abi.KindCMListen, &abi.CMListenReq{H: lid2, ServiceID: rpingService + 1, Backlog: 1}, nil, &abi.Empty{})
 	connect(2, rpingService+1)
 	waitCM("a third drop", func(m map[string]uint64) bool { return m["cm_listen_drops"] >= 3 })
 }

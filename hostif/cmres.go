@@ -5,110 +5,10 @@ import (
 	"net/netip"
 	"slices"
 
+	"github.com/rnicd/rnicd/hostif/abi"
 	"github.com/rnicd/rnicd/rnic/cm"
 	"github.com/rnicd/rnicd/wire/mad"
 )
-
-// The CM IDs of every client as `rdma res show cm_id` lists the kernel's
-// (iproute2's rdma/res-cmid.c prints the fields; Linux's cma.c keeps
-// them): the rdma_cm state, port space, owner, cm-idn, the source and
-// destination address and port, and the QP bound. The daemon sees only
-// what reaches it (listen, connect, a connect request), so an ID that
-// has only resolved addresses in its client shows IDLE with none.
-
-// ListCMIDsReq asks for the CM IDs from cm-idn From up.
-type ListCMIDsReq struct{ From uint32 }
-
-func (m *ListCMIDsReq) encode(e *encoder) { e.u32(m.From) }
-func (m *ListCMIDsReq) decode(d *decoder) { m.From = d.u32() }
-
-// CMIDRow is one CM ID of ListCMIDsReply.
-type CMIDRow struct {
-	IDN, QPN uint32 // QPN 0: no QP bound
-	State    string // rdma_cm's state name: IDLE, LISTEN, CONNECT, DISCONNECT
-	PS       uint16 // mad.PortSpace
-	PID      uint32
-	Comm     string
-	Src, Dst netip.AddrPort // invalid: not known
-}
-
-// ListCMIDsReply answers KindListCMIDs; More says a further request
-// from Next is needed.
-type ListCMIDsReply struct {
-	Rows []CMIDRow
-	More bool
-	Next uint32
-}
-
-func (m *ListCMIDsReply) encode(e *encoder) {
-	e.u32(uint32(len(m.Rows)))
-	for i := range m.Rows {
-		r := &m.Rows[i]
-		e.u32(r.IDN)
-		e.u32(r.QPN)
-		e.str(r.State)
-		e.u16(r.PS)
-		e.u32(r.PID)
-		e.str(r.Comm)
-		encodeAddrPort(e, r.Src)
-		encodeAddrPort(e, r.Dst)
-	}
-	e.u8(b2u(m.More))
-	e.u32(m.Next)
-}
-
-func (m *ListCMIDsReply) decode(d *decoder) {
-	n := d.u32()
-	if n > maxRows {
-		d.fail("%d CM ID rows", n)
-		return
-	}
-	m.Rows = make([]CMIDRow, n)
-	for i := range m.Rows {
-		r := &m.Rows[i]
-		r.IDN, r.QPN = d.u32(), d.u32()
-		r.State = d.str()
-		r.PS = d.u16()
-		r.PID = d.u32()
-		r.Comm = d.str()
-		r.Src, r.Dst = decodeAddrPort(d), decodeAddrPort(d)
-	}
-	m.More = u2b(d, d.u8())
-	m.Next = d.u32()
-}
-
-// An address and port go as a family byte (0 none, 4, 6), 16 bytes of
-// address and the port.
-func encodeAddrPort(e *encoder, a netip.AddrPort) {
-	switch {
-	case !a.IsValid():
-		e.u8(0)
-	case a.Addr().Is4():
-		e.u8(4)
-	default:
-		e.u8(6)
-	}
-	b := a.Addr().As16()
-	e.bytes(b[:])
-	e.u16(a.Port())
-}
-
-func decodeAddrPort(d *decoder) netip.AddrPort {
-	fam := d.u8()
-	var b [16]byte
-	d.bytes(b[:])
-	port := d.u16()
-	switch fam {
-	case 0:
-		return netip.AddrPort{}
-	case 4:
-		return netip.AddrPortFrom(netip.AddrFrom16(b).Unmap(), port)
-	case 6:
-		return netip.AddrPortFrom(netip.AddrFrom16(b), port)
-	}
-	d.fail("address family %d", fam)
-	return netip.AddrPort{}
-}
 
 // setListenAddrs: a listener is bound to the device's address (rdma_cm
 // chose this daemon by it) on the service ID's port, with no peer.
@@ -175,11 +75,11 @@ func (o *cmIDObj) cmaState() string {
 	return "CONNECT"
 }
 
-func (c *conn) listCMIDs(_ object, b Body, _ []int) (Body, []int, error) {
+func (c *conn) listCMIDs(_ object, b abi.Body, _ []int) (abi.Body, []int, error) {
 	if err := c.cmReady(); err != nil {
 		return nil, nil, err
 	}
-	from := b.(*ListCMIDsReq).From
+	from := b.(*abi.ListCMIDsReq).From
 	// Every client's IDs with their QPs (bound under the owner's lock);
 	// the CM fields are read on the agent's goroutine.
 	type held struct {
@@ -199,15 +99,15 @@ func (c *conn) listCMIDs(_ object, b Body, _ []int) (Body, []int, error) {
 	}
 	c.s.mu.Unlock()
 	slices.SortFunc(ids, func(a, b held) int { return cmp.Compare(a.o.idn, b.o.idn) })
-	out := &ListCMIDsReply{}
-	if len(ids) > maxRows {
-		out.More, out.Next = true, ids[maxRows].o.idn
-		ids = ids[:maxRows]
+	out := &abi.ListCMIDsReply{}
+	if len(ids) > abi.MaxRows {
+		out.More, out.Next = true, ids[abi.MaxRows].o.idn
+		ids = ids[:abi.MaxRows]
 	}
 	c.s.cmAgent.Do(func(*cm.CM) {
 		for _, h := range ids {
 			o := h.o
-			out.Rows = append(out.Rows, CMIDRow{IDN: o.idn, QPN: h.qpn, State: o.cmaState(), PS: uint16(o.ps),
+			out.Rows = append(out.Rows, abi.CMIDRow{IDN: o.idn, QPN: h.qpn, State: o.cmaState(), PS: uint16(o.ps),
 				PID: uint32(o.owner.pid), Comm: o.owner.comm, Src: o.src, Dst: o.dst})
 		}
 	})

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/rnicd/rnicd/hostif/abi"
 	"github.com/rnicd/rnicd/ib"
 	"github.com/rnicd/rnicd/rnic/cm"
 	"github.com/rnicd/rnicd/wire/mad"
@@ -25,7 +26,7 @@ func (q *cmQP) toRTS(t *testing.T, c *Client, qkey uint32) {
 		{ib.QPAttr{State: ib.QPSRTR}, ib.AttrState},
 		{ib.QPAttr{State: ib.QPSRTS}, ib.AttrState | ib.AttrSQPSN},
 	} {
-		call(t, c, KindModifyQP, &ModifyQPReq{H: q.h, Mask: s.mask, Attr: s.a}, nil, &Empty{})
+		call(t, c, abi.KindModifyQP, &abi.ModifyQPReq{H: q.h, Mask: s.mask, Attr: s.a}, nil, &abi.Empty{})
 	}
 }
 
@@ -43,12 +44,12 @@ func TestCMSIDRThroughHostif(t *testing.T) {
 	b := cmNIC(t, 0x0200_00ff_fe00_0012)
 	ca, cb := a.client(t), b.client(t)
 	lch, lid := cmChannel(t, ca)
-	call(t, ca, KindCMListen, &CMListenReq{H: lid, ServiceID: udService}, nil, &Empty{})
+	call(t, ca, abi.KindCMListen, &abi.CMListenReq{H: lid, ServiceID: udService}, nil, &abi.Empty{})
 
 	qb := newCMQPOf(t, cb, ib.QPTypeUD)
 	bch, bid := cmChannel(t, cb)
-	call(t, cb, KindCMConnect, &CMConnectReq{H: bid, QP: qb.h, DGID: a.addr.As16(), ServiceID: udService,
-		PrivateData: []byte("sidr from b")}, nil, &Empty{})
+	call(t, cb, abi.KindCMConnect, &abi.CMConnectReq{H: bid, QP: qb.h, DGID: a.addr.As16(), ServiceID: udService,
+		PrivateData: []byte("sidr from b")}, nil, &abi.Empty{})
 	req := nextEvent(t, ca, lch, cm.EventConnectRequest)
 	if req.Listen != lid || req.RemoteGID != b.addr.As16() || len(req.PrivateData) != mad.SIDRReqPrivateDataLen ||
 		!bytes.HasPrefix(req.PrivateData, []byte("sidr from b")) {
@@ -60,18 +61,18 @@ func TestCMSIDRThroughHostif(t *testing.T) {
 
 	// A connected QP does not answer a UD connect.
 	rc := newCMQP(t, ca)
-	_, err := ca.Call(KindCMAccept, &CMAcceptReq{H: req.ID, QP: rc.h}, nil, &Empty{})
-	wantCode(t, "accept a SIDR_REQ with an RC QP", err, CodeInvalid)
+	_, err := ca.Call(abi.KindCMAccept, &abi.CMAcceptReq{H: req.ID, QP: rc.h}, nil, &abi.Empty{})
+	wantCode(t, "accept a SIDR_REQ with an RC QP", err, abi.CodeInvalid)
 	qa := newCMQPOf(t, ca, ib.QPTypeUD)
-	call(t, ca, KindCMAccept, &CMAcceptReq{H: req.ID, QP: qa.h, PrivateData: []byte("sidr ok")}, nil, &Empty{})
+	call(t, ca, abi.KindCMAccept, &abi.CMAcceptReq{H: req.ID, QP: qa.h, PrivateData: []byte("sidr ok")}, nil, &abi.Empty{})
 
 	est := nextEvent(t, cb, bch, cm.EventEstablished)
 	if est.ID != bid || est.RemoteQPN != qa.qpn || est.QKey != mad.RDMAUDPQKey || est.RemoteGID != a.addr.As16() ||
 		len(est.PrivateData) != mad.SIDRRepPrivateDataLen || !bytes.HasPrefix(est.PrivateData, []byte("sidr ok")) {
 		t.Fatalf("established %+v", est)
 	}
-	var none CMEvent
-	call(t, ca, KindCMGetEvent, &Handle{H: lch}, nil, &none)
+	var none abi.CMEvent
+	call(t, ca, abi.KindCMGetEvent, &abi.Handle{H: lch}, nil, &none)
 	if none.Type != 0 {
 		t.Fatalf("the passive side of a UD connect got %v", cm.EventType(none.Type))
 	}
@@ -83,11 +84,11 @@ func TestCMSIDRThroughHostif(t *testing.T) {
 	qa.toRTS(t, ca, mad.RDMAUDPQKey)
 	qb.toRTS(t, cb, mad.RDMAUDPQKey)
 	p := qa.rq.Producer()
-	if err := EncodeRecvWQE(qa.rq.Slot(p), &ib.RecvWR{WRID: 5, SGL: []ib.SGE{{Addr: 0x10000, Length: 256, LKey: qa.mr.LKey}}}); err != nil {
+	if err := abi.EncodeRecvWQE(qa.rq.Slot(p), &ib.RecvWR{WRID: 5, SGL: []ib.SGE{{Addr: 0x10000, Length: 256, LKey: qa.mr.LKey}}}); err != nil {
 		t.Fatal(err)
 	}
 	qa.rq.SetProducer(p + 1)
-	if err := ca.Send(KindDoorbell, &DoorbellReq{H: qa.h, Queue: DoorbellRecv}); err != nil {
+	if err := ca.Send(abi.KindDoorbell, &abi.DoorbellReq{H: qa.h, Queue: abi.DoorbellRecv}); err != nil {
 		t.Fatal(err)
 	}
 	msg := "a datagram to the SIDR_REP's QP"
@@ -114,8 +115,8 @@ func TestCMSIDRThroughHostif(t *testing.T) {
 		{ca, map[string]uint64{"cm_rx_msgs_sidr_req": 1, "cm_tx_msgs_sidr_rep": 1, "cm_tx_msgs_sidr_req": 0, "cm_rx_msgs_sidr_rep": 0, "cm_tx_msgs_rep": 0}},
 		{cb, map[string]uint64{"cm_tx_msgs_sidr_req": 1, "cm_rx_msgs_sidr_rep": 1, "cm_rx_msgs_sidr_req": 0, "cm_tx_msgs_sidr_rep": 0, "cm_tx_msgs_req": 0}},
 	} {
-		var m CountersReply
-		call(t, s.c, KindCounters, &Empty{}, nil, &m)
+		var m abi.CountersReply
+		call(t, s.c, abi.KindCounters, &abi.Empty{}, nil, &m)
 		for k, want := range s.want {
 			if m.Counters[k] != want {
 				t.Errorf("%s = %d, want %d", k, m.Counters[k], want)
@@ -123,14 +124,14 @@ func TestCMSIDRThroughHostif(t *testing.T) {
 		}
 	}
 	// rdma_disconnect on a UD ID: nothing to end, no DREQ, no error.
-	call(t, cb, KindCMDisconnect, &CMDataReq{H: bid}, nil, &Empty{})
-	var m CountersReply
-	call(t, cb, KindCounters, &Empty{}, nil, &m)
+	call(t, cb, abi.KindCMDisconnect, &abi.CMDataReq{H: bid}, nil, &abi.Empty{})
+	var m abi.CountersReply
+	call(t, cb, abi.KindCounters, &abi.Empty{}, nil, &m)
 	if m.Counters["cm_tx_msgs_dreq"] != 0 {
 		t.Errorf("a UD disconnect sent %d DREQs", m.Counters["cm_tx_msgs_dreq"])
 	}
-	var rows ListCMIDsReply
-	call(t, cb, KindListCMIDs, &ListCMIDsReq{}, nil, &rows)
+	var rows abi.ListCMIDsReply
+	call(t, cb, abi.KindListCMIDs, &abi.ListCMIDsReq{}, nil, &rows)
 	if len(rows.Rows) != 1 || rows.Rows[0].State != "CONNECT" || rows.Rows[0].PS != uint16(mad.PSUDP) ||
 		rows.Rows[0].QPN != qb.qpn || rows.Rows[0].Dst.Port() != 18515 {
 		t.Fatalf("rdma res on the client's daemon: %+v", rows.Rows)
@@ -148,20 +149,20 @@ func TestCMSIDRRefusedAndRejected(t *testing.T) {
 	qb := newCMQPOf(t, cb, ib.QPTypeUD)
 
 	ch, id := cmChannel(t, cb)
-	_, err := cb.Call(KindCMConnect, &CMConnectReq{H: id, QP: newCMQP(t, cb).h, DGID: a.addr.As16(), ServiceID: udService}, nil, &Empty{})
-	wantCode(t, "UD connect with an RC QP", err, CodeInvalid)
-	call(t, cb, KindCMConnect, &CMConnectReq{H: id, QP: qb.h, DGID: a.addr.As16(), ServiceID: udService}, nil, &Empty{})
+	_, err := cb.Call(abi.KindCMConnect, &abi.CMConnectReq{H: id, QP: newCMQP(t, cb).h, DGID: a.addr.As16(), ServiceID: udService}, nil, &abi.Empty{})
+	wantCode(t, "UD connect with an RC QP", err, abi.CodeInvalid)
+	call(t, cb, abi.KindCMConnect, &abi.CMConnectReq{H: id, QP: qb.h, DGID: a.addr.As16(), ServiceID: udService}, nil, &abi.Empty{})
 	e := nextEvent(t, cb, ch, cm.EventUnreachable)
 	if e.RejectReason != uint16(mad.SIDRUnsupported) || !strings.Contains(e.Err, "connection refused") {
 		t.Fatalf("UD connect to no listener: status %d, %q", e.RejectReason, e.Err)
 	}
 
 	lch, lid := cmChannel(t, ca)
-	call(t, ca, KindCMListen, &CMListenReq{H: lid, ServiceID: udService}, nil, &Empty{})
+	call(t, ca, abi.KindCMListen, &abi.CMListenReq{H: lid, ServiceID: udService}, nil, &abi.Empty{})
 	ch2, id2 := cmChannel(t, cb)
-	call(t, cb, KindCMConnect, &CMConnectReq{H: id2, QP: newCMQPOf(t, cb, ib.QPTypeUD).h, DGID: a.addr.As16(), ServiceID: udService}, nil, &Empty{})
+	call(t, cb, abi.KindCMConnect, &abi.CMConnectReq{H: id2, QP: newCMQPOf(t, cb, ib.QPTypeUD).h, DGID: a.addr.As16(), ServiceID: udService}, nil, &abi.Empty{})
 	req := nextEvent(t, ca, lch, cm.EventConnectRequest)
-	call(t, ca, KindCMReject, &CMDataReq{H: req.ID}, nil, &Empty{})
+	call(t, ca, abi.KindCMReject, &abi.CMDataReq{H: req.ID}, nil, &abi.Empty{})
 	if e := nextEvent(t, cb, ch2, cm.EventUnreachable); e.RejectReason != uint16(mad.SIDRReject) {
 		t.Fatalf("rejected UD connect: status %d, %q", e.RejectReason, e.Err)
 	}

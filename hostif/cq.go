@@ -5,6 +5,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rnicd/rnicd/hostif/abi"
 	"github.com/rnicd/rnicd/ib"
 	"github.com/rnicd/rnicd/rnic"
 )
@@ -17,7 +18,7 @@ type cqObj struct {
 	useCount
 	ch     *chanObj // nil: no channel
 	mem    []byte
-	ring   *Ring
+	ring   *abi.Ring
 	waitFD int // write end of the wake pipe whose read end the client waits on (wakePipe)
 
 	mu   sync.Mutex // dead, prod; taken inside the CQ's own lock
@@ -25,10 +26,10 @@ type cqObj struct {
 	prod uint32
 }
 
-func (c *conn) createCQ(_ object, b Body, _ []int) (Body, []int, error) {
-	r := b.(*CreateCQReq)
+func (c *conn) createCQ(_ object, b abi.Body, _ []int) (abi.Body, []int, error) {
+	r := b.(*abi.CreateCQReq)
 	if r.CQE < 1 || r.CQE > rnic.MaxCQE {
-		return nil, nil, errf(CodeInvalid, "create_cq: %d entries outside 1..%d", r.CQE, rnic.MaxCQE)
+		return nil, nil, errf(abi.CodeInvalid, "create_cq: %d entries outside 1..%d", r.CQE, rnic.MaxCQE)
 	}
 	var ch *chanObj
 	if r.Channel != 0 {
@@ -39,9 +40,9 @@ func (c *conn) createCQ(_ object, b Body, _ []int) (Body, []int, error) {
 	}
 	q, err := c.s.dev.CreateCQ(int(r.CQE))
 	if err != nil {
-		return nil, nil, errf(CodeInvalid, "create_cq: %v", err)
+		return nil, nil, errf(abi.CodeInvalid, "create_cq: %v", err)
 	}
-	fd, mem, err := ringMem(RingBytes(r.CQE, CQESlotBytes))
+	fd, mem, err := ringMem(abi.RingBytes(r.CQE, abi.CQESlotBytes))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -51,16 +52,16 @@ func (c *conn) createCQ(_ object, b Body, _ []int) (Body, []int, error) {
 		unix.Close(fd)
 		return nil, nil, err
 	}
-	ring, _ := NewRing(mem, r.CQE, CQESlotBytes)
-	ring.writeGeometry()
+	ring, _ := abi.NewRing(mem, r.CQE, abi.CQESlotBytes)
+	ring.WriteGeometry()
 	o := &cqObj{s: c.s, cq: q, ch: ch, mem: mem, ring: ring, waitFD: wr}
 	q.SetSink(o)
 	if ch != nil {
 		ch.hold()
 	}
 	h := c.add(o)
-	return &RingReply{H: h, Caps: ib.QPCap{MaxSendWR: int(r.CQE)},
-		Send: RingDesc{Size: uint32(len(mem)), Slots: r.CQE, SlotBytes: CQESlotBytes}}, []int{fd, rd}, nil
+	return &abi.RingReply{H: h, Caps: ib.QPCap{MaxSendWR: int(r.CQE)},
+		Send: abi.RingDesc{Size: uint32(len(mem)), Slots: r.CQE, SlotBytes: abi.CQESlotBytes}}, []int{fd, rd}, nil
 }
 
 // Complete writes one completion into the ring (qpmgr.CompletionSink);
@@ -75,22 +76,22 @@ func (o *cqObj) Complete(wc *ib.WC, solicited bool) error {
 	// The client's consumer index is hostile: any value only makes the
 	// ring look fuller or emptier to the client itself.
 	if o.prod-o.ring.Consumer() >= o.ring.Slots {
-		o.ring.setFlag(FlagOverrun)
+		o.ring.SetFlag(abi.FlagOverrun)
 		o.s.cqOverruns.Add(1)
 		return ib.ErrCQOverrun
 	}
-	PutCQE(o.ring.slot(o.prod), wc)
+	abi.PutCQE(o.ring.Slot(o.prod), wc)
 	o.prod++
 	o.ring.SetProducer(o.prod)
-	if a := o.ring.Armed(); a == ArmAny || (a == ArmSolicited && (solicited || wc.Status != ib.WCSuccess)) {
-		if o.ring.disarm(a) {
-			o.ring.addEvent()
+	if a := o.ring.Armed(); a == abi.ArmAny || (a == abi.ArmSolicited && (solicited || wc.Status != ib.WCSuccess)) {
+		if o.ring.Disarm(a) {
+			o.ring.AddEvent()
 			if o.ch != nil {
 				signalFD(o.ch.fd)
 			}
 		}
 	}
-	if o.ring.takeWaiter() {
+	if o.ring.TakeWaiter() {
 		signalFD(o.waitFD)
 	}
 	return nil

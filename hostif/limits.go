@@ -1,12 +1,14 @@
 package hostif
 
 import (
+	"encoding/binary"
 	"fmt"
 	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rnicd/rnicd/hostif/abi"
 	"github.com/rnicd/rnicd/ib"
 	"github.com/rnicd/rnicd/rnic"
 )
@@ -107,20 +109,20 @@ func srqCost(ring uint64) Quota  { return Quota{ResSRQs: 1, ResMaps: 1, ResRingB
 // will not get; the charge is trued up to the object's own cost once it
 // exists: see conn.dispatch). Sizes past the device's limits are refused
 // by the handler; here they are clamped, only so that nothing overflows.
-func createQPCost(b Body) Quota {
-	c := b.(*CreateQPReq).Caps
-	send := RingBytes(clamp(c.MaxSendWR, ib.MaxQPWR), SendSlotBytes(int(clamp(c.MaxSendSGE, ib.MaxSGE)), int(clamp(c.MaxInlineData, ib.MaxInlineData))))
-	recv := RingBytes(clamp(c.MaxRecvWR, ib.MaxQPWR), RecvSlotBytes(int(clamp(c.MaxRecvSGE, ib.MaxSGE))))
+func createQPCost(b abi.Body) Quota {
+	c := b.(*abi.CreateQPReq).Caps
+	send := abi.RingBytes(clamp(c.MaxSendWR, ib.MaxQPWR), abi.SendSlotBytes(int(clamp(c.MaxSendSGE, ib.MaxSGE)), int(clamp(c.MaxInlineData, ib.MaxInlineData))))
+	recv := abi.RingBytes(clamp(c.MaxRecvWR, ib.MaxQPWR), abi.RecvSlotBytes(int(clamp(c.MaxRecvSGE, ib.MaxSGE))))
 	return qpCost(send + recv)
 }
 
-func createCQCost(b Body) Quota {
-	return cqCost(RingBytes(min(b.(*CreateCQReq).CQE, rnic.MaxCQE), CQESlotBytes))
+func createCQCost(b abi.Body) Quota {
+	return cqCost(abi.RingBytes(min(b.(*abi.CreateCQReq).CQE, rnic.MaxCQE), abi.CQESlotBytes))
 }
 
-func createSRQCost(b Body) Quota {
-	r := b.(*CreateSRQReq)
-	return srqCost(RingBytes(min(r.MaxWR, ib.MaxQPWR), RecvSlotBytes(int(min(r.MaxSGE, ib.MaxSGE)))))
+func createSRQCost(b abi.Body) Quota {
+	r := b.(*abi.CreateSRQReq)
+	return srqCost(abi.RingBytes(min(r.MaxWR, ib.MaxQPWR), abi.RecvSlotBytes(int(min(r.MaxSGE, ib.MaxSGE)))))
 }
 
 func clamp(v, hi int) uint32 { return uint32(max(0, min(v, hi))) }
@@ -152,7 +154,7 @@ func limitErr(what string, r Resource, scope string, held, want, limit uint64) e
 	case "user":
 		flag = "-user-" + r.Flag()
 	}
-	return errf(CodeLimit, "%s: this %s holds %d %s and asks for %d more, over its limit of %d (rnicd %s raises it)",
+	return errf(abi.CodeLimit, "%s: this %s holds %d %s and asks for %d more, over its limit of %d (rnicd %s raises it)",
 		what, scope, held, r.Name(), want, limit, flag)
 }
 
@@ -327,7 +329,7 @@ func (c *conn) refuseConn(err error) {
 		c.s.log.Warn("connection over a limit", "pid", c.pid, "uid", c.uid, "comm", c.comm, "err", err)
 	}
 	c.uc.SetReadDeadline(time.Now().Add(refuseWait))
-	buf := make([]byte, HeaderLen)
+	buf := make([]byte, abi.HeaderLen)
 	oob := make([]byte, unix.CmsgSpace(4*8))
 	n, oobn, _, _, rerr := c.uc.ReadMsgUnix(buf, oob)
 	for _, fd := range parseFDs(oob[:oobn]) {
@@ -336,8 +338,8 @@ func (c *conn) refuseConn(err error) {
 	if rerr != nil || n < 8 {
 		return
 	}
-	k, id := Kind(le.Uint16(buf[0:])), le.Uint32(buf[4:])
-	c.uc.WriteMsgUnix(encodeError(k, id, CodeLimit, err.Error()), nil, nil)
+	k, id := abi.Kind(binary.LittleEndian.Uint16(buf[0:])), binary.LittleEndian.Uint32(buf[4:])
+	c.uc.WriteMsgUnix(abi.EncodeError(k, id, abi.CodeLimit, err.Error()), nil, nil)
 }
 
 // refuseWait is how long a refused connection waits for its first

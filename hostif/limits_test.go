@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rnicd/rnicd/hostif/abi"
 	"github.com/rnicd/rnicd/ib"
 	"github.com/rnicd/rnicd/internal/looptest"
 )
@@ -22,7 +23,7 @@ func limitedNIC(t *testing.T, addr string, lim Limits) *nic {
 // wantLimit checks that err is a refusal for the limit flag names.
 func wantLimit(t *testing.T, what string, err error, flag string) {
 	t.Helper()
-	wantCode(t, what, err, CodeLimit)
+	wantCode(t, what, err, abi.CodeLimit)
 	if !strings.Contains(err.Error(), "rnicd "+flag+" raises it") {
 		t.Fatalf("%s: %v, want the flag %s named", what, err, flag)
 	}
@@ -41,8 +42,8 @@ func held(n *nic) map[string]uint64 {
 
 // createQP makes a QP; ring is the size of its rings' memfd.
 func createQP(c *Client, pd, cq uint32) (h uint32, ring uint64, err error) {
-	var r RingReply
-	rfds, err := c.Call(KindCreateQP, &CreateQPReq{PD: pd, SendCQ: cq, RecvCQ: cq, Type: ib.QPTypeRC,
+	var r abi.RingReply
+	rfds, err := c.Call(abi.KindCreateQP, &abi.CreateQPReq{PD: pd, SendCQ: cq, RecvCQ: cq, Type: ib.QPTypeRC,
 		Caps: ib.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}}, nil, &r)
 	closeAll(rfds)
 	return r.H, uint64(r.Send.Size) + uint64(r.Recv.Size), err
@@ -54,10 +55,10 @@ func createQP(c *Client, pd, cq uint32) (h uint32, ring uint64, err error) {
 func TestClientLimits(t *testing.T) {
 	n := limitedNIC(t, looptest.Get(t).String(), Limits{Client: Quota{ResQPs: 2, ResMRBytes: 1 << 20, ResConns: 2, ResRingBytes: 1 << 20}})
 	c := n.client(t)
-	var pd Handle
-	call(t, c, KindAllocPD, &Empty{}, nil, &pd)
-	var cq RingReply
-	closeAll(call(t, c, KindCreateCQ, &CreateCQReq{CQE: 16}, nil, &cq))
+	var pd abi.Handle
+	call(t, c, abi.KindAllocPD, &abi.Empty{}, nil, &pd)
+	var cq abi.RingReply
+	closeAll(call(t, c, abi.KindCreateCQ, &abi.CreateCQReq{CQE: 16}, nil, &cq))
 	rings := uint64(cq.Send.Size)
 	var qps []uint32
 	for range 2 {
@@ -70,16 +71,16 @@ func TestClientLimits(t *testing.T) {
 	_, _, err := createQP(c, pd.H, cq.H)
 	wantLimit(t, "third QP", err, "-client-max-qp")
 	// A CQ of 2^20 CQEs is a 32 MiB ring of the daemon's memory.
-	_, err = c.Call(KindCreateCQ, &CreateCQReq{CQE: 1 << 20}, nil, &RingReply{})
+	_, err = c.Call(abi.KindCreateCQ, &abi.CreateCQReq{CQE: 1 << 20}, nil, &abi.RingReply{})
 	wantLimit(t, "the deepest CQ", err, "-client-max-ring-bytes")
 
 	// The sparse-memfd attack of issue 19: a 1 TiB region is refused
 	// before the daemon maps anything.
-	_, err = c.Call(KindRegMR, &RegMRReq{PD: pd.H, Access: 1, Length: 1 << 40},
-		[]int{sealedMemfd(t, 1<<40, true)}, &RegMRReply{})
+	_, err = c.Call(abi.KindRegMR, &abi.RegMRReq{PD: pd.H, Access: 1, Length: 1 << 40},
+		[]int{sealedMemfd(t, 1<<40, true)}, &abi.RegMRReply{})
 	wantLimit(t, "1 TiB region", err, "-client-max-mr-bytes")
-	var mr RegMRReply
-	call(t, c, KindRegMR, &RegMRReq{PD: pd.H, Access: 1, Length: 1 << 20}, []int{sealedMemfd(t, 1<<20, true)}, &mr)
+	var mr abi.RegMRReply
+	call(t, c, abi.KindRegMR, &abi.RegMRReq{PD: pd.H, Access: 1, Length: 1 << 20}, []int{sealedMemfd(t, 1<<20, true)}, &mr)
 
 	want := map[string]uint64{"hostif_held_conns": 1, "hostif_held_fds": 2, "hostif_held_pd": 1, "hostif_held_qp": 2,
 		"hostif_held_cq": 1, "hostif_held_srq": 0, "hostif_held_mr": 1, "hostif_held_mr_bytes": 1 << 20,
@@ -91,17 +92,17 @@ func TestClientLimits(t *testing.T) {
 	// A second connection of the same process shares its account; a
 	// third is over the limit of connections.
 	c2 := n.client(t)
-	var pd2 Handle
-	call(t, c2, KindAllocPD, &Empty{}, nil, &pd2)
-	var cq2 RingReply
-	closeAll(call(t, c2, KindCreateCQ, &CreateCQReq{CQE: 16}, nil, &cq2))
+	var pd2 abi.Handle
+	call(t, c2, abi.KindAllocPD, &abi.Empty{}, nil, &pd2)
+	var cq2 abi.RingReply
+	closeAll(call(t, c2, abi.KindCreateCQ, &abi.CreateCQReq{CQE: 16}, nil, &cq2))
 	_, _, err = createQP(c2, pd2.H, cq2.H)
 	wantLimit(t, "QP on a second connection", err, "-client-max-qp")
 	c3 := n.client(t)
-	_, err = c3.Call(KindAllocPD, &Empty{}, nil, &Handle{})
+	_, err = c3.Call(abi.KindAllocPD, &abi.Empty{}, nil, &abi.Handle{})
 	wantLimit(t, "third connection", err, "-client-max-conns")
 
-	call(t, c, KindDestroyQP, &Handle{H: qps[0]}, nil, &Empty{})
+	call(t, c, abi.KindDestroyQP, &abi.Handle{H: qps[0]}, nil, &abi.Empty{})
 	if _, _, err := createQP(c, pd.H, cq.H); err != nil {
 		t.Fatalf("a QP after one was destroyed: %v", err)
 	}
@@ -120,18 +121,18 @@ func TestClientLimits(t *testing.T) {
 func TestDaemonLimits(t *testing.T) {
 	n := limitedNIC(t, looptest.Get(t).String(), Limits{Daemon: Quota{ResCQs: 1, ResFDs: 3}})
 	c := n.client(t)
-	var cq RingReply
-	closeAll(call(t, c, KindCreateCQ, &CreateCQReq{CQE: 16}, nil, &cq))
-	_, err := c.Call(KindCreateCQ, &CreateCQReq{CQE: 16}, nil, &RingReply{})
+	var cq abi.RingReply
+	closeAll(call(t, c, abi.KindCreateCQ, &abi.CreateCQReq{CQE: 16}, nil, &cq))
+	_, err := c.Call(abi.KindCreateCQ, &abi.CreateCQReq{CQE: 16}, nil, &abi.RingReply{})
 	wantLimit(t, "second CQ", err, "-max-cq")
 	// Connection and CQ hold 2 of 3 descriptors: a channel takes the last.
-	var ch Handle
-	call(t, c, KindCreateChannel, &Empty{}, nil, &ch)
-	_, err = n.client(t).Call(KindAllocPD, &Empty{}, nil, &Handle{})
+	var ch abi.Handle
+	call(t, c, abi.KindCreateChannel, &abi.Empty{}, nil, &ch)
+	_, err = n.client(t).Call(abi.KindAllocPD, &abi.Empty{}, nil, &abi.Handle{})
 	wantLimit(t, "connection past the descriptors", err, "-max-fds")
-	call(t, c, KindDestroyChannel, &Handle{H: ch.H}, nil, &Empty{})
-	var pd Handle
-	call(t, n.client(t), KindAllocPD, &Empty{}, nil, &pd)
+	call(t, c, abi.KindDestroyChannel, &abi.Handle{H: ch.H}, nil, &abi.Empty{})
+	var pd abi.Handle
+	call(t, n.client(t), abi.KindAllocPD, &abi.Empty{}, nil, &pd)
 }
 
 // eventually polls cond; the deadline only guards against a hang.
@@ -157,7 +158,7 @@ func TestUserAccounts(t *testing.T) {
 	}
 	err := a.connect(3, user, costConn)
 	var ce *codeErr
-	if !errors.As(err, &ce) || ce.code != CodeLimit || !strings.Contains(err.Error(), "this user holds 2 connections") || !strings.Contains(err.Error(), "rnicd -user-max-conns raises it") {
+	if !errors.As(err, &ce) || ce.code != abi.CodeLimit || !strings.Contains(err.Error(), "this user holds 2 connections") || !strings.Contains(err.Error(), "rnicd -user-max-conns raises it") {
 		t.Fatalf("third process: %v", err)
 	}
 	if _, ok := a.owners[3]; ok {

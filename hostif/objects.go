@@ -1,6 +1,10 @@
 package hostif
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/rnicd/rnicd/hostif/abi"
+)
 
 // objKind is the kind of object a handle names. Kinds are bits, so that a
 // request may accept more than one (a doorbell names a QP or an SRQ).
@@ -107,10 +111,10 @@ func (c *conn) get(h uint32, want objKind) (object, error) {
 	o := c.objs[h]
 	c.mu.Unlock()
 	if o == nil {
-		return nil, errf(CodeNoHandle, "no %v with handle %d", want, h)
+		return nil, errf(abi.CodeNoHandle, "no %v with handle %d", want, h)
 	}
 	if o.kind()&want == 0 {
-		return nil, errf(CodeNoHandle, "handle %d names a %v, not a %v", h, o.kind(), want)
+		return nil, errf(abi.CodeNoHandle, "handle %d names a %v, not a %v", h, o.kind(), want)
 	}
 	return o, nil
 }
@@ -128,10 +132,10 @@ func lookup[T object](c *conn, h uint32, want objKind) (T, error) {
 
 // destroy handles every destroy request; handle has checked that the
 // target is of the request's kind.
-func (c *conn) destroy(o object, b Body, _ []int) (Body, []int, error) {
-	h := b.(*Handle).H
+func (c *conn) destroy(o object, b abi.Body, _ []int) (abi.Body, []int, error) {
+	h := b.(*abi.Handle).H
 	if n := o.users(); n > 0 {
-		return nil, nil, errf(CodeBusy, "%v %d is used by %d objects", o.kind(), h, n)
+		return nil, nil, errf(abi.CodeBusy, "%v %d is used by %d objects", o.kind(), h, n)
 	}
 	if err := o.release(c); err != nil {
 		return nil, nil, err
@@ -140,7 +144,7 @@ func (c *conn) destroy(o object, b Body, _ []int) (Body, []int, error) {
 	c.mu.Lock()
 	delete(c.objs, h)
 	c.mu.Unlock()
-	return &Empty{}, nil, nil
+	return &abi.Empty{}, nil, nil
 }
 
 // teardownOrder is the order in which a dead client's objects go: every

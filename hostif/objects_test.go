@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rnicd/rnicd/hostif/abi"
 	"github.com/rnicd/rnicd/ib"
 	"github.com/rnicd/rnicd/internal/looptest"
 )
@@ -20,12 +21,12 @@ type kit struct {
 	n       *nic
 	c       *Client
 	pd      uint32
-	mr      RegMRReply
+	mr      abi.RegMRReply
 	mem     []byte // the MR's memory: three pages at IOVA 0x40000
 	ch      uint32
 	cq      uint32
 	srq     uint32
-	srqRing *Ring
+	srqRing *abi.Ring
 	q       *rawQP
 	cons    uint32 // the CQ's consumer index
 	round   byte
@@ -36,8 +37,8 @@ const kitIOVA = 0x40000
 func newKit(t *testing.T, n *nic, c *Client) *kit {
 	t.Helper()
 	k := &kit{n: n, c: c}
-	var h Handle
-	call(t, c, KindAllocPD, &Empty{}, nil, &h)
+	var h abi.Handle
+	call(t, c, abi.KindAllocPD, &abi.Empty{}, nil, &h)
 	k.pd = h.H
 	fd := sealedMemfd(t, 3*4096, true)
 	mem, err := unix.Mmap(fd, 0, 3*4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
@@ -46,14 +47,14 @@ func newKit(t *testing.T, n *nic, c *Client) *kit {
 	}
 	t.Cleanup(func() { unix.Munmap(mem) })
 	k.mem = mem
-	call(t, c, KindRegMR, &RegMRReq{PD: k.pd, Access: 0xf, Length: 3 * 4096, IOVA: kitIOVA}, []int{fd}, &k.mr)
-	call(t, c, KindCreateChannel, &Empty{}, nil, &h)
+	call(t, c, abi.KindRegMR, &abi.RegMRReq{PD: k.pd, Access: 0xf, Length: 3 * 4096, IOVA: kitIOVA}, []int{fd}, &k.mr)
+	call(t, c, abi.KindCreateChannel, &abi.Empty{}, nil, &h)
 	k.ch = h.H
-	var cq RingReply
-	cqMem := mapFD(t, call(t, c, KindCreateCQ, &CreateCQReq{CQE: 16, Channel: k.ch}, nil, &cq))
+	var cq abi.RingReply
+	cqMem := mapFD(t, call(t, c, abi.KindCreateCQ, &abi.CreateCQReq{CQE: 16, Channel: k.ch}, nil, &cq))
 	k.cq = cq.H
-	var srq RingReply
-	srqMem := mapFD(t, call(t, c, KindCreateSRQ, &CreateSRQReq{PD: k.pd, MaxWR: 4, MaxSGE: 1}, nil, &srq))
+	var srq abi.RingReply
+	srqMem := mapFD(t, call(t, c, abi.KindCreateSRQ, &abi.CreateSRQReq{PD: k.pd, MaxWR: 4, MaxSGE: 1}, nil, &srq))
 	k.srq, k.srqRing = srq.H, ringOf(t, srqMem, srq.Recv)
 	k.q = &rawQP{mr: k.mr, cq: ringOf(t, cqMem, cq.Send)}
 	k.q.create(t, c, k.pd, k.cq, n.addr)
@@ -61,10 +62,10 @@ func newKit(t *testing.T, n *nic, c *Client) *kit {
 }
 
 // handles are the kit's handles by the request that destroys each.
-func (k *kit) handles() map[Kind]uint32 {
-	return map[Kind]uint32{
-		KindDeallocPD: k.pd, KindDeregMR: k.mr.H, KindDestroyChannel: k.ch,
-		KindDestroyCQ: k.cq, KindDestroySRQ: k.srq, KindDestroyQP: k.q.h,
+func (k *kit) handles() map[abi.Kind]uint32 {
+	return map[abi.Kind]uint32{
+		abi.KindDeallocPD: k.pd, abi.KindDeregMR: k.mr.H, abi.KindDestroyChannel: k.ch,
+		abi.KindDestroyCQ: k.cq, abi.KindDestroySRQ: k.srq, abi.KindDestroyQP: k.q.h,
 	}
 }
 
@@ -100,20 +101,20 @@ func (k *kit) works(t *testing.T) {
 	}
 
 	p := k.srqRing.Producer()
-	if err := EncodeRecvWQE(k.srqRing.Slot(p), &ib.RecvWR{WRID: uint64(p), SGL: sge(2)}); err != nil {
+	if err := abi.EncodeRecvWQE(k.srqRing.Slot(p), &ib.RecvWR{WRID: uint64(p), SGL: sge(2)}); err != nil {
 		t.Fatal(err)
 	}
 	k.srqRing.SetProducer(p + 1)
-	if err := k.c.Send(KindDoorbell, &DoorbellReq{H: k.srq, Queue: DoorbellRecv}); err != nil {
+	if err := k.c.Send(abi.KindDoorbell, &abi.DoorbellReq{H: k.srq, Queue: abi.DoorbellRecv}); err != nil {
 		t.Fatal(err)
 	}
 	if err := asyncErr(t, k.c); err != nil {
 		t.Fatalf("SRQ doorbell: %v", err)
 	}
 
-	var cq RingReply
-	closeAll(call(t, k.c, KindCreateCQ, &CreateCQReq{CQE: 1, Channel: k.ch}, nil, &cq))
-	call(t, k.c, KindDestroyCQ, &Handle{H: cq.H}, nil, &Empty{})
+	var cq abi.RingReply
+	closeAll(call(t, k.c, abi.KindCreateCQ, &abi.CreateCQReq{CQE: 1, Channel: k.ch}, nil, &cq))
+	call(t, k.c, abi.KindDestroyCQ, &abi.Handle{H: cq.H}, nil, &abi.Empty{})
 }
 
 // destroyAll destroys the kit with the right request for each object, in
@@ -121,17 +122,17 @@ func (k *kit) works(t *testing.T) {
 func (k *kit) destroyAll(t *testing.T) {
 	t.Helper()
 	hs := k.handles()
-	for _, kind := range []Kind{KindDestroyQP, KindDestroySRQ, KindDestroyCQ, KindDestroyChannel, KindDeregMR, KindDeallocPD} {
-		call(t, k.c, kind, &Handle{H: hs[kind]}, nil, &Empty{})
+	for _, kind := range []abi.Kind{abi.KindDestroyQP, abi.KindDestroySRQ, abi.KindDestroyCQ, abi.KindDestroyChannel, abi.KindDeregMR, abi.KindDeallocPD} {
+		call(t, k.c, kind, &abi.Handle{H: hs[kind]}, nil, &abi.Empty{})
 	}
 }
 
 // refused checks that err is a no-handle refusal whose message says why.
 func refused(t *testing.T, what string, err error, why string) {
 	t.Helper()
-	var e *Error
-	if !errors.As(err, &e) || e.Code != CodeNoHandle || !strings.Contains(e.Msg, why) {
-		t.Fatalf("%s: %v, want a %v refusal saying %q", what, err, CodeNoHandle, why)
+	var e *abi.Error
+	if !errors.As(err, &e) || e.Code != abi.CodeNoHandle || !strings.Contains(e.Msg, why) {
+		t.Fatalf("%s: %v, want a %v refusal saying %q", what, err, abi.CodeNoHandle, why)
 	}
 }
 
@@ -145,9 +146,9 @@ func TestDestroyOfAnotherKind(t *testing.T) {
 	k := newKit(t, n, c)
 	k.works(t)
 	base := n.srv.Objects()
-	names := map[Kind]string{
-		KindDeallocPD: "PD", KindDeregMR: "MR", KindDestroyChannel: "completion channel",
-		KindDestroyCQ: "CQ", KindDestroySRQ: "SRQ", KindDestroyQP: "QP",
+	names := map[abi.Kind]string{
+		abi.KindDeallocPD: "PD", abi.KindDeregMR: "MR", abi.KindDestroyChannel: "completion channel",
+		abi.KindDestroyCQ: "CQ", abi.KindDestroySRQ: "SRQ", abi.KindDestroyQP: "QP",
 	}
 	hs := k.handles()
 	tried := 0
@@ -156,7 +157,7 @@ func TestDestroyOfAnotherKind(t *testing.T) {
 			if other == destroy {
 				continue
 			}
-			_, err := c.Call(destroy, &Handle{H: h}, nil, &Empty{})
+			_, err := c.Call(destroy, &abi.Handle{H: h}, nil, &abi.Empty{})
 			refused(t, destroy.String()+" of a "+names[other], err,
 				"names a "+names[other]+", not a "+wantName)
 			if got := n.srv.Objects(); !maps.Equal(got, base) {
@@ -184,15 +185,15 @@ func TestOtherClientsObjects(t *testing.T) {
 	// The thief's own PD and CQ take its handles 1 and 2; the owner's
 	// kit starts at 3, so every handle of it is one the thief lacks.
 	for range 2 {
-		var h Handle
-		call(t, owner, KindAllocPD, &Empty{}, nil, &h)
-		call(t, owner, KindDeallocPD, &h, nil, &Empty{})
+		var h abi.Handle
+		call(t, owner, abi.KindAllocPD, &abi.Empty{}, nil, &h)
+		call(t, owner, abi.KindDeallocPD, &h, nil, &abi.Empty{})
 	}
 	k := newKit(t, n, owner)
-	var pd Handle
-	call(t, thief, KindAllocPD, &Empty{}, nil, &pd)
-	var cq RingReply
-	closeAll(call(t, thief, KindCreateCQ, &CreateCQReq{CQE: 4}, nil, &cq))
+	var pd abi.Handle
+	call(t, thief, abi.KindAllocPD, &abi.Empty{}, nil, &pd)
+	var cq abi.RingReply
+	closeAll(call(t, thief, abi.KindCreateCQ, &abi.CreateCQReq{CQE: 4}, nil, &cq))
 	for _, h := range k.handles() {
 		if h == pd.H || h == cq.H {
 			t.Fatalf("the owner's handle %d is also the thief's", h)
@@ -208,33 +209,33 @@ func TestOtherClientsObjects(t *testing.T) {
 		}
 	}
 	for destroy, h := range k.handles() {
-		_, err := thief.Call(destroy, &Handle{H: h}, nil, &Empty{})
+		_, err := thief.Call(destroy, &abi.Handle{H: h}, nil, &abi.Empty{})
 		check(destroy.String()+" of the owner's object", err)
 	}
-	_, err := thief.Call(KindModifyQP, &ModifyQPReq{H: k.q.h, Mask: ib.AttrState, Attr: ib.QPAttr{State: ib.QPSErr}}, nil, &Empty{})
+	_, err := thief.Call(abi.KindModifyQP, &abi.ModifyQPReq{H: k.q.h, Mask: ib.AttrState, Attr: ib.QPAttr{State: ib.QPSErr}}, nil, &abi.Empty{})
 	check("modify_qp to ERR", err)
-	_, err = thief.Call(KindQueryQP, &Handle{H: k.q.h}, nil, &QPAttrReply{})
+	_, err = thief.Call(abi.KindQueryQP, &abi.Handle{H: k.q.h}, nil, &abi.QPAttrReply{})
 	check("query_qp", err)
-	for _, db := range []DoorbellReq{{H: k.q.h, Queue: DoorbellSend}, {H: k.q.h, Queue: DoorbellRecv}, {H: k.srq, Queue: DoorbellRecv}} {
-		if err := thief.Send(KindDoorbell, &db); err != nil {
+	for _, db := range []abi.DoorbellReq{{H: k.q.h, Queue: abi.DoorbellSend}, {H: k.q.h, Queue: abi.DoorbellRecv}, {H: k.srq, Queue: abi.DoorbellRecv}} {
+		if err := thief.Send(abi.KindDoorbell, &db); err != nil {
 			t.Fatal(err)
 		}
 		check("doorbell", asyncErr(t, thief))
 	}
-	_, err = thief.Call(KindRegMR, &RegMRReq{PD: k.pd, Access: 1, Length: 4096}, []int{sealedMemfd(t, 4096, true)}, &RegMRReply{})
+	_, err = thief.Call(abi.KindRegMR, &abi.RegMRReq{PD: k.pd, Access: 1, Length: 4096}, []int{sealedMemfd(t, 4096, true)}, &abi.RegMRReply{})
 	check("reg_mr on the owner's PD", err)
-	_, err = thief.Call(KindCreateCQ, &CreateCQReq{CQE: 4, Channel: k.ch}, nil, &RingReply{})
+	_, err = thief.Call(abi.KindCreateCQ, &abi.CreateCQReq{CQE: 4, Channel: k.ch}, nil, &abi.RingReply{})
 	check("create_cq on the owner's channel", err)
-	_, err = thief.Call(KindCreateSRQ, &CreateSRQReq{PD: k.pd, MaxWR: 4, MaxSGE: 1}, nil, &RingReply{})
+	_, err = thief.Call(abi.KindCreateSRQ, &abi.CreateSRQReq{PD: k.pd, MaxWR: 4, MaxSGE: 1}, nil, &abi.RingReply{})
 	check("create_srq on the owner's PD", err)
 	caps := ib.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}
-	for what, req := range map[string]CreateQPReq{
+	for what, req := range map[string]abi.CreateQPReq{
 		"create_qp on the owner's PD":  {PD: k.pd, SendCQ: cq.H, RecvCQ: cq.H},
 		"create_qp on the owner's CQ":  {PD: pd.H, SendCQ: k.cq, RecvCQ: cq.H},
 		"create_qp on the owner's SRQ": {PD: pd.H, SendCQ: cq.H, RecvCQ: cq.H, SRQ: k.srq},
 	} {
 		req.Type, req.Caps = ib.QPTypeRC, caps
-		_, err = thief.Call(KindCreateQP, &req, nil, &RingReply{})
+		_, err = thief.Call(abi.KindCreateQP, &req, nil, &abi.RingReply{})
 		check(what, err)
 	}
 	k.works(t)
@@ -246,6 +247,9 @@ func TestOtherClientsObjects(t *testing.T) {
 func TestRequestTargets(t *testing.T) {
 	for k, r := range requests {
 		_, ok := r.body().(targeted)
+		if strings.HasPrefix(r.name, "kind(") {
+			t.Errorf("%s has no name in abi's table", r.name)
+		}
 		if r.target != 0 && !ok {
 			t.Errorf("%v acts on a %v but its body names no handle", k, r.target)
 		}
@@ -270,23 +274,23 @@ func TestListQPs(t *testing.T) {
 	if wc := poll(t, k.q.cq, &cons); wc.Status != ib.WCSuccess {
 		t.Fatalf("WRITE: %v", &wc)
 	}
-	if err := EncodeRecvWQE(k.q.rq.Slot(0), &ib.RecvWR{WRID: 2}); err != nil {
+	if err := abi.EncodeRecvWQE(k.q.rq.Slot(0), &ib.RecvWR{WRID: 2}); err != nil {
 		t.Fatal(err)
 	}
 	k.q.rq.SetProducer(1)
-	if err := c.Send(KindDoorbell, &DoorbellReq{H: k.q.h, Queue: DoorbellRecv}); err != nil {
+	if err := c.Send(abi.KindDoorbell, &abi.DoorbellReq{H: k.q.h, Queue: abi.DoorbellRecv}); err != nil {
 		t.Fatal(err)
 	}
 	if err := asyncErr(t, c); err != nil {
 		t.Fatal(err)
 	}
-	var r ListQPsReply
-	call(t, c, KindListQPs, &ListQPsReq{}, nil, &r)
+	var r abi.ListQPsReply
+	call(t, c, abi.KindListQPs, &abi.ListQPsReq{}, nil, &r)
 	if len(r.Rows) != 1 || r.More {
 		t.Fatalf("%d rows (more %v), want 1", len(r.Rows), r.More)
 	}
 	got := r.Rows[0]
-	want := QPRow{QPN: k.q.qpn, SQPSN: 1, RQPSN: 1, DestQPN: k.q.qpn, Type: ib.QPTypeRC, State: ib.QPSRTS,
+	want := abi.QPRow{QPN: k.q.qpn, SQPSN: 1, RQPSN: 1, DestQPN: k.q.qpn, Type: ib.QPTypeRC, State: ib.QPSRTS,
 		PathMTU: ib.MTU1024, Dest: n.addr.As16(), SQDepth: 0, RQDepth: 1, PID: got.PID, Comm: got.Comm}
 	if got != want {
 		t.Fatalf("row %+v\nwant %+v", got, want)

@@ -4,6 +4,8 @@ import (
 	"errors"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/rnicd/rnicd/hostif/abi"
 )
 
 // The daemon's polling engine (rnic's engine.go) polls the rings of
@@ -45,7 +47,7 @@ func (q *qpObj) Poll() bool {
 	work := false
 	if q.sq.Producer() != q.sqFetched.Load() {
 		work = true
-		q.sq.clearBell()
+		q.sq.ClearBell()
 		c.asyncError(c.fetchSend(q))
 	}
 	if q.rqFeed != nil {
@@ -60,9 +62,9 @@ func (q *qpObj) Poll() bool {
 
 // SetAsleep writes the asleep word of the QP's rings (rnic.HostQueue).
 func (q *qpObj) SetAsleep(on bool) {
-	q.sq.setAsleep(on)
+	q.sq.SetAsleep(on)
 	if q.rqFeed != nil {
-		q.rqFeed.ring.setAsleep(on)
+		q.rqFeed.ring.SetAsleep(on)
 	}
 }
 
@@ -87,7 +89,7 @@ func (s *srqObj) Poll() bool {
 }
 
 // SetAsleep writes the SRQ ring's asleep word (rnic.HostQueue).
-func (s *srqObj) SetAsleep(on bool) { s.feed.ring.setAsleep(on) }
+func (s *srqObj) SetAsleep(on bool) { s.feed.ring.SetAsleep(on) }
 
 // asyncError sends err, if any, to the client as the error reply to a
 // doorbell.
@@ -96,7 +98,7 @@ func (c *conn) asyncError(err error) {
 		return
 	}
 	c.s.badRequests.Add(1)
-	code := CodeFailed
+	code := abi.CodeFailed
 	var ce *codeErr
 	if errors.As(err, &ce) {
 		code = ce.code
@@ -105,7 +107,7 @@ func (c *conn) asyncError(err error) {
 	// Never blocking: a client that does not read its socket must not
 	// stop the engine, which serves every client; the error is then
 	// lost, its WQE's error completion is not.
-	msg := encodeError(KindDoorbell, asyncID, code, err.Error())
+	msg := abi.EncodeError(abi.KindDoorbell, asyncID, code, err.Error())
 	if rc, err := c.uc.SyscallConn(); err == nil {
 		rc.Write(func(fd uintptr) bool {
 			unix.Sendmsg(int(fd), msg, nil, nil, unix.MSG_DONTWAIT)

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rnicd/rnicd/hostif/abi"
 	"github.com/rnicd/rnicd/ib"
 	"github.com/rnicd/rnicd/internal/looptest"
 )
@@ -18,8 +19,8 @@ import (
 func TestEngineAsleepWord(t *testing.T) {
 	plain := newNIC(t, looptest.Get(t).String())
 	pc := plain.client(t)
-	var ppd Handle
-	call(t, pc, KindAllocPD, &Empty{}, nil, &ppd)
+	var ppd abi.Handle
+	call(t, pc, abi.KindAllocPD, &abi.Empty{}, nil, &ppd)
 	pq := loopQP(t, plain, pc, ppd.H)
 	if !pq.sq.EngineAsleep() || !pq.rq.EngineAsleep() {
 		t.Fatal("a daemon without an engine says its rings are polled")
@@ -27,8 +28,8 @@ func TestEngineAsleepWord(t *testing.T) {
 
 	n := newNICPolling(t, looptest.Get(t).String(), 100*time.Microsecond)
 	c := n.client(t)
-	var pd Handle
-	call(t, c, KindAllocPD, &Empty{}, nil, &pd)
+	var pd abi.Handle
+	call(t, c, abi.KindAllocPD, &abi.Empty{}, nil, &pd)
 	q := loopQP(t, n, c, pd.H)
 	waitAsleep := func() {
 		t.Helper()
@@ -49,7 +50,7 @@ func TestEngineAsleepWord(t *testing.T) {
 		t.Helper()
 		q.write(t, wr, mangle)
 		if q.sq.EngineAsleep() && q.sq.RingBell() {
-			if err := c.Send(KindDoorbell, &DoorbellReq{H: q.h, Queue: DoorbellSend}); err != nil {
+			if err := c.Send(abi.KindDoorbell, &abi.DoorbellReq{H: q.h, Queue: abi.DoorbellSend}); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -5,6 +5,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rnicd/rnicd/hostif/abi"
 	"github.com/rnicd/rnicd/ib"
 	"github.com/rnicd/rnicd/rnic"
 )
@@ -18,7 +19,7 @@ type qpObj struct {
 	scq, rcq  *cqObj
 	srq       *srqObj
 	mem       []byte
-	sq        *Ring
+	sq        *abi.Ring
 	rqFeed    *recvFeed     // nil with an SRQ
 	sqFetched atomic.Uint32 // send WQEs fetched; written under the conn's handling
 	sqDone    atomic.Uint32 // send WQEs the engine retired
@@ -32,8 +33,8 @@ type qpObj struct {
 // is done with their WQEs, which it copied at fetch.
 func (q *qpObj) Retire(n int) { q.sq.SetConsumer(q.sqDone.Add(uint32(n))) }
 
-func (c *conn) createQP(_ object, b Body, _ []int) (Body, []int, error) {
-	r := b.(*CreateQPReq)
+func (c *conn) createQP(_ object, b abi.Body, _ []int) (abi.Body, []int, error) {
+	r := b.(*abi.CreateQPReq)
 	pd, err := lookup[*pdObj](c, r.PD, kindPD)
 	if err != nil {
 		return nil, nil, err
@@ -52,7 +53,7 @@ func (c *conn) createQP(_ object, b Body, _ []int) (Body, []int, error) {
 			return nil, nil, err
 		}
 		if srq.pd != pd {
-			return nil, nil, errf(CodeInvalid, "create_qp: SRQ %d is of another PD", r.SRQ)
+			return nil, nil, errf(abi.CodeInvalid, "create_qp: SRQ %d is of another PD", r.SRQ)
 		}
 	}
 	ia := rnic.QPInitAttr{PD: pd.pd, Type: r.Type, SendCQ: scq.cq, RecvCQ: rcq.cq, Caps: r.Caps, SigAll: r.SigAll}
@@ -62,16 +63,16 @@ func (c *conn) createQP(_ object, b Body, _ []int) (Body, []int, error) {
 	}
 	qp, err := c.s.dev.CreateQP(ia)
 	if err != nil {
-		return nil, nil, errf(CodeInvalid, "create_qp: %v", err)
+		return nil, nil, errf(abi.CodeInvalid, "create_qp: %v", err)
 	}
 	caps := qp.Caps
-	sqSlot := SendSlotBytes(caps.MaxSendSGE, caps.MaxInlineData)
-	sqBytes := RingBytes(uint32(caps.MaxSendWR), sqSlot)
+	sqSlot := abi.SendSlotBytes(caps.MaxSendSGE, caps.MaxInlineData)
+	sqBytes := abi.RingBytes(uint32(caps.MaxSendWR), sqSlot)
 	total := sqBytes
 	var rqSlot uint32
 	if srq == nil {
-		rqSlot = RecvSlotBytes(caps.MaxRecvSGE)
-		total += RingBytes(uint32(caps.MaxRecvWR), rqSlot)
+		rqSlot = abi.RecvSlotBytes(caps.MaxRecvSGE)
+		total += abi.RingBytes(uint32(caps.MaxRecvWR), rqSlot)
 	}
 	fd, mem, err := ringMem(total)
 	if err != nil {
@@ -79,16 +80,16 @@ func (c *conn) createQP(_ object, b Body, _ []int) (Body, []int, error) {
 		return nil, nil, err
 	}
 	q := &qpObj{owner: c, qp: qp, pd: pd, scq: scq, rcq: rcq, srq: srq, mem: mem}
-	q.sq, _ = NewRing(mem[:sqBytes], uint32(caps.MaxSendWR), sqSlot)
-	q.sq.writeGeometry()
-	reply := &RingReply{QPN: qp.QPN, Caps: caps,
-		Send: RingDesc{Offset: 0, Size: uint32(sqBytes), Slots: uint32(caps.MaxSendWR), SlotBytes: sqSlot}}
+	q.sq, _ = abi.NewRing(mem[:sqBytes], uint32(caps.MaxSendWR), sqSlot)
+	q.sq.WriteGeometry()
+	reply := &abi.RingReply{QPN: qp.QPN, Caps: caps,
+		Send: abi.RingDesc{Offset: 0, Size: uint32(sqBytes), Slots: uint32(caps.MaxSendWR), SlotBytes: sqSlot}}
 	if srq == nil {
-		rq, _ := NewRing(mem[sqBytes:], uint32(caps.MaxRecvWR), rqSlot)
-		rq.writeGeometry()
+		rq, _ := abi.NewRing(mem[sqBytes:], uint32(caps.MaxRecvWR), rqSlot)
+		rq.WriteGeometry()
 		q.rqFeed = newRecvFeed(rq, caps.MaxRecvSGE)
 		qp.RQ.SetSource(q.rqFeed)
-		reply.Recv = RingDesc{Offset: uint32(sqBytes), Size: uint32(total - sqBytes), Slots: uint32(caps.MaxRecvWR), SlotBytes: rqSlot}
+		reply.Recv = abi.RingDesc{Offset: uint32(sqBytes), Size: uint32(total - sqBytes), Slots: uint32(caps.MaxRecvWR), SlotBytes: rqSlot}
 	}
 	pd.hold()
 	scq.hold()
@@ -103,10 +104,10 @@ func (c *conn) createQP(_ object, b Body, _ []int) (Body, []int, error) {
 	return reply, []int{fd}, nil
 }
 
-func (c *conn) modifyQP(o object, b Body, _ []int) (Body, []int, error) {
-	r, q := b.(*ModifyQPReq), o.(*qpObj)
+func (c *conn) modifyQP(o object, b abi.Body, _ []int) (abi.Body, []int, error) {
+	r, q := b.(*abi.ModifyQPReq), o.(*qpObj)
 	if err := c.s.dev.ModifyQP(q.qp, &r.Attr, r.Mask); err != nil {
-		return nil, nil, errf(CodeInvalid, "modify_qp: %v", err)
+		return nil, nil, errf(abi.CodeInvalid, "modify_qp: %v", err)
 	}
 	if r.Mask&ib.AttrState != 0 && r.Attr.State == ib.QPSReset {
 		// RESET empties the queues without completions (nothing is
@@ -115,7 +116,7 @@ func (c *conn) modifyQP(o object, b Body, _ []int) (Body, []int, error) {
 		q.sqFetched.Store(0)
 		q.sqDone.Store(0)
 		q.broken.Store(false)
-		q.sq.reset()
+		q.sq.Reset()
 		if q.rqFeed != nil {
 			q.qp.RQ.SetSource(nil)
 			q.rqFeed.reset()
@@ -123,12 +124,12 @@ func (c *conn) modifyQP(o object, b Body, _ []int) (Body, []int, error) {
 			q.qp.RQ.SetSource(q.rqFeed)
 		}
 	}
-	return &Empty{}, nil, nil
+	return &abi.Empty{}, nil, nil
 }
 
-func (c *conn) queryQP(o object, _ Body, _ []int) (Body, []int, error) {
+func (c *conn) queryQP(o object, _ abi.Body, _ []int) (abi.Body, []int, error) {
 	q := o.(*qpObj)
-	return &QPAttrReply{Attr: c.s.dev.QueryQP(q.qp)}, nil, nil
+	return &abi.QPAttrReply{Attr: c.s.dev.QueryQP(q.qp)}, nil, nil
 }
 
 func (*qpObj) kind() objKind { return kindQP }
@@ -173,7 +174,7 @@ func (c *conn) fetchSend(q *qpObj) error {
 	failed, err := c.s.dev.FetchSend(q.qp)
 	c.s.badWQEs.Add(uint64(failed))
 	if err != nil {
-		return errf(CodeInvalid, "doorbell: %v", err)
+		return errf(abi.CodeInvalid, "doorbell: %v", err)
 	}
 	return nil
 }
@@ -191,7 +192,7 @@ func (q *qpObj) Fetch() ([]ib.SendWR, []error, error) {
 	wrs := make([]ib.SendWR, 0, n)
 	bad := make([]error, 0, n) // per WR: why it does not decode
 	for i := range n {
-		wr, err := DecodeSendWQE(q.sq.slot(fetched + i))
+		wr, err := abi.DecodeSendWQE(q.sq.Slot(fetched + i))
 		wrs = append(wrs, wr)
 		bad = append(bad, err)
 	}
@@ -212,14 +213,14 @@ func (c *conn) fetchRecv(q *qpObj) error {
 	if broken != nil {
 		q.broken.Store(true)
 		c.failQP(q)
-		return errf(CodeInvalid, "doorbell: QP %#x receive queue: %v", qp.QPN, broken)
+		return errf(abi.CodeInvalid, "doorbell: QP %#x receive queue: %v", qp.QPN, broken)
 	}
 	for _, b := range bad {
 		c.s.badWQEs.Add(1)
 		c.s.dev.FailRecv(qp, b.wrid)
 	}
 	if len(bad) > 0 {
-		return errf(CodeInvalid, "doorbell: QP %#x receive WQE wr_id %d: %v", qp.QPN, bad[0].wrid, bad[0].err)
+		return errf(abi.CodeInvalid, "doorbell: QP %#x receive WQE wr_id %d: %v", qp.QPN, bad[0].wrid, bad[0].err)
 	}
 	return nil
 }

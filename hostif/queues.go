@@ -7,6 +7,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rnicd/rnicd/hostif/abi"
 	"github.com/rnicd/rnicd/ib"
 )
 
@@ -39,33 +40,33 @@ func (c *conn) fetchAll() {
 // ring's producer index, validates each and posts it to the engine. A
 // WQE that fails validation completes with LOC_QP_OP_ERR and moves the
 // QP to ERR, as a NIC does at WQE fetch; later ones are flushed.
-func (c *conn) doorbell(target object, b Body, _ []int) (Body, []int, error) {
-	r := b.(*DoorbellReq)
+func (c *conn) doorbell(target object, b abi.Body, _ []int) (abi.Body, []int, error) {
+	r := b.(*abi.DoorbellReq)
 	// The client rang because the engine sleeps: it wakes to poll for
 	// what this post will bring.
 	defer c.s.dev.Wake()
 	switch o := target.(type) {
 	case *qpObj:
 		if o.broken.Load() {
-			return nil, nil, errf(CodeInvalid, "doorbell: QP %#x had a garbage producer index; modify it to RESET", o.qp.QPN)
+			return nil, nil, errf(abi.CodeInvalid, "doorbell: QP %#x had a garbage producer index; modify it to RESET", o.qp.QPN)
 		}
-		if r.Queue == DoorbellSend {
-			o.sq.clearBell()
+		if r.Queue == abi.DoorbellSend {
+			o.sq.ClearBell()
 			return nil, nil, c.fetchSend(o)
 		}
 		if o.rqFeed == nil {
-			return nil, nil, errf(CodeInvalid, "doorbell: QP %#x uses an SRQ", o.qp.QPN)
+			return nil, nil, errf(abi.CodeInvalid, "doorbell: QP %#x uses an SRQ", o.qp.QPN)
 		}
 		o.rqSeen.Store(o.rqFeed.ring.Producer())
 		return nil, nil, c.fetchRecv(o)
 	case *srqObj:
-		if r.Queue != DoorbellRecv {
-			return nil, nil, errf(CodeInvalid, "doorbell: an SRQ has no send queue")
+		if r.Queue != abi.DoorbellRecv {
+			return nil, nil, errf(abi.CodeInvalid, "doorbell: an SRQ has no send queue")
 		}
 		o.seen.Store(o.feed.ring.Producer())
 		return nil, nil, c.fetchSRQ(o)
 	}
-	return nil, nil, errf(CodeNoHandle, "doorbell: handle %d names a %v", r.H, target.kind())
+	return nil, nil, errf(abi.CodeNoHandle, "doorbell: handle %d names a %v", r.H, target.kind())
 }
 
 // newWQEs returns how many WQEs the producer index says were added, or an
@@ -74,7 +75,7 @@ func (c *conn) doorbell(target object, b Body, _ []int) (Body, []int, error) {
 // a slot, and the client fill it, between the two reads, and the slot
 // counts as free only if done is at least the consumer index the client
 // saw.
-func newWQEs(ring *Ring, fetched uint32, done func() uint32) (uint32, error) {
+func newWQEs(ring *abi.Ring, fetched uint32, done func() uint32) (uint32, error) {
 	prod := ring.Producer()
 	d := done()
 	return countWQEs(prod, fetched, d, ring.Slots)
@@ -95,7 +96,7 @@ func countWQEs(prod, fetched, done, slots uint32) (uint32, error) {
 // doorbell is handled still finds the receive the client posted, and
 // retires them to it as they complete.
 type recvFeed struct {
-	ring    *Ring
+	ring    *abi.Ring
 	maxSGE  int
 	fetched uint32
 	done    atomic.Uint32 // receive WQEs completed
@@ -111,7 +112,7 @@ type badWQE struct {
 	err  error
 }
 
-func newRecvFeed(ring *Ring, maxSGE int) *recvFeed { return &recvFeed{ring: ring, maxSGE: maxSGE} }
+func newRecvFeed(ring *abi.Ring, maxSGE int) *recvFeed { return &recvFeed{ring: ring, maxSGE: maxSGE} }
 
 // Retire frees n slots of the ring.
 func (f *recvFeed) Retire(n int) { f.ring.SetConsumer(f.done.Add(uint32(n))) }
@@ -129,7 +130,7 @@ func (f *recvFeed) Fetch(room int) []ib.RecvWR {
 	}
 	var out []ib.RecvWR
 	for n > 0 && len(out) < room {
-		wr, err := DecodeRecvWQE(f.ring.slot(f.fetched), f.maxSGE)
+		wr, err := abi.DecodeRecvWQE(f.ring.Slot(f.fetched), f.maxSGE)
 		f.fetched++
 		n--
 		if err != nil {
@@ -148,7 +149,7 @@ func (f *recvFeed) Fetch(room int) []ib.RecvWR {
 func (f *recvFeed) reset() {
 	f.fetched = 0
 	f.done.Store(0)
-	f.ring.reset()
+	f.ring.Reset()
 	f.mu.Lock()
 	f.bad, f.broken = nil, nil
 	f.mu.Unlock()
@@ -171,20 +172,20 @@ func (f *recvFeed) faults() ([]badWQE, error) {
 func ringMem(n uint64) (int, []byte, error) {
 	fd, err := unix.MemfdCreate("rnicd-ring", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	if err != nil {
-		return -1, nil, errf(CodeFailed, "memfd_create: %v", err)
+		return -1, nil, errf(abi.CodeFailed, "memfd_create: %v", err)
 	}
 	if err := unix.Ftruncate(fd, int64(n)); err != nil {
 		unix.Close(fd)
-		return -1, nil, errf(CodeFailed, "ring of %d bytes: %v", n, err)
+		return -1, nil, errf(abi.CodeFailed, "ring of %d bytes: %v", n, err)
 	}
 	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_SEAL); err != nil {
 		unix.Close(fd)
-		return -1, nil, errf(CodeFailed, "seal ring memfd: %v", err)
+		return -1, nil, errf(abi.CodeFailed, "seal ring memfd: %v", err)
 	}
 	mem, err := unix.Mmap(fd, 0, int(n), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
 		unix.Close(fd)
-		return -1, nil, errf(CodeFailed, "mmap ring of %d bytes: %v", n, err)
+		return -1, nil, errf(abi.CodeFailed, "mmap ring of %d bytes: %v", n, err)
 	}
 	return fd, mem, nil
 }

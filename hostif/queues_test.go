@@ -1,6 +1,10 @@
 package hostif
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/rnicd/rnicd/hostif/abi"
+)
 
 // The doorbell reads the producer index before the count of retired WQEs.
 // Between the two reads a completion may retire a slot and the client fill
@@ -8,7 +12,7 @@ import "testing"
 // and a good QP is failed (found running ib_write_bw through two rnicd).
 func TestNewWQEsReadsDoneAfterProducer(t *testing.T) {
 	const slots = 4
-	ring, err := NewRing(make([]byte, RingBytes(slots, 64)), slots, 64)
+	ring, err := abi.NewRing(make([]byte, abi.RingBytes(slots, 64)), slots, 64)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package hostif
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rnicd/rnicd/hostif/abi"
 	"github.com/rnicd/rnicd/rnic"
 	"github.com/rnicd/rnicd/rnic/cm"
 )
@@ -232,7 +234,7 @@ func (l *Local) Doorbell(h uint32, queue uint8) error {
 	c := l.c
 	c.handling.Lock()
 	defer c.handling.Unlock()
-	if _, _, err := c.dispatch(requests[KindDoorbell], &DoorbellReq{H: h, Queue: queue}, nil); err != nil {
+	if _, _, err := c.dispatch(requests[abi.KindDoorbell], &abi.DoorbellReq{H: h, Queue: queue}, nil); err != nil {
 		c.s.badRequests.Add(1)
 		return fmt.Errorf("hostif: %w", err)
 	}
@@ -324,98 +326,101 @@ func (s *Server) Counters() map[string]uint64 {
 // request is one kind of control request: its name, how many descriptors
 // it carries, its body, the kinds of object its handle may name (target;
 // 0 for a request that names none), and its handler, which gets the
-// target checked. A new kind is one entry here and one handler.
+// target checked. A new kind is its constant and name in package abi,
+// one entry here and one handler.
 type request struct {
 	name    string
 	fds     int
-	body    func() Body
-	cost    func(Body) Quota // what a creating request charges its client (limits.go)
+	body    func() abi.Body
+	cost    func(abi.Body) Quota // what a creating request charges its client (limits.go)
 	target  objKind
-	handle  func(c *conn, target object, req Body, fds []int) (Body, []int, error)
+	handle  func(c *conn, target object, req abi.Body, fds []int) (abi.Body, []int, error)
 	noReply bool
 }
 
 // targeted is a request body that names the object it acts on.
-type targeted interface{ target() uint32 }
+type targeted interface{ Target() uint32 }
 
-func (m *Handle) target() uint32      { return m.H }
-func (m *ModifyQPReq) target() uint32 { return m.H }
-func (m *DoorbellReq) target() uint32 { return m.H }
-
-var requests map[Kind]request
+var requests map[abi.Kind]request
 
 func init() {
-	empty := func() Body { return &Empty{} }
-	handle := func() Body { return &Handle{} }
-	requests = map[Kind]request{
-		KindQueryPort:      {name: "query_port", body: empty, handle: (*conn).queryPort},
-		KindAllocPD:        {name: "alloc_pd", body: empty, cost: costOf(costPD), handle: (*conn).allocPD},
-		KindDeallocPD:      {name: "dealloc_pd", body: handle, target: kindPD, handle: (*conn).destroy},
-		KindRegMR:          {name: "reg_mr", fds: 1, body: func() Body { return &RegMRReq{} }, cost: regMRCost, handle: (*conn).regMR},
-		KindDeregMR:        {name: "dereg_mr", body: handle, target: kindMR, handle: (*conn).destroy},
-		KindRegMRShm:       {name: "reg_mr_shm", body: func() Body { return &RegMRShmReq{} }, cost: regMRShmCost, handle: (*conn).regMRShm},
-		KindCreateChannel:  {name: "create_comp_channel", body: empty, cost: costOf(costChannel), handle: (*conn).createChannel},
-		KindDestroyChannel: {name: "destroy_comp_channel", body: handle, target: kindChannel, handle: (*conn).destroy},
-		KindCreateCQ:       {name: "create_cq", body: func() Body { return &CreateCQReq{} }, cost: createCQCost, handle: (*conn).createCQ},
-		KindDestroyCQ:      {name: "destroy_cq", body: handle, target: kindCQ, handle: (*conn).destroy},
-		KindCreateSRQ:      {name: "create_srq", body: func() Body { return &CreateSRQReq{} }, cost: createSRQCost, handle: (*conn).createSRQ},
-		KindDestroySRQ:     {name: "destroy_srq", body: handle, target: kindSRQ, handle: (*conn).destroy},
-		KindCreateQP:       {name: "create_qp", body: func() Body { return &CreateQPReq{} }, cost: createQPCost, handle: (*conn).createQP},
-		KindModifyQP:       {name: "modify_qp", body: func() Body { return &ModifyQPReq{} }, target: kindQP, handle: (*conn).modifyQP},
-		KindQueryQP:        {name: "query_qp", body: handle, target: kindQP, handle: (*conn).queryQP},
-		KindDestroyQP:      {name: "destroy_qp", body: handle, target: kindQP, handle: (*conn).destroy},
-		KindListQPs:        {name: "list_qps", body: func() Body { return &ListQPsReq{} }, handle: (*conn).listQPs},
-		KindCounters:       {name: "counters", body: empty, handle: (*conn).counters},
-		KindDoorbell: {name: "doorbell", body: func() Body { return &DoorbellReq{} }, target: kindQP | kindSRQ,
+	empty := func() abi.Body { return &abi.Empty{} }
+	handle := func() abi.Body { return &abi.Handle{} }
+	requests = map[abi.Kind]request{
+		abi.KindQueryPort:      {body: empty, handle: (*conn).queryPort},
+		abi.KindAllocPD:        {body: empty, cost: costOf(costPD), handle: (*conn).allocPD},
+		abi.KindDeallocPD:      {body: handle, target: kindPD, handle: (*conn).destroy},
+		abi.KindRegMR:          {fds: 1, body: func() abi.Body { return &abi.RegMRReq{} }, cost: regMRCost, handle: (*conn).regMR},
+		abi.KindDeregMR:        {body: handle, target: kindMR, handle: (*conn).destroy},
+		abi.KindRegMRShm:       {body: func() abi.Body { return &abi.RegMRShmReq{} }, cost: regMRShmCost, handle: (*conn).regMRShm},
+		abi.KindCreateChannel:  {body: empty, cost: costOf(costChannel), handle: (*conn).createChannel},
+		abi.KindDestroyChannel: {body: handle, target: kindChannel, handle: (*conn).destroy},
+		abi.KindCreateCQ:       {body: func() abi.Body { return &abi.CreateCQReq{} }, cost: createCQCost, handle: (*conn).createCQ},
+		abi.KindDestroyCQ:      {body: handle, target: kindCQ, handle: (*conn).destroy},
+		abi.KindCreateSRQ:      {body: func() abi.Body { return &abi.CreateSRQReq{} }, cost: createSRQCost, handle: (*conn).createSRQ},
+		abi.KindDestroySRQ:     {body: handle, target: kindSRQ, handle: (*conn).destroy},
+		abi.KindCreateQP:       {body: func() abi.Body { return &abi.CreateQPReq{} }, cost: createQPCost, handle: (*conn).createQP},
+		abi.KindModifyQP:       {body: func() abi.Body { return &abi.ModifyQPReq{} }, target: kindQP, handle: (*conn).modifyQP},
+		abi.KindQueryQP:        {body: handle, target: kindQP, handle: (*conn).queryQP},
+		abi.KindDestroyQP:      {body: handle, target: kindQP, handle: (*conn).destroy},
+		abi.KindListQPs:        {body: func() abi.Body { return &abi.ListQPsReq{} }, handle: (*conn).listQPs},
+		abi.KindCounters:       {body: empty, handle: (*conn).counters},
+		abi.KindDoorbell: {body: func() abi.Body { return &abi.DoorbellReq{} }, target: kindQP | kindSRQ,
 			handle: (*conn).doorbell, noReply: true},
 
-		KindCMCreateChannel:  {name: "create_event_channel", body: empty, cost: costOf(costChannel), handle: (*conn).cmCreateChannel},
-		KindCMDestroyChannel: {name: "destroy_event_channel", body: handle, target: kindCMChannel, handle: (*conn).destroy},
-		KindCMCreateID:       {name: "create_id", body: handle, target: kindCMChannel, handle: (*conn).cmCreateID},
-		KindCMDestroyID:      {name: "destroy_id", body: handle, target: kindCMID, handle: (*conn).destroy},
-		KindCMListen:         {name: "listen", body: func() Body { return &CMListenReq{} }, target: kindCMID, handle: (*conn).cmListen},
-		KindCMConnect:        {name: "connect", body: func() Body { return &CMConnectReq{} }, target: kindCMID, handle: (*conn).cmConnect},
-		KindCMAccept:         {name: "accept", body: func() Body { return &CMAcceptReq{} }, target: kindCMID, handle: (*conn).cmAccept},
-		KindCMReject:         {name: "reject", body: func() Body { return &CMDataReq{} }, target: kindCMID, handle: (*conn).cmReject},
-		KindCMDisconnect:     {name: "disconnect", body: func() Body { return &CMDataReq{} }, target: kindCMID, handle: (*conn).cmDisconnect},
-		KindCMGetEvent:       {name: "get_cm_event", body: handle, target: kindCMChannel, handle: (*conn).cmGetEvent},
-		KindListCMIDs:        {name: "list_cm_ids", body: func() Body { return &ListCMIDsReq{} }, handle: (*conn).listCMIDs},
+		abi.KindCMCreateChannel:  {body: empty, cost: costOf(costChannel), handle: (*conn).cmCreateChannel},
+		abi.KindCMDestroyChannel: {body: handle, target: kindCMChannel, handle: (*conn).destroy},
+		abi.KindCMCreateID:       {body: handle, target: kindCMChannel, handle: (*conn).cmCreateID},
+		abi.KindCMDestroyID:      {body: handle, target: kindCMID, handle: (*conn).destroy},
+		abi.KindCMListen:         {body: func() abi.Body { return &abi.CMListenReq{} }, target: kindCMID, handle: (*conn).cmListen},
+		abi.KindCMConnect:        {body: func() abi.Body { return &abi.CMConnectReq{} }, target: kindCMID, handle: (*conn).cmConnect},
+		abi.KindCMAccept:         {body: func() abi.Body { return &abi.CMAcceptReq{} }, target: kindCMID, handle: (*conn).cmAccept},
+		abi.KindCMReject:         {body: func() abi.Body { return &abi.CMDataReq{} }, target: kindCMID, handle: (*conn).cmReject},
+		abi.KindCMDisconnect:     {body: func() abi.Body { return &abi.CMDataReq{} }, target: kindCMID, handle: (*conn).cmDisconnect},
+		abi.KindCMGetEvent:       {body: handle, target: kindCMChannel, handle: (*conn).cmGetEvent},
+		abi.KindListCMIDs:        {body: func() abi.Body { return &abi.ListCMIDsReq{} }, handle: (*conn).listCMIDs},
+	}
+	// A request's name is its kind's (abi's table), for errors and
+	// the accounting's messages.
+	for k, r := range requests {
+		r.name = k.String()
+		requests[k] = r
 	}
 }
 
 // DecodeRequest decodes a request message as the server does: header,
 // kind, descriptor count and body. It is the decoder FuzzDecode drives.
-func DecodeRequest(msg []byte, nfds int) (Header, Body, error) {
-	h, err := ParseHeader(msg)
+func DecodeRequest(msg []byte, nfds int) (abi.Header, abi.Body, error) {
+	h, err := abi.ParseHeader(msg)
 	if err != nil {
-		return h, nil, &codeErr{CodeMalformed, err.Error()}
+		return h, nil, &codeErr{abi.CodeMalformed, err.Error()}
 	}
-	if h.Flags&FlagReply != 0 {
-		return h, nil, &codeErr{CodeMalformed, "a reply sent to the daemon"}
+	if h.Flags&abi.FlagReply != 0 {
+		return h, nil, &codeErr{abi.CodeMalformed, "a reply sent to the daemon"}
 	}
 	r, ok := requests[h.Kind]
 	if !ok {
-		return h, nil, &codeErr{CodeUnknown, fmt.Sprintf("unknown request kind %d", uint16(h.Kind))}
+		return h, nil, &codeErr{abi.CodeUnknown, fmt.Sprintf("unknown request kind %d", uint16(h.Kind))}
 	}
 	if nfds != r.fds {
-		return h, nil, &codeErr{CodeMalformed, fmt.Sprintf("%s carries %d descriptors, wants %d", r.name, nfds, r.fds)}
+		return h, nil, &codeErr{abi.CodeMalformed, fmt.Sprintf("%s carries %d descriptors, wants %d", r.name, nfds, r.fds)}
 	}
 	b := r.body()
-	if err := DecodeBody(msg[HeaderLen:], b); err != nil {
-		return h, nil, &codeErr{CodeMalformed, fmt.Sprintf("%s: %v", r.name, err)}
+	if err := abi.DecodeBody(msg[abi.HeaderLen:], b); err != nil {
+		return h, nil, &codeErr{abi.CodeMalformed, fmt.Sprintf("%s: %v", r.name, err)}
 	}
 	return h, b, nil
 }
 
 // codeErr is a handler's refusal with its reply code.
 type codeErr struct {
-	code Code
+	code abi.Code
 	msg  string
 }
 
 func (e *codeErr) Error() string { return e.msg }
 
-func errf(code Code, format string, a ...any) error {
+func errf(code abi.Code, format string, a ...any) error {
 	return &codeErr{code, fmt.Sprintf(format, a...)}
 }
 
@@ -460,7 +465,7 @@ func (c *conn) identify() {
 }
 
 func (c *conn) serve() {
-	buf := make([]byte, MaxMessage+1)
+	buf := make([]byte, abi.MaxMessage+1)
 	oob := make([]byte, unix.CmsgSpace(4*8))
 	for {
 		n, oobn, flags, _, err := c.uc.ReadMsgUnix(buf, oob)
@@ -471,8 +476,8 @@ func (c *conn) serve() {
 		msg := buf[:n]
 		var reply []byte
 		var rfds []int
-		if flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 || n > MaxMessage {
-			reply = c.refuse(msg, &codeErr{CodeMalformed, "message or its descriptors truncated"})
+		if flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 || n > abi.MaxMessage {
+			reply = c.refuse(msg, &codeErr{abi.CodeMalformed, "message or its descriptors truncated"})
 		} else {
 			c.handling.Lock()
 			reply, rfds = c.handle(msg, fds)
@@ -514,17 +519,17 @@ func (c *conn) handle(msg []byte, fds []int) ([]byte, []int) {
 	if r.noReply {
 		return nil, nil
 	}
-	return encodeReply(h.Kind, h.ID, out), rfds
+	return abi.EncodeReply(h.Kind, h.ID, out), rfds
 }
 
 // dispatch checks that the object a request names is this client's and of a
 // kind the request acts on, then runs its handler. Every request, from
 // the socket or a Local's call, comes through here.
-func (c *conn) dispatch(r request, body Body, fds []int) (Body, []int, error) {
+func (c *conn) dispatch(r request, body abi.Body, fds []int) (abi.Body, []int, error) {
 	var target object
 	if r.target != 0 {
 		var err error
-		if target, err = c.get(body.(targeted).target(), r.target); err != nil {
+		if target, err = c.get(body.(targeted).Target(), r.target); err != nil {
 			return nil, nil, fmt.Errorf("%s: %w", r.name, err)
 		}
 	}
@@ -554,14 +559,14 @@ func (c *conn) dispatch(r request, body Body, fds []int) (Body, []int, error) {
 }
 
 // created is the object a creating request's reply names.
-func (c *conn) created(reply Body) object {
+func (c *conn) created(reply abi.Body) object {
 	var h uint32
 	switch r := reply.(type) {
-	case *Handle:
+	case *abi.Handle:
 		h = r.H
-	case *RegMRReply:
+	case *abi.RegMRReply:
 		h = r.H
-	case *RingReply:
+	case *abi.RingReply:
 		h = r.H
 	default:
 		return nil
@@ -571,23 +576,23 @@ func (c *conn) created(reply Body) object {
 	return c.objs[h]
 }
 
-func costOf(q Quota) func(Body) Quota { return func(Body) Quota { return q } }
+func costOf(q Quota) func(abi.Body) Quota { return func(abi.Body) Quota { return q } }
 
 // refuse counts and logs a refused request and returns its error reply.
 func (c *conn) refuse(msg []byte, err error) []byte {
-	var k Kind
+	var k abi.Kind
 	var id uint32
 	if len(msg) >= 8 {
-		k, id = Kind(le.Uint16(msg[0:])), le.Uint32(msg[4:])
+		k, id = abi.Kind(binary.LittleEndian.Uint16(msg[0:])), binary.LittleEndian.Uint32(msg[4:])
 	}
-	code, text := CodeFailed, err.Error()
+	code, text := abi.CodeFailed, err.Error()
 	var ce *codeErr
 	if errors.As(err, &ce) {
 		code = ce.code
 	}
 	c.s.badRequests.Add(1)
 	c.s.log.Debug("request refused", "pid", c.pid, "kind", k, "code", code, "err", text)
-	return encodeError(k, id, code, text)
+	return abi.EncodeError(k, id, code, text)
 }
 
 func parseFDs(oob []byte) []int {

@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rnicd/rnicd/hostif/abi"
 	"github.com/rnicd/rnicd/ib"
 )
 
@@ -33,8 +34,8 @@ import (
 // regMRShmCost is what a shm region is charged before the daemon knows
 // the segment's size: its bytes; the object's cost (the whole segment
 // the daemon attaches) replaces it.
-func regMRShmCost(b Body) Quota {
-	return mrCost(min(b.(*RegMRShmReq).Length, maxMR))
+func regMRShmCost(b abi.Body) Quota {
+	return mrCost(min(b.(*abi.RegMRShmReq).Length, maxMR))
 }
 
 // shmVMA is a client mapping of a System V segment.
@@ -95,8 +96,8 @@ func sameIPCNamespace(pid int32) error {
 	return nil
 }
 
-func (c *conn) regMRShm(_ object, b Body, _ []int) (Body, []int, error) {
-	r := b.(*RegMRShmReq)
+func (c *conn) regMRShm(_ object, b abi.Body, _ []int) (abi.Body, []int, error) {
+	r := b.(*abi.RegMRShmReq)
 	pd, err := lookup[*pdObj](c, r.PD, kindPD)
 	if err != nil {
 		return nil, nil, err
@@ -104,10 +105,10 @@ func (c *conn) regMRShm(_ object, b Body, _ []int) (Body, []int, error) {
 	access := ib.Access(r.Access)
 	if access&^(ib.AccessLocalWrite|ib.AccessRemoteWrite|ib.AccessRemoteRead|
 		ib.AccessRemoteAtomic|ib.AccessMWBind|ib.AccessZeroBased|ib.AccessOnDemand) != 0 {
-		return nil, nil, errf(CodeInvalid, "reg_mr: access flags %#x", r.Access)
+		return nil, nil, errf(abi.CodeInvalid, "reg_mr: access flags %#x", r.Access)
 	}
 	if r.Length == 0 || r.Length > maxMR || r.Addr+r.Length < r.Addr {
-		return nil, nil, errf(CodeInvalid, "reg_mr: %d bytes at %#x", r.Length, r.Addr)
+		return nil, nil, errf(abi.CodeInvalid, "reg_mr: %d bytes at %#x", r.Length, r.Addr)
 	}
 	writes := access&(ib.AccessLocalWrite|ib.AccessRemoteWrite|ib.AccessRemoteAtomic) != 0
 	v, err := clientShmVMA(c.pid, r.ShmID, r.Addr, r.Length)
@@ -115,12 +116,12 @@ func (c *conn) regMRShm(_ object, b Body, _ []int) (Body, []int, error) {
 		err = fmt.Errorf("the client's attachment of System V segment %d is not readable and writable as access %#x needs", r.ShmID, r.Access)
 	}
 	if err != nil {
-		return nil, nil, c.refuseMemory(errf(CodeInvalid, "reg_mr: %v", err))
+		return nil, nil, c.refuseMemory(errf(abi.CodeInvalid, "reg_mr: %v", err))
 	}
 	// An id names a segment in an IPC namespace: the daemon's must be
 	// the client's, or the id would name another segment, or none.
 	if err := sameIPCNamespace(c.pid); err != nil {
-		return nil, nil, c.refuseMemory(errf(CodeInvalid, "reg_mr: System V segment %d: %v", r.ShmID, err))
+		return nil, nil, c.refuseMemory(errf(abi.CodeInvalid, "reg_mr: System V segment %d: %v", r.ShmID, err))
 	}
 	flag := 0
 	if !writes {
@@ -128,7 +129,7 @@ func (c *conn) regMRShm(_ object, b Body, _ []int) (Body, []int, error) {
 	}
 	seg, err := unix.SysvShmAttach(int(r.ShmID), 0, flag)
 	if err != nil {
-		return nil, nil, c.refuseMemory(errf(CodeInvalid, "reg_mr: attaching System V segment %d: %v", r.ShmID, err))
+		return nil, nil, c.refuseMemory(errf(abi.CodeInvalid, "reg_mr: attaching System V segment %d: %v", r.ShmID, err))
 	}
 	// Still the client's: the id named the segment the client has
 	// attached all along (an attached segment cannot go, so its id is
@@ -143,14 +144,14 @@ func (c *conn) regMRShm(_ object, b Body, _ []int) (Body, []int, error) {
 	}
 	if err != nil {
 		unix.SysvShmDetach(seg)
-		return nil, nil, c.refuseMemory(errf(CodeInvalid, "reg_mr: %v", err))
+		return nil, nil, c.refuseMemory(errf(abi.CodeInvalid, "reg_mr: %v", err))
 	}
 	mr, err := c.s.dev.RegMR(pd.pd, seg[start:start+r.Length:start+r.Length], r.IOVA, access)
 	if err != nil {
 		unix.SysvShmDetach(seg)
-		return nil, nil, errf(CodeInvalid, "reg_mr: %v", err)
+		return nil, nil, errf(abi.CodeInvalid, "reg_mr: %v", err)
 	}
 	pd.hold()
 	h := c.add(&mrObj{pd: pd, mr: mr, mem: seg, shm: true})
-	return &RegMRReply{H: h, LKey: mr.LKey, RKey: mr.RKey}, nil, nil
+	return &abi.RegMRReply{H: h, LKey: mr.LKey, RKey: mr.RKey}, nil, nil
 }

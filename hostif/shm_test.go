@@ -8,6 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rnicd/rnicd/hostif/abi"
 	"github.com/rnicd/rnicd/ib"
 	"github.com/rnicd/rnicd/internal/looptest"
 )
@@ -54,19 +55,19 @@ func nattch(t *testing.T, id int) uint64 {
 func TestRegMRShm(t *testing.T) {
 	n := newNIC(t, looptest.Get(t).String())
 	c := n.client(t)
-	var pd Handle
-	call(t, c, KindAllocPD, &Empty{}, nil, &pd)
+	var pd abi.Handle
+	call(t, c, abi.KindAllocPD, &abi.Empty{}, nil, &pd)
 	const size = 3 * 4096
 	id, mem := shmSegment(t, size, true, false)
 	base := uint64(uintptr(unsafePointer(mem)))
 	rw := uint32(ib.AccessLocalWrite | ib.AccessRemoteWrite | ib.AccessRemoteRead)
 
-	var mr RegMRReply
-	call(t, c, KindRegMRShm, &RegMRShmReq{PD: pd.H, Access: rw, ShmID: uint32(id), Addr: base + 100, Length: 5000, IOVA: base + 100}, nil, &mr)
+	var mr abi.RegMRReply
+	call(t, c, abi.KindRegMRShm, &abi.RegMRShmReq{PD: pd.H, Access: rw, ShmID: uint32(id), Addr: base + 100, Length: 5000, IOVA: base + 100}, nil, &mr)
 	if got := nattch(t, id); got != 2 {
 		t.Fatalf("segment attached %d times with the region registered, want 2 (the client's and the daemon's)", got)
 	}
-	call(t, c, KindDeregMR, &Handle{H: mr.H}, nil, &Empty{})
+	call(t, c, abi.KindDeregMR, &abi.Handle{H: mr.H}, nil, &abi.Empty{})
 	if got := nattch(t, id); got != 1 {
 		t.Fatalf("segment attached %d times after dereg_mr, want 1", got)
 	}
@@ -77,20 +78,20 @@ func TestRegMRShm(t *testing.T) {
 	roBase := uint64(uintptr(unsafePointer(roMem)))
 	for _, tc := range []struct {
 		name string
-		req  RegMRShmReq
+		req  abi.RegMRShmReq
 	}{
-		{"a segment the client has not attached", RegMRShmReq{ShmID: uint32(other), Addr: base, Length: 4096, Access: rw}},
-		{"another segment's id", RegMRShmReq{ShmID: uint32(roID), Addr: base, Length: 4096, Access: rw}},
-		{"past the attachment", RegMRShmReq{ShmID: uint32(id), Addr: base + 4096, Length: size, Access: rw}},
-		{"before the attachment", RegMRShmReq{ShmID: uint32(id), Addr: base - 1, Length: 2, Access: rw}},
-		{"write access to a read-only attachment", RegMRShmReq{ShmID: uint32(roID), Addr: roBase, Length: 4096, Access: uint32(ib.AccessLocalWrite)}},
-		{"an address that wraps", RegMRShmReq{ShmID: uint32(id), Addr: ^uint64(0), Length: 2, Access: rw}},
-		{"zero length", RegMRShmReq{ShmID: uint32(id), Addr: base, Length: 0, Access: rw}},
-		{"access flags", RegMRShmReq{ShmID: uint32(id), Addr: base, Length: 4096, Access: 1 << 20}},
+		{"a segment the client has not attached", abi.RegMRShmReq{ShmID: uint32(other), Addr: base, Length: 4096, Access: rw}},
+		{"another segment's id", abi.RegMRShmReq{ShmID: uint32(roID), Addr: base, Length: 4096, Access: rw}},
+		{"past the attachment", abi.RegMRShmReq{ShmID: uint32(id), Addr: base + 4096, Length: size, Access: rw}},
+		{"before the attachment", abi.RegMRShmReq{ShmID: uint32(id), Addr: base - 1, Length: 2, Access: rw}},
+		{"write access to a read-only attachment", abi.RegMRShmReq{ShmID: uint32(roID), Addr: roBase, Length: 4096, Access: uint32(ib.AccessLocalWrite)}},
+		{"an address that wraps", abi.RegMRShmReq{ShmID: uint32(id), Addr: ^uint64(0), Length: 2, Access: rw}},
+		{"zero length", abi.RegMRShmReq{ShmID: uint32(id), Addr: base, Length: 0, Access: rw}},
+		{"access flags", abi.RegMRShmReq{ShmID: uint32(id), Addr: base, Length: 4096, Access: 1 << 20}},
 	} {
 		tc.req.PD = pd.H
-		_, err := c.Call(KindRegMRShm, &tc.req, nil, &RegMRReply{})
-		wantCode(t, tc.name, err, CodeInvalid)
+		_, err := c.Call(abi.KindRegMRShm, &tc.req, nil, &abi.RegMRReply{})
+		wantCode(t, tc.name, err, abi.CodeInvalid)
 		if got := n.srv.Objects(); !maps.Equal(got, objs) {
 			t.Fatalf("%s changed the objects: %v", tc.name, got)
 		}
@@ -99,11 +100,11 @@ func TestRegMRShm(t *testing.T) {
 		t.Fatal("a refused registration left the daemon attached to a segment")
 	}
 	// Read-only access to a read-only attachment is fine.
-	call(t, c, KindRegMRShm, &RegMRShmReq{PD: pd.H, ShmID: uint32(roID), Addr: roBase, Length: 4096}, nil, &mr)
+	call(t, c, abi.KindRegMRShm, &abi.RegMRShmReq{PD: pd.H, ShmID: uint32(roID), Addr: roBase, Length: 4096}, nil, &mr)
 
 	// The client detaches and the region stays the daemon's to use;
 	// the daemon lets go when the client's connection ends.
-	call(t, c, KindRegMRShm, &RegMRShmReq{PD: pd.H, Access: rw, ShmID: uint32(id), Addr: base, Length: size}, nil, &mr)
+	call(t, c, abi.KindRegMRShm, &abi.RegMRShmReq{PD: pd.H, Access: rw, ShmID: uint32(id), Addr: base, Length: size}, nil, &mr)
 	if err := unix.SysvShmDetach(mem); err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rnicd/rnicd/hostif/abi"
 	"github.com/rnicd/rnicd/ib"
 	"github.com/rnicd/rnicd/rnic"
 )
@@ -21,37 +22,37 @@ type srqObj struct {
 	feed   *recvFeed
 }
 
-func (c *conn) createSRQ(_ object, b Body, _ []int) (Body, []int, error) {
-	r := b.(*CreateSRQReq)
+func (c *conn) createSRQ(_ object, b abi.Body, _ []int) (abi.Body, []int, error) {
+	r := b.(*abi.CreateSRQReq)
 	pd, err := lookup[*pdObj](c, r.PD, kindPD)
 	if err != nil {
 		return nil, nil, err
 	}
 	if r.MaxWR < 1 || r.MaxWR > ib.MaxQPWR || r.MaxSGE < 1 || r.MaxSGE > ib.MaxSGE || r.Limit > r.MaxWR {
-		return nil, nil, errf(CodeInvalid, "create_srq: %d WRs x %d SGEs, limit %d", r.MaxWR, r.MaxSGE, r.Limit)
+		return nil, nil, errf(abi.CodeInvalid, "create_srq: %d WRs x %d SGEs, limit %d", r.MaxWR, r.MaxSGE, r.Limit)
 	}
 	s, err := c.s.dev.CreateSRQ(pd.pd, int(r.MaxWR), int(r.MaxSGE))
 	if err != nil {
-		return nil, nil, errf(CodeInvalid, "create_srq: %v", err)
+		return nil, nil, errf(abi.CodeInvalid, "create_srq: %v", err)
 	}
 	if r.Limit > 0 {
 		s.SetLimit(int(r.Limit))
 	}
-	slot := RecvSlotBytes(int(r.MaxSGE))
-	fd, mem, err := ringMem(RingBytes(r.MaxWR, slot))
+	slot := abi.RecvSlotBytes(int(r.MaxSGE))
+	fd, mem, err := ringMem(abi.RingBytes(r.MaxWR, slot))
 	if err != nil {
 		return nil, nil, err
 	}
-	ring, _ := NewRing(mem, r.MaxWR, slot)
-	ring.writeGeometry()
+	ring, _ := abi.NewRing(mem, r.MaxWR, slot)
+	ring.WriteGeometry()
 	feed := newRecvFeed(ring, int(r.MaxSGE))
 	s.SetSource(feed)
 	pd.hold()
 	so := &srqObj{owner: c, pd: pd, srq: s, maxSGE: int(r.MaxSGE), mem: mem, feed: feed}
 	h := c.add(so)
 	c.s.dev.Watch(so, uint32(h))
-	return &RingReply{H: h, Caps: ib.QPCap{MaxRecvWR: int(r.MaxWR), MaxRecvSGE: int(r.MaxSGE)},
-		Recv: RingDesc{Size: uint32(len(mem)), Slots: r.MaxWR, SlotBytes: slot}}, []int{fd}, nil
+	return &abi.RingReply{H: h, Caps: ib.QPCap{MaxRecvWR: int(r.MaxWR), MaxRecvSGE: int(r.MaxSGE)},
+		Recv: abi.RingDesc{Size: uint32(len(mem)), Slots: r.MaxWR, SlotBytes: slot}}, []int{fd}, nil
 }
 
 func (*srqObj) kind() objKind { return kindSRQ }
@@ -71,11 +72,11 @@ func (c *conn) fetchSRQ(s *srqObj) error {
 	bad, broken := s.feed.faults()
 	if broken != nil {
 		c.s.badWQEs.Add(1)
-		return errf(CodeInvalid, "doorbell: SRQ: %v", broken)
+		return errf(abi.CodeInvalid, "doorbell: SRQ: %v", broken)
 	}
 	if len(bad) > 0 {
 		c.s.badWQEs.Add(uint64(len(bad)))
-		return errf(CodeInvalid, "doorbell: SRQ receive WQE wr_id %d: %v", bad[0].wrid, bad[0].err)
+		return errf(abi.CodeInvalid, "doorbell: SRQ receive WQE wr_id %d: %v", bad[0].wrid, bad[0].err)
 	}
 	return nil
 }

@@ -4,8 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
-	"go/parser"
-	"go/token"
 	"os/exec"
 	"path/filepath"
 	"runtime"
@@ -34,7 +32,7 @@ func TestImportGraph(t *testing.T) {
 	if err != nil {
 		t.Fatalf("go list: %v\n%s", err, stderr.Bytes())
 	}
-	g := graph{deps: map[string][]string{}, imports: map[string][]string{}, abiFiles: map[string][]string{}}
+	g := graph{deps: map[string][]string{}, imports: map[string][]string{}}
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
@@ -46,36 +44,28 @@ func TestImportGraph(t *testing.T) {
 	if err := sc.Err(); err != nil {
 		t.Fatal(err)
 	}
-	for _, must := range append([]string{"ib", "verbs", "rdmacm", "rnic", "rnic/qpmgr", "rnic/trace", "wire/bth", "wire/ibudp", "wire/netif", "wire/steer", "wire/fault"}, hostSide...) {
+	for _, must := range append([]string{"ib", abiPkg, "verbs", "rdmacm", "rnic", "rnic/qpmgr", "rnic/trace", "wire/bth", "wire/ibudp", "wire/netif", "wire/steer", "wire/fault"}, hostSide...) {
 		if _, ok := g.deps[must]; !ok {
 			t.Fatalf("go list did not list %s; the rules below would check nothing", must)
 		}
 	}
-	for _, f := range abiFiles {
-		file, err := parser.ParseFile(token.NewFileSet(), filepath.Join("..", f), nil, parser.ImportsOnly)
-		if err != nil {
-			t.Fatal(err)
-		}
-		g.abiFiles[f] = []string{}
-		for _, imp := range file.Imports {
-			g.abiFiles[f] = append(g.abiFiles[f], strings.Trim(imp.Path.Value, `"`))
-		}
-	}
-	if !slices.Contains(g.imports["rdmacm"], "verbs") || !slices.Contains(g.abiFiles["hostif/ring.go"], module+"ib") {
-		t.Fatalf("rdmacm's imports %q, ring.go's %q: not read; the rules below would check nothing",
-			g.imports["rdmacm"], g.abiFiles["hostif/ring.go"])
+	if !slices.Contains(g.imports["rdmacm"], "verbs") || !slices.Contains(g.imports[abiPkg], "ib") {
+		t.Fatalf("rdmacm's imports %q, %s's %q: not read; the rules below would check nothing",
+			g.imports["rdmacm"], abiPkg, g.imports[abiPkg])
 	}
 	for _, v := range importRules(g) {
 		t.Error(v)
 	}
 }
 
-// abiFiles hold the host interface's ABI (request kinds, reply and CM
-// event codes, ring layout and slot codecs), which clib/src/rnic.h
-// repeats for C (hostif's TestCHeaderABI holds the two equal). They
-// are files, not yet a package of their own: hostif, around them, imports
-// the device. What they import is held as a leaf package's would be.
-var abiFiles = []string{"hostif/proto.go", "hostif/ring.go"}
+// abiPkg holds the host interface's ABI (request kinds and bodies, reply
+// and CM event codes, ring layout and slot codecs): the contract between
+// the daemon and its clients, which clib/src/rnic.h repeats for C (its
+// TestCHeaderABI holds the two equal). It is a leaf: it imports nothing
+// of the project but ib, whose WR, WC and SGE its slot codecs write, so
+// a client links the contract without the device (hostif, the daemon's
+// side, imports rnic).
+const abiPkg = "hostif/abi"
 
 // hostSide are the packages that serve the NIC's clients and stand above
 // the device (they import rnic): the host interface, the monitor, the test
@@ -92,9 +82,8 @@ var belowPort = []string{"wire/netif", "wire/steer"}
 
 // graph is the project's import graph, packages by path below the module.
 type graph struct {
-	deps     map[string][]string // every package of the project a package depends on, directly or not
-	imports  map[string][]string // the ones it imports itself
-	abiFiles map[string][]string // each ABI file's imports, full paths
+	deps    map[string][]string // every package of the project a package depends on, directly or not
+	imports map[string][]string // the ones it imports itself
 }
 
 // ours is the paths of the project among ps, module prefix cut.
@@ -120,11 +109,11 @@ func ours(ps []string) []string {
 //     into it, so one it imported could not (an import cycle);
 //   - nothing under rnic/ depends on the host side (hostSide), test files
 //     aside: the NIC never calls up into what serves its clients;
-//   - rdmacm imports nothing under rnic/: it speaks to the daemon in hostif,
-//     the protocol its requests travel in (verbs.CMCall takes hostif's
-//     kinds and bodies), so not through the daemon's CM agent (rnic/cm);
-//   - the ABI files import nothing of the project but ib, as the leaf
-//     package they are to become would.
+//   - rdmacm imports nothing under rnic/: it speaks to the daemon in the
+//     host interface's ABI, the protocol its requests travel in
+//     (verbs.CMCall takes its kinds and bodies), so not through the
+//     daemon's CM agent (rnic/cm);
+//   - the ABI package (abiPkg) depends on nothing of the project but ib.
 func importRules(g graph) []string {
 	var bad []string
 	// low: the packages at wire's level or below it: wire itself, ib, and
@@ -157,6 +146,8 @@ func importRules(g graph) []string {
 			switch {
 			case pkg == "ib":
 				bad = append(bad, fmt.Sprintf("ib imports %s: the vocabulary must import nothing of the project", d))
+			case pkg == abiPkg && d != "ib":
+				bad = append(bad, fmt.Sprintf("%s depends on %s: the ABI imports nothing of the project but ib", pkg, d))
 			case d == "verbs" && !under(pkg, "cmd") && pkg != "rdmacm":
 				bad = append(bad, fmt.Sprintf("%s imports verbs: only applications (cmd/...) and rdmacm may", pkg))
 			case d == "rdmacm" && !under(pkg, "cmd"):
@@ -179,13 +170,6 @@ func importRules(g graph) []string {
 			bad = append(bad, fmt.Sprintf("rdmacm imports %s: it speaks to the daemon through the host interface only", d))
 		}
 	}
-	for f, imps := range g.abiFiles {
-		for _, imp := range imps {
-			if strings.HasPrefix(imp, module) && imp != module+"ib" {
-				bad = append(bad, fmt.Sprintf("%s imports %s: the ABI imports nothing of the project but ib", f, strings.TrimPrefix(imp, module)))
-			}
-		}
-	}
 	slices.Sort(bad)
 	return bad
 }
@@ -201,16 +185,16 @@ func TestImportRulesFail(t *testing.T) {
 			"wire/netif": nil, "wire/steer": nil, "wire/ibudp": {"wire/bth", "wire/netif", "wire/steer"},
 			"wire/fault": {"wire/ibudp", "wire/bth", "wire/netif", "wire/steer"},
 			"rnic/trace": {"ib", "wire/bth"},
-			"hostif":     {"rnic", "rnic/cm", "ib"}, "monitor": {"rnic"}, "verbs": {"hostif", "rnic", "ib"},
-			"rdmacm": {"verbs", "hostif", "rnic/cm", "rnic", "ib"}, "cmd/rnicd": {"verbs", "hostif", "monitor"},
+			"hostif/abi": {"ib"}, "hostif": {"hostif/abi", "rnic", "rnic/cm", "ib"}, "monitor": {"rnic"},
+			"verbs":  {"hostif", "hostif/abi", "rnic", "ib"},
+			"rdmacm": {"verbs", "hostif", "hostif/abi", "rnic/cm", "rnic", "ib"}, "cmd/rnicd": {"verbs", "hostif", "monitor"},
 		},
-		imports:  map[string][]string{"rdmacm": {"verbs", "hostif", "ib"}},
-		abiFiles: map[string][]string{"hostif/ring.go": {"fmt", module + "ib"}},
+		imports: map[string][]string{"rdmacm": {"verbs", "hostif/abi", "ib"}, "hostif/abi": {"ib"}},
 	}
 	if got := importRules(ok); len(got) != 0 {
 		t.Fatalf("a graph that keeps the rules: %q", got)
 	}
-	broken := graph{deps: map[string][]string{}, imports: map[string][]string{}, abiFiles: map[string][]string{}}
+	broken := graph{deps: map[string][]string{}, imports: map[string][]string{}}
 	for k, v := range ok.deps {
 		broken.deps[k] = v
 	}
@@ -224,9 +208,10 @@ func TestImportRulesFail(t *testing.T) {
 	broken.deps["rnic/dma"] = []string{"ib", "internal/rnictest"}
 	broken.deps["rnic/trace"] = []string{"ib", "rnic/qpmgr"}
 	broken.imports["rdmacm"] = []string{"verbs", "hostif", "rnic/cm"}
-	broken.abiFiles["hostif/ring.go"] = []string{"fmt", module + "ib", module + "rnic"}
+	broken.deps["hostif/abi"] = []string{"ib", "rnic", "wire/bth"}
 	want := []string{
-		"hostif/ring.go imports rnic: the ABI imports nothing of the project but ib",
+		"hostif/abi depends on rnic: the ABI imports nothing of the project but ib",
+		"hostif/abi depends on wire/bth: the ABI imports nothing of the project but ib",
 		"ib imports wire/bth: the vocabulary must import nothing of the project",
 		"rdmacm imports rnic/cm: it speaks to the daemon through the host interface only",
 		"rnic/cm depends on hostif: the NIC must not reach up into the host side",

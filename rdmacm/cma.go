@@ -11,7 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/rnicd/rnicd/hostif"
+	"github.com/rnicd/rnicd/hostif/abi"
 	"github.com/rnicd/rnicd/ib"
 	"github.com/rnicd/rnicd/verbs"
 	"github.com/rnicd/rnicd/wire/mad"
@@ -103,7 +103,7 @@ func (ch *EventChannel) Destroy() error {
 	defer ch.mu.Unlock()
 	for _, d := range ch.devs {
 		if d.ch != 0 {
-			d.ctx.CMCall(hostif.KindCMDestroyChannel, &hostif.Handle{H: d.ch}, nil, &hostif.Empty{})
+			d.ctx.CMCall(abi.KindCMDestroyChannel, &abi.Handle{H: d.ch}, nil, &abi.Empty{})
 			unix.Close(d.wake)
 			d.ch = 0
 		}
@@ -158,8 +158,8 @@ func (ch *EventChannel) channelOn(d *device) (uint32, error) {
 	if d.ch != 0 {
 		return d.ch, nil
 	}
-	var h hostif.Handle
-	fds, err := d.ctx.CMCall(hostif.KindCMCreateChannel, &hostif.Empty{}, nil, &h)
+	var h abi.Handle
+	fds, err := d.ctx.CMCall(abi.KindCMCreateChannel, &abi.Empty{}, nil, &h)
 	if err != nil {
 		return 0, fmt.Errorf("rdmacm: %s: %w", d.ctx.Name(), err)
 	}
@@ -167,7 +167,7 @@ func (ch *EventChannel) channelOn(d *device) (uint32, error) {
 		for _, fd := range fds {
 			unix.Close(fd)
 		}
-		d.ctx.CMCall(hostif.KindCMDestroyChannel, &hostif.Handle{H: h.H}, nil, &hostif.Empty{})
+		d.ctx.CMCall(abi.KindCMDestroyChannel, &abi.Handle{H: h.H}, nil, &abi.Empty{})
 		return 0, fmt.Errorf("rdmacm: %s: create_event_channel's reply carries %d descriptors, want a wake pipe", d.ctx.Name(), len(fds))
 	}
 	d.ch, d.wake = h.H, fds[0]
@@ -238,8 +238,8 @@ func (id *ID) bind(d *device, local netip.AddrPort) error {
 	if err != nil {
 		return err
 	}
-	var h hostif.Handle
-	if _, err := d.ctx.CMCall(hostif.KindCMCreateID, &hostif.Handle{H: c}, nil, &h); err != nil {
+	var h abi.Handle
+	if _, err := d.ctx.CMCall(abi.KindCMCreateID, &abi.Handle{H: c}, nil, &h); err != nil {
 		return fmt.Errorf("rdmacm: create ID on %s: %w", d.ctx.Name(), err)
 	}
 	id.dev, id.h, id.Verbs, id.local = d, h.H, d.ctx, local
@@ -352,8 +352,8 @@ func (id *ID) ListenBacklog(backlog int) error {
 		return errors.New("rdmacm: bind the CM ID before Listen")
 	}
 	sid := mad.ServiceID(id.ps, id.local.Port())
-	req := &hostif.CMListenReq{H: id.h, ServiceID: sid, Backlog: uint32(max(backlog, 0))}
-	_, err := id.Verbs.CMCall(hostif.KindCMListen, req, nil, &hostif.Empty{})
+	req := &abi.CMListenReq{H: id.h, ServiceID: sid, Backlog: uint32(max(backlog, 0))}
+	_, err := id.Verbs.CMCall(abi.KindCMListen, req, nil, &abi.Empty{})
 	return err
 }
 
@@ -378,12 +378,12 @@ func (id *ID) Connect(p *ConnParam) error {
 		return fmt.Errorf("rdmacm: %w", err)
 	}
 	copy(pd[mad.CMAHdrLen:], p.PrivateData)
-	req := &hostif.CMConnectReq{H: id.h, QP: id.QP.Handle(), DGID: mad.GIDFromAddr(id.remote.Addr()),
+	req := &abi.CMConnectReq{H: id.h, QP: id.QP.Handle(), DGID: mad.GIDFromAddr(id.remote.Addr()),
 		ServiceID: mad.ServiceID(id.ps, id.remote.Port()), StartingPSN: rand.Uint32() & 0xffffff,
-		CMParams: hostif.CMParams{PathMTU: uint8(id.dev.mtu), ResponderResources: p.ResponderResources,
+		CMParams: abi.CMParams{PathMTU: uint8(id.dev.mtu), ResponderResources: p.ResponderResources,
 			InitiatorDepth: p.InitiatorDepth, RetryCount: min(p.RetryCount, 7), RNRRetryCount: min(p.RNRRetryCount, 7)},
 		PrivateData: pd, TrafficClass: id.tos}
-	_, err := id.Verbs.CMCall(hostif.KindCMConnect, req, nil, &hostif.Empty{})
+	_, err := id.Verbs.CMCall(abi.KindCMConnect, req, nil, &abi.Empty{})
 	return err
 }
 
@@ -394,22 +394,22 @@ func (id *ID) Accept(p *ConnParam) error {
 	if id.QP == nil {
 		return errors.New("rdmacm: Accept needs a QP (CreateQP)")
 	}
-	req := &hostif.CMAcceptReq{H: id.h, QP: id.QP.Handle(), StartingPSN: rand.Uint32() & 0xffffff,
+	req := &abi.CMAcceptReq{H: id.h, QP: id.QP.Handle(), StartingPSN: rand.Uint32() & 0xffffff,
 		ResponderResources: p.ResponderResources, InitiatorDepth: p.InitiatorDepth,
 		RNRRetryCount: min(p.RNRRetryCount, 7), PrivateData: p.PrivateData}
-	_, err := id.Verbs.CMCall(hostif.KindCMAccept, req, nil, &hostif.Empty{})
+	_, err := id.Verbs.CMCall(abi.KindCMAccept, req, nil, &abi.Empty{})
 	return err
 }
 
 // Reject is rdma_reject: REJ reason 28 (consumer defined).
 func (id *ID) Reject(privateData []byte) error {
-	_, err := id.Verbs.CMCall(hostif.KindCMReject, &hostif.CMDataReq{H: id.h, PrivateData: privateData}, nil, &hostif.Empty{})
+	_, err := id.Verbs.CMCall(abi.KindCMReject, &abi.CMDataReq{H: id.h, PrivateData: privateData}, nil, &abi.Empty{})
 	return err
 }
 
 // Disconnect is rdma_disconnect: a DREQ; DISCONNECTED follows on both sides.
 func (id *ID) Disconnect() error {
-	_, err := id.Verbs.CMCall(hostif.KindCMDisconnect, &hostif.CMDataReq{H: id.h}, nil, &hostif.Empty{})
+	_, err := id.Verbs.CMCall(abi.KindCMDisconnect, &abi.CMDataReq{H: id.h}, nil, &abi.Empty{})
 	return err
 }
 
@@ -422,7 +422,7 @@ func (id *ID) Destroy() error {
 	ch.mu.Lock()
 	delete(ch.ids, idKey{id.dev, id.h})
 	ch.mu.Unlock()
-	_, err := id.Verbs.CMCall(hostif.KindCMDestroyID, &hostif.Handle{H: id.h}, nil, &hostif.Empty{})
+	_, err := id.Verbs.CMCall(abi.KindCMDestroyID, &abi.Handle{H: id.h}, nil, &abi.Empty{})
 	id.dev = nil
 	return err
 }
@@ -475,8 +475,8 @@ func (ch *EventChannel) next() (*Event, error) {
 		if d.ch == 0 {
 			continue
 		}
-		var r hostif.CMEvent
-		if _, err := d.ctx.CMCall(hostif.KindCMGetEvent, &hostif.Handle{H: d.ch}, nil, &r); err != nil {
+		var r abi.CMEvent
+		if _, err := d.ctx.CMCall(abi.KindCMGetEvent, &abi.Handle{H: d.ch}, nil, &r); err != nil {
 			return nil, fmt.Errorf("rdmacm: %s: %w", d.ctx.Name(), err)
 		}
 		if r.Type != 0 {
@@ -487,7 +487,7 @@ func (ch *EventChannel) next() (*Event, error) {
 }
 
 // convert turns a daemon's event into rdma_cm's.
-func (ch *EventChannel) convert(d *device, r *hostif.CMEvent) *Event {
+func (ch *EventChannel) convert(d *device, r *abi.CMEvent) *Event {
 	e := &Event{Event: fromCM[r.Type], RejectReason: r.RejectReason,
 		Param: ConnParam{PrivateData: r.PrivateData, ResponderResources: r.ResponderResources,
 			InitiatorDepth: r.InitiatorDepth, RetryCount: r.RetryCount, RNRRetryCount: r.RNRRetryCount}}

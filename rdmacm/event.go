@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 
-	"github.com/rnicd/rnicd/hostif"
+	"github.com/rnicd/rnicd/hostif/abi"
 	"github.com/rnicd/rnicd/verbs"
 )
 
@@ -50,13 +50,13 @@ func (t EventType) String() string {
 // fromCM maps the daemon's CM events (the host interface's codes) to
 // rdma_cm's, one for one as cma.c's cma_ib_handler does.
 var fromCM = map[uint8]EventType{
-	hostif.CMEventConnectRequest: EventConnectRequest,
-	hostif.CMEventEstablished:    EventEstablished,
-	hostif.CMEventRejected:       EventRejected,
-	hostif.CMEventUnreachable:    EventUnreachable,
-	hostif.CMEventConnectError:   EventConnectError,
-	hostif.CMEventDisconnected:   EventDisconnected,
-	hostif.CMEventTimewaitExit:   EventTimewaitExit,
+	abi.CMEventConnectRequest: EventConnectRequest,
+	abi.CMEventEstablished:    EventEstablished,
+	abi.CMEventRejected:       EventRejected,
+	abi.CMEventUnreachable:    EventUnreachable,
+	abi.CMEventConnectError:   EventConnectError,
+	abi.CMEventDisconnected:   EventDisconnected,
+	abi.CMEventTimewaitExit:   EventTimewaitExit,
 }
 
 // ConnParam is struct rdma_conn_param.

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rnicd/rnicd/hostif"
+	"github.com/rnicd/rnicd/hostif/abi"
 	"github.com/rnicd/rnicd/ib"
 	"github.com/rnicd/rnicd/rdmacm"
 	"github.com/rnicd/rnicd/verbs"
@@ -271,23 +272,23 @@ func TestHostileTruncate(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer x.Close()
-	var pd hostif.Handle
-	if _, err := x.Call(hostif.KindAllocPD, &hostif.Empty{}, nil, &pd); err != nil {
+	var pd abi.Handle
+	if _, err := x.Call(abi.KindAllocPD, &abi.Empty{}, nil, &pd); err != nil {
 		t.Fatal(err)
 	}
-	var cq hostif.RingReply
-	cqFDs, err := x.Call(hostif.KindCreateCQ, &hostif.CreateCQReq{CQE: 64}, nil, &cq)
+	var cq abi.RingReply
+	cqFDs, err := x.Call(abi.KindCreateCQ, &abi.CreateCQReq{CQE: 64}, nil, &cq)
 	if err != nil || len(cqFDs) != 2 {
 		t.Fatalf("create_cq: %d descriptors, %v", len(cqFDs), err)
 	}
-	var qp hostif.RingReply
-	qpFDs, err := x.Call(hostif.KindCreateQP, &hostif.CreateQPReq{PD: pd.H, SendCQ: cq.H, RecvCQ: cq.H, Type: ib.QPTypeRC,
+	var qp abi.RingReply
+	qpFDs, err := x.Call(abi.KindCreateQP, &abi.CreateQPReq{PD: pd.H, SendCQ: cq.H, RecvCQ: cq.H, Type: ib.QPTypeRC,
 		Caps: ib.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}}, nil, &qp)
 	if err != nil || len(qpFDs) != 1 {
 		t.Fatalf("create_qp: %d descriptors, %v", len(qpFDs), err)
 	}
-	var srq hostif.RingReply
-	srqFDs, err := x.Call(hostif.KindCreateSRQ, &hostif.CreateSRQReq{PD: pd.H, MaxWR: 16, MaxSGE: 1}, nil, &srq)
+	var srq abi.RingReply
+	srqFDs, err := x.Call(abi.KindCreateSRQ, &abi.CreateSRQReq{PD: pd.H, MaxWR: 16, MaxSGE: 1}, nil, &srq)
 	if err != nil || len(srqFDs) != 1 {
 		t.Fatalf("create_srq: %d descriptors, %v", len(srqFDs), err)
 	}
@@ -310,7 +311,7 @@ func TestHostileTruncate(t *testing.T) {
 	unix.Close(cqFDs[1])
 	// The QP's rings are still the daemon's to read: a doorbell with
 	// nothing posted is fetched from the whole ring and changes nothing.
-	if err := x.Send(hostif.KindDoorbell, &hostif.DoorbellReq{H: qp.H, Queue: hostif.DoorbellSend}); err != nil {
+	if err := x.Send(abi.KindDoorbell, &abi.DoorbellReq{H: qp.H, Queue: abi.DoorbellSend}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -333,13 +334,13 @@ func TestHostileTruncate(t *testing.T) {
 	}
 	loose := memfd(false)
 	defer unix.Close(loose)
-	req := &hostif.RegMRReq{PD: pd.H, Access: uint32(verbs.AccessLocalWrite | verbs.AccessRemoteWrite), Length: 1 << 20}
-	if _, err := x.Call(hostif.KindRegMR, req, []int{loose}, &hostif.RegMRReply{}); err == nil || !strings.Contains(err.Error(), "F_SEAL_SHRINK") {
+	req := &abi.RegMRReq{PD: pd.H, Access: uint32(verbs.AccessLocalWrite | verbs.AccessRemoteWrite), Length: 1 << 20}
+	if _, err := x.Call(abi.KindRegMR, req, []int{loose}, &abi.RegMRReply{}); err == nil || !strings.Contains(err.Error(), "F_SEAL_SHRINK") {
 		t.Fatalf("reg_mr of a memfd that may shrink: %v, want a refusal naming F_SEAL_SHRINK", err)
 	}
 	sealed := memfd(true)
 	defer unix.Close(sealed)
-	if _, err := x.Call(hostif.KindRegMR, req, []int{sealed}, &hostif.RegMRReply{}); err != nil {
+	if _, err := x.Call(abi.KindRegMR, req, []int{sealed}, &abi.RegMRReply{}); err != nil {
 		t.Fatal(err)
 	}
 	if err := unix.Ftruncate(sealed, 0); !errors.Is(err, unix.EPERM) {

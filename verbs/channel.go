@@ -9,7 +9,7 @@ import (
 
 	"time"
 
-	"github.com/rnicd/rnicd/hostif"
+	"github.com/rnicd/rnicd/hostif/abi"
 )
 
 // CompChannel is a completion channel (ibv_comp_channel): where armed CQs
@@ -25,19 +25,19 @@ type CompChannel struct {
 
 // CreateCompChannel creates a completion channel (ibv_create_comp_channel).
 func (c *Context) CreateCompChannel() (*CompChannel, error) {
-	var r hostif.Handle
-	fds, err := c.call(hostif.KindCreateChannel, &hostif.Empty{}, nil, &r)
+	var r abi.Handle
+	fds, err := c.call(abi.KindCreateChannel, &abi.Empty{}, nil, &r)
 	if err != nil {
 		return nil, err
 	}
 	if len(fds) != 1 {
 		closeFDs(fds)
-		c.destroy(hostif.KindDestroyChannel, r.H)
+		c.destroy(abi.KindDestroyChannel, r.H)
 		return nil, fmt.Errorf("verbs: create_comp_channel: reply carries %d descriptors, want a wake pipe", len(fds))
 	}
 	ev, err := newEventFD(fds[0])
 	if err != nil {
-		c.destroy(hostif.KindDestroyChannel, r.H)
+		c.destroy(abi.KindDestroyChannel, r.H)
 		return nil, err
 	}
 	return &CompChannel{ctx: c, h: r.H, ev: ev}, nil
@@ -87,7 +87,7 @@ func waitBounded(ctx context.Context, e *eventFD) (idle bool, err error) {
 
 // Destroy destroys the channel (ibv_destroy_comp_channel).
 func (ch *CompChannel) Destroy() error {
-	if err := ch.ctx.destroy(hostif.KindDestroyChannel, ch.h); err != nil {
+	if err := ch.ctx.destroy(abi.KindDestroyChannel, ch.h); err != nil {
 		return err
 	}
 	return ch.ev.close()

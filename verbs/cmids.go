@@ -3,7 +3,7 @@ package verbs
 import (
 	"net/netip"
 
-	"github.com/rnicd/rnicd/hostif"
+	"github.com/rnicd/rnicd/hostif/abi"
 )
 
 // CMIDInfo is one CM ID of the device as `rdma res show cm_id` shows it.
@@ -23,8 +23,8 @@ func (c *Context) CMIDs() ([]CMIDInfo, error) {
 	var out []CMIDInfo
 	from := uint32(0)
 	for {
-		var r hostif.ListCMIDsReply
-		if _, err := c.call(hostif.KindListCMIDs, &hostif.ListCMIDsReq{From: from}, nil, &r); err != nil {
+		var r abi.ListCMIDsReply
+		if _, err := c.call(abi.KindListCMIDs, &abi.ListCMIDsReq{From: from}, nil, &r); err != nil {
 			return nil, err
 		}
 		for _, row := range r.Rows {

@@ -3,7 +3,7 @@ package verbs
 import (
 	"testing"
 
-	"github.com/rnicd/rnicd/hostif"
+	"github.com/rnicd/rnicd/hostif/abi"
 )
 
 // BenchmarkEncodeSendWQE is the post path's work for one WR and the poll
@@ -19,18 +19,18 @@ func BenchmarkEncodeSendWQE(b *testing.B) {
 	b.Run("encode", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if err := hostif.EncodeSendWQE(slot, &wr); err != nil {
+			if err := abi.EncodeSendWQE(slot, &wr); err != nil {
 				b.Fatal(err)
 			}
 		}
 	})
-	cqe := make([]byte, hostif.CQESlotBytes)
-	hostif.PutCQE(cqe, &WC{WRID: 1, Opcode: WCRecv, ByteLen: 8})
+	cqe := make([]byte, abi.CQESlotBytes)
+	abi.PutCQE(cqe, &WC{WRID: 1, Opcode: WCRecv, ByteLen: 8})
 	b.Run("poll:decode", func(b *testing.B) {
 		b.ReportAllocs()
 		var out WC
 		for b.Loop() {
-			hostif.GetCQE(cqe, &out)
+			abi.GetCQE(cqe, &out)
 		}
 		if out.WRID != 1 || out.Opcode != WCRecv || out.ByteLen != 8 {
 			b.Fatalf("decoded %v", &out)

@@ -12,6 +12,7 @@ import (
 	"syscall"
 
 	"github.com/rnicd/rnicd/hostif"
+	"github.com/rnicd/rnicd/hostif/abi"
 	"github.com/rnicd/rnicd/rnic"
 	"github.com/rnicd/rnicd/wire/ibudp"
 )
@@ -174,12 +175,12 @@ func (c *Context) fatal() error {
 }
 
 // call makes one control request.
-func (c *Context) call(k hostif.Kind, req hostif.Body, fds []int, reply hostif.Body) ([]int, error) {
+func (c *Context) call(k abi.Kind, req abi.Body, fds []int, reply abi.Body) ([]int, error) {
 	if err := c.check(); err != nil {
 		return nil, err
 	}
 	rfds, err := c.cl.Call(k, req, fds, reply)
-	var refused *hostif.Error
+	var refused *abi.Error
 	if errors.As(err, &refused) {
 		return rfds, &RequestError{Verb: refused.Kind.String(), Errno: refused.Code.Errno(), Msg: refused.Msg}
 	}
@@ -192,7 +193,7 @@ func (c *Context) doorbell(h uint32, q uint8) error {
 	if c.local != nil {
 		return c.local.srv.Doorbell(h, q)
 	}
-	return c.hungUp(c.cl.Send(hostif.KindDoorbell, &hostif.DoorbellReq{H: h, Queue: q}))
+	return c.hungUp(c.cl.Send(abi.KindDoorbell, &abi.DoorbellReq{H: h, Queue: q}))
 }
 
 // hungUp turns the error of a message to a daemon that has gone (killed
@@ -206,8 +207,8 @@ func (c *Context) hungUp(err error) error {
 }
 
 // destroy releases a handle with a destroy request of kind k.
-func (c *Context) destroy(k hostif.Kind, h uint32) error {
-	_, err := c.call(k, &hostif.Handle{H: h}, nil, &hostif.Empty{})
+func (c *Context) destroy(k abi.Kind, h uint32) error {
+	_, err := c.call(k, &abi.Handle{H: h}, nil, &abi.Empty{})
 	return err
 }
 

@@ -10,9 +10,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rnicd/rnicd/hostif/abi"
 	"github.com/rnicd/rnicd/ib"
 
-	"github.com/rnicd/rnicd/hostif"
 	"github.com/rnicd/rnicd/rnic"
 )
 
@@ -26,7 +26,7 @@ type CQ struct {
 	h    uint32
 	ch   *CompChannel
 	mem  []byte
-	ring *hostif.Ring
+	ring *abi.Ring
 	wake *eventFD // the NIC writes it when Wait sleeps
 
 	mu   sync.Mutex
@@ -42,31 +42,31 @@ func (c *Context) CreateCQ(cqe int, ch *CompChannel) (*CQ, error) {
 	if cqe < 1 || cqe > rnic.MaxCQE {
 		return nil, fmt.Errorf("verbs: CQ size %d outside 1..%d", cqe, rnic.MaxCQE)
 	}
-	req := &hostif.CreateCQReq{CQE: uint32(cqe)}
+	req := &abi.CreateCQReq{CQE: uint32(cqe)}
 	if ch != nil {
 		req.Channel = ch.h
 	}
-	var r hostif.RingReply
-	fds, err := c.call(hostif.KindCreateCQ, req, nil, &r)
+	var r abi.RingReply
+	fds, err := c.call(abi.KindCreateCQ, req, nil, &r)
 	if err != nil {
 		return nil, err
 	}
 	// The ring's memfd, then the read end of the CQ's wake pipe.
 	if len(fds) != 2 {
 		closeFDs(fds)
-		c.destroy(hostif.KindDestroyCQ, r.H)
+		c.destroy(abi.KindDestroyCQ, r.H)
 		return nil, fmt.Errorf("verbs: create_cq: reply carries %d descriptors, want a ring and a wake pipe", len(fds))
 	}
 	wake, err := newEventFD(fds[1])
 	if err != nil {
 		unix.Close(fds[0])
-		c.destroy(hostif.KindDestroyCQ, r.H)
+		c.destroy(abi.KindDestroyCQ, r.H)
 		return nil, err
 	}
 	mem, ring, err := mapRing(fds[:1], r.Send)
 	if err != nil {
 		wake.close()
-		c.destroy(hostif.KindDestroyCQ, r.H)
+		c.destroy(abi.KindDestroyCQ, r.H)
 		return nil, err
 	}
 	cq := &CQ{ctx: c, h: r.H, ch: ch, mem: mem, ring: ring, wake: wake}
@@ -124,7 +124,7 @@ func (cq *CQ) poll(wcs []WC) int {
 	prod := cq.ring.Producer()
 	k := 0
 	for k < len(wcs) && cq.cons != prod {
-		hostif.GetCQE(cq.ring.Slot(cq.cons), &wcs[k])
+		abi.GetCQE(cq.ring.Slot(cq.cons), &wcs[k])
 		cq.cons++
 		k++
 	}
@@ -155,9 +155,9 @@ func (cq *CQ) ReqNotify(solicitedOnly bool) error {
 		return ErrClosed
 	}
 	if solicitedOnly {
-		cq.ring.SetArmed(hostif.ArmSolicited)
+		cq.ring.SetArmed(abi.ArmSolicited)
 	} else {
-		cq.ring.SetArmed(hostif.ArmAny)
+		cq.ring.SetArmed(abi.ArmAny)
 	}
 	return nil
 }
@@ -201,7 +201,7 @@ func (cq *CQ) Wait(ctx context.Context) error {
 
 // Destroy destroys the CQ (ibv_destroy_cq).
 func (cq *CQ) Destroy() error {
-	if err := cq.ctx.destroy(hostif.KindDestroyCQ, cq.h); err != nil {
+	if err := cq.ctx.destroy(abi.KindDestroyCQ, cq.h); err != nil {
 		return err
 	}
 	if cq.ch != nil {

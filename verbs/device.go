@@ -4,7 +4,7 @@ import (
 	"net/netip"
 	"strconv"
 
-	"github.com/rnicd/rnicd/hostif"
+	"github.com/rnicd/rnicd/hostif/abi"
 	"github.com/rnicd/rnicd/ib"
 	"github.com/rnicd/rnicd/rnic"
 )
@@ -98,8 +98,8 @@ func NodeGUID(a netip.Addr) uint64 {
 
 // QueryPort returns the port's attributes and GID table (ibv_query_port).
 func (c *Context) QueryPort() (PortAttr, error) {
-	var r hostif.PortReply
-	if _, err := c.call(hostif.KindQueryPort, &hostif.Empty{}, nil, &r); err != nil {
+	var r abi.PortReply
+	if _, err := c.call(abi.KindQueryPort, &abi.Empty{}, nil, &r); err != nil {
 		return PortAttr{}, err
 	}
 	mtu := MTUFromBytes(int(r.ActiveMTU))
@@ -124,8 +124,8 @@ func (c *Context) QPs() ([]QPInfo, error) {
 	var out []QPInfo
 	from := uint32(0)
 	for {
-		var r hostif.ListQPsReply
-		if _, err := c.call(hostif.KindListQPs, &hostif.ListQPsReq{From: from}, nil, &r); err != nil {
+		var r abi.ListQPsReply
+		if _, err := c.call(abi.KindListQPs, &abi.ListQPsReq{From: from}, nil, &r); err != nil {
 			return nil, err
 		}
 		for _, row := range r.Rows {
@@ -150,8 +150,8 @@ func (c *Context) QPs() ([]QPInfo, error) {
 // (/sys/class/infiniband/rxe0/ports/1/hw_counters), and the host
 // interface's (hostif_*).
 func (c *Context) Counters() (map[string]uint64, error) {
-	var r hostif.CountersReply
-	if _, err := c.call(hostif.KindCounters, &hostif.Empty{}, nil, &r); err != nil {
+	var r abi.CountersReply
+	if _, err := c.call(abi.KindCounters, &abi.Empty{}, nil, &r); err != nil {
 		return nil, err
 	}
 	return r.Counters, nil

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/rnicd/rnicd/hostif"
+	"github.com/rnicd/rnicd/hostif/abi"
 	"github.com/rnicd/rnicd/ib"
 )
 
@@ -52,16 +52,16 @@ func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
 	if err != nil {
 		return nil, err
 	}
-	var r hostif.RegMRReply
-	req := &hostif.RegMRReq{PD: pd.h, Access: uint32(access), Offset: uint64(off), Length: uint64(len(buf)), IOVA: va}
-	if _, err := pd.ctx.call(hostif.KindRegMR, req, []int{s.fd}, &r); err != nil {
+	var r abi.RegMRReply
+	req := &abi.RegMRReq{PD: pd.h, Access: uint32(access), Offset: uint64(off), Length: uint64(len(buf)), IOVA: va}
+	if _, err := pd.ctx.call(abi.KindRegMR, req, []int{s.fd}, &r); err != nil {
 		return nil, fmt.Errorf("verbs: reg_mr: %w", err)
 	}
 	return &MR{pd: pd, h: r.H, Buf: buf, Addr: va, LKey: r.LKey, RKey: r.RKey}, nil
 }
 
 // Dereg deregisters the region (ibv_dereg_mr).
-func (mr *MR) Dereg() error { return mr.pd.ctx.destroy(hostif.KindDeregMR, mr.h) }
+func (mr *MR) Dereg() error { return mr.pd.ctx.destroy(abi.KindDeregMR, mr.h) }
 
 // SGE returns the SGE for buf[off:off+n].
 func (mr *MR) SGE(off, n int) SGE {

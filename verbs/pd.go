@@ -1,7 +1,7 @@
 package verbs
 
 import (
-	"github.com/rnicd/rnicd/hostif"
+	"github.com/rnicd/rnicd/hostif/abi"
 )
 
 // PD is a protection domain (ibv_pd).
@@ -12,12 +12,12 @@ type PD struct {
 
 // AllocPD allocates a protection domain (ibv_alloc_pd).
 func (c *Context) AllocPD() (*PD, error) {
-	var r hostif.Handle
-	if _, err := c.call(hostif.KindAllocPD, &hostif.Empty{}, nil, &r); err != nil {
+	var r abi.Handle
+	if _, err := c.call(abi.KindAllocPD, &abi.Empty{}, nil, &r); err != nil {
 		return nil, err
 	}
 	return &PD{ctx: c, h: r.H}, nil
 }
 
 // Dealloc frees the PD (ibv_dealloc_pd).
-func (pd *PD) Dealloc() error { return pd.ctx.destroy(hostif.KindDeallocPD, pd.h) }
+func (pd *PD) Dealloc() error { return pd.ctx.destroy(abi.KindDeallocPD, pd.h) }

@@ -4,11 +4,11 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/rnicd/rnicd/hostif"
-
 	"golang.org/x/sys/unix"
 
 	"sync"
+
+	"github.com/rnicd/rnicd/hostif/abi"
 )
 
 // QPInitAttr is what CreateQP needs (ibv_qp_init_attr).
@@ -31,7 +31,7 @@ type QP struct {
 	mem []byte
 
 	mu     sync.Mutex
-	sq, rq *hostif.Ring // rq nil with an SRQ
+	sq, rq *abi.Ring // rq nil with an SRQ
 	sqProd uint32
 	rqProd uint32
 	state  QPState // as the last Modify left it
@@ -46,23 +46,23 @@ func (pd *PD) CreateQP(a QPInitAttr) (*QP, error) {
 	if c.MaxSendWR < 0 || c.MaxRecvWR < 0 || c.MaxSendSGE < 0 || c.MaxRecvSGE < 0 || c.MaxInlineData < 0 {
 		return nil, fmt.Errorf("verbs: create QP: negative caps %+v", c)
 	}
-	req := &hostif.CreateQPReq{PD: pd.h, SendCQ: a.SendCQ.h, RecvCQ: a.RecvCQ.h, Type: a.Type, SigAll: a.SigAll, Caps: a.Cap}
+	req := &abi.CreateQPReq{PD: pd.h, SendCQ: a.SendCQ.h, RecvCQ: a.RecvCQ.h, Type: a.Type, SigAll: a.SigAll, Caps: a.Cap}
 	if a.SRQ != nil {
 		req.SRQ = a.SRQ.h
 	}
-	var r hostif.RingReply
-	fds, err := pd.ctx.call(hostif.KindCreateQP, req, nil, &r)
+	var r abi.RingReply
+	fds, err := pd.ctx.call(abi.KindCreateQP, req, nil, &r)
 	if err != nil {
 		return nil, err
 	}
 	mem, sq, err := mapRing(fds, r.Send)
 	if err != nil {
-		pd.ctx.destroy(hostif.KindDestroyQP, r.H)
+		pd.ctx.destroy(abi.KindDestroyQP, r.H)
 		return nil, err
 	}
 	qp := &QP{pd: pd, h: r.H, QPN: r.QPN, Cap: r.Caps, typ: a.Type, mem: mem, sq: sq, state: QPSReset}
 	if r.Recv.Size != 0 {
-		qp.rq, err = hostif.NewRing(mem[r.Recv.Offset:uint64(r.Recv.Offset)+uint64(r.Recv.Size)], r.Recv.Slots, r.Recv.SlotBytes)
+		qp.rq, err = abi.NewRing(mem[r.Recv.Offset:uint64(r.Recv.Offset)+uint64(r.Recv.Size)], r.Recv.Slots, r.Recv.SlotBytes)
 		if err != nil {
 			qp.Destroy()
 			return nil, err
@@ -75,7 +75,7 @@ func (pd *PD) CreateQP(a QPInitAttr) (*QP, error) {
 func (qp *QP) Modify(attr *QPAttr, mask AttrMask) error {
 	qp.mu.Lock()
 	defer qp.mu.Unlock()
-	if _, err := qp.pd.ctx.call(hostif.KindModifyQP, &hostif.ModifyQPReq{H: qp.h, Mask: mask, Attr: *attr}, nil, &hostif.Empty{}); err != nil {
+	if _, err := qp.pd.ctx.call(abi.KindModifyQP, &abi.ModifyQPReq{H: qp.h, Mask: mask, Attr: *attr}, nil, &abi.Empty{}); err != nil {
 		return err
 	}
 	if mask&AttrState != 0 {
@@ -89,8 +89,8 @@ func (qp *QP) Modify(attr *QPAttr, mask AttrMask) error {
 
 // Query returns the QP's attributes (ibv_query_qp).
 func (qp *QP) Query() (QPAttr, error) {
-	var r hostif.QPAttrReply
-	if _, err := qp.pd.ctx.call(hostif.KindQueryQP, &hostif.Handle{H: qp.h}, nil, &r); err != nil {
+	var r abi.QPAttrReply
+	if _, err := qp.pd.ctx.call(abi.KindQueryQP, &abi.Handle{H: qp.h}, nil, &r); err != nil {
 		return QPAttr{}, err
 	}
 	return r.Attr, nil
@@ -124,7 +124,7 @@ func (qp *QP) PostSend(wrs []SendWR) error {
 		case wr.Flags&SendInline == 0 && len(wr.SGL) > qp.Cap.MaxSendSGE:
 			err = fmt.Errorf("verbs: %d SGEs, QP allows %d", len(wr.SGL), qp.Cap.MaxSendSGE)
 		default:
-			err = hostif.EncodeSendWQE(qp.sq.Slot(qp.sqProd), wr)
+			err = abi.EncodeSendWQE(qp.sq.Slot(qp.sqProd), wr)
 		}
 		if err != nil {
 			bad = &WRError{Index: i, WRID: wr.WRID, Err: err}
@@ -139,7 +139,7 @@ func (qp *QP) PostSend(wrs []SendWR) error {
 	if !qp.sq.EngineAsleep() || !qp.sq.RingBell() {
 		return bad
 	}
-	if err := qp.pd.ctx.doorbell(qp.h, hostif.DoorbellSend); err != nil && bad == nil {
+	if err := qp.pd.ctx.doorbell(qp.h, abi.DoorbellSend); err != nil && bad == nil {
 		bad = err
 	}
 	return bad
@@ -163,7 +163,7 @@ func (qp *QP) PostRecv(wrs []RecvWR) error {
 	if !qp.rq.EngineAsleep() {
 		return err // the engine polls the ring
 	}
-	if err2 := qp.pd.ctx.doorbell(qp.h, hostif.DoorbellRecv); err == nil {
+	if err2 := qp.pd.ctx.doorbell(qp.h, abi.DoorbellRecv); err == nil {
 		err = err2
 	}
 	return err
@@ -171,7 +171,7 @@ func (qp *QP) PostRecv(wrs []RecvWR) error {
 
 // Destroy destroys the QP (ibv_destroy_qp).
 func (qp *QP) Destroy() error {
-	if err := qp.pd.ctx.destroy(hostif.KindDestroyQP, qp.h); err != nil {
+	if err := qp.pd.ctx.destroy(abi.KindDestroyQP, qp.h); err != nil {
 		return err
 	}
 	qp.mu.Lock()

@@ -3,15 +3,15 @@ package verbs
 import (
 	"fmt"
 
-	"github.com/rnicd/rnicd/hostif"
+	"github.com/rnicd/rnicd/hostif/abi"
 )
 
-// CMCall sends a connection manager request (hostif.KindCM*) on the
+// CMCall sends a connection manager request (abi.KindCM*) on the
 // context's control connection. It is package rdmacm's way in: a CM ID
 // must live on the same connection as the QP it connects, since handles
 // belong to one connection.
-func (c *Context) CMCall(k hostif.Kind, req hostif.Body, fds []int, reply hostif.Body) ([]int, error) {
-	if k < hostif.KindCMCreateChannel || k > hostif.KindCMGetEvent {
+func (c *Context) CMCall(k abi.Kind, req abi.Body, fds []int, reply abi.Body) ([]int, error) {
+	if k < abi.KindCMCreateChannel || k > abi.KindCMGetEvent {
 		return nil, fmt.Errorf("verbs: %v is not a CM request", k)
 	}
 	return c.call(k, req, fds, reply)
@@ -25,8 +25,8 @@ func (qp *QP) Handle() uint32 { return qp.h }
 // it (rdmacm calls it on ESTABLISHED), so that posting
 // checks the state the connection left, as rxe's QP state does.
 func (qp *QP) SyncState() error {
-	var r hostif.QPAttrReply
-	if _, err := qp.pd.ctx.call(hostif.KindQueryQP, &hostif.Handle{H: qp.h}, nil, &r); err != nil {
+	var r abi.QPAttrReply
+	if _, err := qp.pd.ctx.call(abi.KindQueryQP, &abi.Handle{H: qp.h}, nil, &r); err != nil {
 		return err
 	}
 	qp.mu.Lock()

@@ -5,7 +5,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/rnicd/rnicd/hostif"
+	"github.com/rnicd/rnicd/hostif/abi"
 )
 
 func closeFDs(fds []int) {
@@ -15,7 +15,7 @@ func closeFDs(fds []int) {
 }
 
 // mapRing maps the ring memfd of a create reply and views the ring d.
-func mapRing(fds []int, d hostif.RingDesc) ([]byte, *hostif.Ring, error) {
+func mapRing(fds []int, d abi.RingDesc) ([]byte, *abi.Ring, error) {
 	if len(fds) != 1 {
 		for _, fd := range fds {
 			unix.Close(fd)
@@ -35,7 +35,7 @@ func mapRing(fds []int, d hostif.RingDesc) ([]byte, *hostif.Ring, error) {
 		unix.Munmap(mem)
 		return nil, nil, fmt.Errorf("verbs: ring at %d+%d outside %d bytes", d.Offset, d.Size, len(mem))
 	}
-	ring, err := hostif.NewRing(mem[d.Offset:d.Offset+d.Size], d.Slots, d.SlotBytes)
+	ring, err := abi.NewRing(mem[d.Offset:d.Offset+d.Size], d.Slots, d.SlotBytes)
 	if err != nil {
 		unix.Munmap(mem)
 		return nil, nil, err

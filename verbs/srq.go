@@ -3,11 +3,11 @@ package verbs
 import (
 	"fmt"
 
-	"github.com/rnicd/rnicd/hostif"
-
 	"golang.org/x/sys/unix"
 
 	"sync"
+
+	"github.com/rnicd/rnicd/hostif/abi"
 )
 
 // SRQInitAttr is what CreateSRQ needs (ibv_srq_init_attr).
@@ -25,24 +25,24 @@ type SRQ struct {
 	mem    []byte
 
 	mu   sync.Mutex
-	ring *hostif.Ring
+	ring *abi.Ring
 	prod uint32
 }
 
 // CreateSRQ creates a shared receive queue (ibv_create_srq).
 func (pd *PD) CreateSRQ(a SRQInitAttr) (*SRQ, error) {
-	var r hostif.RingReply
-	req := &hostif.CreateSRQReq{PD: pd.h, MaxWR: uint32(a.MaxWR), MaxSGE: uint32(a.MaxSGE), Limit: uint32(a.Limit)}
+	var r abi.RingReply
+	req := &abi.CreateSRQReq{PD: pd.h, MaxWR: uint32(a.MaxWR), MaxSGE: uint32(a.MaxSGE), Limit: uint32(a.Limit)}
 	if a.MaxWR < 0 || a.MaxSGE < 0 || a.Limit < 0 {
 		return nil, fmt.Errorf("verbs: create SRQ: negative size in %+v", a)
 	}
-	fds, err := pd.ctx.call(hostif.KindCreateSRQ, req, nil, &r)
+	fds, err := pd.ctx.call(abi.KindCreateSRQ, req, nil, &r)
 	if err != nil {
 		return nil, err
 	}
 	mem, ring, err := mapRing(fds, r.Recv)
 	if err != nil {
-		pd.ctx.destroy(hostif.KindDestroySRQ, r.H)
+		pd.ctx.destroy(abi.KindDestroySRQ, r.H)
 		return nil, err
 	}
 	return &SRQ{pd: pd, h: r.H, maxSGE: r.Caps.MaxRecvSGE, mem: mem, ring: ring}, nil
@@ -60,14 +60,14 @@ func (s *SRQ) PostRecv(wrs []RecvWR) error {
 	if !s.ring.EngineAsleep() {
 		return err // the engine polls the ring
 	}
-	if err2 := s.pd.ctx.doorbell(s.h, hostif.DoorbellRecv); err == nil {
+	if err2 := s.pd.ctx.doorbell(s.h, abi.DoorbellRecv); err == nil {
 		err = err2
 	}
 	return err
 }
 
 // postRecv writes receive WRs into a ring and moves its producer index.
-func postRecv(ring *hostif.Ring, prod *uint32, maxSGE int, wrs []RecvWR) error {
+func postRecv(ring *abi.Ring, prod *uint32, maxSGE int, wrs []RecvWR) error {
 	var bad error
 	for i := range wrs {
 		var err error
@@ -77,7 +77,7 @@ func postRecv(ring *hostif.Ring, prod *uint32, maxSGE int, wrs []RecvWR) error {
 		case len(wrs[i].SGL) > maxSGE:
 			err = fmt.Errorf("verbs: %d SGEs, queue allows %d", len(wrs[i].SGL), maxSGE)
 		default:
-			err = hostif.EncodeRecvWQE(ring.Slot(*prod), &wrs[i])
+			err = abi.EncodeRecvWQE(ring.Slot(*prod), &wrs[i])
 		}
 		if err != nil {
 			bad = &WRError{Index: i, WRID: wrs[i].WRID, Err: err}
@@ -91,7 +91,7 @@ func postRecv(ring *hostif.Ring, prod *uint32, maxSGE int, wrs []RecvWR) error {
 
 // Destroy destroys the SRQ (ibv_destroy_srq).
 func (s *SRQ) Destroy() error {
-	if err := s.pd.ctx.destroy(hostif.KindDestroySRQ, s.h); err != nil {
+	if err := s.pd.ctx.destroy(abi.KindDestroySRQ, s.h); err != nil {
 		return err
 	}
 	s.mu.Lock()

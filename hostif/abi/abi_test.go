@@ -1,4 +1,4 @@
-package hostif
+package abi
 
 import (
 	"bytes"
@@ -13,11 +13,10 @@ import (
 	"testing"
 
 	"github.com/rnicd/rnicd/ib"
-	"github.com/rnicd/rnicd/rnic/cm"
 )
 
 // cHeader is the C library's copy of the ABI.
-const cHeader = "../clib/src/rnic.h"
+const cHeader = "../../clib/src/rnic.h"
 
 // goABI is the host interface's ABI as the Go side has it, by the C
 // header's names: the constants as they are, and every slot field's
@@ -50,9 +49,9 @@ func goABI(t *testing.T) map[string]int64 {
 		"CM_EV_CONNECT_ERROR": int64(CMEventConnectError), "CM_EV_DISCONNECTED": int64(CMEventDisconnected),
 		"CM_EV_TIMEWAIT_EXIT": int64(CMEventTimewaitExit),
 
-		"RING_PRODUCER": ringProducer, "RING_DEPTH": ringDepth, "RING_SLOT_SIZE": ringSlotSize,
-		"RING_ARMED": ringArmed, "RING_FLAGS": ringFlags, "RING_EVENTS": ringEvents, "RING_WAITING": ringWaiting,
-		"RING_BELL": ringBell, "RING_ASLEEP": ringAsleep, "RING_CONSUMER": ringConsumer, "RING_HEADER": RingHeader,
+		"RING_PRODUCER": RingProducer, "RING_DEPTH": RingDepth, "RING_SLOT_SIZE": RingSlotSize,
+		"RING_ARMED": RingArmed, "RING_FLAGS": RingFlags, "RING_EVENTS": RingEvents, "RING_WAITING": RingWaiting,
+		"RING_BELL": RingBell, "RING_ASLEEP": RingAsleep, "RING_CONSUMER": RingConsumer, "RING_HEADER": RingHeader,
 		"ARM_ANY": int64(ArmAny), "ARM_SOLICITED": int64(ArmSolicited), "FLAG_OVERRUN": int64(FlagOverrun),
 
 		"SEND_FIXED": sendFixed, "SGE_BYTES": sgeBytes, "CQE_BYTES": CQESlotBytes,
@@ -278,23 +277,5 @@ func TestCHeaderABIBroken(t *testing.T) {
 	}
 	if len(bad) != 4 {
 		t.Errorf("altered header: %d mismatches reported, want 4: %q", len(bad), bad)
-	}
-}
-
-// TestCMEventCodes holds the host interface's CM event codes equal to
-// the daemon's CM agent's, which the server sends as they are.
-func TestCMEventCodes(t *testing.T) {
-	for _, c := range []struct {
-		wire  uint8
-		agent cm.EventType
-	}{
-		{CMEventConnectRequest, cm.EventConnectRequest}, {CMEventEstablished, cm.EventEstablished},
-		{CMEventRejected, cm.EventRejected}, {CMEventUnreachable, cm.EventUnreachable},
-		{CMEventConnectError, cm.EventConnectError}, {CMEventDisconnected, cm.EventDisconnected},
-		{CMEventTimewaitExit, cm.EventTimewaitExit},
-	} {
-		if c.wire != uint8(c.agent) {
-			t.Errorf("%v: host interface code %d, CM agent's %d", c.agent, c.wire, uint8(c.agent))
-		}
 	}
 }

@@ -1,4 +1,4 @@
-package hostif
+package abi
 
 import (
 	"github.com/rnicd/rnicd/ib"
@@ -17,6 +17,12 @@ func (*Empty) decode(*decoder) {}
 // Handle is the body of requests naming one object (dealloc, dereg,
 // destroy, query) and of replies returning one.
 type Handle struct{ H uint32 }
+
+// Target is the handle of the object a request acts on. The daemon
+// checks that it names an object of the client's, of a kind the request
+// acts on, before any handler runs; every body of such a request has it
+// (Handle, ModifyQPReq, DoorbellReq and the CM requests').
+func (m *Handle) Target() uint32 { return m.H }
 
 func (m *Handle) encode(e *encoder) { e.u32(m.H) }
 func (m *Handle) decode(d *decoder) { m.H = d.u32() }
@@ -229,6 +235,9 @@ type ModifyQPReq struct {
 	Attr ib.QPAttr
 }
 
+// Target is the QP (or SRQ) the request acts on.
+func (m *ModifyQPReq) Target() uint32 { return m.H }
+
 func encodeAttr(e *encoder, a *ib.QPAttr) {
 	e.u8(uint8(a.State))
 	e.u8(uint8(a.PathMTU))
@@ -300,8 +309,8 @@ type QPRow struct {
 	Comm                       string // owner's process name
 }
 
-// maxRows keeps a ListQPs reply well inside MaxMessage.
-const maxRows = 256
+// MaxRows keeps a ListQPs reply well inside MaxMessage.
+const MaxRows = 256
 
 // ListQPsReply answers KindListQPs; More says a further request from
 // Next is needed.
@@ -334,7 +343,7 @@ func (m *ListQPsReply) encode(e *encoder) {
 
 func (m *ListQPsReply) decode(d *decoder) {
 	n := d.u32()
-	if n > maxRows {
+	if n > MaxRows {
 		d.fail("%d QP rows", n)
 		return
 	}
@@ -391,6 +400,9 @@ type DoorbellReq struct {
 	H     uint32
 	Queue uint8
 }
+
+// Target is the QP (or SRQ) the request acts on.
+func (m *DoorbellReq) Target() uint32 { return m.H }
 
 func (m *DoorbellReq) encode(e *encoder) { e.u32(m.H); e.u8(m.Queue) }
 func (m *DoorbellReq) decode(d *decoder) {

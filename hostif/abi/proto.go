@@ -1,4 +1,4 @@
-package hostif
+package abi
 
 import (
 	"encoding/binary"
@@ -310,8 +310,8 @@ func DecodeBody(body []byte, b Body) error {
 	return d.finish()
 }
 
-// encodeError returns the reply of a failed request.
-func encodeError(k Kind, id uint32, code Code, msg string) []byte {
+// EncodeError returns the reply of a failed request.
+func EncodeError(k Kind, id uint32, code Code, msg string) []byte {
 	if len(msg) > MaxErrorMsg {
 		msg = msg[:MaxErrorMsg]
 	}
@@ -322,9 +322,9 @@ func encodeError(k Kind, id uint32, code Code, msg string) []byte {
 	return e.b
 }
 
-// encodeReply returns the reply of a request that succeeded: code 0 then
+// EncodeReply returns the reply of a request that succeeded: code 0 then
 // the kind's reply body.
-func encodeReply(k Kind, id uint32, b Body) []byte {
+func EncodeReply(k Kind, id uint32, b Body) []byte {
 	e := encoder{b: appendHeader(nil, k, FlagReply, id)}
 	e.u32(uint32(CodeOK))
 	if b != nil {
@@ -355,9 +355,44 @@ func DecodeReply(k Kind, body []byte, b Body) error {
 	return d.finish()
 }
 
+// kindNames are the requests' names: libibverbs' and librdmacm's calls
+// (ibv_reg_mr is reg_mr), as the daemon's logs and errors give them.
+var kindNames = map[Kind]string{
+	KindQueryPort:        "query_port",
+	KindAllocPD:          "alloc_pd",
+	KindDeallocPD:        "dealloc_pd",
+	KindRegMR:            "reg_mr",
+	KindDeregMR:          "dereg_mr",
+	KindRegMRShm:         "reg_mr_shm",
+	KindCreateChannel:    "create_comp_channel",
+	KindDestroyChannel:   "destroy_comp_channel",
+	KindCreateCQ:         "create_cq",
+	KindDestroyCQ:        "destroy_cq",
+	KindCreateSRQ:        "create_srq",
+	KindDestroySRQ:       "destroy_srq",
+	KindCreateQP:         "create_qp",
+	KindModifyQP:         "modify_qp",
+	KindQueryQP:          "query_qp",
+	KindDestroyQP:        "destroy_qp",
+	KindListQPs:          "list_qps",
+	KindCounters:         "counters",
+	KindDoorbell:         "doorbell",
+	KindCMCreateChannel:  "create_event_channel",
+	KindCMDestroyChannel: "destroy_event_channel",
+	KindCMCreateID:       "create_id",
+	KindCMDestroyID:      "destroy_id",
+	KindCMListen:         "listen",
+	KindCMConnect:        "connect",
+	KindCMAccept:         "accept",
+	KindCMReject:         "reject",
+	KindCMDisconnect:     "disconnect",
+	KindCMGetEvent:       "get_cm_event",
+	KindListCMIDs:        "list_cm_ids",
+}
+
 func (k Kind) String() string {
-	if r, ok := requests[k]; ok {
-		return r.name
+	if n, ok := kindNames[k]; ok {
+		return n
 	}
 	return fmt.Sprintf("kind(%d)", uint16(k))
 }

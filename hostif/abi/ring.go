@@ -1,4 +1,4 @@
-package hostif
+package abi
 
 import (
 	"encoding/binary"
@@ -33,16 +33,16 @@ import (
 // daemon keeps its own copy of depth and slot size and never trusts the
 // header's.
 const (
-	ringProducer = 0
-	ringDepth    = 8
-	ringSlotSize = 12
-	ringArmed    = 16
-	ringFlags    = 20
-	ringEvents   = 24
-	ringWaiting  = 28
-	ringBell     = 32
-	ringAsleep   = 36
-	ringConsumer = 64
+	RingProducer = 0
+	RingDepth    = 8
+	RingSlotSize = 12
+	RingArmed    = 16
+	RingFlags    = 20
+	RingEvents   = 24
+	RingWaiting  = 28
+	RingBell     = 32
+	RingAsleep   = 36
+	RingConsumer = 64
 	RingHeader   = 128
 )
 
@@ -84,26 +84,25 @@ func (r *Ring) Load(off int) uint32     { return atomic.LoadUint32(r.word(off)) 
 func (r *Ring) Store(off int, v uint32) { atomic.StoreUint32(r.word(off), v) }
 
 // Producer, Consumer and the rest name the header words.
-func (r *Ring) Producer() uint32     { return r.Load(ringProducer) }
-func (r *Ring) Consumer() uint32     { return r.Load(ringConsumer) }
-func (r *Ring) SetProducer(v uint32) { r.Store(ringProducer, v) }
-func (r *Ring) SetConsumer(v uint32) { r.Store(ringConsumer, v) }
-func (r *Ring) Armed() uint32        { return r.Load(ringArmed) }
-func (r *Ring) SetArmed(v uint32)    { r.Store(ringArmed, v) }
-func (r *Ring) Overrun() bool        { return r.Load(ringFlags)&FlagOverrun != 0 }
-func (r *Ring) Events() uint32       { return r.Load(ringEvents) }
-func (r *Ring) SetWaiting(on bool)   { r.Store(ringWaiting, uint32(b2u(on))) }
-func (r *Ring) disarm(v uint32) bool { return atomic.CompareAndSwapUint32(r.word(ringArmed), v, 0) }
-func (r *Ring) takeWaiter() bool     { return atomic.SwapUint32(r.word(ringWaiting), 0) != 0 }
-func (r *Ring) addEvent()            { atomic.AddUint32(r.word(ringEvents), 1) }
-func (r *Ring) setFlag(f uint32)     { atomic.OrUint32(r.word(ringFlags), f) }
-func (r *Ring) writeGeometry() {
-	r.Store(ringDepth, r.Slots)
-	r.Store(ringSlotSize, r.SlotBytes)
-	r.setAsleep(true)
+func (r *Ring) Producer() uint32     { return r.Load(RingProducer) }
+func (r *Ring) Consumer() uint32     { return r.Load(RingConsumer) }
+func (r *Ring) SetProducer(v uint32) { r.Store(RingProducer, v) }
+func (r *Ring) SetConsumer(v uint32) { r.Store(RingConsumer, v) }
+func (r *Ring) Armed() uint32        { return r.Load(RingArmed) }
+func (r *Ring) SetArmed(v uint32)    { r.Store(RingArmed, v) }
+func (r *Ring) Overrun() bool        { return r.Load(RingFlags)&FlagOverrun != 0 }
+func (r *Ring) Events() uint32       { return r.Load(RingEvents) }
+func (r *Ring) SetWaiting(on bool)   { r.Store(RingWaiting, uint32(b2u(on))) }
+func (r *Ring) Disarm(v uint32) bool { return atomic.CompareAndSwapUint32(r.word(RingArmed), v, 0) }
+func (r *Ring) TakeWaiter() bool     { return atomic.SwapUint32(r.word(RingWaiting), 0) != 0 }
+func (r *Ring) AddEvent()            { atomic.AddUint32(r.word(RingEvents), 1) }
+func (r *Ring) SetFlag(f uint32)     { atomic.OrUint32(r.word(RingFlags), f) }
+func (r *Ring) WriteGeometry() {
+	r.Store(RingDepth, r.Slots)
+	r.Store(RingSlotSize, r.SlotBytes)
+	r.SetAsleep(true)
 }
-func (r *Ring) Slot(i uint32) []byte { return r.slot(i) }
-func (r *Ring) reset()               { r.SetProducer(0); r.SetConsumer(0); r.Store(ringBell, 0) }
+func (r *Ring) Reset() { r.SetProducer(0); r.SetConsumer(0); r.Store(RingBell, 0) }
 
 // EngineAsleep is the client's half of notification suppression, as
 // virtio's event index and vhost-user suppress kicks: loaded after the
@@ -116,23 +115,23 @@ func (r *Ring) reset()               { r.SetProducer(0); r.SetConsumer(0); r.Sto
 // __ATOMIC_SEQ_CST in clib), one of the two sees the other's store, so no
 // post is left unseen (Dekker's order). A new ring reads asleep until an
 // engine polls it; a daemon without one never writes 0.
-func (r *Ring) EngineAsleep() bool { return r.Load(ringAsleep) != 0 }
+func (r *Ring) EngineAsleep() bool { return r.Load(RingAsleep) != 0 }
 
-// setAsleep is the engine's half.
-func (r *Ring) setAsleep(on bool) { r.Store(ringAsleep, uint32(b2u(on))) }
+// SetAsleep is the engine's half.
+func (r *Ring) SetAsleep(on bool) { r.Store(RingAsleep, uint32(b2u(on))) }
 
 // RingBell is the client's half of doorbell coalescing, called after it
 // stored the producer index: it reports whether a doorbell must be sent,
 // false when one is already on its way and the daemon has not yet begun
 // the fetch it asks for. The daemon clears the word before it reads the
-// producer index (clearBell), so that fetch sees every WQE whose
+// producer index (ClearBell), so that fetch sees every WQE whose
 // doorbell was skipped. While the daemon is busy, a client posting WR
 // after WR sends one doorbell per fetch rather than one per post.
-func (r *Ring) RingBell() bool { return atomic.SwapUint32(r.word(ringBell), 1) == 0 }
+func (r *Ring) RingBell() bool { return atomic.SwapUint32(r.word(RingBell), 1) == 0 }
 
-// clearBell is the daemon's half, before it reads the producer index.
-func (r *Ring) clearBell() { r.Store(ringBell, 0) }
-func (r *Ring) slot(i uint32) []byte {
+// ClearBell is the daemon's half, before it reads the producer index.
+func (r *Ring) ClearBell() { r.Store(RingBell, 0) }
+func (r *Ring) Slot(i uint32) []byte {
 	off := RingHeader + uint64(i%r.Slots)*uint64(r.SlotBytes)
 	return r.mem[off : off+uint64(r.SlotBytes)]
 }

@@ -1,4 +1,6 @@
-package hostif
+package abi
+
+import "net/netip"
 
 // The bodies of the connection manager's requests (KindCMCreateChannel
 // and after): rdma_cm's calls as the daemon's CM agent serves them. A CM
@@ -70,7 +72,7 @@ func (m *CMConnectReq) decode(d *decoder) {
 	}
 }
 
-func (m *CMConnectReq) target() uint32 { return m.H }
+func (m *CMConnectReq) Target() uint32 { return m.H }
 
 // CMAcceptReq answers a connect request's CM ID H with QP (rdma_accept).
 // For a SIDR_REQ (a UD connect) QP is a UD QP, named in the SIDR_REP with
@@ -98,7 +100,7 @@ func (m *CMAcceptReq) decode(d *decoder) {
 	m.PrivateData = []byte(d.str())
 }
 
-func (m *CMAcceptReq) target() uint32 { return m.H }
+func (m *CMAcceptReq) Target() uint32 { return m.H }
 
 // CMListenReq makes CM ID H listen on ServiceID (rdma_listen after
 // rdma_bind_addr); CMDataReq carries private data for Reject (with the
@@ -114,7 +116,7 @@ type CMListenReq struct {
 
 func (m *CMListenReq) encode(e *encoder) { e.u32(m.H); e.u64(m.ServiceID); e.u32(m.Backlog) }
 func (m *CMListenReq) decode(d *decoder) { m.H, m.ServiceID, m.Backlog = d.u32(), d.u64(), d.u32() }
-func (m *CMListenReq) target() uint32    { return m.H }
+func (m *CMListenReq) Target() uint32    { return m.H }
 
 // CMDataReq is the body of Reject (Reason: the REJ reason; rdma_reject
 // sends 28, consumer defined) and Disconnect (Reason unused).
@@ -129,7 +131,7 @@ func (m *CMDataReq) decode(d *decoder) {
 	m.H, m.Reason = d.u32(), d.u16()
 	m.PrivateData = []byte(d.str())
 }
-func (m *CMDataReq) target() uint32 { return m.H }
+func (m *CMDataReq) Target() uint32 { return m.H }
 
 // CMEvent answers KindCMGetEvent: the channel's oldest event, or
 // Type 0 if there is none (rdma_get_cm_event would block; the client
@@ -183,4 +185,105 @@ func (m *CMEvent) decode(d *decoder) {
 	m.CMParams.decode(d)
 	m.PrivateData = []byte(d.str())
 	m.QKey = d.u32()
+}
+
+// The CM IDs of every client as `rdma res show cm_id` lists the kernel's
+// (iproute2's rdma/res-cmid.c prints the fields; Linux's cma.c keeps
+// them): the rdma_cm state, port space, owner, cm-idn, the source and
+// destination address and port, and the QP bound. The daemon sees only
+// what reaches it (listen, connect, a connect request), so an ID that
+// has only resolved addresses in its client shows IDLE with none.
+
+// ListCMIDsReq asks for the CM IDs from cm-idn From up.
+type ListCMIDsReq struct{ From uint32 }
+
+func (m *ListCMIDsReq) encode(e *encoder) { e.u32(m.From) }
+func (m *ListCMIDsReq) decode(d *decoder) { m.From = d.u32() }
+
+// CMIDRow is one CM ID of ListCMIDsReply.
+type CMIDRow struct {
+	IDN, QPN uint32 // QPN 0: no QP bound
+	State    string // rdma_cm's state name: IDLE, LISTEN, CONNECT, DISCONNECT
+	PS       uint16 // mad.PortSpace
+	PID      uint32
+	Comm     string
+	Src, Dst netip.AddrPort // invalid: not known
+}
+
+// ListCMIDsReply answers KindListCMIDs; More says a further request
+// from Next is needed.
+type ListCMIDsReply struct {
+	Rows []CMIDRow
+	More bool
+	Next uint32
+}
+
+func (m *ListCMIDsReply) encode(e *encoder) {
+	e.u32(uint32(len(m.Rows)))
+	for i := range m.Rows {
+		r := &m.Rows[i]
+		e.u32(r.IDN)
+		e.u32(r.QPN)
+		e.str(r.State)
+		e.u16(r.PS)
+		e.u32(r.PID)
+		e.str(r.Comm)
+		encodeAddrPort(e, r.Src)
+		encodeAddrPort(e, r.Dst)
+	}
+	e.u8(b2u(m.More))
+	e.u32(m.Next)
+}
+
+func (m *ListCMIDsReply) decode(d *decoder) {
+	n := d.u32()
+	if n > MaxRows {
+		d.fail("%d CM ID rows", n)
+		return
+	}
+	m.Rows = make([]CMIDRow, n)
+	for i := range m.Rows {
+		r := &m.Rows[i]
+		r.IDN, r.QPN = d.u32(), d.u32()
+		r.State = d.str()
+		r.PS = d.u16()
+		r.PID = d.u32()
+		r.Comm = d.str()
+		r.Src, r.Dst = decodeAddrPort(d), decodeAddrPort(d)
+	}
+	m.More = u2b(d, d.u8())
+	m.Next = d.u32()
+}
+
+// An address and port go as a family byte (0 none, 4, 6), 16 bytes of
+// address and the port.
+func encodeAddrPort(e *encoder, a netip.AddrPort) {
+	switch {
+	case !a.IsValid():
+		e.u8(0)
+	case a.Addr().Is4():
+		e.u8(4)
+	default:
+		e.u8(6)
+	}
+	b := a.Addr().As16()
+	e.bytes(b[:])
+	e.u16(a.Port())
+}
+
+func decodeAddrPort(d *decoder) netip.AddrPort {
+	fam := d.u8()
+	var b [16]byte
+	d.bytes(b[:])
+	port := d.u16()
+	switch fam {
+	case 0:
+		return netip.AddrPort{}
+	case 4:
+		return netip.AddrPortFrom(netip.AddrFrom16(b).Unmap(), port)
+	case 6:
+		return netip.AddrPortFrom(netip.AddrFrom16(b), port)
+	}
+	d.fail("address family %d", fam)
+	return netip.AddrPort{}
 }
