@@ -5,7 +5,7 @@
 //
 // Control protocol. Every message is one SOCK_SEQPACKET datagram: a 16-byte
 // little-endian header (kind uint16, flags uint16, request id uint32, body
-// length uint32, reserved uint32) and a per-kind body (messages.go).
+// length uint32, reserved uint32) and a per-kind body (package abi, messages.go).
 // Descriptors travel as SCM_RIGHTS: the memfd of RegMR (sealed with
 // F_SEAL_SHRINK) from the client; the ring memfd of CreateCQ, CreateSRQ
 // and CreateQP (sealed at its size) and the read end of a wake pipe
@@ -39,7 +39,7 @@
 // (zero copies; the MR's iova is the client's address), or a System V
 // shared memory segment the client has attached, which the daemon
 // attaches (RegMRShm, shm.go). The ring layout
-// and the slot formats are in ring.go. The rings are the engine's WQE
+// and the slot formats are package abi's (ring.go). The rings are the engine's WQE
 // sources and completion sinks: the host interface is the only producer
 // of its WQEs and the only consumer of its CQEs, through interfaces the
 // engine defines. A doorbell names a QP (send or receive queue) or an SRQ
@@ -71,6 +71,7 @@
 // clients, as a driver stands above the hardware it drives. So it sits at
 // the top of the tree beside verbs, its client, and not under rnic/, where
 // the device's blocks are and which must never import it
-// (ib/imports_test.go holds that). proto.go and ring.go, the ABI that
-// clib/src/rnic.h repeats, import nothing of the project but ib.
+// (ib/imports_test.go holds that). The ABI, which clib/src/rnic.h
+// repeats, is package hostif/abi, which imports nothing of the project
+// but ib: a client links the contract, not the daemon.
 package hostif

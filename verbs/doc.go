@@ -23,18 +23,18 @@
 // and read 5 times, each where the representation really changes:
 //
 //  1. QP.PostSend encodes the SendWR into its send ring's slot
-//     (hostif.EncodeSendWQE): the slot is the ABI the C library writes too.
+//     (abi.EncodeSendWQE): the slot is the ABI the C library writes too.
 //  2. The daemon's engine, at the doorbell or polling the ring, fetches it
-//     (Device.FetchSend calls the ring's hostif qpObj.Fetch through
-//     qpmgr.SendSource, which decodes it, hostif.DecodeSendWQE) and checks
+//     (Device.FetchSend calls the host interface's qpObj.Fetch through
+//     qpmgr.SendSource, which decodes it, abi.DecodeSendWQE) and checks
 //     it (Device.checkSend, the one validator), which wraps the same
 //     ib.SendWR in the engine's qpmgr.SendWQE: a copy, not a conversion.
 //  3. When the WR is done (the completer's ACK, a flush), qpmgr.QP's
 //     completeSend retires its ring slot (SendSource.Retire) and makes the
 //     completion, an ib.WC whose WRID is the WQE's.
 //  4. The CQ hands it to the completion ring (qpmgr.CompletionSink, the
-//     hostif cqObj.Complete), which writes the CQE (hostif.PutCQE).
-//  5. CQ.Poll decodes the CQE into the caller's []WC (hostif.GetCQE).
+//     host interface's cqObj.Complete), which writes the CQE (abi.PutCQE).
+//  5. CQ.Poll decodes the CQE into the caller's []WC (abi.GetCQE).
 //
 // That is 5 conversions, not the 3 aimed at (before the types were one, a
 // copy on each side, a SendWR to the NIC's and the NIC's WC to the

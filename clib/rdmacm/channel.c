@@ -363,7 +363,7 @@ static struct cm_id *find_id(struct cm_channel *ch, int i, uint32_t h, int liste
 	return NULL;
 }
 
-/* The fields of hostif.CMEvent. */
+/* The fields of abi.CMEvent. */
 struct wire_event {
 	uint8_t type;
 	uint32_t id, listen;

@@ -1,5 +1,5 @@
 /*
- * proto.c: rnicd's control protocol (hostif/proto.go), client side.
+ * proto.c: rnicd's control protocol (hostif/abi/proto.go), client side.
  *
  * Every message is one SOCK_SEQPACKET datagram: a 16-byte little-endian
  * header (kind, flags, request id, body length, reserved) and the kind's
@@ -173,7 +173,7 @@ static const char *kind_name(int k)
 	return "request";
 }
 
-/* errno values of the reply codes (hostif.Code). */
+/* errno values of the reply codes (abi.Code). */
 static int code_errno(uint32_t code)
 {
 	switch (code) {

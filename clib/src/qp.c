@@ -2,7 +2,7 @@
  * qp.c: QPs, SRQs and address handles.
  *
  * Work requests go through rings the daemon creates and both sides map
- * (the layout is hostif/ring.go's): a post writes WQEs into the
+ * (the layout is hostif/abi/ring.go's): a post writes WQEs into the
  * ring, stores the producer index and rings the doorbell. A send
  * doorbell is skipped while the previous one is still on its way (the
  * ring's bell word), as the Go verbs package does. The daemon validates

@@ -28,15 +28,15 @@
 #define EXPORT __attribute__((visibility("default")))
 
 /*
- * The host interface's ABI: hostif's proto.go (request kinds, the
+ * The host interface's ABI, package hostif/abi: proto.go (request kinds, the
  * header, reply codes, CM event codes), messages.go (doorbell queues) and
  * ring.go (ring header words, slot layouts). Every value here is checked
- * against the Go side by hostif's TestCHeaderABI, which compiles a
+ *  against the Go side by hostif/abi's TestCHeaderABI, which compiles a
  * program printing them; the code below uses these names, never the
  * numbers.
  */
 
-/* Request kinds (hostif.Kind); values are the protocol. */
+/* Request kinds (abi.Kind); values are the protocol. */
 enum rnic_kind {
 	K_QUERY_PORT = 1,
 	K_ALLOC_PD = 2,
@@ -74,7 +74,7 @@ enum rnic_kind {
 #define MAX_MSG (64 << 10)
 #define FLAG_REPLY 1
 
-/* Reply codes (hostif.Code): the first word of every reply. */
+/* Reply codes (abi.Code): the first word of every reply. */
 enum rnic_code {
 	CODE_OK = 0,
 	CODE_INVALID = 1,
@@ -86,11 +86,11 @@ enum rnic_code {
 	CODE_LIMIT = 7,
 };
 
-/* A doorbell's queue (hostif.DoorbellSend, DoorbellRecv). */
+/* A doorbell's queue (abi.DoorbellSend, DoorbellRecv). */
 #define DOORBELL_SEND 0
 #define DOORBELL_RECV 1
 
-/* The daemon's CM event types (hostif.CMEvent*, rnic/cm's EventType). */
+/* The daemon's CM event types (abi.CMEvent*, rnic/cm's EventType). */
 enum rnic_cm_event {
 	CM_EV_CONNECT_REQUEST = 1,
 	CM_EV_ESTABLISHED = 2,
@@ -247,7 +247,7 @@ enum ibv_mtu mtu_enum(uint32_t bytes);
 int call(struct ibv_context *ctx, int k, struct buf *req, int fd, struct buf *rep, int *rfd);
 int destroy(struct ibv_context *ctx, int k, uint32_t h);
 
-/* ring_reply is hostif.RingReply: an object's handle, the caps it got,
+/* ring_reply is abi.RingReply: an object's handle, the caps it got,
  * and where its rings lie in the memfd the reply carries. */
 struct ring_desc {
 	uint32_t off, size, slots, slot_bytes;
@@ -283,7 +283,7 @@ static inline void ring_store(uint8_t *ring, int off, uint32_t v)
 }
 
 /* ring_post publishes a work queue's producer index and reports whether
- * a doorbell message must follow (hostif.Ring.EngineAsleep, RingBell):
+ * a doorbell message must follow (abi.Ring.EngineAsleep, RingBell):
  * only when the daemon's engine sleeps, as virtio's event index
  * suppresses kicks, and, with bell, only when no doorbell is on its way.
  * The store and the load are sequentially consistent: the engine writes

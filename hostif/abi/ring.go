@@ -93,6 +93,13 @@ func (r *Ring) SetArmed(v uint32)    { r.Store(RingArmed, v) }
 func (r *Ring) Overrun() bool        { return r.Load(RingFlags)&FlagOverrun != 0 }
 func (r *Ring) Events() uint32       { return r.Load(RingEvents) }
 func (r *Ring) SetWaiting(on bool)   { r.Store(RingWaiting, uint32(b2u(on))) }
+
+// Disarm, TakeWaiter, AddEvent, SetFlag, WriteGeometry and Reset are the
+// daemon's halves of the header words, which a client never calls: a CQ's
+// arm taken (if it is still v) and its waiter woken once, an event
+// counted, a flag (FlagOverrun) set; a new ring's geometry written (and
+// asleep, until an engine polls it); a work queue's indices and bell
+// cleared (a QP back to RESET).
 func (r *Ring) Disarm(v uint32) bool { return atomic.CompareAndSwapUint32(r.word(RingArmed), v, 0) }
 func (r *Ring) TakeWaiter() bool     { return atomic.SwapUint32(r.word(RingWaiting), 0) != 0 }
 func (r *Ring) AddEvent()            { atomic.AddUint32(r.word(RingEvents), 1) }
