@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"regexp"
 	"strings"
@@ -104,8 +105,9 @@ func (tb *toolBench) rstreamPair(t *testing.T, rstream runner, srv, cli *daemon,
 // connection one after the other, non-blocking calls), then custom runs
 // with every transfer's bytes verified (-T v): blocking (-T b, each rrecv
 // waiting for all its bytes), asynchronous (-T a, rpoll before every
-// call), and with 64 KiB socket buffers (-B), so that a 1 MB transfer
-// waits on the receiver offering each buffer half again. Both print the
+// call), with 64 KiB socket buffers (-B), so that a 1 MB transfer waits
+// on the receiver offering each buffer half again, and rstream's plain
+// socket mode (-T s) turned into rsockets by Debian's librspreload. Both print the
 // header and each test's row; the daemons' counters show the bytes went
 // through them as RoCEv2 packets (at least one per 1024-byte MTU of the
 // data each side sent) and a REP and an RTU per connection; neither
@@ -113,6 +115,12 @@ func (tb *toolBench) rstreamPair(t *testing.T, rstream runner, srv, cli *daemon,
 func TestCLibRstream(t *testing.T) {
 	tb := newToolBench(t)
 	rstream := debianTool(t, "rstream", "rdmacm-utils")
+	// Debian's librdmacm1 ships librspreload (rdma-core's preload/),
+	// linked against librdmacm.so.1: this library, on LD_LIBRARY_PATH.
+	const rspreload = "/usr/lib/x86_64-linux-gnu/rsocket/librspreload.so"
+	if _, err := os.Stat(rspreload); err != nil {
+		t.Fatalf("librdmacm1 (rdmacm-utils' dependency) installed no %s: %v", rspreload, err)
+	}
 	custom := func(size, xfers int, sizeStr, xfersStr, totalStr string) []rstreamRow {
 		return []rstreamRow{{"custom", sizeStr, xfersStr, "1", totalStr, uint64(size * xfers)}}
 	}
@@ -122,12 +130,14 @@ func TestCLibRstream(t *testing.T) {
 		rows     []rstreamRow
 		conns    uint64
 		reversed bool // server on rnicB, client on rnicA
+		preload  bool // rstream -T s (plain sockets) under Debian's librspreload
 		limit    time.Duration
 	}{
-		{"default", nil, rstreamDefault, 2, false, 5 * time.Minute},
-		{"blocking", []string{"-T", "b", "-T", "v", "-S", "100000", "-C", "200"}, custom(100000, 200, "97k", "200", "38m"), 1, true, 2 * time.Minute},
-		{"async", []string{"-T", "a", "-T", "v", "-S", "70000", "-C", "200"}, custom(70000, 200, "68k", "200", "26m"), 1, false, 2 * time.Minute},
-		{"small-buffers", []string{"-T", "v", "-B", "65536", "-S", "1000000", "-C", "30"}, custom(1000000, 30, "976k", "30", "57m"), 1, true, 2 * time.Minute},
+		{"default", nil, rstreamDefault, 2, false, false, 5 * time.Minute},
+		{"blocking", []string{"-T", "b", "-T", "v", "-S", "100000", "-C", "200"}, custom(100000, 200, "97k", "200", "38m"), 1, true, false, 2 * time.Minute},
+		{"async", []string{"-T", "a", "-T", "v", "-S", "70000", "-C", "200"}, custom(70000, 200, "68k", "200", "26m"), 1, false, false, 2 * time.Minute},
+		{"small-buffers", []string{"-T", "v", "-B", "65536", "-S", "1000000", "-C", "30"}, custom(1000000, 30, "976k", "30", "57m"), 1, true, false, 2 * time.Minute},
+		{"librspreload", []string{"-T", "s", "-T", "v", "-S", "100000", "-C", "50"}, custom(100000, 50, "97k", "50", "9.5m"), 1, false, true, 2 * time.Minute},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			srv, cli := tb.a, tb.b
@@ -135,8 +145,20 @@ func TestCLibRstream(t *testing.T) {
 			if c.reversed {
 				srv, cli, cs, cc = tb.b, tb.a, tb.cb, tb.ca
 			}
+			run := rstream
+			if c.preload {
+				// librspreload turns the program's socket calls into
+				// this library's rsocket calls (falling back to the
+				// kernel's sockets where they fail: the counters and
+				// the CM ID show they did not).
+				run = func(ctx context.Context, tool string, args ...string) *exec.Cmd {
+					cmd := rstream(ctx, tool, args...)
+					cmd.Env = append(cmd.Env, "LD_PRELOAD="+rspreload)
+					return cmd
+				}
+			}
 			beforeS, beforeC := must[map[string]uint64](t)(cs.Counters()), must[map[string]uint64](t)(cc.Counters())
-			sout, cout := tb.rstreamPair(t, rstream, srv, cli, c.limit, c.args...)
+			sout, cout := tb.rstreamPair(t, run, srv, cli, c.limit, c.args...)
 			checkRstream(t, "server", sout, c.rows)
 			checkRstream(t, "client", cout, c.rows)
 			afterS, afterC := must[map[string]uint64](t)(cs.Counters()), must[map[string]uint64](t)(cc.Counters())
