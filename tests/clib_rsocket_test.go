@@ -59,19 +59,14 @@ func checkRstream(t *testing.T, who, out string, rows []rstreamRow) {
 	}
 }
 
-// rstreamPair runs Debian's rstream as a server bound to srv's address
-// and a client from cli's towards it, both with args. The client starts
-// once the server's listening CM ID shows in `rnic res` (rstream's
-// non-blocking connect reports a refusal only as "rpoll: ..."). Both
-// must exit 0 and print nothing on stderr (the library says nothing
-// about a run that works); afterwards both daemons hold nothing of
-// either. It returns what each printed.
-func (tb *toolBench) rstreamPair(t *testing.T, rstream runner, srv, cli *daemon, limit time.Duration, args ...string) (sout, cout string) {
+// listenRsocket starts tool (rstream, riostream) as a server bound to
+// srv's address with args and returns once its listening CM ID shows in
+// `rnic res` (rstream's non-blocking connect reports a refusal only as
+// "rpoll: ...", so the client is not started before), with its stdout
+// and stderr.
+func listenRsocket(t *testing.T, ctx context.Context, run runner, tool string, srv *daemon, args ...string) (*exec.Cmd, *lockedBuf, *lockedBuf) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), limit)
-	defer cancel()
-	port := freePort(t)
-	server := rstream(ctx, "rstream", append([]string{"-b", srv.addr.String(), "-p", port}, args...)...)
+	server := run(ctx, tool, append([]string{"-b", srv.addr.String()}, args...)...)
 	so, se := &lockedBuf{}, &lockedBuf{}
 	server.Stdout, server.Stderr = so, se
 	if err := server.Start(); err != nil {
@@ -81,9 +76,24 @@ func (tb *toolBench) rstreamPair(t *testing.T, rstream runner, srv, cli *daemon,
 		if time.Now().After(deadline) {
 			server.Process.Kill()
 			server.Wait()
-			t.Fatalf("rstream server %s: no listening CM ID after 30 s\n%s%s", strings.Join(args, " "), so.String(), se.String())
+			t.Fatalf("%s server %s: no listening CM ID after 30 s\n%s%s", tool, strings.Join(args, " "), so.String(), se.String())
 		}
 	}
+	return server, so, se
+}
+
+// rstreamPair runs Debian's rstream as a server bound to srv's address
+// and a client from cli's towards it, both with args, once the server
+// listens. Both
+// must exit 0 and print nothing on stderr (the library says nothing
+// about a run that works); afterwards both daemons hold nothing of
+// either. It returns what each printed.
+func (tb *toolBench) rstreamPair(t *testing.T, rstream runner, srv, cli *daemon, limit time.Duration, args ...string) (sout, cout string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	port := freePort(t)
+	server, so, se := listenRsocket(t, ctx, rstream, "rstream", srv, append([]string{"-p", port}, args...)...)
 	client := rstream(ctx, "rstream", append([]string{"-s", srv.addr.String(), "-b", cli.addr.String(), "-p", port}, args...)...)
 	co, ce := &lockedBuf{}, &lockedBuf{}
 	client.Stdout, client.Stderr = co, ce
@@ -168,31 +178,28 @@ func TestCLibRstream(t *testing.T) {
 			}
 			// Each side sent bytes (rstream's transfers go both ways,
 			// as many each way): at least bytes/1024 packets at MTU
-			// 1024, on top of credits, ACKs and the CM's MADs.
+			// 1024, on top of credits, ACKs and the CM's MADs (atLeast);
+			// a REP and an RTU a connection, exactly.
+			pkts := bytes / 1024
 			for _, w := range []struct {
 				before, after map[string]uint64
 				who, k        string
+				want          uint64
+				atLeast       bool
 			}{
-				{beforeS, afterS, srv.name, "sent_pkts"},
-				{beforeS, afterS, srv.name, "rcvd_pkts"},
-				{beforeC, afterC, cli.name, "sent_pkts"},
-				{beforeC, afterC, cli.name, "rcvd_pkts"},
+				{beforeS, afterS, srv.name, "sent_pkts", pkts, true},
+				{beforeS, afterS, srv.name, "rcvd_pkts", pkts, true},
+				{beforeC, afterC, cli.name, "sent_pkts", pkts, true},
+				{beforeC, afterC, cli.name, "rcvd_pkts", pkts, true},
+				{beforeS, afterS, srv.name, "cm_tx_msgs_rep", c.conns, false},
+				{beforeS, afterS, srv.name, "cm_rx_msgs_rtu", c.conns, false},
+				{beforeC, afterC, cli.name, "cm_rx_msgs_rep", c.conns, false},
+				{beforeC, afterC, cli.name, "cm_tx_msgs_rtu", c.conns, false},
 			} {
-				if got := w.after[w.k] - w.before[w.k]; got < bytes/1024 {
-					t.Errorf("%s counts %d %s, want at least %d for %d bytes", w.who, got, w.k, bytes/1024, bytes)
-				}
-			}
-			for _, w := range []struct {
-				before, after map[string]uint64
-				who, k        string
-			}{
-				{beforeS, afterS, srv.name, "cm_tx_msgs_rep"},
-				{beforeS, afterS, srv.name, "cm_rx_msgs_rtu"},
-				{beforeC, afterC, cli.name, "cm_rx_msgs_rep"},
-				{beforeC, afterC, cli.name, "cm_tx_msgs_rtu"},
-			} {
-				if got := w.after[w.k] - w.before[w.k]; got != c.conns {
-					t.Errorf("%s counts %s %d, want %d", w.who, w.k, got, c.conns)
+				got := w.after[w.k] - w.before[w.k]
+				if w.atLeast && got < w.want || !w.atLeast && got != w.want {
+					t.Errorf("%s counts %s %d, want %d (at least: %v) for %d connections and %d bytes each way",
+						w.who, w.k, got, w.want, w.atLeast, c.conns, bytes)
 				}
 			}
 		})
@@ -212,19 +219,7 @@ func TestCLibRiostreamRefused(t *testing.T) {
 	defer cancel()
 	port := freePort(t)
 	args := []string{"-p", port, "-S", "4096", "-C", "10"}
-	server := riostream(ctx, "riostream", append([]string{"-b", tb.a.addr.String()}, args...)...)
-	so, se := &lockedBuf{}, &lockedBuf{}
-	server.Stdout, server.Stderr = so, se
-	if err := server.Start(); err != nil {
-		t.Fatal(err)
-	}
-	for deadline := time.Now().Add(30 * time.Second); len(resRows(t, "rnicA", server.Process.Pid, true)) == 0; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			server.Process.Kill()
-			server.Wait()
-			t.Fatalf("riostream server: no listening CM ID after 30 s\n%s%s", so.String(), se.String())
-		}
-	}
+	server, so, se := listenRsocket(t, ctx, riostream, "riostream", tb.a, args...)
 	client := riostream(ctx, "riostream", append([]string{"-s", tb.a.addr.String(), "-b", tb.b.addr.String()}, args...)...)
 	co, ce := &lockedBuf{}, &lockedBuf{}
 	client.Stdout, client.Stderr = co, ce

@@ -197,6 +197,18 @@ static struct rsock *lookup(int fd)
 	return rs;
 }
 
+/* lock_sock is the open rsocket s, locked; NULL and EBADF if none. */
+static struct rsock *lock_sock(int s)
+{
+	struct rsock *rs = lookup(s);
+	if (!rs) {
+		errno = EBADF;
+		return NULL;
+	}
+	pthread_mutex_lock(&rs->mu);
+	return rs;
+}
+
 static int tab_insert(struct rsock *rs)
 {
 	pthread_mutex_lock(&tab_mu);
@@ -976,13 +988,8 @@ static int nonblocking(const struct rsock *rs, int flags) { return rs->nonblock 
  * locked, or NULL with errno set. */
 static struct rsock *get_open(int s, int flags)
 {
-	struct rsock *rs = lookup(s);
-	if (!rs) {
-		errno = EBADF;
-		return NULL;
-	}
-	pthread_mutex_lock(&rs->mu);
-	if (opening(rs)) {
+	struct rsock *rs = lock_sock(s);
+	if (rs && opening(rs)) {
 		int err = wait_for(rs, ready_open, nonblocking(rs, flags));
 		if (err) {
 			pthread_mutex_unlock(&rs->mu);
@@ -1020,12 +1027,11 @@ EXPORT int rsocket(int domain, int type, int protocol)
 
 EXPORT int rbind(int s, const struct sockaddr *addr, socklen_t len)
 {
-	struct rsock *rs = lookup(s);
-	if (!rs)
-		return cm_err(EBADF);
 	if (!addr || len < sizeof(struct sockaddr_in))
-		return cm_err(EINVAL);
-	pthread_mutex_lock(&rs->mu);
+		return cm_err(lookup(s) ? EINVAL : EBADF);
+	struct rsock *rs = lock_sock(s);
+	if (!rs)
+		return -1;
 	int ret = rs->state != ST_INIT ? cm_err(EINVAL) : rdma_bind_addr(rs->id, (struct sockaddr *)addr);
 	if (!ret)
 		rs->state = ST_BOUND;
@@ -1035,10 +1041,9 @@ EXPORT int rbind(int s, const struct sockaddr *addr, socklen_t len)
 
 EXPORT int rlisten(int s, int backlog)
 {
-	struct rsock *rs = lookup(s);
+	struct rsock *rs = lock_sock(s);
 	if (!rs)
-		return cm_err(EBADF);
-	pthread_mutex_lock(&rs->mu);
+		return -1;
 	int ret = 0;
 	if (rs->state != ST_LISTENING) {
 		if (rs->state != ST_BOUND)
@@ -1061,10 +1066,9 @@ static void copy_addr(struct sockaddr *dst, socklen_t *len, const struct sockadd
 
 EXPORT int raccept(int s, struct sockaddr *addr, socklen_t *len)
 {
-	struct rsock *l = lookup(s);
+	struct rsock *l = lock_sock(s);
 	if (!l)
-		return cm_err(EBADF);
-	pthread_mutex_lock(&l->mu);
+		return -1;
 	if (l->state != ST_LISTENING) {
 		pthread_mutex_unlock(&l->mu);
 		return cm_err(EINVAL);
@@ -1091,12 +1095,11 @@ EXPORT int raccept(int s, struct sockaddr *addr, socklen_t *len)
 
 EXPORT int rconnect(int s, const struct sockaddr *addr, socklen_t len)
 {
-	struct rsock *rs = lookup(s);
-	if (!rs)
-		return cm_err(EBADF);
 	if (!addr || len < sizeof(struct sockaddr_in))
-		return cm_err(EINVAL);
-	pthread_mutex_lock(&rs->mu);
+		return cm_err(lookup(s) ? EINVAL : EBADF);
+	struct rsock *rs = lock_sock(s);
+	if (!rs)
+		return -1;
 	int err = 0;
 	switch (rs->state) {
 	case ST_INIT:
@@ -1589,10 +1592,9 @@ EXPORT int rshutdown(int s, int how)
 {
 	if (how != SHUT_RD && how != SHUT_WR && how != SHUT_RDWR)
 		return cm_err(EINVAL);
-	struct rsock *rs = lookup(s);
+	struct rsock *rs = lock_sock(s);
 	if (!rs)
-		return cm_err(EBADF);
-	pthread_mutex_lock(&rs->mu);
+		return -1;
 	int err = rs->state == ST_CONNECTED || rs->state == ST_DISCONNECTED || rs->state == ST_ERROR
 			  ? shutdown_locked(rs, how)
 			  : ENOTCONN;
@@ -1616,12 +1618,11 @@ EXPORT int rclose(int s)
 
 EXPORT int rgetpeername(int s, struct sockaddr *a, socklen_t *l)
 {
-	struct rsock *rs = lookup(s);
-	if (!rs)
-		return cm_err(EBADF);
 	if (!a || !l)
-		return cm_err(EFAULT);
-	pthread_mutex_lock(&rs->mu);
+		return cm_err(lookup(s) ? EFAULT : EBADF);
+	struct rsock *rs = lock_sock(s);
+	if (!rs)
+		return -1;
 	int ok = rs->state >= ST_CONNECTED && rs->state != ST_CONNECT_ERROR;
 	if (ok)
 		copy_addr(a, l, rdma_get_peer_addr(rs->id));
@@ -1631,12 +1632,11 @@ EXPORT int rgetpeername(int s, struct sockaddr *a, socklen_t *l)
 
 EXPORT int rgetsockname(int s, struct sockaddr *a, socklen_t *l)
 {
-	struct rsock *rs = lookup(s);
-	if (!rs)
-		return cm_err(EBADF);
 	if (!a || !l)
-		return cm_err(EFAULT);
-	pthread_mutex_lock(&rs->mu);
+		return cm_err(lookup(s) ? EFAULT : EBADF);
+	struct rsock *rs = lock_sock(s);
+	if (!rs)
+		return -1;
 	struct sockaddr_storage st;
 	memset(&st, 0, sizeof(st));
 	if (rs->state == ST_INIT)
@@ -1785,10 +1785,9 @@ static int put_int(void *v, socklen_t *l, int val)
 
 EXPORT int rgetsockopt(int s, int level, int name, void *v, socklen_t *l)
 {
-	struct rsock *rs = lookup(s);
+	struct rsock *rs = lock_sock(s);
 	if (!rs)
-		return cm_err(EBADF);
-	pthread_mutex_lock(&rs->mu);
+		return -1;
 	int err = ENOTSUP;
 	switch (level) {
 	case SOL_SOCKET:
@@ -1850,13 +1849,12 @@ EXPORT int rgetsockopt(int s, int level, int name, void *v, socklen_t *l)
 
 EXPORT int rfcntl(int s, int cmd, ...)
 {
-	struct rsock *rs = lookup(s);
+	struct rsock *rs = lock_sock(s);
 	if (!rs)
-		return cm_err(EBADF);
+		return -1;
 	va_list ap;
 	va_start(ap, cmd);
 	int ret;
-	pthread_mutex_lock(&rs->mu);
 	switch (cmd) {
 	case F_GETFL:
 		ret = rs->fl | O_RDWR;
