@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -237,6 +238,42 @@ func TestCLibRiostreamRefused(t *testing.T) {
 			t.Errorf("riostream %s: %v, printed\n%s\nstderr:\n%s\nwant exit status 255, the header alone, and on stderr\n%s",
 				r.who, r.err, r.out, r.stderr, want)
 		}
+	}
+	tb.idle(t)
+}
+
+// TestCLibRsocketHostilePeer runs the C test program rshostile: an
+// rsocket listener, whose peer is made of rdma_cm and verbs calls alone,
+// rejects connection data no rsocket sends (version 2, a target list of
+// no entries, a buffer half too long for a message's 29-bit length),
+// saying why on stderr and taking no connection; a peer whose message
+// claims more bytes than the half it was offered gets its connection
+// failed, rrecv answering EPROTO; and a well-formed peer afterwards is
+// accepted and read ("hello"). Neither daemon keeps anything of it.
+func TestCLibRsocketHostilePeer(t *testing.T) {
+	tb := newToolBench(t)
+	lib := clibDir(t)
+	cmd := exec.Command(filepath.Join(lib, "rshostile"), tb.a.addr.String(), tb.b.addr.String(), freePort(t))
+	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+lib)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	want := "rsocket listening on " + tb.a.addr.String() + ":" + cmd.Args[3] + "\n" +
+		"version 2: REJECTED\n" +
+		"a target list of no entries: REJECTED\n" +
+		"a buffer half of 2^29 bytes: REJECTED\n" +
+		"connected: the REP offers a half of 65536 bytes\n" +
+		"1 MiB claimed: rrecv failed with EPROTO\n" +
+		"5 bytes written: rrecv gave hello\n" +
+		"PASS\n"
+	// The REQ's private data is 56 bytes whatever the client gave:
+	// rdma_cm's 92 less its 36-byte header, zero-padded.
+	wantErr := "librdmacm-rnicd: rsocket: the peer's connection data is not rsockets version 1 (56 bytes, version 2)\n" +
+		"librdmacm-rnicd: rsocket: the peer's connection data offers 0 target entries and 32 bytes\n" +
+		"librdmacm-rnicd: rsocket: the peer's connection data offers 2 target entries and 536870912 bytes\n" +
+		"librdmacm-rnicd: rsocket: the peer wrote 1048576 bytes past its credits or its buffer; closing\n"
+	if err != nil || string(out) != want || stderr.String() != wantErr {
+		t.Fatalf("rshostile: %v\n%s\nwant\n%s\nstderr:\n%s\nwant\n%s", err, out, want, stderr.String(), wantErr)
 	}
 	tb.idle(t)
 }
