@@ -277,3 +277,35 @@ func TestCLibRsocketHostilePeer(t *testing.T) {
 	}
 	tb.idle(t)
 }
+
+// TestCLibRsocketAPI runs the C test program rsapi: the calls a socket
+// program makes beyond what rstream does, on two rnicd: a datagram
+// rsocket refused (ENOSYS, with the reason on stderr), a connect where
+// nobody listens refused (ECONNREFUSED), a non-blocking connect
+// (EINPROGRESS, rpoll's POLLOUT, SO_ERROR 0, both ends' names), 4 MiB
+// each way at once from two threads a socket with every byte checked,
+// MSG_PEEK, a zero-length rrecv, half-close by rshutdown(SHUT_WR) with
+// the other direction going on, rselect, the end of stream at the peer's
+// rclose, and rsend on a socket shut for writing (ECONNRESET).
+func TestCLibRsocketAPI(t *testing.T) {
+	tb := newToolBench(t)
+	lib := clibDir(t)
+	cmd := exec.Command(filepath.Join(lib, "rsapi"), tb.a.addr.String(), tb.b.addr.String(), freePort(t))
+	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+lib)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	want := "SOCK_DGRAM: ENOSYS\n" +
+		"nobody listening: ECONNREFUSED\n" +
+		"non-blocking connect: EINPROGRESS, POLLOUT, SO_ERROR 0, the names\n" +
+		"4 MiB each way at once, two threads a side: verified\n" +
+		"MSG_PEEK, then the same 5 bytes; a zero-length rrecv: 0\n" +
+		"SHUT_WR: the server's end of stream; its bytes after it arrive\n" +
+		"the server's rclose: end of stream; rsend: ECONNRESET\n" +
+		"PASS\n"
+	wantErr := "librdmacm-rnicd: rsocket: datagram rsockets (SOCK_DGRAM, rdma-core's UD service) are not built on rnicd\n"
+	if err != nil || string(out) != want || stderr.String() != wantErr {
+		t.Fatalf("rsapi: %v\n%s\nwant\n%s\nstderr:\n%s\nwant\n%s", err, out, want, stderr.String(), wantErr)
+	}
+	tb.idle(t)
+}

@@ -108,6 +108,11 @@ enum {
 	/* Connections a listener holds accepted and not yet taken by
 	 * raccept; past it a request is rejected, as a full backlog. */
 	ACCEPT_MAX = 64,
+	/* The longest sleep of a wait before it looks again: another
+	 * thread on the same socket (rsend beside rrecv) may take the
+	 * completion event that would have woken it, or the completions
+	 * themselves. rdma-core's rpoll wakes as often (wake_up_interval). */
+	WAKE_MS = 500,
 };
 
 /* A socket's states. CONNECTED with READABLE and WRITABLE is a working
@@ -973,7 +978,7 @@ static int wait_for(struct rsock *rs, int (*ready)(struct rsock *), int nonblock
 			continue;
 		int n = wait_fds(rs, p, 2 + ACCEPT_MAX);
 		pthread_mutex_unlock(&rs->mu);
-		int r = poll(p, n, -1);
+		int r = poll(p, n, WAKE_MS);
 		pthread_mutex_lock(&rs->mu);
 		if (r < 0 && errno != EINTR)
 			return errno;
@@ -1176,6 +1181,10 @@ EXPORT ssize_t rrecv(int s, void *buf, size_t len, int flags)
 		int e = rs->state == ST_CONNECT_ERROR && rs->err ? rs->err : ENOTCONN;
 		pthread_mutex_unlock(&rs->mu);
 		return cm_err(e);
+	}
+	if (len == 0) {
+		pthread_mutex_unlock(&rs->mu);
+		return 0; /* as recv: nothing asked, nothing waited for */
 	}
 	size_t done = 0;
 	int err = 0;
@@ -1484,14 +1493,15 @@ EXPORT int rpoll(struct pollfd *fds, nfds_t n, int timeout)
 				w[k++] = (struct pollfd){.fd = fds[i].fd, .events = fds[i].events};
 			}
 		}
-		int left = -1;
+		int left = WAKE_MS;
 		if (timeout > 0) {
 			int64_t rem = deadline - now_ms();
 			if (rem <= 0) {
 				ret = 0;
 				break;
 			}
-			left = rem > 0x7fffffff ? 0x7fffffff : (int)rem;
+			if (rem < left)
+				left = (int)rem;
 		}
 		if (poll(w, k, left) < 0) {
 			ret = -1;
