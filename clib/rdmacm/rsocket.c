@@ -599,7 +599,7 @@ static void give_credits(struct rsock *rs)
 	rs->peer_tidx = (rs->peer_tidx + 1) % rs->peer_tcount;
 }
 
-/* take_recv handles a message received; 0 to go on. */
+/* take_recv handles a message received, counting the receive to post again. */
 static void take_recv(struct rsock *rs, const struct ibv_wc *wc, uint32_t *reposts)
 {
 	if (wc->status != IBV_WC_SUCCESS)
@@ -840,8 +840,10 @@ static void accept_request(struct rsock *l, struct rdma_cm_event *e)
 		return;
 	}
 	rs->state = ST_ACCEPTING;
-	rs->next = l->pending;
-	l->pending = rs;
+	struct rsock **t = &l->pending; /* at the end: raccept gives them in the order they came */
+	while (*t)
+		t = &(*t)->next;
+	*t = rs;
 	l->naccepted++;
 }
 
