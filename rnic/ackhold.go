@@ -93,8 +93,8 @@ func (q *queue) expireAcks() {
 	gone := holds[:0]
 	for _, x := range holds {
 		x.qp.Lock()
-		if q.rx.Ack.Expire(x.qp, q.sendTX, now) {
-			if until := q.rx.Ack.Deadline(x.qp); !until.IsZero() && (next.IsZero() || until.Before(next)) {
+		if q.rx.Resp.Ack.Expire(x.qp, q.sendTX, now) {
+			if until := q.rx.Resp.Ack.Deadline(x.qp); !until.IsZero() && (next.IsZero() || until.Before(next)) {
 				next = until
 			}
 		} else {
@@ -127,7 +127,7 @@ func (d *Device) sendHeldAck(qp *qpmgr.QP) {
 	q := d.queueOf(qp)
 	q.sendMu.Lock()
 	qp.Lock()
-	sent := q.rx.Ack.SendHeld(qp, q.sendTX)
+	sent := q.rx.Resp.Ack.SendHeld(qp, q.sendTX)
 	qp.Unlock()
 	q.sendTX.flush()
 	q.sendMu.Unlock()

@@ -24,7 +24,7 @@ import (
 // segment while data is unacknowledged. They leave with the first of:
 //
 //   - the ACK: the completer wakes the requester of a QP with work on
-//     any progress (rx.Handler.progress), so every waiting WQE goes within
+//     any progress (rx.Completer.progress), so every waiting WQE goes within
 //     a round trip, or at the retransmission timer if the ACK was lost,
 //     whether or not the application polls;
 //   - the application's next busy poll (PollRx): a poller that finds its

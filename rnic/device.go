@@ -176,14 +176,16 @@ func Open(cfg Config) (*Device, error) {
 	}
 	for i, p := range ports {
 		q := d.newQueue(i, p)
-		q.rx = rx.Handler{DMA: d.dma, QPs: d.qps, Counters: &q.counters, LocalAddr: cfg.Port.Addr(), Trace: d.probe, FC: fc,
-			Retry7Forever: cfg.Retry7Forever, Recovering: q.lossSeen,
-			Ack: rx.Acker{Counters: &q.counters, Trace: d.probe, Hold: q.holdAck, Recovering: q.lossSeen}}
+		q.rx = rx.Handler{QPs: d.qps, Counters: &q.counters, Trace: d.probe, FC: fc,
+			Resp: rx.Responder{DMA: d.dma, Counters: &q.counters, LocalAddr: cfg.Port.Addr(), Trace: d.probe,
+				Ack: rx.Acker{Counters: &q.counters, Trace: d.probe, Hold: q.holdAck, Recovering: q.lossSeen}},
+			Comp: rx.Completer{DMA: d.dma, Counters: &q.counters, Trace: d.probe, FC: fc,
+				Retry7Forever: cfg.Retry7Forever, Recovering: q.lossSeen}}
 		switch {
 		case cfg.AckHold == 0:
-			q.rx.Ack.AckHold = DefaultAckHold
+			q.rx.Resp.Ack.AckHold = DefaultAckHold
 		case cfg.AckHold > 0:
-			q.rx.Ack.AckHold = cfg.AckHold
+			q.rx.Resp.Ack.AckHold = cfg.AckHold
 		}
 		d.queues = append(d.queues, q)
 	}

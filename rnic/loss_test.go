@@ -36,7 +36,7 @@ func TestLossRecovery(t *testing.T) {
 	// timeout 14, 67 ms: under -race on 2 shared cores a 4 ms timeout fires
 	// spuriously and go-back-N feeds on itself. retry_cnt 7 is IBTA's seven
 	// retries: the NAKs and implied NAKs of one retry sequence cost one
-	// retry, as in rxe (rx.Handler.retry). When each cost one, a READ whose
+	// retry, as in rxe (rx.Completer.retry). When each cost one, a READ whose
 	// response went missing failed with RETRY_EXC_ERR in about one run of
 	// six under -race, its seven retries used up within 7 ms by NAKs for
 	// gaps past it; the retry budget itself is tested exactly in

@@ -31,8 +31,8 @@ import "time"
 // caused the two was not settled.
 const lossSpin = 2 * time.Millisecond
 
-// lossSeen is rx.Handler.Recovering: a QP of the queue recovers from a
-// loss, and unless its answer takes longer than lossSpin (rtt) the
+// lossSeen is rx.Completer.Recovering and rx.Acker.Recovering: a QP of
+// the queue recovers from a loss, and unless its answer takes longer than lossSpin (rtt) the
 // queue's engine, which receives the QP's packets and runs its
 // requester, polls for it until lossSpin from now.
 func (q *queue) lossSeen(rtt time.Duration) {

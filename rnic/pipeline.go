@@ -64,7 +64,7 @@ func (q *queue) drainRunq(tx *txBatch) {
 		qp.Scheduled.Store(false)
 		qp.Lock()
 		if qp.TimerExpired() {
-			q.rx.Timeout(qp)
+			q.rx.Comp.Timeout(qp)
 		}
 		n := 0
 		if !qp.Destroyed() {
@@ -104,7 +104,7 @@ func (d *Device) ring(qp *qpmgr.QP) {
 // runRequester runs qp's requester for one turn, with qp locked; an ACK
 // held for the QP's next request goes first, in the same batch.
 func (q *queue) runRequester(qp *qpmgr.QP, tx *txBatch) int {
-	if qp.HasSendWork() && q.rx.Ack.Release(qp, tx) {
+	if qp.HasSendWork() && q.rx.Resp.Ack.Release(qp, tx) {
 		q.held.remove(qp)
 	}
 	return q.d.req.Run(qp, tx, runBudget)
@@ -232,17 +232,17 @@ func (q *queue) handle(n int, acks bool) {
 		q.rx.Receive(b, q.recvTX)
 	}
 	if acks {
-		q.rx.Ack.Flush(q.recvTX)
+		q.rx.Resp.Ack.Flush(q.recvTX)
 	}
 	q.recvTX.flush()
-	q.rx.Ack.Sent()
+	q.rx.Resp.Ack.Sent()
 }
 
 // flushAcks sends the ACKs coalesced so far; recvMu is held.
 func (q *queue) flushAcks() {
-	q.rx.Ack.Flush(q.recvTX)
+	q.rx.Resp.Ack.Flush(q.recvTX)
 	q.recvTX.flush()
-	q.rx.Ack.Sent()
+	q.rx.Resp.Ack.Sent()
 }
 
 // portGone reports whether a receive error means the pipeline is over:

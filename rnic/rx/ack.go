@@ -29,7 +29,7 @@ import (
 // on the receive pipeline's goroutine; Release, Expire and SendHeld may
 // run on any.
 type Acker struct {
-	// Counters are the device's (the Handler's): ack_deferred, ack_held,
+	// Counters are the device's (the Responder's): ack_deferred, ack_held,
 	// ack_hold_expired, naks_repeated. Required.
 	Counters *qpmgr.Counters
 	// Trace is the device's trace probe, nil when it traces nothing.
@@ -44,7 +44,7 @@ type Acker struct {
 	// Recovering, when not nil, is told, with the QP locked, of each
 	// sequence error NAK sent, with the round trip the responder measured
 	// from a gap's NAK to its go-back (0 before the first): see
-	// Handler.Recovering.
+	// Completer.Recovering.
 	Recovering func(rtt time.Duration)
 	// Now is the clock; nil is time.Now. Tests pin it.
 	Now func() time.Time
@@ -354,7 +354,7 @@ func (a *Acker) nakAgain(qp *qpmgr.QP) time.Duration {
 // Tried and not kept: a NAK at once when a packet at or below the last
 // one past the gap showed a go-back that lacked the expected PSN. The
 // requester takes a NAK for the PSN it went back to less than a round
-// trip ago for the one it answered already (Handler.retryNAK), so that
+// trip ago for the one it answered already (Completer.retryNAK), so that
 // NAK went for nothing and doubled the next repeat's interval: at 5%
 // drop 310-663 repeats and 38-77 MB/s in the same rounds.
 func (a *Acker) quietGap(qp *qpmgr.QP, tx qpmgr.TX, now time.Time) {

@@ -25,9 +25,9 @@ type ackRig struct {
 func newAckRig(t *testing.T, hold time.Duration) *ackRig {
 	t.Helper()
 	r := &ackRig{rcQP: newRCQP(t), now: time.Unix(1000, 0)}
-	r.h.Ack.AckHold = hold
-	r.h.Ack.Now = func() time.Time { return r.now }
-	r.h.Ack.Hold = func(qp *qpmgr.QP, until time.Time) {
+	r.h.Resp.Ack.AckHold = hold
+	r.h.Resp.Ack.Now = func() time.Time { return r.now }
+	r.h.Resp.Ack.Hold = func(qp *qpmgr.QP, until time.Time) {
 		if qp != r.qp {
 			t.Errorf("Hold told of QP %#x, want %#x", qp.QPN, r.qp.QPN)
 		}
@@ -112,7 +112,7 @@ func TestAckCoalescedFlushedAtBatchEnd(t *testing.T) {
 		r.sendOnly(t, psn)
 	}
 	r.wantAcks(t, 0) // nothing before the batch ends
-	r.h.Ack.Flush(&r.tx)
+	r.h.Resp.Ack.Flush(&r.tx)
 	r.wantAcks(t, 0, ackBytes(2, synACK, 3))
 	if c := r.h.Counters.Get(ib.AckDeferred); c != 2 {
 		t.Errorf("ack_deferred = %d, want 2", c)
@@ -121,7 +121,7 @@ func TestAckCoalescedFlushedAtBatchEnd(t *testing.T) {
 		t.Errorf("sent_pkts = %d, want 1", c)
 	}
 	// A second Flush has nothing left to send.
-	r.h.Ack.Flush(&r.tx)
+	r.h.Resp.Ack.Flush(&r.tx)
 	r.wantAcks(t, 1)
 	if len(r.holds) != 0 {
 		t.Errorf("Hold told %d times with the hold off", len(r.holds))
@@ -133,22 +133,22 @@ func TestAckCoalescedFlushedAtBatchEnd(t *testing.T) {
 func TestAckUnsentGoesBeforeRequest(t *testing.T) {
 	r := newAckRig(t, 0)
 	r.sendOnly(t, 0)
-	if r.h.Ack.Release(r.qp, &r.tx) {
+	if r.h.Resp.Ack.Release(r.qp, &r.tx) {
 		t.Fatal("Release reports a held ACK, none was")
 	}
 	r.wantAcks(t, 0, ackBytes(0, synACK, 1))
-	r.h.Ack.Flush(&r.tx) // the batch's ACK went already
+	r.h.Resp.Ack.Flush(&r.tx) // the batch's ACK went already
 	r.wantAcks(t, 1)
 
 	// ACKed at Flush, but its batch not yet out: the ACK goes again,
 	// before the request.
 	r.sendOnly(t, 1)
-	r.h.Ack.Flush(&r.tx)
-	r.h.Ack.Release(r.qp, &r.tx)
+	r.h.Resp.Ack.Flush(&r.tx)
+	r.h.Resp.Ack.Release(r.qp, &r.tx)
 	r.wantAcks(t, 1, ackBytes(1, synACK, 2), ackBytes(1, synACK, 2))
 	// Once the batch went out, a request sends nothing more.
-	r.h.Ack.Sent()
-	r.h.Ack.Release(r.qp, &r.tx)
+	r.h.Resp.Ack.Sent()
+	r.h.Resp.Ack.Release(r.qp, &r.tx)
 	r.wantAcks(t, 3)
 }
 
@@ -158,11 +158,11 @@ func TestAckUnsentGoesBeforeRequest(t *testing.T) {
 func (r *ackRig) pingPong(t *testing.T) int {
 	t.Helper()
 	r.sendOnly(t, 0)
-	r.h.Ack.Flush(&r.tx)
-	r.h.Ack.Sent()
+	r.h.Resp.Ack.Flush(&r.tx)
+	r.h.Resp.Ack.Sent()
 	r.wantAcks(t, 0, ackBytes(0, synACK, 1))
 	r.now = r.now.Add(time.Millisecond)
-	if r.h.Ack.Release(r.qp, &r.tx) {
+	if r.h.Resp.Ack.Release(r.qp, &r.tx) {
 		t.Fatal("Release reports a held ACK, none was")
 	}
 	if !r.qp.Resp.Ack.PingPong {
@@ -179,18 +179,18 @@ func TestAckHeldReleasedByRequest(t *testing.T) {
 	n := r.pingPong(t)
 	r.sendOnly(t, 1)
 	r.sendOnly(t, 2)
-	r.h.Ack.Flush(&r.tx)
-	r.h.Ack.Sent()
+	r.h.Resp.Ack.Flush(&r.tx)
+	r.h.Resp.Ack.Sent()
 	r.wantAcks(t, n) // held
 	hold := r.qp.ACKTimeout() / 8
 	if len(r.holds) != 1 || !r.holds[0].Equal(r.now.Add(hold)) {
 		t.Fatalf("Hold told %v, want once, until now + %v", r.holds, hold)
 	}
-	if d := r.h.Ack.Deadline(r.qp); !d.Equal(r.holds[0]) {
+	if d := r.h.Resp.Ack.Deadline(r.qp); !d.Equal(r.holds[0]) {
 		t.Fatalf("Deadline %v, want the hold's end %v", d, r.holds[0])
 	}
 	r.now = r.now.Add(100 * time.Microsecond)
-	if !r.h.Ack.Release(r.qp, &r.tx) {
+	if !r.h.Resp.Ack.Release(r.qp, &r.tx) {
 		t.Fatal("Release reports no held ACK")
 	}
 	r.wantAcks(t, n, ackBytes(2, synACK, 3))
@@ -201,10 +201,10 @@ func TestAckHeldReleasedByRequest(t *testing.T) {
 		t.Errorf("ack_hold_expired = %d, want 0", c)
 	}
 	// Nothing is left for the timer.
-	if d := r.h.Ack.Deadline(r.qp); !d.IsZero() {
+	if d := r.h.Resp.Ack.Deadline(r.qp); !d.IsZero() {
 		t.Errorf("Deadline %v after the release, want none", d)
 	}
-	if r.h.Ack.Expire(r.qp, &r.tx, r.now.Add(time.Hour)) {
+	if r.h.Resp.Ack.Expire(r.qp, &r.tx, r.now.Add(time.Hour)) {
 		t.Error("Expire reports work left after the release")
 	}
 	r.wantAcks(t, n+1)
@@ -217,16 +217,16 @@ func TestAckHeldExpires(t *testing.T) {
 	r := newAckRig(t, time.Second)
 	n := r.pingPong(t)
 	r.sendOnly(t, 1)
-	r.h.Ack.Flush(&r.tx)
-	until := r.h.Ack.Deadline(r.qp)
+	r.h.Resp.Ack.Flush(&r.tx)
+	until := r.h.Resp.Ack.Deadline(r.qp)
 	if until.IsZero() {
 		t.Fatal("no ACK held")
 	}
-	if !r.h.Ack.Expire(r.qp, &r.tx, until.Add(-time.Nanosecond)) {
+	if !r.h.Resp.Ack.Expire(r.qp, &r.tx, until.Add(-time.Nanosecond)) {
 		t.Fatal("Expire before the hold's end reports nothing held")
 	}
 	r.wantAcks(t, n)
-	if r.h.Ack.Expire(r.qp, &r.tx, until) {
+	if r.h.Resp.Ack.Expire(r.qp, &r.tx, until) {
 		t.Fatal("Expire at the hold's end reports work left")
 	}
 	r.wantAcks(t, n, ackBytes(1, synACK, 2))
@@ -241,7 +241,7 @@ func TestAckHeldExpires(t *testing.T) {
 	}
 	// Out of ping-pong mode, the next ACK goes at Flush.
 	r.sendOnly(t, 2)
-	r.h.Ack.Flush(&r.tx)
+	r.h.Resp.Ack.Flush(&r.tx)
 	r.wantAcks(t, n+1, ackBytes(2, synACK, 3))
 }
 
@@ -250,35 +250,35 @@ func TestAckHeldExpires(t *testing.T) {
 // answers (in ERR) sends nothing.
 func TestAckHeldSentBeforeModify(t *testing.T) {
 	r := newAckRig(t, time.Second)
-	if r.h.Ack.SendHeld(r.qp, &r.tx) {
+	if r.h.Resp.Ack.SendHeld(r.qp, &r.tx) {
 		t.Fatal("SendHeld reports an ACK with none held")
 	}
 	n := r.pingPong(t)
 	r.sendOnly(t, 1)
-	r.h.Ack.Flush(&r.tx)
+	r.h.Resp.Ack.Flush(&r.tx)
 	r.wantAcks(t, n)
-	if !r.h.Ack.SendHeld(r.qp, &r.tx) {
+	if !r.h.Resp.Ack.SendHeld(r.qp, &r.tx) {
 		t.Fatal("SendHeld reports no held ACK")
 	}
 	r.wantAcks(t, n, ackBytes(1, synACK, 2))
 	if c := r.h.Counters.Get(ib.AckHoldExpired); c != 1 {
 		t.Errorf("ack_hold_expired = %d, want 1", c)
 	}
-	if r.h.Ack.SendHeld(r.qp, &r.tx) {
+	if r.h.Resp.Ack.SendHeld(r.qp, &r.tx) {
 		t.Error("SendHeld sent the ACK twice")
 	}
 
 	// Held, then the QP went to ERR without SendHeld: it answers no
 	// more, and the timer sends nothing.
 	r.sendOnly(t, 2)
-	r.h.Ack.Flush(&r.tx)
+	r.h.Resp.Ack.Flush(&r.tx)
 	r.wantAcks(t, n+1)
 	r.qp.EnterError()
-	if !r.h.Ack.SendHeld(r.qp, &r.tx) {
+	if !r.h.Resp.Ack.SendHeld(r.qp, &r.tx) {
 		t.Fatal("SendHeld reports no held ACK")
 	}
 	r.wantAcks(t, n+1)
-	if r.h.Ack.Expire(r.qp, &r.tx, r.now.Add(time.Hour)) {
+	if r.h.Resp.Ack.Expire(r.qp, &r.tx, r.now.Add(time.Hour)) {
 		t.Error("Expire reports work left for a QP in ERR")
 	}
 	r.wantAcks(t, n+1)
@@ -294,25 +294,25 @@ func TestAckHeldSentBeforeModify(t *testing.T) {
 func TestNAKAndItsRepeatAfterQuietGap(t *testing.T) {
 	r := newAckRig(t, time.Second)
 	r.sendOnly(t, 0)
-	r.h.Ack.Flush(&r.tx)
+	r.h.Resp.Ack.Flush(&r.tx)
 	r.wantAcks(t, 0, ackBytes(0, synACK, 1))
 	t0 := r.now
 	r.deliver(t, 2) // PSN 1 lost
 	r.wantAcks(t, 1, ackBytes(1, synSeqErrNAK, 1))
-	r.h.Ack.Flush(&r.tx)
+	r.h.Resp.Ack.Flush(&r.tx)
 	r.wantAcks(t, 2) // the NAK asks for no ACK at the batch's end
 	if len(r.holds) != 1 || !r.holds[0].Equal(t0.Add(time.Millisecond)) {
 		t.Fatalf("Hold told %v, want once, at the NAK + 1 ms", r.holds)
 	}
-	if d := r.h.Ack.Deadline(r.qp); !d.Equal(t0.Add(time.Millisecond)) {
+	if d := r.h.Resp.Ack.Deadline(r.qp); !d.Equal(t0.Add(time.Millisecond)) {
 		t.Fatalf("Deadline %v, want the NAK + 1 ms", d.Sub(t0))
 	}
-	if !r.h.Ack.Expire(r.qp, &r.tx, t0.Add(time.Millisecond-time.Nanosecond)) {
+	if !r.h.Resp.Ack.Expire(r.qp, &r.tx, t0.Add(time.Millisecond-time.Nanosecond)) {
 		t.Fatal("Expire before the repeat is due reports none scheduled")
 	}
 	r.wantAcks(t, 2)
 	r.now = t0.Add(time.Millisecond)
-	if !r.h.Ack.Expire(r.qp, &r.tx, r.now) {
+	if !r.h.Resp.Ack.Expire(r.qp, &r.tx, r.now) {
 		t.Fatal("Expire reports no further repeat scheduled")
 	}
 	r.wantAcks(t, 2, ackBytes(1, synSeqErrNAK, 1))
@@ -322,7 +322,7 @@ func TestNAKAndItsRepeatAfterQuietGap(t *testing.T) {
 	if c := r.qp.Counters.Get(ib.NAKsSent); c != 2 {
 		t.Errorf("naks_sent = %d, want 2", c)
 	}
-	if d := r.h.Ack.Deadline(r.qp); !d.Equal(r.now.Add(2 * time.Millisecond)) {
+	if d := r.h.Resp.Ack.Deadline(r.qp); !d.Equal(r.now.Add(2 * time.Millisecond)) {
 		t.Fatalf("next repeat due %v after the last NAK, want 2 ms", d.Sub(r.now))
 	}
 
@@ -331,12 +331,12 @@ func TestNAKAndItsRepeatAfterQuietGap(t *testing.T) {
 	r.now = r.now.Add(300 * time.Microsecond)
 	r.sendOnly(t, 1)
 	r.sendOnly(t, 2)
-	r.h.Ack.Flush(&r.tx)
+	r.h.Resp.Ack.Flush(&r.tx)
 	r.wantAcks(t, 3, ackBytes(2, synACK, 3))
-	if d := r.h.Ack.Deadline(r.qp); !d.IsZero() {
+	if d := r.h.Resp.Ack.Deadline(r.qp); !d.IsZero() {
 		t.Errorf("Deadline %v after the gap closed, want none", d)
 	}
-	if r.h.Ack.Expire(r.qp, &r.tx, r.now.Add(time.Hour)) {
+	if r.h.Resp.Ack.Expire(r.qp, &r.tx, r.now.Add(time.Hour)) {
 		t.Error("Expire reports work left after the gap closed")
 	}
 	r.wantAcks(t, 4)
@@ -350,18 +350,18 @@ func TestRNRNAKOncePerGap(t *testing.T) {
 	r := newAckRig(t, 0)
 	r.deliver(t, 0)
 	r.deliver(t, 1)
-	r.h.Ack.Flush(&r.tx)
+	r.h.Resp.Ack.Flush(&r.tx)
 	r.wantAcks(t, 0, ackBytes(0, 0x20|r.qp.Attr.MinRNRTimer, 0))
 	if c := r.h.Counters.Get(ib.OutOfSeqRequest); c != 1 {
 		t.Errorf("out_of_seq_request = %d, want 1", c)
 	}
 	r.sendOnly(t, 0)
-	r.h.Ack.Flush(&r.tx)
+	r.h.Resp.Ack.Flush(&r.tx)
 	r.wantAcks(t, 1, ackBytes(0, synACK, 1))
 	if c := r.qp.Counters.Get(ib.NAKsSent); c != 1 {
 		t.Errorf("naks_sent = %d, want 1", c)
 	}
-	if d := r.h.Ack.Deadline(r.qp); !d.IsZero() {
+	if d := r.h.Resp.Ack.Deadline(r.qp); !d.IsZero() {
 		t.Errorf("Deadline %v: an RNR NAK is never repeated by the timer", d)
 	}
 }

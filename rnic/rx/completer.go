@@ -5,19 +5,53 @@ import (
 	"time"
 
 	"github.com/rnicd/rnicd/ib"
+	"github.com/rnicd/rnicd/rnic/dma"
+	"github.com/rnicd/rnicd/rnic/flowctl"
 	"github.com/rnicd/rnicd/rnic/qpmgr"
 	"github.com/rnicd/rnicd/rnic/trace"
 	"github.com/rnicd/rnicd/wire/bth"
 )
 
-// complete is the completer (IBTA 9.7.5.1; rxe_comp.c): it matches an ACK,
-// NAK, READ response or atomic ACK to the send queue. The QP lock is held.
-func (h *Handler) complete(qp *qpmgr.QP, p bth.Packet) {
+// Completer is the completer of one device (IBTA 9.7.5.1; rxe_comp.c):
+// it takes the ACKs, NAKs, READ responses and atomic ACKs that arrive for
+// a QP's own requests, retires its send WQEs, and sends its requester
+// back (qpmgr.QP.Req.NeedRetry) on a NAK, an implied NAK or a timeout.
+// It owns the QP's completer state, qpmgr.QP.Comp, and the
+// retransmission timer's expiries (Timeout); it never touches the
+// responder's, qpmgr.QP.Resp (roles_test.go holds it to that).
+//
+// All its methods run with the QP locked: complete on the receive
+// pipeline's goroutine, Timeout on the send pipeline's.
+type Completer struct {
+	DMA      *dma.Table
+	Counters *qpmgr.Counters
+	// Trace is the device's trace probe, nil when it traces nothing.
+	Trace *trace.Probe
+	// FC is the device's Flow Control Manager, told of what is
+	// acknowledged and lost, and asked for the round trip. Required.
+	FC *flowctl.Manager
+	// Retry7Forever makes retry_cnt 7 retry forever, as rxe reads it;
+	// false (the zero value) gives IBTA's seven retries and then
+	// RETRY_EXC_ERR. rnr_retry 7 is forever either way, as IBTA says.
+	Retry7Forever bool
+	// Recovering, when not nil, is told, with the QP locked, that the
+	// QP takes part in a loss recovery: its requester went back and
+	// waits for the answer to what it resends; rtt is the requester's
+	// smoothed round trip, 0 before the first. A polling NIC keeps
+	// polling for the answer instead of going to sleep (rnic:
+	// queue.lossSeen). The responder's NAKs are told to
+	// Acker.Recovering, which the device sets to the same.
+	Recovering func(rtt time.Duration)
+}
+
+// complete matches an ACK, NAK, READ response or atomic ACK to the send
+// queue (rxe_completer). The QP lock is held.
+func (c *Completer) complete(qp *qpmgr.QP, p bth.Packet) {
 	psn := p.BTH().PSN()
 	// Anything the requester has not sent yet, or older than the oldest
 	// unacknowledged PSN, answers nothing outstanding.
 	if bth.PSNDiff(psn, qp.Req.PSN) >= 0 {
-		h.Counters.Inc(ib.DropUnexpectedResp)
+		c.Counters.Inc(ib.DropUnexpectedResp)
 		return
 	}
 	op := p.Opcode()
@@ -30,34 +64,34 @@ func (h *Handler) complete(qp *qpmgr.QP, p bth.Packet) {
 	}
 	switch {
 	case op.Is(bth.FlagReadResp):
-		h.readResponse(qp, p)
+		c.readResponse(qp, p)
 	case op == bth.RCAtomicAcknowledge:
-		h.atomicAck(qp, p)
+		c.atomicAck(qp, p)
 	default:
-		h.ack(qp, p)
+		c.ack(qp, p)
 	}
 }
 
 // ack handles an ACKNOWLEDGE: ACK, RNR NAK or NAK (IBTA 9.7.5.1.2-4).
-func (h *Handler) ack(qp *qpmgr.QP, p bth.Packet) {
+func (c *Completer) ack(qp *qpmgr.QP, p bth.Packet) {
 	psn := p.BTH().PSN()
 	syn := p.AETH().Syndrome()
-	if h.Trace.On() {
-		h.Trace.Emit(trace.Event{Module: trace.ModCompleter, Step: trace.StepAckRecv, QPN: qp.QPN, PSN: psn,
+	if c.Trace.On() {
+		c.Trace.Emit(trace.Event{Module: trace.ModCompleter, Step: trace.StepAckRecv, QPN: qp.QPN, PSN: psn,
 			Opcode: p.Opcode(), Arg: uint32(syn), Aux: p.AETH().MSN()})
 	}
 	switch {
 	case syn.IsACK():
-		h.ackUpTo(qp, psn, true)
+		c.ackUpTo(qp, psn, true)
 	case syn.IsRNRNAK():
-		h.Counters.Inc(ib.RcvdRNRErr)
-		h.ackUpTo(qp, bth.PSNAdd(psn, -1), false)
+		c.Counters.Inc(ib.RcvdRNRErr)
+		c.ackUpTo(qp, bth.PSNAdd(psn, -1), false)
 		if qp.State() == ib.QPSErr || !qp.Outstanding() {
 			return
 		}
 		if qp.Comp.RNRRetry == 0 {
-			h.Counters.Inc(ib.RetryRNRExceededErr)
-			h.completeSend(qp, ib.WCRNRRetryExcErr)
+			c.Counters.Inc(ib.RetryRNRExceededErr)
+			c.completeSend(qp, ib.WCRNRRetryExcErr)
 			qp.EnterError()
 			return
 		}
@@ -67,31 +101,31 @@ func (h *Handler) ack(qp *qpmgr.QP, p bth.Packet) {
 		d := time.Duration(bth.RNRTimerMicros(syn.Value())) * time.Microsecond
 		qp.Req.RNRUntil = time.Now().Add(d)
 		qp.Req.NeedRetry = true
-		if h.Trace.On() {
-			h.traceRetry(qp, trace.RetryRNR)
+		if c.Trace.On() {
+			c.traceRetry(qp, trace.RetryRNR)
 		}
 		qp.RestartTimer() // the peer answered: the ACK timeout starts over
 		qp.KickAfter(d)
 	case syn == bth.NAKPSNSeqError:
-		h.Counters.Inc(ib.RcvdSeqErr)
-		h.ackUpTo(qp, bth.PSNAdd(psn, -1), false)
+		c.Counters.Inc(ib.RcvdSeqErr)
+		c.ackUpTo(qp, bth.PSNAdd(psn, -1), false)
 		if qp.State() == ib.QPSErr || !qp.Outstanding() {
 			return
 		}
-		h.retryNAK(qp, psn)
+		c.retryNAK(qp, psn)
 		if qp.RTO == 0 && qp.State() != ib.QPSErr {
 			// The first loss of an episode: the ACK's progress above
 			// found the QP lossless and left the timer at the ACK
 			// timeout. Lossy now, it probes if the go-back's tail is
 			// lost too.
-			if h.setRTO(qp); qp.RTO > 0 {
+			if c.setRTO(qp); qp.RTO > 0 {
 				qp.RestartTimer()
 			}
 		}
 	default:
 		// Invalid request, remote access or remote operational error:
 		// the WQE at psn failed and the QP goes to ERR (IBTA 9.7.5.1.4).
-		h.ackUpTo(qp, bth.PSNAdd(psn, -1), false)
+		c.ackUpTo(qp, bth.PSNAdd(psn, -1), false)
 		if qp.State() == ib.QPSErr || !qp.Outstanding() {
 			return
 		}
@@ -102,7 +136,7 @@ func (h *Handler) ack(qp *qpmgr.QP, p bth.Packet) {
 		case bth.NAKRemoteAccessError:
 			st = ib.WCRemAccessErr
 		}
-		h.completeSend(qp, st)
+		c.completeSend(qp, st)
 		qp.EnterError()
 	}
 }
@@ -113,7 +147,7 @@ func (h *Handler) ack(qp *qpmgr.QP, p bth.Packet) {
 // lost its response: that is an implied NAK (IBTA 9.7.5.1.4, C9-120), and
 // the requester goes back to it. A NAK, or a response, only acknowledges
 // what came before it.
-func (h *Handler) ackUpTo(qp *qpmgr.QP, psn uint32, implied bool) {
+func (c *Completer) ackUpTo(qp *qpmgr.QP, psn uint32, implied bool) {
 	from := qp.Comp.PSN
 	progress := false
 	sq := &qp.SQ
@@ -124,7 +158,7 @@ func (h *Handler) ackUpTo(qp *qpmgr.QP, psn uint32, implied bool) {
 		}
 		if w.WR.Opcode.IsReadOrAtomic() {
 			if implied {
-				h.retryOnce(qp)
+				c.retryOnce(qp)
 			}
 			break
 		}
@@ -141,12 +175,12 @@ func (h *Handler) ackUpTo(qp *qpmgr.QP, psn uint32, implied bool) {
 			break
 		}
 		qp.Comp.PSN = bth.PSNAdd(w.LastPSN, 1)
-		h.Counters.Inc(ib.RDMASends) // before the CQE makes the completion visible
-		h.completeSend(qp, ib.WCSuccess)
+		c.Counters.Inc(ib.RDMASends) // before the CQE makes the completion visible
+		c.completeSend(qp, ib.WCSuccess)
 		progress = true
 	}
 	if progress {
-		h.progress(qp, from)
+		c.progress(qp, from)
 	}
 }
 
@@ -156,11 +190,11 @@ func (h *Handler) ackUpTo(qp *qpmgr.QP, psn uint32, implied bool) {
 // send is not woken: on a ping-pong every ACK would otherwise wake the
 // send pipeline for nothing, and the next post would find it busy and
 // hand its WQE over instead of sending it at once.
-func (h *Handler) progress(qp *qpmgr.QP, from uint32) {
+func (c *Completer) progress(qp *qpmgr.QP, from uint32) {
 	qp.Comp.RetryCnt, qp.Comp.RNRRetry = qp.Attr.RetryCnt, qp.Attr.RNRRetry
 	qp.Comp.Retrying = false
-	h.FC.Acked(&qp.FC, qp.Comp.PSN, int(bth.PSNDiff(qp.Comp.PSN, from)))
-	h.setRTO(qp)
+	c.FC.Acked(&qp.FC, qp.Comp.PSN, int(bth.PSNDiff(qp.Comp.PSN, from)))
+	c.setRTO(qp)
 	qp.Backoff, qp.Probes = 0, 0
 	qp.RestartTimer()
 	if qp.HasSendWork() {
@@ -185,21 +219,21 @@ func (h *Handler) progress(qp *qpmgr.QP, from uint32) {
 // failed a READ with RETRY_EXC_ERR after about nine ACK timeouts in the
 // whole run, one run in six under -race. The peer that sends NAKs is
 // alive; a peer that stops answering is still caught, by the timeouts.
-func (h *Handler) retry(qp *qpmgr.QP, why trace.RetryReason) {
-	c := &qp.Comp
-	if why == trace.RetryTimeout || !c.Retrying {
-		if c.RetryCnt == 0 {
-			h.Counters.Inc(ib.RetryExceededErr)
-			h.completeSend(qp, ib.WCRetryExcErr)
+func (c *Completer) retry(qp *qpmgr.QP, why trace.RetryReason) {
+	cs := &qp.Comp
+	if why == trace.RetryTimeout || !cs.Retrying {
+		if cs.RetryCnt == 0 {
+			c.Counters.Inc(ib.RetryExceededErr)
+			c.completeSend(qp, ib.WCRetryExcErr)
 			qp.EnterError()
 			return
 		}
-		if c.RetryCnt != 7 || !h.Retry7Forever {
-			c.RetryCnt--
+		if cs.RetryCnt != 7 || !c.Retry7Forever {
+			cs.RetryCnt--
 		}
 	}
-	c.Retrying = true
-	h.goBack(qp, why)
+	cs.Retrying = true
+	c.goBack(qp, why)
 }
 
 // retryNAK answers a PSN sequence error NAK for psn. A NAK for the PSN a
@@ -211,52 +245,52 @@ func (h *Handler) retry(qp *qpmgr.QP, why trace.RetryReason) {
 // receive was delayed 1 ms took the first NAK and its repeat in one
 // batch, 7 us apart, and went back twice (TestTraceWriteWithLoss, 1 run
 // in 10 under -race).
-func (h *Handler) retryNAK(qp *qpmgr.QP, psn uint32) {
-	c := &qp.Comp
-	if c.HaveGoBack && c.GoBackPSN == c.PSN {
+func (c *Completer) retryNAK(qp *qpmgr.QP, psn uint32) {
+	cs := &qp.Comp
+	if cs.HaveGoBack && cs.GoBackPSN == cs.PSN {
 		rtt := minRTO
-		if srtt, _ := h.FC.RTT(&qp.FC); srtt != 0 {
+		if srtt, _ := c.FC.RTT(&qp.FC); srtt != 0 {
 			rtt = time.Duration(srtt)
 		}
-		if time.Since(c.GoBackAt) < rtt {
+		if time.Since(cs.GoBackAt) < rtt {
 			return
 		}
 	}
-	h.retry(qp, trace.RetryNAK)
+	c.retry(qp, trace.RetryNAK)
 }
 
 // goBack has the requester go back to Comp.PSN when it next runs, and
 // tells the loss window.
-func (h *Handler) goBack(qp *qpmgr.QP, why trace.RetryReason) {
-	h.Counters.Inc(ib.CompleterRetryErr)
-	c := &qp.Comp
-	c.HaveGoBack, c.GoBackPSN, c.GoBackAt = true, c.PSN, time.Now()
-	h.FC.Lost(&qp.FC, c.PSN, qp.Req.PSN)
+func (c *Completer) goBack(qp *qpmgr.QP, why trace.RetryReason) {
+	c.Counters.Inc(ib.CompleterRetryErr)
+	cs := &qp.Comp
+	cs.HaveGoBack, cs.GoBackPSN, cs.GoBackAt = true, cs.PSN, time.Now()
+	c.FC.Lost(&qp.FC, cs.PSN, qp.Req.PSN)
 	qp.Req.NeedRetry = true
-	if h.Trace.On() {
-		h.traceRetry(qp, why)
+	if c.Trace.On() {
+		c.traceRetry(qp, why)
 	}
-	if h.Recovering != nil {
-		srtt, _ := h.FC.RTT(&qp.FC)
-		h.Recovering(time.Duration(srtt))
+	if c.Recovering != nil {
+		srtt, _ := c.FC.RTT(&qp.FC)
+		c.Recovering(time.Duration(srtt))
 	}
 	qp.Kick()
 }
 
 // traceRetry tells the trace that the requester goes back to Comp.PSN.
-func (h *Handler) traceRetry(qp *qpmgr.QP, why trace.RetryReason) {
-	h.Trace.Emit(trace.Event{Module: trace.ModCompleter, Step: trace.StepRetry, QPN: qp.QPN, PSN: qp.Comp.PSN, Arg: uint32(why)})
+func (c *Completer) traceRetry(qp *qpmgr.QP, why trace.RetryReason) {
+	c.Trace.Emit(trace.Event{Module: trace.ModCompleter, Step: trace.StepRetry, QPN: qp.QPN, PSN: qp.Comp.PSN, Arg: uint32(why)})
 }
 
 // retryOnce starts a retry unless one already started at this Comp.PSN
 // for a gap or an implied NAK; if that one fails too, the timer catches it.
-func (h *Handler) retryOnce(qp *qpmgr.QP) {
-	c := &qp.Comp
-	if c.HaveRetried && c.RetriedPSN == c.PSN {
+func (c *Completer) retryOnce(qp *qpmgr.QP) {
+	cs := &qp.Comp
+	if cs.HaveRetried && cs.RetriedPSN == cs.PSN {
 		return
 	}
-	c.HaveRetried, c.RetriedPSN = true, c.PSN
-	h.retry(qp, trace.RetryImpliedNAK)
+	cs.HaveRetried, cs.RetriedPSN = true, cs.PSN
+	c.retry(qp, trace.RetryImpliedNAK)
 }
 
 // minRTO bounds the retransmission timeout that follows the measured
@@ -276,18 +310,18 @@ const minRTO = 300 * time.Microsecond
 // (Karn's rule, flowctl.Window), and a lost tail or last ACK in them cost
 // the whole 67 ms ACK timeout, 0-2 per run in a third of the runs
 // (debug prints: srtt 0, RTO 0, no probe, at every such timeout).
-func (h *Handler) setRTO(qp *qpmgr.QP) {
+func (c *Completer) setRTO(qp *qpmgr.QP) {
 	qp.RTO = 0
-	if !h.FC.Lossy(&qp.FC) {
+	if !c.FC.Lossy(&qp.FC) {
 		return
 	}
-	srtt, rttvar := h.FC.RTT(&qp.FC)
+	srtt, rttvar := c.FC.RTT(&qp.FC)
 	rto := time.Duration(srtt + 4*rttvar)
 	if srtt == 0 {
 		rto = qp.ACKTimeout() / 8
 	}
 	if rto > 0 {
-		qp.RTO = max(rto, minRTO, h.FC.ProbeFloor(&qp.FC, qp.MTU()))
+		qp.RTO = max(rto, minRTO, c.FC.ProbeFloor(&qp.FC, qp.MTU()))
 	}
 }
 
@@ -307,7 +341,7 @@ func (h *Handler) setRTO(qp *qpmgr.QP) {
 // A probe never asks again for a READ while READ responses are coming,
 // nor twice in one silence: each such request costs the responder a
 // replay to the READ's end.
-func (h *Handler) Timeout(qp *qpmgr.QP) {
+func (c *Completer) Timeout(qp *qpmgr.QP) {
 	if !qp.Outstanding() {
 		return
 	}
@@ -317,8 +351,8 @@ func (h *Handler) Timeout(qp *qpmgr.QP) {
 		return
 	}
 	if !qp.AckTimeoutDue() {
-		c := &qp.Comp
-		if c.ReadResps != c.ReadRespsAtProbe {
+		cs := &qp.Comp
+		if cs.ReadResps != cs.ReadRespsAtProbe {
 			// READ responses came since the last early expiry: the
 			// responder is working through the READs asked of it, in
 			// order (rxe_resp.c replays a duplicate READ from its PSN
@@ -328,7 +362,7 @@ func (h *Handler) Timeout(qp *qpmgr.QP) {
 			// of replays to move 8 MiB, 1,218 of 1,362 READ requests,
 			// and rxe, seconds behind, answered the last READ too late:
 			// RETRY_EXC_ERR. A gap or the ACK timeout still goes back.
-			c.ReadRespsAtProbe = c.ReadResps
+			cs.ReadRespsAtProbe = cs.ReadResps
 			qp.ArmTimer()
 			return
 		}
@@ -338,20 +372,20 @@ func (h *Handler) Timeout(qp *qpmgr.QP) {
 			// packet): one probe asks again; more would each queue
 			// another replay for when it runs again. Until a response
 			// comes, only the ACK timeout asks once more.
-			if c.ReadProbed && c.ReadRespsProbed == c.ReadResps {
+			if cs.ReadProbed && cs.ReadRespsProbed == cs.ReadResps {
 				qp.ArmTimer()
 				return
 			}
-			c.ReadProbed, c.ReadRespsProbed = true, c.ReadResps
+			cs.ReadProbed, cs.ReadRespsProbed = true, cs.ReadResps
 		}
 		qp.Probes++
-		h.goBack(qp, trace.RetryProbe)
+		c.goBack(qp, trace.RetryProbe)
 		qp.ArmTimer()
 		return
 	}
-	h.Counters.Inc(ib.LocalAckTimeoutErr)
+	c.Counters.Inc(ib.LocalAckTimeoutErr)
 	qp.Backoff++
-	h.retry(qp, trace.RetryTimeout)
+	c.retry(qp, trace.RetryTimeout)
 	if qp.State() != ib.QPSErr {
 		qp.ArmTimer()
 	}
@@ -368,9 +402,9 @@ func headRead(qp *qpmgr.QP) bool {
 
 // headReadOrAtomic retires what a response at psn implies was received
 // and returns the READ or atomic WQE the response belongs to.
-func (h *Handler) headReadOrAtomic(qp *qpmgr.QP, psn uint32) *qpmgr.SendWQE {
+func (c *Completer) headReadOrAtomic(qp *qpmgr.QP, psn uint32) *qpmgr.SendWQE {
 	// A response to a later request acknowledges everything before it.
-	h.ackUpTo(qp, bth.PSNAdd(psn, -1), false)
+	c.ackUpTo(qp, bth.PSNAdd(psn, -1), false)
 	if !qp.Outstanding() {
 		return nil
 	}
@@ -385,15 +419,15 @@ func (h *Handler) headReadOrAtomic(qp *qpmgr.QP, psn uint32) *qpmgr.SendWQE {
 // readResponse places one READ response packet into the requester's
 // buffers. Responses must come in PSN order; a gap sends the requester back
 // to the first missing PSN (IBTA 9.7.5.1.5).
-func (h *Handler) readResponse(qp *qpmgr.QP, p bth.Packet) {
+func (c *Completer) readResponse(qp *qpmgr.QP, p bth.Packet) {
 	psn := p.BTH().PSN()
-	w := h.headReadOrAtomic(qp, psn)
+	w := c.headReadOrAtomic(qp, psn)
 	if w == nil || w.WR.Opcode != ib.WRRDMARead {
-		h.Counters.Inc(ib.DropUnexpectedResp)
+		c.Counters.Inc(ib.DropUnexpectedResp)
 		return
 	}
 	if bth.PSNDiff(psn, qp.Comp.PSN) > 0 {
-		h.retryOnce(qp)
+		c.retryOnce(qp)
 		return
 	}
 	mtu := qp.MTU()
@@ -402,45 +436,54 @@ func (h *Handler) readResponse(qp *qpmgr.QP, p bth.Packet) {
 	op := p.Opcode()
 	last := op.Is(bth.FlagLast) || op.Is(bth.FlagOnly)
 	if off+n > w.Len || (!last && n != mtu) || (last && off+n != w.Len) {
-		h.Counters.Inc(ib.DropUnexpectedResp)
+		c.Counters.Inc(ib.DropUnexpectedResp)
 		return
 	}
-	if err := h.DMA.Scatter(qp.PD, w.WR.SGL, off, p.Payload()); err != nil {
-		h.completeSend(qp, ib.WCLocProtErr)
+	if err := c.DMA.Scatter(qp.PD, w.WR.SGL, off, p.Payload()); err != nil {
+		c.completeSend(qp, ib.WCLocProtErr)
 		qp.EnterError()
 		return
 	}
-	if h.Trace.On() {
-		h.traceDMAWrite(qp, p, w.WR.WRID, n, off, false)
+	if c.Trace.On() {
+		traceDMAWrite(c.Trace, qp, p, w.WR.WRID, n, off, false)
 	}
 	from := qp.Comp.PSN
 	qp.Comp.PSN = bth.PSNAdd(psn, 1)
 	if last {
-		h.Counters.Inc(ib.RDMASends) // before the CQE makes the completion visible
-		h.completeSend(qp, ib.WCSuccess)
+		c.Counters.Inc(ib.RDMASends) // before the CQE makes the completion visible
+		c.completeSend(qp, ib.WCSuccess)
 	}
-	h.progress(qp, from)
+	c.progress(qp, from)
 }
 
 // atomicAck writes the original value an atomic returned into the
 // requester's 8-byte buffer, in host order as rxe does.
-func (h *Handler) atomicAck(qp *qpmgr.QP, p bth.Packet) {
+func (c *Completer) atomicAck(qp *qpmgr.QP, p bth.Packet) {
 	psn := p.BTH().PSN()
-	w := h.headReadOrAtomic(qp, psn)
+	w := c.headReadOrAtomic(qp, psn)
 	if w == nil || !w.WR.Opcode.IsAtomic() || psn != qp.Comp.PSN {
-		h.Counters.Inc(ib.DropUnexpectedResp)
+		c.Counters.Inc(ib.DropUnexpectedResp)
 		return
 	}
 	var orig [8]byte
 	binary.NativeEndian.PutUint64(orig[:], p.AtomicAckETH().OrigData())
-	if err := h.DMA.Scatter(qp.PD, w.WR.SGL, 0, orig[:]); err != nil {
-		h.completeSend(qp, ib.WCLocProtErr)
+	if err := c.DMA.Scatter(qp.PD, w.WR.SGL, 0, orig[:]); err != nil {
+		c.completeSend(qp, ib.WCLocProtErr)
 		qp.EnterError()
 		return
 	}
 	from := qp.Comp.PSN
 	qp.Comp.PSN = bth.PSNAdd(psn, 1)
-	h.Counters.Inc(ib.RDMASends)
-	h.completeSend(qp, ib.WCSuccess)
-	h.progress(qp, from)
+	c.Counters.Inc(ib.RDMASends)
+	c.completeSend(qp, ib.WCSuccess)
+	c.progress(qp, from)
+}
+
+// completeSend retires the WQE at the head of qp's send queue with status
+// st, telling the trace.
+func (c *Completer) completeSend(qp *qpmgr.QP, st ib.WCStatus) {
+	if c.Trace.On() {
+		c.Trace.Emit(qpmgr.SendCompletionEvent(qp, st))
+	}
+	qp.CompleteSend(st)
 }

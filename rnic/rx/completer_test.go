@@ -56,7 +56,10 @@ func newRCQPMem(t *testing.T, mem []byte) *rcQP {
 		t.Fatal(err)
 	}
 	var counters qpmgr.Counters
-	h := &rx.Handler{DMA: tab, QPs: qpmgr.NewTable(), Counters: &counters, Ack: rx.Acker{Counters: &counters}, LocalAddr: netip.MustParseAddr("127.0.0.2"), FC: newFC(t, 0)}
+	fc := newFC(t, 0)
+	h := &rx.Handler{QPs: qpmgr.NewTable(), Counters: &counters, FC: fc,
+		Resp: rx.Responder{DMA: tab, Counters: &counters, LocalAddr: netip.MustParseAddr("127.0.0.2"), Ack: rx.Acker{Counters: &counters}},
+		Comp: rx.Completer{DMA: tab, Counters: &counters, FC: fc}}
 	cq := qpmgr.NewCQ(64)
 	qpn, _ := h.QPs.Alloc()
 	qp, err := qpmgr.New(qpmgr.Config{QPN: qpn, Type: ib.QPTypeRC, PD: 1, SendCQ: cq, RecvCQ: cq, PortMTU: 1024,
@@ -100,7 +103,7 @@ func (r *rcQP) ack(t *testing.T, tx *sent, psn, msn uint32) {
 	}
 	b.Peer = r.peer
 	r.h.Receive(b, tx)
-	r.h.Ack.Flush(tx)
+	r.h.Resp.Ack.Flush(tx)
 }
 
 // An ACK wakes the requester only when it has something left to send: on
@@ -150,7 +153,7 @@ func TestLateACKDuringRetry(t *testing.T) {
 	req := wqe.Engine{DMA: r.tab, FC: newFC(t, 0)}
 	var tx sent
 	r.sendWrite(t, &req, &tx, 7)
-	r.h.Timeout(qp)
+	r.h.Comp.Timeout(qp)
 	if n := req.Run(qp, &tx, 1); n != 1 {
 		t.Fatalf("retry sent %d packets with a budget of 1", n)
 	}
@@ -220,7 +223,7 @@ func TestRepeatedNAKCostsOneRetry(t *testing.T) {
 		// it repeats is answered already (retryNAK); these come later.
 		qp.Comp.GoBackAt = qp.Comp.GoBackAt.Add(-time.Second)
 		r.h.Receive(nak, &tx)
-		r.h.Ack.Flush(&tx)
+		r.h.Resp.Ack.Flush(&tx)
 		if st := qp.State(); st != ib.QPSRTS || qp.Comp.RetryCnt != 0 || !qp.Req.NeedRetry {
 			t.Fatalf("after NAK %d: state %v, retries left %d, retry pending %v; want RTS, 0, true", i, st, qp.Comp.RetryCnt, qp.Req.NeedRetry)
 		}
@@ -243,7 +246,7 @@ func TestRepeatedNAKCostsOneRetry(t *testing.T) {
 	nak.SetRoCE(nakFor(qp.QPN, 0x13, 1)) // the first PSN: no progress
 	nak.Peer = r.peer
 	r.h.Receive(nak, &tx)
-	r.h.Ack.Flush(&tx)
+	r.h.Resp.Ack.Flush(&tx)
 	if r.cq.Poll(wc[:]) != 1 || wc[0] != (ib.WC{WRID: 2, Status: ib.WCRetryExcErr, Opcode: ib.WCRDMAWrite, QPNum: qp.QPN}) {
 		t.Fatalf("completion after a NAK with no retry left: %+v", wc[0])
 	}

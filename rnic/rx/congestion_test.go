@@ -38,7 +38,7 @@ func (r *rcQP) receive(tx *sent, roce []byte, peer netip.Addr, e ibudp.ECN) {
 	b.Peer = peer
 	b.SetECN(e)
 	r.h.Receive(b, tx)
-	r.h.Ack.Flush(tx)
+	r.h.Resp.Ack.Flush(tx)
 }
 
 func cnpTo(qpn uint32) []byte {

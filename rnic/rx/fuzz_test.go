@@ -53,7 +53,9 @@ func newFuzzRig(t testing.TB) *fuzzRig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.h = &Handler{DMA: tab, QPs: qpmgr.NewTable(), Counters: &counters, Ack: Acker{Counters: &counters}, LocalAddr: netip.MustParseAddr("127.0.0.2"), FC: fc}
+	r.h = &Handler{QPs: qpmgr.NewTable(), Counters: &counters, FC: fc,
+		Resp: Responder{DMA: tab, Counters: &counters, LocalAddr: netip.MustParseAddr("127.0.0.2"), Ack: Acker{Counters: &counters}},
+		Comp: Completer{DMA: tab, Counters: &counters, FC: fc}}
 	cq := qpmgr.NewCQ(1 << 16)
 	for _, typ := range []ib.QPType{ib.QPTypeRC, ib.QPTypeUC, ib.QPTypeUD} {
 		qpn, _ := r.h.QPs.Alloc()
@@ -115,7 +117,7 @@ func (r *fuzzRig) feed(t *testing.T, pkt []byte) {
 	}
 	var tx sink
 	r.h.Receive(b, &tx)
-	r.h.Ack.Flush(&tx)
+	r.h.Resp.Ack.Flush(&tx)
 	for i, v := range r.mem[:guardLen] {
 		if v != guardByte {
 			t.Fatalf("byte %d before the region changed", i)

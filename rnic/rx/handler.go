@@ -1,11 +1,7 @@
 package rx
 
 import (
-	"net/netip"
-	"time"
-
 	"github.com/rnicd/rnicd/ib"
-	"github.com/rnicd/rnicd/rnic/dma"
 	"github.com/rnicd/rnicd/rnic/flowctl"
 	"github.com/rnicd/rnicd/rnic/qpmgr"
 	"github.com/rnicd/rnicd/rnic/trace"
@@ -13,39 +9,26 @@ import (
 	"github.com/rnicd/rnicd/wire/ibudp"
 )
 
-// Handler is the RX packet handler of one device. It is used by the
-// receive pipeline goroutine only, but for the Acker's Release, Expire
-// and SendHeld.
+// Handler is the RX packet handler of one device (rxe_recv.c): it checks
+// every packet that arrives (rxe_rcv) and hands a request to the
+// responder, an ACK or a response to the completer, by its opcode, as
+// rxe_rcv queues a packet to a QP's responder or completer task. It
+// answers ECN-marked packets (congestion.go) itself and keeps no QP
+// state. It is used by the receive pipeline goroutine only; its Resp and
+// Comp say which of their methods run elsewhere.
 type Handler struct {
-	DMA      *dma.Table
 	QPs      *qpmgr.Table
 	Counters *qpmgr.Counters
-	// LocalAddr is the port's address, the destination in the GRH of UD
-	// receives.
-	LocalAddr netip.Addr
 	// Trace is the device's trace probe, nil when it traces nothing.
 	Trace *trace.Probe
-	// Ack is the responder's ACK: every ACK and NAK leaves by it.
-	Ack Acker
 	// FC is the device's Flow Control Manager, told of the CNPs that
 	// arrive (reaction point) and of the packets marked CE, which it may
 	// answer with a CNP (notification point; congestion.go). Required.
 	FC *flowctl.Manager
-	// Retry7Forever makes retry_cnt 7 retry forever, as rxe reads it;
-	// false (the zero value) gives IBTA's seven retries and then
-	// RETRY_EXC_ERR. rnr_retry 7 is forever either way, as IBTA says.
-	Retry7Forever bool
-	// Recovering, when not nil, is told, with the QP locked, that the
-	// QP takes part in a loss recovery: its responder NAKed a gap and
-	// waits for the go-back, or its requester went back and waits for
-	// the answer to what it resends; rtt is the round trip the QP
-	// measured for that answer (the requester's smoothed round trip, the
-	// responder's NAK to go-back), 0 before the first. A polling NIC
-	// keeps polling for the answer instead of going to sleep (rnic:
-	// queue.lossSeen). The completer tells it of go-backs; the
-	// responder's NAKs are told to Ack.Recovering, which the device sets
-	// to the same.
-	Recovering func(rtt time.Duration)
+	// Resp takes the requests, for which the QP is the responder.
+	Resp Responder
+	// Comp takes the ACKs and responses to the QP's own requests.
+	Comp Completer
 }
 
 // Receive handles one packet; packets it answers with go to tx.
@@ -102,14 +85,7 @@ func (h *Handler) Receive(b *ibudp.Buf, tx qpmgr.TX) {
 			h.drop(qp, p, ib.DropQPState)
 			return
 		}
-		switch qp.Type {
-		case ib.QPTypeRC:
-			h.respondRC(qp, p, tx)
-		case ib.QPTypeUC:
-			h.respondUC(qp, p)
-		case ib.QPTypeUD:
-			h.respondUD(qp, p, b)
-		}
+		h.Resp.respond(qp, p, b, tx)
 		return
 	}
 	switch qp.State() {
@@ -118,7 +94,7 @@ func (h *Handler) Receive(b *ibudp.Buf, tx qpmgr.TX) {
 		h.drop(qp, p, ib.DropQPState)
 		return
 	}
-	h.complete(qp, p)
+	h.Comp.complete(qp, p)
 }
 
 func sameTransport(t ib.QPType, op bth.Opcode) bool {
@@ -147,43 +123,14 @@ func (h *Handler) drop(qp *qpmgr.QP, p bth.Packet, why ib.Counter) {
 	}
 }
 
-// completeSend retires the WQE at the head of qp's send queue with status
-// st, telling the trace.
-func (h *Handler) completeSend(qp *qpmgr.QP, st ib.WCStatus) {
-	if h.Trace.On() {
-		h.Trace.Emit(qpmgr.SendCompletionEvent(qp, st))
-	}
-	qp.CompleteSend(st)
-}
-
-// completeRecv posts a receive completion, telling the trace.
-func (h *Handler) completeRecv(qp *qpmgr.QP, wc ib.WC, solicited bool) {
-	if h.Trace.On() {
-		h.Trace.Emit(qpmgr.RecvCompletionEvent(qp, &wc))
-	}
-	qp.CompleteRecv(wc, solicited)
-}
-
-// traceDMAWrite tells the trace of n bytes placed at offset off (of the
-// receive WQE's buffers when recv is set, else of the region).
-func (h *Handler) traceDMAWrite(qp *qpmgr.QP, p bth.Packet, wrID uint64, n, off int, recv bool) {
+// traceDMAWrite tells t of n bytes placed at offset off (of the receive
+// WQE's buffers when recv is set, else of the region): the responder's
+// SENDs and WRITEs, the completer's READ responses.
+func traceDMAWrite(t *trace.Probe, qp *qpmgr.QP, p bth.Packet, wrID uint64, n, off int, recv bool) {
 	e := trace.Event{Module: trace.ModDMA, Step: trace.StepDMAWrite, QPN: qp.QPN, PSN: p.BTH().PSN(),
 		Opcode: p.Opcode(), WRID: wrID, Len: uint32(n), Arg: uint32(off)}
 	if recv {
 		e.Flags = trace.FlagRecv
 	}
-	h.Trace.Emit(e)
-}
-
-// response builds a responder packet of opcode op with an n-byte payload.
-func response(qp *qpmgr.QP, tx qpmgr.TX, op bth.Opcode, n int, psn uint32) (*ibudp.Buf, bth.Packet) {
-	b := tx.Alloc()
-	p, err := bth.Build(b.Room(), op, n)
-	if err != nil {
-		panic("rx: response does not fit a buffer: " + err.Error()) // n <= path MTU always
-	}
-	p.BTH().Encode(&bth.BTHFields{Opcode: op, PadCount: bth.PadFor(n), PKey: bth.DefaultPKey, DestQP: qp.Attr.DestQPN, PSN: psn})
-	b.N = p.Len()
-	b.Peer, b.SrcPort, b.TOS = qp.Dest(), qp.SrcPort(), qp.Attr.AH.TrafficClass
-	return b, p
+	t.Emit(e)
 }

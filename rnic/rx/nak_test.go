@@ -50,7 +50,7 @@ func TestNAKRepeatWaitsForQuietGap(t *testing.T) {
 	r := newRCQP(t)
 	qp, h := r.qp, r.h
 	recovering := 0
-	h.Ack.Recovering = func(time.Duration) { recovering++ }
+	h.Resp.Ack.Recovering = func(time.Duration) { recovering++ }
 	// No ACK timeout and a measured round trip of 10 s pin the clock:
 	// the repeat is due 20 s after the NAK, and no slowness of the host
 	// makes it due before the test says the gap went quiet.
@@ -59,7 +59,7 @@ func TestNAKRepeatWaitsForQuietGap(t *testing.T) {
 	var tx sent
 	epsn := qp.Resp.EPSN
 	h.Receive(r.writeMiddle(epsn+1), &tx) // EPSN lost: a gap
-	h.Ack.Flush(&tx)
+	h.Resp.Ack.Flush(&tx)
 	if got := naks(t, &tx, 0); len(got) != 1 || got[0] != epsn {
 		t.Fatalf("NAKs after the first packet past the gap: %v, want [%#x]", got, epsn)
 	}
@@ -76,7 +76,7 @@ func TestNAKRepeatWaitsForQuietGap(t *testing.T) {
 	for psn := epsn + 2; psn < epsn+10; psn++ {
 		before := qp.Resp.Ack.NAKAgain
 		h.Receive(r.writeMiddle(psn), &tx)
-		h.Ack.Flush(&tx)
+		h.Resp.Ack.Flush(&tx)
 		if qp.Resp.Ack.NAKAgain.Before(before) {
 			t.Fatalf("PSN %#x moved the repeat earlier: %v before %v", psn, qp.Resp.Ack.NAKAgain, before)
 		}
@@ -96,7 +96,7 @@ func TestNAKRepeatWaitsForQuietGap(t *testing.T) {
 	sentBefore = len(tx.bufs)
 	qp.Resp.Ack.NAKAgain = time.Now().Add(-time.Microsecond)
 	h.Receive(r.writeMiddle(epsn+10), &tx)
-	h.Ack.Flush(&tx)
+	h.Resp.Ack.Flush(&tx)
 	if got := naks(t, &tx, sentBefore); len(got) != 1 || got[0] != epsn {
 		t.Fatalf("NAKs once the gap was quiet: %v, want [%#x]", got, epsn)
 	}
@@ -105,7 +105,7 @@ func TestNAKRepeatWaitsForQuietGap(t *testing.T) {
 	}
 	sentBefore = len(tx.bufs)
 	qp.Resp.Ack.NAKAgain = time.Now().Add(-time.Microsecond)
-	if !h.Ack.Expire(qp, &tx, time.Now()) {
+	if !h.Resp.Ack.Expire(qp, &tx, time.Now()) {
 		t.Fatal("Expire: no repeat left scheduled after the second NAK")
 	}
 	if got := naks(t, &tx, sentBefore); len(got) != 1 || got[0] != epsn {
@@ -128,13 +128,13 @@ func TestNAKRepeatWaitsForQuietGap(t *testing.T) {
 }
 
 // TestGoBackTellsRecovering: a requester that goes back on a NAK tells
-// the device it recovers (Handler.Recovering), so that a polling engine
+// the device it recovers (Completer.Recovering), so that a polling engine
 // stays awake for the go-back's answer; an ACK does not.
 func TestGoBackTellsRecovering(t *testing.T) {
 	r := newRCQP(t)
 	qp := r.qp
 	recovering := 0
-	r.h.Recovering = func(time.Duration) { recovering++ }
+	r.h.Comp.Recovering = func(time.Duration) { recovering++ }
 	req := wqe.Engine{DMA: r.tab, FC: newFC(t, 0)}
 	var tx sent
 	r.sendWrite(t, &req, &tx, 1)
@@ -146,7 +146,7 @@ func TestGoBackTellsRecovering(t *testing.T) {
 	nak.SetRoCE(nakFor(qp.QPN, 0x11, 0))
 	nak.Peer = r.peer
 	r.h.Receive(nak, &tx)
-	r.h.Ack.Flush(&tx)
+	r.h.Resp.Ack.Flush(&tx)
 	if recovering != 1 || !qp.Req.NeedRetry {
 		t.Fatalf("after a NAK: Recovering told %d times, go-back pending %v; want 1, true", recovering, qp.Req.NeedRetry)
 	}

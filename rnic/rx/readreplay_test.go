@@ -147,7 +147,7 @@ func TestReadRetryWaitsForBusyResponder(t *testing.T) {
 				}
 				b.Peer = r.peer
 				r.h.Receive(b, &tx)
-				r.h.Ack.Flush(&tx)
+				r.h.Resp.Ack.Flush(&tx)
 			}
 		} else if !timedOut {
 			silent++
@@ -163,13 +163,13 @@ func TestReadRetryWaitsForBusyResponder(t *testing.T) {
 			qp.Attr.Timeout = 1
 			qp.RestartTimer()
 			time.Sleep(time.Millisecond)
-			r.h.Timeout(qp)
+			r.h.Comp.Timeout(qp)
 			qp.Attr.Timeout = 20
 			qp.RestartTimer()
 		case !ok || step%4 == 3:
 			// The timer comes early every fourth response, and every
 			// step once the responder is silent.
-			r.h.Timeout(qp)
+			r.h.Comp.Timeout(qp)
 		}
 		run()
 	}

@@ -3,6 +3,7 @@ package rx
 import (
 	"encoding/binary"
 	"errors"
+	"net/netip"
 
 	"github.com/rnicd/rnicd/ib"
 	"github.com/rnicd/rnicd/rnic/dma"
@@ -12,14 +13,47 @@ import (
 	"github.com/rnicd/rnicd/wire/ibudp"
 )
 
-// respondRC is the RC responder (IBTA 9.7.5.1; rxe_resp.c). The QP lock is
-// held.
-func (h *Handler) respondRC(qp *qpmgr.QP, p bth.Packet, tx qpmgr.TX) {
-	r := &qp.Resp
+// Responder is the responder of one device (IBTA 9.7.5; rxe_resp.c): it
+// takes the requests that arrive at a QP as their target, consumes its
+// receive WQEs, carries out SENDs, WRITEs, READs and atomics, and answers
+// them through its Acker. It owns the QP's responder state,
+// qpmgr.QP.Resp; it never touches the completer's, qpmgr.QP.Comp, nor the
+// requester's (roles_test.go holds it to that).
+//
+// All its methods run with the QP locked, on the receive pipeline's
+// goroutine, but for the Acker's Release, Expire and SendHeld.
+type Responder struct {
+	DMA      *dma.Table
+	Counters *qpmgr.Counters
+	// LocalAddr is the port's address, the destination in the GRH of UD
+	// receives.
+	LocalAddr netip.Addr
+	// Trace is the device's trace probe, nil when it traces nothing.
+	Trace *trace.Probe
+	// Ack is the responder's ACK: every ACK and NAK leaves by it.
+	Ack Acker
+}
+
+// respond hands a request to the responder of qp's transport
+// (rxe_responder). The QP lock is held.
+func (r *Responder) respond(qp *qpmgr.QP, p bth.Packet, b *ibudp.Buf, tx qpmgr.TX) {
+	switch qp.Type {
+	case ib.QPTypeRC:
+		r.respondRC(qp, p, tx)
+	case ib.QPTypeUC:
+		r.respondUC(qp, p)
+	case ib.QPTypeUD:
+		r.respondUD(qp, p, b)
+	}
+}
+
+// respondRC is the RC responder (IBTA 9.7.5.1). The QP lock is held.
+func (r *Responder) respondRC(qp *qpmgr.QP, p bth.Packet, tx qpmgr.TX) {
+	rs := &qp.Resp
 	psn := p.BTH().PSN()
-	d := bth.PSNDiff(psn, r.EPSN)
-	if h.Trace.On() {
-		h.tracePSN(qp, p, d)
+	d := bth.PSNDiff(psn, rs.EPSN)
+	if r.Trace.On() {
+		r.tracePSN(qp, p, d)
 	}
 	switch {
 	case d > 0:
@@ -27,48 +61,56 @@ func (h *Handler) respondRC(qp *qpmgr.QP, p bth.Packet, tx qpmgr.TX) {
 		// (IBTA 9.7.5.1.2, C9-95). The NAK goes again if the gap
 		// outlives the round trip once it went quiet (Acker.nakAgain,
 		// Acker.quietGap).
-		h.Counters.Inc(ib.OutOfSeqRequest)
-		h.Ack.gap(qp, tx)
+		r.Counters.Inc(ib.OutOfSeqRequest)
+		r.Ack.gap(qp, tx)
 		return
 	case d < 0:
-		h.duplicate(qp, p, tx)
+		r.duplicate(qp, p, tx)
 		return
 	}
-	h.Ack.inSequence(qp)
+	r.Ack.inSequence(qp)
 	op := p.Opcode()
-	if syn, ok := h.checkRequest(qp, p); !ok {
-		h.fatal(qp, tx, syn, psn, ib.WCRemInvReqErr)
+	if syn, ok := r.checkRequest(qp, p); !ok {
+		r.fatal(qp, tx, syn, psn, ib.WCRemInvReqErr)
 		return
 	}
 	switch {
 	case op.Is(bth.FlagRead):
-		h.read(qp, p, tx)
+		r.read(qp, p, tx)
 		return
 	case op.Is(bth.FlagAtomic):
-		h.atomic(qp, p, tx)
+		r.atomic(qp, p, tx)
 		return
 	case op.Is(bth.FlagSend):
-		if !h.send(qp, p, tx) {
+		if !r.send(qp, p, tx) {
 			return
 		}
 	case op.Is(bth.FlagWrite):
-		if !h.write(qp, p, tx) {
+		if !r.write(qp, p, tx) {
 			return
 		}
 	}
-	r.EPSN = bth.PSNAdd(psn, 1)
+	rs.EPSN = bth.PSNAdd(psn, 1)
 	if op.Is(bth.FlagLast) || op.Is(bth.FlagOnly) {
-		r.MSN = (r.MSN + 1) & bth.PSNMask
-		r.InMsg = 0
+		rs.MSN = (rs.MSN + 1) & bth.PSNMask
+		rs.InMsg = 0
 	}
 	if p.BTH().AckReq() {
-		h.Ack.deferAck(qp, psn)
+		r.Ack.deferAck(qp, psn)
 	}
+}
+
+// completeRecv posts a receive completion, telling the trace.
+func (r *Responder) completeRecv(qp *qpmgr.QP, wc ib.WC, solicited bool) {
+	if r.Trace.On() {
+		r.Trace.Emit(qpmgr.RecvCompletionEvent(qp, &wc))
+	}
+	qp.CompleteRecv(wc, solicited)
 }
 
 // tracePSN tells the trace of the responder's PSN check: d is the PSN's
 // distance from the expected one.
-func (h *Handler) tracePSN(qp *qpmgr.QP, p bth.Packet, d int32) {
+func (r *Responder) tracePSN(qp *qpmgr.QP, p bth.Packet, d int32) {
 	v := trace.PSNOk
 	switch {
 	case d > 0:
@@ -76,18 +118,18 @@ func (h *Handler) tracePSN(qp *qpmgr.QP, p bth.Packet, d int32) {
 	case d < 0:
 		v = trace.PSNDuplicate
 	}
-	h.Trace.Emit(trace.Event{Module: trace.ModRX, Step: trace.StepPSNCheck, QPN: qp.QPN, PSN: p.BTH().PSN(),
+	r.Trace.Emit(trace.Event{Module: trace.ModRX, Step: trace.StepPSNCheck, QPN: qp.QPN, PSN: p.BTH().PSN(),
 		Opcode: p.Opcode(), Arg: uint32(v), Aux: qp.Resp.EPSN})
 }
 
 // checkRequest checks the opcode sequence, the QP's remote access flags
 // and the packet length (rxe: check_op_seq, check_op_valid, check_length).
-func (h *Handler) checkRequest(qp *qpmgr.QP, p bth.Packet) (bth.Syndrome, bool) {
+func (r *Responder) checkRequest(qp *qpmgr.QP, p bth.Packet) (bth.Syndrome, bool) {
 	op := p.Opcode()
-	r := &qp.Resp
+	rs := &qp.Resp
 	kind := op.Info().Flags & (bth.FlagSend | bth.FlagWrite)
 	cont := op.Is(bth.FlagMiddle) || op.Is(bth.FlagLast)
-	if r.InMsg != 0 && (!cont || kind != r.InMsg) || r.InMsg == 0 && cont {
+	if rs.InMsg != 0 && (!cont || kind != rs.InMsg) || rs.InMsg == 0 && cont {
 		return bth.NAKInvalidRequest, false
 	}
 	acc := qp.Attr.AccessFlags
@@ -112,10 +154,10 @@ func (h *Handler) checkRequest(qp *qpmgr.QP, p bth.Packet) (bth.Syndrome, bool) 
 // fatal answers a request the responder cannot carry out: a NAK, the
 // receive WQE in progress completed in error, and the QP to ERR (IBTA
 // 9.9.3.1, class B and C errors).
-func (h *Handler) fatal(qp *qpmgr.QP, tx qpmgr.TX, s bth.Syndrome, psn uint32, st ib.WCStatus) {
-	h.Ack.nak(qp, tx, s, psn)
+func (r *Responder) fatal(qp *qpmgr.QP, tx qpmgr.TX, s bth.Syndrome, psn uint32, st ib.WCStatus) {
+	r.Ack.nak(qp, tx, s, psn)
 	if qp.Resp.HaveWQE {
-		h.completeRecv(qp, ib.WC{WRID: qp.Resp.WQE.WRID, Status: st, Opcode: ib.WCRecv}, false)
+		r.completeRecv(qp, ib.WC{WRID: qp.Resp.WQE.WRID, Status: st, Opcode: ib.WCRecv}, false)
 		qp.Resp.HaveWQE = false
 	}
 	qp.EnterError()
@@ -123,145 +165,145 @@ func (h *Handler) fatal(qp *qpmgr.QP, tx qpmgr.TX, s bth.Syndrome, psn uint32, s
 
 // takeWQE makes sure a receive WQE is at hand for a SEND or a WRITE with
 // immediate; without one an RC responder sends an RNR NAK.
-func (h *Handler) takeWQE(qp *qpmgr.QP, tx qpmgr.TX, psn uint32) bool {
-	r := &qp.Resp
-	if r.HaveWQE {
+func (r *Responder) takeWQE(qp *qpmgr.QP, tx qpmgr.TX, psn uint32) bool {
+	rs := &qp.Resp
+	if rs.HaveWQE {
 		return true
 	}
 	wr, ok := qp.Recv().Pop()
 	if !ok {
-		h.Counters.Inc(ib.SendRNRErr)
-		h.Ack.rnrNAK(qp, tx, psn)
+		r.Counters.Inc(ib.SendRNRErr)
+		r.Ack.rnrNAK(qp, tx, psn)
 		return false
 	}
-	r.WQE, r.HaveWQE = wr, true
+	rs.WQE, rs.HaveWQE = wr, true
 	return true
 }
 
 // send places one SEND packet into the receive WQE.
-func (h *Handler) send(qp *qpmgr.QP, p bth.Packet, tx qpmgr.TX) bool {
-	r := &qp.Resp
+func (r *Responder) send(qp *qpmgr.QP, p bth.Packet, tx qpmgr.TX) bool {
+	rs := &qp.Resp
 	op, psn := p.Opcode(), p.BTH().PSN()
-	if !h.takeWQE(qp, tx, psn) {
+	if !r.takeWQE(qp, tx, psn) {
 		return false
 	}
 	if op.Is(bth.FlagFirst) || op.Is(bth.FlagOnly) {
-		r.Offset = 0
+		rs.Offset = 0
 	}
 	payload := p.Payload()
-	if err := h.DMA.Scatter(qp.PD, r.WQE.SGL, r.Offset, payload); err != nil {
+	if err := r.DMA.Scatter(qp.PD, rs.WQE.SGL, rs.Offset, payload); err != nil {
 		st, s := ib.WCLocProtErr, bth.NAKRemoteOpError
-		if r.Offset+len(payload) > sglLen(r.WQE.SGL) {
+		if rs.Offset+len(payload) > sglLen(rs.WQE.SGL) {
 			st, s = ib.WCLocLenErr, bth.NAKInvalidRequest // C9-49: message too long
 		}
-		h.fatal(qp, tx, s, psn, st)
+		r.fatal(qp, tx, s, psn, st)
 		return false
 	}
-	if h.Trace.On() {
-		h.traceDMAWrite(qp, p, r.WQE.WRID, len(payload), r.Offset, true)
+	if r.Trace.On() {
+		traceDMAWrite(r.Trace, qp, p, rs.WQE.WRID, len(payload), rs.Offset, true)
 	}
-	r.Offset += len(payload)
+	rs.Offset += len(payload)
 	if op.Is(bth.FlagFirst) {
-		r.InMsg = bth.FlagSend
+		rs.InMsg = bth.FlagSend
 	}
 	if op.Is(bth.FlagLast) || op.Is(bth.FlagOnly) {
-		wc := ib.WC{WRID: r.WQE.WRID, Opcode: ib.WCRecv, ByteLen: uint32(r.Offset)}
+		wc := ib.WC{WRID: rs.WQE.WRID, Opcode: ib.WCRecv, ByteLen: uint32(rs.Offset)}
 		if op.Is(bth.FlagImm) {
 			wc.WCFlags, wc.Imm = ib.WCFlagWithImm, p.ImmDt().Imm()
 		}
 		if op.Is(bth.FlagInvalidate) {
 			rkey := p.IETH().RKey()
 			wc.WCFlags, wc.Imm = ib.WCFlagWithInv, rkey
-			if err := h.DMA.Invalidate(qp.PD, rkey); err != nil {
-				h.fatal(qp, tx, bth.NAKInvalidRequest, psn, ib.WCRemInvReqErr)
+			if err := r.DMA.Invalidate(qp.PD, rkey); err != nil {
+				r.fatal(qp, tx, bth.NAKInvalidRequest, psn, ib.WCRemInvReqErr)
 				return false
 			}
 		}
-		r.HaveWQE = false
-		h.Counters.Inc(ib.RDMARecvs)
-		h.completeRecv(qp, wc, p.BTH().SolicitedEvent())
+		rs.HaveWQE = false
+		r.Counters.Inc(ib.RDMARecvs)
+		r.completeRecv(qp, wc, p.BTH().SolicitedEvent())
 	}
 	return true
 }
 
 // write places one RDMA WRITE packet into the region its RETH named.
-func (h *Handler) write(qp *qpmgr.QP, p bth.Packet, tx qpmgr.TX) bool {
-	r := &qp.Resp
+func (r *Responder) write(qp *qpmgr.QP, p bth.Packet, tx qpmgr.TX) bool {
+	rs := &qp.Resp
 	op, psn := p.Opcode(), p.BTH().PSN()
 	last := op.Is(bth.FlagLast) || op.Is(bth.FlagOnly)
-	if op.Is(bth.FlagImm) && !h.takeWQE(qp, tx, psn) {
+	if op.Is(bth.FlagImm) && !r.takeWQE(qp, tx, psn) {
 		return false
 	}
 	if op.Has(bth.HdrRETH) {
 		reth := p.RETH()
-		r.WriteVA, r.WriteRKey, r.WriteLen, r.Offset = reth.VA(), reth.RKey(), reth.DMALength(), 0
-		if _, err := h.DMA.Remote(qp.PD, r.WriteRKey, r.WriteVA, r.WriteLen, ib.AccessRemoteWrite); err != nil {
-			h.fatal(qp, tx, bth.NAKRemoteAccessError, psn, ib.WCRemAccessErr)
+		rs.WriteVA, rs.WriteRKey, rs.WriteLen, rs.Offset = reth.VA(), reth.RKey(), reth.DMALength(), 0
+		if _, err := r.DMA.Remote(qp.PD, rs.WriteRKey, rs.WriteVA, rs.WriteLen, ib.AccessRemoteWrite); err != nil {
+			r.fatal(qp, tx, bth.NAKRemoteAccessError, psn, ib.WCRemAccessErr)
 			return false
 		}
 	}
 	n := p.PayloadLen()
-	if uint64(r.Offset)+uint64(n) > uint64(r.WriteLen) || last && uint64(r.Offset+n) != uint64(r.WriteLen) {
-		h.fatal(qp, tx, bth.NAKInvalidRequest, psn, ib.WCRemInvReqErr) // C9-49: length mismatch
+	if uint64(rs.Offset)+uint64(n) > uint64(rs.WriteLen) || last && uint64(rs.Offset+n) != uint64(rs.WriteLen) {
+		r.fatal(qp, tx, bth.NAKInvalidRequest, psn, ib.WCRemInvReqErr) // C9-49: length mismatch
 		return false
 	}
 	if n > 0 {
-		dst, err := h.DMA.Remote(qp.PD, r.WriteRKey, r.WriteVA+uint64(r.Offset), uint32(n), ib.AccessRemoteWrite)
+		dst, err := r.DMA.Remote(qp.PD, rs.WriteRKey, rs.WriteVA+uint64(rs.Offset), uint32(n), ib.AccessRemoteWrite)
 		if err != nil {
-			h.fatal(qp, tx, bth.NAKRemoteAccessError, psn, ib.WCRemAccessErr)
+			r.fatal(qp, tx, bth.NAKRemoteAccessError, psn, ib.WCRemAccessErr)
 			return false
 		}
 		copy(dst, p.Payload())
-		if h.Trace.On() {
-			h.traceDMAWrite(qp, p, 0, n, r.Offset, false)
+		if r.Trace.On() {
+			traceDMAWrite(r.Trace, qp, p, 0, n, rs.Offset, false)
 		}
 	}
-	r.Offset += n
+	rs.Offset += n
 	if op.Is(bth.FlagFirst) {
-		r.InMsg = bth.FlagWrite
+		rs.InMsg = bth.FlagWrite
 	}
 	if last && op.Is(bth.FlagImm) {
-		r.HaveWQE = false
-		h.Counters.Inc(ib.RDMARecvs)
-		h.completeRecv(qp, ib.WC{WRID: r.WQE.WRID, Opcode: ib.WCRecvRDMAWithImm, ByteLen: r.WriteLen,
+		rs.HaveWQE = false
+		r.Counters.Inc(ib.RDMARecvs)
+		r.completeRecv(qp, ib.WC{WRID: rs.WQE.WRID, Opcode: ib.WCRecvRDMAWithImm, ByteLen: rs.WriteLen,
 			WCFlags: ib.WCFlagWithImm, Imm: p.ImmDt().Imm()}, p.BTH().SolicitedEvent())
 	}
 	return true
 }
 
 // read serves a new RDMA READ request and keeps it for replay.
-func (h *Handler) read(qp *qpmgr.QP, p bth.Packet, tx qpmgr.TX) {
-	r := &qp.Resp
+func (r *Responder) read(qp *qpmgr.QP, p bth.Packet, tx qpmgr.TX) {
+	rs := &qp.Resp
 	psn, reth := p.BTH().PSN(), p.RETH()
 	va, rkey, n := reth.VA(), reth.RKey(), reth.DMALength()
 	if n > ib.MaxMsgSize {
-		h.fatal(qp, tx, bth.NAKInvalidRequest, psn, ib.WCRemInvReqErr)
+		r.fatal(qp, tx, bth.NAKInvalidRequest, psn, ib.WCRemInvReqErr)
 		return
 	}
-	if _, err := h.DMA.Remote(qp.PD, rkey, va, n, ib.AccessRemoteRead); err != nil {
-		h.fatal(qp, tx, bth.NAKRemoteAccessError, psn, ib.WCRemAccessErr)
+	if _, err := r.DMA.Remote(qp.PD, rkey, va, n, ib.AccessRemoteRead); err != nil {
+		r.fatal(qp, tx, bth.NAKRemoteAccessError, psn, ib.WCRemAccessErr)
 		return
 	}
 	npkts := qpmgr.NumPkts(ib.WRRDMARead, int(n), qp.MTU())
-	r.MSN = (r.MSN + 1) & bth.PSNMask // the MSN counts the READ when it arrives
-	res := h.newResource(qp)
+	rs.MSN = (rs.MSN + 1) & bth.PSNMask // the MSN counts the READ when it arrives
+	res := r.newResource(qp)
 	*res = qpmgr.RespResource{Valid: true, PSN: psn, LastPSN: bth.PSNAdd(psn, npkts-1),
-		VA: va, RKey: rkey, Len: n, MSN: r.MSN}
-	r.EPSN = bth.PSNAdd(psn, npkts)
-	h.readResponses(qp, tx, res, psn, va, n)
+		VA: va, RKey: rkey, Len: n, MSN: rs.MSN}
+	rs.EPSN = bth.PSNAdd(psn, npkts)
+	r.readResponses(qp, tx, res, psn, va, n)
 }
 
 // newResource takes the oldest slot of the replay ring (rxe: resp.res_head).
-func (h *Handler) newResource(qp *qpmgr.QP) *qpmgr.RespResource {
-	r := &qp.Resp
-	res := &r.Resources[r.NextRes]
-	r.NextRes = (r.NextRes + 1) % len(r.Resources)
+func (r *Responder) newResource(qp *qpmgr.QP) *qpmgr.RespResource {
+	rs := &qp.Resp
+	res := &rs.Resources[rs.NextRes]
+	rs.NextRes = (rs.NextRes + 1) % len(rs.Resources)
 	return res
 }
 
 // readResponses sends the READ response packets for n bytes at va, the
 // first with PSN psn: AETH on FIRST, LAST and ONLY (IBTA 9.7.5.1.5).
-func (h *Handler) readResponses(qp *qpmgr.QP, tx qpmgr.TX, res *qpmgr.RespResource, psn uint32, va uint64, n uint32) {
+func (r *Responder) readResponses(qp *qpmgr.QP, tx qpmgr.TX, res *qpmgr.RespResource, psn uint32, va uint64, n uint32) {
 	mtu := uint32(qp.MTU())
 	off := uint32(0)
 	for first := true; first || off < n; first = false {
@@ -276,9 +318,9 @@ func (h *Handler) readResponses(qp *qpmgr.QP, tx qpmgr.TX, res *qpmgr.RespResour
 		case last:
 			op = bth.RCRDMAReadResponseLast
 		}
-		src, err := h.DMA.Remote(qp.PD, res.RKey, va+uint64(off), k, ib.AccessRemoteRead)
+		src, err := r.DMA.Remote(qp.PD, res.RKey, va+uint64(off), k, ib.AccessRemoteRead)
 		if err != nil { // the region went away under the READ
-			h.fatal(qp, tx, bth.NAKRemoteAccessError, psn, ib.WCRemAccessErr)
+			r.fatal(qp, tx, bth.NAKRemoteAccessError, psn, ib.WCRemAccessErr)
 			return
 		}
 		b, p := response(qp, tx, op, int(k), psn)
@@ -286,11 +328,11 @@ func (h *Handler) readResponses(qp *qpmgr.QP, tx qpmgr.TX, res *qpmgr.RespResour
 			p.AETH().Encode(bth.ACK(bth.CreditsInvalid), res.MSN)
 		}
 		copy(p.Payload(), src)
-		if h.Trace.On() {
-			h.Trace.Emit(trace.Event{Module: trace.ModDMA, Step: trace.StepDMARead, QPN: qp.QPN, PSN: psn,
+		if r.Trace.On() {
+			r.Trace.Emit(trace.Event{Module: trace.ModDMA, Step: trace.StepDMARead, QPN: qp.QPN, PSN: psn,
 				Opcode: op, Len: k, Arg: off})
 		}
-		h.Counters.Inc(ib.SentPkts)
+		r.Counters.Inc(ib.SentPkts)
 		tx.Send(b)
 		off += k
 		psn = bth.PSNAdd(psn, 1)
@@ -298,28 +340,28 @@ func (h *Handler) readResponses(qp *qpmgr.QP, tx qpmgr.TX, res *qpmgr.RespResour
 }
 
 // atomic executes a new atomic request and keeps its result for replay.
-func (h *Handler) atomic(qp *qpmgr.QP, p bth.Packet, tx qpmgr.TX) {
-	r := &qp.Resp
+func (r *Responder) atomic(qp *qpmgr.QP, p bth.Packet, tx qpmgr.TX) {
+	rs := &qp.Resp
 	psn, a := p.BTH().PSN(), p.AtomicETH()
 	var orig uint64
 	var err error
 	if p.Opcode() == bth.RCCompareSwap {
-		orig, err = h.DMA.AtomicCompareSwap(qp.PD, a.RKey(), a.VA(), a.CompareData(), a.SwapAddData())
+		orig, err = r.DMA.AtomicCompareSwap(qp.PD, a.RKey(), a.VA(), a.CompareData(), a.SwapAddData())
 	} else {
-		orig, err = h.DMA.AtomicFetchAdd(qp.PD, a.RKey(), a.VA(), a.SwapAddData())
+		orig, err = r.DMA.AtomicFetchAdd(qp.PD, a.RKey(), a.VA(), a.SwapAddData())
 	}
 	switch {
 	case errors.Is(err, dma.ErrAlign):
-		h.fatal(qp, tx, bth.NAKInvalidRequest, psn, ib.WCRemInvReqErr) // C9-76: misaligned atomic
+		r.fatal(qp, tx, bth.NAKInvalidRequest, psn, ib.WCRemInvReqErr) // C9-76: misaligned atomic
 		return
 	case err != nil:
-		h.fatal(qp, tx, bth.NAKRemoteAccessError, psn, ib.WCRemAccessErr)
+		r.fatal(qp, tx, bth.NAKRemoteAccessError, psn, ib.WCRemAccessErr)
 		return
 	}
-	r.MSN = (r.MSN + 1) & bth.PSNMask
-	res := h.newResource(qp)
-	*res = qpmgr.RespResource{Valid: true, Atomic: true, PSN: psn, LastPSN: psn, OrigData: orig, MSN: r.MSN}
-	r.EPSN = bth.PSNAdd(psn, 1)
+	rs.MSN = (rs.MSN + 1) & bth.PSNMask
+	res := r.newResource(qp)
+	*res = qpmgr.RespResource{Valid: true, Atomic: true, PSN: psn, LastPSN: psn, OrigData: orig, MSN: rs.MSN}
+	rs.EPSN = bth.PSNAdd(psn, 1)
 	sendAtomicAck(qp, tx, res)
 }
 
@@ -335,12 +377,12 @@ func sendAtomicAck(qp *qpmgr.QP, tx qpmgr.TX, res *qpmgr.RespResource) {
 // 9.7.5.1.1; rxe: duplicate_request): SENDs and WRITEs are ACKed again,
 // READs served again, atomics answered from the replay ring, never
 // executed twice.
-func (h *Handler) duplicate(qp *qpmgr.QP, p bth.Packet, tx qpmgr.TX) {
-	h.Counters.Inc(ib.DuplicateRequest)
+func (r *Responder) duplicate(qp *qpmgr.QP, p bth.Packet, tx qpmgr.TX) {
+	r.Counters.Inc(ib.DuplicateRequest)
 	psn := p.BTH().PSN()
 	op := p.Opcode()
 	if !op.Is(bth.FlagRead) && !op.Is(bth.FlagAtomic) {
-		h.Ack.deferAck(qp, bth.PSNAdd(qp.Resp.EPSN, -1))
+		r.Ack.deferAck(qp, bth.PSNAdd(qp.Resp.EPSN, -1))
 		return
 	}
 	for i := range qp.Resp.Resources {
@@ -363,93 +405,93 @@ func (h *Handler) duplicate(qp *qpmgr.QP, p bth.Packet, tx qpmgr.TX) {
 		if reth.RKey() != res.RKey || reth.VA() != res.VA+off || uint64(reth.VA())+uint64(reth.DMALength()) != end {
 			return // not the same READ: drop
 		}
-		h.readResponses(qp, tx, res, psn, reth.VA(), reth.DMALength())
+		r.readResponses(qp, tx, res, psn, reth.VA(), reth.DMALength())
 		return
 	}
 	// Too old to replay: the replay ring holds max_dest_rd_atomic
 	// requests. Dropped; the requester times out.
-	h.Counters.Inc(ib.DropUnexpectedResp)
+	r.Counters.Inc(ib.DropUnexpectedResp)
 }
 
 // respondUC is the UC responder: like RC without ACKs, NAKs or replay; a
 // message broken by a lost packet is dropped whole (IBTA 9.8.3).
-func (h *Handler) respondUC(qp *qpmgr.QP, p bth.Packet) {
-	r := &qp.Resp
+func (r *Responder) respondUC(qp *qpmgr.QP, p bth.Packet) {
+	rs := &qp.Resp
 	op, psn := p.Opcode(), p.BTH().PSN()
 	start := op.Is(bth.FlagFirst) || op.Is(bth.FlagOnly)
-	if psn != r.EPSN || r.UCDrop {
+	if psn != rs.EPSN || rs.UCDrop {
 		// Resynchronise on the packet; a message continues only if its
 		// earlier packets all arrived.
-		r.InMsg, r.Offset = 0, 0
-		r.UCDrop = !start
+		rs.InMsg, rs.Offset = 0, 0
+		rs.UCDrop = !start
 	}
-	r.EPSN = bth.PSNAdd(psn, 1)
-	if r.UCDrop {
-		h.Counters.Inc(ib.DropUCMessage)
+	rs.EPSN = bth.PSNAdd(psn, 1)
+	if rs.UCDrop {
+		r.Counters.Inc(ib.DropUCMessage)
 		return
 	}
 	if start { // a new message; the previous one may have lost its end
-		r.InMsg, r.Offset = 0, 0
+		rs.InMsg, rs.Offset = 0, 0
 	}
-	if _, ok := h.checkRequest(qp, p); !ok {
-		h.ucDrop(qp, start)
+	if _, ok := r.checkRequest(qp, p); !ok {
+		r.ucDrop(qp, start)
 		return
 	}
 	last := op.Is(bth.FlagLast) || op.Is(bth.FlagOnly)
 	if op.Is(bth.FlagSend) || op.Is(bth.FlagImm) {
-		if !r.HaveWQE {
+		if !rs.HaveWQE {
 			wr, ok := qp.Recv().Pop()
 			if !ok {
-				h.Counters.Inc(ib.DropNoRecvWQE)
-				h.ucDrop(qp, !last)
+				r.Counters.Inc(ib.DropNoRecvWQE)
+				r.ucDrop(qp, !last)
 				return
 			}
-			r.WQE, r.HaveWQE = wr, true
+			rs.WQE, rs.HaveWQE = wr, true
 		}
 	}
 	if op.Has(bth.HdrRETH) {
 		reth := p.RETH()
-		r.WriteVA, r.WriteRKey, r.WriteLen, r.Offset = reth.VA(), reth.RKey(), reth.DMALength(), 0
+		rs.WriteVA, rs.WriteRKey, rs.WriteLen, rs.Offset = reth.VA(), reth.RKey(), reth.DMALength(), 0
 	}
 	n := p.PayloadLen()
 	var err error
 	if op.Is(bth.FlagSend) {
-		err = h.DMA.Scatter(qp.PD, r.WQE.SGL, r.Offset, p.Payload())
-	} else if uint64(r.Offset)+uint64(n) > uint64(r.WriteLen) {
+		err = r.DMA.Scatter(qp.PD, rs.WQE.SGL, rs.Offset, p.Payload())
+	} else if uint64(rs.Offset)+uint64(n) > uint64(rs.WriteLen) {
 		err = dma.ErrBounds
 	} else if n > 0 {
 		var dst []byte
-		dst, err = h.DMA.Remote(qp.PD, r.WriteRKey, r.WriteVA+uint64(r.Offset), uint32(n), ib.AccessRemoteWrite)
+		dst, err = r.DMA.Remote(qp.PD, rs.WriteRKey, rs.WriteVA+uint64(rs.Offset), uint32(n), ib.AccessRemoteWrite)
 		copy(dst, p.Payload())
 	}
 	if err != nil {
-		h.ucDrop(qp, !last)
+		r.ucDrop(qp, !last)
 		return
 	}
-	r.Offset += n
+	rs.Offset += n
 	if !last {
-		r.InMsg = op.Info().Flags & (bth.FlagSend | bth.FlagWrite)
+		rs.InMsg = op.Info().Flags & (bth.FlagSend | bth.FlagWrite)
 		return
 	}
-	r.InMsg = 0
-	if r.HaveWQE && (op.Is(bth.FlagSend) || op.Is(bth.FlagImm)) {
-		wc := ib.WC{WRID: r.WQE.WRID, Opcode: ib.WCRecv, ByteLen: uint32(r.Offset)}
+	rs.InMsg = 0
+	if rs.HaveWQE && (op.Is(bth.FlagSend) || op.Is(bth.FlagImm)) {
+		wc := ib.WC{WRID: rs.WQE.WRID, Opcode: ib.WCRecv, ByteLen: uint32(rs.Offset)}
 		if op.Is(bth.FlagWrite) {
-			wc.Opcode, wc.ByteLen = ib.WCRecvRDMAWithImm, r.WriteLen
+			wc.Opcode, wc.ByteLen = ib.WCRecvRDMAWithImm, rs.WriteLen
 		}
 		if op.Is(bth.FlagImm) {
 			wc.WCFlags, wc.Imm = ib.WCFlagWithImm, p.ImmDt().Imm()
 		}
-		r.HaveWQE = false
-		h.Counters.Inc(ib.RDMARecvs)
-		h.completeRecv(qp, wc, p.BTH().SolicitedEvent())
+		rs.HaveWQE = false
+		r.Counters.Inc(ib.RDMARecvs)
+		r.completeRecv(qp, wc, p.BTH().SolicitedEvent())
 	}
 }
 
 // ucDrop abandons the current UC message; the receive WQE stays for the
 // next one (rxe keeps it too).
-func (h *Handler) ucDrop(qp *qpmgr.QP, rest bool) {
-	h.Counters.Inc(ib.DropUCMessage)
+func (r *Responder) ucDrop(qp *qpmgr.QP, rest bool) {
+	r.Counters.Inc(ib.DropUCMessage)
 	qp.Resp.InMsg, qp.Resp.Offset = 0, 0
 	qp.Resp.UCDrop = rest
 }
@@ -460,28 +502,28 @@ const grhLen = 40
 
 // respondUD is the UD responder: Q_Key check, one receive WQE per
 // datagram, the GRH area first.
-func (h *Handler) respondUD(qp *qpmgr.QP, p bth.Packet, b *ibudp.Buf) {
+func (r *Responder) respondUD(qp *qpmgr.QP, p bth.Packet, b *ibudp.Buf) {
 	deth := p.DETH()
 	if deth.QKey() != qp.Attr.QKey {
-		h.Counters.Inc(ib.DropBadQKey)
+		r.Counters.Inc(ib.DropBadQKey)
 		return
 	}
 	wr, ok := qp.Recv().Pop()
 	if !ok {
-		h.Counters.Inc(ib.DropNoRecvWQE)
+		r.Counters.Inc(ib.DropNoRecvWQE)
 		return
 	}
 	var grh [grhLen]byte
-	putGRH(grh[:], b, h.LocalAddr)
+	putGRH(grh[:], b, r.LocalAddr)
 	wc := ib.WC{WRID: wr.WRID, Opcode: ib.WCRecv, ByteLen: uint32(grhLen + p.PayloadLen()),
 		SrcQP: deth.SrcQP(), WCFlags: ib.WCFlagGRH}
 	if p.Opcode().Is(bth.FlagImm) {
 		wc.WCFlags |= ib.WCFlagWithImm
 		wc.Imm = p.ImmDt().Imm()
 	}
-	err := h.DMA.Scatter(qp.PD, wr.SGL, 0, grh[:])
+	err := r.DMA.Scatter(qp.PD, wr.SGL, 0, grh[:])
 	if err == nil {
-		err = h.DMA.Scatter(qp.PD, wr.SGL, grhLen, p.Payload())
+		err = r.DMA.Scatter(qp.PD, wr.SGL, grhLen, p.Payload())
 	}
 	if err != nil {
 		wc.Status = ib.WCLocProtErr
@@ -489,8 +531,8 @@ func (h *Handler) respondUD(qp *qpmgr.QP, p bth.Packet, b *ibudp.Buf) {
 			wc.Status = ib.WCLocLenErr
 		}
 	}
-	h.Counters.Inc(ib.RDMARecvs)
-	h.completeRecv(qp, wc, p.BTH().SolicitedEvent())
+	r.Counters.Inc(ib.RDMARecvs)
+	r.completeRecv(qp, wc, p.BTH().SolicitedEvent())
 }
 
 // putGRH writes the GRH area of a UD receive: for IPv4 the IPv4 header the
@@ -538,4 +580,17 @@ func sglLen(sgl []ib.SGE) int {
 		n += int(s.Length)
 	}
 	return n
+}
+
+// response builds a responder packet of opcode op with an n-byte payload.
+func response(qp *qpmgr.QP, tx qpmgr.TX, op bth.Opcode, n int, psn uint32) (*ibudp.Buf, bth.Packet) {
+	b := tx.Alloc()
+	p, err := bth.Build(b.Room(), op, n)
+	if err != nil {
+		panic("rx: response does not fit a buffer: " + err.Error()) // n <= path MTU always
+	}
+	p.BTH().Encode(&bth.BTHFields{Opcode: op, PadCount: bth.PadFor(n), PKey: bth.DefaultPKey, DestQP: qp.Attr.DestQPN, PSN: psn})
+	b.N = p.Len()
+	b.Peer, b.SrcPort, b.TOS = qp.Dest(), qp.SrcPort(), qp.Attr.AH.TrafficClass
+	return b, p
 }
