@@ -107,7 +107,6 @@ func testPollingEngineFetches(t *testing.T, engines int) {
 			}
 		}
 	}
-	waitAsleep()
 
 	fill(a.mem[:4096], 7)
 	write := func(id uint64) ib.SendWR {
@@ -116,16 +115,29 @@ func testPollingEngineFetches(t *testing.T, engines int) {
 			RemoteAddr: memVA + uint64(off), RKey: p.b.mr.RKey}
 	}
 	// Asleep: the post needs the doorbell, which wakes the engine; the
-	// engine, not the doorbell, fetches.
-	if !h.post(write(0)) {
-		t.Fatal("a post found the sleeping engine awake")
+	// engine, not the doorbell, fetches. A wake-up left in the bell by
+	// the pair's setup may wake the engine between waitAsleep and the
+	// post (1 run in 210 with four engines); that post rightly needs no
+	// doorbell, completes all the same, and the test tries again.
+	id := uint64(0)
+	for try := 1; ; try++ {
+		waitAsleep()
+		rang := h.post(write(id))
+		if rang {
+			a.dev.Wake()
+		}
+		checkWC(t, a.poll(1, 10*time.Second)[0], ib.WC{WRID: id, Status: ib.WCSuccess, Opcode: ib.WCRDMAWrite, ByteLen: 64, QPNum: p.qa.QPN})
+		id++
+		if rang {
+			break
+		}
+		if try == 5 {
+			t.Fatal("five posts in a row found the sleeping engine awake")
+		}
 	}
-	a.dev.Wake()
-	checkWC(t, a.poll(1, 10*time.Second)[0], ib.WC{WRID: 0, Status: ib.WCSuccess, Opcode: ib.WCRDMAWrite, ByteLen: 64, QPNum: p.qa.QPN})
 
 	// Posts in bursts, with pauses longer than PollIdle between some:
 	// a post rings (Wake) only when the asleep word says so.
-	id := uint64(1)
 	for round := range 40 {
 		for range 8 {
 			if h.post(write(id)) {
