@@ -350,3 +350,44 @@ func TestCLibUCXDefault(t *testing.T) {
 		t.Logf("ucx_perftest -t %s, UCX's default transports:\n%s", test, out)
 	}
 }
+
+// TestCLibRsocketsRefused runs Debian's rstream and riostream, both roles,
+// on an rnicd: the library has no rsockets (their own protocol over RC,
+// which rstream on rxe would speak), so each must stop at once with the
+// reason and libc's ENOSYS, as the README's table says, rather than hang
+// or run on without it.
+func TestCLibRsocketsRefused(t *testing.T) {
+	rstream := debianTool(t, "rstream", "rdmacm-utils")
+	riostream := debianTool(t, "riostream", "rdmacm-utils")
+	dir := t.TempDir()
+	addr := ownAddr(t)
+	d, err := startDaemon(dir, "rnicR", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.stop()
+	for _, c := range []struct {
+		name string
+		tool runner
+		args []string
+	}{
+		{"rstream server", rstream, []string{"-b", addr}},
+		{"rstream client", rstream, []string{"-s", addr}},
+		{"riostream server", riostream, []string{"-b", addr}},
+		{"riostream client", riostream, []string{"-s", addr}},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		cmd := c.tool(ctx, "", c.args...)
+		cmd.Env = append(cmd.Env, "RNICD_DIR="+dir)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		err := cmd.Run()
+		cancel()
+		var ee *exec.ExitError
+		want := "librdmacm-rnicd: rsocket is not built on rnicd: rsockets (their own protocol over RC, librspreload) are not built\n" +
+			"rsocket failed: Function not implemented\n"
+		if !errors.As(err, &ee) || ee.ExitCode() != 255 || !strings.Contains(stderr.String(), want) {
+			t.Errorf("%s: %v, stderr:\n%s\nwant exit status 255 and\n%s", c.name, err, stderr.String(), want)
+		}
+	}
+}
