@@ -56,7 +56,7 @@ func (p *memPort) Send(bufs []*ibudp.Buf) error {
 			p.stats.TxInvalid++
 			continue
 		}
-		flipAfterSeal(b) // as a real port does
+		b.ApplyFlip() // as a real port does
 		c := ibudp.NewBuf()
 		c.CopyFrom(b)
 		c.Peer, c.ICRC = p.addr, ibudp.ICRCVerified
@@ -99,19 +99,6 @@ func (p *memPort) Close() error {
 	p.cond.Broadcast()
 	p.net.mu.Unlock()
 	return nil
-}
-
-// flipAfterSeal applies the injector's pending TX corruption (Buf.Flip)
-// as a port does after sealing the ICRC.
-func flipAfterSeal(b *ibudp.Buf) {
-	if b.Flip == 0 {
-		return
-	}
-	bit := int(b.Flip - 1)
-	b.Flip = 0
-	if r := b.RoCE(); bit/8 < len(r) {
-		r[bit/8] ^= 1 << (bit % 8)
-	}
 }
 
 var memA, memB = addr("10.0.0.1"), addr("10.0.0.2")

@@ -187,7 +187,7 @@ func (u *udpPort) sealInto(env *bth.Envelope, b *Buf, iovs []unix.Iovec) int {
 	}
 	roce := b.RoCE()
 	u.txSum.sealEnvelope(env, roce)
-	flipBit(b)
+	b.ApplyFlip()
 	if t := u.tap.Load(); t != nil {
 		t.Packet(TapSent, u.sentHeader(env, roce), roce, ICRCUnchecked)
 	}

@@ -71,8 +71,9 @@ func (c *icrc) checkEnvelopeAnyID(e *bth.Envelope, roce []byte) (id uint16, exac
 	return e.ID ^ x, false, ok
 }
 
-// flipBit applies a fault injector's pending corruption to b, after sealing.
-func flipBit(b *Buf) {
+// ApplyFlip applies a fault injector's pending corruption (Flip) to b,
+// after sealing, as every port's send path does.
+func (b *Buf) ApplyFlip() {
 	if b.Flip == 0 {
 		return
 	}

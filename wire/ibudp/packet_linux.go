@@ -242,7 +242,7 @@ func (p *packetPort) prepare(b *Buf, k int) bool {
 	frame := b.Data[Headroom-p.hl : Headroom+b.N]
 	env.Put(frame[:p.hl], b.N)
 	p.txSum.seal(frame[:p.hl], frame[p.hl:])
-	flipBit(b) // before the checksum: a corrupted packet reaches the peer's ICRC check
+	b.ApplyFlip() // before the checksum: a corrupted packet reaches the peer's ICRC check
 	if p.v6 {
 		putUDP6Checksum(frame[:p.hl], frame[p.hl:]) // mandatory over IPv6 (csum.go)
 	}

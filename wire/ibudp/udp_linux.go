@@ -217,7 +217,7 @@ func (u *udpPort) prepare(b *Buf, k int) bool {
 	}
 	roce := b.RoCE()
 	u.txSum.sealEnvelope(&env, roce)
-	flipBit(b)
+	b.ApplyFlip()
 	if t := u.tap.Load(); t != nil {
 		t.Packet(TapSent, u.sentHeader(&env, roce), roce, ICRCUnchecked)
 	}
