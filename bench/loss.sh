@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # ib_write_bw -s 65536 between two rnicd on loopback, with and without a
 # drop on the server's port, for binaries in the given directories,
-# alternated (issue 19): bandwidth and the counters loss recovery moves.
+# alternated: bandwidth and the counters loss recovery moves.
 #   bench/loss.sh [-n ITERS] [-drop 5%] [-at server|sender] [-rounds 2] [-net 127.A.B] OLD_BIN_DIR NEW_BIN_DIR ...
 # -at sender puts the drop on the client's daemon, which sends the WRITEs
-# (issue 25: `rnic inject drop 1%` and `5%` at the sender keep at least 50%
-# and 10% of lossless); the default, server, on the server's. Each lossy
+# (the target: `rnic inject drop 1%` and `5%` at the sender keep at least
+# 50% and 10% of lossless); the default, server, on the server's. Each lossy
 # run prints its share of the lossless run just before it.
 # The daemons listen on NET.1 and NET.2, by default in a 127.A.B picked at
 # random: other daemons on the host (the README's 127.0.9.x, other

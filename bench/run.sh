@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # rnicd's daemon path (the only one) against honest anchors, in one run on
-# one veth pair (issue 25; bench/netbench/compare.go says what is measured):
+# one veth pair (bench/netbench/compare.go says what is measured):
 # a C UDP ping-pong built here with gcc, busy-polling and blocking; iperf3
 # UDP at 108 B and at full packets, TCP one stream and -P 8; the rnic tools
 # and Debian's perftest through the C library; 1, 2, 4 and 8 parallel tool
@@ -22,7 +22,7 @@
 #           DIR/anchors/netbench -compare -anchors DIR/anchors NAME=DIR/NAME ...
 #       What is missing (iperf3, perftest) is said in the table.
 #   bench/run.sh -netbench [netbench flags]
-#       the older table of issue 16 (both MTUs, 1024 QPs, -soak-only).
+#       the older table (both MTUs, 1024 QPs, -soak-only).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 top=$(pwd)

@@ -15,7 +15,7 @@ import (
 
 // What a client holds in the daemon, and the limits on it.
 //
-// Issue 19 found that one client could take the whole NIC: 65,530 QPs
+// Without limits one client could take the whole NIC: 65,530 QPs
 // (one mapping each) exhausted vm.max_map_count and the next allocation
 // anywhere in the daemon was fatal; 127 regions of 1 TiB on a sparse memfd
 // filled the daemon's address space; 20,000 CQs (an eventfd each)

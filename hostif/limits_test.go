@@ -74,7 +74,7 @@ func TestClientLimits(t *testing.T) {
 	_, err = c.Call(abi.KindCreateCQ, &abi.CreateCQReq{CQE: 1 << 20}, nil, &abi.RingReply{})
 	wantLimit(t, "the deepest CQ", err, "-client-max-ring-bytes")
 
-	// The sparse-memfd attack of issue 19: a 1 TiB region is refused
+	// The sparse-memfd attack: a 1 TiB region is refused
 	// before the daemon maps anything.
 	_, err = c.Call(abi.KindRegMR, &abi.RegMRReq{PD: pd.H, Access: 1, Length: 1 << 40},
 		[]int{sealedMemfd(t, 1<<40, true)}, &abi.RegMRReply{})

@@ -137,7 +137,7 @@ func refused(t *testing.T, what string, err error, why string) {
 }
 
 // A destroy request of one kind on a handle of another kind (8 of 8
-// combinations freed the object before: issue 19, item 4) is refused,
+// combinations once freed the object whatever its kind) is refused,
 // says what the handle names, and changes nothing: every object still
 // works and is then destroyed by the right request.
 func TestDestroyOfAnotherKind(t *testing.T) {

@@ -125,7 +125,7 @@ func (s *Server) Serve(l *net.UnixListener) error {
 				return nil
 			}
 			// Out of descriptors or kernel memory is what one greedy
-			// client can cause (issue 19: 20,000 CQs, an eventfd each):
+			// client can cause (20,000 CQs, an eventfd each):
 			// the next client waits in the backlog while this backs off,
 			// 5 ms doubling to 1 s as net/http's Serve does, and says so
 			// once per burst. Returning would leave the daemon deaf.

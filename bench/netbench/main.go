@@ -784,7 +784,7 @@ func printTable(w io.Writer, rows []row) {
 			if !r.met() {
 				verdict = "NOT met"
 			}
-			note = strings.TrimPrefix(note+"; ", "; ") + fmt.Sprintf("issue 16: %s %.2gx, %s", cmp, r.target, verdict)
+			note = strings.TrimPrefix(note+"; ", "; ") + fmt.Sprintf("target %s %.2gx, %s", cmp, r.target, verdict)
 		}
 		fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", r.what, v, r.baseline, ratio, note)
 	}

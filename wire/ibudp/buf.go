@@ -110,7 +110,8 @@ func (b *Buf) RoCE() []byte {
 // SetPayloadRef says that the bytes [off, off+len(p)) of the RoCE part are
 // p rather than what Data holds there: the requester lending a payload
 // straight from registered memory, so that the UDP port hands it to the
-// kernel without copying it first (issue 16). Set N to the whole RoCE part
+// kernel without copying it first: the payload is never copied in user
+// space on its way out. Set N to the whole RoCE part
 // as usual. p must stay mapped and unchanged until the port's Send that
 // takes b returns; rnic guarantees it by sending within the pipeline lock
 // that Device.Fence waits for after a region is deregistered. A range that
