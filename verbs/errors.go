@@ -9,7 +9,7 @@ import (
 	"github.com/rnicd/rnicd/ib"
 )
 
-// Errors common to both paths.
+// The verbs' own errors, of the application's side.
 var (
 	// ErrClosed is returned by any call on a closed Context or object.
 	ErrClosed = errors.New("verbs: closed")
@@ -20,18 +20,14 @@ var (
 	// once the daemon is gone (IBV_EVENT_DEVICE_FATAL): no completion
 	// will come any more.
 	ErrDeviceFatal = errors.New("verbs: device fatal error")
-	// ErrQPState is returned by a post to a QP whose state does not
-	// allow it: a send before RTS, a receive in RESET. It is the NIC's
-	// own (ib.ErrQPState), as are ErrQueueFull and ErrCQOverrun.
-	ErrQPState = ib.ErrQPState
-	// ErrQueueFull is returned (in a *WRError) by a post to a queue that
-	// holds as many WRs as it can: poll completions first.
-	ErrQueueFull = ib.ErrQueueFull
 )
 
-// WRError says which work request of a post was refused and why (what
-// libibverbs returns in bad_wr). The WRs before it were posted, it and
-// the ones after it were not. Unwrap gives the reason, e.g. ErrQueueFull.
+// The NIC's errors under the names an application uses: each is defined
+// once, in ib (whose doc says when it is returned), so errors.Is holds
+// whichever side refused.
+var ErrQPState, ErrQueueFull = ib.ErrQPState, ib.ErrQueueFull
+
+// WRError is ib.WRError: which WR of a post was refused and why (bad_wr).
 type WRError = ib.WRError
 
 // RequestError is a verb the NIC refused (a create, a modify, a
