@@ -24,10 +24,10 @@ const asyncID = ^uint32(0)
 // Pending reports whether the client posted to the QP's send or receive
 // ring since the last fetch (rnic.HostQueue).
 func (q *qpObj) Pending() bool {
-	if q.broken.Load() {
+	if q.isBroken() {
 		return false
 	}
-	if q.sq.Producer() != q.sqFetched.Load() {
+	if q.sqRing.Pending() {
 		return true
 	}
 	return q.rqFeed != nil && q.rqFeed.ring.Producer() != q.rqSeen.Load()
@@ -41,11 +41,11 @@ func (q *qpObj) Poll() bool {
 		return false
 	}
 	defer c.handling.Unlock()
-	if q.broken.Load() {
+	if q.isBroken() {
 		return false
 	}
 	work := false
-	if q.sq.Producer() != q.sqFetched.Load() {
+	if q.sqRing.Pending() {
 		work = true
 		q.sq.ClearBell()
 		c.asyncError(c.fetchSend(q))

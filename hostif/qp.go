@@ -13,25 +13,24 @@ import (
 // qpObj is a client's QP with its two rings.
 type qpObj struct {
 	noUsers
-	owner     *conn
-	qp        *rnic.QP
-	pd        *pdObj
-	scq, rcq  *cqObj
-	srq       *srqObj
-	mem       []byte
-	sq        *abi.Ring
-	rqFeed    *recvFeed     // nil with an SRQ
-	sqFetched atomic.Uint32 // send WQEs fetched; written under the conn's handling
-	sqDone    atomic.Uint32 // send WQEs the engine retired
-	broken    atomic.Bool   // a garbage producer index: doorbells are refused
+	owner    *conn
+	qp       *rnic.QP
+	pd       *pdObj
+	scq, rcq *cqObj
+	srq      *srqObj
+	mem      []byte
+	sq       *abi.Ring
+	sqRing   *rnic.SendRing // the device's view of sq: it fetches and retires
+	rqFeed   *recvFeed      // nil with an SRQ
+	broken   atomic.Bool    // a garbage receive producer index: doorbells are refused
 	// rqSeen is the receive ring's producer index at the last receive
 	// doorbell or poll, for the polling engine to tell a new post.
 	rqSeen atomic.Uint32
 }
 
-// Retire frees n slots of the send ring (qpmgr.SendSource): the engine
-// is done with their WQEs, which it copied at fetch.
-func (q *qpObj) Retire(n int) { q.sq.SetConsumer(q.sqDone.Add(uint32(n))) }
+// isBroken reports whether a ring of the QP had a garbage producer index:
+// doorbells are refused until the QP is reset.
+func (q *qpObj) isBroken() bool { return q.broken.Load() || q.sqRing.Broken() }
 
 func (c *conn) createQP(_ object, b abi.Body, _ []int) (abi.Body, []int, error) {
 	r := b.(*abi.CreateQPReq)
@@ -97,7 +96,10 @@ func (c *conn) createQP(_ object, b abi.Body, _ []int) (abi.Body, []int, error) 
 	if srq != nil {
 		srq.hold()
 	}
-	qp.SetSendSource(q)
+	// The send ring is the device's from here on, as a NIC's QP context
+	// holds its send queue's address: it fetches, decodes and retires
+	// without calling back into the host interface.
+	q.sqRing = qp.AttachSendRing(q.sq)
 	c.s.qps.Store(qp.QPN, q)
 	reply.H = c.add(q)
 	c.s.dev.Watch(q, qp.QPN)
@@ -113,10 +115,8 @@ func (c *conn) modifyQP(o object, b abi.Body, _ []int) (abi.Body, []int, error) 
 		// RESET empties the queues without completions (nothing is
 		// retired, nothing will be): the rings start again from 0, on
 		// both sides.
-		q.sqFetched.Store(0)
-		q.sqDone.Store(0)
+		q.sqRing.Reset()
 		q.broken.Store(false)
-		q.sq.Reset()
 		if q.rqFeed != nil {
 			q.qp.RQ.SetSource(nil)
 			q.rqFeed.reset()
@@ -142,7 +142,7 @@ func (q *qpObj) release(c *conn) error {
 	c.s.dev.DestroyQP(q.qp)
 	c.s.qps.Delete(q.qp.QPN)
 	// Nothing retires into the rings once their memory is gone.
-	q.qp.SetSendSource(nil)
+	q.qp.AttachSendRing(nil)
 	if q.rqFeed != nil {
 		q.qp.RQ.SetSource(nil)
 	}
@@ -168,8 +168,8 @@ func (c *conn) flushQP(q *qpObj) {
 }
 
 // fetchSend rings the device's send doorbell of q: the device fetches
-// from q (its qpmgr.SendSource) and fails what does not decode or
-// validate.
+// from the send ring it was handed (rnic.SendRing) and fails what does
+// not decode or validate.
 func (c *conn) fetchSend(q *qpObj) error {
 	failed, err := c.s.dev.FetchSend(q.qp)
 	c.s.badWQEs.Add(uint64(failed))
@@ -177,27 +177,6 @@ func (c *conn) fetchSend(q *qpObj) error {
 		return errf(abi.CodeInvalid, "doorbell: %v", err)
 	}
 	return nil
-}
-
-// Fetch decodes the WQEs the client wrote since the last fetch
-// (qpmgr.SendSource). A producer index past what the ring can hold breaks
-// the ring: doorbells are refused until the QP is reset.
-func (q *qpObj) Fetch() ([]ib.SendWR, []error, error) {
-	fetched := q.sqFetched.Load()
-	n, err := newWQEs(q.sq, fetched, q.sqDone.Load)
-	if err != nil {
-		q.broken.Store(true)
-		return nil, nil, err
-	}
-	wrs := make([]ib.SendWR, 0, n)
-	bad := make([]error, 0, n) // per WR: why it does not decode
-	for i := range n {
-		wr, err := abi.DecodeSendWQE(q.sq.Slot(fetched + i))
-		wrs = append(wrs, wr)
-		bad = append(bad, err)
-	}
-	q.sqFetched.Store(fetched + n)
-	return wrs, bad, nil
 }
 
 // failQP moves a QP to ERR for a fault of its rings.

@@ -1,7 +1,6 @@
 package hostif
 
 import (
-	"fmt"
 	"sync"
 	"sync/atomic"
 
@@ -23,7 +22,7 @@ func (c *conn) fetchAll() {
 	for _, o := range objs {
 		switch o := o.(type) {
 		case *qpObj:
-			if o.broken.Load() {
+			if o.isBroken() {
 				continue
 			}
 			c.fetchSend(o)
@@ -47,7 +46,7 @@ func (c *conn) doorbell(target object, b abi.Body, _ []int) (abi.Body, []int, er
 	defer c.s.dev.Wake()
 	switch o := target.(type) {
 	case *qpObj:
-		if o.broken.Load() {
+		if o.isBroken() {
 			return nil, nil, errf(abi.CodeInvalid, "doorbell: QP %#x had a garbage producer index; modify it to RESET", o.qp.QPN)
 		}
 		if r.Queue == abi.DoorbellSend {
@@ -67,27 +66,6 @@ func (c *conn) doorbell(target object, b abi.Body, _ []int) (abi.Body, []int, er
 		return nil, nil, c.fetchSRQ(o)
 	}
 	return nil, nil, errf(abi.CodeNoHandle, "doorbell: handle %d names a %v", r.H, target.kind())
-}
-
-// newWQEs returns how many WQEs the producer index says were added, or an
-// error if it claims more than the ring has room for. done, the count of
-// retired WQEs, is read after the producer index: a completion may retire
-// a slot, and the client fill it, between the two reads, and the slot
-// counts as free only if done is at least the consumer index the client
-// saw.
-func newWQEs(ring *abi.Ring, fetched uint32, done func() uint32) (uint32, error) {
-	prod := ring.Producer()
-	d := done()
-	return countWQEs(prod, fetched, d, ring.Slots)
-}
-
-func countWQEs(prod, fetched, done, slots uint32) (uint32, error) {
-	n := prod - fetched
-	if n > slots-(fetched-done) {
-		return 0, fmt.Errorf("producer index %d is %d WQEs past the fetch index %d, with %d of %d slots in use",
-			prod, n, fetched, fetched-done, slots)
-	}
-	return n, nil
 }
 
 // recvFeed is a receive ring seen from the NIC, the source of an engine
@@ -121,7 +99,7 @@ func (f *recvFeed) Retire(n int) { f.ring.SetConsumer(f.done.Add(uint32(n))) }
 // malformed one is retired (its slot counted done) and left for the
 // doorbell to report.
 func (f *recvFeed) Fetch(room int) []ib.RecvWR {
-	n, err := newWQEs(f.ring, f.fetched, f.done.Load)
+	n, err := f.ring.NewWQEs(f.fetched, f.done.Load)
 	if err != nil {
 		f.mu.Lock()
 		f.broken = err

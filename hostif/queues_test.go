@@ -24,14 +24,14 @@ func TestNewWQEsReadsDoneAfterProducer(t *testing.T) {
 		ring.SetProducer(slots + 1)
 		return 0
 	}
-	n, err := newWQEs(ring, slots, done)
+	n, err := ring.NewWQEs(slots, done)
 	if err != nil || n != 0 {
 		t.Fatalf("newWQEs = %d, %v; want 0 new WQEs and no error (the new one is for the next doorbell)", n, err)
 	}
-	if n, err := newWQEs(ring, slots, func() uint32 { return 1 }); err != nil || n != 1 {
+	if n, err := ring.NewWQEs(slots, func() uint32 { return 1 }); err != nil || n != 1 {
 		t.Fatalf("next doorbell: %d, %v; want the 1 new WQE", n, err)
 	}
-	if _, err := newWQEs(ring, slots, func() uint32 { return 0 }); err == nil {
+	if _, err := ring.NewWQEs(slots, func() uint32 { return 0 }); err == nil {
 		t.Fatal("a producer index past a full ring was accepted")
 	}
 }

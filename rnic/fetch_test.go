@@ -7,9 +7,11 @@ import (
 	"time"
 
 	"github.com/rnicd/rnicd/ib"
+	"github.com/rnicd/rnicd/rnic/qpmgr"
 )
 
-// ring is a host's send ring as the device sees it (qpmgr.SendSource):
+// ring stands in for a host's send ring as the device sees it
+// (qpmgr.SendSource, which qpmgr.SendRing implements over a real ring):
 // what the next fetch hands over, and how many WQEs were retired.
 type ring struct {
 	mu      sync.Mutex // Retire runs on the pipelines' goroutines
@@ -19,12 +21,19 @@ type ring struct {
 	retired int
 }
 
-func (r *ring) Fetch() ([]ib.SendWR, []error, error) {
+func (r *ring) Fetch() ([]qpmgr.SendWQE, []error, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	w, b, err := r.wrs, r.bad, r.err
 	r.wrs, r.bad, r.err = nil, nil, nil
-	return w, b, err
+	if w == nil {
+		return nil, b, err
+	}
+	wqes := make([]qpmgr.SendWQE, len(w))
+	for i := range w {
+		wqes[i].WR = w[i]
+	}
+	return wqes, b, err
 }
 
 func (r *ring) Retire(n int) {

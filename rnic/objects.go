@@ -22,6 +22,8 @@ type (
 	CQ  = qpmgr.CQ
 	SRQ = qpmgr.RecvQueue
 	QP  = qpmgr.QP
+	// SendRing is a QP's send queue in host memory, read by the device.
+	SendRing = qpmgr.SendRing
 )
 
 // Device limits (ibv_query_device).

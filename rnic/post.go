@@ -27,23 +27,33 @@ func (d *Device) PostSend(qp *QP, wrs []ib.SendWR) error {
 	return d.postSend(qp, wrs)
 }
 
-// postSend is PostSend for any QP, QP1 included.
+// postSend is PostSend for any QP, QP1 included: the NIC's copy of each
+// WR (ownSend), then postWQEs.
 func (d *Device) postSend(qp *QP, wrs []ib.SendWR) error {
-	wqes := make([]qpmgr.SendWQE, 0, len(wrs))
+	wqes := make([]qpmgr.SendWQE, len(wrs))
+	for i := range wrs {
+		ownSend(&wqes[i], &wrs[i])
+	}
+	return d.postWQEs(qp, wqes)
+}
+
+// postWQEs validates send WQEs that are the NIC's own (checkSend) and
+// queues them for the requester, up to the first that fails; on error the
+// WQEs before it are posted.
+func (d *Device) postWQEs(qp *QP, wqes []qpmgr.SendWQE) error {
 	qp.Lock()
 	st := qp.State()
 	var bad *ib.WRError
-	for i := range wrs {
-		w, err := d.checkSend(qp, st, &wrs[i])
-		if err != nil {
-			bad = &ib.WRError{Index: i, WRID: wrs[i].WRID, Err: err}
+	n := 0
+	for ; n < len(wqes); n++ {
+		if err := d.checkSend(qp, st, &wqes[n]); err != nil {
+			bad = &ib.WRError{Index: n, WRID: wqes[n].WR.WRID, Err: err}
 			break
 		}
-		wqes = append(wqes, w)
 	}
-	posted, err := qp.PostSend(wqes)
+	posted, err := qp.PostSend(wqes[:n])
 	if err != nil && bad == nil {
-		bad = &ib.WRError{Index: posted, WRID: wrs[posted].WRID, Err: err}
+		bad = &ib.WRError{Index: posted, WRID: wqes[posted].WR.WRID, Err: err}
 	}
 	if d.probe.On() {
 		d.tracePost(qp, wqes[:posted])
@@ -62,68 +72,80 @@ func (d *Device) postSend(qp *QP, wrs []ib.SendWR) error {
 	return nil
 }
 
-// checkSend validates one send WR and makes the NIC's copy of it. It is
-// the one validator of WRs: the host interface's WQE decoder checks only
-// that a WQE fits its slot.
-func (d *Device) checkSend(qp *QP, st ib.QPState, wr *ib.SendWR) (qpmgr.SendWQE, error) {
+// ownSend makes w the NIC's copy of wr: what the application may reuse
+// once the post returns (its SGL, its inline data, its AH) is copied.
+func ownSend(w *qpmgr.SendWQE, wr *ib.SendWR) {
+	w.WR = *wr
+	if wr.Flags&ib.SendInline != 0 {
+		w.WR.InlineData = append([]byte(nil), wr.InlineData...)
+		w.WR.SGL = nil
+	} else {
+		w.WR.SGL = append([]ib.SGE(nil), wr.SGL...)
+		w.WR.InlineData = nil
+	}
+	if wr.AH != nil {
+		ah := *wr.AH
+		w.WR.AH = &ah
+	}
+}
+
+// checkSend validates one send WQE, the NIC's own (ownSend, or decoded
+// from the host's ring, SendRing.Fetch), and sets its length. It is the
+// one validator of WRs: the ABI's WQE decoder checks only that a WQE
+// fits its slot.
+func (d *Device) checkSend(qp *QP, st ib.QPState, w *qpmgr.SendWQE) error {
+	wr := &w.WR
 	switch st {
 	case ib.QPSRTS, ib.QPSSQD, ib.QPSErr:
 	default:
-		return qpmgr.SendWQE{}, fmt.Errorf("%w: post send in %v", ib.ErrQPState, st)
+		return fmt.Errorf("%w: post send in %v", ib.ErrQPState, st)
 	}
 	if !qp.Type.Supports(wr.Opcode) {
-		return qpmgr.SendWQE{}, fmt.Errorf("rnic: %v not supported on a %v QP", wr.Opcode, qp.Type)
+		return fmt.Errorf("rnic: %v not supported on a %v QP", wr.Opcode, qp.Type)
 	}
 	if wr.Flags&^ib.SendFlagsKnown != 0 {
-		return qpmgr.SendWQE{}, fmt.Errorf("rnic: send flags %#x", uint8(wr.Flags&^ib.SendFlagsKnown))
+		return fmt.Errorf("rnic: send flags %#x", uint8(wr.Flags&^ib.SendFlagsKnown))
 	}
-	w := qpmgr.SendWQE{WR: *wr}
+	w.Len = 0
 	if wr.Flags&ib.SendInline != 0 {
 		if wr.Opcode == ib.WRRDMARead || wr.Opcode.IsAtomic() {
-			return w, fmt.Errorf("rnic: %v cannot be inline", wr.Opcode)
+			return fmt.Errorf("rnic: %v cannot be inline", wr.Opcode)
 		}
 		if len(wr.InlineData) > qp.Caps.MaxInlineData {
-			return w, fmt.Errorf("rnic: %d bytes inline, QP allows %d", len(wr.InlineData), qp.Caps.MaxInlineData)
+			return fmt.Errorf("rnic: %d bytes inline, QP allows %d", len(wr.InlineData), qp.Caps.MaxInlineData)
 		}
-		w.WR.InlineData = append([]byte(nil), wr.InlineData...)
-		w.WR.SGL = nil
 		w.Len = len(wr.InlineData)
 	} else {
 		if len(wr.SGL) > qp.Caps.MaxSendSGE {
-			return w, fmt.Errorf("rnic: %d SGEs, QP allows %d", len(wr.SGL), qp.Caps.MaxSendSGE)
+			return fmt.Errorf("rnic: %d SGEs, QP allows %d", len(wr.SGL), qp.Caps.MaxSendSGE)
 		}
-		w.WR.SGL = append([]ib.SGE(nil), wr.SGL...)
-		w.WR.InlineData = nil
 		for _, s := range wr.SGL {
 			w.Len += int(s.Length)
 		}
 	}
 	switch {
 	case w.Len > ib.MaxMsgSize:
-		return w, fmt.Errorf("rnic: message of %d bytes exceeds %d", w.Len, ib.MaxMsgSize)
+		return fmt.Errorf("rnic: message of %d bytes exceeds %d", w.Len, ib.MaxMsgSize)
 	case wr.Opcode.IsAtomic() && w.Len != 8:
-		return w, fmt.Errorf("rnic: atomic needs one 8-byte buffer, has %d bytes", w.Len)
+		return fmt.Errorf("rnic: atomic needs one 8-byte buffer, has %d bytes", w.Len)
 	case qp.Type == ib.QPTypeUD && w.Len > qp.MTU():
-		return w, fmt.Errorf("rnic: UD message of %d bytes exceeds the MTU %d", w.Len, qp.MTU())
+		return fmt.Errorf("rnic: UD message of %d bytes exceeds the MTU %d", w.Len, qp.MTU())
 	case qp.Type == ib.QPTypeUD && (wr.AH == nil || !wr.AH.Addr().IsValid()):
-		return w, errors.New("rnic: UD send needs an address handle")
+		return errors.New("rnic: UD send needs an address handle")
 	case wr.AH != nil && int(wr.AH.SGIDIndex) >= ib.GIDTableLen:
-		return w, fmt.Errorf("rnic: address handle's sgid_index %d: the port's GID table has %d entries", wr.AH.SGIDIndex, ib.GIDTableLen)
+		return fmt.Errorf("rnic: address handle's sgid_index %d: the port's GID table has %d entries", wr.AH.SGIDIndex, ib.GIDTableLen)
 	}
-	if wr.AH != nil {
-		ah := *wr.AH
-		w.WR.AH = &ah
-	}
-	return w, nil
+	return nil
 }
 
 // FetchSend is a send doorbell: the device fetches the WQEs posted to
-// qp's send source since its last fetch, validates each (checkSend, the
-// one validator) and queues them for the requester. A WQE that does not
-// decode or validate completes with LOC_QP_OP_ERR and takes the QP to
-// ERR, as a NIC does at WQE fetch (FailSend); those after it are flushed.
-// A garbage queue takes the QP to ERR. FetchSend returns how many WQEs
-// failed (the garbage queue counts one) and the first one's error.
+// qp's send source since its last fetch, decoded into its own records
+// (SendRing.Fetch), validates each (checkSend, the one validator) and
+// queues them for the requester. A WQE that does not decode or validate
+// completes with LOC_QP_OP_ERR and takes the QP to ERR, as a NIC does at
+// WQE fetch (FailSend); those after it are flushed. A garbage queue
+// takes the QP to ERR. FetchSend returns how many WQEs failed (the
+// garbage queue counts one) and the first one's error.
 func (d *Device) FetchSend(qp *QP) (failed int, err error) {
 	qp.Lock()
 	src := qp.SendSource()
@@ -131,19 +153,22 @@ func (d *Device) FetchSend(qp *QP) (failed int, err error) {
 	if src == nil {
 		return 0, fmt.Errorf("rnic: QP %#x has no send source", qp.QPN)
 	}
-	wrs, bad, err := src.Fetch()
+	wqes, bad, err := src.Fetch()
 	if err != nil {
 		d.EnterError(qp)
 		return 1, fmt.Errorf("rnic: QP %#x send queue: %w", qp.QPN, err)
 	}
 	var first error
-	for len(wrs) > 0 {
-		k := 0 // the first WR that failed to decode, or len(wrs)
-		for k < len(wrs) && bad[k] == nil {
+	for len(wqes) > 0 {
+		k := 0 // the first WQE that failed to decode, or len(wqes)
+		for k < len(wqes) && bad[k] == nil {
 			k++
 		}
 		if k > 0 {
-			err := d.PostSend(qp, wrs[:k])
+			err := ErrGSI
+			if qp.QPN != GSIQPN {
+				err = d.postWQEs(qp, wqes[:k])
+			}
 			var we *ib.WRError
 			if errors.As(err, &we) {
 				k, bad[we.Index] = we.Index, we.Err
@@ -151,15 +176,15 @@ func (d *Device) FetchSend(qp *QP) (failed int, err error) {
 				bad[0], k = err, 0
 			}
 		}
-		if k == len(wrs) {
+		if k == len(wqes) {
 			break
 		}
 		failed++
 		if first == nil {
-			first = fmt.Errorf("rnic: QP %#x WQE wr_id %d: %w", qp.QPN, wrs[k].WRID, bad[k])
+			first = fmt.Errorf("rnic: QP %#x WQE wr_id %d: %w", qp.QPN, wqes[k].WR.WRID, bad[k])
 		}
-		d.FailSend(qp, &wrs[k])
-		wrs, bad = wrs[k+1:], bad[k+1:]
+		d.FailSend(qp, &wqes[k].WR)
+		wqes, bad = wqes[k+1:], bad[k+1:]
 	}
 	return failed, first
 }

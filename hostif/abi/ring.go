@@ -67,7 +67,7 @@ func RingBytes(n, size uint32) uint64 { return RingHeader + uint64(n)*uint64(siz
 // RingBytes(n, size) long.
 //
 // A ring of 0 slots (a work queue of 0 WRs) is a header alone: any WQE
-// its producer index claims is past the ring (countWQEs), so no slot is
+// its producer index claims is past the ring (NewWQEs), so no slot is
 // ever read, and a CQ of 0 slots overruns at its first completion.
 func NewRing(mem []byte, n, size uint32) (*Ring, error) {
 	if size == 0 || uint64(len(mem)) < RingBytes(n, size) {
@@ -195,6 +195,28 @@ const CQESlotBytes = 32
 func roundUp(n, to int) int { return (n + to - 1) / to * to }
 
 var le = binary.LittleEndian
+
+// NewWQEs returns how many WQEs the producer index says were added since
+// the consumer fetched fetched of them, or an error if it claims more
+// than the ring has room for: the producer index is hostile. done, the
+// count of retired WQEs, is read after the producer index: a completion
+// may retire a slot, and the producer fill it, between the two reads,
+// and the slot counts as free only if done is at least the consumer
+// index the producer saw.
+func (r *Ring) NewWQEs(fetched uint32, done func() uint32) (uint32, error) {
+	prod := r.Producer()
+	return countWQEs(prod, fetched, done(), r.Slots)
+}
+
+// countWQEs is NewWQEs on the indices read.
+func countWQEs(prod, fetched, done, slots uint32) (uint32, error) {
+	n := prod - fetched
+	if n > slots-(fetched-done) {
+		return 0, fmt.Errorf("producer index %d is %d WQEs past the fetch index %d, with %d of %d slots in use",
+			prod, n, fetched, fetched-done, slots)
+	}
+	return n, nil
+}
 
 // EncodeSendWQE writes wr into a send slot. The caller (the client)
 // checked wr against the QP's caps; a WR that does not fit is an error.

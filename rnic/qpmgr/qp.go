@@ -259,21 +259,22 @@ type QP struct {
 	sendSrc SendSource
 }
 
-// SendSource is a send queue in memory the host shares with the NIC (the
-// host interface's ring). At a doorbell the device fetches the WQEs the
-// host posted since the last fetch (Fetch, without the QP's lock), and
-// the QP retires each WQE to it, with the QP's lock held, once the WQE is
-// done with (completed, signaled or not, or flushed) and before its
-// completion is visible, so that its slot is free by the time the
-// application polls the completion (rxe's completer retires unsignaled
-// WQEs the same way).
+// SendSource is a send queue in memory the host shares with the NIC: the
+// host's ring (SendRing), or a test's stand-in. At a doorbell the device
+// fetches the WQEs the host posted since the last fetch (Fetch, without
+// the QP's lock), and the QP retires each WQE to it, with the QP's lock
+// held, once the WQE is done with (completed, signaled or not, or
+// flushed) and before its completion is visible, so that its slot is free
+// by the time the application polls the completion (rxe's completer
+// retires unsignaled WQEs the same way). Neither method calls out of the
+// device: the host interface hands the ring over and is not called back.
 type SendSource interface {
-	// Fetch returns the WQEs posted since the last fetch, in order. A
-	// WQE that does not decode comes with its error at the same index
-	// of bad (its WR holds what could be read: wr_id, opcode). An error
-	// says the queue itself is garbage (its producer index): nothing
-	// was fetched.
-	Fetch() (wrs []ib.SendWR, bad []error, err error)
+	// Fetch returns the WQEs posted since the last fetch, in order, as
+	// the engine's records. A WQE that does not decode comes with its
+	// error at the same index of bad (its WR holds what could be read:
+	// wr_id, opcode). An error says the queue itself is garbage (its
+	// producer index): nothing was fetched.
+	Fetch() (wqes []SendWQE, bad []error, err error)
 	Retire(n int)
 }
 
