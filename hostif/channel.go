@@ -1,7 +1,6 @@
 package hostif
 
 import (
-	"encoding/binary"
 	"os"
 
 	"golang.org/x/sys/unix"
@@ -47,11 +46,5 @@ func wakePipe() (rd, wr int, err error) {
 }
 
 // signalFD wakes whoever waits on the read end of the wake pipe whose
-// write end is fd. It cannot block: the write end's O_NONBLOCK is the
-// daemon's alone. EAGAIN means the pipe is full, so already readable;
-// EPIPE means the client closed its end; both need nothing more.
-func signalFD(fd int) {
-	var one [8]byte
-	binary.LittleEndian.PutUint64(one[:], 1)
-	unix.Write(fd, one[:])
-}
+// write end is fd (abi.Wake).
+func signalFD(fd int) { abi.Wake(fd) }

@@ -1,8 +1,6 @@
 package hostif
 
 import (
-	"sync"
-
 	"golang.org/x/sys/unix"
 
 	"github.com/rnicd/rnicd/hostif/abi"
@@ -11,19 +9,15 @@ import (
 )
 
 // cqObj is a CQ whose completions the engine writes into a ring in the
-// client's memory (the CQ's sink).
+// client's memory: the ring is the device's (CQ.AttachRing), which writes
+// each CQE, arms and wakes itself, as a NIC writes CQEs by DMA.
 type cqObj struct {
-	s  *Server
 	cq *rnic.CQ
 	useCount
 	ch     *chanObj // nil: no channel
 	mem    []byte
 	ring   *abi.Ring
 	waitFD int // write end of the wake pipe whose read end the client waits on (wakePipe)
-
-	mu   sync.Mutex // dead, prod; taken inside the CQ's own lock
-	dead bool
-	prod uint32
 }
 
 func (c *conn) createCQ(_ object, b abi.Body, _ []int) (abi.Body, []int, error) {
@@ -54,58 +48,25 @@ func (c *conn) createCQ(_ object, b abi.Body, _ []int) (abi.Body, []int, error) 
 	}
 	ring, _ := abi.NewRing(mem, r.CQE, abi.CQESlotBytes)
 	ring.WriteGeometry()
-	o := &cqObj{s: c.s, cq: q, ch: ch, mem: mem, ring: ring, waitFD: wr}
-	q.SetSink(o)
+	o := &cqObj{cq: q, ch: ch, mem: mem, ring: ring, waitFD: wr}
+	chFD := -1
 	if ch != nil {
 		ch.hold()
+		chFD = ch.fd
 	}
+	q.AttachRing(ring, wr, chFD, &c.s.cqOverruns)
 	h := c.add(o)
 	return &abi.RingReply{H: h, Caps: ib.QPCap{MaxSendWR: int(r.CQE)},
 		Send: abi.RingDesc{Size: uint32(len(mem)), Slots: r.CQE, SlotBytes: abi.CQESlotBytes}}, []int{fd, rd}, nil
 }
 
-// Complete writes one completion into the ring (qpmgr.CompletionSink);
-// the CQ's lock is held. The engine has retired the completion's WQE
-// already: its slot in the work queue's ring is free again.
-func (o *cqObj) Complete(wc *ib.WC, solicited bool) error {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.dead {
-		return nil
-	}
-	// The client's consumer index is hostile: any value only makes the
-	// ring look fuller or emptier to the client itself.
-	if o.prod-o.ring.Consumer() >= o.ring.Slots {
-		o.ring.SetFlag(abi.FlagOverrun)
-		o.s.cqOverruns.Add(1)
-		return ib.ErrCQOverrun
-	}
-	abi.PutCQE(o.ring.Slot(o.prod), wc)
-	o.prod++
-	o.ring.SetProducer(o.prod)
-	if a := o.ring.Armed(); a == abi.ArmAny || (a == abi.ArmSolicited && (solicited || wc.Status != ib.WCSuccess)) {
-		if o.ring.Disarm(a) {
-			o.ring.AddEvent()
-			if o.ch != nil {
-				signalFD(o.ch.fd)
-			}
-		}
-	}
-	if o.ring.TakeWaiter() {
-		signalFD(o.waitFD)
-	}
-	return nil
-}
-
 func (*cqObj) kind() objKind { return kindCQ }
 func (o *cqObj) cost() Quota { return cqCost(uint64(len(o.mem))) }
 
-// release stops the sink before the ring's memory goes: the engine's CQ
-// may still be completing into it.
+// release takes the ring from the device before the ring's memory and
+// the wake pipes go: the engine's CQ may still be completing into it.
 func (o *cqObj) release(*conn) error {
-	o.mu.Lock()
-	o.dead = true
-	o.mu.Unlock()
+	o.cq.DetachRing()
 	unix.Munmap(o.mem)
 	unix.Close(o.waitFD)
 	if o.ch != nil {

@@ -279,3 +279,20 @@ func TestCHeaderABIBroken(t *testing.T) {
 		t.Errorf("altered header: %d mismatches reported, want 4: %q", len(bad), bad)
 	}
 }
+
+// PutSendCQE writes the same bytes as PutCQE of the send completion with
+// the same fields, over a slot that held anything: what a send
+// completion lacks (imm, src_qp, pkey_index, pads) is 0.
+func TestPutSendCQE(t *testing.T) {
+	wc := ib.WC{WRID: 0x0123456789abcdef, Status: ib.WCRemAccessErr, Opcode: ib.WCRDMAWrite, WCFlags: ib.WCFlagWithImm, ByteLen: 4096, QPNum: 0xabcdef}
+	want := make([]byte, CQESlotBytes)
+	PutCQE(want, &wc)
+	got := make([]byte, CQESlotBytes)
+	for i := range got {
+		got[i] = 0xa5
+	}
+	PutSendCQE(got, wc.WRID, wc.Status, wc.Opcode, wc.WCFlags, wc.ByteLen, wc.QPNum)
+	if !bytes.Equal(got, want) {
+		t.Fatalf("PutSendCQE wrote % x\nPutCQE wrote     % x", got, want)
+	}
+}

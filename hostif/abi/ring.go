@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/rnicd/rnicd/ib"
 )
 
@@ -363,6 +365,29 @@ func PutCQE(slot []byte, wc *ib.WC) {
 	le.PutUint32(slot[24:], wc.SrcQP)
 	le.PutUint16(slot[28:], wc.PKeyIndex)
 	le.PutUint16(slot[30:], 0)
+}
+
+// PutSendCQE writes the completion of a send WR into a CQE slot straight
+// from the fields the engine's WQE holds, with no WC between: a send
+// completion has no immediate, source QP or P_Key index (0).
+func PutSendCQE(slot []byte, wrid uint64, st ib.WCStatus, op ib.WCOpcode, flags ib.WCFlags, byteLen, qpn uint32) {
+	le.PutUint64(slot[0:], wrid)
+	slot[8], slot[9], slot[10], slot[11] = uint8(st), uint8(op), uint8(flags), 0
+	le.PutUint32(slot[12:], byteLen)
+	clear(slot[16:20])
+	le.PutUint32(slot[20:], qpn)
+	clear(slot[24:32])
+}
+
+// Wake writes the 8-byte count 1 into the write end of a wake pipe (a
+// CQ's waiter, a completion or CM channel), which the client reads. It
+// cannot block: the write end's O_NONBLOCK is the daemon's alone. EAGAIN
+// means the pipe is full, so already readable; EPIPE means the client
+// closed its end; both need nothing more.
+func Wake(fd int) {
+	var one [8]byte
+	le.PutUint64(one[:], 1)
+	unix.Write(fd, one[:])
 }
 
 // GetCQE reads a completion from a CQE slot.

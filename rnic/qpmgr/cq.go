@@ -3,6 +3,7 @@ package qpmgr
 import (
 	"sync"
 
+	"github.com/rnicd/rnicd/hostif/abi"
 	"github.com/rnicd/rnicd/ib"
 )
 
@@ -25,26 +26,10 @@ type CQ struct {
 	// event gets a token when an armed CQ gets a completion that matches
 	// its notification request (ibv_get_cq_event).
 	event chan struct{}
-	// sink, when set, takes every completion instead of the ring.
-	sink CompletionSink
-}
-
-// CompletionSink takes a CQ's completions in place of its own ring: the
-// host interface, which writes each into a completion ring in host memory
-// as a NIC's CQE DMA does, with no goroutine in between. Complete is
-// called with the CQ's lock held, so calls are serialized and in order;
-// arming, events and polling are the sink's business. An error (its ring
-// is full) is returned by Push as ib.ErrCQOverrun is.
-type CompletionSink interface {
-	Complete(wc *ib.WC, solicited bool) error
-}
-
-// SetSink makes every later completion go to sink (nil: the CQ's own
-// ring again).
-func (c *CQ) SetSink(sink CompletionSink) {
-	c.mu.Lock()
-	c.sink = sink
-	c.mu.Unlock()
+	// cqe, when set, is the ring in host memory every completion goes
+	// to instead of ring; detached: the CQ's host ring is gone.
+	cqe      *cqeRing
+	detached bool
 }
 
 // NewCQ returns a CQ with room for n completions.
@@ -62,11 +47,48 @@ func (c *CQ) Cap() int { return len(c.ring) }
 // message whose sender set the solicited event bit.
 func (c *CQ) Push(wc ib.WC, solicited bool) error {
 	c.mu.Lock()
-	if c.sink != nil {
-		err := c.sink.Complete(&wc, solicited)
+	if c.cqe != nil || c.detached {
+		slot, err := c.hostSlot()
+		if slot != nil {
+			abi.PutCQE(slot, &wc)
+			c.cqe.publish(solicited, wc.Status)
+		}
 		c.mu.Unlock()
 		return err
 	}
+	return c.pushLocked(wc, solicited)
+}
+
+// hostSlot returns the host ring's slot for the next completion, nil
+// after DetachRing (the completion is dropped) or with ib.ErrCQOverrun;
+// the lock is held.
+func (c *CQ) hostSlot() ([]byte, error) {
+	if c.detached {
+		return nil, nil
+	}
+	return c.cqe.next()
+}
+
+// PushSend completes a send WQE: the completion of wr_id wrid with
+// status st, opcode op, flags, byteLen bytes, on QP qpn. Into the host's ring it is written straight
+// from these fields (abi.PutSendCQE), with no WC between; the CQ's own
+// ring holds WCs.
+func (c *CQ) PushSend(wrid uint64, st ib.WCStatus, op ib.WCOpcode, flags ib.WCFlags, byteLen, qpn uint32) error {
+	c.mu.Lock()
+	if c.cqe != nil || c.detached {
+		slot, err := c.hostSlot()
+		if slot != nil {
+			abi.PutSendCQE(slot, wrid, st, op, flags, byteLen, qpn)
+			c.cqe.publish(false, st)
+		}
+		c.mu.Unlock()
+		return err
+	}
+	return c.pushLocked(ib.WC{WRID: wrid, Status: st, Opcode: op, WCFlags: flags, ByteLen: byteLen, QPNum: qpn}, false)
+}
+
+// pushLocked appends wc to the CQ's own ring and unlocks.
+func (c *CQ) pushLocked(wc ib.WC, solicited bool) error {
 	if c.n == len(c.ring) {
 		c.mu.Unlock()
 		return ib.ErrCQOverrun

@@ -661,14 +661,17 @@ func (qp *QP) completeSend(w *SendWQE, st ib.WCStatus) {
 	if st == ib.WCSuccess && w.WR.Flags&ib.SendSignaled == 0 && !qp.SigAll {
 		return
 	}
-	wc := ib.WC{WRID: w.WR.WRID, Status: st, Opcode: w.WR.Opcode.WCOpcode(), QPNum: qp.QPN}
+	// The completion is written from the WQE itself (CQ.PushSend): into
+	// the host's CQE ring with no WC made between.
+	var n uint32
+	var flags ib.WCFlags
 	if st == ib.WCSuccess {
-		wc.ByteLen = uint32(w.Len)
+		n = uint32(w.Len)
 		if w.WR.Opcode == ib.WRSendWithImm || w.WR.Opcode == ib.WRRDMAWriteWithImm {
-			wc.WCFlags = ib.WCFlagWithImm
+			flags = ib.WCFlagWithImm
 		}
 	}
-	if err := qp.SendCQ.Push(wc, false); err != nil {
+	if err := qp.SendCQ.PushSend(w.WR.WRID, st, w.WR.Opcode.WCOpcode(), flags, n, qp.QPN); err != nil {
 		qp.Counters.Inc(ib.SendErr)
 	}
 }
