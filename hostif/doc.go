@@ -38,27 +38,30 @@
 // the client's: a memfd sealed with F_SEAL_SHRINK, which the daemon maps
 // (zero copies; the MR's iova is the client's address), or a System V
 // shared memory segment the client has attached, which the daemon
-// attaches (RegMRShm, shm.go). The ring layout
-// and the slot formats are package abi's (ring.go). The rings are the engine's WQE
-// sources and completion sinks: the host interface is the only producer
-// of its WQEs and the only consumer of its CQEs, through interfaces the
-// engine defines. A doorbell names a QP (send or receive queue) or an SRQ
-// whose producer index moved; the device fetches the new WQEs from the
-// ring (qpmgr.SendSource, qpmgr.RecvSource, whose decoders check only
-// that a WQE fits its slot), validates each with its one validator and
-// queues it. A WQE that fails completes with LOC_QP_OP_ERR and the QP
-// goes to ERR through the device (Device.FetchSend, FailRecv), as a NIC
-// does at WQE fetch. The consumer index of a work queue advances as the
-// engine retires its WQEs, before their completions are visible, so a
-// client never has more WQEs outstanding than the queue holds. With the
-// device's polling engine (rnic.Config.PollIdle) the doorbell is mostly
-// unneeded: the engine polls every QP's and SRQ's producer indexes
-// (poll.go, the NIC's doorbell records) and fetches as a doorbell would,
-// and each work ring's asleep word tells the client whether it must
-// still send one (Ring.EngineAsleep; virtio's event index).
-// Completions go straight from the engine's CQ into the completion ring
-// (a qpmgr.CompletionSink); an armed CQ writes its channel's wake pipe; a
-// full ring sets the overrun flag.
+// attaches (RegMRShm, shm.go). The ring layout and the slot formats
+// are package abi's (ring.go). Once made, a ring is the device's, as a
+// NIC's queue context holds its queue's address: hostif hands each over
+// (QP.AttachSendRing, RecvQueue.AttachRing, CQ.AttachRing with the write
+// ends of the CQ's wake pipes) and the device reads WQEs from it, retires
+// them and writes CQEs into it itself, with no call back up into hostif.
+// A doorbell names a QP (send or receive queue) or an SRQ whose producer
+// index moved; hostif asks the device to fetch (Device.FetchSend,
+// RefillRecv), which decodes the new WQEs from the ring (rnic.SendRing,
+// rnic.RecvRing, whose decoders check only that a WQE fits its slot),
+// validates each with its one validator and queues it. A WQE that fails
+// completes with LOC_QP_OP_ERR and the QP goes to ERR through the device
+// (Device.FetchSend, FailRecv), as a NIC does at WQE fetch. The consumer
+// index of a work queue advances as the engine retires its WQEs, before
+// their completions are visible, so a client never has more WQEs
+// outstanding than the queue holds. With the device's polling engine
+// (rnic.Config.PollIdle) the doorbell is mostly unneeded: the engine
+// polls every QP's and SRQ's producer indexes (poll.go, the NIC's
+// doorbell records) and fetches as a doorbell would, and each work ring's
+// asleep word tells the client whether it must still send one
+// (Ring.EngineAsleep; virtio's event index). Completions go straight from
+// the engine's CQ into the completion ring; an armed CQ writes its
+// channel's wake pipe; a full ring sets the overrun flag (counted in
+// hostif_cq_overrun).
 //
 // No client is ever handed a descriptor of the port: the daemon alone
 // holds UDP 4791, as a NIC alone holds its wire, so no client can read

@@ -21,7 +21,7 @@ type qpObj struct {
 	mem      []byte
 	sq       *abi.Ring
 	sqRing   *rnic.SendRing // the device's view of sq: it fetches and retires
-	rqFeed   *recvFeed      // nil with an SRQ
+	rqFeed   *rnic.RecvRing // nil with an SRQ
 	broken   atomic.Bool    // a garbage receive producer index: doorbells are refused
 	// rqSeen is the receive ring's producer index at the last receive
 	// doorbell or poll, for the polling engine to tell a new post.
@@ -86,8 +86,7 @@ func (c *conn) createQP(_ object, b abi.Body, _ []int) (abi.Body, []int, error) 
 	if srq == nil {
 		rq, _ := abi.NewRing(mem[sqBytes:], uint32(caps.MaxRecvWR), rqSlot)
 		rq.WriteGeometry()
-		q.rqFeed = newRecvFeed(rq, caps.MaxRecvSGE)
-		qp.RQ.SetSource(q.rqFeed)
+		q.rqFeed = qp.RQ.AttachRing(rq, caps.MaxRecvSGE)
 		reply.Recv = abi.RingDesc{Offset: uint32(sqBytes), Size: uint32(total - sqBytes), Slots: uint32(caps.MaxRecvWR), SlotBytes: rqSlot}
 	}
 	pd.hold()
@@ -119,7 +118,7 @@ func (c *conn) modifyQP(o object, b abi.Body, _ []int) (abi.Body, []int, error) 
 		q.broken.Store(false)
 		if q.rqFeed != nil {
 			q.qp.RQ.SetSource(nil)
-			q.rqFeed.reset()
+			q.rqFeed.Reset()
 			q.rqSeen.Store(0)
 			q.qp.RQ.SetSource(q.rqFeed)
 		}
@@ -188,7 +187,7 @@ func (c *conn) failQP(q *qpObj) {
 func (c *conn) fetchRecv(q *qpObj) error {
 	qp := q.qp
 	c.s.dev.RefillRecv(qp)
-	bad, broken := q.rqFeed.faults()
+	bad, broken := q.rqFeed.Faults()
 	if broken != nil {
 		q.broken.Store(true)
 		c.failQP(q)
@@ -196,10 +195,10 @@ func (c *conn) fetchRecv(q *qpObj) error {
 	}
 	for _, b := range bad {
 		c.s.badWQEs.Add(1)
-		c.s.dev.FailRecv(qp, b.wrid)
+		c.s.dev.FailRecv(qp, b.WRID)
 	}
 	if len(bad) > 0 {
-		return errf(abi.CodeInvalid, "doorbell: QP %#x receive WQE wr_id %d: %v", qp.QPN, bad[0].wrid, bad[0].err)
+		return errf(abi.CodeInvalid, "doorbell: QP %#x receive WQE wr_id %d: %v", qp.QPN, bad[0].WRID, bad[0].Err)
 	}
 	return nil
 }

@@ -19,7 +19,7 @@ type srqObj struct {
 	srq    *rnic.SRQ
 	maxSGE int
 	mem    []byte
-	feed   *recvFeed
+	feed   *rnic.RecvRing
 }
 
 func (c *conn) createSRQ(_ object, b abi.Body, _ []int) (abi.Body, []int, error) {
@@ -45,8 +45,7 @@ func (c *conn) createSRQ(_ object, b abi.Body, _ []int) (abi.Body, []int, error)
 	}
 	ring, _ := abi.NewRing(mem, r.MaxWR, slot)
 	ring.WriteGeometry()
-	feed := newRecvFeed(ring, int(r.MaxSGE))
-	s.SetSource(feed)
+	feed := s.AttachRing(ring, int(r.MaxSGE))
 	pd.hold()
 	so := &srqObj{owner: c, pd: pd, srq: s, maxSGE: int(r.MaxSGE), mem: mem, feed: feed}
 	h := c.add(so)
@@ -69,14 +68,14 @@ func (o *srqObj) release(c *conn) error {
 // fail: it is dropped, counted, and its slot retired.
 func (c *conn) fetchSRQ(s *srqObj) error {
 	s.srq.Refill()
-	bad, broken := s.feed.faults()
+	bad, broken := s.feed.Faults()
 	if broken != nil {
 		c.s.badWQEs.Add(1)
 		return errf(abi.CodeInvalid, "doorbell: SRQ: %v", broken)
 	}
 	if len(bad) > 0 {
 		c.s.badWQEs.Add(uint64(len(bad)))
-		return errf(abi.CodeInvalid, "doorbell: SRQ receive WQE wr_id %d: %v", bad[0].wrid, bad[0].err)
+		return errf(abi.CodeInvalid, "doorbell: SRQ receive WQE wr_id %d: %v", bad[0].WRID, bad[0].Err)
 	}
 	return nil
 }

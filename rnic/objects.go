@@ -24,6 +24,8 @@ type (
 	QP  = qpmgr.QP
 	// SendRing is a QP's send queue in host memory, read by the device.
 	SendRing = qpmgr.SendRing
+	// RecvRing is a receive queue in host memory, read by the device.
+	RecvRing = qpmgr.RecvRing
 )
 
 // Device limits (ibv_query_device).

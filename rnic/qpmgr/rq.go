@@ -26,7 +26,7 @@ type RecvQueue struct {
 }
 
 // RecvSource is a receive queue in memory the host shares with the NIC
-// (the host interface's ring). The queue fetches from it, with its lock
+// (RecvRing, or a test's stand-in). The queue fetches from it, with its lock
 // held, when it runs empty and at each doorbell (Refill), so that a
 // message never finds the queue empty while WQEs sit in host memory whose
 // doorbell is on its way; and it retires each WQE to it once the WQE's

@@ -1,9 +1,7 @@
-package hostif
+package abi
 
 import (
 	"testing"
-
-	"github.com/rnicd/rnicd/hostif/abi"
 )
 
 // The doorbell reads the producer index before the count of retired WQEs.
@@ -12,7 +10,7 @@ import (
 // and a good QP is failed (found running ib_write_bw through two rnicd).
 func TestNewWQEsReadsDoneAfterProducer(t *testing.T) {
 	const slots = 4
-	ring, err := abi.NewRing(make([]byte, abi.RingBytes(slots, 64)), slots, 64)
+	ring, err := NewRing(make([]byte, RingBytes(slots, 64)), slots, 64)
 	if err != nil {
 		t.Fatal(err)
 	}
