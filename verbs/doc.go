@@ -19,32 +19,48 @@
 //
 // # A wr_id's way
 //
-// From PostSend to the application's Poll a send WR's wr_id is written
-// and read 5 times, each where the representation really changes:
+// From PostSend to the application's Poll a send WR's wr_id changes form
+// three times, once per hop between the three parties that hold it (the
+// application, the device, the application again), each by one of the
+// ABI's slot codecs, and never passes through a copy of another type:
 //
-//  1. QP.PostSend encodes the SendWR into its send ring's slot
+//  1. QP.PostSend writes the SendWR into its send ring's slot
 //     (abi.EncodeSendWQE): the slot is the ABI the C library writes too.
-//  2. The daemon's engine, at the doorbell or polling the ring, fetches it
-//     (Device.FetchSend calls the host interface's qpObj.Fetch through
-//     qpmgr.SendSource, which decodes it, abi.DecodeSendWQE) and checks
-//     it (Device.checkSend, the one validator), which wraps the same
-//     ib.SendWR in the engine's qpmgr.SendWQE: a copy, not a conversion.
-//  3. When the WR is done (the completer's ACK, a flush), qpmgr.QP's
-//     completeSend retires its ring slot (SendSource.Retire) and makes the
-//     completion, an ib.WC whose WRID is the WQE's.
-//  4. The CQ hands it to the completion ring (qpmgr.CompletionSink, the
-//     host interface's cqObj.Complete), which writes the CQE (abi.PutCQE).
-//  5. CQ.Poll decodes the CQE into the caller's []WC (abi.GetCQE).
+//  2. At the doorbell (the host interface's conn.doorbell, or the polling
+//     engine) the device fetches from the ring it was handed at
+//     create_qp: rnic.Device.FetchSend calls qpmgr.SendRing.Fetch, which
+//     decodes the slot straight into the engine's record, qpmgr.SendWQE
+//     (abi.DecodeSendWQE). Device.checkSend validates that record in
+//     place and qpmgr.QP.PostSend queues it.
+//  3. When the WR is done (the completer's ACK, a flush),
+//     qpmgr.QP.completeSend retires its slot (SendRing.Retire, the ring's
+//     consumer index) and writes the CQE from the same record
+//     (qpmgr.CQ.PushSend, abi.PutSendCQE) into the CQ's ring, which CQ.Poll
+//     reads into the caller's []WC (abi.GetCQE): the CQE slot is the one
+//     form between the device's record and the application's WC.
 //
-// That is 5 conversions, not the 3 aimed at (before the types were one, a
-// copy on each side, a SendWR to the NIC's and the NIC's WC to the
-// application's, made 7): the ring codecs, two each way, are the ABI's
-// and stay while the rings are bytes a C program shares. The way still
-// climbs back up three times, where the engine
-// (rnic, qpmgr) calls the host interface above it through interfaces it
-// defines (SendSource.Fetch, Retire, CompletionSink.Complete), so that
-// the device imports nothing of the host side: reading the calls down
-// from PostSend, that is where the trail goes through an interface.
+// Counted codec call by codec call that is four (EncodeSendWQE,
+// DecodeSendWQE, PutSendCQE, GetCQE): two slots, each written by one side
+// and read by the other, the least while the rings are bytes a C program
+// shares. No call climbs back up: the device owns the QP's and the CQ's
+// rings once the host interface has handed them over (as a NIC's queue
+// contexts hold their queues' addresses), so it fetches, retires, writes
+// the CQE, takes the CQ's arm and writes its wake pipes itself, and the
+// completion carries the wr_id down to the ring the application polls.
+// Before, the device called the host interface back for each (a fetch,
+// a retire, a CompletionSink), and the wr_id was copied twice more, into
+// a SendWQE at validation and into an ib.WC at completion.
+//
+// The polling engine still asks the host interface which rings moved
+// (rnic.HostQueue.Poll, hostif's qpObj.Poll, which rings the doorbell):
+// no wr_id travels in that call, the fetch it leads to is step 2's.
+//
+// A receive WR's wr_id goes the same way with one form more, as its
+// completion has fields the WQE lacks (byte_len, imm, src_qp):
+// QP.PostRecv (abi.EncodeRecvWQE), the device's qpmgr.RecvRing.Fetch
+// (abi.DecodeRecvWQE) into the receive queue's ib.RecvWR, the
+// responder's ib.WC (qpmgr.QP.CompleteRecv), written by qpmgr.CQ.Push
+// (abi.PutCQE), CQ.Poll (abi.GetCQE).
 //
 // Memory that the NIC reads or writes must come from Context.Alloc, which
 // returns memory the NIC can share; RegMR registers a slice of it. As in

@@ -18,5 +18,22 @@
 //
 // It imports nothing of the project but ib, whose SendWR, RecvWR, WC and
 // SGE the slot codecs write (ib/imports_test.go holds that), so a client
-// depends on the contract and not on the daemon.
+// depends on the contract and not on the daemon. The device imports it
+// too, as rxe's driver includes rdma_user_rxe.h: it reads and writes the
+// rings itself once the daemon's host interface has handed them over.
+//
+// The slot codecs, and who calls each (in Go; clib calls the C side's):
+//
+//	EncodeSendWQE  client: verbs QP.PostSend (C: clib post_send)
+//	DecodeSendWQE  device: qpmgr.SendRing.Fetch, into the engine's SendWQE
+//	PutSendCQE     device: qpmgr.CQ.PushSend, from that SendWQE
+//	EncodeRecvWQE  client: verbs QP.PostRecv, SRQ.PostRecv (C: post_recv)
+//	DecodeRecvWQE  device: qpmgr.RecvRing.Fetch, into the receive queue
+//	PutCQE         device: qpmgr.CQ.Push, from a receive's WC
+//	GetCQE         client: verbs CQ.Poll (C: clib poll_cq)
+//
+// so a send's wr_id is written into a WQE slot, decoded into the engine's
+// record, written from it into a CQE slot and read into the application's
+// WC, and no other function changes its form (verbs' package doc walks it
+// call by call).
 package abi
