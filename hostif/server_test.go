@@ -624,7 +624,7 @@ func TestNoLendPort(t *testing.T) {
 // write blocked once a client had cleared the flag and filled one.
 //
 // The daemon publishes a CQE (the producer index) before it disarms the
-// CQ, counts the event and takes the waiter (cqObj.Complete), so that a
+// CQ, counts the event and takes the waiter (qpmgr's cqeRing.publish), so that a
 // client woken by the event always finds the CQE. Seeing the CQE thus
 // says nothing about the event yet: the test waits for each one before
 // it arms again. Arming earlier would be merged into the arm the daemon

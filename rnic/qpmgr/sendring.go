@@ -9,7 +9,7 @@ import (
 
 // SendRing is a QP's send queue in memory the host shares with the NIC,
 // read by the NIC itself as a NIC reads its WQEs by DMA: the host
-// interface maps the ring and hands it over (QP.SetSendSource), and from
+// interface maps the ring and hands it over (QP.AttachSendRing), and from
 // then on the device fetches, decodes and retires without calling back
 // up. Its slots are the ABI's (abi.EncodeSendWQE writes them, in Go and
 // in C); a WQE is decoded straight into the engine's record (SendWQE),
