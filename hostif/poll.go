@@ -30,7 +30,7 @@ func (q *qpObj) Pending() bool {
 	if q.sqRing.Pending() {
 		return true
 	}
-	return q.rqFeed != nil && q.rqFeed.Ring().Producer() != q.rqSeen.Load()
+	return q.rqRing != nil && q.rqRing.Ring().Producer() != q.rqSeen.Load()
 }
 
 // Poll fetches what Pending says is new, as the doorbells would
@@ -50,8 +50,8 @@ func (q *qpObj) Poll() bool {
 		q.sq.ClearBell()
 		c.asyncError(c.fetchSend(q))
 	}
-	if q.rqFeed != nil {
-		if p := q.rqFeed.Ring().Producer(); p != q.rqSeen.Load() {
+	if q.rqRing != nil {
+		if p := q.rqRing.Ring().Producer(); p != q.rqSeen.Load() {
 			work = true
 			q.rqSeen.Store(p)
 			c.asyncError(c.fetchRecv(q))
@@ -63,14 +63,14 @@ func (q *qpObj) Poll() bool {
 // SetAsleep writes the asleep word of the QP's rings (rnic.HostQueue).
 func (q *qpObj) SetAsleep(on bool) {
 	q.sq.SetAsleep(on)
-	if q.rqFeed != nil {
-		q.rqFeed.Ring().SetAsleep(on)
+	if q.rqRing != nil {
+		q.rqRing.Ring().SetAsleep(on)
 	}
 }
 
 // Pending reports whether the client posted to the SRQ since the last
 // fetch (rnic.HostQueue).
-func (s *srqObj) Pending() bool { return s.feed.Ring().Producer() != s.seen.Load() }
+func (s *srqObj) Pending() bool { return s.ring.Ring().Producer() != s.seen.Load() }
 
 // Poll fetches the SRQ's new WQEs (rnic.HostQueue).
 func (s *srqObj) Poll() bool {
@@ -79,7 +79,7 @@ func (s *srqObj) Poll() bool {
 		return false
 	}
 	defer c.handling.Unlock()
-	p := s.feed.Ring().Producer()
+	p := s.ring.Ring().Producer()
 	if p == s.seen.Load() {
 		return false
 	}
@@ -89,7 +89,7 @@ func (s *srqObj) Poll() bool {
 }
 
 // SetAsleep writes the SRQ ring's asleep word (rnic.HostQueue).
-func (s *srqObj) SetAsleep(on bool) { s.feed.Ring().SetAsleep(on) }
+func (s *srqObj) SetAsleep(on bool) { s.ring.Ring().SetAsleep(on) }
 
 // asyncError sends err, if any, to the client as the error reply to a
 // doorbell.

@@ -21,7 +21,7 @@ type qpObj struct {
 	mem      []byte
 	sq       *abi.Ring
 	sqRing   *rnic.SendRing // the device's view of sq: it fetches and retires
-	rqFeed   *rnic.RecvRing // nil with an SRQ
+	rqRing   *rnic.RecvRing // the device's view of the receive ring; nil with an SRQ
 	broken   atomic.Bool    // a garbage receive producer index: doorbells are refused
 	// rqSeen is the receive ring's producer index at the last receive
 	// doorbell or poll, for the polling engine to tell a new post.
@@ -86,7 +86,7 @@ func (c *conn) createQP(_ object, b abi.Body, _ []int) (abi.Body, []int, error) 
 	if srq == nil {
 		rq, _ := abi.NewRing(mem[sqBytes:], uint32(caps.MaxRecvWR), rqSlot)
 		rq.WriteGeometry()
-		q.rqFeed = qp.RQ.AttachRing(rq, caps.MaxRecvSGE)
+		q.rqRing = qp.RQ.AttachRing(rq, caps.MaxRecvSGE)
 		reply.Recv = abi.RingDesc{Offset: uint32(sqBytes), Size: uint32(total - sqBytes), Slots: uint32(caps.MaxRecvWR), SlotBytes: rqSlot}
 	}
 	pd.hold()
@@ -116,11 +116,11 @@ func (c *conn) modifyQP(o object, b abi.Body, _ []int) (abi.Body, []int, error) 
 		// both sides.
 		q.sqRing.Reset()
 		q.broken.Store(false)
-		if q.rqFeed != nil {
+		if q.rqRing != nil {
 			q.qp.RQ.SetSource(nil)
-			q.rqFeed.Reset()
+			q.rqRing.Reset()
 			q.rqSeen.Store(0)
-			q.qp.RQ.SetSource(q.rqFeed)
+			q.qp.RQ.SetSource(q.rqRing)
 		}
 	}
 	return &abi.Empty{}, nil, nil
@@ -142,7 +142,7 @@ func (q *qpObj) release(c *conn) error {
 	c.s.qps.Delete(q.qp.QPN)
 	// Nothing retires into the rings once their memory is gone.
 	q.qp.AttachSendRing(nil)
-	if q.rqFeed != nil {
+	if q.rqRing != nil {
 		q.qp.RQ.SetSource(nil)
 	}
 	c.s.dev.Fence()
@@ -187,7 +187,7 @@ func (c *conn) failQP(q *qpObj) {
 func (c *conn) fetchRecv(q *qpObj) error {
 	qp := q.qp
 	c.s.dev.RefillRecv(qp)
-	bad, broken := q.rqFeed.Faults()
+	bad, broken := q.rqRing.Faults()
 	if broken != nil {
 		q.broken.Store(true)
 		c.failQP(q)

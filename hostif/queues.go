@@ -22,7 +22,7 @@ func (c *conn) fetchAll() {
 				continue
 			}
 			c.fetchSend(o)
-			if o.rqFeed != nil {
+			if o.rqRing != nil {
 				c.fetchRecv(o)
 			}
 		case *srqObj:
@@ -49,16 +49,16 @@ func (c *conn) doorbell(target object, b abi.Body, _ []int) (abi.Body, []int, er
 			o.sq.ClearBell()
 			return nil, nil, c.fetchSend(o)
 		}
-		if o.rqFeed == nil {
+		if o.rqRing == nil {
 			return nil, nil, errf(abi.CodeInvalid, "doorbell: QP %#x uses an SRQ", o.qp.QPN)
 		}
-		o.rqSeen.Store(o.rqFeed.Ring().Producer())
+		o.rqSeen.Store(o.rqRing.Ring().Producer())
 		return nil, nil, c.fetchRecv(o)
 	case *srqObj:
 		if r.Queue != abi.DoorbellRecv {
 			return nil, nil, errf(abi.CodeInvalid, "doorbell: an SRQ has no send queue")
 		}
-		o.seen.Store(o.feed.Ring().Producer())
+		o.seen.Store(o.ring.Ring().Producer())
 		return nil, nil, c.fetchSRQ(o)
 	}
 	return nil, nil, errf(abi.CodeNoHandle, "doorbell: handle %d names a %v", r.H, target.kind())

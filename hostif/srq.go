@@ -19,7 +19,7 @@ type srqObj struct {
 	srq    *rnic.SRQ
 	maxSGE int
 	mem    []byte
-	feed   *rnic.RecvRing
+	ring   *rnic.RecvRing // the device's view of the SRQ's ring
 }
 
 func (c *conn) createSRQ(_ object, b abi.Body, _ []int) (abi.Body, []int, error) {
@@ -45,9 +45,9 @@ func (c *conn) createSRQ(_ object, b abi.Body, _ []int) (abi.Body, []int, error)
 	}
 	ring, _ := abi.NewRing(mem, r.MaxWR, slot)
 	ring.WriteGeometry()
-	feed := s.AttachRing(ring, int(r.MaxSGE))
+	rr := s.AttachRing(ring, int(r.MaxSGE))
 	pd.hold()
-	so := &srqObj{owner: c, pd: pd, srq: s, maxSGE: int(r.MaxSGE), mem: mem, feed: feed}
+	so := &srqObj{owner: c, pd: pd, srq: s, maxSGE: int(r.MaxSGE), mem: mem, ring: rr}
 	h := c.add(so)
 	c.s.dev.Watch(so, uint32(h))
 	return &abi.RingReply{H: h, Caps: ib.QPCap{MaxRecvWR: int(r.MaxWR), MaxRecvSGE: int(r.MaxSGE)},
@@ -68,7 +68,7 @@ func (o *srqObj) release(c *conn) error {
 // fail: it is dropped, counted, and its slot retired.
 func (c *conn) fetchSRQ(s *srqObj) error {
 	s.srq.Refill()
-	bad, broken := s.feed.Faults()
+	bad, broken := s.ring.Faults()
 	if broken != nil {
 		c.s.badWQEs.Add(1)
 		return errf(abi.CodeInvalid, "doorbell: SRQ: %v", broken)
