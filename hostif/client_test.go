@@ -3,7 +3,7 @@ package hostif
 import (
 	"testing"
 
-	"github.com/rnicd/rnicd/hostif/abi"
+	"github.com/rnicd/rnicd/abi"
 )
 
 // A client sees its daemon hang up without sending a request, and not

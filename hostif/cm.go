@@ -9,7 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/rnicd/rnicd/hostif/abi"
+	"github.com/rnicd/rnicd/abi"
 	"github.com/rnicd/rnicd/ib"
 	"github.com/rnicd/rnicd/rnic/cm"
 	"github.com/rnicd/rnicd/wire/mad"

@@ -5,7 +5,7 @@ import (
 	"net/netip"
 	"slices"
 
-	"github.com/rnicd/rnicd/hostif/abi"
+	"github.com/rnicd/rnicd/abi"
 	"github.com/rnicd/rnicd/rnic/cm"
 	"github.com/rnicd/rnicd/wire/mad"
 )

@@ -4,7 +4,7 @@ import (
 	"cmp"
 	"slices"
 
-	"github.com/rnicd/rnicd/hostif/abi"
+	"github.com/rnicd/rnicd/abi"
 	"github.com/rnicd/rnicd/rnic"
 )
 

@@ -75,6 +75,9 @@
 // the top of the tree beside verbs, its client, and not under rnic/, where
 // the device's blocks are and which must never import it
 // (ib/imports_test.go holds that). The ABI, which clib/src/rnic.h
-// repeats, is package hostif/abi, which imports nothing of the project
-// but ib: a client links the contract, not the daemon.
+// repeats, is the top-level package abi, not a part of hostif: the
+// device reads and writes the rings in its formats, so it imports it,
+// and under hostif/ the tree would show the NIC importing its host side.
+// It imports nothing of the project but ib: a client links the contract,
+// not the daemon.
 package hostif

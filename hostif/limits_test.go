@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rnicd/rnicd/hostif/abi"
+	"github.com/rnicd/rnicd/abi"
 	"github.com/rnicd/rnicd/ib"
 	"github.com/rnicd/rnicd/internal/looptest"
 )

@@ -3,7 +3,7 @@ package hostif
 import (
 	"strings"
 
-	"github.com/rnicd/rnicd/hostif/abi"
+	"github.com/rnicd/rnicd/abi"
 )
 
 // objKind is the kind of object a handle names. Kinds are bits, so that a

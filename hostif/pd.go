@@ -1,7 +1,7 @@
 package hostif
 
 import (
-	"github.com/rnicd/rnicd/hostif/abi"
+	"github.com/rnicd/rnicd/abi"
 	"github.com/rnicd/rnicd/rnic/dma"
 )
 

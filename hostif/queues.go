@@ -3,7 +3,7 @@ package hostif
 import (
 	"golang.org/x/sys/unix"
 
-	"github.com/rnicd/rnicd/hostif/abi"
+	"github.com/rnicd/rnicd/abi"
 )
 
 // fetchAll fetches every QP's and SRQ's new WQEs, as if each had rung

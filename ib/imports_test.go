@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"maps"
 	"os/exec"
 	"path/filepath"
 	"runtime"
@@ -32,52 +33,61 @@ func TestImportGraph(t *testing.T) {
 	if err != nil {
 		t.Fatalf("go list: %v\n%s", err, stderr.Bytes())
 	}
-	g := graph{deps: map[string][]string{}, imports: map[string][]string{}}
+	g := graph{deps: map[string][]string{}, imports: map[string][]string{}, foreign: map[string][]string{}}
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
 		deps, imports, _ := strings.Cut(sc.Text(), " | ")
 		f := strings.Fields(deps)
 		pkg := strings.TrimPrefix(f[0], module)
-		g.deps[pkg], g.imports[pkg] = ours(f[1:]), ours(strings.Fields(imports))
+		g.deps[pkg], g.imports[pkg], g.foreign[pkg] = ours(f[1:]), ours(strings.Fields(imports)), foreign(f[1:])
 	}
 	if err := sc.Err(); err != nil {
 		t.Fatal(err)
 	}
-	for _, must := range append([]string{"ib", abiPkg, "verbs", "rdmacm", "rnic", "rnic/qpmgr", "rnic/trace", "wire/bth", "wire/ibudp", "wire/netif", "wire/steer", "wire/fault"}, hostSide...) {
+	for _, must := range []string{"ib", abiPkg, "verbs", "rdmacm", "rnic", "rnic/qpmgr", "rnic/trace", "wire/bth", "wire/ibudp", "wire/netif", "wire/steer", "wire/fault"} {
 		if _, ok := g.deps[must]; !ok {
 			t.Fatalf("go list did not list %s; the rules below would check nothing", must)
 		}
 	}
-	if !slices.Contains(g.imports["rdmacm"], "verbs") || !slices.Contains(g.imports[abiPkg], "ib") {
-		t.Fatalf("rdmacm's imports %q, %s's %q: not read; the rules below would check nothing",
-			g.imports["rdmacm"], abiPkg, g.imports[abiPkg])
+	for _, h := range hostSide {
+		if !slices.ContainsFunc(slices.Collect(maps.Keys(g.deps)), func(p string) bool { return under(p, h) }) {
+			t.Fatalf("go list listed nothing under %s; the host-side rule would check nothing", h)
+		}
+	}
+	if !slices.Contains(g.imports["rdmacm"], "verbs") || !slices.Contains(g.imports[abiPkg], "ib") ||
+		!slices.Contains(g.imports["rnic/qpmgr"], abiPkg) || len(g.foreign["rnic"]) == 0 {
+		t.Fatalf("rdmacm's imports %q, %s's %q, rnic/qpmgr's %q, rnic's foreign deps %q: not read; the rules below would check nothing",
+			g.imports["rdmacm"], abiPkg, g.imports[abiPkg], g.imports["rnic/qpmgr"], g.foreign["rnic"])
 	}
 	for _, v := range importRules(g) {
 		t.Error(v)
 	}
 }
 
-// abiPkg holds the host interface's ABI (request kinds and bodies, reply
-// and CM event codes, ring layout and slot codecs): the contract between
-// the daemon and its clients, which clib/src/rnic.h repeats for C (its
-// TestCHeaderABI holds the two equal). It is a leaf: it imports nothing
-// of the project but ib, whose WR, WC and SGE its slot codecs write, so
-// a client links the contract without the device (hostif, the daemon's
-// side, imports rnic). It is no part of the host side: the device reads
-// the WQE slots and writes the CQE slots in it itself, as a NIC reads
-// and writes its queues by DMA in the format the provider shares (rxe's
-// driver includes rdma_user_rxe.h as its provider does), so a wr_id
-// reaches the device and comes back without the device calling up.
-const abiPkg = "hostif/abi"
+// abiPkg is the ABI: the contract between the device and its clients
+// (verbs in Go, clib's libibverbs and librdmacm in C, through
+// clib/src/rnic.h, which its TestCHeaderABI holds equal), as rxe's uapi
+// header rdma_user_rxe.h is between rxe's driver and its provider:
+// request kinds and bodies, reply and CM event codes, the ring layout and
+// the WQE and CQE slot codecs. It depends on nothing of the project but
+// ib, whose WR, WC and SGE the slot codecs write, and on nothing outside
+// the standard library, so a client links the contract without the
+// device. The device imports it (rnic/qpmgr reads the WQE slots and
+// writes the CQE slots itself, as a NIC reads and writes its queues by
+// DMA), so it stands at the top of the tree: under hostif/ the tree
+// would say that the NIC imports its host side.
+const abiPkg = "abi"
 
-// hostSide are the packages that serve the NIC's clients and stand above
-// the device (they import rnic): the host interface, the monitor, the test
-// fixture. They live outside rnic/, so that the folder tree shows the NIC
-// apart from its host side, and the device's blocks must not reach up into
-// them. TestImportGraph fails if one is missing from go list's answer: one
-// moved back under rnic/ (or renamed) must come here too, in sight.
-var hostSide = []string{"hostif", "monitor", "internal/rnictest"}
+// hostSide are the packages that serve the NIC's clients or are its
+// clients, and stand above the device: the host interface, the monitor,
+// the application's verbs and rdma_cm, the commands and the test
+// fixture that builds whole devices. Nothing under rnic/ may depend on
+// them: the NIC never calls up into what serves or uses it. The ABI
+// (abiPkg) is not among them: both sides read it. TestImportGraph fails
+// if go list lists nothing under one of them: one moved under rnic/ (or
+// renamed) must come here too, in sight.
+var hostSide = []string{"hostif", "monitor", "verbs", "rdmacm", "cmd", "internal/rnictest"}
 
 // belowPort are the blocks the port (wire/ibudp) stands on: it imports
 // them, never they it. The fault injector (wire/fault) wraps the port, so
@@ -88,6 +98,7 @@ var belowPort = []string{"wire/netif", "wire/steer"}
 type graph struct {
 	deps    map[string][]string // every package of the project a package depends on, directly or not
 	imports map[string][]string // the ones it imports itself
+	foreign map[string][]string // every package it depends on outside the project and the standard library
 }
 
 // ours is the paths of the project among ps, module prefix cut.
@@ -101,8 +112,11 @@ func ours(ps []string) []string {
 	return out
 }
 
-// importRules returns every break of the rules in g:
+// importRules returns every break of the rules in g, each rule checked
+// on its own (a dependency that breaks two is reported twice):
 //   - ib imports nothing of the project;
+//   - the ABI package (abiPkg) depends on nothing of the project but ib,
+//     and on nothing outside the standard library;
 //   - nothing below cmd imports verbs (but rdmacm, the connection
 //     manager's API, which stands on verbs as librdmacm stands on
 //     libibverbs), and nothing below cmd imports rdmacm;
@@ -112,13 +126,11 @@ func ours(ps []string) []string {
 //   - rnic/trace imports nothing above wire: every block of the NIC emits
 //     into it, so one it imported could not (an import cycle);
 //   - nothing under rnic/ depends on the host side (hostSide), test files
-//     aside: the NIC never calls up into what serves its clients (the
-//     ABI, abiPkg, is the contract both sides read, not the host side);
+//     aside: the NIC never calls up into what serves or uses it; it may
+//     import the ABI (abiPkg), the contract both sides read;
 //   - rdmacm imports nothing under rnic/: it speaks to the daemon in the
-//     host interface's ABI, the protocol its requests travel in
-//     (verbs.CMCall takes its kinds and bodies), so not through the
-//     daemon's CM agent (rnic/cm);
-//   - the ABI package (abiPkg) depends on nothing of the project but ib.
+//     ABI, the protocol its requests travel in (verbs.CMCall takes its
+//     kinds and bodies), so not through the daemon's CM agent (rnic/cm).
 func importRules(g graph) []string {
 	var bad []string
 	// low: the packages at wire's level or below it: wire itself, ib, and
@@ -139,43 +151,45 @@ func importRules(g graph) []string {
 		return true
 	}
 	host := func(p string) bool {
-		if p == abiPkg {
-			return false
-		}
-		for _, h := range hostSide {
-			if under(p, h) {
-				return true
-			}
-		}
-		return false
+		return slices.ContainsFunc(hostSide, func(h string) bool { return under(p, h) })
 	}
 	for pkg, ds := range g.deps {
 		for _, d := range ds {
-			switch {
-			case pkg == "ib":
+			if pkg == "ib" {
 				bad = append(bad, fmt.Sprintf("ib imports %s: the vocabulary must import nothing of the project", d))
-			case pkg == abiPkg && d != "ib":
+			}
+			if pkg == abiPkg && d != "ib" {
 				bad = append(bad, fmt.Sprintf("%s depends on %s: the ABI imports nothing of the project but ib", pkg, d))
-			case d == "verbs" && !under(pkg, "cmd") && pkg != "rdmacm":
+			}
+			if d == "verbs" && !under(pkg, "cmd") && pkg != "rdmacm" {
 				bad = append(bad, fmt.Sprintf("%s imports verbs: only applications (cmd/...) and rdmacm may", pkg))
-			case d == "rdmacm" && !under(pkg, "cmd"):
+			}
+			if d == "rdmacm" && !under(pkg, "cmd") {
 				bad = append(bad, fmt.Sprintf("%s imports rdmacm: only applications (cmd/...) may", pkg))
-			case under(pkg, "wire") && !low(d):
+			}
+			if under(pkg, "wire") && !low(d) {
 				bad = append(bad, fmt.Sprintf("%s imports %s, which is above wire", pkg, d))
-			case slices.Contains(belowPort, pkg) && under(d, "wire/ibudp"):
+			}
+			if slices.Contains(belowPort, pkg) && under(d, "wire/ibudp") {
 				bad = append(bad, fmt.Sprintf("%s imports %s: the port stands on it, not it on the port", pkg, d))
-			case under(pkg, "wire/ibudp") && under(d, "wire/fault"):
+			}
+			if under(pkg, "wire/ibudp") && under(d, "wire/fault") {
 				bad = append(bad, fmt.Sprintf("%s depends on %s: the fault injector wraps the port, not the reverse", pkg, d))
-			case pkg == "rnic/trace" && !low(d):
+			}
+			if pkg == "rnic/trace" && !low(d) {
 				bad = append(bad, fmt.Sprintf("rnic/trace imports %s: the trace is the ground floor every block emits into", d))
-			case under(pkg, "rnic") && host(d):
+			}
+			if under(pkg, "rnic") && host(d) {
 				bad = append(bad, fmt.Sprintf("%s depends on %s: the NIC must not reach up into the host side", pkg, d))
 			}
 		}
 	}
+	for _, d := range g.foreign[abiPkg] {
+		bad = append(bad, fmt.Sprintf("%s depends on %s: the ABI depends on nothing outside the standard library", abiPkg, d))
+	}
 	for _, d := range g.imports["rdmacm"] {
 		if under(d, "rnic") {
-			bad = append(bad, fmt.Sprintf("rdmacm imports %s: it speaks to the daemon through the host interface only", d))
+			bad = append(bad, fmt.Sprintf("rdmacm imports %s: it speaks to the daemon through the ABI only", d))
 		}
 	}
 	slices.Sort(bad)
@@ -184,49 +198,57 @@ func importRules(g graph) []string {
 
 // TestImportRulesFail shows every rule of importRules fails when broken:
 // a graph that breaks each once (the host-side rule once for each package
-// of the host side) gets one complaint each, and the same graph without
-// the breaks none.
+// of the host side, the ABI's for a package of the project and one from
+// outside) gets the complaints it should, and the same graph without the
+// breaks none.
 func TestImportRulesFail(t *testing.T) {
 	ok := graph{
 		deps: map[string][]string{
-			"ib": nil, "wire/bth": {"ib"}, "rnic": {"ib", "wire/bth"}, "rnic/cm": {"rnic", "ib"},
+			"ib": nil, "abi": {"ib"}, "wire/bth": {"ib"}, "rnic": {"abi", "ib", "wire/bth"}, "rnic/cm": {"rnic", "ib"},
 			"wire/netif": nil, "wire/steer": nil, "wire/ibudp": {"wire/bth", "wire/netif", "wire/steer"},
 			"wire/fault": {"wire/ibudp", "wire/bth", "wire/netif", "wire/steer"},
-			"rnic/trace": {"ib", "wire/bth"}, "rnic/qpmgr": {"hostif/abi", "ib"},
-			"hostif/abi": {"ib"}, "hostif": {"hostif/abi", "rnic", "rnic/cm", "ib"}, "monitor": {"rnic"},
-			"verbs":  {"hostif", "hostif/abi", "rnic", "ib"},
-			"rdmacm": {"verbs", "hostif", "hostif/abi", "rnic/cm", "rnic", "ib"}, "cmd/rnicd": {"verbs", "hostif", "monitor"},
+			"rnic/trace": {"ib", "wire/bth"}, "rnic/qpmgr": {"abi", "ib"},
+			"hostif": {"abi", "rnic", "rnic/cm", "ib"}, "monitor": {"rnic"}, "internal/rnictest": {"rnic", "wire/fault"},
+			"verbs":  {"hostif", "abi", "rnic", "ib"},
+			"rdmacm": {"verbs", "hostif", "abi", "rnic/cm", "rnic", "ib"}, "cmd/rnicd": {"verbs", "hostif", "monitor"},
 		},
-		imports: map[string][]string{"rdmacm": {"verbs", "hostif/abi", "ib"}, "hostif/abi": {"ib"}},
+		imports: map[string][]string{"rdmacm": {"verbs", "abi", "ib"}, "abi": {"ib"}, "rnic/qpmgr": {"abi", "ib"}},
+		foreign: map[string][]string{"rnic": {"golang.org/x/sys/unix"}, "hostif": {"golang.org/x/sys/unix"}},
 	}
 	if got := importRules(ok); len(got) != 0 {
 		t.Fatalf("a graph that keeps the rules: %q", got)
 	}
-	broken := graph{deps: map[string][]string{}, imports: map[string][]string{}}
+	broken := graph{deps: map[string][]string{}, imports: map[string][]string{}, foreign: map[string][]string{}}
 	for k, v := range ok.deps {
 		broken.deps[k] = v
 	}
 	broken.deps["ib"] = []string{"wire/bth"}
-	broken.deps["rnic/qpmgr"] = []string{"verbs"}
+	broken.deps["abi"] = []string{"ib", "rnic", "hostif"}
+	broken.foreign["abi"] = []string{"golang.org/x/sys/unix"}
+	broken.deps["rnic/qpmgr"] = []string{"abi", "verbs"}
 	broken.deps["rnic/wqe"] = []string{"rdmacm"}
 	broken.deps["wire/ibudp"] = []string{"rnic", "wire/fault"}
 	broken.deps["wire/steer"] = []string{"wire/ibudp"}
 	broken.deps["rnic/rx"] = []string{"monitor"}
 	broken.deps["rnic/cm"] = []string{"rnic", "ib", "hostif"}
 	broken.deps["rnic/dma"] = []string{"ib", "internal/rnictest"}
+	broken.deps["rnic/flowctl"] = []string{"cmd/rnic"}
 	broken.deps["rnic/trace"] = []string{"ib", "rnic/qpmgr"}
-	broken.imports["rdmacm"] = []string{"verbs", "hostif", "rnic/cm"}
-	broken.deps["hostif/abi"] = []string{"ib", "rnic", "wire/bth"}
+	broken.imports["rdmacm"] = []string{"verbs", "abi", "rnic/cm"}
 	want := []string{
-		"hostif/abi depends on rnic: the ABI imports nothing of the project but ib",
-		"hostif/abi depends on wire/bth: the ABI imports nothing of the project but ib",
+		"abi depends on golang.org/x/sys/unix: the ABI depends on nothing outside the standard library",
+		"abi depends on hostif: the ABI imports nothing of the project but ib",
+		"abi depends on rnic: the ABI imports nothing of the project but ib",
 		"ib imports wire/bth: the vocabulary must import nothing of the project",
-		"rdmacm imports rnic/cm: it speaks to the daemon through the host interface only",
+		"rdmacm imports rnic/cm: it speaks to the daemon through the ABI only",
 		"rnic/cm depends on hostif: the NIC must not reach up into the host side",
 		"rnic/dma depends on internal/rnictest: the NIC must not reach up into the host side",
+		"rnic/flowctl depends on cmd/rnic: the NIC must not reach up into the host side",
+		"rnic/qpmgr depends on verbs: the NIC must not reach up into the host side",
 		"rnic/qpmgr imports verbs: only applications (cmd/...) and rdmacm may",
 		"rnic/rx depends on monitor: the NIC must not reach up into the host side",
 		"rnic/trace imports rnic/qpmgr: the trace is the ground floor every block emits into",
+		"rnic/wqe depends on rdmacm: the NIC must not reach up into the host side",
 		"rnic/wqe imports rdmacm: only applications (cmd/...) may",
 		"wire/ibudp depends on wire/fault: the fault injector wraps the port, not the reverse",
 		"wire/ibudp imports rnic, which is above wire",
@@ -235,6 +257,20 @@ func TestImportRulesFail(t *testing.T) {
 	if got := importRules(broken); !slices.Equal(got, want) {
 		t.Errorf("a graph that breaks each rule once:\n got %q\nwant %q", got, want)
 	}
+}
+
+// foreign is the paths among ps that are neither the project's nor the
+// standard library's (whose first element has no dot, as the go command
+// tells them apart).
+func foreign(ps []string) []string {
+	var out []string
+	for _, p := range ps {
+		first, _, _ := strings.Cut(p, "/")
+		if !strings.HasPrefix(p, module) && strings.Contains(first, ".") {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 func under(pkg, dir string) bool { return pkg == dir || strings.HasPrefix(pkg, dir+"/") }

@@ -52,7 +52,7 @@ type HostQueue interface {
 	Poll() bool
 	// Pending reports whether the host posted since the last fetch.
 	Pending() bool
-	// SetAsleep writes the queue's asleep word (hostif.Ring.EngineAsleep).
+	// SetAsleep writes the queue's asleep word (abi.Ring.EngineAsleep).
 	SetAsleep(bool)
 }
 

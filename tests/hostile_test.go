@@ -16,8 +16,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rnicd/rnicd/abi"
 	"github.com/rnicd/rnicd/hostif"
-	"github.com/rnicd/rnicd/hostif/abi"
 	"github.com/rnicd/rnicd/ib"
 	"github.com/rnicd/rnicd/rdmacm"
 	"github.com/rnicd/rnicd/verbs"

@@ -9,7 +9,7 @@ import (
 
 	"time"
 
-	"github.com/rnicd/rnicd/hostif/abi"
+	"github.com/rnicd/rnicd/abi"
 )
 
 // CompChannel is a completion channel (ibv_comp_channel): where armed CQs

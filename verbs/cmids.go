@@ -3,7 +3,7 @@ package verbs
 import (
 	"net/netip"
 
-	"github.com/rnicd/rnicd/hostif/abi"
+	"github.com/rnicd/rnicd/abi"
 )
 
 // CMIDInfo is one CM ID of the device as `rdma res show cm_id` shows it.

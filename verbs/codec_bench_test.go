@@ -3,7 +3,7 @@ package verbs
 import (
 	"testing"
 
-	"github.com/rnicd/rnicd/hostif/abi"
+	"github.com/rnicd/rnicd/abi"
 )
 
 // BenchmarkEncodeSendWQE is the post path's work for one WR and the poll

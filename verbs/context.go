@@ -11,8 +11,8 @@ import (
 
 	"syscall"
 
+	"github.com/rnicd/rnicd/abi"
 	"github.com/rnicd/rnicd/hostif"
-	"github.com/rnicd/rnicd/hostif/abi"
 	"github.com/rnicd/rnicd/rnic"
 	"github.com/rnicd/rnicd/wire/ibudp"
 )

@@ -1,7 +1,7 @@
 package verbs
 
 import (
-	"github.com/rnicd/rnicd/hostif/abi"
+	"github.com/rnicd/rnicd/abi"
 )
 
 // PD is a protection domain (ibv_pd).

@@ -8,7 +8,7 @@ import (
 
 	"sync"
 
-	"github.com/rnicd/rnicd/hostif/abi"
+	"github.com/rnicd/rnicd/abi"
 )
 
 // QPInitAttr is what CreateQP needs (ibv_qp_init_attr).

@@ -3,7 +3,7 @@ package verbs
 import (
 	"fmt"
 
-	"github.com/rnicd/rnicd/hostif/abi"
+	"github.com/rnicd/rnicd/abi"
 )
 
 // CMCall sends a connection manager request (abi.KindCM*) on the

@@ -7,7 +7,7 @@ import (
 
 	"sync"
 
-	"github.com/rnicd/rnicd/hostif/abi"
+	"github.com/rnicd/rnicd/abi"
 )
 
 // SRQInitAttr is what CreateSRQ needs (ibv_srq_init_attr).

@@ -255,7 +255,7 @@ int poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 
 /*
  * The armed word is stored sequentially consistent: the daemon stores
- * the producer and then loads armed (hostif's cqObj.Complete), this
+ * the producer and then loads armed (qpmgr's cqeRing.publish), this
  * stores armed and then the program loads the producer (ibv_poll_cq),
  * and on x86 a plain (release) store may pass the load that follows it,
  * which would let both miss the other's store: a completion with no

@@ -15,7 +15,7 @@
 
 #include "qp.h"
 
-/* rnicd_cm_call sends CM request kind k (hostif's KindCM*, 20-30) with
+/* rnicd_cm_call sends CM request kind k (abi's KindCM*, 20-30) with
  * body req and descriptor fd (-1: none) on ctx's connection; the reply's
  * body after its code goes to rep (at most cap bytes, *replen set), the
  * descriptor it carries to *rfd (-1: none; if rfd is NULL it is closed).

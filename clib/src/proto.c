@@ -1,5 +1,5 @@
 /*
- * proto.c: rnicd's control protocol (hostif/abi/proto.go), client side.
+ * proto.c: rnicd's control protocol (abi/proto.go), client side.
  *
  * Every message is one SOCK_SEQPACKET datagram: a 16-byte little-endian
  * header (kind, flags, request id, body length, reserved) and the kind's

@@ -2,7 +2,7 @@
  * qp.c: QPs, SRQs and address handles.
  *
  * Work requests go through rings the daemon creates and both sides map
- * (the layout is hostif/abi/ring.go's): a post writes WQEs into the
+ * (the layout is abi/ring.go's): a post writes WQEs into the
  * ring, stores the producer index and rings the doorbell. A send
  * doorbell is skipped while the previous one is still on its way (the
  * ring's bell word), as the Go verbs package does. The daemon validates
@@ -254,7 +254,7 @@ EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *
 	return qp;
 }
 
-/* put_attr encodes ibv_qp_attr as hostif's encodeAttr. */
+/* put_attr encodes ibv_qp_attr as abi's encodeAttr. */
 static void put_attr(struct buf *b, struct ibv_qp_attr *a)
 {
 	put8(b, a->qp_state);
@@ -370,7 +370,7 @@ EXPORT int ibv_destroy_qp(struct ibv_qp *qp)
 	return 0;
 }
 
-/* encode_send writes one send WR into slot s (hostif's send WQE). */
+/* encode_send writes one send WR into slot s (abi's send WQE). */
 int encode_send(struct rqp *q, struct ibv_send_wr *wr, uint8_t *slot)
 {
 	switch (wr->opcode) {

@@ -28,12 +28,12 @@
 #define EXPORT __attribute__((visibility("default")))
 
 /*
- * The host interface's ABI, package hostif/abi: proto.go (request kinds, the
- * header, reply codes, CM event codes), messages.go (doorbell queues) and
- * ring.go (ring header words, slot layouts). Every value here is checked
- *  against the Go side by hostif/abi's TestCHeaderABI, which compiles a
- * program printing them; the code below uses these names, never the
- * numbers.
+ * The ABI between the device and its clients, Go package abi: proto.go
+ * (request kinds, the header, reply codes, CM event codes), messages.go
+ * (doorbell queues) and ring.go (ring header words, slot layouts). Every
+ * value here is checked against the Go side by abi's TestCHeaderABI, which
+ * compiles a program printing them; the code below uses these names, never
+ * the numbers.
  */
 
 /* Request kinds (abi.Kind); values are the protocol. */
@@ -160,7 +160,7 @@ enum rnic_cm_event {
 #define CQE_PKEY_INDEX 28 /* uint16 */
 #define CQE_BYTES 32
 
-/* A message being built or read: little-endian fields, as hostif's
+/* A message being built or read: little-endian fields, as abi's
  * encoder and decoder. A read past the end sets bad. */
 struct buf {
 	uint8_t *p;

@@ -3,7 +3,7 @@ package qpmgr
 import (
 	"sync"
 
-	"github.com/rnicd/rnicd/hostif/abi"
+	"github.com/rnicd/rnicd/abi"
 	"github.com/rnicd/rnicd/ib"
 )
 

@@ -16,12 +16,12 @@ import (
 )
 
 // cHeader is the C library's copy of the ABI.
-const cHeader = "../../clib/src/rnic.h"
+const cHeader = "../clib/src/rnic.h"
 
-// goABI is the host interface's ABI as the Go side has it, by the C
-// header's names: the constants as they are, and every slot field's
-// offset as the codecs write it (slotOffsets), so that the test compares
-// what the Go code does, not a second table of numbers.
+// goABI is the ABI as the Go side has it, by the C header's names: the
+// constants as they are, and every slot field's offset as the codecs
+// write it (slotOffsets), so that the test compares what the Go code
+// does, not a second table of numbers.
 func goABI(t *testing.T) map[string]int64 {
 	m := map[string]int64{
 		"K_QUERY_PORT": int64(KindQueryPort), "K_ALLOC_PD": int64(KindAllocPD), "K_DEALLOC_PD": int64(KindDeallocPD),

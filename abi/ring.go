@@ -4,9 +4,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"sync/atomic"
+	"syscall"
 	"unsafe"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/rnicd/rnicd/ib"
 )
@@ -383,11 +382,13 @@ func PutSendCQE(slot []byte, wrid uint64, st ib.WCStatus, op ib.WCOpcode, flags 
 // CQ's waiter, a completion or CM channel), which the client reads. It
 // cannot block: the write end's O_NONBLOCK is the daemon's alone. EAGAIN
 // means the pipe is full, so already readable; EPIPE means the client
-// closed its end; both need nothing more.
+// closed its end; both need nothing more. It calls syscall, not
+// x/sys/unix: the ABI depends on ib and the standard library only,
+// so a client that links it links nothing more.
 func Wake(fd int) {
 	var one [8]byte
 	le.PutUint64(one[:], 1)
-	unix.Write(fd, one[:])
+	syscall.Write(fd, one[:])
 }
 
 // GetCQE reads a completion from a CQE slot.
