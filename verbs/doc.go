@@ -19,48 +19,72 @@
 //
 // # A wr_id's way
 //
-// From PostSend to the application's Poll a send WR's wr_id changes form
-// three times, once per hop between the three parties that hold it (the
-// application, the device, the application again), each by one of the
-// ABI's slot codecs, and never passes through a copy of another type:
+// Counted here: a conversion is a change of form of what holds the
+// wr_id (a Go value of one type becomes bytes of a slot, or bytes
+// become a value). Copying a value of the same type is not one, and is
+// named where it happens. A send WR's wr_id goes through three
+// conversions from PostSend until the application polls (steps 1 to 3
+// below), plus the poll's own read of the CQE slot into the
+// application's WC (step 4), which no design can spare while the CQE
+// ring is bytes a C program reads too. Call by call, file by file:
 //
-//  1. QP.PostSend writes the SendWR into its send ring's slot
-//     (abi.EncodeSendWQE): the slot is the ABI the C library writes too.
-//  2. At the doorbell (the host interface's conn.doorbell, or the polling
-//     engine) the device fetches from the ring it was handed at
-//     create_qp: rnic.Device.FetchSend calls qpmgr.SendRing.Fetch, which
-//     decodes the slot straight into the engine's record, qpmgr.SendWQE
-//     (abi.DecodeSendWQE). Device.checkSend validates that record in
-//     place and qpmgr.QP.PostSend queues it.
-//  3. When the WR is done (the completer's ACK, a flush),
-//     qpmgr.QP.completeSend retires its slot (SendRing.Retire, the ring's
-//     consumer index) and writes the CQE from the same record
-//     (qpmgr.CQ.PushSend, abi.PutSendCQE) into the CQ's ring, which CQ.Poll
-//     reads into the caller's []WC (abi.GetCQE): the CQE slot is the one
-//     form between the device's record and the application's WC.
+//  1. verbs.QP.PostSend (verbs/qp.go) writes the application's SendWR
+//     into the send ring's slot with abi.EncodeSendWQE (abi/ring.go):
+//     conversion 1, ib.SendWR to slot bytes. The slot layout is the ABI
+//     clib's post_send writes too. PostSend then stores the producer
+//     index and, only if the engine sleeps, sends the doorbell.
+//  2. The device fetches. rnic.Device.FetchSend (rnic/post.go) calls
+//     its QP's send source, qpmgr.SendRing.Fetch
+//     (rnic/qpmgr/sendring.go), which decodes the slot with
+//     abi.DecodeSendWQE straight into the WR field of the device's
+//     record, qpmgr.SendWQE: conversion 2, slot bytes to ib.SendWR,
+//     the copy of shared memory that a NIC makes by DMA.
+//     Device.postWQEs then has Device.checkSend (rnic/post.go) validate
+//     that record in place, and qpmgr.QP.PostSend (rnic/qpmgr/qp.go)
+//     places it in the QP's send queue (a copy of the same SendWQE, not
+//     a conversion), where the requester and completer read it.
+//  3. When the WR is done (the completer's ACK, rx.Completer.completeSend
+//     in rnic/rx/completer.go; the requester's, wqe.Engine.completeSend in
+//     rnic/wqe/requester.go; or a flush, qpmgr.QP.Flush),
+//     qpmgr.QP.CompleteSend and completeSend (rnic/qpmgr/qp.go) retire
+//     its ring slot (SendRing.Retire: the ring's consumer index, no
+//     wr_id) and, if it is signaled or failed, call qpmgr.CQ.PushSend
+//     (rnic/qpmgr/cq.go) with the record's fields, which writes the CQE
+//     slot with abi.PutSendCQE: conversion 3, SendWQE to slot bytes, with
+//     no ib.WC made between. cqeRing.publish (rnic/qpmgr/cqring.go)
+//     moves the CQ's producer index, takes the arm and writes the wake
+//     pipes (abi.Wake).
+//  4. The poll: verbs.CQ.Poll (verbs/cq.go), through CQ.poll, reads the
+//     CQE slot into the caller's []WC with abi.GetCQE. This read is the
+//     poll itself; clib's poll_cq is the same read in C.
 //
-// Counted codec call by codec call that is four (EncodeSendWQE,
-// DecodeSendWQE, PutSendCQE, GetCQE): two slots, each written by one side
-// and read by the other, the least while the rings are bytes a C program
-// shares. No call climbs back up: the device owns the QP's and the CQ's
-// rings once the host interface has handed them over (as a NIC's queue
-// contexts hold their queues' addresses), so it fetches, retires, writes
-// the CQE, takes the CQ's arm and writes its wake pipes itself, and the
-// completion carries the wr_id down to the ring the application polls.
-// Before, the device called the host interface back for each (a fetch,
-// a retire, a CompletionSink), and the wr_id was copied twice more, into
-// a SendWQE at validation and into an ib.WC at completion.
+// From step 2 on, the device calls nothing above it: the QP's send ring
+// and the CQ's ring were handed over at create_qp and create_cq
+// (qpmgr.QP.AttachSendRing, qpmgr.CQ.AttachRing), so fetching, retiring,
+// writing the CQE, arming and waking are the device's own calls, with
+// no callback into the host interface (hostif) and no completion sink
+// there. One call still climbs, before step 2 and without the wr_id: what
+// starts the fetch. After a doorbell message it is the host interface's
+// conn.doorbell and conn.fetchSend (hostif/queues.go, hostif/qp.go),
+// calling down into Device.FetchSend. While the polling engine is awake
+// (no doorbell), the engine (rnic/engine.go, engine.pollHosts) calls
+// rnic.HostQueue.Poll, which is hostif's qpObj.Poll (hostif/poll.go),
+// and that calls conn.fetchSend and so Device.FetchSend: up into hostif
+// and down again. hostif keeps that step because it serializes the
+// fetch with the client's requests on the same connection (its handling
+// lock: a modify to RESET resets the rings) and sends what the fetch
+// refused back to the client as a doorbell's error.
 //
-// The polling engine still asks the host interface which rings moved
-// (rnic.HostQueue.Poll, hostif's qpObj.Poll, which rings the doorbell):
-// no wr_id travels in that call, the fetch it leads to is step 2's.
-//
-// A receive WR's wr_id goes the same way with one form more, as its
-// completion has fields the WQE lacks (byte_len, imm, src_qp):
-// QP.PostRecv (abi.EncodeRecvWQE), the device's qpmgr.RecvRing.Fetch
-// (abi.DecodeRecvWQE) into the receive queue's ib.RecvWR, the
-// responder's ib.WC (qpmgr.QP.CompleteRecv), written by qpmgr.CQ.Push
-// (abi.PutCQE), CQ.Poll (abi.GetCQE).
+// A receive WR's wr_id has one conversion more, as its completion has
+// fields the WQE lacks (byte_len, imm, src_qp): verbs' postRecv
+// (verbs/srq.go, for QP.PostRecv and SRQ.PostRecv) writes the slot
+// (abi.EncodeRecvWQE); the device's receive queue fetches it itself when
+// it runs empty or at a doorbell (qpmgr.RecvQueue.Pop or Refill in
+// rnic/qpmgr/rq.go, qpmgr.RecvRing.Fetch in rnic/qpmgr/recvring.go,
+// abi.DecodeRecvWQE into an ib.RecvWR); the responder (rnic/rx/responder.go)
+// makes the completion's ib.WC from it, which qpmgr.QP.CompleteRecv hands
+// to qpmgr.CQ.Push, which writes the slot (abi.PutCQE); CQ.Poll reads it
+// (abi.GetCQE). That is four conversions before the poll.
 //
 // Memory that the NIC reads or writes must come from Context.Alloc, which
 // returns memory the NIC can share; RegMR registers a slice of it. As in
