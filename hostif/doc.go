@@ -43,7 +43,8 @@
 // NIC's queue context holds its queue's address: hostif hands each over
 // (QP.AttachSendRing, RecvQueue.AttachRing, CQ.AttachRing with the write
 // ends of the CQ's wake pipes) and the device reads WQEs from it, retires
-// them and writes CQEs into it itself, with no call back up into hostif.
+// them and writes CQEs into it itself, with no call back up into hostif
+// (but the polling engine's, below).
 // A doorbell names a QP (send or receive queue) or an SRQ whose producer
 // index moved; hostif asks the device to fetch (Device.FetchSend,
 // RefillRecv), which decodes the new WQEs from the ring (rnic.SendRing,
@@ -56,7 +57,12 @@
 // outstanding than the queue holds. With the device's polling engine
 // (rnic.Config.PollIdle) the doorbell is mostly unneeded: the engine
 // polls every QP's and SRQ's producer indexes (poll.go, the NIC's
-// doorbell records) and fetches as a doorbell would, and each work ring's
+// doorbell records) and fetches as a doorbell would, through qpObj.Poll
+// and srqObj.Poll (rnic.HostQueue): the one call from the device up into
+// hostif, which carries no WQE; it is here because it takes the
+// connection's handling lock, ordering the fetch with the client's
+// requests (a modify to RESET resets the rings), and answers what the
+// fetch refused as a doorbell's error. Each work ring's
 // asleep word tells the client whether it must still send one
 // (Ring.EngineAsleep; virtio's event index). Completions go straight from
 // the engine's CQ into the completion ring; an armed CQ writes its
