@@ -44,7 +44,11 @@ import (
 
 // HostQueue is a host interface's view of a queue in host memory that the
 // engine polls, the NIC's doorbell record: a client's QP (its send ring
-// and receive ring) or SRQ.
+// and receive ring) or SRQ. Its Poll is the one call the device makes up
+// into the host interface (hostif's qpObj.Poll), which calls the device's
+// fetch back down (Device.FetchSend, RefillRecv): no WQE travels in it,
+// and it stays because the host interface's lock orders the fetch with
+// the client's requests (a modify to RESET resets the rings).
 type HostQueue interface {
 	// Poll fetches what the host posted since the last fetch and reports
 	// whether there was any. It may find the queue busy (its host
