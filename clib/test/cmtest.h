@@ -20,7 +20,7 @@ static void fail(const char *what)
 }
 
 /* next waits up to 10 s for the channel's next event, which must be want. */
-static struct rdma_cm_event *next(struct rdma_event_channel *ch, enum rdma_cm_event_type want)
+static inline struct rdma_cm_event *next(struct rdma_event_channel *ch, enum rdma_cm_event_type want)
 {
 	struct pollfd p = {.fd = ch->fd, .events = POLLIN};
 	if (poll(&p, 1, 10000) != 1 || !(p.revents & POLLIN))

@@ -63,6 +63,11 @@ func (c tcase) isRdmaCM() bool { return c.tool == "rping" }
 // (ucxEnv).
 func (c tcase) isUCX() bool { return c.tool == "ucx_perftest" }
 
+// isRstream tells librdmacm's rstream: rsockets over an RC connection
+// that rdma_cm makes, its server bound to its own address (-b), its
+// client naming the server's (-s) and binding its own.
+func (c tcase) isRstream() bool { return c.tool == "rstream" }
+
 // ucxTLS is the transports of the UCX cases: rc_verbs carries every
 // message, and ud_verbs is only the auxiliary one that carries UCP's
 // wireup (UCX_TLS=rc_verbs alone fails: "Destination is unreachable",
@@ -103,7 +108,7 @@ func (c tcase) cmAddrs() (host, vm string) {
 // disconnect must leave both sides clean (the VM's cmCheck, rnicd's
 // checkCMClean): the rdma_cm tools and perftest's -R.
 func (c tcase) connectsByCM() bool {
-	if c.isRdmaCM() {
+	if c.isRdmaCM() || c.isRstream() {
 		return true
 	}
 	for _, a := range c.args {
@@ -219,6 +224,14 @@ func matrix(ibMTU int) []tcase {
 		// and the transfer completes.
 		tcase{tool: "ib_write_bw", args: []string{"-s", "65536", "-n", "100"}, impair: markCE(10, cnpsToRxe)},
 	)
+	// rsockets: Debian's rstream on both ends, the host's on the C
+	// library's rsocket.c, rdma-core's protocol (connection data in the
+	// REQ and REP, WRITE WITH IMMEDIATE messages, credit and buffer
+	// updates, DISCONNECT at the end) with every byte verified (-T v),
+	// blocking calls (-T b). 100000 bytes a transfer is two messages
+	// past rsockets' 64 KiB largest; 50 each way fill the 128 KiB
+	// receive buffer's halves over and over.
+	cs = append(cs, tcase{tool: "rstream", args: []string{"-T", "b", "-T", "v", "-S", "100000", "-C", "50"}, clib: true, deadline: 120 * time.Second})
 	// Debian's UCX 1.13 on both ends over rc_verbs: UCP's tagged
 	// latency (SENDs) and PUT bandwidth (RDMA WRITEs, 64 KiB: 64 packets
 	// at MTU 1024), the wireup over ud_verbs. At one MTU only, the one
@@ -404,6 +417,12 @@ func vmCommand(c tcase, port int, client bool) string {
 		}
 		return fmt.Sprintf("%s -s -a %s -p %d %s", c.tool, vm, port, strings.Join(c.args, " "))
 	}
+	if c.isRstream() {
+		if client {
+			return fmt.Sprintf("%s -s %s -p %d %s", c.tool, hostAddr, port, strings.Join(c.args, " "))
+		}
+		return fmt.Sprintf("%s -b %s -p %d %s", c.tool, vmAddr, port, strings.Join(c.args, " "))
+	}
 	if c.isUCX() {
 		env := "env " + strings.Join(ucxEnv("rxe0"), " ")
 		if client {
@@ -438,6 +457,14 @@ func hostArgs(c tcase, port int, client bool) []string {
 		args := []string{c.tool, "-s", "-a", host}
 		if client {
 			args = []string{c.tool, "-c", "-a", vm, "-I", host}
+		}
+		return append(append(args, "-p", strconv.Itoa(port)), c.args...)
+	}
+	if c.isRstream() {
+		// The source address picks the rnicd (three share the bridge).
+		args := []string{c.tool, "-b", hostAddr}
+		if client {
+			args = append(args, "-s", vmAddr)
 		}
 		return append(append(args, "-p", strconv.Itoa(port)), c.args...)
 	}

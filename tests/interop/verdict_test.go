@@ -102,6 +102,8 @@ func (r *result) judge(host hostRun, guest vmRun, want string) {
 			strings.Join(unexplained(guest.cm.errors, r.moved), " "), r.counters) + said
 	case r.c.isRdmaCM() && rpingCheck(r.c, r.rxeRole, host.out, guest.out) != "":
 		r.detail = rpingCheck(r.c, r.rxeRole, host.out, guest.out) + said
+	case r.c.isRstream() && rstreamCheck(r.c, r.rxeRole, host.out, guest.out) != "":
+		r.detail = rstreamCheck(r.c, r.rxeRole, host.out, guest.out) + said
 	case r.c.isUCX() && ucxCheck(r.c, r.rxeRole, host.out, guest.out) != "":
 		r.detail = ucxCheck(r.c, r.rxeRole, host.out, guest.out) + said
 	case want != "":

@@ -1,0 +1,311 @@
+package tests
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// rsockets (clib/rdmacm/rsocket.c): Debian's rstream, unmodified, on the
+// C library's librdmacm between two rnicd, both roles, speaking
+// rdma-core's rsocket protocol over the daemons' RC QPs.
+
+// rstreamRow is one result line of rstream: its test's name, the
+// transfer size, transfers per iteration and iterations as rstream
+// prints them (size_str, cnt_str), and the bytes each side sent.
+type rstreamRow struct {
+	name, size, xfers, iters, total string
+	bytes                           uint64 // sent by each side
+}
+
+// rstreamHeader is the line rstream prints before its results.
+const rstreamHeader = "name      bytes   xfers   iters   total       time     Gb/sec    usec/xfer"
+
+// rstreamDefault is what rstream's default run (no -S, -C, -I) prints,
+// from its test_size table (64 B, 4 KiB, 64 KiB, 1 MiB; the other sizes
+// need -S all) and size_to_count: a latency run of each size on one
+// connection, then a bandwidth run of each on a second.
+var rstreamDefault = []rstreamRow{
+	{"64_lat", "64", "1", "100k", "12m", 64 * 100000},
+	{"4k_lat", "4k", "1", "10k", "78m", 4096 * 10000},
+	{"64k_lat", "64k", "1", "1k", "125m", 65536 * 1000},
+	{"1m_lat", "1m", "1", "100", "200m", 1 << 20 * 100},
+	{"64_bw", "64", "100k", "1", "12m", 64 * 100000},
+	{"4k_bw", "4k", "10k", "1", "78m", 4096 * 10000},
+	{"64k_bw", "64k", "1k", "1", "125m", 65536 * 1000},
+	{"1m_bw", "1m", "100", "1", "200m", 1 << 20 * 100},
+}
+
+// checkRstream compares rstream's output with the header and rows.
+func checkRstream(t *testing.T, who, out string, rows []rstreamRow) {
+	t.Helper()
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	if len(lines) != len(rows)+1 || lines[0] != rstreamHeader {
+		t.Errorf("%s printed\n%s\nwant the header and %d rows", who, out, len(rows))
+		return
+	}
+	for i, r := range rows {
+		re := regexp.MustCompile(fmt.Sprintf(`^%-10s%-8s%-8s%-8s%-8s +[0-9.]+s +[0-9.]+ +[0-9.]+$`,
+			r.name, r.size, r.xfers, r.iters, r.total))
+		if !re.MatchString(lines[i+1]) {
+			t.Errorf("%s row %d: %q, want %s %s %s %s %s", who, i, lines[i+1], r.name, r.size, r.xfers, r.iters, r.total)
+		}
+	}
+}
+
+// listenRsocket starts tool (rstream, riostream) as a server bound to
+// srv's address with args and returns once its listening CM ID shows in
+// `rnic res` (rstream's non-blocking connect reports a refusal only as
+// "rpoll: ...", so the client is not started before), with its stdout
+// and stderr.
+func listenRsocket(t *testing.T, ctx context.Context, run runner, tool string, srv *daemon, args ...string) (*exec.Cmd, *lockedBuf, *lockedBuf) {
+	t.Helper()
+	server := run(ctx, tool, append([]string{"-b", srv.addr.String()}, args...)...)
+	so, se := &lockedBuf{}, &lockedBuf{}
+	server.Stdout, server.Stderr = so, se
+	if err := server.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); len(resRows(t, srv.name, server.Process.Pid, true)) == 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			server.Process.Kill()
+			server.Wait()
+			t.Fatalf("%s server %s: no listening CM ID after 30 s\n%s%s", tool, strings.Join(args, " "), so.String(), se.String())
+		}
+	}
+	return server, so, se
+}
+
+// rstreamPair runs Debian's rstream as a server bound to srv's address
+// and a client from cli's towards it, both with args, once the server
+// listens. Both
+// must exit 0 and print nothing on stderr (the library says nothing
+// about a run that works); afterwards both daemons hold nothing of
+// either. It returns what each printed.
+func (tb *toolBench) rstreamPair(t *testing.T, rstream runner, srv, cli *daemon, limit time.Duration, args ...string) (sout, cout string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	port := freePort(t)
+	server, so, se := listenRsocket(t, ctx, rstream, "rstream", srv, append([]string{"-p", port}, args...)...)
+	client := rstream(ctx, "rstream", append([]string{"-s", srv.addr.String(), "-b", cli.addr.String(), "-p", port}, args...)...)
+	co, ce := &lockedBuf{}, &lockedBuf{}
+	client.Stdout, client.Stderr = co, ce
+	clientErr := client.Run()
+	if clientErr != nil {
+		server.Process.Kill()
+	}
+	serverErr := server.Wait()
+	if clientErr != nil || serverErr != nil || se.String() != "" || ce.String() != "" {
+		t.Fatalf("rstream %s\nclient: %v\n%s%s\nserver: %v\n%s%s", strings.Join(args, " "),
+			clientErr, co.String(), ce.String(), serverErr, so.String(), se.String())
+	}
+	tb.idle(t)
+	return so.String(), co.String()
+}
+
+// TestCLibRstream runs Debian's rstream on the C library between two
+// rnicd: its default run (eight tests, a latency and a bandwidth
+// connection one after the other, non-blocking calls), then custom runs
+// with every transfer's bytes verified (-T v): blocking (-T b, each rrecv
+// waiting for all its bytes), asynchronous (-T a, rpoll before every
+// call), with 64 KiB socket buffers (-B), so that a 1 MB transfer waits
+// on the receiver offering each buffer half again, and rstream's plain
+// socket mode (-T s) turned into rsockets by Debian's librspreload. Both print the
+// header and each test's row; the daemons' counters show the bytes went
+// through them as RoCEv2 packets (at least one per 1024-byte MTU of the
+// data each side sent) and a REP and an RTU per connection; neither
+// daemon keeps anything of either program.
+func TestCLibRstream(t *testing.T) {
+	tb := newToolBench(t)
+	rstream := debianTool(t, "rstream", "rdmacm-utils")
+	// Debian's librdmacm1 ships librspreload (rdma-core's preload/),
+	// linked against librdmacm.so.1: this library, on LD_LIBRARY_PATH.
+	const rspreload = "/usr/lib/x86_64-linux-gnu/rsocket/librspreload.so"
+	if _, err := os.Stat(rspreload); err != nil {
+		t.Fatalf("librdmacm1 (rdmacm-utils' dependency) installed no %s: %v", rspreload, err)
+	}
+	custom := func(size, xfers int, sizeStr, xfersStr, totalStr string) []rstreamRow {
+		return []rstreamRow{{"custom", sizeStr, xfersStr, "1", totalStr, uint64(size * xfers)}}
+	}
+	for _, c := range []struct {
+		name     string
+		args     []string
+		rows     []rstreamRow
+		conns    uint64
+		reversed bool // server on rnicB, client on rnicA
+		preload  bool // rstream -T s (plain sockets) under Debian's librspreload
+		limit    time.Duration
+	}{
+		{"default", nil, rstreamDefault, 2, false, false, 5 * time.Minute},
+		{"blocking", []string{"-T", "b", "-T", "v", "-S", "100000", "-C", "200"}, custom(100000, 200, "97k", "200", "38m"), 1, true, false, 2 * time.Minute},
+		{"async", []string{"-T", "a", "-T", "v", "-S", "70000", "-C", "200"}, custom(70000, 200, "68k", "200", "26m"), 1, false, false, 2 * time.Minute},
+		{"small-buffers", []string{"-T", "v", "-B", "65536", "-S", "1000000", "-C", "30"}, custom(1000000, 30, "976k", "30", "57m"), 1, true, false, 2 * time.Minute},
+		{"librspreload", []string{"-T", "s", "-T", "v", "-S", "100000", "-C", "50"}, custom(100000, 50, "97k", "50", "9.5m"), 1, false, true, 2 * time.Minute},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			srv, cli := tb.a, tb.b
+			cs, cc := tb.ca, tb.cb
+			if c.reversed {
+				srv, cli, cs, cc = tb.b, tb.a, tb.cb, tb.ca
+			}
+			run := rstream
+			if c.preload {
+				// librspreload turns the program's socket calls into
+				// this library's rsocket calls (falling back to the
+				// kernel's sockets where they fail: the counters and
+				// the CM ID show they did not).
+				run = func(ctx context.Context, tool string, args ...string) *exec.Cmd {
+					cmd := rstream(ctx, tool, args...)
+					cmd.Env = append(cmd.Env, "LD_PRELOAD="+rspreload)
+					return cmd
+				}
+			}
+			beforeS, beforeC := must[map[string]uint64](t)(cs.Counters()), must[map[string]uint64](t)(cc.Counters())
+			sout, cout := tb.rstreamPair(t, run, srv, cli, c.limit, c.args...)
+			checkRstream(t, "server", sout, c.rows)
+			checkRstream(t, "client", cout, c.rows)
+			afterS, afterC := must[map[string]uint64](t)(cs.Counters()), must[map[string]uint64](t)(cc.Counters())
+			var bytes uint64
+			for _, r := range c.rows {
+				bytes += r.bytes
+			}
+			// Each side sent bytes (rstream's transfers go both ways,
+			// as many each way): at least bytes/1024 packets at MTU
+			// 1024, on top of credits, ACKs and the CM's MADs (atLeast);
+			// a REP and an RTU a connection, exactly.
+			pkts := bytes / 1024
+			for _, w := range []struct {
+				before, after map[string]uint64
+				who, k        string
+				want          uint64
+				atLeast       bool
+			}{
+				{beforeS, afterS, srv.name, "sent_pkts", pkts, true},
+				{beforeS, afterS, srv.name, "rcvd_pkts", pkts, true},
+				{beforeC, afterC, cli.name, "sent_pkts", pkts, true},
+				{beforeC, afterC, cli.name, "rcvd_pkts", pkts, true},
+				{beforeS, afterS, srv.name, "cm_tx_msgs_rep", c.conns, false},
+				{beforeS, afterS, srv.name, "cm_rx_msgs_rtu", c.conns, false},
+				{beforeC, afterC, cli.name, "cm_rx_msgs_rep", c.conns, false},
+				{beforeC, afterC, cli.name, "cm_tx_msgs_rtu", c.conns, false},
+			} {
+				got := w.after[w.k] - w.before[w.k]
+				if w.atLeast && got < w.want || !w.atLeast && got != w.want {
+					t.Errorf("%s counts %s %d, want %d (at least: %v) for %d connections and %d bytes each way",
+						w.who, w.k, got, w.want, w.atLeast, c.conns, bytes)
+				}
+			}
+		})
+	}
+}
+
+// TestCLibRiostreamRefused: riostream transfers with riowrite into the
+// peer's riomap'ed buffer, which rnicd's rsockets do not build. The
+// connection is made; riomap fails with ENOSYS and says why on stderr,
+// and a custom run (-S, -C) of riostream stops there with exit status
+// 255 and no results, both roles. (Its default run ignores the failure
+// and exits 0 with no results either.)
+func TestCLibRiostreamRefused(t *testing.T) {
+	tb := newToolBench(t)
+	riostream := debianTool(t, "riostream", "rdmacm-utils")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	port := freePort(t)
+	args := []string{"-p", port, "-S", "4096", "-C", "10"}
+	server, so, se := listenRsocket(t, ctx, riostream, "riostream", tb.a, args...)
+	client := riostream(ctx, "riostream", append([]string{"-s", tb.a.addr.String(), "-b", tb.b.addr.String()}, args...)...)
+	co, ce := &lockedBuf{}, &lockedBuf{}
+	client.Stdout, client.Stderr = co, ce
+	clientErr := client.Run()
+	serverErr := server.Wait()
+	var ee *exec.ExitError
+	want := "librdmacm-rnicd: riomap: riomap and riowrite (rsockets' iomap: direct writes into a peer's mapped buffer) are not built on rnicd\n" +
+		"riomap: Function not implemented\n"
+	for _, r := range []struct {
+		who         string
+		err         error
+		out, stderr string
+	}{{"server", serverErr, so.String(), se.String()}, {"client", clientErr, co.String(), ce.String()}} {
+		if !errors.As(r.err, &ee) || ee.ExitCode() != 255 || r.out != rstreamHeader+"\n" || !strings.Contains(r.stderr, want) {
+			t.Errorf("riostream %s: %v, printed\n%s\nstderr:\n%s\nwant exit status 255, the header alone, and on stderr\n%s",
+				r.who, r.err, r.out, r.stderr, want)
+		}
+	}
+	tb.idle(t)
+}
+
+// TestCLibRsocketHostilePeer runs the C test program rshostile: an
+// rsocket listener, whose peer is made of rdma_cm and verbs calls alone,
+// rejects connection data no rsocket sends (version 2, a target list of
+// no entries, a buffer half too long for a message's 29-bit length),
+// saying why on stderr and taking no connection; a peer whose message
+// claims more bytes than the half it was offered gets its connection
+// failed, rrecv answering EPROTO; and a well-formed peer afterwards is
+// accepted and read ("hello"). Neither daemon keeps anything of it.
+func TestCLibRsocketHostilePeer(t *testing.T) {
+	tb := newToolBench(t)
+	lib := clibDir(t)
+	cmd := exec.Command(filepath.Join(lib, "rshostile"), tb.a.addr.String(), tb.b.addr.String(), freePort(t))
+	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+lib)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	want := "rsocket listening on " + tb.a.addr.String() + ":" + cmd.Args[3] + "\n" +
+		"version 2: REJECTED\n" +
+		"a target list of no entries: REJECTED\n" +
+		"a buffer half of 2^29 bytes: REJECTED\n" +
+		"connected: the REP offers a half of 65536 bytes\n" +
+		"1 MiB claimed: rrecv failed with EPROTO\n" +
+		"5 bytes written: rrecv gave hello\n" +
+		"PASS\n"
+	// The REQ's private data is 56 bytes whatever the client gave:
+	// rdma_cm's 92 less its 36-byte header, zero-padded.
+	wantErr := "librdmacm-rnicd: rsocket: the peer's connection data is not rsockets version 1 (56 bytes, version 2)\n" +
+		"librdmacm-rnicd: rsocket: the peer's connection data offers 0 target entries and 32 bytes\n" +
+		"librdmacm-rnicd: rsocket: the peer's connection data offers 2 target entries and 536870912 bytes\n" +
+		"librdmacm-rnicd: rsocket: the peer wrote 1048576 bytes past its credits or its buffer; closing\n"
+	if err != nil || string(out) != want || stderr.String() != wantErr {
+		t.Fatalf("rshostile: %v\n%s\nwant\n%s\nstderr:\n%s\nwant\n%s", err, out, want, stderr.String(), wantErr)
+	}
+	tb.idle(t)
+}
+
+// TestCLibRsocketAPI runs the C test program rsapi: the calls a socket
+// program makes beyond what rstream does, on two rnicd: a datagram
+// rsocket refused (ENOSYS, with the reason on stderr), a connect where
+// nobody listens refused (ECONNREFUSED), a non-blocking connect
+// (EINPROGRESS, rpoll's POLLOUT, SO_ERROR 0, both ends' names), 4 MiB
+// each way at once from two threads a socket with every byte checked,
+// MSG_PEEK, a zero-length rrecv, half-close by rshutdown(SHUT_WR) with
+// the other direction going on, rselect, the end of stream at the peer's
+// rclose, and rsend on a socket shut for writing (ECONNRESET).
+func TestCLibRsocketAPI(t *testing.T) {
+	tb := newToolBench(t)
+	lib := clibDir(t)
+	cmd := exec.Command(filepath.Join(lib, "rsapi"), tb.a.addr.String(), tb.b.addr.String(), freePort(t))
+	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+lib)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	want := "SOCK_DGRAM: ENOSYS\n" +
+		"nobody listening: ECONNREFUSED\n" +
+		"non-blocking connect: EINPROGRESS, POLLOUT, SO_ERROR 0, the names\n" +
+		"4 MiB each way at once, two threads a side: verified\n" +
+		"MSG_PEEK, then the same 5 bytes; a zero-length rrecv: 0\n" +
+		"SHUT_WR: the server's end of stream; its bytes after it arrive\n" +
+		"the server's rclose: end of stream; rsend: ECONNRESET\n" +
+		"PASS\n"
+	wantErr := "librdmacm-rnicd: rsocket: datagram rsockets (SOCK_DGRAM, rdma-core's UD service) are not built on rnicd\n"
+	if err != nil || string(out) != want || stderr.String() != wantErr {
+		t.Fatalf("rsapi: %v\n%s\nwant\n%s\nstderr:\n%s\nwant\n%s", err, out, want, stderr.String(), wantErr)
+	}
+	tb.idle(t)
+}
