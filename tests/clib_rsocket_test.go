@@ -9,8 +9,11 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/rnicd/rnicd/verbs"
 )
 
 // rsockets (clib/rdmacm/rsocket.c): Debian's rstream, unmodified, on the
@@ -83,13 +86,106 @@ func listenRsocket(t *testing.T, ctx context.Context, run runner, tool string, s
 	return server, so, se
 }
 
-// rstreamPair runs Debian's rstream as a server bound to srv's address
+// rstreamStall is how long the two daemons may go without sending one
+// new packet (progressWatch) before an rstream pair counts as hung and
+// is killed. A run's length says nothing: rstream's default run is some
+// 600,000 non-blocking calls' messages, and each program spins (rsend,
+// rrecv, EAGAIN, the C library's sched_yield) while the other program
+// and the two daemons must be scheduled in turn. On this 2-core host it
+// took 16-28 s at load 18, but 214, 421 and 442 s with two more
+// stress-ng CPU hogs beside it, and one was still moving thousands of
+// packets every 10 s when the old 5-minute limit killed it, both ends
+// alive and silent: the "hang" that took rsockets out of main once (the
+// blocking and rpoll runs, whose waits sleep, took 1-6 s beside the same
+// hogs). Nothing in a working connection is quiet for a minute: rsockets
+// have no timer, the CM retries a MAD after about 4 s, a retransmission
+// or an RNR retry comes within seconds.
+const rstreamStall = 60 * time.Second
+
+// progressWatch kills a hung pair: until stop, it reads both daemons'
+// counters every second and calls kill once neither sent a new packet
+// for stall (sent_pkts less retransmitted_pkts and send_rnr_err: a
+// requester retrying into a receive queue nobody fills, RNR retry count
+// 7 being for ever, is no progress). stop returns what it saw then (""
+// if it did not fire): the counters that tell a hang's kind.
+func (tb *toolBench) progressWatch(stall time.Duration, kill func()) (stop func() string) {
+	done, quit := make(chan string, 1), make(chan struct{})
+	sent := func() (uint64, [2]map[string]uint64, error) {
+		var m [2]map[string]uint64
+		var n uint64
+		for i, c := range []*verbs.Context{tb.ca, tb.cb} {
+			var err error
+			if m[i], err = c.Counters(); err != nil {
+				return 0, m, err
+			}
+			n += m[i]["sent_pkts"] - m[i]["retransmitted_pkts"] - m[i]["send_rnr_err"]
+		}
+		return n, m, nil
+	}
+	go func() {
+		report := ""
+		defer func() { done <- report }()
+		last, _, err := sent()
+		moved := time.Now()
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for err == nil {
+			select {
+			case <-quit:
+				return
+			case <-tick.C:
+			}
+			var n uint64
+			var m [2]map[string]uint64
+			if n, m, err = sent(); err != nil {
+				break
+			}
+			if n != last {
+				last, moved = n, time.Now()
+				continue
+			}
+			if time.Since(moved) < stall {
+				continue
+			}
+			var sb strings.Builder
+			fmt.Fprintf(&sb, "no new packet from either daemon in %v; killed", stall)
+			for i, c := range []*verbs.Context{tb.ca, tb.cb} {
+				fmt.Fprintf(&sb, "\n%s:", c.Name())
+				for _, k := range []string{"sent_pkts", "rcvd_pkts", "retransmitted_pkts", "rcvd_rnr_err",
+					"send_rnr_err", "rcvd_seq_err", "out_of_seq_request", "duplicate_request", "ack_held",
+					"ack_hold_expired", "drop_no_recv_wqe", "local_ack_timeout_err"} {
+					fmt.Fprintf(&sb, " %s %d", k, m[i][k])
+				}
+			}
+			report = sb.String()
+			kill()
+			return
+		}
+		report = fmt.Sprintf("counters: %v; killed", err)
+		kill()
+	}()
+	return func() string {
+		close(quit)
+		return <-done
+	}
+}
+
+// rstreamRun is what one run of an rstream pair left: what each side
+// printed and how it exited, the watchdog's report, and how long it took.
+type rstreamRun struct {
+	sout, serr, cout, cerr string
+	serverErr, clientErr   error
+	hung                   string
+	took                   time.Duration
+}
+
+// runRstream runs Debian's rstream as a server bound to srv's address
 // and a client from cli's towards it, both with args, once the server
-// listens. Both
-// must exit 0 and print nothing on stderr (the library says nothing
-// about a run that works); afterwards both daemons hold nothing of
-// either. It returns what each printed.
-func (tb *toolBench) rstreamPair(t *testing.T, rstream runner, srv, cli *daemon, limit time.Duration, args ...string) (sout, cout string) {
+// listens, and calls started, if not nil, with both processes once the
+// client started. A pair that stops moving packets for stall is killed
+// as hung (progressWatch); limit only bounds a run that moves but never
+// ends.
+func (tb *toolBench) runRstream(t *testing.T, rstream runner, srv, cli *daemon, limit, stall time.Duration, started func(server, client *os.Process), args ...string) rstreamRun {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
@@ -98,17 +194,41 @@ func (tb *toolBench) rstreamPair(t *testing.T, rstream runner, srv, cli *daemon,
 	client := rstream(ctx, "rstream", append([]string{"-s", srv.addr.String(), "-b", cli.addr.String(), "-p", port}, args...)...)
 	co, ce := &lockedBuf{}, &lockedBuf{}
 	client.Stdout, client.Stderr = co, ce
-	clientErr := client.Run()
-	if clientErr != nil {
+	stop := tb.progressWatch(stall, cancel)
+	start := time.Now()
+	r := rstreamRun{}
+	if r.clientErr = client.Start(); r.clientErr == nil {
+		if started != nil {
+			started(server.Process, client.Process)
+		}
+		r.clientErr = client.Wait()
+	}
+	if r.clientErr != nil {
 		server.Process.Kill()
 	}
-	serverErr := server.Wait()
-	if clientErr != nil || serverErr != nil || se.String() != "" || ce.String() != "" {
-		t.Fatalf("rstream %s\nclient: %v\n%s%s\nserver: %v\n%s%s", strings.Join(args, " "),
-			clientErr, co.String(), ce.String(), serverErr, so.String(), se.String())
+	r.serverErr = server.Wait()
+	r.took = time.Since(start)
+	r.hung = stop()
+	if r.hung == "" && ctx.Err() != nil {
+		r.hung = fmt.Sprintf("still moving packets at the %v limit; killed", limit)
+	}
+	r.sout, r.serr, r.cout, r.cerr = so.String(), se.String(), co.String(), ce.String()
+	return r
+}
+
+// rstreamPair is runRstream with rstreamStall, for a run that must
+// work: both must exit 0 and print nothing on stderr (the library says
+// nothing about a run that works); afterwards both daemons hold nothing
+// of either. It returns what each printed.
+func (tb *toolBench) rstreamPair(t *testing.T, rstream runner, srv, cli *daemon, limit time.Duration, args ...string) (sout, cout string) {
+	t.Helper()
+	r := tb.runRstream(t, rstream, srv, cli, limit, rstreamStall, nil, args...)
+	if r.clientErr != nil || r.serverErr != nil || r.serr != "" || r.cerr != "" {
+		t.Fatalf("rstream %s (%v)\n%s\nclient: %v\n%s%s\nserver: %v\n%s%s", strings.Join(args, " "), r.took.Round(time.Second),
+			r.hung, r.clientErr, r.cout, r.cerr, r.serverErr, r.sout, r.serr)
 	}
 	tb.idle(t)
-	return so.String(), co.String()
+	return r.sout, r.cout
 }
 
 // TestCLibRstream runs Debian's rstream on the C library between two
@@ -142,13 +262,16 @@ func TestCLibRstream(t *testing.T) {
 		conns    uint64
 		reversed bool // server on rnicB, client on rnicA
 		preload  bool // rstream -T s (plain sockets) under Debian's librspreload
-		limit    time.Duration
+		// limit bounds a run that keeps moving packets but never ends
+		// (rstreamStall catches one that stops): the default run took
+		// up to 442 s beside CPU hogs, the others 6 s.
+		limit time.Duration
 	}{
-		{"default", nil, rstreamDefault, 2, false, false, 5 * time.Minute},
-		{"blocking", []string{"-T", "b", "-T", "v", "-S", "100000", "-C", "200"}, custom(100000, 200, "97k", "200", "38m"), 1, true, false, 2 * time.Minute},
-		{"async", []string{"-T", "a", "-T", "v", "-S", "70000", "-C", "200"}, custom(70000, 200, "68k", "200", "26m"), 1, false, false, 2 * time.Minute},
-		{"small-buffers", []string{"-T", "v", "-B", "65536", "-S", "1000000", "-C", "30"}, custom(1000000, 30, "976k", "30", "57m"), 1, true, false, 2 * time.Minute},
-		{"librspreload", []string{"-T", "s", "-T", "v", "-S", "100000", "-C", "50"}, custom(100000, 50, "97k", "50", "9.5m"), 1, false, true, 2 * time.Minute},
+		{"default", nil, rstreamDefault, 2, false, false, 10 * time.Minute},
+		{"blocking", []string{"-T", "b", "-T", "v", "-S", "100000", "-C", "200"}, custom(100000, 200, "97k", "200", "38m"), 1, true, false, 3 * time.Minute},
+		{"async", []string{"-T", "a", "-T", "v", "-S", "70000", "-C", "200"}, custom(70000, 200, "68k", "200", "26m"), 1, false, false, 3 * time.Minute},
+		{"small-buffers", []string{"-T", "v", "-B", "65536", "-S", "1000000", "-C", "30"}, custom(1000000, 30, "976k", "30", "57m"), 1, true, false, 3 * time.Minute},
+		{"librspreload", []string{"-T", "s", "-T", "v", "-S", "100000", "-C", "50"}, custom(100000, 50, "97k", "50", "9.5m"), 1, false, true, 3 * time.Minute},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			srv, cli := tb.a, tb.b
@@ -205,6 +328,38 @@ func TestCLibRstream(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestCLibRstreamHangCaught: the watchdog of the rstream pairs tells a
+// hung pair from a slow one. A blocking run far too long to finish
+// (100 GB) starts; once packets flow, both programs are stopped
+// (SIGSTOP), as a hang would leave them: within the stall time (10 s
+// here, rstreamStall in the other tests) both are killed, long before
+// the run's 3-minute limit, with a report that says no packet moved and
+// gives the daemons' counters; the daemons keep nothing of either.
+func TestCLibRstreamHangCaught(t *testing.T) {
+	tb := newToolBench(t)
+	rstream := debianTool(t, "rstream", "rdmacm-utils")
+	const stall = 10 * time.Second
+	stopped := false
+	r := tb.runRstream(t, rstream, tb.a, tb.b, 3*time.Minute, stall, func(server, client *os.Process) {
+		base := must[map[string]uint64](t)(tb.ca.Counters())["sent_pkts"]
+		for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			if must[map[string]uint64](t)(tb.ca.Counters())["sent_pkts"] > base+1000 {
+				stopped = server.Signal(syscall.SIGSTOP) == nil && client.Signal(syscall.SIGSTOP) == nil
+				return
+			}
+		}
+	}, "-T", "b", "-S", "1000000", "-C", "100000")
+	want := fmt.Sprintf("no new packet from either daemon in %v; killed\nrnicA: sent_pkts ", stall)
+	var ce, se *exec.ExitError
+	if !stopped || !strings.HasPrefix(r.hung, want) || !strings.Contains(r.hung, "\nrnicB: sent_pkts ") ||
+		!errors.As(r.clientErr, &ce) || ce.String() != "signal: killed" || !errors.As(r.serverErr, &se) ||
+		se.String() != "signal: killed" || r.took > 2*time.Minute {
+		t.Fatalf("stopped %v after %v: watchdog %q (want %q...), client %v, server %v\n%s%s%s%s", stopped,
+			r.took.Round(time.Second), r.hung, want, r.clientErr, r.serverErr, r.cout, r.cerr, r.sout, r.serr)
+	}
+	tb.idle(t)
 }
 
 // TestCLibRiostreamRefused: riostream transfers with riowrite into the
