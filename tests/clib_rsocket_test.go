@@ -367,7 +367,12 @@ func TestCLibRstreamHangCaught(t *testing.T) {
 // connection is made; riomap fails with ENOSYS and says why on stderr,
 // and a custom run (-S, -C) of riostream stops there with exit status
 // 255 and no results, both roles. (Its default run ignores the failure
-// and exits 0 with no results either.)
+// and exits 0 with no results either.) The server's riomap comes right
+// after raccept, its rclose right after that: a client not scheduled
+// between the REP and its next rpoll takes the connection and its end
+// in one look, and rpoll says POLLHUP, which riostream's connect
+// returns as its exit status (16, after "rpoll: " on stderr) before it
+// reaches riomap (1 run in 14 here, on a lightly loaded host).
 func TestCLibRiostreamRefused(t *testing.T) {
 	tb := newToolBench(t)
 	riostream := debianTool(t, "riostream", "rdmacm-utils")
@@ -389,7 +394,10 @@ func TestCLibRiostreamRefused(t *testing.T) {
 		err         error
 		out, stderr string
 	}{{"server", serverErr, so.String(), se.String()}, {"client", clientErr, co.String(), ce.String()}} {
-		if !errors.As(r.err, &ee) || ee.ExitCode() != 255 || r.out != rstreamHeader+"\n" || !strings.Contains(r.stderr, want) {
+		refused := errors.As(r.err, &ee) && ee.ExitCode() == 255 && strings.Contains(r.stderr, want)
+		// The client only: the server's end came with the connection.
+		hup := r.who == "client" && errors.As(r.err, &ee) && ee.ExitCode() == 16 && regexp.MustCompile(`(?m)^rpoll: `).MatchString(r.stderr)
+		if !refused && !hup || r.out != rstreamHeader+"\n" {
 			t.Errorf("riostream %s: %v, printed\n%s\nstderr:\n%s\nwant exit status 255, the header alone, and on stderr\n%s",
 				r.who, r.err, r.out, r.stderr, want)
 		}
