@@ -18,15 +18,9 @@ func (c *conn) fetchAll() {
 	for _, o := range objs {
 		switch o := o.(type) {
 		case *qpObj:
-			if o.isBroken() {
-				continue
-			}
-			c.fetchSend(o)
-			if o.rqRing != nil {
-				c.fetchRecv(o)
-			}
+			o.rings.Fetch()
 		case *srqObj:
-			c.fetchSRQ(o)
+			o.ring.Doorbell()
 		}
 	}
 }
@@ -42,26 +36,32 @@ func (c *conn) doorbell(target object, b abi.Body, _ []int) (abi.Body, []int, er
 	defer c.s.dev.Wake()
 	switch o := target.(type) {
 	case *qpObj:
-		if o.isBroken() {
+		if o.rings.Broken() {
 			return nil, nil, errf(abi.CodeInvalid, "doorbell: QP %#x had a garbage producer index; modify it to RESET", o.qp.QPN)
 		}
 		if r.Queue == abi.DoorbellSend {
-			o.sq.ClearBell()
-			return nil, nil, c.fetchSend(o)
+			return nil, nil, fetchRefused(o.rings.SendDoorbell())
 		}
-		if o.rqRing == nil {
+		if !o.rings.HasRecv() {
 			return nil, nil, errf(abi.CodeInvalid, "doorbell: QP %#x uses an SRQ", o.qp.QPN)
 		}
-		o.rqSeen.Store(o.rqRing.Ring().Producer())
-		return nil, nil, c.fetchRecv(o)
+		return nil, nil, fetchRefused(o.rings.RecvDoorbell())
 	case *srqObj:
 		if r.Queue != abi.DoorbellRecv {
 			return nil, nil, errf(abi.CodeInvalid, "doorbell: an SRQ has no send queue")
 		}
-		o.seen.Store(o.ring.Ring().Producer())
-		return nil, nil, c.fetchSRQ(o)
+		return nil, nil, fetchRefused(o.ring.Doorbell())
 	}
 	return nil, nil, errf(abi.CodeNoHandle, "doorbell: handle %d names a %v", r.H, target.kind())
+}
+
+// fetchRefused is the doorbell's error reply for what the device's fetch
+// refused (counted and completed with errors already), if anything.
+func fetchRefused(err error) error {
+	if err != nil {
+		return errf(abi.CodeInvalid, "doorbell: %v", err)
+	}
+	return nil
 }
 
 // ringMem makes a memfd of n bytes and maps it; the client gets the fd.

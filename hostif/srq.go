@@ -1,8 +1,6 @@
 package hostif
 
 import (
-	"sync/atomic"
-
 	"golang.org/x/sys/unix"
 
 	"github.com/rnicd/rnicd/abi"
@@ -14,12 +12,11 @@ import (
 type srqObj struct {
 	useCount
 	owner  *conn
-	seen   atomic.Uint32 // the ring's producer index at the last doorbell or poll
 	pd     *pdObj
 	srq    *rnic.SRQ
 	maxSGE int
 	mem    []byte
-	ring   *rnic.RecvRing // the device's view of the SRQ's ring
+	ring   *rnic.SRQRing // the device's: it polls and fetches
 }
 
 func (c *conn) createSRQ(_ object, b abi.Body, _ []int) (abi.Body, []int, error) {
@@ -45,11 +42,10 @@ func (c *conn) createSRQ(_ object, b abi.Body, _ []int) (abi.Body, []int, error)
 	}
 	ring, _ := abi.NewRing(mem, r.MaxWR, slot)
 	ring.WriteGeometry()
-	rr := s.AttachRing(ring, int(r.MaxSGE))
 	pd.hold()
-	so := &srqObj{owner: c, pd: pd, srq: s, maxSGE: int(r.MaxSGE), mem: mem, ring: rr}
+	so := &srqObj{owner: c, pd: pd, srq: s, maxSGE: int(r.MaxSGE), mem: mem}
 	h := c.add(so)
-	c.s.dev.Watch(so, uint32(h))
+	so.ring = c.s.dev.AttachSRQRing(s, ring, int(r.MaxSGE), uint32(h), &c.s.badWQEs)
 	return &abi.RingReply{H: h, Caps: ib.QPCap{MaxRecvWR: int(r.MaxWR), MaxRecvSGE: int(r.MaxSGE)},
 		Recv: abi.RingDesc{Size: uint32(len(mem)), Slots: r.MaxWR, SlotBytes: slot}}, []int{fd}, nil
 }
@@ -58,24 +54,8 @@ func (*srqObj) kind() objKind { return kindSRQ }
 func (o *srqObj) cost() Quota { return srqCost(uint64(len(o.mem))) }
 
 func (o *srqObj) release(c *conn) error {
-	c.s.dev.Unwatch(o)
+	c.s.dev.DetachSRQRing(o.ring)
 	unix.Munmap(o.mem)
 	o.pd.drop()
-	return nil
-}
-
-// fetchSRQ pulls an SRQ's new receive WQEs. A malformed one has no QP to
-// fail: it is dropped, counted, and its slot retired.
-func (c *conn) fetchSRQ(s *srqObj) error {
-	s.srq.Refill()
-	bad, broken := s.ring.Faults()
-	if broken != nil {
-		c.s.badWQEs.Add(1)
-		return errf(abi.CodeInvalid, "doorbell: SRQ: %v", broken)
-	}
-	if len(bad) > 0 {
-		c.s.badWQEs.Add(uint64(len(bad)))
-		return errf(abi.CodeInvalid, "doorbell: SRQ receive WQE wr_id %d: %v", bad[0].WRID, bad[0].Err)
-	}
 	return nil
 }

@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/rnicd/rnicd/abi"
 	"github.com/rnicd/rnicd/ib"
 	"github.com/rnicd/rnicd/rnic"
 	"github.com/rnicd/rnicd/wire/fault"
@@ -273,5 +276,100 @@ func TestPollingEngineSleepsForSlowPeer(t *testing.T) {
 	a.dev.LossSeen(p.qa.QPN, 2*rnic.LossSpin)
 	if a.dev.Recovering(p.qa.QPN) {
 		t.Fatalf("the engine polls on after a loss whose round trip is %v, over %v", 2*rnic.LossSpin, rnic.LossSpin)
+	}
+}
+
+// The polling engine reads a client's rings by itself (rnic.QPRings), as
+// a NIC polls its doorbell records: a WRITE written into the send ring
+// with no doorbell while the engine is awake (a Wake, the doorbell
+// message's effect, only when its asleep word says it sleeps) is fetched,
+// sent, retired into the ring's consumer index and completed into the
+// CQE ring, wr_id and every field as the client reads them back, with no
+// host interface at all; a WQE the engine's fetch refuses completes with
+// LOC_QP_OP_ERR, takes the QP to ERR and is counted in bad, and the next
+// is flushed.
+func TestPollingEngineReadsRings(t *testing.T) {
+	p := newPair(t, pairOpts{pollIdle: 100 * time.Microsecond, timeout: 18})
+	a := p.a
+	newRing := func(n, size uint32) *abi.Ring {
+		r, err := abi.NewRing(make([]byte, abi.RingBytes(n, size)), n, size)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	var pipe [2]int
+	if err := unix.Pipe2(pipe[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(pipe[0]); unix.Close(pipe[1]) })
+	cqRing := newRing(16, abi.CQESlotBytes)
+	var overruns, bad atomic.Uint64
+	a.cq.AttachRing(cqRing, pipe[1], -1, &overruns)
+	t.Cleanup(a.cq.DetachRing)
+	sq := newRing(8, abi.SendSlotBytes(4, 0))
+	rings := a.dev.AttachQPRings(p.qa, sq, nil, 0, &bad)
+	t.Cleanup(func() { a.dev.DetachQPRings(rings) })
+
+	fill(a.mem[:4096], 9)
+	// post is verbs' PostSend: the slot, the producer index, and the
+	// doorbell only if the asleep word says the engine sleeps.
+	post := func(i uint32, wr *ib.SendWR, mangle func([]byte)) {
+		t.Helper()
+		if err := abi.EncodeSendWQE(sq.Slot(i), wr); err != nil {
+			t.Fatal(err)
+		}
+		if mangle != nil {
+			mangle(sq.Slot(i))
+		}
+		sq.SetProducer(i + 1)
+		if sq.EngineAsleep() && sq.RingBell() {
+			a.dev.Wake()
+		}
+	}
+	cqe := func(i uint32) ib.WC {
+		t.Helper()
+		for end := time.Now().Add(10 * time.Second); cqRing.Producer() <= i; time.Sleep(100 * time.Microsecond) {
+			if time.Now().After(end) {
+				t.Fatalf("CQE %d never came (producer %d)", i, cqRing.Producer())
+			}
+		}
+		var wc ib.WC
+		abi.GetCQE(cqRing.Slot(i), &wc)
+		return wc
+	}
+	const n = 4
+	for i := range uint32(n) {
+		off := int(i) * 64
+		post(i, &ib.SendWR{WRID: 0xabc0 + uint64(i), Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled,
+			SGL: []ib.SGE{sge(a, off, 64)}, RemoteAddr: memVA + uint64(off), RKey: p.b.mr.RKey}, nil)
+		checkWC(t, cqe(i), ib.WC{WRID: 0xabc0 + uint64(i), Status: ib.WCSuccess, Opcode: ib.WCRDMAWrite, ByteLen: 64, QPNum: p.qa.QPN})
+		if got := sq.Consumer(); got != i+1 {
+			t.Fatalf("send consumer index %d after %d completions", got, i+1)
+		}
+	}
+	p.b.fence()
+	sameBytes(t, "WRITEs at the responder", p.b.mem[:n*64], a.mem[:n*64])
+
+	write := func(id uint64) *ib.SendWR {
+		return &ib.SendWR{WRID: id, Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled,
+			SGL: []ib.SGE{sge(a, 0, 8)}, RemoteAddr: memVA, RKey: p.b.mr.RKey}
+	}
+	post(n, write(0xbad), func(s []byte) { s[8] = 7 }) // opcode 7: no such WR
+	post(n+1, write(0xbad+1), nil)
+	if wc := cqe(n); wc.WRID != 0xbad || wc.Status != ib.WCLocQPOpErr || wc.QPNum != p.qa.QPN {
+		t.Fatalf("CQE of the refused WQE: %+v, want wr_id %#x LOC_QP_OP_ERR", wc, 0xbad)
+	}
+	if wc := cqe(n + 1); wc.WRID != 0xbad+1 || wc.Status != ib.WCWRFlushErr {
+		t.Fatalf("CQE after the refused WQE: %+v, want wr_id %#x WR_FLUSH_ERR", wc, 0xbad+1)
+	}
+	if st := a.dev.QueryQP(p.qa).State; st != ib.QPSErr {
+		t.Fatalf("QP in %v, want ERR", st)
+	}
+	if got := bad.Load(); got != 1 {
+		t.Fatalf("bad = %d, want 1", got)
+	}
+	if got := overruns.Load(); got != 0 {
+		t.Fatalf("overruns = %d", got)
 	}
 }
