@@ -41,28 +41,29 @@
 // attaches (RegMRShm, shm.go). The ring layout and the slot formats
 // are package abi's (ring.go). Once made, a ring is the device's, as a
 // NIC's queue context holds its queue's address: hostif hands each over
-// (QP.AttachSendRing, RecvQueue.AttachRing, CQ.AttachRing with the write
-// ends of the CQ's wake pipes) and the device reads WQEs from it, retires
-// them and writes CQEs into it itself, with no call back up into hostif
-// (but the polling engine's, below).
-// A doorbell names a QP (send or receive queue) or an SRQ whose producer
-// index moved; hostif asks the device to fetch (Device.FetchSend,
-// RefillRecv), which decodes the new WQEs from the ring (rnic.SendRing,
-// rnic.RecvRing, whose decoders check only that a WQE fits its slot),
-// validates each with its one validator and queues it. A WQE that fails
-// completes with LOC_QP_OP_ERR and the QP goes to ERR through the device
+// (rnic.Device.AttachQPRings, AttachSRQRing, CQ.AttachRing with the
+// write ends of the CQ's wake pipes) and the device reads WQEs from it,
+// retires them and writes CQEs into it itself, with no call back up into
+// hostif. A doorbell names a QP (send or receive queue) or an SRQ whose
+// producer index moved; hostif asks the device to fetch (rnic.QPRings'
+// SendDoorbell and RecvDoorbell, rnic.SRQRing's Doorbell), which decodes
+// the new WQEs from the ring (rnic.SendRing, rnic.RecvRing, whose
+// decoders check only that a WQE fits its slot), validates each with its
+// one validator and queues it. A WQE that fails completes with
+// LOC_QP_OP_ERR and the QP goes to ERR through the device
 // (Device.FetchSend, FailRecv), as a NIC does at WQE fetch. The consumer
 // index of a work queue advances as the engine retires its WQEs, before
 // their completions are visible, so a client never has more WQEs
 // outstanding than the queue holds. With the device's polling engine
 // (rnic.Config.PollIdle) the doorbell is mostly unneeded: the engine
-// polls every QP's and SRQ's producer indexes (poll.go, the NIC's
-// doorbell records) and fetches as a doorbell would, through qpObj.Poll
-// and srqObj.Poll (rnic.HostQueue): the one call from the device up into
-// hostif, which carries no WQE; it is here because it takes the
-// connection's handling lock, ordering the fetch with the client's
-// requests (a modify to RESET resets the rings), and answers what the
-// fetch refused as a doorbell's error. Each work ring's
+// polls every QP's and SRQ's producer indexes itself (QPRings and
+// SRQRing, the NIC's doorbell records) and fetches as a doorbell would,
+// calling nothing in hostif. A modify goes through QPRings.Modify, which
+// holds the engine's fetch off until a modify to RESET has reset the
+// rings too; what the engine's fetch refuses is reported as a NIC
+// reports it, by the WQE's error completion, the QP in ERR and
+// hostif_bad_wqe, with no message to the client (a doorbell's refusal
+// still gets its error reply). Each work ring's
 // asleep word tells the client whether it must still send one
 // (Ring.EngineAsleep; virtio's event index). Completions go straight from
 // the engine's CQ into the completion ring; an armed CQ writes its

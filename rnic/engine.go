@@ -42,17 +42,14 @@ import (
 // With Config.EnginePorts a device runs one engine per socket of its
 // port, each polling only the rings of the QPs steered to it (queue.go).
 
-// HostQueue is a host interface's view of a queue in host memory that the
-// engine polls, the NIC's doorbell record: a client's QP (its send ring
-// and receive ring) or SRQ. Its Poll is the one call the device makes up
-// into the host interface (hostif's qpObj.Poll), which calls the device's
-// fetch back down (Device.FetchSend, RefillRecv): no WQE travels in it,
-// and it stays because the host interface's lock orders the fetch with
-// the client's requests (a modify to RESET resets the rings).
+// HostQueue is a queue in host memory that the engine polls, the NIC's
+// doorbell record: a client's QP (its send ring and receive ring,
+// QPRings) or SRQ (SRQRing), both the device's own, so that a poll calls
+// nothing above the device; tests poll stand-ins.
 type HostQueue interface {
 	// Poll fetches what the host posted since the last fetch and reports
-	// whether there was any. It may find the queue busy (its host
-	// interface is serving a request) and leave it for the next poll.
+	// whether there was any. It may find the queue busy (a doorbell's
+	// fetch, a modify) and leave it for the next poll.
 	Poll() bool
 	// Pending reports whether the host posted since the last fetch.
 	Pending() bool

@@ -58,22 +58,17 @@
 //     CQE slot into the caller's []WC with abi.GetCQE. This read is the
 //     poll itself; clib's poll_cq is the same read in C.
 //
-// From step 2 on, the device calls nothing above it: the QP's send ring
-// and the CQ's ring were handed over at create_qp and create_cq
-// (qpmgr.QP.AttachSendRing, qpmgr.CQ.AttachRing), so fetching, retiring,
-// writing the CQE, arming and waking are the device's own calls, with
-// no callback into the host interface (hostif) and no completion sink
-// there. One call still climbs, before step 2 and without the wr_id: what
-// starts the fetch. After a doorbell message it is the host interface's
-// conn.doorbell and conn.fetchSend (hostif/queues.go, hostif/qp.go),
-// calling down into Device.FetchSend. While the polling engine is awake
-// (no doorbell), the engine (rnic/engine.go, engine.pollHosts) calls
-// rnic.HostQueue.Poll, which is hostif's qpObj.Poll (hostif/poll.go),
-// and that calls conn.fetchSend and so Device.FetchSend: up into hostif
-// and down again. hostif keeps that step because it serializes the
-// fetch with the client's requests on the same connection (its handling
-// lock: a modify to RESET resets the rings) and sends what the fetch
-// refused back to the client as a doorbell's error.
+// No call climbs back up from the device to the host interface on that
+// way: the QP's rings and the CQ's ring were handed over at create_qp
+// and create_cq (rnic.Device.AttachQPRings, qpmgr.CQ.AttachRing), so
+// fetching, retiring, writing the CQE, arming and waking are the
+// device's own calls, with no callback into hostif and no completion
+// sink there. What starts step 2 calls down too: after a doorbell
+// message, hostif's conn.doorbell (hostif/queues.go) calls
+// rnic.QPRings.SendDoorbell (rnic/hostrings.go), which calls
+// Device.FetchSend; while the polling engine is awake (no doorbell), the
+// engine (engine.pollHosts, rnic/engine.go) polls the same QPRings
+// itself (QPRings.Poll, then Device.FetchSend).
 //
 // A receive WR's wr_id has one conversion more, as its completion has
 // fields the WQE lacks (byte_len, imm, src_qp): verbs' postRecv
