@@ -309,6 +309,7 @@ func (n *node) logQPs() {
 		n.t.Logf("QP %#x %v: comp %+v req %+v SQ head %d next %d tail %d, backoff %d, timer fired %v; resp EPSN %d MSN %d NAKSent %v InMsg %v AckHeld %v",
 			q.QPN, q.State(), q.Comp, q.Req, q.SQ.Head, q.SQ.Next, q.SQ.Tail, q.Backoff, q.TimerFired.Load(),
 			r.EPSN, r.MSN, r.Ack.NAKSent, r.InMsg, r.Ack.Held)
+		n.t.Logf("QP %#x timer: %s", q.QPN, q.TimerString())
 		if q.SQ.Head < q.SQ.Tail {
 			w := q.SQ.At(q.SQ.Head)
 			n.t.Logf("QP %#x head WQE: %v %v PSN %d..%d, %d bytes", q.QPN, w.WR.Opcode, w.State, w.FirstPSN, w.LastPSN, w.Len)

@@ -240,6 +240,9 @@ type QP struct {
 	TimerFired atomic.Bool
 	timer      *time.Timer
 	timerArmed bool
+	// timerAt is when the armed timer is due: an expiry taken before it
+	// is a stale one (TimerExpired).
+	timerAt time.Time
 	// Backoff doubles the timeout per timeout in a row without progress,
 	// at most MaxBackoff times, so that retransmissions on a starved host
 	// do not feed on themselves; progress resets it. rxe and the IBTA use
@@ -585,6 +588,7 @@ func (qp *QP) ArmTimer() {
 		d = min(d, qp.RTO<<min(qp.Probes, MaxBackoff))
 	}
 	qp.timerArmed = true
+	qp.timerAt = now.Add(d)
 	if qp.timer == nil {
 		qp.timer = time.AfterFunc(d, qp.onTimer)
 		return
@@ -626,8 +630,23 @@ func (qp *QP) AckTimeoutDue() bool {
 // TimerExpired is called by the send pipeline, with the lock held, when
 // it takes a timer expiry: the timer is no longer pending. It reports
 // false for an expiry that raced with a stop.
+//
+// An expiry taken before the armed timer is due is stale: it belongs to
+// a timer that stopTimer stopped too late (time.Timer.Stop returned
+// false: onTimer had started) and that was armed again since. Such an
+// onTimer sets TimerFired after stopTimer cleared it, and at load 17 on 2
+// cores it ran more than 20 ms late (a stress of RestartTimer against
+// 20 us timers), after any number of later arms. Taken as the armed
+// timer's expiry it cleared timerArmed while that timer was still
+// pending and ran the completer's Timeout early: a probe or a go-back
+// the round trip did not call for. The armed timer stays armed and
+// pending; its own expiry comes at timerAt (the runtime fires an
+// AfterFunc no earlier than its duration on the same monotonic clock).
 func (qp *QP) TimerExpired() bool {
 	if !qp.TimerFired.Swap(false) || !qp.timerArmed {
+		return false
+	}
+	if time.Now().Before(qp.timerAt) {
 		return false
 	}
 	qp.timerArmed = false
@@ -736,4 +755,17 @@ func (qp *QP) PostSend(wqes []SendWQE) (int, error) {
 		qp.SQ.Tail++
 	}
 	return len(wqes), nil
+}
+
+// TimerString describes the retransmission timer, for the dump of a QP
+// that stalled (a test's poll that gave up). Call with the lock held.
+func (qp *QP) TimerString() string {
+	due := func(t time.Time) string {
+		if t.IsZero() {
+			return "none"
+		}
+		return time.Until(t).String()
+	}
+	return fmt.Sprintf("armed %v due in %s, fired %v, ACK timeout due in %s, RTO %v, probes %d, scheduled %v",
+		qp.timerArmed, due(qp.timerAt), qp.TimerFired.Load(), due(qp.ackDue), qp.RTO, qp.Probes, qp.Scheduled.Load())
 }
