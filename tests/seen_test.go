@@ -215,9 +215,12 @@ func TestToolSeenByDaemon(t *testing.T) {
 			t.Errorf("%s = %v, want %v", c.what, c.got, c.want)
 		}
 	}
-	// Go-back-N: the gap NAKed, and every packet rnicB dropped past it
+	// Go-back-N: the lost packet and every packet rnicB dropped past it
 	// sent again (the requester goes back a whole WQE, so a few more).
-	if a["rcvd_seq_err"] < 1 || a["retransmitted_pkts"] < 1+b["out_of_seq_request"] {
+	// Whether a sequence NAK or the requester's timer starts it is timing:
+	// beside CPU hogs the timer has come first (13 ACK timeouts, no NAK),
+	// so the NAKs are held only to equal rnicB's, above.
+	if a["retransmitted_pkts"] < 1+b["out_of_seq_request"] {
 		t.Errorf("no go-back-N: %v NAKs received, %v packets sent again, rnicB dropped %v past the gap",
 			a["rcvd_seq_err"], a["retransmitted_pkts"], b["out_of_seq_request"])
 	}
