@@ -159,18 +159,26 @@ func TestFaultRates(t *testing.T) {
 			r := startReceiver(recvPort)
 			const n = 20000
 			sendSeq(t, sender, memB, 1, 0, n)
-			got := drain(r, 200*time.Millisecond)
-			fs := f.FaultStats()
-			c := fs.TX
-			if dir == "rx" {
-				c = fs.RX
+			// Received, the injector counts on the receiving goroutine:
+			// its counts are whole once it has taken all n.
+			var c Counts
+			for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(time.Millisecond) {
+				fs := f.FaultStats()
+				if c = fs.TX; dir == "rx" {
+					c = fs.RX
+				}
+				if c.Packets == n || time.Now().After(deadline) {
+					break
+				}
 			}
 			if c.Packets != n || c.Matched != n {
 				t.Fatalf("counts %+v", c)
 			}
 			within(t, "dropped", c.Dropped, n, 0.1)
 			within(t, "duplicated", c.Duplicated, n-int(c.Dropped), 0.05)
-			if want := n - int(c.Dropped) + int(c.Duplicated); len(got) != want {
+			want := n - int(c.Dropped) + int(c.Duplicated)
+			got := collect(r, want, 20*time.Second)
+			if len(got) != want {
 				t.Fatalf("received %d, counters say %d", len(got), want)
 			}
 			perPSN := map[uint32]int{}
@@ -199,7 +207,7 @@ func TestFaultReorder(t *testing.T) {
 	r := startReceiver(pb)
 	const n = 4000
 	sendSeq(t, f, memB, 1, 0, n)
-	got := drain(r, 200*time.Millisecond)
+	got := collect(r, n, 20*time.Second)
 	if len(got) != n {
 		t.Fatalf("received %d of %d", len(got), n)
 	}
@@ -373,7 +381,7 @@ func TestFaultQPNFilter(t *testing.T) {
 	r := startReceiver(pb)
 	sendSeq(t, f, memB, 5, 0, 100)
 	sendSeq(t, f, memB, 6, 100, 200)
-	got := drain(r, 100*time.Millisecond)
+	got := collect(r, 100, 20*time.Second)
 	if len(got) != 100 {
 		t.Fatalf("received %d, want QP 6's 100", len(got))
 	}

@@ -187,7 +187,7 @@ func TestLinkRX(t *testing.T) {
 			break
 		}
 	}
-	got := drain(r, 50*time.Millisecond)
+	got := collect(r, int(st.LinkPackets), 20*time.Second)
 	if st.LinkPackets+st.LinkDropped != 20 || uint64(len(got)) != st.LinkPackets || st.Marked != 0 || st.LinkPackets < 7 {
 		t.Fatalf("%d received; counts %+v", len(got), st)
 	}
