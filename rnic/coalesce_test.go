@@ -34,12 +34,13 @@ func checkWrites(t *testing.T, p *pair, wcs []ib.WC, first uint64, off int) {
 
 // With post coalescing, small WRITEs posted while an earlier one awaits
 // its ACK wait, and the ACK sends them: no poll of the application's,
-// no retransmission. The ACKs reach the requester 100 ms late (the
+// no retransmission. The ACKs reach the requester a second late (the
 // fault injector's delay), so the ten posts all find the first WRITE in
-// flight.
+// flight: with 100 ms, posting them took longer once at load 19 and the
+// first ACK had come. The timer (4.3 s) stays far behind the ACKs.
 func TestCoalescePostsACKSends(t *testing.T) {
-	p := newPair(t, pairOpts{faulty: true, coalesce: true, timeout: 18}) // 1.07 s: no timer fires
-	p.a.faulty.SetRX(fault.Faults{Delay: 100 * time.Millisecond})
+	p := newPair(t, pairOpts{faulty: true, coalesce: true, timeout: 20}) // 4.3 s: no timer fires
+	p.a.faulty.SetRX(fault.Faults{Delay: time.Second})
 	coalesceWrites(t, p, 1, 0, 1)
 	// On the wire at once, by the poster or, if that is at work, the
 	// send pipeline; never left waiting.
