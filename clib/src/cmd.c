@@ -17,21 +17,31 @@
 
 #include "rnic.h"
 
-/* call is conn_call with a reply buffer of this thread's. */
+/* call_fds is conn_call_fds with a reply buffer of this thread's. */
 static __thread uint8_t reply_buf[MAX_MSG];
 
-int call(struct ibv_context *ctx, int k, struct buf *req, int fd, struct buf *rep, int *rfd)
+static int call_fds(struct ibv_context *ctx, int k, struct buf *req, int fd, struct buf *rep, int *rfd, int nrfd)
 {
-	int dummy;
 	rep->p = reply_buf;
 	rep->len = sizeof(reply_buf);
 	rep->off = 0;
 	rep->bad = 0;
-	int err = conn_call(&to_rctx(ctx)->conn, k, req, fd, rep, rfd ? rfd : &dummy);
+	int err = conn_call_fds(&to_rctx(ctx)->conn, k, req, fd, rep, rfd, nrfd);
+	if (!err && rep->bad) {
+		for (int i = 0; i < nrfd; i++)
+			if (rfd[i] >= 0)
+				close(rfd[i]);
+		err = EPROTO;
+	}
+	return err;
+}
+
+int call(struct ibv_context *ctx, int k, struct buf *req, int fd, struct buf *rep, int *rfd)
+{
+	int dummy;
+	int err = call_fds(ctx, k, req, fd, rep, rfd ? rfd : &dummy, 1);
 	if (!err && !rfd && dummy >= 0)
 		close(dummy);
-	if (!err && rep->bad)
-		err = EPROTO;
 	return err;
 }
 
@@ -95,17 +105,21 @@ int create_rings(struct ibv_context *ctx, int k, int dk, struct buf *req, int fd
 			uint8_t **mem, size_t *memlen, int need_send, uint32_t send_slot, int need_recv)
 {
 	struct buf rep;
-	int rfd = -1;
-	int err = call(ctx, k, req, fd, &rep, &rfd);
+	int rfd[2] = {-1, -1};
+	int err = call_fds(ctx, k, req, fd, &rep, rfd, 2);
 	if (err)
 		return err;
 	get_ring_reply(&rep, r);
-	*mem = map_ring(rfd, memlen);
+	r->wake_fd = rfd[1];
+	*mem = map_ring(rfd[0], memlen);
 	if (*mem && (!need_send || (ring_ok(&r->send, *memlen) && (!send_slot || r->send.slot_bytes == send_slot))) &&
 	    (!need_recv || ring_ok(&r->recv, *memlen)))
 		return 0;
 	if (*mem)
 		munmap(*mem, *memlen);
+	if (r->wake_fd >= 0)
+		close(r->wake_fd);
+	r->wake_fd = -1;
 	destroy(ctx, dk, r->h);
 	rnic_log("rnicd's reply to %s describes rings outside their memory", k == K_CREATE_QP ? "create_qp" : "create_cq/srq");
 	return EPROTO;

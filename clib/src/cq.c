@@ -20,6 +20,7 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "rnic.h"
@@ -44,6 +45,8 @@ struct rcq {
 	uint32_t cons; /* under lock */
 	uint32_t empty; /* polls in a row that found nothing, under lock */
 	uint32_t seen; /* events taken by ibv_get_cq_event, under the channel's mu */
+	int wake; /* the read end of the CQ's wake pipe (non-blocking), or -1 */
+	uint32_t waits; /* empty polls left to wait in rather than yield (atomic) */
 	struct rcq *next;
 };
 
@@ -111,9 +114,10 @@ EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *ctx, int cqe, void *cq_c
 	struct buf req = {.p = b, .len = 8};
 	put32(&req, cqe);
 	put32(&req, channel ? ((struct rchan *)channel)->h : 0);
-	/* The reply's second descriptor, the CQ's wake pipe, is for a client
-	 * that sleeps in the ring's waiting word; this library waits on the
-	 * channel instead, and lets it go (read_msg closes it). */
+	/* The reply's second descriptor is the CQ's wake pipe: the daemon
+	 * writes into it when it completes into a ring whose waiting word
+	 * is set. ibv_poll_cq waits on it on an oversubscribed core (see
+	 * poll_cq); ibv_get_cq_event waits on the channel. */
 	struct ring_reply r;
 	int err = create_rings(ctx, K_CREATE_CQ, K_DESTROY_CQ, &req, -1, &r, &q->mem, &q->memlen, 1, CQE_BYTES, 0);
 	if (err) {
@@ -122,6 +126,11 @@ EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *ctx, int cqe, void *cq_c
 		return NULL;
 	}
 	q->h = r.h;
+	q->wake = r.wake_fd;
+	if (q->wake >= 0 && fcntl(q->wake, F_SETFL, O_NONBLOCK) < 0) {
+		close(q->wake);
+		q->wake = -1;
+	}
 	q->ring = q->mem + r.send.off;
 	q->slots = r.send.slots;
 	pthread_spin_init(&q->lock, PTHREAD_PROCESS_PRIVATE);
@@ -160,6 +169,8 @@ EXPORT int ibv_destroy_cq(struct ibv_cq *cq)
 		}
 		pthread_mutex_unlock(&c->mu);
 	}
+	if (q->wake >= 0)
+		close(q->wake);
 	munmap(q->mem, q->memlen);
 	free(q);
 	return 0;
@@ -174,7 +185,49 @@ EXPORT int ibv_resize_cq(struct ibv_cq *cq, int cqe)
 
 /* verbs.CQ.Poll's figures: spin this many empty polls, then yield. */
 #define POLL_SPIN 64
-#define POLL_YIELD_EVERY 1
+
+/*
+ * On a core shared with threads that do not yield (a CPU hog, a build),
+ * a yield gives the core away for a whole time slice, milliseconds, and
+ * a program spinning on its CQ sees each completion that much late:
+ * rstream's 64-byte ping-pong beside two hogs on 2 cores took 2 ms a
+ * message each way, 47 times its 43 us alone. A yield that took longer
+ * than YIELD_SLOW_NS says so; the next POLL_WAITS empty polls then wait
+ * up to POLL_WAIT_MS for the daemon's wake (the ring's waiting word and
+ * the CQ's wake pipe, as verbs.CQ.Wait does), so that the completion
+ * wakes the program instead of the scheduler's next turn. The poll still
+ * returns within POLL_WAIT_MS; on an idle core yields return at once and
+ * the program only spins.
+ */
+#define YIELD_SLOW_NS 200000
+#define POLL_WAITS 64
+#define POLL_WAIT_MS 1
+
+static uint64_t now_ns(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint64_t)t.tv_sec * 1000000000u + t.tv_nsec;
+}
+
+/* wait_cqe waits up to POLL_WAIT_MS for a completion into q after cons.
+ * The waiting word is stored before the producer is looked at again,
+ * both sequentially consistent, against the daemon's store of the
+ * producer and swap of the word (qpmgr's cqeRing.publish): one of the
+ * two sees the other's. */
+static void wait_cqe(struct rcq *q, uint32_t cons)
+{
+	__atomic_store_n((uint32_t *)(q->ring + RING_WAITING), 1, __ATOMIC_SEQ_CST);
+	if (__atomic_load_n((uint32_t *)(q->ring + RING_PRODUCER), __ATOMIC_SEQ_CST) == cons) {
+		struct pollfd p = {.fd = q->wake, .events = POLLIN};
+		poll(&p, 1, POLL_WAIT_MS);
+	}
+	/* Whatever woke it, the pipe is emptied, so that the next wait
+	 * sleeps until its own wake. */
+	uint8_t v[64];
+	while (read(q->wake, v, sizeof(v)) > 0)
+		;
+}
 
 int poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 {
@@ -234,14 +287,24 @@ int poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 		if (++q->empty % (1u << 16) == 0)
 			dead = conn_hung_up(&to_rctx(cq->context)->conn);
 	}
-	uint32_t empty = q->empty;
+	uint32_t empty = q->empty, cons = q->cons;
 	pthread_spin_unlock(&q->lock);
 	/* A program spinning here holds a core the daemon's engine that is
 	 * to fill the CQ may need (2 cores, two daemons, two perftests):
-	 * after a short spin, one empty poll in POLL_YIELD_EVERY gives the
-	 * core away; sched_yield returns at once when nothing else runs. */
-	if (k == 0 && empty > POLL_SPIN && empty % POLL_YIELD_EVERY == 0)
-		sched_yield();
+	 * after a short spin, each empty poll gives the core away;
+	 * sched_yield returns at once when nothing else runs. */
+	if (k == 0 && empty > POLL_SPIN && !overrun && !dead) {
+		uint32_t w = __atomic_load_n(&q->waits, __ATOMIC_RELAXED);
+		if (w > 0 && q->wake >= 0) {
+			__atomic_store_n(&q->waits, w - 1, __ATOMIC_RELAXED);
+			wait_cqe(q, cons);
+		} else {
+			uint64_t t0 = now_ns();
+			sched_yield();
+			if (q->wake >= 0 && now_ns() - t0 > YIELD_SLOW_NS)
+				__atomic_store_n(&q->waits, POLL_WAITS, __ATOMIC_RELAXED);
+		}
+	}
 	if (overrun) {
 		rnic_log("poll_cq: CQ of %d entries overran: completions were lost", cq->cqe);
 		return -1;

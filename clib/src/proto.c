@@ -205,9 +205,21 @@ static int reply_error(int kind, struct buf *rep, uint32_t code)
 	return code_errno(code);
 }
 
+/* close_fds closes the n descriptors of rfd a reply brought, and sets
+ * them to -1. */
+static void close_fds(int *rfd, int n)
+{
+	for (int i = 0; i < n; i++) {
+		if (rfd[i] >= 0)
+			close(rfd[i]);
+		rfd[i] = -1;
+	}
+}
+
 /* read_msg reads one reply: its header into kind/id and its body into
- * rep; a descriptor it carries goes to *rfd. */
-static int read_msg(struct conn *c, struct buf *rep, int *kind, uint32_t *id, int *rfd)
+ * rep; the first nrfd descriptors it carries go to rfd[0..nrfd), -1
+ * where it carries fewer; the rest are closed. */
+static int read_msg(struct conn *c, struct buf *rep, int *kind, uint32_t *id, int *rfd, int nrfd)
 {
 	uint8_t h[HDR_LEN];
 	struct iovec iov[2] = {{h, HDR_LEN}, {rep->p, rep->len}};
@@ -221,7 +233,9 @@ static int read_msg(struct conn *c, struct buf *rep, int *kind, uint32_t *id, in
 		if (errno != EINTR)
 			return errno;
 	}
-	*rfd = -1;
+	int got = 0;
+	for (int i = 0; i < nrfd; i++)
+		rfd[i] = -1;
 	for (struct cmsghdr *cm = CMSG_FIRSTHDR(&m); cm; cm = CMSG_NXTHDR(&m, cm)) {
 		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
 			continue;
@@ -229,8 +243,8 @@ static int read_msg(struct conn *c, struct buf *rep, int *kind, uint32_t *id, in
 		for (int i = 0; i < nfd; i++) {
 			int fd;
 			memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
-			if (*rfd < 0)
-				*rfd = fd;
+			if (got < nrfd)
+				rfd[got++] = fd;
 			else
 				close(fd);
 		}
@@ -240,8 +254,7 @@ static int read_msg(struct conn *c, struct buf *rep, int *kind, uint32_t *id, in
 		return ENODEV;
 	}
 	if (n < HDR_LEN || (m.msg_flags & (MSG_TRUNC | MSG_CTRUNC))) {
-		if (*rfd >= 0)
-			close(*rfd);
+		close_fds(rfd, nrfd);
 		return EPROTO;
 	}
 	struct buf hb = {.p = h, .len = HDR_LEN};
@@ -250,8 +263,7 @@ static int read_msg(struct conn *c, struct buf *rep, int *kind, uint32_t *id, in
 	*id = get32(&hb);
 	uint32_t len = get32(&hb);
 	if (!(flags & FLAG_REPLY) || len != (size_t)n - HDR_LEN) {
-		if (*rfd >= 0)
-			close(*rfd);
+		close_fds(rfd, nrfd);
 		return EPROTO;
 	}
 	rep->off = 0;
@@ -262,6 +274,11 @@ static int read_msg(struct conn *c, struct buf *rep, int *kind, uint32_t *id, in
 
 int conn_call(struct conn *c, int k, struct buf *req, int fd, struct buf *rep, int *rfd)
 {
+	return conn_call_fds(c, k, req, fd, rep, rfd, 1);
+}
+
+int conn_call_fds(struct conn *c, int k, struct buf *req, int fd, struct buf *rep, int *rfd, int nrfd)
+{
 	pthread_mutex_lock(&c->mu);
 	uint32_t id = __atomic_add_fetch(&c->id, 1, __ATOMIC_RELAXED);
 	int err = send_msg(c, k, id, req, fd);
@@ -270,23 +287,20 @@ int conn_call(struct conn *c, int k, struct buf *req, int fd, struct buf *rep, i
 		int kind = 0;
 		uint32_t rid = 0;
 		rep->len = cap;
-		err = read_msg(c, rep, &kind, &rid, rfd);
+		err = read_msg(c, rep, &kind, &rid, rfd, nrfd);
 		if (err)
 			break;
 		uint32_t code = get32(rep);
 		if (rid != id) {
 			/* A refused doorbell: its QP went to ERR, which its
 			 * completions say; the message helps whoever debugs. */
-			if (*rfd >= 0)
-				close(*rfd);
+			close_fds(rfd, nrfd);
 			if (code != 0)
 				reply_error(kind, rep, code);
 			continue;
 		}
 		if (code != 0) {
-			if (*rfd >= 0)
-				close(*rfd);
-			*rfd = -1;
+			close_fds(rfd, nrfd);
 			err = reply_error(k, rep, code);
 		}
 		break;

@@ -77,6 +77,8 @@ EXPORT struct ibv_srq *ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init_att
 		errno = err;
 		return NULL;
 	}
+	if (r.wake_fd >= 0)
+		close(r.wake_fd); /* only a CQ's reply carries one */
 	s->h = r.h;
 	s->rq = (struct rring){s->mem + r.recv.off, r.recv.slots, r.recv.slot_bytes, 0, r.max_recv_sge};
 	a->attr.max_wr = r.max_recv_wr;
@@ -227,6 +229,8 @@ EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *
 		errno = err;
 		return NULL;
 	}
+	if (r.wake_fd >= 0)
+		close(r.wake_fd); /* only a CQ's reply carries one */
 	q->h = r.h;
 	q->sq = q->mem + r.send.off;
 	q->sq_slots = r.send.slots;

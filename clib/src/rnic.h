@@ -204,6 +204,9 @@ void conn_close(struct conn *c);
  * gets the descriptor the reply carries, or -1. It returns 0 or an errno
  * value, and prints the daemon's message for a refused request. */
 int conn_call(struct conn *c, int k, struct buf *req, int fd, struct buf *rep, int *rfd);
+/* conn_call_fds is conn_call for a reply that carries up to nrfd
+ * descriptors, into rfd[0..nrfd) (-1 for each it did not carry). */
+int conn_call_fds(struct conn *c, int k, struct buf *req, int fd, struct buf *rep, int *rfd, int nrfd);
 int conn_doorbell(struct conn *c, uint32_t h, uint8_t queue);
 int conn_hung_up(struct conn *c);
 
@@ -256,6 +259,9 @@ struct ring_reply {
 	uint32_t h, qpn;
 	uint32_t max_send_wr, max_recv_wr, max_send_sge, max_recv_sge, max_inline;
 	struct ring_desc send, recv;
+	/* wake_fd is the reply's second descriptor, a CQ's wake pipe (the
+	 * read end), or -1; create_rings' caller owns it. */
+	int wake_fd;
 };
 int create_rings(struct ibv_context *ctx, int k, int dk, struct buf *req, int fd, struct ring_reply *r,
 		 uint8_t **mem, size_t *memlen, int need_send, uint32_t send_slot, int need_recv);
