@@ -26,9 +26,10 @@ type Engine struct {
 	// work left, and how long until it may send again; the device runs
 	// the QP again then.
 	Paced func(qp *qpmgr.QP, wait time.Duration)
-	// CopyPayload makes the requester gather every payload into its
+	// CopyPayload makes the requester gather every RC payload into its
 	// packet's Buf instead of lending the port the registered memory
-	// (payload): for measuring one against the other.
+	// (payload; UC and UD always gather): for measuring one against the
+	// other.
 	CopyPayload bool
 }
 
@@ -360,8 +361,14 @@ func (e *Engine) completeSend(qp *qpmgr.QP, st ib.WCStatus) {
 // the way out, as it does a TCP sender's, instead of a copy into b first.
 // A payload that spans SGEs, or one the port refuses by reference, is
 // gathered into dst. Either way a retransmission reads the region again.
+// Only RC sends by reference: its CQE waits for the ACK, long after the
+// packet left. A UC or UD send completes when its last packet is handed
+// to the port, before the port's batch goes out, and the program may
+// write its buffer the moment it polls that CQE: by reference the packet
+// would carry the new bytes (the race detector saw QP1's MAD slot written
+// again while the batch still read the last MAD from it).
 func (e *Engine) payload(qp *qpmgr.QP, w *qpmgr.SendWQE, b *ibudp.Buf, at int, dst []byte) error {
-	if !e.CopyPayload {
+	if !e.CopyPayload && qp.Type == ib.QPTypeRC {
 		mem, ok, err := e.DMA.View(qp.PD, w.WR.SGL, w.Offset, len(dst))
 		if err != nil {
 			return err

@@ -243,6 +243,36 @@ func TestUCCompletesOnTheWire(t *testing.T) {
 	}
 }
 
+// An unreliable send completes when its last packet is handed to the
+// port, before the port's batch goes out; the program may then write its
+// buffer again, so the packets must hold their own copy of the payload
+// (an RC packet may send from the region: its CQE waits for the ACK).
+// Here the fake port keeps the packets unsent while the region is
+// overwritten after the completion; the packets still carry the bytes
+// that were posted.
+func TestUnreliableSendOwnsItsPayload(t *testing.T) {
+	r := newRequester(t, ib.QPTypeUC, ib.MTU1024, 5, 0)
+	posted := slices.Clone(r.mem[:1500])
+	r.post(t, r.write(9, 0, 1500))
+	r.qp.Lock()
+	r.e.Run(r.qp, &r.port, 100)
+	r.qp.Unlock()
+	var wc [1]ib.WC
+	if got := r.cq.Poll(wc[:]); got != 1 || wc[0].Status != ib.WCSuccess {
+		t.Fatalf("%d completions (%+v), want 1 successful", got, wc[0])
+	}
+	for i := range r.mem[:1500] {
+		r.mem[i] ^= 0xff // the program reuses its buffer at once
+	}
+	var sent []byte
+	for _, p := range r.port.take(t) {
+		sent = append(sent, p.Payload()...)
+	}
+	if !bytes.Equal(sent, posted) {
+		t.Fatalf("the packets carry %d bytes that differ from the 1500 posted: the payload was read after the completion", len(sent))
+	}
+}
+
 // AckReq goes on the last packet of a message and on the packet that
 // follows qpmgr.MaxPktsPerAck packets without one (the 65th; rxe's
 // post-increment test puts it on the 66th), so that a long message is
