@@ -28,9 +28,13 @@ static int call_fds(struct ibv_context *ctx, int k, struct buf *req, int fd, str
 	rep->bad = 0;
 	int err = conn_call_fds(&to_rctx(ctx)->conn, k, req, fd, rep, rfd, nrfd);
 	if (!err && rep->bad) {
-		for (int i = 0; i < nrfd; i++)
+		/* Closed and forgotten: a caller closes what it holds on
+		 * an error, and must not close them again. */
+		for (int i = 0; i < nrfd; i++) {
 			if (rfd[i] >= 0)
 				close(rfd[i]);
+			rfd[i] = -1;
+		}
 		err = EPROTO;
 	}
 	return err;
