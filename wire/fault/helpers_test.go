@@ -9,6 +9,7 @@ package fault
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"os"
@@ -103,6 +104,16 @@ func startReceiver(p ibudp.Port) *receiver {
 // get waits for n packets.
 func (r *receiver) get(t testing.TB, n int, timeout time.Duration) []received {
 	t.Helper()
+	out, err := r.upTo(n, timeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// upTo receives until n packets have come; it stops early, with what
+// came and why, if the receiver ends or timeout passes.
+func (r *receiver) upTo(n int, timeout time.Duration) ([]received, error) {
 	var out []received
 	deadline := time.After(timeout)
 	for len(out) < n {
@@ -110,12 +121,12 @@ func (r *receiver) get(t testing.TB, n int, timeout time.Duration) []received {
 		case p := <-r.ch:
 			out = append(out, p)
 		case err := <-r.done:
-			t.Fatalf("receiver ended after %d of %d packets: %v", len(out), n, err)
+			return out, fmt.Errorf("receiver ended after %d of %d packets: %v", len(out), n, err)
 		case <-deadline:
-			t.Fatalf("got %d of %d packets in %v", len(out), n, timeout)
+			return out, fmt.Errorf("got %d of %d packets in %v", len(out), n, timeout)
 		}
 	}
-	return out
+	return out, nil
 }
 
 // none checks that no packet arrives for a while.
@@ -134,15 +145,9 @@ func (r *receiver) none(t testing.TB, wait time.Duration) {
 // goroutine may not run for longer than any gap (a 200 ms one ended a
 // run of TestFaultRates with 8,349 of 18,830).
 func collect(r *receiver, want int, limit time.Duration) []received {
-	var out []received
-	deadline := time.After(limit)
-	for len(out) < want {
-		select {
-		case p := <-r.ch:
-			out = append(out, p)
-		case <-deadline:
-			return out
-		}
+	out, err := r.upTo(want, limit)
+	if err != nil {
+		return out
 	}
 	return append(out, drain(r, 50*time.Millisecond)...)
 }
