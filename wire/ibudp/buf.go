@@ -66,6 +66,10 @@ type Buf struct {
 
 	// Peer is the source address on receive and the destination on send.
 	Peer netip.Addr
+	// Dst is the destination address of a received packet that was not
+	// the port's own: the multicast group it was sent to
+	// (Multicaster.RecvMulticast); invalid otherwise, and ignored on send.
+	Dst netip.Addr
 	// PeerPort is the peer's UDP source port on receive; ignored on send.
 	PeerPort uint16
 	// SrcPort is the UDP source port to send from (rxe uses 0xC000 plus a

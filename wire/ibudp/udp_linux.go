@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/netip"
 	"os"
+	"sync"
 
 	"golang.org/x/sys/unix"
 
@@ -43,6 +44,12 @@ type udpPort struct {
 	// on average, rounded up; recvGRO asks for as many datagrams as the
 	// caller's Bufs take at that rate (gro_linux.go).
 	perDgram int
+	// ifindex is the port's interface (0 if unknown), where it joins
+	// multicast groups and sends their datagrams; mc is the groups'
+	// receive side (mcast_linux.go), made at the first join, under mcMu.
+	ifindex int
+	mcMu    sync.Mutex
+	mc      *mcastRx
 }
 
 // SteeringOf returns the steering of a port opened with Config.Queues
@@ -55,7 +62,7 @@ func SteeringOf(p Port) *steer.Group {
 }
 
 func openUDP(cfg Config, ifc netif.Interface, mtu int) (*udpPort, error) {
-	u := &udpPort{sockPort: sockPort{cfg: cfg, mtu: mtu}, v6: cfg.Addr.Is6()}
+	u := &udpPort{sockPort: sockPort{cfg: cfg, mtu: mtu}, v6: cfg.Addr.Is6(), ifindex: ifc.Index}
 	if u.v6 && cfg.Addr.IsLinkLocalUnicast() {
 		u.scope = uint32(ifc.Index)
 	}
@@ -63,6 +70,9 @@ func openUDP(cfg Config, ifc netif.Interface, mtu int) (*udpPort, error) {
 	setup := func(fd int) error {
 		u.gso = !cfg.NoGSO && gsoSupported(fd)
 		err := setUDPOptions(fd, u.v6, !u.gso, cfg)
+		if err == nil {
+			err = u.setMulticastIf(fd)
+		}
 		u.gro = err == nil && !cfg.NoGSO && enableGRO(fd)
 		return err
 	}
@@ -92,7 +102,12 @@ func openUDP(cfg Config, ifc netif.Interface, mtu int) (*udpPort, error) {
 		return nil, fmt.Errorf("ibudp: opening UDP %s: %w", bind, err)
 	}
 	if cfg.Queues > 1 {
-		queueSetup := func(fd int) error { return setUDPOptions(fd, u.v6, !u.gso, cfg) }
+		queueSetup := func(fd int) error {
+			if err := setUDPOptions(fd, u.v6, !u.gso, cfg); err != nil {
+				return err
+			}
+			return u.setMulticastIf(fd)
+		}
 		openQueue := func() (int, error) { return openUDPSocket(bind, u.scope, true, queueSetup) }
 		if u.steer, err = steer.New(fd, cfg.Queues, openQueue); err != nil {
 			unix.Close(fd)
@@ -190,6 +205,7 @@ func setUDPOptions(fd int, v6, noCheck bool, cfg Config) error {
 }
 
 func (u *udpPort) Close() error {
+	u.closeMulticast()
 	if u.steer != nil {
 		u.steer.Close()
 	}
@@ -323,7 +339,7 @@ func (u *udpPort) checkPacket(b *Buf, peer netip.Addr, peerPort uint16, tos uint
 		return false
 	}
 	env := u.rxEnvelope(peer, peerPort, tos)
-	b.Peer, b.PeerPort, b.TOS = peer, peerPort, tos
+	b.Peer, b.PeerPort, b.TOS, b.Dst = peer, peerPort, tos, netip.Addr{}
 	b.SrcPort, b.IPID, b.Flip = 0, 0, 0
 	switch id, exact, ok := u.rxSum.checkEnvelopeAnyID(&env, b.RoCE()); {
 	case exact:
