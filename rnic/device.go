@@ -99,6 +99,8 @@ type Device struct {
 	req   wqe.Engine
 	fc    *flowctl.Manager
 	gsi   *GSI // QP1 (gsi.go)
+	// mcast is the multicast groups QPs are attached to (mcast.go).
+	mcast mcastTable
 
 	mu     sync.Mutex
 	nextPD dma.PD

@@ -138,6 +138,7 @@ func (d *Device) DestroyQP(qp *QP) error {
 	d.awaitReceiveBatch(qp)
 	d.sendHeldAck(qp)
 	qp.Destroy()
+	d.detachAll(qp) // after Destroy: an attach that raced it finds it destroyed, or is undone here
 	d.qps.Remove(qp.QPN)
 	return nil
 }

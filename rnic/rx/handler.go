@@ -53,6 +53,42 @@ func (h *Handler) Receive(b *ibudp.Buf, tx qpmgr.TX) {
 		h.drop(nil, p, ib.DropUnknownQP)
 		return
 	}
+	h.deliver(qp, p, b, tx)
+}
+
+// MulticastQPN is the destination QPN of every multicast datagram
+// (IBTA 10.5.2.5, rxe's IB_MULTICAST_QPN).
+const MulticastQPN = 0xFFFFFF
+
+// ReceiveMulticast hands a copy of a datagram that arrived for a
+// multicast group to qp, one of the QPs attached to the group, as
+// rxe_rcv_mcast_pkt hands a clone to each: checked as Receive checks a
+// packet for its own QP, then the UD responder's Q_Key check. A
+// datagram that is not a UD SEND to QPN 0xFFFFFF is dropped
+// (DropBadTransport, DropUnknownQP). It runs with qp's engine's receive
+// lock held; nothing it does sends.
+func (h *Handler) ReceiveMulticast(b *ibudp.Buf, qp *qpmgr.QP, tx qpmgr.TX) {
+	h.Counters.Inc(ib.RcvdPkts)
+	p, err := bth.Parse(b.RoCE())
+	if err != nil {
+		h.drop(nil, bth.Packet{}, ib.DropMalformed)
+		return
+	}
+	if p.Opcode().Transport() != bth.TransportUD {
+		h.drop(qp, p, ib.DropBadTransport)
+		return
+	}
+	if p.BTH().DestQP() != MulticastQPN {
+		h.drop(qp, p, ib.DropUnknownQP)
+		return
+	}
+	h.deliver(qp, p, b, tx)
+}
+
+// deliver runs the checks of a packet for qp and hands it to the
+// responder or the completer.
+func (h *Handler) deliver(qp *qpmgr.QP, p bth.Packet, b *ibudp.Buf, tx qpmgr.TX) {
+	op := p.Opcode()
 	// A port has the one default P_Key; membership bit aside, it must match
 	// (IBTA 9.6.1.1).
 	if p.BTH().PKey()&0x7fff != bth.DefaultPKey&0x7fff {

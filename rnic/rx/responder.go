@@ -514,7 +514,11 @@ func (r *Responder) respondUD(qp *qpmgr.QP, p bth.Packet, b *ibudp.Buf) {
 		return
 	}
 	var grh [grhLen]byte
-	putGRH(grh[:], b, r.LocalAddr)
+	local := r.LocalAddr
+	if b.Dst.IsValid() {
+		local = b.Dst // a multicast group's: the GRH's DGID is the MGID
+	}
+	putGRH(grh[:], b, local)
 	wc := ib.WC{WRID: wr.WRID, Opcode: ib.WCRecv, ByteLen: uint32(grhLen + p.PayloadLen()),
 		SrcQP: deth.SrcQP(), WCFlags: ib.WCFlagGRH}
 	if p.Opcode().Is(bth.FlagImm) {
