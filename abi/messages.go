@@ -411,3 +411,27 @@ func (m *DoorbellReq) decode(d *decoder) {
 		d.fail("doorbell queue %d", m.Queue)
 	}
 }
+
+// McastReq attaches a UD QP to a multicast group, or detaches it
+// (KindAttachMcast, KindDetachMcast): the group's GID (for RoCEv2 its IP
+// address, IPv4-mapped for IPv4) and LID, which RoCE does not use.
+type McastReq struct {
+	H   uint32 // the QP
+	GID [16]byte
+	LID uint16
+}
+
+// Target is the QP the request acts on.
+func (m *McastReq) Target() uint32 { return m.H }
+
+func (m *McastReq) encode(e *encoder) {
+	e.u32(m.H)
+	e.bytes(m.GID[:])
+	e.u16(m.LID)
+}
+
+func (m *McastReq) decode(d *decoder) {
+	m.H = d.u32()
+	d.bytes(m.GID[:])
+	m.LID = d.u16()
+}

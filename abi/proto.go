@@ -54,6 +54,10 @@ const (
 	// KindRegMRShm registers memory of a System V shared memory
 	// segment the client has attached (see RegMRShmReq).
 	KindRegMRShm Kind = 31
+	// KindAttachMcast and KindDetachMcast attach a UD QP to a multicast
+	// group and detach it (ibv_attach_mcast, ibv_detach_mcast: McastReq).
+	KindAttachMcast Kind = 32
+	KindDetachMcast Kind = 33
 )
 
 // Header flags.
@@ -388,6 +392,8 @@ var kindNames = map[Kind]string{
 	KindCMDisconnect:     "disconnect",
 	KindCMGetEvent:       "get_cm_event",
 	KindListCMIDs:        "list_cm_ids",
+	KindAttachMcast:      "attach_mcast",
+	KindDetachMcast:      "detach_mcast",
 }
 
 func (k Kind) String() string {

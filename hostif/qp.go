@@ -1,6 +1,8 @@
 package hostif
 
 import (
+	"errors"
+
 	"golang.org/x/sys/unix"
 
 	"github.com/rnicd/rnicd/abi"
@@ -104,6 +106,29 @@ func (c *conn) modifyQP(o object, b abi.Body, _ []int) (abi.Body, []int, error) 
 func (c *conn) queryQP(o object, _ abi.Body, _ []int) (abi.Body, []int, error) {
 	q := o.(*qpObj)
 	return &abi.QPAttrReply{Attr: c.s.dev.QueryQP(q.qp)}, nil, nil
+}
+
+// attachMcast attaches the QP to a multicast group (ibv_attach_mcast):
+// over a limit is ENOMEM, as rxe answers; anything else wrong EINVAL.
+func (c *conn) attachMcast(o object, b abi.Body, _ []int) (abi.Body, []int, error) {
+	r, q := b.(*abi.McastReq), o.(*qpObj)
+	if err := c.s.dev.AttachMcast(q.qp, r.GID); err != nil {
+		code := abi.CodeInvalid
+		if errors.Is(err, rnic.ErrMcastLimit) {
+			code = abi.CodeLimit
+		}
+		return nil, nil, errf(code, "attach_mcast: %v", err)
+	}
+	return &abi.Empty{}, nil, nil
+}
+
+// detachMcast detaches the QP from a group (ibv_detach_mcast).
+func (c *conn) detachMcast(o object, b abi.Body, _ []int) (abi.Body, []int, error) {
+	r, q := b.(*abi.McastReq), o.(*qpObj)
+	if err := c.s.dev.DetachMcast(q.qp, r.GID); err != nil {
+		return nil, nil, errf(abi.CodeInvalid, "detach_mcast: %v", err)
+	}
+	return &abi.Empty{}, nil, nil
 }
 
 func (*qpObj) kind() objKind { return kindQP }

@@ -363,6 +363,8 @@ func init() {
 		abi.KindModifyQP:       {body: func() abi.Body { return &abi.ModifyQPReq{} }, target: kindQP, handle: (*conn).modifyQP},
 		abi.KindQueryQP:        {body: handle, target: kindQP, handle: (*conn).queryQP},
 		abi.KindDestroyQP:      {body: handle, target: kindQP, handle: (*conn).destroy},
+		abi.KindAttachMcast:    {body: func() abi.Body { return &abi.McastReq{} }, target: kindQP, handle: (*conn).attachMcast},
+		abi.KindDetachMcast:    {body: func() abi.Body { return &abi.McastReq{} }, target: kindQP, handle: (*conn).detachMcast},
 		abi.KindListQPs:        {body: func() abi.Body { return &abi.ListQPsReq{} }, handle: (*conn).listQPs},
 		abi.KindCounters:       {body: empty, handle: (*conn).counters},
 		abi.KindDoorbell: {body: func() abi.Body { return &abi.DoorbellReq{} }, target: kindQP | kindSRQ,

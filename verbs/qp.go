@@ -180,3 +180,19 @@ func (qp *QP) Destroy() error {
 	qp.sq, qp.rq, qp.mem = nil, nil, nil
 	return nil
 }
+
+// AttachMcast attaches the UD QP to the multicast group of gid
+// (ibv_attach_mcast): for RoCEv2 the group's IP address as a GID,
+// IPv4-mapped for IPv4 (rdma_cm's MGID). The QP then receives the
+// group's datagrams whose Q_Key is its own; a UD SEND to an AH whose DGID
+// is gid, remote QPN 0xFFFFFF, reaches every QP attached to the group.
+func (qp *QP) AttachMcast(gid GID) error {
+	_, err := qp.pd.ctx.call(abi.KindAttachMcast, &abi.McastReq{H: qp.h, GID: gid}, nil, &abi.Empty{})
+	return err
+}
+
+// DetachMcast detaches the QP from the group of gid (ibv_detach_mcast).
+func (qp *QP) DetachMcast(gid GID) error {
+	_, err := qp.pd.ctx.call(abi.KindDetachMcast, &abi.McastReq{H: qp.h, GID: gid}, nil, &abi.Empty{})
+	return err
+}

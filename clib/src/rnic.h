@@ -68,6 +68,8 @@ enum rnic_kind {
 	K_CM_GET_EVENT = 29,
 	K_LIST_CM_IDS = 30, /* the tools' (rnic res cm_id) */
 	K_REG_MR_SHM = 31,
+	K_ATTACH_MCAST = 32, /* struct mcast_req */
+	K_DETACH_MCAST = 33,
 };
 
 #define HDR_LEN 16
