@@ -214,7 +214,23 @@ static void append(struct cm_channel *ch, struct cm_event *e)
 }
 
 /* queue_event queues an event made here (no rnicd sends it). */
+static void queue_full_event(struct cm_channel *ch, struct cm_id *id, enum rdma_cm_event_type type, int status,
+			     const struct rdma_ud_param *ud);
+
 void queue_event(struct cm_channel *ch, struct cm_id *id, enum rdma_cm_event_type type, int status)
+{
+	queue_full_event(ch, id, type, status, NULL);
+}
+
+/* queue_ud_event queues an event made here that carries a ud param (a
+ * MULTICAST_JOIN). */
+void queue_ud_event(struct cm_channel *ch, struct cm_id *id, enum rdma_cm_event_type type, const struct rdma_ud_param *ud)
+{
+	queue_full_event(ch, id, type, 0, ud);
+}
+
+static void queue_full_event(struct cm_channel *ch, struct cm_id *id, enum rdma_cm_event_type type, int status,
+			     const struct rdma_ud_param *ud)
 {
 	struct cm_event *e = calloc(1, sizeof(*e));
 	if (!e)
@@ -223,6 +239,8 @@ void queue_event(struct cm_channel *ch, struct cm_id *id, enum rdma_cm_event_typ
 	e->ev.id = &id->id;
 	e->ev.event = type;
 	e->ev.status = status;
+	if (ud)
+		e->ev.param.ud = *ud;
 	cm_lock();
 	append(ch, e);
 	cm_unlock();

@@ -21,7 +21,8 @@
  *
  * One concern a file: dev.c the devices and addresses, channel.c event
  * channels and events, id.c CM IDs and their calls, qp.c the QP calls,
- * addrinfo.c rdma_getaddrinfo, unsupported.c what is not built.
+ * addrinfo.c rdma_getaddrinfo, mcast.c multicast, unsupported.c what is
+ * not built.
  */
 #ifndef CMA_H
 #define CMA_H
@@ -110,6 +111,7 @@ struct cm_id {
 	 * for it (id.event holds it until the next). */
 	int sync;
 	struct ibv_qp_init_attr *qp_init_attr; /* a passive rdma_create_ep's: for rdma_get_request's IDs */
+	struct cm_mc *mcs;                     /* the groups it joined (mcast.c) */
 };
 
 static inline struct cm_id *to_id(struct rdma_cm_id *id) { return (struct cm_id *)id; }
@@ -150,6 +152,7 @@ void cm_lock(void);
 void cm_unlock(void);
 int channel_on(struct cm_channel *ch, struct cm_dev *d, uint32_t *h);
 void queue_event(struct cm_channel *ch, struct cm_id *id, enum rdma_cm_event_type type, int status);
+void queue_ud_event(struct cm_channel *ch, struct cm_id *id, enum rdma_cm_event_type type, const struct rdma_ud_param *ud);
 void channel_add(struct cm_channel *ch, struct cm_id *id);
 struct cm_channel *channel_remove(struct cm_id *id);
 void channel_free(struct cm_channel *ch);
@@ -157,8 +160,13 @@ void channel_move(struct cm_id *id, struct cm_channel *to);
 struct cm_id *id_alloc(struct cm_channel *ch, void *context, enum rdma_port_space ps);
 
 /* id.c */
+int sync_complete(struct cm_id *c);
 void id_set_route(struct cm_id *c, const struct sockaddr *dst);
 void id_bind_dev(struct cm_id *c, struct cm_dev *d);
+
+/* mcast.c */
+struct cm_mc;
+void mcast_free(struct cm_id *c);
 
 /* cm_err sets errno and returns -1, librdmacm's convention (ERR). */
 static inline int cm_err(int e)

@@ -76,7 +76,7 @@ void id_set_route(struct cm_id *c, const struct sockaddr *dst)
 /* sync_complete waits, on a synchronous ID, for the event the call
  * just made (acking the one before), and turns its status into the
  * call's result as ucma_complete does: a REJECTED is ECONNREFUSED. */
-static int sync_complete(struct cm_id *c)
+int sync_complete(struct cm_id *c)
 {
 	if (!c->sync)
 		return 0;
@@ -181,6 +181,7 @@ EXPORT int rdma_destroy_id(struct rdma_cm_id *id)
 	if (c->sync)
 		rdma_destroy_event_channel(&ch->ch);
 	pthread_cond_destroy(&c->acked);
+	mcast_free(c);
 	free(c->qp_init_attr);
 	free(c);
 	return 0;

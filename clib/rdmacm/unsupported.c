@@ -15,7 +15,6 @@ static int nosys(const char *call, const char *why)
 }
 
 #define NO_SRQ "make the SRQ with ibv_create_srq"
-#define NO_MC "rnicd has no multicast groups: its RoCEv2 port sends and receives unicast UDP only"
 
 EXPORT int rdma_create_srq(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_srq_init_attr *attr)
 {
@@ -28,21 +27,6 @@ EXPORT int rdma_create_srq_ex(struct rdma_cm_id *id, struct ibv_srq_init_attr_ex
 	return nosys("rdma_create_srq_ex", NO_SRQ);
 }
 EXPORT void rdma_destroy_srq(struct rdma_cm_id *id) { (void)id, nosys("rdma_destroy_srq", NO_SRQ); }
-EXPORT int rdma_join_multicast(struct rdma_cm_id *id, struct sockaddr *addr, void *context)
-{
-	(void)id, (void)addr, (void)context;
-	return nosys("rdma_join_multicast", NO_MC);
-}
-EXPORT int rdma_join_multicast_ex(struct rdma_cm_id *id, struct rdma_cm_join_mc_attr_ex *attr, void *context)
-{
-	(void)id, (void)attr, (void)context;
-	return nosys("rdma_join_multicast_ex", NO_MC);
-}
-EXPORT int rdma_leave_multicast(struct rdma_cm_id *id, struct sockaddr *addr)
-{
-	(void)id, (void)addr;
-	return nosys("rdma_leave_multicast", NO_MC);
-}
 EXPORT int rdma_notify(struct rdma_cm_id *id, enum ibv_event_type event)
 {
 	(void)id, (void)event;

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "qp.h"
 #include "rnic.h"
 
 EXPORT const char *ibv_wc_status_str(enum ibv_wc_status s)
@@ -155,19 +156,33 @@ EXPORT enum ibv_fork_status ibv_is_fork_initialized(void) { return IBV_FORK_UNNE
 EXPORT int ibv_dontfork_range(void *base, size_t size) { (void)base; (void)size; return 0; }
 EXPORT int ibv_dofork_range(void *base, size_t size) { (void)base; (void)size; return 0; }
 
-/* Multicast, memory rereg, dma-buf, imports and ECE: not in rnicd. */
+/* Multicast: the daemon attaches a UD QP to the group of gid (for RoCEv2
+ * the group's IP address, IPv4-mapped for IPv4) and its port joins the
+ * group; lid means nothing on RoCE. Like rdma-core's, these return the
+ * errno itself. */
+static int mcast(struct ibv_qp *qp, int k, const union ibv_gid *gid, uint16_t lid)
+{
+	if (!qp || !gid)
+		return EINVAL;
+	uint8_t b[4 + 16 + 2];
+	struct buf req = {.p = b, .len = sizeof(b)}, rep;
+	put32(&req, to_rqp(qp)->h);
+	putn(&req, gid->raw, 16);
+	put16(&req, lid);
+	return call(qp->context, k, &req, -1, &rep, NULL);
+}
+
 EXPORT int ibv_attach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
 {
-	(void)qp; (void)gid; (void)lid;
-	return EOPNOTSUPP;
+	return mcast(qp, K_ATTACH_MCAST, gid, lid);
 }
 
 EXPORT int ibv_detach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
 {
-	(void)qp; (void)gid; (void)lid;
-	return EOPNOTSUPP;
+	return mcast(qp, K_DETACH_MCAST, gid, lid);
 }
 
+/* Memory rereg, dma-buf, imports and ECE: not in rnicd. */
 EXPORT int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, size_t len, int access)
 {
 	(void)mr; (void)flags; (void)pd; (void)addr; (void)len; (void)access;
