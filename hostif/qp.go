@@ -6,6 +6,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rnicd/rnicd/abi"
+	"github.com/rnicd/rnicd/ib"
 	"github.com/rnicd/rnicd/rnic"
 )
 
@@ -138,6 +139,13 @@ func (q *qpObj) cost() Quota { return qpCost(uint64(len(q.mem))) }
 // (ibv_destroy_qp).
 func (q *qpObj) release(c *conn) error {
 	c.s.dev.Unwatch(q.rings)
+	// What the client posted to an RTS QP and the engine has not
+	// fetched yet goes to the device, whose destroy sends it
+	// (rnic.Device.DestroyQP): a client whose doorbell the polling engine
+	// spared has rung none.
+	if !q.rings.Broken() && c.s.dev.QueryQP(q.qp).State == ib.QPSRTS {
+		q.rings.SendDoorbell()
+	}
 	c.s.dev.DestroyQP(q.qp)
 	c.s.qps.Delete(q.qp.QPN)
 	// Nothing retires into the rings once their memory is gone.

@@ -14,3 +14,22 @@ func (d *Device) LossSeen(key uint32, rtt time.Duration) { d.queues[d.EngineOf(k
 
 // Recovering reports whether the engine of QPN key polls on after a loss.
 func (d *Device) Recovering(key uint32) bool { return d.queues[d.EngineOf(key)].recovering() }
+
+// HoldSend holds the send side of queue 0 (the send pipeline's lock), as
+// a busy send pipeline does; the returned function lets it go.
+func (d *Device) HoldSend() func() {
+	d.queues[0].sendMu.Lock()
+	return d.queues[0].sendMu.Unlock
+}
+
+// ForgetRunQueue empties queue 0's run list, as if its pipeline had not
+// yet seen the doorbells rung since it was last free.
+func (d *Device) ForgetRunQueue() {
+	q := d.queues[0]
+	q.mu.Lock()
+	for _, qp := range q.runq {
+		qp.Scheduled.Store(false)
+	}
+	q.runq = nil
+	q.mu.Unlock()
+}

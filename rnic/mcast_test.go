@@ -160,3 +160,40 @@ func TestMulticastAttachRefused(t *testing.T) {
 		t.Fatalf("%d groups, want %d", n, rnic.MaxMcastGroups)
 	}
 }
+
+// A QP destroyed right after its application posted unsignaled
+// datagrams sends them first, as rxe's cleanup drains its requester:
+// Debian's mckey posts its 10 SENDs and destroys its QP at once. Here the
+// send pipeline is busy when the 5 are posted and has not seen them on
+// its run list when the destroy comes.
+func TestDestroyQPSendsPosted(t *testing.T) {
+	p := newPair(t, pairOpts{typ: ib.QPTypeUD, mtu: 1024})
+	a, b := p.a, p.b
+	for i := range 5 {
+		mustRecv(t, b, p.qb, ib.RecvWR{WRID: uint64(i), SGL: []ib.SGE{sge(b, 0, 1064)}})
+	}
+	ah := &ib.AH{DGID: netif.GIDFromAddr(b.dev.QueryPort().Addr), HopLimit: 64}
+	release := a.dev.HoldSend()
+	for i := range 5 {
+		mustPost(t, a, p.qa, ib.SendWR{WRID: uint64(i), Opcode: ib.WRSend, SGL: []ib.SGE{sge(a, 0, 16)},
+			AH: ah, RemoteQPN: p.qb.QPN, RemoteQKey: qkey})
+	}
+	a.dev.ForgetRunQueue()
+	done := make(chan struct{})
+	go func() {
+		a.dev.DestroyQP(p.qa)
+		close(done)
+	}()
+	// Without the drain the destroy ends here, before the pipeline is free.
+	select {
+	case <-done:
+		t.Fatal("DestroyQP returned while the send pipeline was busy: it did not wait to send what was posted")
+	case <-time.After(100 * time.Millisecond):
+	}
+	release()
+	<-done
+	wcs := b.poll(5, 5*time.Second)
+	for i, wc := range wcs {
+		checkWC(t, wc, ib.WC{WRID: uint64(i), Opcode: ib.WCRecv, ByteLen: 40 + 16, QPNum: p.qb.QPN, SrcQP: p.qa.QPN, WCFlags: ib.WCFlagGRH})
+	}
+}

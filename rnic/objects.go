@@ -135,12 +135,46 @@ func (d *Device) DestroyQP(qp *QP) error {
 	if qp.QPN == GSIQPN {
 		return ErrGSI
 	}
+	d.drainSend(qp)
 	d.awaitReceiveBatch(qp)
 	d.sendHeldAck(qp)
 	qp.Destroy()
 	d.detachAll(qp) // after Destroy: an attach that raced it finds it destroyed, or is undone here
 	d.qps.Remove(qp.QPN)
 	return nil
+}
+
+// drainSend sends what was posted to an RTS QP and not sent yet before
+// the QP goes, as rxe's QP cleanup lets its requester task drain
+// (rxe_cleanup_task): a program that posts unsignaled datagrams and
+// destroys the QP at once, as Debian's mckey does with its 10 multicast
+// SENDs, has them sent (without the drain its rnicd sent 1 of the 10 in
+// 1 run of 6). An RC QP sends what its window allows; nothing waits for
+// an ACK.
+func (d *Device) drainSend(qp *QP) {
+	qp.Lock()
+	rts := qp.State() == ib.QPSRTS
+	qp.Unlock()
+	if !rts {
+		return
+	}
+	q := d.queueOf(qp)
+	q.sendMu.Lock()
+	defer q.sendMu.Unlock()
+	// Each turn sends at most runBudget packets; a send queue holds at
+	// most ib.MaxQPWR WQEs, so this bounds the drain.
+	for range ib.MaxQPWR/runBudget + 1 {
+		qp.Lock()
+		n := 0
+		if !qp.Destroyed() {
+			n = q.runRequester(qp, q.sendTX)
+		}
+		qp.Unlock()
+		q.sendTX.flush()
+		if n < runBudget {
+			return
+		}
+	}
 }
 
 // awaitReceiveBatch returns once the receive batch in progress, if any,
