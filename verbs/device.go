@@ -28,6 +28,9 @@ type DeviceAttr struct {
 	MaxSRQWR        int
 	MaxInlineData   int
 	AtomicCap       string // "ATOMIC_HCA" like rxe
+	// Multicast: groups the device's QPs attach to, QPs a group, and
+	// attachments in all (ibv_device_attr.max_mcast_grp and the rest).
+	MaxMcastGrp, MaxMcastQPAttach, MaxTotalMcastQPAttach int
 }
 
 // PortAttr describes the device's one port (ibv_query_port) and its GID
@@ -74,6 +77,8 @@ func (c *Context) QueryDevice() (DeviceAttr, error) {
 		MaxCQ: 1 << 16, MaxCQE: rnic.MaxCQE, MaxMR: 1 << 16, MaxMRSize: 1 << 40, MaxPD: 1 << 16,
 		MaxQPRdAtom: ib.MaxRdAtomic, MaxQPInitRdAtom: ib.MaxRdAtomic, MaxSRQ: 1 << 16,
 		MaxSRQWR: ib.MaxQPWR, MaxInlineData: ib.MaxInlineData, AtomicCap: "ATOMIC_HCA",
+		MaxMcastGrp: rnic.MaxMcastGroups, MaxMcastQPAttach: rnic.MaxMcastQPAttach,
+		MaxTotalMcastQPAttach: rnic.MaxMcastGroups * rnic.MaxMcastQPAttach,
 	}, nil
 }
 

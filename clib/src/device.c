@@ -281,6 +281,11 @@ EXPORT int ibv_query_device(struct ibv_context *ctx, struct ibv_device_attr *a)
 	a->max_qp_init_rd_atom = 128;
 	a->atomic_cap = IBV_ATOMIC_HCA;
 	a->max_ah = 1 << 16;
+	/* Multicast: the daemon's bounds (rnic.MaxMcastGroups, rxe's
+	 * max_mcast_qp_attach). */
+	a->max_mcast_grp = 64;
+	a->max_mcast_qp_attach = 56;
+	a->max_total_mcast_qp_attach = 64 * 56;
 	a->max_srq = 1 << 16;
 	a->max_srq_wr = 16384;
 	a->max_srq_sge = 32;
