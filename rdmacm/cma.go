@@ -203,7 +203,8 @@ type ID struct {
 	dev           *device
 	h             uint32
 	local, remote netip.AddrPort
-	tos           uint8 // SetTOS's
+	tos           uint8               // SetTOS's
+	groups        map[netip.Addr]bool // JoinMulticast's, the QP attached to each (not send-only)
 	// Context is the application's.
 	Context any
 }
