@@ -68,6 +68,16 @@ func (c tcase) isUCX() bool { return c.tool == "ucx_perftest" }
 // client naming the server's (-s) and binding its own.
 func (c tcase) isRstream() bool { return c.tool == "rstream" }
 
+// isMckey tells librdmacm's mckey: UD multicast, a receiver (the server)
+// and a sender (-s, the client) that each join mckeyGroup by rdma_cm,
+// bound to their own address (-b); no connection and no port. rxe's
+// side joins the group on the VM's interface (IGMP), rnicd's port on the
+// tap.
+func (c tcase) isMckey() bool { return c.tool == "mckey" }
+
+// mckeyGroup is the mckey cases' IPv4 multicast group.
+const mckeyGroup = "239.255.0.91"
+
 // ucxTLS is the transports of the UCX cases: rc_verbs carries every
 // message, and ud_verbs is only the auxiliary one that carries UCP's
 // wireup (UCX_TLS=rc_verbs alone fails: "Destination is unreachable",
@@ -108,7 +118,7 @@ func (c tcase) cmAddrs() (host, vm string) {
 // disconnect must leave both sides clean (the VM's cmCheck, rnicd's
 // checkCMClean): the rdma_cm tools and perftest's -R.
 func (c tcase) connectsByCM() bool {
-	if c.isRdmaCM() || c.isRstream() {
+	if c.isRdmaCM() || c.isRstream() || c.isMckey() {
 		return true
 	}
 	for _, a := range c.args {
@@ -232,6 +242,12 @@ func matrix(ibMTU int) []tcase {
 	// past rsockets' 64 KiB largest; 50 each way fill the 128 KiB
 	// receive buffer's halves over and over.
 	cs = append(cs, tcase{tool: "rstream", args: []string{"-T", "b", "-T", "v", "-S", "100000", "-C", "50"}, clib: true, deadline: 120 * time.Second})
+	// UD multicast: Debian's mckey on both ends, the host's on the C
+	// library's rdma_join_multicast and the UDP-mode rnicd's group
+	// socket: 10 datagrams of 100 bytes from the sender to the group,
+	// which the receiver takes (it waits for all 10). The sender sends
+	// 3 s after its join, long after the receiver's.
+	cs = append(cs, tcase{tool: "mckey", args: []string{"-C", "10", "-S", "100"}, clib: true, udp: true, deadline: 60 * time.Second})
 	// Debian's UCX 1.13 on both ends over rc_verbs: UCP's tagged
 	// latency (SENDs) and PUT bandwidth (RDMA WRITEs, 64 KiB: 64 packets
 	// at MTU 1024), the wireup over ud_verbs. At one MTU only, the one
@@ -417,6 +433,13 @@ func vmCommand(c tcase, port int, client bool) string {
 		}
 		return fmt.Sprintf("%s -s -a %s -p %d %s", c.tool, vm, port, strings.Join(c.args, " "))
 	}
+	if c.isMckey() {
+		sender := ""
+		if client {
+			sender = " -s"
+		}
+		return fmt.Sprintf("%s -m %s -b %s%s %s", c.tool, mckeyGroup, vmAddr, sender, strings.Join(c.args, " "))
+	}
 	if c.isRstream() {
 		if client {
 			return fmt.Sprintf("%s -s %s -p %d %s", c.tool, hostAddr, port, strings.Join(c.args, " "))
@@ -459,6 +482,15 @@ func hostArgs(c tcase, port int, client bool) []string {
 			args = []string{c.tool, "-c", "-a", vm, "-I", host}
 		}
 		return append(append(args, "-p", strconv.Itoa(port)), c.args...)
+	}
+	if c.isMckey() {
+		// The UDP-mode rnicd's address picks it: a packet-mode port
+		// joins no group.
+		args := []string{c.tool, "-m", mckeyGroup, "-b", udpAddr}
+		if client {
+			args = append(args, "-s")
+		}
+		return append(args, c.args...)
 	}
 	if c.isRstream() {
 		// The source address picks the rnicd (three share the bridge).

@@ -104,6 +104,8 @@ func (r *result) judge(host hostRun, guest vmRun, want string) {
 		r.detail = rpingCheck(r.c, r.rxeRole, host.out, guest.out) + said
 	case r.c.isRstream() && rstreamCheck(r.c, r.rxeRole, host.out, guest.out) != "":
 		r.detail = rstreamCheck(r.c, r.rxeRole, host.out, guest.out) + said
+	case r.c.isMckey() && mckeyCheck(r.rxeRole, host.out, guest.out) != "":
+		r.detail = mckeyCheck(r.rxeRole, host.out, guest.out) + said
 	case r.c.isUCX() && ucxCheck(r.c, r.rxeRole, host.out, guest.out) != "":
 		r.detail = ucxCheck(r.c, r.rxeRole, host.out, guest.out) + said
 	case want != "":
