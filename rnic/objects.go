@@ -164,14 +164,7 @@ func (d *Device) drainSend(qp *QP) {
 	// Each turn sends at most runBudget packets; a send queue holds at
 	// most ib.MaxQPWR WQEs, so this bounds the drain.
 	for range ib.MaxQPWR/runBudget + 1 {
-		qp.Lock()
-		n := 0
-		if !qp.Destroyed() {
-			n = q.runRequester(qp, q.sendTX)
-		}
-		qp.Unlock()
-		q.sendTX.flush()
-		if n < runBudget {
+		if q.turn(qp) < runBudget {
 			return
 		}
 	}

@@ -88,6 +88,16 @@ func (d *Device) ring(qp *qpmgr.QP) {
 		q.kick(qp)
 		return
 	}
+	n := q.turn(qp)
+	q.sendMu.Unlock()
+	if n == runBudget {
+		q.kick(qp)
+	}
+}
+
+// turn runs qp's requester for one turn in the poster's or the
+// destroyer's goroutine and sends the batch; sendMu is held.
+func (q *queue) turn(qp *qpmgr.QP) int {
 	qp.Lock()
 	n := 0
 	if !qp.Destroyed() {
@@ -95,10 +105,7 @@ func (d *Device) ring(qp *qpmgr.QP) {
 	}
 	qp.Unlock()
 	q.sendTX.flush()
-	q.sendMu.Unlock()
-	if n == runBudget {
-		q.kick(qp)
-	}
+	return n
 }
 
 // runRequester runs qp's requester for one turn, with qp locked; an ACK

@@ -14,27 +14,7 @@ import (
 
 // udQP makes a UD QP in RTS with qkey, a CQ and 4 KiB registered.
 func udQP(t testing.TB, c *verbs.Context, qkey uint32) (*verbs.QP, side) {
-	pd, err := c.AllocPD()
-	if err != nil {
-		t.Fatal(err)
-	}
-	mem, err := c.Alloc(4096)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mr, err := pd.RegMR(mem, verbs.AccessLocalWrite)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cq, err := c.CreateCQ(16, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	qp, err := pd.CreateQP(verbs.QPInitAttr{Type: verbs.QPTypeUD, SendCQ: cq, RecvCQ: cq,
-		Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	qp, sd := newQP(t, c, verbs.QPTypeUD, verbs.AccessLocalWrite)
 	for _, s := range []struct {
 		a    verbs.QPAttr
 		mask verbs.AttrMask
@@ -47,7 +27,7 @@ func udQP(t testing.TB, c *verbs.Context, qkey uint32) (*verbs.QP, side) {
 			t.Fatal(err)
 		}
 	}
-	return qp, side{cq: cq, mr: mr}
+	return qp, sd
 }
 
 // Through the host interface: a QP attached to a group (ibv_attach_mcast)

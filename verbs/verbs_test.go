@@ -58,6 +58,12 @@ func openLocal(t testing.TB, addr netip.Addr) *verbs.Context {
 }
 
 func rcQP(t testing.TB, c *verbs.Context) (*verbs.QP, side) {
+	return newQP(t, c, verbs.QPTypeRC, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead)
+}
+
+// newQP makes a QP of type typ with a PD, a 16-entry CQ and 4 KiB
+// registered with access.
+func newQP(t testing.TB, c *verbs.Context, typ verbs.QPType, access verbs.Access) (*verbs.QP, side) {
 	pd, err := c.AllocPD()
 	if err != nil {
 		t.Fatal(err)
@@ -66,7 +72,7 @@ func rcQP(t testing.TB, c *verbs.Context) (*verbs.QP, side) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mr, err := pd.RegMR(mem, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead)
+	mr, err := pd.RegMR(mem, access)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +80,7 @@ func rcQP(t testing.TB, c *verbs.Context) (*verbs.QP, side) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	qp, err := pd.CreateQP(verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: cq, RecvCQ: cq,
+	qp, err := pd.CreateQP(verbs.QPInitAttr{Type: typ, SendCQ: cq, RecvCQ: cq,
 		Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	if err != nil {
 		t.Fatal(err)

@@ -329,15 +329,7 @@ func (u *udpPort) recvGroup(m *mcastRx, s *mcastSock, b *Buf, t *tally) (ok, mor
 	tos := parseRxCtrl(m.oob[:oobn]).tos
 	env := bth.Envelope{Src: peer, Dst: s.group, SrcPort: peerPort, DstPort: u.cfg.Port, TOS: tos, TTL: defaultTTL}
 	b.Peer, b.PeerPort, b.TOS, b.Dst = peer, peerPort, tos, s.group
-	switch id, exact, good := m.sum.checkEnvelopeAnyID(&env, b.RoCE()); {
-	case exact:
-		b.ICRC = ICRCVerified
-	case good:
-		t[cRxICRCAnyID]++
-		b.ICRC, b.IPID = ICRCVerifiedAnyID, id
-		env.ID = id
-	default:
-		t[cRxICRCErrors]++
+	if !verifyICRC(&m.sum, &env, b, t) {
 		m.tapRecv(u, TapICRCError, &env, b)
 		return false, true
 	}

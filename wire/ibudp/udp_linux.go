@@ -341,7 +341,19 @@ func (u *udpPort) checkPacket(b *Buf, peer netip.Addr, peerPort uint16, tos uint
 	env := u.rxEnvelope(peer, peerPort, tos)
 	b.Peer, b.PeerPort, b.TOS, b.Dst = peer, peerPort, tos, netip.Addr{}
 	b.SrcPort, b.IPID, b.Flip = 0, 0, 0
-	switch id, exact, ok := u.rxSum.checkEnvelopeAnyID(&env, b.RoCE()); {
+	if !verifyICRC(&u.rxSum, &env, b, t) {
+		u.tapRecv(TapICRCError, &env, b)
+		return false
+	}
+	u.tapRecv(TapReceived, &env, b)
+	return true
+}
+
+// verifyICRC checks b's ICRC under the headers env describes, for any
+// IPv4 ID, with sum: it sets b.ICRC (and b.IPID and env.ID to the ID
+// found) and counts in t an ICRC error or a check that needed another ID.
+func verifyICRC(sum *icrc, env *bth.Envelope, b *Buf, t *tally) bool {
+	switch id, exact, ok := sum.checkEnvelopeAnyID(env, b.RoCE()); {
 	case exact:
 		b.ICRC = ICRCVerified
 	case ok:
@@ -350,10 +362,8 @@ func (u *udpPort) checkPacket(b *Buf, peer netip.Addr, peerPort uint16, tos uint
 		env.ID = id
 	default:
 		t[cRxICRCErrors]++
-		u.tapRecv(TapICRCError, &env, b)
 		return false
 	}
-	u.tapRecv(TapReceived, &env, b)
 	return true
 }
 
