@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
@@ -120,4 +121,62 @@ func counterDiff(b, a map[string]uint64) string {
 	}
 	sort.Strings(out)
 	return strings.Join(out, ", ")
+}
+
+// TestCLibMcastRefusals runs the C test program mcrefuse on rnicA: the
+// multicast calls' results and refusals from C (a join before a bind, of
+// a unicast address, of an IPv6 group; a second join; the
+// MULTICAST_JOIN's ud param; attaches of a unicast GID, of an RC QP, past
+// the device's 64 groups; detaches of a group not attached; leaves that
+// detach; a send-only join that attaches nothing), each refused attach
+// with the daemon's reason on stderr; nothing is left behind.
+func TestCLibMcastRefusals(t *testing.T) {
+	tb := newToolBench(t)
+	lib := clibDir(t)
+	a4 := tb.a.addr.As4()
+	group := netip.AddrFrom4([4]byte{239, a4[1], a4[2], a4[3]}).String()
+	cmd := exec.Command(filepath.Join(lib, "mcrefuse"), tb.a.addr.String(), group)
+	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+lib)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	want := "join before a bind: EINVAL\n" +
+		"join of a unicast address: EINVAL; of an IPv6 group: EOPNOTSUPP\n" +
+		"MULTICAST_JOIN: QPN 0xFFFFFF, RDMA_UDP_QKEY, AH to ::ffff:" + group + ", the join's context\n" +
+		"second join: EADDRINUSE; second attach: 0\n" +
+		"attach of a unicast GID: EINVAL; of an RC QP: EINVAL\n" +
+		"64 groups attached, the 65th: ENOMEM; a detach of one not attached: EINVAL\n" +
+		"leave: the QP detached; a second leave: EADDRNOTAVAIL\n" +
+		"send-only join: MULTICAST_JOIN, the QP not attached\n" +
+		"PASS\n"
+	if err != nil || string(out) != want {
+		t.Fatalf("mcrefuse: %v\n%s\nwant\n%s\nstderr:\n%s", err, out, want, stderr.String())
+	}
+	for _, reason := range []string{
+		"librdmacm-rnicd: rdma_join_multicast: the ID must be bound",
+		"librdmacm-rnicd: rdma_join_multicast: " + tb.a.addr.String() + " is not a multicast address",
+		"librdmacm-rnicd: rdma_join_multicast: IPv6 groups are not joined on RoCEv2",
+		"rnicd refused ibv_attach_mcast: attach_mcast: rnic: attach_mcast: ibudp: GID ::ffff:" + tb.a.addr.String() + " is not a multicast GID",
+		"rnicd refused ibv_attach_mcast: attach_mcast: rnic: attach_mcast: QP",
+		"only UD QPs join multicast groups",
+		"the most they may (max_mcast_grp)",
+		"rnicd refused ibv_detach_mcast: detach_mcast: rnic: QP is not attached to the group",
+	} {
+		if !strings.Contains(stderr.String(), reason) {
+			t.Errorf("stderr says nothing of %q:\n%s", reason, stderr.String())
+		}
+	}
+	// What tb.idle checks, but for the six refusals the program asked
+	// for (the unicast GID, the RC QP, the 65th group and three
+	// detaches), which the daemon counts as bad requests.
+	for deadline := time.Now().Add(30 * time.Second); leftover(objects(t, tb.ca)) != ""; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("rnicA still holds %s", leftover(objects(t, tb.ca)))
+		}
+	}
+	m := must[map[string]uint64](t)(tb.ca.Counters())
+	if m["hostif_bad_request"] != 6 || m["hostif_bad_wqe"] != 0 || m["hostif_cq_overrun"] != 0 {
+		t.Fatalf("rnicA counts hostif_bad_request %d (want the 6 refusals), hostif_bad_wqe %d, hostif_cq_overrun %d",
+			m["hostif_bad_request"], m["hostif_bad_wqe"], m["hostif_cq_overrun"])
+	}
 }
