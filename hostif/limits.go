@@ -48,6 +48,10 @@ const (
 	ResMaps                      // memory mappings (vm.max_map_count)
 	ResRingBytes                 // bytes of the rings the daemon creates for QPs, SRQs and CQs (its own memory)
 	ResFDs                       // descriptors: connections, CQ wake pipes, completion channels
+	// ResMcast is multicast attachments (a QP to a group): the device
+	// has 64 groups (rnic.MaxMcastGroups, a socket each), which a
+	// client attached to all of them would keep from every other.
+	ResMcast
 	NumResources
 )
 
@@ -64,6 +68,7 @@ var resources = [NumResources]struct{ name, counter, flag string }{
 	ResMaps:      {"memory mappings", "maps", "max-maps"},
 	ResRingBytes: {"ring bytes", "ring_bytes", "max-ring-bytes"},
 	ResFDs:       {"descriptors", "fds", "max-fds"},
+	ResMcast:     {"multicast attachments", "mcast", "max-mcast"},
 }
 
 // Name is the resource's name in messages ("QPs").
@@ -97,6 +102,7 @@ var (
 	costConn    = Quota{ResConns: 1, ResFDs: 1}
 	costPD      = Quota{ResPDs: 1}
 	costChannel = Quota{ResFDs: 1}
+	mcastCost   = Quota{ResMcast: 1}
 )
 
 func mrCost(mapped uint64) Quota { return Quota{ResMRs: 1, ResMaps: 1, ResMRBytes: mapped} }

@@ -3,6 +3,7 @@ package hostif
 import (
 	"errors"
 	"maps"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -84,7 +85,7 @@ func TestClientLimits(t *testing.T) {
 
 	want := map[string]uint64{"hostif_held_conns": 1, "hostif_held_fds": 2, "hostif_held_pd": 1, "hostif_held_qp": 2,
 		"hostif_held_cq": 1, "hostif_held_srq": 0, "hostif_held_mr": 1, "hostif_held_mr_bytes": 1 << 20,
-		"hostif_held_maps": 4, "hostif_held_ring_bytes": rings, "hostif_over_limit": 3}
+		"hostif_held_maps": 4, "hostif_held_ring_bytes": rings, "hostif_held_mcast": 0, "hostif_over_limit": 3}
 	if got := held(n); !maps.Equal(got, want) {
 		t.Fatalf("held %v, want %v", got, want)
 	}
@@ -184,5 +185,48 @@ func TestUserAccounts(t *testing.T) {
 	}
 	if n := a.heldUsers(); n != 0 || len(a.owners) != 5 {
 		t.Fatalf("after all left: %d users, %d owners (root's 5)", n, len(a.owners))
+	}
+}
+
+// Multicast attachments are charged to the client (-client-max-mcast):
+// past its share it is refused and nothing changes; attaching a QP to a
+// group it is attached to already costs nothing; a detach and a destroy
+// give the charges back, and the destroyed QP's groups are left.
+func TestMcastLimit(t *testing.T) {
+	ip := looptest.Get(t)
+	n := limitedNIC(t, ip.String(), Limits{Client: Quota{ResMcast: 2}})
+	c := n.client(t)
+	var pd abi.Handle
+	call(t, c, abi.KindAllocPD, &abi.Empty{}, nil, &pd)
+	var cq abi.RingReply
+	closeAll(call(t, c, abi.KindCreateCQ, &abi.CreateCQReq{CQE: 16}, nil, &cq))
+	var qp abi.RingReply
+	closeAll(call(t, c, abi.KindCreateQP, &abi.CreateQPReq{PD: pd.H, SendCQ: cq.H, RecvCQ: cq.H, Type: ib.QPTypeUD,
+		Caps: ib.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}}, nil, &qp))
+	b := ip.As4()
+	gid := func(i byte) [16]byte { return netip.AddrFrom4([4]byte{239, b[1], b[2], b[3] + i}).As16() }
+	attach := func(i byte) error {
+		_, err := c.Call(abi.KindAttachMcast, &abi.McastReq{H: qp.H, GID: gid(i)}, nil, &abi.Empty{})
+		return err
+	}
+	for i := range byte(2) {
+		if err := attach(i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wantLimit(t, "a third group", attach(2), "-client-max-mcast")
+	if err := attach(0); err != nil {
+		t.Fatalf("attaching an attached QP again: %v", err)
+	}
+	if h := held(n); h["hostif_held_mcast"] != 2 || len(n.dev.McastGroups()) != 2 {
+		t.Fatalf("held %v, groups %v", h, n.dev.McastGroups())
+	}
+	call(t, c, abi.KindDetachMcast, &abi.McastReq{H: qp.H, GID: gid(0)}, nil, &abi.Empty{})
+	if err := attach(2); err != nil {
+		t.Fatalf("after a detach: %v", err)
+	}
+	call(t, c, abi.KindDestroyQP, &abi.Handle{H: qp.H}, nil, &abi.Empty{})
+	if h := held(n); h["hostif_held_mcast"] != 0 || len(n.dev.McastGroups()) != 0 {
+		t.Fatalf("after the destroy: held %v, groups %v", h, n.dev.McastGroups())
 	}
 }

@@ -20,6 +20,9 @@ type qpObj struct {
 	srq      *srqObj
 	mem      []byte
 	rings    *rnic.QPRings // the device's: it polls, fetches and retires
+	// groups are the multicast GIDs the QP is attached to, each charged
+	// to the client (ResMcast); under the conn's handling.
+	groups map[[16]byte]bool
 }
 
 func (c *conn) createQP(_ object, b abi.Body, _ []int) (abi.Body, []int, error) {
@@ -111,15 +114,31 @@ func (c *conn) queryQP(o object, _ abi.Body, _ []int) (abi.Body, []int, error) {
 
 // attachMcast attaches the QP to a multicast group (ibv_attach_mcast):
 // over a limit is ENOMEM, as rxe answers; anything else wrong EINVAL.
+// Each attachment is charged to the client (ResMcast), so that no
+// client takes all of the device's groups.
 func (c *conn) attachMcast(o object, b abi.Body, _ []int) (abi.Body, []int, error) {
 	r, q := b.(*abi.McastReq), o.(*qpObj)
+	charged := !q.groups[r.GID]
+	if charged {
+		if err := c.s.acct.charge(abi.KindAttachMcast.String(), c.pid, mcastCost); err != nil {
+			c.s.overLimit.Add(1)
+			return nil, nil, err
+		}
+	}
 	if err := c.s.dev.AttachMcast(q.qp, r.GID); err != nil {
+		if charged {
+			c.s.acct.refund(c.pid, mcastCost)
+		}
 		code := abi.CodeInvalid
 		if errors.Is(err, rnic.ErrMcastLimit) {
 			code = abi.CodeLimit
 		}
 		return nil, nil, errf(code, "attach_mcast: %v", err)
 	}
+	if q.groups == nil {
+		q.groups = map[[16]byte]bool{}
+	}
+	q.groups[r.GID] = true
 	return &abi.Empty{}, nil, nil
 }
 
@@ -129,11 +148,19 @@ func (c *conn) detachMcast(o object, b abi.Body, _ []int) (abi.Body, []int, erro
 	if err := c.s.dev.DetachMcast(q.qp, r.GID); err != nil {
 		return nil, nil, errf(abi.CodeInvalid, "detach_mcast: %v", err)
 	}
+	if q.groups[r.GID] {
+		delete(q.groups, r.GID)
+		c.s.acct.refund(c.pid, mcastCost)
+	}
 	return &abi.Empty{}, nil, nil
 }
 
 func (*qpObj) kind() objKind { return kindQP }
-func (q *qpObj) cost() Quota { return qpCost(uint64(len(q.mem))) }
+func (q *qpObj) cost() Quota {
+	c := qpCost(uint64(len(q.mem)))
+	c[ResMcast] = uint64(len(q.groups)) // a destroyed QP leaves its groups (rnic.Device.DestroyQP)
+	return c
+}
 
 // release destroys the QP; its outstanding WQEs complete no more
 // (ibv_destroy_qp).

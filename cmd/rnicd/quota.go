@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rnicd/rnicd/hostif"
+	"github.com/rnicd/rnicd/rnic"
 )
 
 // The limits on what clients hold (hostif.Limits) and their defaults,
@@ -85,6 +86,7 @@ func defaultLimits(m machine) hostif.Limits {
 		hostif.ResConns: fds / 4, hostif.ResPDs: deviceMax, hostif.ResQPs: objs, hostif.ResCQs: objs,
 		hostif.ResSRQs: objs, hostif.ResMRs: objs, hostif.ResMRBytes: m.memBytes, hostif.ResMaps: maps,
 		hostif.ResFDs: fds, hostif.ResRingBytes: m.memBytes / 4,
+		hostif.ResMcast: rnic.MaxMcastGroups * rnic.MaxMcastQPAttach,
 	}
 	for r, v := range l.Daemon {
 		// 0 would mean no limit: a machine too small for the reserves
@@ -93,6 +95,11 @@ func defaultLimits(m machine) hostif.Limits {
 		l.Client[r] = max(1, v/clientShare)
 		l.User[r] = max(1, v/userShare)
 	}
+	// Multicast attachments: every one the device takes (64 groups of
+	// 56 QPs), but a client's and a user's shares are of the groups,
+	// the scarce part: 16 and 32 attachments hold at most as many.
+	l.Client[hostif.ResMcast] = rnic.MaxMcastGroups / clientShare
+	l.User[hostif.ResMcast] = rnic.MaxMcastGroups / userShare
 	return l
 }
 
@@ -124,6 +131,9 @@ func sizedFrom(r hostif.Resource, m machine) string {
 		return fmt.Sprintf("physical memory %v", byteSize(m.memBytes))
 	case hostif.ResPDs:
 		return fmt.Sprintf("the device's max_pd %d", deviceMax)
+	case hostif.ResMcast:
+		return fmt.Sprintf("the device's max_total_mcast_qp_attach %d; a client's and a user's shares are of its max_mcast_grp %d",
+			rnic.MaxMcastGroups*rnic.MaxMcastQPAttach, rnic.MaxMcastGroups)
 	}
 	return fmt.Sprintf("vm.max_map_count %d", m.maxMapCount)
 }

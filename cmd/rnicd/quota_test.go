@@ -30,7 +30,14 @@ func TestDefaultLimits(t *testing.T) {
 			d[hostif.ResRingBytes] != tc.m.memBytes/4 {
 			t.Errorf("%+v: daemon limits %v", tc.m, d)
 		}
+		if d[hostif.ResMcast] != 64*56 || l.Client[hostif.ResMcast] != 16 || l.User[hostif.ResMcast] != 32 {
+			t.Errorf("%+v: multicast attachments: daemon %d, client %d, user %d; want 3584 (64 groups of 56 QPs), and a quarter and a half of the 64 groups",
+				tc.m, d[hostif.ResMcast], l.Client[hostif.ResMcast], l.User[hostif.ResMcast])
+		}
 		for r := range hostif.NumResources {
+			if r == hostif.ResMcast {
+				continue
+			}
 			if want := max(1, d[r]/4); l.Client[r] != want {
 				t.Errorf("%+v: client %s %d, want %d", tc.m, r.Name(), l.Client[r], want)
 			}
