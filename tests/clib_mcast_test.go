@@ -123,60 +123,75 @@ func counterDiff(b, a map[string]uint64) string {
 	return strings.Join(out, ", ")
 }
 
-// TestCLibMcastRefusals runs the C test program mcrefuse on rnicA: the
+// TestCLibMcastRefusals runs the C test program mcrefuse: the
 // multicast calls' results and refusals from C (a join before a bind, of
 // a unicast address, of an IPv6 group; a second join; the
 // MULTICAST_JOIN's ud param; attaches of a unicast GID, of an RC QP, past
-// the device's 64 groups; detaches of a group not attached; leaves that
-// detach; a send-only join that attaches nothing), each refused attach
-// with the daemon's reason on stderr; nothing is left behind.
+// a limit; detaches of a group not attached; leaves that detach; a
+// send-only join that attaches nothing), each refused attach with the
+// daemon's reason on stderr; nothing is left behind. On rnicA, run with
+// no per-client limit on attachments, the limit is the device's 64
+// groups (max_mcast_grp); on rnicB, with the defaults, the client's
+// share of them, 16 (-client-max-mcast).
 func TestCLibMcastRefusals(t *testing.T) {
-	tb := newToolBench(t)
+	unlimited := []string{"-client-max-mcast", "0", "-user-max-mcast", "0"}
+	a, b := daemonsWith(t, t.TempDir(), unlimited, nil)
+	tb := &toolBench{a: a, b: b, ca: open(t, "rnicA"), cb: open(t, "rnicB")}
 	lib := clibDir(t)
-	a4 := tb.a.addr.As4()
-	group := netip.AddrFrom4([4]byte{239, a4[1], a4[2], a4[3]}).String()
-	cmd := exec.Command(filepath.Join(lib, "mcrefuse"), tb.a.addr.String(), group)
-	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+lib)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	want := "join before a bind: EINVAL\n" +
-		"join of a unicast address: EINVAL; of an IPv6 group: EOPNOTSUPP\n" +
-		"MULTICAST_JOIN: QPN 0xFFFFFF, RDMA_UDP_QKEY, AH to ::ffff:" + group + ", the join's context\n" +
-		"second join: EADDRINUSE; second attach: 0\n" +
-		"attach of a unicast GID: EINVAL; of an RC QP: EINVAL\n" +
-		"64 groups attached, the 65th: ENOMEM; a detach of one not attached: EINVAL\n" +
-		"leave: the QP detached; a second leave: EADDRNOTAVAIL\n" +
-		"send-only join: MULTICAST_JOIN, the QP not attached\n" +
-		"PASS\n"
-	if err != nil || string(out) != want {
-		t.Fatalf("mcrefuse: %v\n%s\nwant\n%s\nstderr:\n%s", err, out, want, stderr.String())
-	}
-	for _, reason := range []string{
-		"librdmacm-rnicd: rdma_join_multicast: the ID must be bound",
-		"librdmacm-rnicd: rdma_join_multicast: " + tb.a.addr.String() + " is not a multicast address",
-		"librdmacm-rnicd: rdma_join_multicast: IPv6 groups are not joined on RoCEv2",
-		"rnicd refused ibv_attach_mcast: attach_mcast: rnic: attach_mcast: ibudp: GID ::ffff:" + tb.a.addr.String() + " is not a multicast GID",
-		"rnicd refused ibv_attach_mcast: attach_mcast: rnic: attach_mcast: QP",
-		"only UD QPs join multicast groups",
-		"the most they may (max_mcast_grp)",
-		"rnicd refused ibv_detach_mcast: detach_mcast: rnic: QP is not attached to the group",
+	for _, c := range []struct {
+		d      *daemon
+		ctx    *verbs.Context
+		n      int
+		reason string
+	}{
+		{tb.a, tb.ca, 64, "the most they may (max_mcast_grp)"},
+		{tb.b, tb.cb, 16, "over its limit of 16 (rnicd -client-max-mcast raises it)"},
 	} {
-		if !strings.Contains(stderr.String(), reason) {
-			t.Errorf("stderr says nothing of %q:\n%s", reason, stderr.String())
+		a4 := c.d.addr.As4()
+		group := netip.AddrFrom4([4]byte{239, a4[1], a4[2], a4[3]}).String()
+		cmd := exec.Command(filepath.Join(lib, "mcrefuse"), c.d.addr.String(), group, fmt.Sprint(c.n))
+		cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+lib)
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		want := "join before a bind: EINVAL\n" +
+			"join of a unicast address: EINVAL; of an IPv6 group: EOPNOTSUPP\n" +
+			"MULTICAST_JOIN: QPN 0xFFFFFF, RDMA_UDP_QKEY, AH to ::ffff:" + group + ", the join's context\n" +
+			"second join: EADDRINUSE; second attach: 0\n" +
+			"attach of a unicast GID: EINVAL; of an RC QP: EINVAL\n" +
+			fmt.Sprintf("%d groups attached, one more: ENOMEM; a detach of one not attached: EINVAL\n", c.n) +
+			"leave: the QP detached; a second leave: EADDRNOTAVAIL\n" +
+			"send-only join: MULTICAST_JOIN, the QP not attached\n" +
+			"PASS\n"
+		if err != nil || string(out) != want {
+			t.Fatalf("mcrefuse on %s: %v\n%s\nwant\n%s\nstderr:\n%s", c.d.name, err, out, want, stderr.String())
 		}
-	}
-	// What tb.idle checks, but for the six refusals the program asked
-	// for (the unicast GID, the RC QP, the 65th group and three
-	// detaches), which the daemon counts as bad requests.
-	for deadline := time.Now().Add(30 * time.Second); leftover(objects(t, tb.ca)) != ""; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("rnicA still holds %s", leftover(objects(t, tb.ca)))
+		for _, reason := range []string{
+			"librdmacm-rnicd: rdma_join_multicast: the ID must be bound",
+			"librdmacm-rnicd: rdma_join_multicast: " + c.d.addr.String() + " is not a multicast address",
+			"librdmacm-rnicd: rdma_join_multicast: IPv6 groups are not joined on RoCEv2",
+			"rnicd refused ibv_attach_mcast: attach_mcast: rnic: attach_mcast: ibudp: GID ::ffff:" + c.d.addr.String() + " is not a multicast GID",
+			"only UD QPs join multicast groups",
+			c.reason,
+			"rnicd refused ibv_detach_mcast: detach_mcast: rnic: QP is not attached to the group",
+		} {
+			if !strings.Contains(stderr.String(), reason) {
+				t.Errorf("%s: stderr says nothing of %q:\n%s", c.d.name, reason, stderr.String())
+			}
 		}
-	}
-	m := must[map[string]uint64](t)(tb.ca.Counters())
-	if m["hostif_bad_request"] != 6 || m["hostif_bad_wqe"] != 0 || m["hostif_cq_overrun"] != 0 {
-		t.Fatalf("rnicA counts hostif_bad_request %d (want the 6 refusals), hostif_bad_wqe %d, hostif_cq_overrun %d",
-			m["hostif_bad_request"], m["hostif_bad_wqe"], m["hostif_cq_overrun"])
+		// What tb.idle checks, but for the six refusals the program
+		// asked for (the unicast GID, the RC QP, the group past the
+		// limit and three detaches), which the daemon counts as bad
+		// requests.
+		for deadline := time.Now().Add(30 * time.Second); leftover(objects(t, c.ctx)) != ""; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s still holds %s", c.d.name, leftover(objects(t, c.ctx)))
+			}
+		}
+		m := must[map[string]uint64](t)(c.ctx.Counters())
+		if m["hostif_bad_request"] != 6 || m["hostif_bad_wqe"] != 0 || m["hostif_cq_overrun"] != 0 || m["hostif_held_mcast"] != 0 {
+			t.Fatalf("%s counts hostif_bad_request %d (want the 6 refusals), hostif_bad_wqe %d, hostif_cq_overrun %d, hostif_held_mcast %d",
+				c.d.name, m["hostif_bad_request"], m["hostif_bad_wqe"], m["hostif_cq_overrun"], m["hostif_held_mcast"])
+		}
 	}
 }

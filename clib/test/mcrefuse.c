@@ -2,7 +2,7 @@
  * mcrefuse: UD multicast's calls on rnicd, the ones that work and the
  * ones that must be refused, from a C program.
  *
- *   mcrefuse ADDR GROUP
+ *   mcrefuse ADDR GROUP N
  *
  * On the rnicd holding ADDR, with GROUP an IPv4 group (239.x.y.z) no
  * other program joins: rdma_join_multicast before a bind is EINVAL, of a
@@ -11,8 +11,9 @@
  * (hop limit 64) and the join's context, and its QP is attached (a
  * second ibv_attach_mcast changes nothing); a second join is
  * EADDRINUSE. ibv_attach_mcast of a unicast GID or of an RC QP is
- * EINVAL; a QP attached to the device's 64 groups gets ENOMEM for a
- * 65th; a detach of a group not attached is EINVAL. rdma_leave_multicast
+ * EINVAL; a QP attached to N groups (the device's 64, or the client's
+ * share of them) gets ENOMEM for one more; a detach of a group not
+ * attached is EINVAL. rdma_leave_multicast
  * detaches the QP (its detach after is EINVAL), a second leave is
  * EADDRNOTAVAIL; a send-only join (rdma_join_multicast_ex) attaches
  * nothing. Each step prints one line; the last is PASS.
@@ -37,10 +38,11 @@ static void gid_of(const char *s, union ibv_gid *g)
 
 int main(int argc, char **argv)
 {
-	if (argc != 3) {
-		fprintf(stderr, "usage: mcrefuse ADDR GROUP\n");
+	if (argc != 4 || atoi(argv[3]) < 1 || atoi(argv[3]) > 64) {
+		fprintf(stderr, "usage: mcrefuse ADDR GROUP N (1-64)\n");
 		return 2;
 	}
+	int n = atoi(argv[3]);
 	struct sockaddr_in src, grp, uni;
 	addr(argv[1], 0, &src);
 	addr(argv[2], 0, &grp);
@@ -100,25 +102,25 @@ int main(int argc, char **argv)
 		fail("an attach of a unicast GID or of an RC QP");
 	printf("attach of a unicast GID: EINVAL; of an RC QP: EINVAL\n");
 
-	/* The other 63 groups the device may have: 238.y.z.i. */
+	/* The other groups, 238.y.z.i, up to N with the joined one. */
 	union ibv_gid more = g;
 	more.raw[12] = 238, more.raw[13] = g.raw[14], more.raw[14] = g.raw[15];
-	for (int i = 1; i < 64; i++) {
+	for (int i = 1; i < n; i++) {
 		more.raw[15] = i;
 		if (ibv_attach_mcast(id->qp, &more, 0))
-			fail("an attach within max_mcast_grp");
+			fail("an attach within the limit");
 	}
-	more.raw[15] = 64;
+	more.raw[15] = n;
 	if (ibv_attach_mcast(id->qp, &more, 0) != ENOMEM)
-		fail("an attach past max_mcast_grp");
+		fail("an attach past the limit");
 	if (ibv_detach_mcast(id->qp, &more, 0) != EINVAL)
 		fail("a detach of a group not attached");
-	for (int i = 1; i < 64; i++) {
+	for (int i = 1; i < n; i++) {
 		more.raw[15] = i;
 		if (ibv_detach_mcast(id->qp, &more, 0))
 			fail("a detach");
 	}
-	printf("64 groups attached, the 65th: ENOMEM; a detach of one not attached: EINVAL\n");
+	printf("%d groups attached, one more: ENOMEM; a detach of one not attached: EINVAL\n", n);
 
 	if (rdma_leave_multicast(id, (struct sockaddr *)&grp))
 		fail("rdma_leave_multicast");
