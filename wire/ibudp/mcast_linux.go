@@ -44,6 +44,9 @@ func (u *udpPort) mcastState() (*mcastRx, error) {
 	if u.mc != nil {
 		return u.mc, nil
 	}
+	if u.mcClosed {
+		return nil, net.ErrClosed
+	}
 	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
 	if err != nil {
 		return nil, os.NewSyscallError("epoll_create1", err)
@@ -82,9 +85,6 @@ func (u *udpPort) JoinMulticast(group netip.Addr) error {
 	}
 	u.mcMu.Lock()
 	defer u.mcMu.Unlock()
-	if u.closed.Load() {
-		return fmt.Errorf("ibudp: join %v: %w", group, net.ErrClosed)
-	}
 	m, err := u.mcastState()
 	if err != nil {
 		return fmt.Errorf("ibudp: join %v: %w", group, err)
@@ -208,11 +208,13 @@ func (u *udpPort) LeaveMulticast(group netip.Addr) error {
 	return nil
 }
 
-// closeMulticast closes the groups' sockets and wakes RecvMulticast.
+// closeMulticast closes the groups' sockets and wakes RecvMulticast;
+// no group is joined after it.
 func (u *udpPort) closeMulticast() {
 	u.mcMu.Lock()
+	defer u.mcMu.Unlock()
+	u.mcClosed = true
 	m := u.mc
-	u.mcMu.Unlock()
 	if m == nil {
 		return
 	}

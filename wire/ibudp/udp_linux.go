@@ -47,9 +47,10 @@ type udpPort struct {
 	// ifindex is the port's interface (0 if unknown), where it joins
 	// multicast groups and sends their datagrams; mc is the groups'
 	// receive side (mcast_linux.go), made at the first join, under mcMu.
-	ifindex int
-	mcMu    sync.Mutex
-	mc      *mcastRx
+	ifindex  int
+	mcMu     sync.Mutex
+	mc       *mcastRx
+	mcClosed bool // the port closed: no more groups
 }
 
 // SteeringOf returns the steering of a port opened with Config.Queues
