@@ -197,3 +197,28 @@ func TestDestroyQPSendsPosted(t *testing.T) {
 		checkWC(t, wc, ib.WC{WRID: uint64(i), Opcode: ib.WCRecv, ByteLen: 40 + 16, QPNum: p.qb.QPN, SrcQP: p.qa.QPN, WCFlags: ib.WCFlagGRH})
 	}
 }
+
+// The destroy's drain is bounded whatever the client posted: a UC QP
+// whose send queue holds 8 WRITEs of 1 MiB at MTU 256 (32768 packets,
+// with no window to stop them) sends at most 257 turns of 64 packets
+// before DestroyQP returns.
+func TestDestroyQPDrainBounded(t *testing.T) {
+	p := newPair(t, pairOpts{typ: ib.QPTypeUC, mtu: 256, memLen: 1 << 20})
+	a := p.a
+	before := a.dev.Counters()["sent_pkts"]
+	release := a.dev.HoldSend()
+	for i := range 8 {
+		mustPost(t, a, p.qa, ib.SendWR{WRID: uint64(i), Opcode: ib.WRRDMAWrite, SGL: []ib.SGE{sge(a, 0, 1<<20)},
+			RemoteAddr: memVA, RKey: p.b.mr.RKey})
+	}
+	a.dev.ForgetRunQueue()
+	release()
+	if err := a.dev.DestroyQP(p.qa); err != nil {
+		t.Fatal(err)
+	}
+	const bound = (ib.MaxQPWR/64 + 1) * 64
+	if sent := a.dev.Counters()["sent_pkts"] - before; sent > bound {
+		t.Fatalf("the destroy sent %d packets, more than the drain's %d", sent, bound)
+	}
+	t.Logf("the destroy sent %d packets", a.dev.Counters()["sent_pkts"]-before)
+}

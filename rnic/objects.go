@@ -159,12 +159,19 @@ func (d *Device) drainSend(qp *QP) {
 		return
 	}
 	q := d.queueOf(qp)
-	q.sendMu.Lock()
-	defer q.sendMu.Unlock()
-	// Each turn sends at most runBudget packets; a send queue holds at
-	// most ib.MaxQPWR WQEs, so this bounds the drain.
+	// The client chose what its ring holds: at most ib.MaxQPWR (16384)
+	// WQEs, each up to a 2 GiB message on RC and UC. So the drain is
+	// bounded by turns, not by WQEs: 257 turns of runBudget (64) packets,
+	// 16448 packets, send a full queue of UD datagrams (one packet each)
+	// and cut a UC queue of large WRITEs short (RC stops sooner, at its
+	// window). The send lock is taken a turn at a time, as the pipeline
+	// takes it for each QP on its run list, so that the other QPs of the
+	// engine send between the turns rather than after all of them.
 	for range ib.MaxQPWR/runBudget + 1 {
-		if q.turn(qp) < runBudget {
+		q.sendMu.Lock()
+		n := q.turn(qp)
+		q.sendMu.Unlock()
+		if n < runBudget {
 			return
 		}
 	}
