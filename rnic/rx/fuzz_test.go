@@ -27,6 +27,9 @@ const (
 	guardByte = 0xa5
 )
 
+// groupAddr is the multicast group the rig's group datagrams are for.
+var groupAddr = netip.MustParseAddr("239.1.2.3")
+
 // fuzzRig is a handler with one RC, one UC and one UD QP in RTS whose
 // region sits between two guard areas that no packet may touch.
 type fuzzRig struct {
@@ -120,7 +123,7 @@ func (r *fuzzRig) feed(t *testing.T, pkt []byte) {
 	if r.mcast {
 		// A group's datagram: a copy to each QP, as the device's
 		// multicast pipeline hands it.
-		b.Dst = netip.MustParseAddr("239.1.2.3")
+		b.Dst = groupAddr
 		for _, qp := range r.qps {
 			c := ibudp.NewBuf()
 			c.CopyFrom(b)
