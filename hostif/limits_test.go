@@ -221,7 +221,26 @@ func TestMcastLimit(t *testing.T) {
 	if h := held(n); h["hostif_held_mcast"] != 2 || len(n.dev.McastGroups()) != 2 {
 		t.Fatalf("held %v, groups %v", h, n.dev.McastGroups())
 	}
-	call(t, c, abi.KindDetachMcast, &abi.McastReq{H: qp.H, GID: gid(0)}, nil, &abi.Empty{})
+	// What the client does not hold it cannot detach, nor get a charge
+	// back for: a group never attached, a unicast GID, a group twice.
+	detach := func(g [16]byte) error {
+		_, err := c.Call(abi.KindDetachMcast, &abi.McastReq{H: qp.H, GID: g}, nil, &abi.Empty{})
+		return err
+	}
+	wantCode(t, "detach of a group not attached", detach(gid(5)), abi.CodeInvalid)
+	wantCode(t, "detach of a unicast GID", detach(ip.As16()), abi.CodeInvalid)
+	_, err := c.Call(abi.KindAttachMcast, &abi.McastReq{H: qp.H, GID: ip.As16()}, nil, &abi.Empty{})
+	wantCode(t, "attach of a unicast GID", err, abi.CodeInvalid)
+	if h := held(n); h["hostif_held_mcast"] != 2 {
+		t.Fatalf("after refused calls: held %v", h)
+	}
+	if err := detach(gid(0)); err != nil {
+		t.Fatal(err)
+	}
+	wantCode(t, "second detach", detach(gid(0)), abi.CodeInvalid)
+	if h := held(n); h["hostif_held_mcast"] != 1 {
+		t.Fatalf("after a detach and a second: held %v, want 1", h)
+	}
 	if err := attach(2); err != nil {
 		t.Fatalf("after a detach: %v", err)
 	}

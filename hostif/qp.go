@@ -118,6 +118,9 @@ func (c *conn) queryQP(o object, _ abi.Body, _ []int) (abi.Body, []int, error) {
 // client takes all of the device's groups.
 func (c *conn) attachMcast(o object, b abi.Body, _ []int) (abi.Body, []int, error) {
 	r, q := b.(*abi.McastReq), o.(*qpObj)
+	if err := c.s.dev.CheckAttachMcast(q.qp, r.GID); err != nil {
+		return nil, nil, errf(abi.CodeInvalid, "attach_mcast: %v", err)
+	}
 	charged := !q.groups[r.GID]
 	if charged {
 		if err := c.s.acct.charge(abi.KindAttachMcast.String(), c.pid, mcastCost); err != nil {

@@ -55,22 +55,9 @@ type McastGroup struct {
 // or ff00::/8) of the port's address family. Attaching an attached QP
 // again changes nothing, as in rxe.
 func (d *Device) AttachMcast(qp *QP, gid [16]byte) error {
-	if qp.QPN == GSIQPN {
-		return ErrGSI
-	}
-	if qp.Type != ib.QPTypeUD {
-		return fmt.Errorf("rnic: attach_mcast: QP %d is %v: only UD QPs join multicast groups", qp.QPN, qp.Type)
-	}
-	group, err := ibudp.MulticastGroup(gid)
+	group, m, err := d.mcastTarget(qp, gid)
 	if err != nil {
-		return fmt.Errorf("rnic: attach_mcast: %w", err)
-	}
-	if group.Is4() != d.port.Addr().Unmap().Is4() {
-		return fmt.Errorf("rnic: attach_mcast: group %v is not of the port's address family (%v)", group, d.port.Addr())
-	}
-	m, ok := d.port.(ibudp.Multicaster)
-	if !ok {
-		return fmt.Errorf("rnic: attach_mcast: %w", ibudp.ErrNoMulticast)
+		return err
 	}
 	t := &d.mcast
 	t.mu.Lock()
@@ -102,6 +89,39 @@ func (d *Device) AttachMcast(qp *QP, gid [16]byte) error {
 	}
 	t.groups[group] = append(qps, qp)
 	return nil
+}
+
+// CheckAttachMcast returns the error AttachMcast would for what is wrong
+// with the QP, the GID or the port, limits aside: a host interface that
+// charges its client for the attachment asks first, so that a client at
+// its limit is told what is wrong with its call rather than that it is
+// over the limit.
+func (d *Device) CheckAttachMcast(qp *QP, gid [16]byte) error {
+	_, _, err := d.mcastTarget(qp, gid)
+	return err
+}
+
+// mcastTarget checks that qp may attach to gid's group on this port and
+// returns the group and the port's Multicaster.
+func (d *Device) mcastTarget(qp *QP, gid [16]byte) (netip.Addr, ibudp.Multicaster, error) {
+	if qp.QPN == GSIQPN {
+		return netip.Addr{}, nil, ErrGSI
+	}
+	if qp.Type != ib.QPTypeUD {
+		return netip.Addr{}, nil, fmt.Errorf("rnic: attach_mcast: QP %d is %v: only UD QPs join multicast groups", qp.QPN, qp.Type)
+	}
+	group, err := ibudp.MulticastGroup(gid)
+	if err != nil {
+		return netip.Addr{}, nil, fmt.Errorf("rnic: attach_mcast: %w", err)
+	}
+	if group.Is4() != d.port.Addr().Unmap().Is4() {
+		return netip.Addr{}, nil, fmt.Errorf("rnic: attach_mcast: group %v is not of the port's address family (%v)", group, d.port.Addr())
+	}
+	m, ok := d.port.(ibudp.Multicaster)
+	if !ok {
+		return netip.Addr{}, nil, fmt.Errorf("rnic: attach_mcast: %w", ibudp.ErrNoMulticast)
+	}
+	return group, m, nil
 }
 
 // DetachMcast detaches qp from the group of gid (ibv_detach_mcast); the
