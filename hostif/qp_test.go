@@ -8,16 +8,24 @@ import (
 	"github.com/rnicd/rnicd/internal/looptest"
 )
 
+// clientWithPD is a daemon on a loopback address of the test's and a
+// client of it holding a PD.
+func clientWithPD(t *testing.T) (*nic, *Client, abi.Handle) {
+	t.Helper()
+	n := newNIC(t, looptest.Get(t).String())
+	c := n.client(t)
+	var pd abi.Handle
+	call(t, c, abi.KindAllocPD, &abi.Empty{}, nil, &pd)
+	return n, c, pd
+}
+
 // A QP the client destroys sends first what the client wrote into its
 // send ring, though no doorbell told the daemon (a client whose posts
 // the polling engine spared rings none, and Debian's mckey destroys its
 // QP right after posting its multicast datagrams unsignaled): rxe's QP
 // cleanup lets its requester drain too.
 func TestDestroyQPSendsUnrungWQEs(t *testing.T) {
-	n := newNIC(t, looptest.Get(t).String())
-	c := n.client(t)
-	var pd abi.Handle
-	call(t, c, abi.KindAllocPD, &abi.Empty{}, nil, &pd)
+	n, c, pd := clientWithPD(t)
 	q := loopQP(t, n, c, pd.H)
 	before := n.dev.Port().Stats().TxPackets
 	for id := range uint64(3) {
@@ -39,10 +47,7 @@ func TestDestroyQPSendsUnrungWQEs(t *testing.T) {
 // (one count) and nothing of it runs, nothing is sent, and the client's
 // next QP works.
 func TestDestroyQPGarbageRing(t *testing.T) {
-	n := newNIC(t, looptest.Get(t).String())
-	c := n.client(t)
-	var pd abi.Handle
-	call(t, c, abi.KindAllocPD, &abi.Empty{}, nil, &pd)
+	n, c, pd := clientWithPD(t)
 	opcode7 := func(s []byte) { s[8] = 7 }
 	for _, tc := range []struct {
 		name    string
