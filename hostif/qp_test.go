@@ -3,7 +3,7 @@ package hostif
 import (
 	"testing"
 
-	"github.com/rnicd/rnicd/hostif/abi"
+	"github.com/rnicd/rnicd/abi"
 	"github.com/rnicd/rnicd/ib"
 	"github.com/rnicd/rnicd/internal/looptest"
 )
