@@ -296,3 +296,26 @@ func TestPutSendCQE(t *testing.T) {
 		t.Fatalf("PutSendCQE wrote % x\nPutCQE wrote     % x", got, want)
 	}
 }
+
+// PutRecvCQE writes the same bytes as PutCQE of the receive completion
+// with the same fields, over a slot that held anything: pkey_index and
+// the pad are 0.
+func TestPutRecvCQE(t *testing.T) {
+	wc := ib.WC{WRID: 0xfedcba9876543210, Status: ib.WCLocLenErr, Opcode: ib.WCRecvRDMAWithImm,
+		WCFlags: ib.WCFlagGRH | ib.WCFlagWithImm, ByteLen: 65536, Imm: 0x11223344, QPNum: 0x123456, SrcQP: 0xfedcba}
+	want := make([]byte, CQESlotBytes)
+	PutCQE(want, &wc)
+	got := make([]byte, CQESlotBytes)
+	for i := range got {
+		got[i] = 0x5a
+	}
+	PutRecvCQE(got, wc.WRID, wc.Status, wc.Opcode, wc.WCFlags, wc.ByteLen, wc.Imm, wc.QPNum, wc.SrcQP)
+	if !bytes.Equal(got, want) {
+		t.Fatalf("PutRecvCQE wrote % x\nPutCQE wrote     % x", got, want)
+	}
+	var back ib.WC
+	GetCQE(got, &back)
+	if back != wc {
+		t.Fatalf("GetCQE read %+v, want %+v", back, wc)
+	}
+}

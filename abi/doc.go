@@ -39,7 +39,8 @@
 //	PutSendCQE     device: qpmgr.CQ.PushSend (rnic/qpmgr/cq.go)
 //	EncodeRecvWQE  client: verbs' postRecv, for QP.PostRecv and SRQ.PostRecv (verbs/srq.go); C: post_recv
 //	DecodeRecvWQE  device: qpmgr.RecvRing.Fetch (rnic/qpmgr/recvring.go)
-//	PutCQE         device: qpmgr.CQ.Push (rnic/qpmgr/cq.go), a receive's WC
+//	PutRecvCQE     device: qpmgr.CQ.PushRecv (rnic/qpmgr/cq.go)
+//	PutCQE         tests: the whole CQE, the layout's reference
 //	GetCQE         client: verbs' CQ.poll, for CQ.Poll (verbs/cq.go); C: poll_cq
 //
 // A send's wr_id changes form three times before the application polls:

@@ -354,7 +354,10 @@ func DecodeRecvWQE(slot []byte, maxSGE int) (ib.RecvWR, error) {
 	return wr, nil
 }
 
-// PutCQE writes a completion into a CQE slot.
+// PutCQE writes a completion into a CQE slot: every field GetCQE reads.
+// The device writes its CQEs with PutSendCQE and PutRecvCQE, from its
+// records' fields; this is the codec's whole inverse, which the tests of
+// the layout and of the C header compare against.
 func PutCQE(slot []byte, wc *ib.WC) {
 	le.PutUint64(slot[0:], wc.WRID)
 	slot[8], slot[9], slot[10], slot[11] = uint8(wc.Status), uint8(wc.Opcode), uint8(wc.WCFlags), 0
@@ -376,6 +379,20 @@ func PutSendCQE(slot []byte, wrid uint64, st ib.WCStatus, op ib.WCOpcode, flags 
 	clear(slot[16:20])
 	le.PutUint32(slot[20:], qpn)
 	clear(slot[24:32])
+}
+
+// PutRecvCQE writes the completion of a receive WR into a CQE slot
+// straight from the device's receive record (the wr_id) and what the
+// responder learned of the message, with no WC between: a receive
+// completion's P_Key index is 0 (the port has one P_Key).
+func PutRecvCQE(slot []byte, wrid uint64, st ib.WCStatus, op ib.WCOpcode, flags ib.WCFlags, byteLen, imm, qpn, srcQP uint32) {
+	le.PutUint64(slot[0:], wrid)
+	slot[8], slot[9], slot[10], slot[11] = uint8(st), uint8(op), uint8(flags), 0
+	le.PutUint32(slot[12:], byteLen)
+	le.PutUint32(slot[16:], imm)
+	le.PutUint32(slot[20:], qpn)
+	le.PutUint32(slot[24:], srcQP)
+	clear(slot[28:32])
 }
 
 // Wake writes the 8-byte count 1 into the write end of a wake pipe (a

@@ -70,16 +70,20 @@
 // engine (engine.pollHosts, rnic/engine.go) polls the same QPRings
 // itself (QPRings.Poll, then Device.FetchSend).
 //
-// A receive WR's wr_id has one conversion more, as its completion has
-// fields the WQE lacks (byte_len, imm, src_qp): verbs' postRecv
-// (verbs/srq.go, for QP.PostRecv and SRQ.PostRecv) writes the slot
-// (abi.EncodeRecvWQE); the device's receive queue fetches it itself when
-// it runs empty or at a doorbell (qpmgr.RecvQueue.Pop or Refill in
-// rnic/qpmgr/rq.go, qpmgr.RecvRing.Fetch in rnic/qpmgr/recvring.go,
-// abi.DecodeRecvWQE into an ib.RecvWR); the responder (rnic/rx/responder.go)
-// makes the completion's ib.WC from it, which qpmgr.QP.CompleteRecv hands
-// to qpmgr.CQ.Push, which writes the slot (abi.PutCQE); CQ.Poll reads it
-// (abi.GetCQE). That is four conversions before the poll.
+// A receive WR's wr_id takes the same three: verbs' postRecv
+// (verbs/srq.go, for QP.PostRecv and SRQ.PostRecv) writes the slot with
+// abi.EncodeRecvWQE (conversion 1); the device's receive queue fetches
+// it itself when it runs empty or at a doorbell (qpmgr.RecvQueue.Pop or
+// Refill in rnic/qpmgr/rq.go, qpmgr.RecvRing.Fetch in
+// rnic/qpmgr/recvring.go), decoding it with abi.DecodeRecvWQE into the
+// device's record, an ib.RecvWR (conversion 2), which the responder
+// holds while the message arrives (qpmgr.RespState.WQE; a UD datagram's
+// is popped for it alone); the responder (rnic/rx/responder.go) then
+// completes that record with what it learned of the message
+// (qpmgr.RecvCompletion: byte_len, imm, src_qp, status), and
+// qpmgr.QP.CompleteRecv hands both to qpmgr.CQ.PushRecv, which writes the
+// CQE slot with abi.PutRecvCQE from the record's wr_id (conversion 3, no
+// ib.WC made between); CQ.Poll reads it (abi.GetCQE), the poll itself.
 //
 // Memory that the NIC reads or writes must come from Context.Alloc, which
 // returns memory the NIC can share; RegMR registers a slice of it. As in

@@ -43,22 +43,6 @@ func NewCQ(n int) *CQ {
 // Cap is the number of completions the CQ holds.
 func (c *CQ) Cap() int { return len(c.ring) }
 
-// Push appends a completion. solicited marks a receive completion of a
-// message whose sender set the solicited event bit.
-func (c *CQ) Push(wc ib.WC, solicited bool) error {
-	c.mu.Lock()
-	if c.cqe != nil || c.detached {
-		slot, err := c.hostSlot()
-		if slot != nil {
-			abi.PutCQE(slot, &wc)
-			c.cqe.publish(solicited, wc.Status)
-		}
-		c.mu.Unlock()
-		return err
-	}
-	return c.pushLocked(wc, solicited)
-}
-
 // hostSlot returns the host ring's slot for the next completion, nil
 // after DetachRing (the completion is dropped) or with ib.ErrCQOverrun;
 // the lock is held.
@@ -85,6 +69,41 @@ func (c *CQ) PushSend(wrid uint64, st ib.WCStatus, op ib.WCOpcode, flags ib.WCFl
 		return err
 	}
 	return c.pushLocked(ib.WC{WRID: wrid, Status: st, Opcode: op, WCFlags: flags, ByteLen: byteLen, QPNum: qpn}, false)
+}
+
+// RecvCompletion is what the responder learned of a received message
+// when it completes a receive WQE: every field of the receive CQE but the
+// wr_id, which the CQ writes straight from the WQE (PushRecv), and the
+// QPN, which is the QP's.
+type RecvCompletion struct {
+	Status  ib.WCStatus
+	Opcode  ib.WCOpcode
+	Flags   ib.WCFlags
+	ByteLen uint32
+	Imm     uint32 // the immediate data, or the rkey a SEND with invalidate invalidated
+	SrcQP   uint32 // UD: the sender's QPN
+	// Solicited marks a message whose sender set the solicited event
+	// bit, for a CQ armed for solicited completions only.
+	Solicited bool
+}
+
+// PushRecv completes a receive WQE: the completion of wr_id wrid on QP
+// qpn, c the rest. Into the host's ring it is written straight from
+// these (abi.PutRecvCQE), with no WC between; the CQ's own ring holds
+// WCs.
+func (c *CQ) PushRecv(wrid uint64, qpn uint32, rc *RecvCompletion) error {
+	c.mu.Lock()
+	if c.cqe != nil || c.detached {
+		slot, err := c.hostSlot()
+		if slot != nil {
+			abi.PutRecvCQE(slot, wrid, rc.Status, rc.Opcode, rc.Flags, rc.ByteLen, rc.Imm, qpn, rc.SrcQP)
+			c.cqe.publish(rc.Solicited, rc.Status)
+		}
+		c.mu.Unlock()
+		return err
+	}
+	return c.pushLocked(ib.WC{WRID: wrid, Status: rc.Status, Opcode: rc.Opcode, WCFlags: rc.Flags,
+		ByteLen: rc.ByteLen, Imm: rc.Imm, QPNum: qpn, SrcQP: rc.SrcQP}, rc.Solicited)
 }
 
 // pushLocked appends wc to the CQ's own ring and unlocks.

@@ -22,8 +22,9 @@ func SendCompletionEvent(qp *QP, st ib.WCStatus) trace.Event {
 	return e
 }
 
-// RecvCompletionEvent is the event of a receive completion wc on qp.
-func RecvCompletionEvent(qp *QP, wc *ib.WC) trace.Event {
-	return trace.Event{Module: trace.ModCompleter, Step: trace.StepComplete, QPN: qp.QPN, WRID: wc.WRID, Len: wc.ByteLen,
-		Arg: uint32(wc.Status), Flags: trace.FlagRecv | trace.FlagCQE}
+// RecvCompletionEvent is the event of the receive completion c of wr_id
+// wrid on qp.
+func RecvCompletionEvent(qp *QP, wrid uint64, c *RecvCompletion) trace.Event {
+	return trace.Event{Module: trace.ModCompleter, Step: trace.StepComplete, QPN: qp.QPN, WRID: wrid, Len: c.ByteLen,
+		Arg: uint32(c.Status), Flags: trace.FlagRecv | trace.FlagCQE}
 }

@@ -137,7 +137,7 @@ func TestHostRings(t *testing.T) {
 		t.Fatal("a wake with no arm and no waiter")
 	}
 	// Full (the client consumed nothing): an overrun.
-	if err := scq.Push(ib.WC{WRID: 4}, false); !errors.Is(err, ib.ErrCQOverrun) {
+	if err := scq.PushRecv(4, 0x11, &RecvCompletion{Opcode: ib.WCRecv}); !errors.Is(err, ib.ErrCQOverrun) {
 		t.Fatalf("push into a full ring: %v", err)
 	}
 	if overruns.Load() != 1 || !cqRing.Overrun() || cqRing.Producer() != 2 {
@@ -146,7 +146,7 @@ func TestHostRings(t *testing.T) {
 	// Detached: the ring's memory may go; nothing is written.
 	cqRing.SetConsumer(2)
 	scq.DetachRing()
-	if err := scq.Push(ib.WC{WRID: 5}, false); err != nil || cqRing.Producer() != 2 || scq.Len() != 0 {
+	if err := scq.PushRecv(5, 0x11, &RecvCompletion{Opcode: ib.WCRecv}); err != nil || cqRing.Producer() != 2 || scq.Len() != 0 {
 		t.Fatalf("push after DetachRing: %v, producer %d, %d in the CQ's own ring", err, cqRing.Producer(), scq.Len())
 	}
 

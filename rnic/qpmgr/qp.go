@@ -538,7 +538,7 @@ func (qp *QP) flush() {
 
 func (qp *QP) completeRecvFlush(wr ib.RecvWR) {
 	qp.Recv().retire()
-	qp.pushRecv(ib.WC{WRID: wr.WRID, Status: ib.WCWRFlushErr, Opcode: ib.WCRecv, QPNum: qp.QPN}, false)
+	qp.pushRecv(wr.WRID, &RecvCompletion{Status: ib.WCWRFlushErr, Opcode: ib.WCRecv})
 }
 
 // Flush completes, with WR_FLUSH_ERR, any WQE posted while in ERR.
@@ -695,11 +695,12 @@ func (qp *QP) completeSend(w *SendWQE, st ib.WCStatus) {
 	}
 }
 
-// CompleteRecv posts a receive completion.
-func (qp *QP) CompleteRecv(wc ib.WC, solicited bool) {
-	wc.QPNum = qp.QPN
+// CompleteRecv completes the receive WQE wr (the device's record of it,
+// as its receive queue fetched it) with c: its slot is retired and its
+// CQE written from wr's wr_id and c.
+func (qp *QP) CompleteRecv(wr *ib.RecvWR, c *RecvCompletion) {
 	qp.Recv().retire()
-	qp.pushRecv(wc, solicited)
+	qp.pushRecv(wr.WRID, c)
 }
 
 // FailSend completes, with status st, a send WQE the host interface
@@ -718,11 +719,11 @@ func (qp *QP) FailSend(wr ib.SendWR, st ib.WCStatus) {
 // and could not hand the queue; the source retired it already. Call with
 // the lock held.
 func (qp *QP) FailRecv(wrid uint64, st ib.WCStatus) {
-	qp.pushRecv(ib.WC{WRID: wrid, Status: st, Opcode: ib.WCRecv, QPNum: qp.QPN}, false)
+	qp.pushRecv(wrid, &RecvCompletion{Status: st, Opcode: ib.WCRecv})
 }
 
-func (qp *QP) pushRecv(wc ib.WC, solicited bool) {
-	if err := qp.RecvCQ.Push(wc, solicited); err != nil {
+func (qp *QP) pushRecv(wrid uint64, c *RecvCompletion) {
+	if err := qp.RecvCQ.PushRecv(wrid, qp.QPN, c); err != nil {
 		qp.Counters.Inc(ib.SendErr)
 	}
 }

@@ -100,12 +100,14 @@ func (r *Responder) respondRC(qp *qpmgr.QP, p bth.Packet, tx qpmgr.TX) {
 	}
 }
 
-// completeRecv posts a receive completion, telling the trace.
-func (r *Responder) completeRecv(qp *qpmgr.QP, wc ib.WC, solicited bool) {
+// completeRecv completes the receive WQE wr with c, telling the trace.
+// The CQE is written from wr's wr_id and c (qpmgr.CQ.PushRecv): no WC is
+// made on the way.
+func (r *Responder) completeRecv(qp *qpmgr.QP, wr *ib.RecvWR, c *qpmgr.RecvCompletion) {
 	if r.Trace.On() {
-		r.Trace.Emit(qpmgr.RecvCompletionEvent(qp, &wc))
+		r.Trace.Emit(qpmgr.RecvCompletionEvent(qp, wr.WRID, c))
 	}
-	qp.CompleteRecv(wc, solicited)
+	qp.CompleteRecv(wr, c)
 }
 
 // tracePSN tells the trace of the responder's PSN check: d is the PSN's
@@ -157,7 +159,7 @@ func (r *Responder) checkRequest(qp *qpmgr.QP, p bth.Packet) (bth.Syndrome, bool
 func (r *Responder) fatal(qp *qpmgr.QP, tx qpmgr.TX, s bth.Syndrome, psn uint32, st ib.WCStatus) {
 	r.Ack.nak(qp, tx, s, psn)
 	if qp.Resp.HaveWQE {
-		r.completeRecv(qp, ib.WC{WRID: qp.Resp.WQE.WRID, Status: st, Opcode: ib.WCRecv}, false)
+		r.completeRecv(qp, &qp.Resp.WQE, &qpmgr.RecvCompletion{Status: st, Opcode: ib.WCRecv})
 		qp.Resp.HaveWQE = false
 	}
 	qp.EnterError()
@@ -207,13 +209,13 @@ func (r *Responder) send(qp *qpmgr.QP, p bth.Packet, tx qpmgr.TX) bool {
 		rs.InMsg = bth.FlagSend
 	}
 	if op.Is(bth.FlagLast) || op.Is(bth.FlagOnly) {
-		wc := ib.WC{WRID: rs.WQE.WRID, Opcode: ib.WCRecv, ByteLen: uint32(rs.Offset)}
+		c := qpmgr.RecvCompletion{Opcode: ib.WCRecv, ByteLen: uint32(rs.Offset), Solicited: p.BTH().SolicitedEvent()}
 		if op.Is(bth.FlagImm) {
-			wc.WCFlags, wc.Imm = ib.WCFlagWithImm, p.ImmDt().Imm()
+			c.Flags, c.Imm = ib.WCFlagWithImm, p.ImmDt().Imm()
 		}
 		if op.Is(bth.FlagInvalidate) {
 			rkey := p.IETH().RKey()
-			wc.WCFlags, wc.Imm = ib.WCFlagWithInv, rkey
+			c.Flags, c.Imm = ib.WCFlagWithInv, rkey
 			if err := r.DMA.Invalidate(qp.PD, rkey); err != nil {
 				r.fatal(qp, tx, bth.NAKInvalidRequest, psn, ib.WCRemInvReqErr)
 				return false
@@ -221,7 +223,7 @@ func (r *Responder) send(qp *qpmgr.QP, p bth.Packet, tx qpmgr.TX) bool {
 		}
 		rs.HaveWQE = false
 		r.Counters.Inc(ib.RDMARecvs)
-		r.completeRecv(qp, wc, p.BTH().SolicitedEvent())
+		r.completeRecv(qp, &rs.WQE, &c)
 	}
 	return true
 }
@@ -265,8 +267,8 @@ func (r *Responder) write(qp *qpmgr.QP, p bth.Packet, tx qpmgr.TX) bool {
 	if last && op.Is(bth.FlagImm) {
 		rs.HaveWQE = false
 		r.Counters.Inc(ib.RDMARecvs)
-		r.completeRecv(qp, ib.WC{WRID: rs.WQE.WRID, Opcode: ib.WCRecvRDMAWithImm, ByteLen: rs.WriteLen,
-			WCFlags: ib.WCFlagWithImm, Imm: p.ImmDt().Imm()}, p.BTH().SolicitedEvent())
+		r.completeRecv(qp, &rs.WQE, &qpmgr.RecvCompletion{Opcode: ib.WCRecvRDMAWithImm, ByteLen: rs.WriteLen,
+			Flags: ib.WCFlagWithImm, Imm: p.ImmDt().Imm(), Solicited: p.BTH().SolicitedEvent()})
 	}
 	return true
 }
@@ -475,16 +477,16 @@ func (r *Responder) respondUC(qp *qpmgr.QP, p bth.Packet) {
 	}
 	rs.InMsg = 0
 	if rs.HaveWQE && (op.Is(bth.FlagSend) || op.Is(bth.FlagImm)) {
-		wc := ib.WC{WRID: rs.WQE.WRID, Opcode: ib.WCRecv, ByteLen: uint32(rs.Offset)}
+		c := qpmgr.RecvCompletion{Opcode: ib.WCRecv, ByteLen: uint32(rs.Offset), Solicited: p.BTH().SolicitedEvent()}
 		if op.Is(bth.FlagWrite) {
-			wc.Opcode, wc.ByteLen = ib.WCRecvRDMAWithImm, rs.WriteLen
+			c.Opcode, c.ByteLen = ib.WCRecvRDMAWithImm, rs.WriteLen
 		}
 		if op.Is(bth.FlagImm) {
-			wc.WCFlags, wc.Imm = ib.WCFlagWithImm, p.ImmDt().Imm()
+			c.Flags, c.Imm = ib.WCFlagWithImm, p.ImmDt().Imm()
 		}
 		rs.HaveWQE = false
 		r.Counters.Inc(ib.RDMARecvs)
-		r.completeRecv(qp, wc, p.BTH().SolicitedEvent())
+		r.completeRecv(qp, &rs.WQE, &c)
 	}
 }
 
@@ -519,24 +521,24 @@ func (r *Responder) respondUD(qp *qpmgr.QP, p bth.Packet, b *ibudp.Buf) {
 		local = b.Dst // a multicast group's: the GRH's DGID is the MGID
 	}
 	putGRH(grh[:], b, local)
-	wc := ib.WC{WRID: wr.WRID, Opcode: ib.WCRecv, ByteLen: uint32(grhLen + p.PayloadLen()),
-		SrcQP: deth.SrcQP(), WCFlags: ib.WCFlagGRH}
+	c := qpmgr.RecvCompletion{Opcode: ib.WCRecv, ByteLen: uint32(grhLen + p.PayloadLen()),
+		SrcQP: deth.SrcQP(), Flags: ib.WCFlagGRH, Solicited: p.BTH().SolicitedEvent()}
 	if p.Opcode().Is(bth.FlagImm) {
-		wc.WCFlags |= ib.WCFlagWithImm
-		wc.Imm = p.ImmDt().Imm()
+		c.Flags |= ib.WCFlagWithImm
+		c.Imm = p.ImmDt().Imm()
 	}
 	err := r.DMA.Scatter(qp.PD, wr.SGL, 0, grh[:])
 	if err == nil {
 		err = r.DMA.Scatter(qp.PD, wr.SGL, grhLen, p.Payload())
 	}
 	if err != nil {
-		wc.Status = ib.WCLocProtErr
+		c.Status = ib.WCLocProtErr
 		if grhLen+p.PayloadLen() > sglLen(wr.SGL) {
-			wc.Status = ib.WCLocLenErr
+			c.Status = ib.WCLocLenErr
 		}
 	}
 	r.Counters.Inc(ib.RDMARecvs)
-	r.completeRecv(qp, wc, p.BTH().SolicitedEvent())
+	r.completeRecv(qp, &wr, &c)
 }
 
 // putGRH writes the GRH area of a UD receive: for IPv4 the IPv4 header the
