@@ -78,7 +78,10 @@ func (tb *toolBench) cmPair(t *testing.T, lib, srvBin string, srvArgs []string, 
 }
 
 // TestCLibCMSync runs the C test program cmsync: a synchronous
-// rdma_connect where nobody listens fails with ECONNREFUSED; a
+// rdma_connect where nobody listens fails with ECONNREFUSED; an address
+// no rnicd holds does not bind, 127.0.0.1 does (as on rxe, where rping
+// -s -a 127.0.0.1 listens) and a listener there hears a connect to
+// 127.0.0.1 and not one from the other rnicd to its address; a
 // synchronous listener
 // on rnicA gets a synchronous client's connect request from rnicB with
 // rdma_get_request (its QP made from rdma_create_ep's attributes), both
@@ -96,6 +99,7 @@ func TestCLibCMSync(t *testing.T) {
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	want := "rdma_connect where nobody listens: ECONNREFUSED, id->event REJECTED with status 8\n" +
+		"rdma_bind_addr: 198.51.100.7 EADDRNOTAVAIL; 127.0.0.1 listens, heard on 127.0.0.1 only\n" +
 		"rdma_get_request: a connect request from " + tb.b.addr.String() + ", its QP made\n" +
 		"rdma_accept returned with ESTABLISHED\n" +
 		"rdma_init_qp_attr: INIT, RTR (the client's QPN) and RTS\n" +

@@ -486,6 +486,18 @@ static struct cm_event *connect_request(struct cm_channel *ch, struct cm_dev *d,
 		uint16_t sport;
 		memcpy(&sport, pd + 2, 2);
 		gid_to_addr(dst, rdma_get_src_port(&l->id), &c->id.route.addr.src_storage);
+		/* A listener bound to 127.0.0.1 (or ::1) hears every device, as
+		 * the wildcard's does, but only what was sent to a loopback
+		 * address, as the kernel's listener matches its bound address
+		 * against the request's (cma_match_private_data): a server
+		 * that bound 127.0.0.1 is not reached from another host. */
+		if (is_loopback(&l->id.route.addr.src_addr) && !is_loopback(&c->id.route.addr.src_addr)) {
+			pthread_cond_destroy(&c->acked);
+			free(c);
+			free(e);
+			cm_destroy_id(d, w->id); /* the REQ is rejected */
+			return NULL;
+		}
 		gid_to_addr(src, sport, &c->id.route.addr.dst_storage);
 		pd += 36;
 		n -= 36;

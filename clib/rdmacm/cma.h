@@ -62,6 +62,7 @@ int dev_index(struct cm_dev *d);
 struct cm_dev *dev_owning(const struct sockaddr *a);
 struct cm_dev *dev_route(const struct sockaddr *dst);
 int is_wildcard(const struct sockaddr *a);
+int is_loopback(const struct sockaddr *a);
 void addr_to_gid(const struct sockaddr *a, union ibv_gid *gid);
 void gid_to_addr(const uint8_t gid[16], uint16_t port_be, struct sockaddr_storage *out);
 socklen_t addr_len(const struct sockaddr *a);

@@ -133,6 +133,19 @@ int is_wildcard(const struct sockaddr *a)
 	return a->sa_family == AF_UNSPEC;
 }
 
+/* is_loopback: 127.0.0.1, ::1 or ::ffff:127.0.0.1. Only those: the rest
+ * of 127/8 is where rnicd on one host put their ports. */
+int is_loopback(const struct sockaddr *a)
+{
+	if (a->sa_family == AF_INET)
+		return ntohl(((const struct sockaddr_in *)a)->sin_addr.s_addr) == INADDR_LOOPBACK;
+	if (a->sa_family == AF_INET6) {
+		const struct in6_addr *v6 = &((const struct sockaddr_in6 *)a)->sin6_addr;
+		return IN6_IS_ADDR_LOOPBACK(v6) || (IN6_IS_ADDR_V4MAPPED(v6) && v6->s6_addr32[3] == htonl(INADDR_LOOPBACK));
+	}
+	return 0;
+}
+
 /* dev_owning is the rnicd whose port holds address a, or NULL. */
 struct cm_dev *dev_owning(const struct sockaddr *a)
 {

@@ -197,7 +197,14 @@ static int check_family(const struct sockaddr *a)
 }
 
 /* bind takes a's address and port (an ephemeral one for port 0); to the
- * rnicd that holds the address, unless it is the wildcard. */
+ * rnicd that holds the address, unless it is the wildcard or a loopback
+ * address no rnicd holds. The kernel's rdma_cm binds 127.0.0.1 too (rxe
+ * in Debian 12's kernel: rping -s -a 127.0.0.1 listens, where an address
+ * of no interface is EADDRNOTAVAIL), and a listen there is heard on every
+ * device, as the wildcard's: libfabric's verbs provider, given no node,
+ * binds "localhost" to check a message endpoint's domain, and without it
+ * fi_getinfo found no msg endpoint (ENODATA). The address stays the
+ * program's, so rdma_get_local_addr answers 127.0.0.1. */
 static int bind_id(struct cm_id *c, const struct sockaddr *a)
 {
 	int err = check_family(a);
@@ -208,7 +215,7 @@ static int bind_id(struct cm_id *c, const struct sockaddr *a)
 	memcpy(&s, a, addr_len(a));
 	if (!*port_of((struct sockaddr *)&s))
 		*port_of((struct sockaddr *)&s) = ephemeral_port();
-	if (is_wildcard(a)) {
+	if (is_wildcard(a) || (is_loopback(a) && !dev_owning(a))) {
 		c->wild = 1;
 	} else {
 		struct cm_dev *d = dev_owning(a);
@@ -241,20 +248,11 @@ EXPORT int rdma_bind_addr(struct rdma_cm_id *id, struct sockaddr *addr)
 }
 
 /* loopback_dst says whether dst is 127.0.0.1, ::1 or the wildcard and
- * no rnicd's port holds it. Only those: the rest of 127/8 is where
- * rnicd on one host put their ports (a daemon another directory holds
- * is not in this process's list, and a connect to it must leave). */
+ * no rnicd's port holds it (a daemon another directory holds is not in
+ * this process's list, and a connect to it must leave). */
 static int loopback_dst(const struct sockaddr *dst)
 {
-	if (dev_owning(dst))
-		return 0;
-	if (dst->sa_family == AF_INET)
-		return ntohl(((const struct sockaddr_in *)dst)->sin_addr.s_addr) == INADDR_LOOPBACK || is_wildcard(dst);
-	if (dst->sa_family == AF_INET6) {
-		const struct in6_addr *a = &((const struct sockaddr_in6 *)dst)->sin6_addr;
-		return IN6_IS_ADDR_LOOPBACK(a) || is_wildcard(dst) || (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr32[3] == htonl(INADDR_LOOPBACK));
-	}
-	return 0;
+	return !dev_owning(dst) && (is_loopback(dst) || is_wildcard(dst));
 }
 
 EXPORT int rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src_addr, struct sockaddr *dst_addr,

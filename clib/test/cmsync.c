@@ -16,7 +16,8 @@
  * client's ID then moves to a second channel (rdma_migrate_id); the
  * server's rdma_disconnect returns with its DISCONNECTED, and the
  * client's DISCONNECTED arrives on the second channel, none on the
- * first. Each step prints one line; the last is PASS.
+ * first. Before them, loopback_listener binds 127.0.0.1 as the kernel's
+ * rdma_cm does. Each step prints one line; the last is PASS.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -141,6 +142,87 @@ static void *server(void *arg)
 	return NULL;
 }
 
+/* connect_from makes an ID on channel ch (NULL: synchronous), from src
+ * (NULL: the route's) to dst:dport, with a QP, and connects it. */
+static struct rdma_cm_id *connect_from(struct rdma_event_channel *ch, const char *src, const char *dst, int dport)
+{
+	struct rdma_cm_id *id;
+	struct sockaddr_in s, d;
+	if (rdma_create_id(ch, &id, NULL, RDMA_PS_TCP))
+		fail("rdma_create_id");
+	if (src)
+		addr(src, 0, &s);
+	addr(dst, dport, &d);
+	if (rdma_resolve_addr(id, src ? (struct sockaddr *)&s : NULL, (struct sockaddr *)&d, 2000))
+		fail("rdma_resolve_addr");
+	if (ch)
+		rdma_ack_cm_event(next(ch, RDMA_CM_EVENT_ADDR_RESOLVED));
+	if (rdma_resolve_route(id, 2000))
+		fail("rdma_resolve_route");
+	if (ch)
+		rdma_ack_cm_event(next(ch, RDMA_CM_EVENT_ROUTE_RESOLVED));
+	struct ibv_qp_init_attr qa = {.cap = {.max_send_wr = 1, .max_recv_wr = 1, .max_send_sge = 1, .max_recv_sge = 1},
+				      .qp_type = IBV_QPT_RC};
+	if (rdma_create_qp(id, NULL, &qa))
+		fail("rdma_create_qp");
+	return id;
+}
+
+/* loopback_listener: an address no interface holds does not bind; a
+ * listener bound to 127.0.0.1 keeps that address and is heard on
+ * 127.0.0.1 only, as the kernel's: a connect from the client's rnicd to
+ * the server's address at its port is refused, one to 127.0.0.1 brings
+ * its CONNECT_REQUEST, addressed to 127.0.0.1. */
+static void loopback_listener(void)
+{
+	struct rdma_cm_id *bad, *lid;
+	struct sockaddr_in a;
+	if (rdma_create_id(NULL, &bad, NULL, RDMA_PS_TCP))
+		fail("rdma_create_id");
+	addr("198.51.100.7", 0, &a);
+	if (rdma_bind_addr(bad, (struct sockaddr *)&a) != -1 || errno != EADDRNOTAVAIL)
+		fail("rdma_bind_addr of an address no rnicd holds");
+	rdma_destroy_id(bad);
+
+	struct rdma_event_channel *lch = rdma_create_event_channel();
+	if (!lch || rdma_create_id(lch, &lid, NULL, RDMA_PS_TCP))
+		fail("rdma_create_id (listener)");
+	int lport = atoi(port) + 2;
+	addr("127.0.0.1", lport, &a);
+	if (rdma_bind_addr(lid, (struct sockaddr *)&a) || rdma_listen(lid, 1))
+		fail("rdma_bind_addr 127.0.0.1, rdma_listen");
+	struct sockaddr_in *la = (struct sockaddr_in *)rdma_get_local_addr(lid);
+	if (la->sin_addr.s_addr != htonl(INADDR_LOOPBACK) || ntohs(la->sin_port) != lport)
+		fail("the listener's local address");
+
+	struct rdma_cm_id *far = connect_from(NULL, cli_addr, srv_addr, lport);
+	if (rdma_connect(far, NULL) != -1 || errno != ECONNREFUSED)
+		fail("rdma_connect to the server's address, heard by a listener on 127.0.0.1");
+	rdma_destroy_qp(far);
+	rdma_destroy_id(far);
+
+	struct rdma_event_channel *cch = rdma_create_event_channel();
+	if (!cch)
+		fail("rdma_create_event_channel");
+	struct rdma_cm_id *near = connect_from(cch, NULL, "127.0.0.1", lport);
+	if (rdma_connect(near, NULL))
+		fail("rdma_connect to 127.0.0.1");
+	struct rdma_cm_event *e = next(lch, RDMA_CM_EVENT_CONNECT_REQUEST);
+	struct sockaddr_in *to = (struct sockaddr_in *)rdma_get_local_addr(e->id);
+	if (e->listen_id != lid || to->sin_addr.s_addr != htonl(INADDR_LOOPBACK))
+		fail("the connect request to 127.0.0.1");
+	if (rdma_reject(e->id, NULL, 0))
+		fail("rdma_reject");
+	rdma_ack_cm_event(e);
+	rdma_ack_cm_event(next(cch, RDMA_CM_EVENT_REJECTED));
+	rdma_destroy_qp(near);
+	rdma_destroy_id(near);
+	rdma_destroy_event_channel(cch);
+	rdma_destroy_id(lid);
+	rdma_destroy_event_channel(lch);
+	printf("rdma_bind_addr: 198.51.100.7 EADDRNOTAVAIL; 127.0.0.1 listens, heard on 127.0.0.1 only\n");
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 4) {
@@ -170,6 +252,7 @@ int main(int argc, char **argv)
 		fail("rdma_connect where nobody listens");
 	rdma_destroy_ep(rid);
 	printf("rdma_connect where nobody listens: ECONNREFUSED, id->event REJECTED with status 8\n");
+	loopback_listener();
 
 	pthread_t th;
 	pthread_create(&th, NULL, server, NULL);
