@@ -14,7 +14,7 @@ func (c *conn) queryPort(object, abi.Body, []int) (abi.Body, []int, error) {
 }
 
 func (c *conn) counters(object, abi.Body, []int) (abi.Body, []int, error) {
-	m := c.s.dev.Counters()
+	m := c.s.dev.Observer().Counters()
 	for k, v := range c.s.Counters() {
 		m[k] = v
 	}
@@ -39,7 +39,7 @@ func (c *conn) listQPs(_ object, b abi.Body, _ []int) (abi.Body, []int, error) {
 			q := o.(*qpObj)
 			row.PID, row.Comm = uint32(q.owner.pid), q.owner.comm
 		}
-		st := c.s.dev.Status(qp)
+		st := c.s.dev.Observer().Status(qp)
 		row.Type, row.State, row.PathMTU = qp.Type, st.Attr.State, st.Attr.PathMTU
 		row.SQPSN, row.RQPSN, row.DestQPN = st.SQPSN, st.RQPSN, st.Attr.DestQPN
 		row.Dest = st.Attr.AH.DGID

@@ -50,8 +50,8 @@
 // the new WQEs from the ring (rnic.SendRing, rnic.RecvRing, whose
 // decoders check only that a WQE fits its slot), validates each with its
 // one validator and queues it. A WQE that fails completes with
-// LOC_QP_OP_ERR and the QP goes to ERR through the device
-// (Device.FetchSend, FailRecv), as a NIC does at WQE fetch. The consumer
+// LOC_QP_OP_ERR and the QP goes to ERR through the device (its WQE
+// fetch, rnic/fetch.go), as a NIC does at WQE fetch. The consumer
 // index of a work queue advances as the engine retires its WQEs, before
 // their completions are visible, so a client never has more WQEs
 // outstanding than the queue holds. With the device's polling engine

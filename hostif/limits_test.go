@@ -218,8 +218,8 @@ func TestMcastLimit(t *testing.T) {
 	if err := attach(0); err != nil {
 		t.Fatalf("attaching an attached QP again: %v", err)
 	}
-	if h := held(n); h["hostif_held_mcast"] != 2 || len(n.dev.McastGroups()) != 2 {
-		t.Fatalf("held %v, groups %v", h, n.dev.McastGroups())
+	if h := held(n); h["hostif_held_mcast"] != 2 || len(n.dev.Observer().McastGroups()) != 2 {
+		t.Fatalf("held %v, groups %v", h, n.dev.Observer().McastGroups())
 	}
 	// What the client does not hold it cannot detach, nor get a charge
 	// back for: a group never attached, a unicast GID, a group twice.
@@ -245,7 +245,7 @@ func TestMcastLimit(t *testing.T) {
 		t.Fatalf("after a detach: %v", err)
 	}
 	call(t, c, abi.KindDestroyQP, &abi.Handle{H: qp.H}, nil, &abi.Empty{})
-	if h := held(n); h["hostif_held_mcast"] != 0 || len(n.dev.McastGroups()) != 0 {
-		t.Fatalf("after the destroy: held %v, groups %v", h, n.dev.McastGroups())
+	if h := held(n); h["hostif_held_mcast"] != 0 || len(n.dev.Observer().McastGroups()) != 0 {
+		t.Fatalf("after the destroy: held %v, groups %v", h, n.dev.Observer().McastGroups())
 	}
 }

@@ -168,7 +168,7 @@ func (q *qpObj) cost() Quota {
 // release destroys the QP; its outstanding WQEs complete no more
 // (ibv_destroy_qp).
 func (q *qpObj) release(c *conn) error {
-	c.s.dev.Unwatch(q.rings)
+	q.rings.StopPolling()
 	// What the client posted to an RTS QP and the engine has not
 	// fetched yet goes to the device, whose destroy sends it
 	// (rnic.Device.DestroyQP): a client whose doorbell the polling engine

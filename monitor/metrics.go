@@ -62,7 +62,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		for name, v := range d.counters() {
 			emit("rnicd_"+name+"_total", help(counterHelp, name, "Device"), prometheus.CounterValue, float64(v), dev)
 		}
-		d.Dev.PortStats().Each(func(name string, v uint64) {
+		d.Dev.Observer().PortStats().Each(func(name string, v uint64) {
 			emit("rnicd_port_"+name+"_total", help(portHelp, name, "Port"), prometheus.CounterValue, float64(v), dev)
 		})
 		if d.Faulty != nil {
@@ -79,7 +79,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 				emit("rnicd_fault_link_queue_peak_bytes", "The most bytes the injected bottleneck link's queue held.", prometheus.GaugeValue, float64(fc.QueuePeak), l)
 			}
 		}
-		emit("rnicd_doorbell_depth", "QPs waiting on the send pipeline's run list.", prometheus.GaugeValue, float64(d.Dev.DoorbellDepth()), dev)
+		emit("rnicd_doorbell_depth", "QPs waiting on the send pipeline's run list.", prometheus.GaugeValue, float64(d.Dev.Observer().DoorbellDepth()), dev)
 		type typeState struct{ typ, state string }
 		count := map[typeState]int{}
 		for _, q := range d.qps() {

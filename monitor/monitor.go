@@ -64,7 +64,7 @@ func (d Device) view() view { return view{Device: d} }
 
 // counters are d's device counters and those of its other blocks.
 func (d view) counters() map[string]uint64 {
-	m := d.Dev.Counters()
+	m := d.Dev.Observer().Counters()
 	if d.Counters != nil {
 		for k, v := range d.Counters() {
 			m[k] = v
@@ -77,7 +77,7 @@ func (d view) counters() map[string]uint64 {
 func (d view) faultStats() fault.Stats { return d.Faulty.FaultStats() }
 
 // qps is the device's QP table: every QP of every client.
-func (d view) qps() []rnic.QPInfo { return d.Dev.QPInfo() }
+func (d view) qps() []rnic.QPInfo { return d.Dev.Observer().QPInfo() }
 
 // Config says what to show.
 type Config struct {
@@ -231,9 +231,9 @@ func (m *Monitor) State() State {
 		d := dev.view()
 		pa := d.Dev.QueryPort()
 		ds := DeviceState{Name: d.Dev.Name(), Addr: pa.Addr.String(), GID: pa.GID.String(), MTU: pa.ActiveMTU,
-			Counters: d.counters(), Port: map[string]uint64{}, Doorbell: d.Dev.DoorbellDepth(), QPs: []QPState{},
-			CC: d.Dev.CongestionControl()}
-		d.Dev.PortStats().Each(func(name string, v uint64) { ds.Port[name] = v })
+			Counters: d.counters(), Port: map[string]uint64{}, Doorbell: d.Dev.Observer().DoorbellDepth(), QPs: []QPState{},
+			CC: d.Dev.Observer().CongestionControl()}
+		d.Dev.Observer().PortStats().Each(func(name string, v uint64) { ds.Port[name] = v })
 		if d.Faulty != nil {
 			fs := d.faultStats()
 			ds.Fault = &fs

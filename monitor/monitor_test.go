@@ -150,7 +150,7 @@ func TestMetrics(t *testing.T) {
 		}
 	}
 	// Every device counter is exported under its name.
-	for name, v := range a.Dev.Counters() {
+	for name, v := range a.Dev.Observer().Counters() {
 		if g := got[`rnicd_`+name+`_total{device="rnic0"}`]; g != float64(v) {
 			t.Errorf("counter %s: /metrics %v, device %d", name, g, v)
 		}

@@ -160,7 +160,7 @@ func (m *Monitor) lanes() []Lane {
 	}
 	live := map[string][]uint32{}
 	for _, d := range m.cfg.Devices {
-		for _, q := range d.Dev.QPInfo() {
+		for _, q := range d.Dev.Observer().QPInfo() {
 			if q.Dest.IsValid() {
 				name := q.Dest.String()
 				m.notePeer(name)
@@ -252,7 +252,7 @@ type qpKey struct {
 func (b *qpBook) refresh() {
 	b.byLocal, b.byRemote, b.fresh = map[qpKey]rnic.QPInfo{}, map[qpKey]rnic.QPInfo{}, true
 	for _, d := range b.devs {
-		for _, q := range d.Dev.QPInfo() {
+		for _, q := range d.Dev.Observer().QPInfo() {
 			b.byLocal[qpKey{d.Dev.Name(), q.QPN}] = q
 			if q.DestQPN != 0 {
 				b.byRemote[qpKey{d.Dev.Name(), q.DestQPN}] = q

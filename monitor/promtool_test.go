@@ -53,7 +53,7 @@ func TestMetricsPromtool(t *testing.T) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("no %q in /metrics after b marked %d packets and a handled %d CNPs",
-				rate, b.Faulty.FaultStats().RX.Marked, a.Dev.Counters()["rp_cnp_handled"])
+				rate, b.Faulty.FaultStats().RX.Marked, a.Dev.Observer().Counters()["rp_cnp_handled"])
 		}
 	}
 	for _, want := range []string{"rnicd_qp_cc_alpha_ratio{", "rnicd_fault_link_queue_peak_bytes{", "rnicd_qp_info{", "go_goroutines ", "process_open_fds "} {

@@ -179,7 +179,7 @@ func TestWebView(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, e := range []*rnictest.End{a, b} {
-		for _, q := range e.Dev.QPInfo() {
+		for _, q := range e.Dev.Observer().QPInfo() {
 			sel := fmt.Sprintf(`.device[data-name=%q] tr.qp[data-qpn="%d"]`, e.Dev.Name(), q.QPN)
 			cond := fmt.Sprintf(`(() => { const r = document.querySelector(%q); return !!r && r.querySelector(".sqpsn").textContent === "0x%06x" && r.querySelector(".rqpsn").textContent === "0x%06x" && r.cells[0].textContent === "0x%x" && r.cells[2].textContent === %q; })()`,
 				sel, q.SQPSN, q.RQPSN, q.QPN, q.State)
@@ -351,7 +351,7 @@ func TestWebViewDCQCN(t *testing.T) {
 	if _, err := chromedp.Run(wctx, chrometest.WaitTrue(enough)); err != nil {
 		parts, _ := chromedp.Run(ctx, chromedp.Evaluate[[]any](fmt.Sprintf(`[!!document.querySelector(%q), (history[%q] || []).length, +((document.querySelector(%q)||{dataset:{}}).dataset.max||0)]`, rateSel, a.Dev.Name(), queueSel)))
 		t.Fatalf("charts never drew 8 rate samples and a queue: %v; rate line, polls, queue max: %v; congestion point's peak %d B, b np_cnp_sent %d, a rp_cnp_handled %d",
-			err, parts, b.Faulty.FaultStats().RX.QueuePeak, b.Dev.Counters()["np_cnp_sent"], a.Dev.Counters()["rp_cnp_handled"])
+			err, parts, b.Faulty.FaultStats().RX.QueuePeak, b.Dev.Observer().Counters()["np_cnp_sent"], a.Dev.Observer().Counters()["rp_cnp_handled"])
 	}
 	type line struct {
 		N        int     `json:"n"`
@@ -438,7 +438,7 @@ func TestWebViewDCQCN(t *testing.T) {
 		if n := len(order); n < 3 || order[n-3] != "Completer" || order[n-2] != "Flow Control" || order[n-1] != "Port" {
 			t.Errorf("%s blocks %q: want Completer, Flow Control, Port at the end", e.Dev.Name(), order)
 		}
-		c := e.Dev.Counters()
+		c := e.Dev.Observer().Counters()
 		for _, name := range []string{"np_ecn_marked_roce_packets", "np_cnp_sent", "rp_cnp_handled", "rp_cnp_ignored"} {
 			cond := fmt.Sprintf(`Array.from(document.querySelectorAll('.device[data-name=%q] .block[data-name="Flow Control"] .group.totals .fig')).some(f => f.textContent === %q)`,
 				e.Dev.Name(), fmt.Sprintf("%s %d", name, c[name]))
@@ -447,8 +447,8 @@ func TestWebViewDCQCN(t *testing.T) {
 			}
 		}
 	}
-	if c := b.Dev.Counters(); c["np_cnp_sent"] == 0 || a.Dev.Counters()["rp_cnp_handled"] == 0 {
-		t.Errorf("no congestion: b sent %d CNPs, a handled %d", c["np_cnp_sent"], a.Dev.Counters()["rp_cnp_handled"])
+	if c := b.Dev.Observer().Counters(); c["np_cnp_sent"] == 0 || a.Dev.Observer().Counters()["rp_cnp_handled"] == 0 {
+		t.Errorf("no congestion: b sent %d CNPs, a handled %d", c["np_cnp_sent"], a.Dev.Observer().Counters()["rp_cnp_handled"])
 	}
 	// /metrics has the same counters by mlx5's names, and a's QP's rate,
 	// target and alpha.
@@ -459,7 +459,7 @@ func TestWebViewDCQCN(t *testing.T) {
 	var body bytes.Buffer
 	body.ReadFrom(resp.Body)
 	resp.Body.Close()
-	bc := b.Dev.Counters()
+	bc := b.Dev.Observer().Counters()
 	for _, want := range []string{
 		fmt.Sprintf("rnicd_np_ecn_marked_roce_packets_total{device=%q} %d\n", b.Dev.Name(), bc["np_ecn_marked_roce_packets"]),
 		fmt.Sprintf("rnicd_np_cnp_sent_total{device=%q} %d\n", b.Dev.Name(), bc["np_cnp_sent"]),

@@ -123,8 +123,7 @@ func (q *queue) expireAcks() {
 // sendHeldAck sends qp's held ACK now, if it holds one: its application is
 // about to destroy it or change its state, and the peer waits for the ACK
 // of a message the application has seen complete.
-func (d *Device) sendHeldAck(qp *qpmgr.QP) {
-	q := d.queueOf(qp)
+func (q *queue) sendHeldAck(qp *qpmgr.QP) {
 	q.sendMu.Lock()
 	qp.Lock()
 	sent := q.rx.Resp.Ack.SendHeld(qp, q.sendTX)
@@ -136,11 +135,11 @@ func (d *Device) sendHeldAck(qp *qpmgr.QP) {
 	}
 }
 
-// EnterError moves qp to ERR, its WQEs flushed, once any ACK it holds is
+// enterError moves qp to ERR, its WQEs flushed, once any ACK it holds is
 // sent: the application may have seen that message complete, and the
 // peer would retry it against a QP that answers no more.
-func (d *Device) EnterError(qp *qpmgr.QP) {
-	d.sendHeldAck(qp)
+func (q *queue) enterError(qp *qpmgr.QP) {
+	q.sendHeldAck(qp)
 	qp.Lock()
 	qp.EnterError()
 	qp.Unlock()

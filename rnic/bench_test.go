@@ -78,7 +78,7 @@ func runBW(b *testing.B, op ib.WROpcode, o pairOpts) {
 			select {
 			case <-p.a.cq.Ready():
 			case <-time.After(10 * time.Second):
-				b.Fatalf("stalled at %d of %d; %v", done, b.N, p.a.dev.Counters())
+				b.Fatalf("stalled at %d of %d; %v", done, b.N, p.a.dev.Observer().Counters())
 			}
 		}
 		for _, wc := range wcs[:n] {
@@ -93,7 +93,7 @@ func runBW(b *testing.B, op ib.WROpcode, o pairOpts) {
 		}
 	}
 	b.StopTimer()
-	b.ReportMetric(float64(p.a.dev.Counters()["retransmitted_pkts"])/float64(b.N), "retx/op")
+	b.ReportMetric(float64(p.a.dev.Observer().Counters()["retransmitted_pkts"])/float64(b.N), "retx/op")
 }
 
 // BenchmarkRCWriteLat is one signaled 8-byte RDMA WRITE at a time: the

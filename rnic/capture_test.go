@@ -37,7 +37,7 @@ func TestCaptureTshark(t *testing.T) {
 	}
 	p := newPair(t, pairOpts{mtu: 1024, retry: 7})
 	a, b := p.a, p.b
-	a.dev.SetCapture(w)
+	a.dev.Observer().SetCapture(w)
 
 	fill(a.mem[:8192], 1)
 	fill(b.mem[8192:16384], 2)
@@ -62,7 +62,7 @@ func TestCaptureTshark(t *testing.T) {
 	sameBytes(t, "READ data", a.mem[16384:16384+2500], b.mem[8192:8192+2500])
 	// The last ACK may still be on its way into the capture: stop
 	// capturing only once the device has seen it (the completions say so).
-	a.dev.SetCapture(nil)
+	a.dev.Observer().SetCapture(nil)
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}

@@ -61,8 +61,8 @@ func (c *coalescer) mayWait(qp *qpmgr.QP, wqes []qpmgr.SendWQE) bool {
 }
 
 // add puts qp on the list of QPs whose posts wait, once.
-func (c *coalescer) add(d *Device, qp *qpmgr.QP) {
-	d.queues[0].counters.Inc(ib.PostDeferred) // one engine (Open)
+func (c *coalescer) add(p *pipelines, qp *qpmgr.QP) {
+	p.queues[0].counters.Inc(ib.PostDeferred) // one engine (Open)
 	if qp.Coalesced.Swap(true) {
 		return
 	}
@@ -75,7 +75,7 @@ func (c *coalescer) add(d *Device, qp *qpmgr.QP) {
 // flush sends the waiting posts of every QP on the list, in the caller's
 // goroutine and one batch to the port if the send pipeline is idle, else
 // through the pipeline's run list. A nil coalescer has nothing to send.
-func (c *coalescer) flush(d *Device) {
+func (c *coalescer) flush(p *pipelines) {
 	if c == nil || c.n.Load() == 0 {
 		return
 	}
@@ -88,7 +88,7 @@ func (c *coalescer) flush(d *Device) {
 		qp.Coalesced.Store(false)
 	}
 	// A device that coalesces posts has one engine (Open).
-	q := d.queues[0]
+	q := p.queues[0]
 	if !q.sendMu.TryLock() {
 		for _, qp := range qps {
 			q.kick(qp)

@@ -45,7 +45,7 @@ func settle(t *testing.T, p *pair, cnps bool) uint64 {
 	t.Helper()
 	counted := func() (uint64, bool) {
 		st := p.b.faulty.FaultStats().RX
-		b, a := p.b.dev.Counters(), p.a.dev.Counters()
+		b, a := p.b.dev.Observer().Counters(), p.a.dev.Observer().Counters()
 		ok := st.QueueDepth == 0 && b["np_ecn_marked_roce_packets"] == st.Marked
 		if cnps {
 			ok = ok && b["np_cnp_sent"] == st.Marked && a["rp_cnp_handled"]+a["rp_cnp_ignored"] == st.Marked
@@ -78,13 +78,13 @@ func TestDCQCNEndToEnd(t *testing.T) {
 	// The QP's rate now, when the last CNPs came: left alone, the
 	// reaction point climbs back to the line rate within tens of ms.
 	var qi rnic.QPInfo
-	for _, q := range p.a.dev.QPInfo() {
+	for _, q := range p.a.dev.Observer().QPInfo() {
 		if q.QPN == p.qa.QPN {
 			qi = q
 		}
 	}
 	marked := settle(t, p, true)
-	a, b := p.a.dev.Counters(), p.b.dev.Counters()
+	a, b := p.a.dev.Observer().Counters(), p.b.dev.Observer().Counters()
 	if marked == 0 || b["np_ecn_marked_roce_packets"] != marked || b["np_cnp_sent"] != marked {
 		t.Fatalf("link marked %d; b: np_ecn_marked_roce_packets %d np_cnp_sent %d", marked, b["np_ecn_marked_roce_packets"], b["np_cnp_sent"])
 	}
@@ -92,7 +92,7 @@ func TestDCQCNEndToEnd(t *testing.T) {
 	deadline := time.Now().Add(5 * time.Second)
 	for a["rp_cnp_handled"] != marked && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
-		a = p.a.dev.Counters()
+		a = p.a.dev.Observer().Counters()
 	}
 	if a["rp_cnp_handled"] != marked || a["rp_cnp_ignored"] != 0 || b["rp_cnp_handled"] != 0 {
 		t.Fatalf("a handled %d CNPs and ignored %d, b sent %d", a["rp_cnp_handled"], a["rp_cnp_ignored"], b["np_cnp_sent"])
@@ -100,8 +100,8 @@ func TestDCQCNEndToEnd(t *testing.T) {
 	if !qi.CC.HasCongestion || qi.CC.CurrentRate == 0 || qi.CC.CurrentRate >= 10e9 || qi.CC.Alpha > 1023 {
 		t.Fatalf("a's QP after %d CNPs: %+v", marked, qi.CC)
 	}
-	if p.a.dev.CongestionControl() != "dcqcn" {
-		t.Fatal(p.a.dev.CongestionControl())
+	if p.a.dev.Observer().CongestionControl() != "dcqcn" {
+		t.Fatal(p.a.dev.Observer().CongestionControl())
 	}
 }
 
@@ -112,7 +112,7 @@ func TestNoCCNotECT(t *testing.T) {
 	if st := p.b.faulty.FaultStats().RX; st.Marked != 0 || st.LinkPackets == 0 {
 		t.Fatalf("link %+v", st)
 	}
-	if b := p.b.dev.Counters(); b["np_ecn_marked_roce_packets"] != 0 || b["np_cnp_sent"] != 0 {
+	if b := p.b.dev.Observer().Counters(); b["np_ecn_marked_roce_packets"] != 0 || b["np_cnp_sent"] != 0 {
 		t.Fatalf("b: %v", b)
 	}
 }
@@ -122,7 +122,7 @@ func TestNoCCNotECT(t *testing.T) {
 func TestNoCCNoCNP(t *testing.T) {
 	p := congested(t, pairOpts{cc: "dcqcn", ccB: "none"})
 	marked := settle(t, p, false)
-	b, a := p.b.dev.Counters(), p.a.dev.Counters()
+	b, a := p.b.dev.Observer().Counters(), p.a.dev.Observer().Counters()
 	if marked == 0 || b["np_ecn_marked_roce_packets"] != marked || b["np_cnp_sent"] != 0 || a["rp_cnp_handled"] != 0 {
 		t.Fatalf("marked %d; b %d marked, %d CNPs; a handled %d", marked, b["np_ecn_marked_roce_packets"], b["np_cnp_sent"], a["rp_cnp_handled"])
 	}

@@ -11,9 +11,7 @@ import (
 	"github.com/rnicd/rnicd/rnic/dma"
 	"github.com/rnicd/rnicd/rnic/flowctl"
 	"github.com/rnicd/rnicd/rnic/qpmgr"
-	"github.com/rnicd/rnicd/rnic/rx"
 	"github.com/rnicd/rnicd/rnic/trace"
-	"github.com/rnicd/rnicd/rnic/wqe"
 	"github.com/rnicd/rnicd/wire/bth"
 	"github.com/rnicd/rnicd/wire/ibudp"
 	"github.com/rnicd/rnicd/wire/steer"
@@ -76,8 +74,9 @@ type Config struct {
 	EnginePorts []ibudp.Port
 	// PollIdle, if positive, runs the polling engine (engine.go) in
 	// place of the two pipelines on a port that can be polled: it polls
-	// the host queues it is given (Watch) and the port while there is
-	// work, and sleeps after PollIdle without any (rnicd -poll-idle).
+	// the host queues it is given (AttachQPRings, AttachSRQRing) and the
+	// port while there is work, and sleeps after PollIdle without any
+	// (rnicd -poll-idle).
 	PollIdle time.Duration
 }
 
@@ -87,17 +86,17 @@ type Config struct {
 // = 67 ms is perftest's).
 const DefaultAckHold = 200 * time.Microsecond
 
-// Device is one RDMA device with one port.
+// Device is one RDMA device with one port, as a program sees it: the
+// verbs (objects.go, post.go, mcast.go), the host rings a daemon hands it
+// (hostrings.go) and the calls that order or wake the engines (Fence,
+// Wake, PollRx). The work behind them is its pipelines' (pipeline.go);
+// what it counts and shows is its Observer's (observer.go).
 type Device struct {
 	name  string
 	probe *trace.Probe // nil: no tracing
-	tap   portTap
-	port  ibudp.Port // queue 0's: the port's address and MTU
-	batch int
+	port  ibudp.Port   // queue 0's: the port's address and MTU
 	dma   *dma.Table
 	qps   *qpmgr.Table
-	req   wqe.Engine
-	fc    *flowctl.Manager
 	gsi   *GSI // QP1 (gsi.go)
 	// mcast is the multicast groups QPs are attached to (mcast.go).
 	mcast mcastTable
@@ -105,18 +104,12 @@ type Device struct {
 	mu     sync.Mutex
 	nextPD dma.PD
 
-	// queues are the engines, each with the QPs steered to its socket
-	// (queue.go); one without Config.EnginePorts.
-	queues []*queue
-	// coalesce holds the QPs whose posts wait for an ACK or a poll
-	// (coalesce.go); nil without Config.CoalescePosts.
-	coalesce *coalescer
-	// epoch is when the device opened: the clock of the queues'
-	// recoverUntil (lossspin.go).
-	epoch time.Time
+	// pipes are the engines that fetch, validate, queue and run the
+	// WQEs and handle the packets (pipeline.go).
+	pipes pipelines
+	// obs is the statistics and capture block (observer.go).
+	obs Observer
 
-	done      chan struct{}
-	wg        sync.WaitGroup
 	closeOnce sync.Once
 }
 
@@ -159,74 +152,64 @@ func Open(cfg Config) (*Device, error) {
 		name:   cfg.Name,
 		probe:  cfg.Trace.Probe(cfg.Name),
 		port:   cfg.Port,
-		batch:  cfg.Batch,
 		dma:    dma.NewTable(),
 		qps:    qpmgr.NewTableRange(cfg.QPNFirst, cmp.Or(cfg.QPNLast, bth.QPNMask)),
 		nextPD: 1,
-		done:   make(chan struct{}),
-		epoch:  time.Now(),
 	}
-	fc, err := flowctl.New(flowctl.Config{Algorithm: cfg.CC, Params: cfg.CCParams,
-		Window: min(max(cfg.Window, 0), flowctl.MaxWindow), Emit: d.rateEvent})
-	if err != nil {
-		return nil, fmt.Errorf("rnic: %w", err)
+	if err := d.pipes.init(cfg, ports, d.probe, d.dma, d.qps); err != nil {
+		return nil, err
 	}
-	d.fc = fc
-	d.req = wqe.Engine{DMA: d.dma, Trace: d.probe, FC: fc, Paced: d.pace, CopyPayload: cfg.CopyPayload}
-	if cfg.CoalescePosts {
-		d.coalesce = &coalescer{}
-	}
-	for i, p := range ports {
-		q := d.newQueue(i, p)
-		q.rx = rx.Handler{QPs: d.qps, Counters: &q.counters, Trace: d.probe, FC: fc,
-			Resp: rx.Responder{DMA: d.dma, Counters: &q.counters, LocalAddr: cfg.Port.Addr(), Trace: d.probe,
-				Ack: rx.Acker{Counters: &q.counters, Trace: d.probe, Hold: q.holdAck, Recovering: q.lossSeen}},
-			Comp: rx.Completer{DMA: d.dma, Counters: &q.counters, Trace: d.probe, FC: fc,
-				Retry7Forever: cfg.Retry7Forever, Recovering: q.lossSeen}}
-		switch {
-		case cfg.AckHold == 0:
-			q.rx.Resp.Ack.AckHold = DefaultAckHold
-		case cfg.AckHold > 0:
-			q.rx.Resp.Ack.AckHold = cfg.AckHold
-		}
-		d.queues = append(d.queues, q)
-	}
+	d.obs = Observer{qps: d.qps, pipes: &d.pipes, mcast: &d.mcast}
+	var err error
 	if d.gsi, err = newGSI(d); err != nil {
 		return nil, err
 	}
-	d.tap.probe = d.probe
-	d.updateTap()
-	if _, ok := d.port.(ibudp.Poller); ok && cfg.PollIdle > 0 {
-		for _, q := range d.queues {
-			q.eng = &engine{idle: cfg.PollIdle, asleep: true, arm: make(chan struct{}, 1)}
-		}
-		for _, q := range d.queues {
-			d.wg.Add(1)
-			go q.runEngine(q.port.(ibudp.Poller))
-		}
-		return d, nil
-	}
-	q := d.queues[0]
-	d.wg.Add(2)
-	go q.sendPipeline()
-	go q.recvPipeline()
+	d.obs.tap.probe = d.probe
+	d.obs.updateTap()
+	d.pipes.start(cfg.PollIdle)
 	return d, nil
 }
+
+// The engines as a program drives them: the calls below are what the
+// host interface and an in-process application need of the pipelines
+// besides the verbs.
+
+// Fence orders the caller's memory accesses with the device's: whatever
+// the pipelines wrote into registered memory before the call is visible
+// after it, and whatever the caller wrote before it is what they read
+// after. A real NIC's DMA is ordered by the PCIe fabric and the CPU's
+// barriers; here both sides are goroutines, and Go's memory model (and
+// its race detector) needs a synchronizing operation between them. A CQE
+// polled from a CQ of this device is one already; Fence is for memory a
+// peer wrote or will read, whose only signal arrived over the network.
+func (d *Device) Fence() { d.pipes.fence() }
+
+// PollRx runs the receive pipeline once in the caller's goroutine: it
+// takes the packets waiting on the port, without blocking, and handles
+// them. An application that spins on a CQ calls it (through verbs) so
+// that a message's packets are handled on the thread that waits for it,
+// with no wake-up of the pipeline's goroutine on the way: busy polling,
+// as Linux runs a driver's NAPI poll in a busy-polling socket reader. It
+// returns how many packets it handled: 0 if none was there, if the port
+// cannot be polled, or if the pipeline is at work already. First it sends
+// what the application posted since its last poll and left waiting (post
+// coalescing, coalesce.go).
+func (d *Device) PollRx() int { return d.pipes.pollRx() }
+
+// Wake wakes the engines that sleep: a doorbell message arrived. A client
+// rings only when its rings' engine said it sleeps, so this is rare.
+func (d *Device) Wake() { d.pipes.wake() }
+
+// EnterError moves qp to ERR, its WQEs flushed, once any ACK it holds is
+// sent: the application may have seen that message complete, and the
+// peer would retry it against a QP that answers no more.
+func (d *Device) EnterError(qp *QP) { d.pipes.queueOf(qp).enterError(qp) }
 
 // Close stops the pipelines, destroys every QP and closes the port.
 func (d *Device) Close() error {
 	var err error
 	d.closeOnce.Do(func() {
-		close(d.done)
-		for _, q := range d.queues {
-			if e := q.port.Close(); e != nil && err == nil {
-				err = e
-			}
-		}
-		d.wg.Wait()
-		for _, q := range d.queues {
-			q.held.stop()
-		}
+		err = d.pipes.stop()
 		for _, qp := range d.qps.All() {
 			qp.Destroy()
 		}
@@ -240,3 +223,11 @@ func (d *Device) Probe() *trace.Probe { return d.probe }
 
 // Name is the device's name.
 func (d *Device) Name() string { return d.name }
+
+// Port returns the device's port.
+func (d *Device) Port() ibudp.Port { return d.port }
+
+// Observer returns the device's statistics and capture block: its
+// counters, its QPs' status, its engines' and port's counters, and the
+// packet capture (observer.go).
+func (d *Device) Observer() *Observer { return &d.obs }

@@ -1,7 +1,21 @@
-// Package rnic is the device: the verbs interface of the NIC (protection
-// domains, memory regions, completion queues, shared receive queues,
-// queue pairs, PostSend, PostRecv) and the two pipelines that run its
-// engines, one goroutine each:
+// Package rnic is the device, in three blocks:
+//
+//   - Device is the verbs facade a program calls (hostif, verbs' local
+//     NIC, the CM agent): protection domains, memory regions, completion
+//     queues, shared receive queues, queue pairs, PostSend, PostRecv,
+//     multicast (objects.go, post.go, mcast.go), the host rings a daemon
+//     hands over (hostrings.go) and the calls that order or wake the
+//     engines (Fence, Wake, PollRx). It owns the MR and QP tables.
+//   - The pipelines (pipeline.go) do the work behind the verbs: the WQE
+//     fetch and its one validator (fetch.go), the run list and the
+//     doorbell, and the engines, one queue each (queue.go) with its RX
+//     packet handler, held ACKs (ackhold.go) and counters.
+//   - Observer (observer.go, Device.Observer) is the statistics and
+//     capture block: counters, QP status, engine and port counters, the
+//     packet capture (tap.go). Nothing on the data path calls it.
+//
+// Without the polling engine, the one queue runs two pipelines, one
+// goroutine each:
 //
 //   - the send pipeline takes doorbells and timer expiries and runs the WQE
 //     engine (package wqe) of each QP that has work;

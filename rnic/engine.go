@@ -30,7 +30,7 @@ import (
 // client stores its producer index, then reads the word: Dekker's order),
 // so that a post that missed the word is seen. Asleep, it waits for the
 // port's socket (a watcher goroutine in WaitRecv, so that Go's netpoller
-// holds the descriptor) or a kick: a doorbell message (Wake), a timer or
+// holds the descriptor) or a kick: a doorbell message (Device.Wake), a timer or
 // a post in this process (kick). It follows Google Snap's engines, which
 // spin while busy and block when idle, and vhost-user's polling mode.
 //
@@ -62,7 +62,7 @@ type engine struct {
 	idle time.Duration
 
 	// mu guards hosts and asleep, and is held over each pass of the
-	// engine over hosts, so that Unwatch returns only once the engine
+	// engine over hosts, so that unwatch returns only once the engine
 	// is done with the queue (its memory may go then).
 	mu     sync.Mutex
 	hosts  []HostQueue
@@ -71,22 +71,22 @@ type engine struct {
 	arm chan struct{} // the engine sleeps: the watcher waits for the port
 }
 
-// Polling reports whether the device runs a polling engine (Config.PollIdle).
-func (d *Device) Polling() bool { return d.queues[0].eng != nil }
+// polling reports whether the device runs a polling engine (Config.PollIdle).
+func (p *pipelines) polling() bool { return p.queues[0].eng != nil }
 
-// Watch makes the engine of key poll h: a QP's rings go to the engine of
+// watch makes the engine of key poll h: a QP's rings go to the engine of
 // its QPN (key), the only one that receives its packets; an SRQ, which
 // QPs of every engine share, to the engine of any key (its handle
 // spreads them). h's asleep word is written at once. Without an engine
-// Watch does nothing, and h's asleep word keeps saying that every post
+// watch does nothing, and h's asleep word keeps saying that every post
 // needs a doorbell.
 //
 // A sleeping engine is woken only if h holds posts already: one that
 // comes later reads the asleep word and rings. Waking it for nothing
 // flipped the word of a ring the caller had just seen asleep
 // (TestPollingEngineFetches, 2 engines under -race).
-func (d *Device) Watch(h HostQueue, key uint32) {
-	q := d.queues[d.EngineOf(key)]
+func (p *pipelines) watch(h HostQueue, key uint32) {
+	q := p.queues[p.engineOf(key)]
 	e := q.eng
 	if e == nil {
 		return
@@ -101,9 +101,9 @@ func (d *Device) Watch(h HostQueue, key uint32) {
 	}
 }
 
-// Unwatch stops polling h; after it returns no engine touches h.
-func (d *Device) Unwatch(h HostQueue) {
-	for _, q := range d.queues {
+// unwatch stops polling h; after it returns no engine touches h.
+func (p *pipelines) unwatch(h HostQueue) {
+	for _, q := range p.queues {
 		e := q.eng
 		if e == nil {
 			return
@@ -116,10 +116,9 @@ func (d *Device) Unwatch(h HostQueue) {
 	}
 }
 
-// Wake wakes the engines that sleep: a doorbell message arrived. A client
-// rings only when its rings' engine said it sleeps, so this is rare.
-func (d *Device) Wake() {
-	for _, q := range d.queues {
+// wake wakes the engines that sleep: a doorbell message arrived.
+func (p *pipelines) wake() {
+	for _, q := range p.queues {
 		q.wake()
 	}
 }
@@ -183,12 +182,12 @@ const spinYield = 1
 
 // runEngine is the engine's loop (see above).
 func (q *queue) runEngine(p ibudp.Poller) {
-	d := q.d
-	defer d.wg.Done()
+	pp := q.p
+	defer pp.wg.Done()
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	e := q.eng
-	d.wg.Add(1)
+	pp.wg.Add(1)
 	go q.watchPort(p)
 	last := time.Now()
 	empty := 0
@@ -197,7 +196,7 @@ func (q *queue) runEngine(p ibudp.Poller) {
 		q.recvMu.Lock()
 		n, err := q.receive(p)
 		q.recvMu.Unlock()
-		if err != nil && d.portGone(err) {
+		if err != nil && pp.portGone(err) {
 			return
 		}
 		if q.runSendQueue() || work || n > 0 {
@@ -231,7 +230,7 @@ func (q *queue) runEngine(p ibudp.Poller) {
 		}
 		select {
 		case <-q.bell:
-		case <-d.done:
+		case <-pp.done:
 			return
 		}
 		e.setAsleep(false)
@@ -242,17 +241,16 @@ func (q *queue) runEngine(p ibudp.Poller) {
 // watchPort waits, for the sleeping engine, until the port has a packet,
 // and wakes it.
 func (q *queue) watchPort(p ibudp.Poller) {
-	d := q.d
-	defer d.wg.Done()
+	defer q.p.wg.Done()
 	for {
 		select {
 		case <-q.eng.arm:
-		case <-d.done:
+		case <-q.p.done:
 			return
 		}
 		err := p.WaitRecv()
 		q.wake()
-		if err != nil && d.portGone(err) {
+		if err != nil && q.p.portGone(err) {
 			return
 		}
 	}

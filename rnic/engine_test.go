@@ -260,7 +260,7 @@ func TestUCBackToBack(t *testing.T) {
 		checkWC(t, got[i], ib.WC{WRID: uint64(10 + i), Opcode: ib.WCRecv, ByteLen: uint32(n), QPNum: p.qb.QPN})
 		sameBytes(t, fmt.Sprintf("UC SEND %d", i), b.mem[i*4096:i*4096+n], a.mem[i*4096:i*4096+n])
 	}
-	if c := b.dev.Counters()["drop_uc_message"]; c != 0 {
+	if c := b.dev.Observer().Counters()["drop_uc_message"]; c != 0 {
 		t.Fatalf("drop_uc_message = %d", c)
 	}
 }

@@ -29,8 +29,8 @@ func testEnginesOwnTheirQPs(t *testing.T, engines int) {
 	o := pairOpts{typ: ib.QPTypeRC, retry: 7, sendWR: 1024, pollIdle: 50 * time.Microsecond, timeout: 20, mtu: 1024, engines: engines}
 	p := newPair(t, o)
 	a, b := p.a, p.b
-	if a.dev.Engines() != engines || b.dev.Engines() != engines {
-		t.Fatalf("devices run %d and %d engines, want %d", a.dev.Engines(), b.dev.Engines(), engines)
+	if a.dev.Observer().Engines() != engines || b.dev.Observer().Engines() != engines {
+		t.Fatalf("devices run %d and %d engines, want %d", a.dev.Observer().Engines(), b.dev.Observer().Engines(), engines)
 	}
 	// About four QP pairs on every engine, the pair of newPair among
 	// them; a pair whose QP on either side is on the last engine stays
@@ -92,7 +92,7 @@ func testEnginesOwnTheirQPs(t *testing.T, engines int) {
 	// The last ACK may still be on its way to a's engine: what a's
 	// engines received is checked once every completion is in, and is
 	// not counted by value (ACKs are coalesced per batch).
-	sa, sb := a.dev.EngineStats(), b.dev.EngineStats()
+	sa, sb := a.dev.Observer().EngineStats(), b.dev.Observer().EngineStats()
 	for e := range engines {
 		if sb[e].RxPackets != wantB[e] {
 			t.Errorf("b's engine %d received %d packets, want its QPs' %d (all: %+v)", e, sb[e].RxPackets, wantB[e], sb)

@@ -122,7 +122,7 @@ func TestRNRRetryZero(t *testing.T) {
 	checkWC(t, p.a.poll(1, 5*time.Second)[0], ib.WC{WRID: 1, Status: ib.WCRNRRetryExcErr, Opcode: ib.WCSend, QPNum: p.qa.QPN})
 	for n, name := range map[*node]string{p.a: "rcvd_rnr_err", p.b: "send_rnr_err"} {
 		if c := counter(n, name); c != 1 {
-			t.Errorf("%s = %d, want 1; counters %v", name, c, n.dev.Counters())
+			t.Errorf("%s = %d, want 1; counters %v", name, c, n.dev.Observer().Counters())
 		}
 	}
 	if c := counter(p.a, "retry_rnr_exceeded_err"); c != 1 {
@@ -180,7 +180,7 @@ func waitCounter(t *testing.T, n *node, name string, want uint64, d time.Duratio
 	t.Helper()
 	for end := time.Now().Add(d); counter(n, name) < want; time.Sleep(time.Millisecond) {
 		if time.Now().After(end) {
-			t.Fatalf("%s = %d after %v, want %d or more; counters %v", name, counter(n, name), d, want, n.dev.Counters())
+			t.Fatalf("%s = %d after %v, want %d or more; counters %v", name, counter(n, name), d, want, n.dev.Observer().Counters())
 		}
 	}
 }

@@ -110,18 +110,18 @@ func runFairness(b *testing.B, cc, params string) {
 	st := recv.faulty.FaultStats().RX
 	var retx uint64
 	for _, s := range senders {
-		retx += s.dev.Counters()["retransmitted_pkts"]
+		retx += s.dev.Observer().Counters()["retransmitted_pkts"]
 	}
 	for _, s := range senders {
-		for _, q := range s.dev.QPInfo() {
+		for _, q := range s.dev.Observer().QPInfo() {
 			if q.Type == "RC" {
 				b.Logf("%s qp %#x: %+v", s.dev.Name(), q.QPN, q.CC)
 			}
 		}
-		cs := s.dev.Counters()
+		cs := s.dev.Observer().Counters()
 		b.Logf("%s: rp_cnp_handled %d rp_cnp_ignored %d sent %d", s.dev.Name(), cs["rp_cnp_handled"], cs["rp_cnp_ignored"], cs["sent_pkts"])
 	}
-	b.Logf("receiver: np_cnp_sent %d np_ecn_marked %d", recv.dev.Counters()["np_cnp_sent"], recv.dev.Counters()["np_ecn_marked_roce_packets"])
+	b.Logf("receiver: np_cnp_sent %d np_ecn_marked %d", recv.dev.Observer().Counters()["np_cnp_sent"], recv.dev.Observer().Counters()["np_ecn_marked_roce_packets"])
 	b.ReportMetric(sum*msg/capacity*100, "%goodput")
 	b.ReportMetric(jain, "jain")
 	b.ReportMetric(float64(st.LinkDropped), "drops")

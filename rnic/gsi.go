@@ -81,7 +81,7 @@ func newGSI(d *Device) (*GSI, error) {
 	g.qp, err = qpmgr.New(qpmgr.Config{
 		QPN: GSIQPN, Type: ib.QPTypeUD, PD: gsiPD, SendCQ: g.sendCQ, RecvCQ: g.recvCQ,
 		Caps:    ib.QPCap{MaxSendWR: gsiSlots, MaxRecvWR: gsiRecvSlots, MaxSendSGE: 1, MaxRecvSGE: 1},
-		PortMTU: d.port.MTU(), Counters: d.countersOf(GSIQPN), Kick: d.kick,
+		PortMTU: d.port.MTU(), Counters: d.pipes.countersOf(GSIQPN), Kick: d.pipes.kick,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("rnic: GSI QP: %w", err)

@@ -290,10 +290,10 @@ func (n *node) poll(want int, timeout time.Duration) []ib.WC {
 		case <-deadline.C:
 			n.logQPs()
 			if n.peer != nil {
-				n.t.Logf("peer: counters %v", n.peer.dev.Counters())
+				n.t.Logf("peer: counters %v", n.peer.dev.Observer().Counters())
 				n.peer.logQPs()
 			}
-			n.t.Fatalf("got %d of %d completions, none in the last %v; counters %v", len(out), want, timeout, n.dev.Counters())
+			n.t.Fatalf("got %d of %d completions, none in the last %v; counters %v", len(out), want, timeout, n.dev.Observer().Counters())
 		}
 	}
 	n.fence()
@@ -391,7 +391,7 @@ func mustRecv(t testing.TB, n *node, qp *rnic.QP, wrs ...ib.RecvWR) {
 }
 
 func counter(n *node, name string) uint64 {
-	v, ok := n.dev.Counters()[name]
+	v, ok := n.dev.Observer().Counters()[name]
 	if !ok {
 		panic(fmt.Sprintf("no counter %q", name))
 	}

@@ -44,7 +44,7 @@ func (d *Device) AttachQPRings(qp *QP, sq, rq *abi.Ring, maxRecvSGE int, bad *at
 		r.recv = qp.RQ.AttachRing(rq, maxRecvSGE)
 	}
 	r.send = qp.AttachSendRing(sq)
-	d.Watch(r, qp.QPN)
+	d.pipes.watch(r, qp.QPN)
 	return r
 }
 
@@ -52,12 +52,18 @@ func (d *Device) AttachQPRings(qp *QP, sq, rq *abi.Ring, maxRecvSGE int, bad *at
 // engine polls them no more and nothing is retired into them, so their
 // memory may go.
 func (d *Device) DetachQPRings(r *QPRings) {
-	d.Unwatch(r)
+	d.pipes.unwatch(r)
 	r.qp.AttachSendRing(nil)
 	if r.recv != nil {
 		r.qp.RQ.SetSource(nil)
 	}
 }
+
+// StopPolling stops the polling engine's polls of r: once it returns,
+// only the doorbells (SendDoorbell, RecvDoorbell) fetch from its rings.
+// DetachQPRings does it too; a destroy does it first, so that the engine
+// does not fetch while the QP goes.
+func (r *QPRings) StopPolling() { r.d.pipes.unwatch(r) }
 
 // HasRecv reports whether the QP has a receive ring of its own (no SRQ).
 func (r *QPRings) HasRecv() bool { return r.recv != nil }
@@ -108,8 +114,8 @@ func (r *QPRings) SetAsleep(on bool) {
 }
 
 // SendDoorbell is the send doorbell: the device fetches, validates and
-// queues the send WQEs posted since its last fetch (Device.FetchSend).
-// It returns the first refused WQE's error.
+// queues the send WQEs posted since its last fetch (the WQE fetch,
+// fetch.go). It returns the first refused WQE's error.
 func (r *QPRings) SendDoorbell() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -166,7 +172,7 @@ func (r *QPRings) Modify(attr *ib.QPAttr, mask ib.AttrMask) error {
 
 // fetchSend fetches from the send ring; mu is held.
 func (r *QPRings) fetchSend() error {
-	failed, err := r.d.FetchSend(r.qp)
+	failed, err := r.d.pipes.fetchSend(r.qp)
 	r.bad.Add(uint64(failed))
 	return err
 }
@@ -175,7 +181,7 @@ func (r *QPRings) fetchSend() error {
 func (r *QPRings) fetchRecv() error {
 	qp := r.qp
 	r.recvSeen.Store(r.recv.Ring().Producer())
-	r.d.RefillRecv(qp)
+	refillRecv(qp)
 	bad, broken := r.recv.Faults()
 	if broken != nil {
 		r.recvBroken.Store(true)
@@ -185,7 +191,7 @@ func (r *QPRings) fetchRecv() error {
 	}
 	for _, b := range bad {
 		r.bad.Add(1)
-		r.d.FailRecv(qp, b.WRID)
+		r.d.pipes.failRecv(qp, b.WRID)
 	}
 	if len(bad) > 0 {
 		return fmt.Errorf("rnic: QP %#x receive WQE wr_id %d: %w", qp.QPN, bad[0].WRID, bad[0].Err)
@@ -210,14 +216,14 @@ type SRQRing struct {
 // fetch. DetachSRQRing undoes it.
 func (d *Device) AttachSRQRing(srq *SRQ, ring *abi.Ring, maxSGE int, key uint32, bad *atomic.Uint64) *SRQRing {
 	s := &SRQRing{d: d, srq: srq, ring: srq.AttachRing(ring, maxSGE), bad: bad}
-	d.Watch(s, key)
+	d.pipes.watch(s, key)
 	return s
 }
 
 // DetachSRQRing stops the engine's polls of s and the SRQ's fetches from
 // its ring: once it returns, the ring's memory may go.
 func (d *Device) DetachSRQRing(s *SRQRing) {
-	d.Unwatch(s)
+	d.pipes.unwatch(s)
 	s.srq.SetSource(nil)
 }
 

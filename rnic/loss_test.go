@@ -106,8 +106,8 @@ func TestLossRecovery(t *testing.T) {
 			o := batch[k]
 			i := r*round + k
 			if wc.Status != ib.WCSuccess {
-				t.Logf("a's counters: %v", a.dev.Counters())
-				t.Logf("b's counters: %v", b.dev.Counters())
+				t.Logf("a's counters: %v", a.dev.Observer().Counters())
+				t.Logf("b's counters: %v", b.dev.Observer().Counters())
 			}
 			checkWC(t, wc, ib.WC{WRID: uint64(i), Opcode: o.kind.WCOpcode(), ByteLen: uint32(o.size), QPNum: p.qa.QPN})
 			what := fmt.Sprintf("op %d (%v, %d bytes)", i, o.kind, o.size)
@@ -133,7 +133,7 @@ func TestLossRecovery(t *testing.T) {
 	if got := binary.NativeEndian.Uint64(b.mem[bAtom:]); got != addSum {
 		t.Fatalf("atomic word %d, want %d: an atomic ran twice or not at all", got, addSum)
 	}
-	ca, cb := a.dev.Counters(), b.dev.Counters()
+	ca, cb := a.dev.Observer().Counters(), b.dev.Observer().Counters()
 	t.Logf("requester: %v", ca)
 	t.Logf("responder: %v", cb)
 	t.Logf("faults: a %+v b %+v", a.faulty.FaultStats(), b.faulty.FaultStats())

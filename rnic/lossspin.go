@@ -39,11 +39,11 @@ func (q *queue) lossSeen(rtt time.Duration) {
 	if rtt > lossSpin {
 		return
 	}
-	q.recoverUntil.Store(int64(time.Since(q.d.epoch) + lossSpin))
+	q.recoverUntil.Store(int64(time.Since(q.p.epoch) + lossSpin))
 }
 
 // recovering reports whether the queue saw a loss less than lossSpin ago.
 func (q *queue) recovering() bool {
 	u := q.recoverUntil.Load()
-	return u != 0 && int64(time.Since(q.d.epoch)) < u
+	return u != 0 && int64(time.Since(q.p.epoch)) < u
 }

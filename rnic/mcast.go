@@ -55,7 +55,7 @@ type McastGroup struct {
 // or ff00::/8) of the port's address family. Attaching an attached QP
 // again changes nothing, as in rxe.
 func (d *Device) AttachMcast(qp *QP, gid [16]byte) error {
-	group, m, err := d.mcastTarget(qp, gid)
+	group, m, err := mcastTarget(d.port, qp, gid)
 	if err != nil {
 		return err
 	}
@@ -83,8 +83,8 @@ func (d *Device) AttachMcast(qp *QP, gid [16]byte) error {
 		}
 		if !t.running {
 			t.running = true
-			d.wg.Add(1)
-			go d.mcastPipeline(m)
+			d.pipes.wg.Add(1)
+			go d.pipes.mcastPipeline(m, t)
 		}
 	}
 	t.groups[group] = append(qps, qp)
@@ -97,13 +97,13 @@ func (d *Device) AttachMcast(qp *QP, gid [16]byte) error {
 // its limit is told what is wrong with its call rather than that it is
 // over the limit.
 func (d *Device) CheckAttachMcast(qp *QP, gid [16]byte) error {
-	_, _, err := d.mcastTarget(qp, gid)
+	_, _, err := mcastTarget(d.port, qp, gid)
 	return err
 }
 
-// mcastTarget checks that qp may attach to gid's group on this port and
+// mcastTarget checks that qp may attach to gid's group on port and
 // returns the group and the port's Multicaster.
-func (d *Device) mcastTarget(qp *QP, gid [16]byte) (netip.Addr, ibudp.Multicaster, error) {
+func mcastTarget(port ibudp.Port, qp *QP, gid [16]byte) (netip.Addr, ibudp.Multicaster, error) {
 	if qp.QPN == GSIQPN {
 		return netip.Addr{}, nil, ErrGSI
 	}
@@ -114,10 +114,10 @@ func (d *Device) mcastTarget(qp *QP, gid [16]byte) (netip.Addr, ibudp.Multicaste
 	if err != nil {
 		return netip.Addr{}, nil, fmt.Errorf("rnic: attach_mcast: %w", err)
 	}
-	if group.Is4() != d.port.Addr().Unmap().Is4() {
-		return netip.Addr{}, nil, fmt.Errorf("rnic: attach_mcast: group %v is not of the port's address family (%v)", group, d.port.Addr())
+	if group.Is4() != port.Addr().Unmap().Is4() {
+		return netip.Addr{}, nil, fmt.Errorf("rnic: attach_mcast: group %v is not of the port's address family (%v)", group, port.Addr())
 	}
-	m, ok := d.port.(ibudp.Multicaster)
+	m, ok := port.(ibudp.Multicaster)
 	if !ok {
 		return netip.Addr{}, nil, fmt.Errorf("rnic: attach_mcast: %w", ibudp.ErrNoMulticast)
 	}
@@ -134,16 +134,15 @@ func (d *Device) DetachMcast(qp *QP, gid [16]byte) error {
 	t := &d.mcast
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if !d.detachLocked(qp, group) {
+	if !t.detachLocked(d.port, qp, group) {
 		return fmt.Errorf("%w: QP %d, group %v", ErrNotAttached, qp.QPN, group)
 	}
 	return nil
 }
 
-// detachLocked takes qp off group's list, and the port off the group if
-// it was the last; false if it was not attached. t.mu is held.
-func (d *Device) detachLocked(qp *QP, group netip.Addr) bool {
-	t := &d.mcast
+// detachLocked takes qp off group's list, and port off the group if it
+// was the last; false if it was not attached. t.mu is held.
+func (t *mcastTable) detachLocked(port ibudp.Port, qp *QP, group netip.Addr) bool {
 	qps := t.groups[group]
 	i := slices.Index(qps, qp)
 	if i < 0 {
@@ -155,7 +154,7 @@ func (d *Device) detachLocked(qp *QP, group netip.Addr) bool {
 		return true
 	}
 	delete(t.groups, group)
-	if m, ok := d.port.(ibudp.Multicaster); ok {
+	if m, ok := port.(ibudp.Multicaster); ok {
 		m.LeaveMulticast(group) // the port closing leaves every group anyway
 	}
 	return true
@@ -163,20 +162,19 @@ func (d *Device) detachLocked(qp *QP, group netip.Addr) bool {
 
 // detachAll takes a QP that is going off every group (ibv_destroy_qp of
 // an attached QP detaches it, as rxe's rxe_qp_do_cleanup does).
-func (d *Device) detachAll(qp *QP) {
-	t := &d.mcast
+func (t *mcastTable) detachAll(port ibudp.Port, qp *QP) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for g, qps := range t.groups {
 		if slices.Contains(qps, qp) {
-			d.detachLocked(qp, g)
+			t.detachLocked(port, qp, g)
 		}
 	}
 }
 
-// McastGroups lists the groups QPs are attached to, sorted by address.
-func (d *Device) McastGroups() []McastGroup {
-	t := &d.mcast
+// list is the groups QPs are attached to, sorted by address
+// (Observer.McastGroups).
+func (t *mcastTable) list() []McastGroup {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	out := make([]McastGroup, 0, len(t.groups))
@@ -194,8 +192,8 @@ func (d *Device) McastGroups() []McastGroup {
 // mcastPipeline is the groups' receive pipeline: it takes their
 // datagrams off the port and hands each to every QP attached to its
 // group, under the receive lock of the QP's engine.
-func (d *Device) mcastPipeline(m ibudp.Multicaster) {
-	defer d.wg.Done()
+func (p *pipelines) mcastPipeline(m ibudp.Multicaster, t *mcastTable) {
+	defer p.wg.Done()
 	bufs := make([]*ibudp.Buf, 16)
 	for i := range bufs {
 		bufs[i] = ibudp.NewBuf()
@@ -204,20 +202,20 @@ func (d *Device) mcastPipeline(m ibudp.Multicaster) {
 	for {
 		n, err := m.RecvMulticast(bufs)
 		if err != nil {
-			if d.portGone(err) {
+			if p.portGone(err) {
 				return
 			}
 			continue
 		}
 		for _, b := range bufs[:n] {
-			qps = d.mcastQPs(b.Dst, qps[:0])
+			qps = t.qps(b.Dst, qps[:0])
 			if len(qps) == 0 {
 				// Left since it arrived.
-				d.queues[0].counters.Inc(ib.DropUnknownQP)
+				p.queues[0].counters.Inc(ib.DropUnknownQP)
 				continue
 			}
 			for _, qp := range qps {
-				q := d.queueOf(qp)
+				q := p.queueOf(qp)
 				q.recvMu.Lock()
 				q.rx.ReceiveMulticast(b, qp, q.recvTX)
 				q.recvTX.flush()
@@ -228,9 +226,8 @@ func (d *Device) mcastPipeline(m ibudp.Multicaster) {
 	}
 }
 
-// mcastQPs appends the QPs attached to group to dst.
-func (d *Device) mcastQPs(group netip.Addr, dst []*qpmgr.QP) []*qpmgr.QP {
-	t := &d.mcast
+// qps appends the QPs attached to group to dst.
+func (t *mcastTable) qps(group netip.Addr, dst []*qpmgr.QP) []*qpmgr.QP {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return append(dst, t.groups[group]...)

@@ -41,7 +41,7 @@ func TestMulticastUD(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if g := b.dev.McastGroups(); len(g) != 1 || g[0].Group != group || len(g[0].QPNs) != 3 {
+	if g := b.dev.Observer().McastGroups(); len(g) != 1 || g[0].Group != group || len(g[0].QPNs) != 3 {
 		t.Fatalf("groups %+v", g)
 	}
 	mustRecv(t, b, p.qb, ib.RecvWR{WRID: 1, SGL: []ib.SGE{sge(b, 0, 1064)}})
@@ -90,11 +90,11 @@ func TestMulticastUD(t *testing.T) {
 
 	// Destroying the attached QPs takes them off; the group goes with the last.
 	b.dev.DestroyQP(other)
-	if g := b.dev.McastGroups(); len(g) != 1 || len(g[0].QPNs) != 1 || g[0].QPNs[0] != p.qb.QPN {
+	if g := b.dev.Observer().McastGroups(); len(g) != 1 || len(g[0].QPNs) != 1 || g[0].QPNs[0] != p.qb.QPN {
 		t.Fatalf("groups after destroy: %+v", g)
 	}
 	b.dev.DestroyQP(p.qb)
-	if g := b.dev.McastGroups(); len(g) != 0 {
+	if g := b.dev.Observer().McastGroups(); len(g) != 0 {
 		t.Fatalf("groups after the last QP went: %+v", g)
 	}
 	send(12)
@@ -156,7 +156,7 @@ func TestMulticastAttachRefused(t *testing.T) {
 	if err := b.dev.AttachMcast(p.qb, netif.GIDFromAddr(netip.AddrFrom4(g4))); !errors.Is(err, rnic.ErrMcastLimit) || !strings.Contains(err.Error(), "max_mcast_grp") {
 		t.Fatalf("attach past max_mcast_grp: %v", err)
 	}
-	if n := len(b.dev.McastGroups()); n != rnic.MaxMcastGroups {
+	if n := len(b.dev.Observer().McastGroups()); n != rnic.MaxMcastGroups {
 		t.Fatalf("%d groups, want %d", n, rnic.MaxMcastGroups)
 	}
 }
@@ -205,7 +205,7 @@ func TestDestroyQPSendsPosted(t *testing.T) {
 func TestDestroyQPDrainBounded(t *testing.T) {
 	p := newPair(t, pairOpts{typ: ib.QPTypeUC, mtu: 256, memLen: 1 << 20})
 	a := p.a
-	before := a.dev.Counters()["sent_pkts"]
+	before := a.dev.Observer().Counters()["sent_pkts"]
 	release := a.dev.HoldSend()
 	for i := range 8 {
 		mustPost(t, a, p.qa, ib.SendWR{WRID: uint64(i), Opcode: ib.WRRDMAWrite, SGL: []ib.SGE{sge(a, 0, 1<<20)},
@@ -217,8 +217,8 @@ func TestDestroyQPDrainBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	const bound = (ib.MaxQPWR/64 + 1) * 64
-	if sent := a.dev.Counters()["sent_pkts"] - before; sent > bound {
+	if sent := a.dev.Observer().Counters()["sent_pkts"] - before; sent > bound {
 		t.Fatalf("the destroy sent %d packets, more than the drain's %d", sent, bound)
 	}
-	t.Logf("the destroy sent %d packets", a.dev.Counters()["sent_pkts"]-before)
+	t.Logf("the destroy sent %d packets", a.dev.Observer().Counters()["sent_pkts"]-before)
 }

@@ -8,7 +8,6 @@ import (
 	"github.com/rnicd/rnicd/ib"
 	"github.com/rnicd/rnicd/rnic/dma"
 	"github.com/rnicd/rnicd/rnic/qpmgr"
-	"github.com/rnicd/rnicd/wire/ibudp"
 	"github.com/rnicd/rnicd/wire/netif"
 )
 
@@ -103,7 +102,7 @@ func (d *Device) CreateQP(a QPInitAttr) (*QP, error) {
 	}
 	qp, err := qpmgr.New(qpmgr.Config{
 		QPN: qpn, Type: a.Type, PD: a.PD, SendCQ: a.SendCQ, RecvCQ: a.RecvCQ, SRQ: a.SRQ,
-		Caps: a.Caps, SigAll: a.SigAll, PortMTU: d.port.MTU(), Counters: d.countersOf(qpn), Kick: d.kick,
+		Caps: a.Caps, SigAll: a.SigAll, PortMTU: d.port.MTU(), Counters: d.pipes.countersOf(qpn), Kick: d.pipes.kick,
 	})
 	if err != nil {
 		d.qps.Remove(qpn)
@@ -119,7 +118,7 @@ func (d *Device) ModifyQP(qp *QP, attr *ib.QPAttr, mask ib.AttrMask) error {
 	if qp.QPN == GSIQPN {
 		return ErrGSI
 	}
-	d.sendHeldAck(qp) // owed for a message the application may have seen complete
+	d.pipes.queueOf(qp).sendHeldAck(qp) // owed for a message the application may have seen complete
 	return qp.Modify(attr, mask)
 }
 
@@ -135,63 +134,15 @@ func (d *Device) DestroyQP(qp *QP) error {
 	if qp.QPN == GSIQPN {
 		return ErrGSI
 	}
-	d.drainSend(qp)
-	d.awaitReceiveBatch(qp)
-	d.sendHeldAck(qp)
+	q := d.pipes.queueOf(qp)
+	q.drainSend(qp)
+	q.awaitReceiveBatch()
+	q.sendHeldAck(qp)
 	qp.Destroy()
-	d.detachAll(qp) // after Destroy: an attach that raced it finds it destroyed, or is undone here
+	d.mcast.detachAll(d.port, qp) // after Destroy: an attach that raced it finds it destroyed, or is undone here
 	d.qps.Remove(qp.QPN)
 	return nil
 }
-
-// drainSend sends what was posted to an RTS QP and not sent yet before
-// the QP goes, as rxe's QP cleanup lets its requester task drain
-// (rxe_cleanup_task): a program that posts unsignaled datagrams and
-// destroys the QP at once, as Debian's mckey does with its 10 multicast
-// SENDs, has them sent (without the drain its rnicd sent 1 of the 10 in
-// 1 run of 6). An RC QP sends what its window allows; nothing waits for
-// an ACK.
-func (d *Device) drainSend(qp *QP) {
-	qp.Lock()
-	rts := qp.State() == ib.QPSRTS
-	qp.Unlock()
-	if !rts {
-		return
-	}
-	q := d.queueOf(qp)
-	// The client chose what its ring holds: at most ib.MaxQPWR (16384)
-	// WQEs, each up to a 2 GiB message on RC and UC. So the drain is
-	// bounded by turns, not by WQEs: 257 turns of runBudget (64) packets,
-	// 16448 packets, send a full queue of UD datagrams (one packet each)
-	// and cut a UC queue of large WRITEs short (RC stops sooner, at its
-	// window). The send lock is taken a turn at a time, as the pipeline
-	// takes it for each QP on its run list, so that the other QPs of the
-	// engine send between the turns rather than after all of them.
-	for range ib.MaxQPWR/runBudget + 1 {
-		q.sendMu.Lock()
-		n := q.turn(qp)
-		q.sendMu.Unlock()
-		if n < runBudget {
-			return
-		}
-	}
-}
-
-// awaitReceiveBatch returns once the receive batch in progress, if any,
-// has ended. A batch pushes its completions before it sends the ACKs they
-// owe (rx.Acker.Flush, one per QP at the batch's end), so an application
-// may poll a receive completion and destroy the QP while the ACK is still
-// to leave; without the wait the peer retries, against nobody, a message
-// the application saw complete. A delayed ACK (sendHeldAck) is owed too.
-// The batch is that of qp's engine, the only one that receives for it.
-func (d *Device) awaitReceiveBatch(qp *QP) {
-	q := d.queueOf(qp)
-	q.recvMu.Lock()
-	q.recvMu.Unlock()
-}
-
-// Port returns the device's port.
-func (d *Device) Port() ibudp.Port { return d.port }
 
 // QPs returns every QP of the device but QP1, which is the device's own
 // (GSI), in QPN order (rdma res show qp).

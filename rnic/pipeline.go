@@ -2,17 +2,141 @@ package rnic
 
 import (
 	"errors"
+	"fmt"
 	"net"
+	"sync"
+	"time"
 
+	"github.com/rnicd/rnicd/ib"
+	"github.com/rnicd/rnicd/rnic/dma"
+	"github.com/rnicd/rnicd/rnic/flowctl"
 	"github.com/rnicd/rnicd/rnic/qpmgr"
+	"github.com/rnicd/rnicd/rnic/rx"
+	"github.com/rnicd/rnicd/rnic/trace"
+	"github.com/rnicd/rnicd/rnic/wqe"
 	"github.com/rnicd/rnicd/wire/ibudp"
+	"github.com/rnicd/rnicd/wire/steer"
 )
+
+// pipelines are the device's engines and what they share: one queue
+// (queue.go) per socket of the port, each with its run list, its RX
+// packet handler and its held ACKs; the requester (package wqe) and the
+// Flow Control Manager they all run; post coalescing. They own the work
+// behind a verb: the WQE fetch and its validation (fetch.go), the run
+// list and the doorbell (kick, ring), the send and receive pipelines or
+// the polling engine (engine.go) that run the requester and the RX
+// packet handler, and the busy poll (pollRx). The Device hands them its
+// MR and QP tables at Open and calls them; nothing here calls back up.
+type pipelines struct {
+	probe *trace.Probe // nil: no tracing
+	batch int
+	req   wqe.Engine
+	fc    *flowctl.Manager
+
+	// queues are the engines, each with the QPs steered to its socket
+	// (queue.go); one without Config.EnginePorts.
+	queues []*queue
+	// coalesce holds the QPs whose posts wait for an ACK or a poll
+	// (coalesce.go); nil without Config.CoalescePosts.
+	coalesce *coalescer
+	// epoch is when the device opened: the clock of the queues'
+	// recoverUntil (lossspin.go).
+	epoch time.Time
+
+	done chan struct{}
+	wg   sync.WaitGroup
+}
+
+// init builds the engines of ports (Config.Port, then
+// Config.EnginePorts) over the device's MR and QP tables.
+func (p *pipelines) init(cfg Config, ports []ibudp.Port, probe *trace.Probe, mrs *dma.Table, qps *qpmgr.Table) error {
+	p.probe, p.batch, p.done, p.epoch = probe, cfg.Batch, make(chan struct{}), time.Now()
+	fc, err := flowctl.New(flowctl.Config{Algorithm: cfg.CC, Params: cfg.CCParams,
+		Window: min(max(cfg.Window, 0), flowctl.MaxWindow), Emit: p.rateEvent})
+	if err != nil {
+		return fmt.Errorf("rnic: %w", err)
+	}
+	p.fc = fc
+	p.req = wqe.Engine{DMA: mrs, Trace: probe, FC: fc, Paced: p.pace, CopyPayload: cfg.CopyPayload}
+	if cfg.CoalescePosts {
+		p.coalesce = &coalescer{}
+	}
+	for i, port := range ports {
+		q := p.newQueue(i, port)
+		q.rx = rx.Handler{QPs: qps, Counters: &q.counters, Trace: probe, FC: fc,
+			Resp: rx.Responder{DMA: mrs, Counters: &q.counters, LocalAddr: cfg.Port.Addr(), Trace: probe,
+				Ack: rx.Acker{Counters: &q.counters, Trace: probe, Hold: q.holdAck, Recovering: q.lossSeen}},
+			Comp: rx.Completer{DMA: mrs, Counters: &q.counters, Trace: probe, FC: fc,
+				Retry7Forever: cfg.Retry7Forever, Recovering: q.lossSeen}}
+		switch {
+		case cfg.AckHold == 0:
+			q.rx.Resp.Ack.AckHold = DefaultAckHold
+		case cfg.AckHold > 0:
+			q.rx.Resp.Ack.AckHold = cfg.AckHold
+		}
+		p.queues = append(p.queues, q)
+	}
+	return nil
+}
+
+// start runs the engines: the polling engine, one per queue, if pollIdle
+// is positive and the port can be polled; else the two pipelines of the
+// one queue.
+func (p *pipelines) start(pollIdle time.Duration) {
+	if _, ok := p.queues[0].port.(ibudp.Poller); ok && pollIdle > 0 {
+		for _, q := range p.queues {
+			q.eng = &engine{idle: pollIdle, asleep: true, arm: make(chan struct{}, 1)}
+		}
+		for _, q := range p.queues {
+			p.wg.Add(1)
+			go q.runEngine(q.port.(ibudp.Poller))
+		}
+		return
+	}
+	q := p.queues[0]
+	p.wg.Add(2)
+	go q.sendPipeline()
+	go q.recvPipeline()
+}
+
+// stop stops the engines and closes their ports; it returns the first
+// port's error.
+func (p *pipelines) stop() error {
+	var err error
+	close(p.done)
+	for _, q := range p.queues {
+		if e := q.port.Close(); e != nil && err == nil {
+			err = e
+		}
+	}
+	p.wg.Wait()
+	for _, q := range p.queues {
+		q.held.stop()
+	}
+	return err
+}
+
+// queueOf is the queue of qp: the engine its packets are steered to.
+func (p *pipelines) queueOf(qp *qpmgr.QP) *queue {
+	if len(p.queues) == 1 {
+		return p.queues[0]
+	}
+	return p.queues[steer.QueueOf(qp.QPN, len(p.queues))]
+}
+
+// engineOf is the engine that owns the QP numbered qpn.
+func (p *pipelines) engineOf(qpn uint32) int { return steer.QueueOf(qpn, len(p.queues)) }
+
+// countersOf are the counters of the QP numbered qpn: its queue's.
+func (p *pipelines) countersOf(qpn uint32) *qpmgr.Counters {
+	return &p.queues[p.engineOf(qpn)].counters
+}
 
 // runBudget is how many packets one QP may send before the next QP's turn.
 const runBudget = 64
 
 // kick is the doorbell: it puts qp on its engine's run list once.
-func (d *Device) kick(qp *qpmgr.QP) { d.queueOf(qp).kick(qp) }
+func (p *pipelines) kick(qp *qpmgr.QP) { p.queueOf(qp).kick(qp) }
 
 func (q *queue) kick(qp *qpmgr.QP) {
 	if qp.Scheduled.Swap(true) {
@@ -42,13 +166,13 @@ func (q *queue) popRun() *qpmgr.QP {
 // sendPipeline runs the requester of every QP whose doorbell rang, in
 // turn, runBudget packets at a time.
 func (q *queue) sendPipeline() {
-	d := q.d
-	defer d.wg.Done()
+	p := q.p
+	defer p.wg.Done()
 	tx := q.sendTX
 	for {
 		select {
 		case <-q.bell:
-		case <-d.done:
+		case <-p.done:
 			return
 		}
 		q.sendMu.Lock()
@@ -82,8 +206,8 @@ func (q *queue) drainRunq(tx *txBatch) {
 // poster's goroutine runs qp's requester itself, sparing the hand-off to
 // the pipeline's goroutine (a wake-up, several microseconds) on the path
 // of every message; otherwise qp joins the run list.
-func (d *Device) ring(qp *qpmgr.QP) {
-	q := d.queueOf(qp)
+func (p *pipelines) ring(qp *qpmgr.QP) {
+	q := p.queueOf(qp)
 	if !q.sendMu.TryLock() {
 		q.kick(qp)
 		return
@@ -108,25 +232,62 @@ func (q *queue) turn(qp *qpmgr.QP) int {
 	return n
 }
 
+// drainSend sends what was posted to an RTS QP and not sent yet before
+// the QP goes, as rxe's QP cleanup lets its requester task drain
+// (rxe_cleanup_task): a program that posts unsignaled datagrams and
+// destroys the QP at once, as Debian's mckey does with its 10 multicast
+// SENDs, has them sent (without the drain its rnicd sent 1 of the 10 in
+// 1 run of 6). An RC QP sends what its window allows; nothing waits for
+// an ACK.
+func (q *queue) drainSend(qp *QP) {
+	qp.Lock()
+	rts := qp.State() == ib.QPSRTS
+	qp.Unlock()
+	if !rts {
+		return
+	}
+	// The client chose what its ring holds: at most ib.MaxQPWR (16384)
+	// WQEs, each up to a 2 GiB message on RC and UC. So the drain is
+	// bounded by turns, not by WQEs: 257 turns of runBudget (64) packets,
+	// 16448 packets, send a full queue of UD datagrams (one packet each)
+	// and cut a UC queue of large WRITEs short (RC stops sooner, at its
+	// window). The send lock is taken a turn at a time, as the pipeline
+	// takes it for each QP on its run list, so that the other QPs of the
+	// engine send between the turns rather than after all of them.
+	for range ib.MaxQPWR/runBudget + 1 {
+		q.sendMu.Lock()
+		n := q.turn(qp)
+		q.sendMu.Unlock()
+		if n < runBudget {
+			return
+		}
+	}
+}
+
+// awaitReceiveBatch returns once the receive batch in progress, if any,
+// has ended. A batch pushes its completions before it sends the ACKs they
+// owe (rx.Acker.Flush, one per QP at the batch's end), so an application
+// may poll a receive completion and destroy the QP while the ACK is still
+// to leave; without the wait the peer retries, against nobody, a message
+// the application saw complete. A delayed ACK (sendHeldAck) is owed too.
+// The batch is that of qp's engine (q), the only one that receives for it.
+func (q *queue) awaitReceiveBatch() {
+	q.recvMu.Lock()
+	q.recvMu.Unlock()
+}
+
 // runRequester runs qp's requester for one turn, with qp locked; an ACK
 // held for the QP's next request goes first, in the same batch.
 func (q *queue) runRequester(qp *qpmgr.QP, tx *txBatch) int {
 	if qp.HasSendWork() && q.rx.Resp.Ack.Release(qp, tx) {
 		q.held.remove(qp)
 	}
-	return q.d.req.Run(qp, tx, runBudget)
+	return q.p.req.Run(qp, tx, runBudget)
 }
 
-// Fence orders the caller's memory accesses with the device's: whatever
-// the pipelines wrote into registered memory before the call is visible
-// after it, and whatever the caller wrote before it is what they read
-// after. A real NIC's DMA is ordered by the PCIe fabric and the CPU's
-// barriers; here both sides are goroutines, and Go's memory model (and
-// its race detector) needs a synchronizing operation between them. A CQE
-// polled from a CQ of this device is one already; Fence is for memory a
-// peer wrote or will read, whose only signal arrived over the network.
-func (d *Device) Fence() {
-	for _, q := range d.queues {
+// fence is Device.Fence.
+func (p *pipelines) fence() {
+	for _, q := range p.queues {
 		q.sendMu.Lock()
 		q.sendMu.Unlock()
 		q.recvMu.Lock()
@@ -138,8 +299,7 @@ func (d *Device) Fence() {
 // packet handler on each. A port that can be polled is polled, so that an
 // application's busy poll can run the pipeline too (PollRx).
 func (q *queue) recvPipeline() {
-	d := q.d
-	defer d.wg.Done()
+	defer q.p.wg.Done()
 	if p, ok := q.port.(ibudp.Poller); ok {
 		q.pollPipeline(p)
 		return
@@ -149,7 +309,7 @@ func (q *queue) recvPipeline() {
 	for {
 		n, err := q.port.Recv(q.recvBufs)
 		if err != nil {
-			if d.portGone(err) {
+			if q.p.portGone(err) {
 				return
 			}
 			continue
@@ -167,49 +327,40 @@ func (q *queue) pollPipeline(p ibudp.Poller) {
 		q.recvMu.Lock()
 		n, err := q.receive(p)
 		q.recvMu.Unlock()
-		if err != nil && q.d.portGone(err) {
+		if err != nil && q.p.portGone(err) {
 			return
 		}
 		if n == 0 && err == nil {
-			if err := p.WaitRecv(); err != nil && q.d.portGone(err) {
+			if err := p.WaitRecv(); err != nil && q.p.portGone(err) {
 				return
 			}
 		}
 	}
 }
 
-// PollRx runs the receive pipeline once in the caller's goroutine: it
-// takes the packets waiting on the port, without blocking, and handles
-// them. An application that spins on a CQ calls it (through verbs) so
-// that a message's packets are handled on the thread that waits for it,
-// with no wake-up of the pipeline's goroutine on the way: busy polling,
-// as Linux runs a driver's NAPI poll in a busy-polling socket reader. It
-// returns how many packets it handled: 0 if none was there, if the port
-// cannot be polled, or if the pipeline is at work already. First it sends
-// what the application posted since its last poll and left waiting (post
-// coalescing, coalesce.go).
-func (d *Device) PollRx() int {
-	d.coalesce.flush(d)
+// pollRx is Device.PollRx.
+func (p *pipelines) pollRx() int {
+	p.coalesce.flush(p)
 	total := 0
-	for _, q := range d.queues {
+	for _, q := range p.queues {
 		total += q.pollRx()
 	}
 	return total
 }
 
 func (q *queue) pollRx() int {
-	p, ok := q.port.(ibudp.Poller)
+	port, ok := q.port.(ibudp.Poller)
 	if !ok || !q.recvMu.TryLock() {
 		return 0
 	}
 	defer q.recvMu.Unlock()
 	total := 0
 	for {
-		n, err := q.receive(p)
+		n, err := q.receive(port)
 		total += n
 		// Packets the port holds are invisible to the pipeline's
 		// WaitRecv: take them all before leaving.
-		if n == 0 || err != nil || !p.Pending() {
+		if n == 0 || err != nil || !port.Pending() {
 			return total
 		}
 	}
@@ -254,12 +405,12 @@ func (q *queue) flushAcks() {
 
 // portGone reports whether a receive error means the pipeline is over:
 // the port is closed or the device is closing. Other errors are passing.
-func (d *Device) portGone(err error) bool {
+func (p *pipelines) portGone(err error) bool {
 	if errors.Is(err, net.ErrClosed) {
 		return true
 	}
 	select {
-	case <-d.done:
+	case <-p.done:
 		return true
 	default:
 		return false

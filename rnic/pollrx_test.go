@@ -59,7 +59,7 @@ func pollRx(t *testing.T, b *node, what string, done func() bool) uint64 {
 	var total uint64
 	for deadline := time.Now().Add(10 * time.Second); !done(); {
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: not done after PollRx handled %d packets; counters %v", what, total, b.dev.Counters())
+			t.Fatalf("%s: not done after PollRx handled %d packets; counters %v", what, total, b.dev.Observer().Counters())
 		}
 		total += uint64(b.dev.PollRx())
 	}

@@ -7,7 +7,6 @@ import (
 	"github.com/rnicd/rnicd/rnic/qpmgr"
 	"github.com/rnicd/rnicd/rnic/rx"
 	"github.com/rnicd/rnicd/wire/ibudp"
-	"github.com/rnicd/rnicd/wire/steer"
 )
 
 // Multi-queue: a device runs one engine per socket of its port, as a
@@ -42,7 +41,7 @@ import (
 
 // queue is one engine's share of the device (see above).
 type queue struct {
-	d    *Device
+	p    *pipelines
 	id   int
 	port ibudp.Port
 	pool *ibudp.Pool
@@ -65,7 +64,7 @@ type queue struct {
 
 	held heldAcks
 	// counters are the rxe counters of the queue's QPs and handler,
-	// which Device.Counters adds up: one engine's packets count into no
+	// which Observer.Counters adds up: one engine's packets count into no
 	// other's cache line.
 	counters qpmgr.Counters
 	// eng is the polling engine (engine.go); nil without Config.PollIdle.
@@ -78,53 +77,13 @@ type queue struct {
 	rxPackets, txPackets atomic.Uint64
 }
 
-func (d *Device) newQueue(id int, port ibudp.Port) *queue {
-	q := &queue{d: d, id: id, port: port, pool: ibudp.NewPool(4*d.batch, 64*d.batch), bell: make(chan struct{}, 1)}
+func (p *pipelines) newQueue(id int, port ibudp.Port) *queue {
+	q := &queue{p: p, id: id, port: port, pool: ibudp.NewPool(4*p.batch, 64*p.batch), bell: make(chan struct{}, 1)}
 	q.sendTX = q.newTX()
 	q.recvTX = q.newTX()
-	q.recvBufs = make([]*ibudp.Buf, d.batch)
+	q.recvBufs = make([]*ibudp.Buf, p.batch)
 	q.pool.GetBatch(q.recvBufs)
 	return q
-}
-
-// countersOf are the counters of the QP numbered qpn: its queue's.
-func (d *Device) countersOf(qpn uint32) *qpmgr.Counters {
-	return &d.queues[d.EngineOf(qpn)].counters
-}
-
-// queueOf is the queue of qp: the engine its packets are steered to.
-func (d *Device) queueOf(qp *qpmgr.QP) *queue {
-	if len(d.queues) == 1 {
-		return d.queues[0]
-	}
-	return d.queues[steer.QueueOf(qp.QPN, len(d.queues))]
-}
-
-// Engines is the number of engines (queues) the device runs.
-func (d *Device) Engines() int { return len(d.queues) }
-
-// EngineOf is the engine that owns the QP numbered qpn.
-func (d *Device) EngineOf(qpn uint32) int { return steer.QueueOf(qpn, len(d.queues)) }
-
-// EngineStats are one engine's counters.
-type EngineStats struct {
-	RxPackets  uint64 // packets its RX packet handler took from its socket
-	TxPackets  uint64 // packets it handed its socket
-	HostQueues int    // client rings it polls (QPs and SRQs)
-}
-
-// EngineStats returns each engine's counters, by engine.
-func (d *Device) EngineStats() []EngineStats {
-	out := make([]EngineStats, len(d.queues))
-	for i, q := range d.queues {
-		out[i] = EngineStats{RxPackets: q.rxPackets.Load(), TxPackets: q.txPackets.Load()}
-		if e := q.eng; e != nil {
-			e.mu.Lock()
-			out[i].HostQueues = len(e.hosts)
-			e.mu.Unlock()
-		}
-	}
-	return out
 }
 
 // txBatch collects one queue's packets for its port.
@@ -133,7 +92,7 @@ type txBatch struct {
 	bufs []*ibudp.Buf
 }
 
-func (q *queue) newTX() *txBatch { return &txBatch{q: q, bufs: make([]*ibudp.Buf, 0, q.d.batch)} }
+func (q *queue) newTX() *txBatch { return &txBatch{q: q, bufs: make([]*ibudp.Buf, 0, q.p.batch)} }
 
 func (t *txBatch) Alloc() *ibudp.Buf { return t.q.pool.Get() }
 

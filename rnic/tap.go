@@ -94,27 +94,3 @@ func (t *portTap) LinkPacket(at ibudp.TapPoint, roce []byte, depth int) {
 	}
 	t.probe.Emit(e)
 }
-
-// SetCapture hands every packet the port sends and receives, as it was
-// on the wire, to c (a pcap writer, say) until called again with nil.
-func (d *Device) SetCapture(c ibudp.Tap) {
-	if c == nil {
-		d.tap.capture.Store(nil)
-	} else {
-		d.tap.capture.Store(&captureRef{c})
-	}
-	d.updateTap()
-}
-
-// updateTap puts the device's tap on its port when it traces or
-// captures, and takes it off otherwise, so that a port nobody watches
-// pays one nil check per packet.
-func (d *Device) updateTap() {
-	for _, q := range d.queues {
-		if d.probe == nil && d.tap.capture.Load() == nil {
-			ibudp.SetTap(q.port, nil)
-		} else {
-			ibudp.SetTap(q.port, &d.tap)
-		}
-	}
-}

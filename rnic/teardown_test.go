@@ -50,7 +50,7 @@ func TestDestroyAfterReceiveStillAcks(t *testing.T) {
 		}
 		got := a.poll(1, 60*time.Second)[0]
 		if got.WRID != uint64(i) || got.Status != ib.WCSuccess || got.Opcode != ib.WCSend {
-			t.Fatalf("round %d: send completion %v, want SUCCESS (counters %v)", i, &got, a.dev.Counters())
+			t.Fatalf("round %d: send completion %v, want SUCCESS (counters %v)", i, &got, a.dev.Observer().Counters())
 		}
 		if err := a.dev.DestroyQP(qa); err != nil {
 			t.Fatal(err)

@@ -33,13 +33,13 @@
 //     conversion 1, ib.SendWR to slot bytes. The slot layout is the ABI
 //     clib's post_send writes too. PostSend then stores the producer
 //     index and, only if the engine sleeps, sends the doorbell.
-//  2. The device fetches. rnic.Device.FetchSend (rnic/post.go) calls
+//  2. The device fetches. rnic's pipelines.fetchSend (rnic/fetch.go) calls
 //     its QP's send source, qpmgr.SendRing.Fetch
 //     (rnic/qpmgr/sendring.go), which decodes the slot with
 //     abi.DecodeSendWQE straight into the WR field of the device's
 //     record, qpmgr.SendWQE: conversion 2, slot bytes to ib.SendWR,
 //     the copy of shared memory that a NIC makes by DMA.
-//     Device.postWQEs then has Device.checkSend (rnic/post.go) validate
+//     pipelines.postWQEs then has checkSend (rnic/fetch.go) validate
 //     that record in place, and qpmgr.QP.PostSend (rnic/qpmgr/qp.go)
 //     places it in the QP's send queue (a copy of the same SendWQE, not
 //     a conversion), where the requester and completer read it.
@@ -66,9 +66,9 @@
 // sink there. What starts step 2 calls down too: after a doorbell
 // message, hostif's conn.doorbell (hostif/queues.go) calls
 // rnic.QPRings.SendDoorbell (rnic/hostrings.go), which calls
-// Device.FetchSend; while the polling engine is awake (no doorbell), the
-// engine (engine.pollHosts, rnic/engine.go) polls the same QPRings
-// itself (QPRings.Poll, then Device.FetchSend).
+// pipelines.fetchSend; while the polling engine is awake (no doorbell),
+// the engine (engine.pollHosts, rnic/engine.go) polls the same QPRings
+// itself (QPRings.Poll, then pipelines.fetchSend).
 //
 // A receive WR's wr_id takes the same three: verbs' postRecv
 // (verbs/srq.go, for QP.PostRecv and SRQ.PostRecv) writes the slot with

@@ -73,7 +73,7 @@ func TestObserveBySocket(t *testing.T) {
 		if code := run(args, &out, &errb); code != 0 {
 			t.Fatalf("rnic %v: exit %d %s", args, code, errb.String())
 		}
-		if want := fmt.Sprintf("link rnic0/1 sent_pkts %d ", a.Dev.Counters()["sent_pkts"]); !strings.HasPrefix(out.String(), want) {
+		if want := fmt.Sprintf("link rnic0/1 sent_pkts %d ", a.Dev.Observer().Counters()["sent_pkts"]); !strings.HasPrefix(out.String(), want) {
 			t.Errorf("rnic %v printed %q, want %q...", args, out.String(), want)
 		}
 	}
@@ -106,7 +106,7 @@ func TestObserveBySocket(t *testing.T) {
 	}
 	var rows []map[string]any
 	if err := json.Unmarshal(out.Bytes(), &rows); err != nil || len(rows) != 2 || rows[0]["ifname"] != "rnic0" || rows[1]["ifname"] != "rnic1" ||
-		rows[0]["sent_pkts"] != float64(a.Dev.Counters()["sent_pkts"]) || rows[0]["port"] != float64(1) {
+		rows[0]["sent_pkts"] != float64(a.Dev.Observer().Counters()["sent_pkts"]) || rows[0]["port"] != float64(1) {
 		t.Errorf("stat -j: %v, %s", err, out.String())
 	}
 	errb.Reset()
@@ -134,7 +134,7 @@ func TestStat(t *testing.T) {
 		t.Fatalf("rnic stat printed %d lines:\n%s", len(lines), out.String())
 	}
 	lines = append(lines[:1], lines[2:]...)
-	c := a.Dev.Counters()
+	c := a.Dev.Observer().Counters()
 	for _, name := range []string{"sent_pkts", "rcvd_pkts", "rdma_sends", "retransmitted_pkts"} {
 		want := fmt.Sprintf(" %s %d", name, c[name])
 		if !strings.Contains(lines[0]+" ", want+" ") {
@@ -144,7 +144,7 @@ func TestStat(t *testing.T) {
 	if !strings.HasPrefix(lines[0], "link rnic0/1 sent_pkts 2 ") {
 		t.Errorf("link line: %s", lines[0])
 	}
-	q := a.Dev.QPInfo()[1]
+	q := a.Dev.Observer().QPInfo()[1]
 	want := fmt.Sprintf("qp rnic0 %#x RC RTS sq_psn %#06x una_psn %#06x rq_psn %#06x dest %v", q.QPN, q.SQPSN, q.UnaPSN, q.RQPSN, b.Dev.QueryPort().Addr)
 	if !strings.HasPrefix(lines[1], want) {
 		t.Errorf("qp line\n got %s\nwant %s...", lines[1], want)

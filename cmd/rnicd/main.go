@@ -565,7 +565,7 @@ func serve(c config, nofile uint64, nofileErr error) error {
 	bi := buildinfo.Read()
 	up := []any{"name", c.name, "addr", pa.Addr, "mode", c.mode, "gid", pa.GID, "active_mtu", pa.ActiveMTU,
 		"socket", path, "socket_mode", fmt.Sprintf("%#o", socketMode(c.sockGID)), "socket_group", c.group,
-		"monitor", verbs.MonitorSocketPath(c.name), "max_fds", nofile, "engines", dev.Engines(),
+		"monitor", verbs.MonitorSocketPath(c.name), "max_fds", nofile, "engines", dev.Observer().Engines(),
 		"version", bi.Version, "revision", bi.Revision}
 	if obs.httpAddr != nil {
 		up = append(up, "http", obs.httpAddr.String())
@@ -638,7 +638,7 @@ func raiseNofile() (uint64, error) {
 // logCounters logs the nonzero counters, as `rdma statistic show` shows
 // them, by name in order: one "counters" line.
 func logCounters(log *slog.Logger, dev *rnic.Device, srv *hostif.Server) {
-	m := dev.Counters()
+	m := dev.Observer().Counters()
 	for k, v := range srv.Counters() {
 		m[k] = v
 	}

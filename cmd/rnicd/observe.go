@@ -130,10 +130,10 @@ func (o *observers) startTrace(path string, lim fileLimit, tr *trace.Tracer) err
 // setCapture hands the device's packets to c, nil to stop.
 func (o *observers) setCapture(c *pcap.Writer) {
 	if c == nil {
-		o.dev.SetCapture(nil)
+		o.dev.Observer().SetCapture(nil)
 		return
 	}
-	o.dev.SetCapture(c)
+	o.dev.Observer().SetCapture(c)
 }
 
 func (o *observers) serve(l net.Listener) {

@@ -125,7 +125,7 @@ func TryWrite(a, b *End, wrid uint64, n int) error {
 		select {
 		case <-a.CQ.Ready():
 		case <-deadline:
-			return fmt.Errorf("no completion for wr_id %d; %v", wrid, a.Dev.Counters())
+			return fmt.Errorf("no completion for wr_id %d; %v", wrid, a.Dev.Observer().Counters())
 		}
 	}
 	if wc[0].Status != ib.WCSuccess || wc[0].WRID != wrid {

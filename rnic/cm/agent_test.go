@@ -290,7 +290,7 @@ func TestAgentCaptureTshark(t *testing.T) {
 	// rdma_cm's own timers (4.3 s, 1.1 s): no resend on a slow machine
 	// adds frames to the capture.
 	a, b := newPeerTimers(t, looptest.Get(t).String(), 0xa, 20, 18), newPeerTimers(t, looptest.Get(t).String(), 0xb, 20, 18)
-	a.dev.SetCapture(w)
+	a.dev.Observer().SetCapture(w)
 	b.agent.Do(func(c *cm.CM) { c.Listen(service, nil) })
 	qa, qb := a.createQP(), b.createQP()
 	id := a.connect(b, qa)
@@ -301,7 +301,7 @@ func TestAgentCaptureTshark(t *testing.T) {
 	a.agent.Do(func(*cm.CM) { id.Disconnect(nil) })
 	a.event(cm.EventDisconnected)
 	b.event(cm.EventDisconnected)
-	a.dev.SetCapture(nil)
+	a.dev.Observer().SetCapture(nil)
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}

@@ -94,7 +94,7 @@ type Stats struct {
 }
 
 // Writer writes captured packets; it is an ibudp.Tap, to hang on a port
-// (rnic.Device.SetCapture). It is safe for concurrent use.
+// (rnic.Observer.SetCapture). It is safe for concurrent use.
 type Writer struct {
 	mu    sync.Mutex
 	files *rotate.Files // nil once closed

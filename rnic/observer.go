@@ -6,8 +6,22 @@ import (
 
 	"github.com/rnicd/rnicd/ib"
 	"github.com/rnicd/rnicd/rnic/flowctl"
+	"github.com/rnicd/rnicd/rnic/qpmgr"
 	"github.com/rnicd/rnicd/wire/ibudp"
 )
+
+// Observer is the device's statistics and capture block, as a NIC's
+// counters and port mirroring sit beside its data path: it reads what
+// the engines count (per queue, added up here), the QPs' state under
+// their locks, and the port's counters, and hangs the capture on the
+// port (tap.go). Nothing on the data path calls it; the monitor, the
+// host interface's listings and the tools do (Device.Observer).
+type Observer struct {
+	qps   *qpmgr.Table
+	pipes *pipelines
+	mcast *mcastTable
+	tap   portTap
+}
 
 // QPInfo is one row of the device's QP table, as `rdma res show qp` and
 // the web view show it.
@@ -48,12 +62,12 @@ type QPStatus struct {
 }
 
 // Status returns qp's status.
-func (d *Device) Status(qp *QP) QPStatus {
+func (o *Observer) Status(qp *QP) QPStatus {
 	qp.Lock()
 	st := QPStatus{
 		Attr: qp.Attr, SQPSN: qp.Req.PSN, UnaPSN: qp.Comp.PSN, RQPSN: qp.Resp.EPSN, PathMTU: qp.MTU(),
 		SQUsed: qp.SQ.Len(), SQCap: qp.SQ.Cap(), SQInFlight: int(qp.SQ.Next - qp.SQ.Head),
-		SQPosted: qp.SQ.Tail, CC: d.fc.State(&qp.FC),
+		SQPosted: qp.SQ.Tail, CC: o.pipes.fc.State(&qp.FC),
 	}
 	st.Attr.State = qp.State()
 	qp.Unlock()
@@ -62,12 +76,12 @@ func (d *Device) Status(qp *QP) QPStatus {
 }
 
 // QPInfo returns the QP table, in QPN order.
-func (d *Device) QPInfo() []QPInfo {
-	qps := d.qps.All()
+func (o *Observer) QPInfo() []QPInfo {
+	qps := o.qps.All()
 	sort.Slice(qps, func(i, j int) bool { return qps[i].QPN < qps[j].QPN })
 	out := make([]QPInfo, 0, len(qps))
 	for _, qp := range qps {
-		st := d.Status(qp)
+		st := o.Status(qp)
 		in := QPInfo{
 			QPN: qp.QPN, Type: qp.Type.String(), State: st.Attr.State.String(),
 			SQPSN: st.SQPSN, UnaPSN: st.UnaPSN, RQPSN: st.RQPSN,
@@ -87,9 +101,9 @@ func (d *Device) QPInfo() []QPInfo {
 
 // DoorbellDepth is the number of QPs waiting on the send pipeline's run
 // list: rung doorbells and timer expiries not yet served.
-func (d *Device) DoorbellDepth() int {
+func (o *Observer) DoorbellDepth() int {
 	n := 0
-	for _, q := range d.queues {
+	for _, q := range o.pipes.queues {
 		q.mu.Lock()
 		n += len(q.runq)
 		q.mu.Unlock()
@@ -99,9 +113,9 @@ func (d *Device) DoorbellDepth() int {
 
 // PortStats returns the counters of the device's port: of all its
 // engines' sockets together.
-func (d *Device) PortStats() ibudp.Stats {
+func (o *Observer) PortStats() ibudp.Stats {
 	var st ibudp.Stats
-	for _, q := range d.queues {
+	for _, q := range o.pipes.queues {
 		st.Add(q.port.Stats())
 	}
 	return st
@@ -109,14 +123,72 @@ func (d *Device) PortStats() ibudp.Stats {
 
 // Counters returns the device's counters by name, the port's ICRC error
 // count and the Flow Control Manager's (mlx5's names) among them.
-func (d *Device) Counters() map[string]uint64 {
-	m := d.queues[0].counters.Snapshot()
-	for _, q := range d.queues[1:] {
+func (o *Observer) Counters() map[string]uint64 {
+	m := o.pipes.queues[0].counters.Snapshot()
+	for _, q := range o.pipes.queues[1:] {
 		for name, v := range q.counters.Snapshot() {
 			m[name] += v
 		}
 	}
-	m[ib.ICRCErrors.String()] = d.PortStats().RxICRCErrors
-	d.fc.Counters().Each(func(name string, v uint64) { m[name] = v })
+	m[ib.ICRCErrors.String()] = o.PortStats().RxICRCErrors
+	o.pipes.fc.Counters().Each(func(name string, v uint64) { m[name] = v })
 	return m
+}
+
+// Engines is the number of engines (queues) the device runs.
+func (o *Observer) Engines() int { return len(o.pipes.queues) }
+
+// EngineStats are one engine's counters.
+type EngineStats struct {
+	RxPackets  uint64 // packets its RX packet handler took from its socket
+	TxPackets  uint64 // packets it handed its socket
+	HostQueues int    // client rings it polls (QPs and SRQs)
+}
+
+// EngineStats returns each engine's counters, by engine.
+func (o *Observer) EngineStats() []EngineStats {
+	out := make([]EngineStats, len(o.pipes.queues))
+	for i, q := range o.pipes.queues {
+		out[i] = EngineStats{RxPackets: q.rxPackets.Load(), TxPackets: q.txPackets.Load()}
+		if e := q.eng; e != nil {
+			e.mu.Lock()
+			out[i].HostQueues = len(e.hosts)
+			e.mu.Unlock()
+		}
+	}
+	return out
+}
+
+// CongestionControl is the name of the device's congestion control:
+// "dcqcn" or "none".
+func (o *Observer) CongestionControl() string { return o.pipes.fc.Name() }
+
+// CCParams are the device's congestion-control parameters, by mlx5 name.
+func (o *Observer) CCParams() flowctl.Params { return o.pipes.fc.Params() }
+
+// McastGroups lists the groups QPs are attached to, sorted by address.
+func (o *Observer) McastGroups() []McastGroup { return o.mcast.list() }
+
+// SetCapture hands every packet the port sends and receives, as it was
+// on the wire, to c (a pcap writer, say) until called again with nil.
+func (o *Observer) SetCapture(c ibudp.Tap) {
+	if c == nil {
+		o.tap.capture.Store(nil)
+	} else {
+		o.tap.capture.Store(&captureRef{c})
+	}
+	o.updateTap()
+}
+
+// updateTap puts the device's tap on its port when it traces or
+// captures, and takes it off otherwise, so that a port nobody watches
+// pays one nil check per packet.
+func (o *Observer) updateTap() {
+	for _, q := range o.pipes.queues {
+		if o.tap.probe == nil && o.tap.capture.Load() == nil {
+			ibudp.SetTap(q.port, nil)
+		} else {
+			ibudp.SetTap(q.port, &o.tap)
+		}
+	}
 }
