@@ -10,11 +10,13 @@
  *     rdma_cm's 36-byte cma_hdr) and the REP's carry 40 bytes of
  *     connection data: version 1; flags (bit 0: the sender is big-endian,
  *     bit 1: it has an iomap); be16 credits (its receive queue's size);
- *     3 reserved bytes; the iomap's size; then two {be64 addr, be32 rkey,
- *     be32 length} entries: the sender's target list (an array of
- *     {addr, key, length} entries, in the sender's byte order, that the
- *     peer RDMA WRITEs to offer it receive buffer; length here is the
- *     entry count, 2) and the first half of its receive buffer.
+ *     3 reserved bytes; the size of its target iomap (below), scaled
+ *     into a byte (n up to 128, else 128 | n / 256); then two {be64
+ *     addr, be32 rkey, be32 length} entries: the sender's target list
+ *     (an array of {addr, key, length} entries, in the sender's byte
+ *     order, that the peer RDMA WRITEs to offer it receive buffer;
+ *     length here is the entry count, 2) and the first half of its
+ *     receive buffer. rdma-core always sets the iomap flag, as here.
  *   - Every message is an RDMA WRITE WITH IMMEDIATE, which consumes one
  *     of the receiver's zero-SGE receives; the immediate's top 3 bits
  *     are the operation, the low 29 its data:
@@ -24,7 +26,8 @@
  *         number up to which it may send); if the write carries 16 bytes
  *         they are a target-list entry offering the next half of the
  *         buffer (an imm-only write, length 0, carries credits alone);
- *       6 IOMAP_SGL: an iomap entry (riomap; not built here, see below);
+ *       6 IOMAP_SGL: data is an index into the receiver's target
+ *         iomap, and the write's 24 bytes are that entry;
  *       7 CTRL: data 0 DISCONNECT (no more in either direction),
  *         1 KEEPALIVE (ignored), 2 SHUTDOWN (no more from the sender).
  *   - Each side offers its receive buffer half by half: the first in the
@@ -34,11 +37,22 @@
  *   - At most 4 control messages (SGL, CTRL) are in flight, each sender
  *     keeps that many send WRs for them; every send is signalled, and its
  *     wr_id holds its immediate, whose completion returns its credits.
+ *   - iomap (riomap, riowrite): the target iomap is an array of
+ *     RDMA_IOMAPSIZE entries {u64 offset; u64 addr; u32 key; u32 length}
+ *     in the receiver's byte order, right behind its target list and
+ *     under the same rkey. riomap(PROT_WRITE) registers a buffer for
+ *     remote writes and takes a free index of the peer's iomap; the
+ *     entry goes as an IOMAP_SGL (a data message: one credit, one send
+ *     WR) before the next rsend or riowrite. riowrite looks its offset
+ *     up in the iomap the peer wrote and RDMA WRITEs (no immediate, so
+ *     no credit, and nothing tells the peer: programs say so with an
+ *     rsend, or watch their buffer) at addr + offset - entry offset.
+ *     riounmap tells the peer nothing either: a later write of its
+ *     fails at the NIC's rkey check, and the connection with it.
  *
  * What is not built: datagram rsockets (SOCK_DGRAM, rdma-core's UDP
- * service), riomap/riowrite (the peer is offered no iomap: flags bit 1
- * clear, size 0), keepalive messages (SO_KEEPALIVE on), RDMA_ROUTE, and
- * the /etc/rdma/rsocket tunables; each fails with a message saying so.
+ * service), keepalive messages (SO_KEEPALIVE on), RDMA_ROUTE, and the
+ * /etc/rdma/rsocket tunables; each fails with a message saying so.
  *
  * Unlike rdma-core no thread runs behind the program: a listener accepts
  * its connect requests, and every socket takes its completions and CM
@@ -62,6 +76,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -77,6 +92,7 @@ enum {
 	RS_SGE = 16,      /* a target-list entry: u64 addr, u32 key, u32 length */
 	RS_TARGETS = 2,   /* entries in a target list: the buffer's two halves */
 	RS_OP_DATA = 0,
+	RS_OP_WRITE = 2, /* riowrite's RDMA WRITE: in a send's wr_id only */
 	RS_OP_SGL = 4,
 	RS_OP_IOMAP_SGL = 6,
 	RS_OP_CTRL = 7,
@@ -84,6 +100,10 @@ enum {
 	RS_CTRL_KEEPALIVE = 1,
 	RS_CTRL_SHUTDOWN = 2,
 	RS_CTRL_SLOTS = 4, /* control messages in flight (rdma-core's RS_QP_CTRL_SIZE) */
+	RS_IOMAP_ENTRY = 24,
+	/* The largest iomap a byte of connection data can say: 128 | 127,
+	 * 127 * 256 entries. */
+	RS_IOMAP_MAX = 127 << 8,
 };
 #define RS_MSG(op, data) ((uint32_t)(op) << 29 | ((uint32_t)(data) & 0x1fffffff))
 #define RS_MSG_OP(m) ((m) >> 29)
@@ -138,6 +158,25 @@ struct rs_sge {
 	uint32_t length;
 };
 
+/* A target iomap entry: the peer's mapping of offsets [offset, offset +
+ * sge.length) onto its memory at sge.addr. */
+struct rs_iomap {
+	uint64_t offset;
+	struct rs_sge sge;
+};
+_Static_assert(sizeof(struct rs_iomap) == RS_IOMAP_ENTRY, "an iomap entry is 24 bytes on the wire");
+
+/* A buffer riomap registered: for the peer to write (index into the
+ * peer's iomap) or, without PROT_WRITE, for nothing but the record
+ * (index -1, on the local list). */
+struct rs_iomr {
+	struct rs_iomr *next;
+	uint64_t offset;
+	struct ibv_mr *mr;
+	int index;
+	int pending; /* its IOMAP_SGL is yet to be sent */
+};
+
 struct rsock {
 	int fd;
 	int domain;
@@ -153,6 +192,7 @@ struct rsock {
 	/* Options: sizes take effect at the connection. */
 	uint32_t sbuf_size, rbuf_size;
 	uint32_t sq_size, rq_size, sq_inline;
+	uint32_t iomap_size; /* entries of the target iomap offered the peer */
 	int reuseaddr, nodelay, oobinline, linger_off, v6only, keepidle;
 
 	/* A listener's accepted sockets: pending (REP sent) and ready. */
@@ -166,8 +206,9 @@ struct rsock {
 	int armed;
 	uint8_t *sbuf, *rbuf;
 	struct rs_sge *targets; /* our target list, which the peer writes */
+	volatile struct rs_iomap *tiomap; /* our target iomap, behind it, which the peer writes too */
 	uint8_t *ctrl;          /* SGL entries to send when they cannot go inline */
-	struct ibv_mr *smr, *rmr, *tmr;
+	struct ibv_mr *smr, *rmr, *tmr, *cmr;
 
 	/* Sending. */
 	uint16_t sseq_no, sseq_comp; /* messages sent; the peer's credit limit */
@@ -186,6 +227,13 @@ struct rsock {
 	uint32_t rfree;              /* the next half to offer */
 	uint64_t peer_targets;       /* the peer's target list */
 	uint32_t peer_tkey, peer_tcount, peer_tidx;
+
+	/* iomap: the peer's target iomap, and what riomap registered. */
+	uint64_t peer_iomap;
+	uint32_t peer_iomap_key, peer_iomap_len;
+	struct rs_iomr **iomaps;     /* by index into the peer's iomap (peer_iomap_len) */
+	struct rs_iomr *iomaps_local;
+	uint32_t iomaps_pending;
 };
 
 /* The open rsockets by number; tab_mu guards the table, each socket's mu
@@ -279,6 +327,7 @@ static struct rsock *rs_new(int domain, const struct rsock *inherit, struct rdma
 		rs->sq_size = inherit->sq_size;
 		rs->rq_size = inherit->rq_size;
 		rs->sq_inline = inherit->sq_inline;
+		rs->iomap_size = inherit->iomap_size;
 		rs->nodelay = inherit->nodelay;
 	} else {
 		rs->sbuf_size = rs->rbuf_size = DEF_BUF;
@@ -311,8 +360,14 @@ err:;
 	return NULL;
 }
 
+static void iomr_free(struct rs_iomr *m)
+{
+	ibv_dereg_mr(m->mr);
+	free(m);
+}
+
 /* rs_release frees a connection's resources (the QP first, which no
- * longer writes into the buffers then). */
+ * longer writes into the buffers then), riomap's registrations too. */
 static void rs_release(struct rsock *rs)
 {
 	if (rs->id && rs->id->qp)
@@ -321,20 +376,33 @@ static void rs_release(struct rsock *rs)
 		ibv_destroy_cq(rs->cq);
 	if (rs->cc)
 		ibv_destroy_comp_channel(rs->cc);
-	struct ibv_mr *mrs[3] = {rs->smr, rs->rmr, rs->tmr};
-	for (int i = 0; i < 3; i++)
+	for (uint32_t i = 0; rs->iomaps && i < rs->peer_iomap_len; i++)
+		if (rs->iomaps[i])
+			iomr_free(rs->iomaps[i]);
+	while (rs->iomaps_local) {
+		struct rs_iomr *m = rs->iomaps_local;
+		rs->iomaps_local = m->next;
+		iomr_free(m);
+	}
+	struct ibv_mr *mrs[4] = {rs->smr, rs->rmr, rs->tmr, rs->cmr};
+	for (int i = 0; i < 4; i++)
 		if (mrs[i])
 			ibv_dereg_mr(mrs[i]);
 	free(rs->sbuf);
 	free(rs->rbuf);
 	free(rs->targets);
+	free(rs->ctrl);
 	free(rs->rmsg);
+	free(rs->iomaps);
 	rs->cq = NULL;
 	rs->cc = NULL;
-	rs->smr = rs->rmr = rs->tmr = NULL;
-	rs->sbuf = rs->rbuf = NULL;
+	rs->smr = rs->rmr = rs->tmr = rs->cmr = NULL;
+	rs->sbuf = rs->rbuf = rs->ctrl = NULL;
 	rs->targets = NULL;
+	rs->tiomap = NULL;
 	rs->rmsg = NULL;
+	rs->iomaps = NULL;
+	rs->iomaps_pending = 0;
 }
 
 static void rs_free_all(struct rsock *rs);
@@ -424,19 +492,25 @@ static int rs_setup(struct rsock *rs)
 	struct ibv_pd *pd = rs->id->qp->pd;
 	rs->sbuf = page_alloc(rs->sbuf_size);
 	rs->rbuf = page_alloc(rs->rbuf_size);
-	/* The target list, and behind it room for the SGL entries this side
-	 * sends when they may not go inline (RDMA_INLINE below 16). */
-	rs->targets = page_alloc(RS_TARGETS * RS_SGE + RS_CTRL_SLOTS * RS_SGE);
+	/* The target list and the target iomap behind it, where the peer
+	 * finds it (its address + 16 * the list's length), one region the
+	 * peer may write and no byte more: an IOMAP_SGL for an index past
+	 * the iomap fails at the NIC's rkey check. The SGL entries this
+	 * side sends when they may not go inline (RDMA_INLINE below 16)
+	 * have a region of their own, which the peer cannot write. */
+	size_t tlen = RS_TARGETS * RS_SGE + (size_t)rs->iomap_size * RS_IOMAP_ENTRY;
+	rs->targets = page_alloc(tlen);
+	rs->ctrl = page_alloc(RS_CTRL_SLOTS * RS_SGE);
 	rs->rmsg_cap = rs->rq_size + 1;
 	rs->rmsg = calloc(rs->rmsg_cap, sizeof(*rs->rmsg));
-	if (!rs->sbuf || !rs->rbuf || !rs->targets || !rs->rmsg)
+	if (!rs->sbuf || !rs->rbuf || !rs->targets || !rs->ctrl || !rs->rmsg)
 		return ENOMEM;
-	rs->ctrl = (uint8_t *)rs->targets + RS_TARGETS * RS_SGE;
+	rs->tiomap = (volatile struct rs_iomap *)((uint8_t *)rs->targets + RS_TARGETS * RS_SGE);
 	rs->smr = ibv_reg_mr(pd, rs->sbuf, rs->sbuf_size, IBV_ACCESS_LOCAL_WRITE);
 	rs->rmr = ibv_reg_mr(pd, rs->rbuf, rs->rbuf_size, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-	rs->tmr = ibv_reg_mr(pd, rs->targets, RS_TARGETS * RS_SGE + RS_CTRL_SLOTS * RS_SGE,
-			     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-	if (!rs->smr || !rs->rmr || !rs->tmr)
+	rs->tmr = ibv_reg_mr(pd, rs->targets, tlen, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	rs->cmr = ibv_reg_mr(pd, rs->ctrl, RS_CTRL_SLOTS * RS_SGE, IBV_ACCESS_LOCAL_WRITE);
+	if (!rs->smr || !rs->rmr || !rs->tmr || !rs->cmr)
 		return errno ? errno : EIO;
 	rs->sbuf_avail = rs->sbuf_size;
 	rs->sqe_avail = rs->sq_size - RS_CTRL_SLOTS;
@@ -474,14 +548,20 @@ static void get_wire_sge(const uint8_t *p, struct rs_sge *s)
 
 static int host_is_net(void) { return __BYTE_ORDER == __BIG_ENDIAN; }
 
+/* The iomap's size in a byte of connection data, as rdma-core scales
+ * it: up to 128 as it is, above in units of 256 (the rest dropped). */
+static uint8_t iomap_to_scale(uint32_t n) { return n <= 128 ? n : 128 | (n >> 8); }
+static uint32_t iomap_from_scale(uint8_t b) { return b <= 128 ? b : (uint32_t)(b & 127) << 8; }
+
 /* conn_data writes this side's connection data into p (40 bytes). */
 static void conn_data(const struct rsock *rs, uint8_t *p)
 {
 	memset(p, 0, RS_CONN_DATA);
 	p[0] = RS_VERSION;
-	p[1] = host_is_net() ? RS_FLAG_NET : 0; /* no iomap: RS_FLAG_IOMAP clear */
+	p[1] = RS_FLAG_IOMAP | (host_is_net() ? RS_FLAG_NET : 0);
 	uint16_t credits = htobe16(rs->rq_size);
 	memcpy(p + 2, &credits, 2);
+	p[7] = iomap_to_scale(rs->iomap_size);
 	put_wire_sge(p + 8, (uintptr_t)rs->targets, rs->tmr->rkey, RS_TARGETS);
 	put_wire_sge(p + 24, (uintptr_t)rs->rbuf, rs->rmr->rkey, rs->rbuf_size / 2);
 }
@@ -516,6 +596,12 @@ static int take_conn_data(struct rsock *rs, const void *pd, size_t n)
 	rs->peer_tidx = 1; /* entry 0 is the half the connection data gave */
 	rs->targets[0] = (struct rs_sge){.addr = data.addr, .key = data.key, .length = data.length};
 	rs->sseq_comp = be16toh(credits);
+	/* The peer's iomap lies behind its target list, under its key. */
+	if (p[1] & RS_FLAG_IOMAP) {
+		rs->peer_iomap = tl.addr + (uint64_t)RS_SGE * tl.length;
+		rs->peer_iomap_key = tl.key;
+		rs->peer_iomap_len = iomap_from_scale(p[7]);
+	}
 	return 0;
 }
 
@@ -584,7 +670,7 @@ static void give_credits(struct rsock *rs)
 		uint8_t *slot = rs->ctrl + RS_SGE * (rs->ctrl_seqno % RS_CTRL_SLOTS);
 		memcpy(slot, &e, sizeof(e));
 		sge.addr = (uintptr_t)slot;
-		sge.lkey = rs->tmr->lkey;
+		sge.lkey = rs->cmr->lkey;
 	}
 	struct ibv_send_wr wr = {.wr_id = msg, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE_WITH_IMM,
 				 .send_flags = flags, .imm_data = htobe32(msg)}, *bad;
@@ -632,7 +718,15 @@ static void take_recv(struct rsock *rs, const struct ibv_wc *wc, uint32_t *repos
 		rs->sseq_comp = (uint16_t)RS_MSG_DATA(msg);
 		break;
 	case RS_OP_IOMAP_SGL:
-		break; /* no iomap was offered: nothing could be written */
+		/* The entry is in place (riowrite reads it when it needs it);
+		 * an index past what was offered is a peer that does not
+		 * keep the protocol, whose write may have gone elsewhere. */
+		if (RS_MSG_DATA(msg) >= rs->iomap_size) {
+			rnic_log("rsocket: the peer wrote iomap entry %u of the %u offered; closing", RS_MSG_DATA(msg),
+				 rs->iomap_size);
+			set_error(rs, EPROTO);
+		}
+		break;
 	case RS_OP_CTRL:
 		switch (RS_MSG_DATA(msg)) {
 		case RS_CTRL_DISCONNECT:
@@ -665,7 +759,11 @@ static void take_send(struct rsock *rs, const struct ibv_wc *wc)
 		if (RS_MSG_DATA(msg) == RS_CTRL_DISCONNECT && rs->state == ST_CONNECTED)
 			set_disconnected(rs);
 		break;
-	default:
+	case RS_OP_IOMAP_SGL:
+		rs->sqe_avail++;
+		rs->sbuf_avail += RS_IOMAP_ENTRY;
+		break;
+	default: /* DATA, WRITE: data is the length */
 		rs->sqe_avail++;
 		rs->sbuf_avail += RS_MSG_DATA(msg);
 		break;
@@ -1230,6 +1328,76 @@ static void gather(uint8_t *dst, const struct iovec **iov, size_t *off, size_t l
 	}
 }
 
+/* stage copies n bytes of the iovec at (*iov, *off) into the send
+ * buffer, a ring freed in completion order, and describes them in sge:
+ * a copy wrapping the ring's end takes two SGEs. Returns how many. The
+ * caller has n bytes of sbuf_avail. */
+static int stage(struct rsock *rs, const struct iovec **iov, size_t *off, uint32_t n, struct ibv_sge *sge)
+{
+	uint32_t first = rs->sbuf_size - rs->shead;
+	if (first > n)
+		first = n;
+	gather(rs->sbuf + rs->shead, iov, off, first);
+	sge[0] = (struct ibv_sge){.addr = (uintptr_t)rs->sbuf + rs->shead, .length = first, .lkey = rs->smr->lkey};
+	int nsge = 1;
+	if (first < n) {
+		gather(rs->sbuf, iov, off, n - first);
+		sge[1] = (struct ibv_sge){.addr = (uintptr_t)rs->sbuf, .length = n - first, .lkey = rs->smr->lkey};
+		nsge = 2;
+	}
+	rs->shead = (rs->shead + n) % rs->sbuf_size;
+	return nsge;
+}
+
+/* send_iomaps sends the IOMAP_SGL of each mapping riomap made since the
+ * last send, in the peer's byte order, each a data message as rdma-core
+ * sends it (a credit, a send WR, 24 bytes of the send buffer), so that
+ * it reaches the peer's iomap before whatever this side sends next. */
+static int send_iomaps(struct rsock *rs, int nonblock)
+{
+	for (uint32_t i = 0; rs->iomaps_pending && i < rs->peer_iomap_len; i++) {
+		struct rs_iomr *m = rs->iomaps[i];
+		if (!m || !m->pending)
+			continue;
+		int err = 0;
+		if (rs->writable && !can_send(rs) && (err = wait_for(rs, ready_send, nonblock)))
+			return err;
+		if (!rs->writable)
+			return rs->state == ST_ERROR && rs->err ? rs->err : ECONNRESET;
+		struct rs_iomap e = {.offset = m->offset,
+				     .sge = {.addr = (uintptr_t)m->mr->addr, .key = m->mr->rkey, .length = m->mr->length}};
+		if (rs->swap)
+			e = (struct rs_iomap){.offset = bswap_64(e.offset),
+					      .sge = {.addr = bswap_64(e.sge.addr), .key = bswap_32(e.sge.key),
+						      .length = bswap_32(e.sge.length)}};
+		uint32_t msg = RS_MSG(RS_OP_IOMAP_SGL, i);
+		struct ibv_sge sge[2];
+		struct ibv_send_wr wr = {.wr_id = msg, .sg_list = sge, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE_WITH_IMM,
+					 .imm_data = htobe32(msg)}, *bad;
+		wr.wr.rdma.remote_addr = rs->peer_iomap + (uint64_t)i * RS_IOMAP_ENTRY;
+		wr.wr.rdma.rkey = rs->peer_iomap_key;
+		if (rs->sq_inline >= sizeof(e)) {
+			sge[0] = (struct ibv_sge){.addr = (uintptr_t)&e, .length = sizeof(e)};
+			wr.send_flags = IBV_SEND_INLINE;
+		} else {
+			struct iovec v = {.iov_base = &e, .iov_len = sizeof(e)};
+			const struct iovec *vp = &v;
+			size_t off = 0;
+			wr.num_sge = stage(rs, &vp, &off, sizeof(e), sge);
+		}
+		if (ibv_post_send(rs->id->qp, &wr, &bad)) {
+			set_error(rs, EIO);
+			return EIO;
+		}
+		rs->sseq_no++;
+		rs->sqe_avail--;
+		rs->sbuf_avail -= sizeof(e);
+		m->pending = 0;
+		rs->iomaps_pending--;
+	}
+	return 0;
+}
+
 /* send_iov sends the bytes of iov (cnt entries, len bytes in all): each
  * message as long as the send buffer, the target entry and a window
  * growing from 2 to 64 KiB allow, copied into the send buffer (or inline
@@ -1248,8 +1416,8 @@ static ssize_t send_iov(int s, const struct iovec *iov, int cnt, int flags)
 	}
 	size_t done = 0, off = 0;
 	uint32_t window = XFER_START;
-	int err = 0;
-	while (done < len) {
+	int err = send_iomaps(rs, nonblocking(rs, flags));
+	while (!err && done < len) {
 		if (rs->writable && !can_send(rs) && (err = wait_for(rs, ready_send, nonblocking(rs, flags))))
 			break;
 		if (!rs->writable) {
@@ -1285,22 +1453,7 @@ static ssize_t send_iov(int s, const struct iovec *iov, int cnt, int flags)
 			wr.num_sge = 1;
 			wr.send_flags = IBV_SEND_INLINE;
 		} else {
-			/* The send buffer is a ring freed in completion order:
-			 * a message wrapping its end takes two SGEs. */
-			uint32_t first = rs->sbuf_size - rs->shead;
-			if (first > n)
-				first = n;
-			gather(rs->sbuf + rs->shead, &iov, &off, first);
-			sge[0] = (struct ibv_sge){.addr = (uintptr_t)rs->sbuf + rs->shead, .length = first,
-						  .lkey = rs->smr->lkey};
-			wr.num_sge = 1;
-			if (first < n) {
-				gather(rs->sbuf, &iov, &off, n - first);
-				sge[1] = (struct ibv_sge){.addr = (uintptr_t)rs->sbuf, .length = n - first,
-							  .lkey = rs->smr->lkey};
-				wr.num_sge = 2;
-			}
-			rs->shead = (rs->shead + n) % rs->sbuf_size;
+			wr.num_sge = stage(rs, &iov, &off, n, sge);
 		}
 		if (ibv_post_send(rs->id->qp, &wr, &bad)) {
 			set_error(rs, EIO);
@@ -1766,10 +1919,10 @@ EXPORT int rsetsockopt(int s, int level, int name, const void *v, socklen_t l)
 			rs->sq_inline = val < 0 ? 0 : val > 1024 ? 1024 : (uint32_t)val;
 			break;
 		case RDMA_IOMAPSIZE:
-			if (val) {
-				rnic_log("rsetsockopt RDMA_IOMAPSIZE: riomap is not built on rnicd");
-				err = ENOTSUP;
-			}
+			/* Rounded to what the connection data can say, as
+			 * rdma-core: 1-128, then multiples of 256 to 32512. */
+			rs->iomap_size = iomap_from_scale(
+				iomap_to_scale(val < 0 ? 0 : (uint32_t)val > RS_IOMAP_MAX ? RS_IOMAP_MAX : (uint32_t)val));
 			break;
 		case RDMA_ROUTE:
 			rnic_log("rsetsockopt RDMA_ROUTE: routes are resolved by rnicd's rdma_cm; a given path is not built");
@@ -1851,7 +2004,7 @@ EXPORT int rgetsockopt(int s, int level, int name, void *v, socklen_t *l)
 		case RDMA_SQSIZE: err = put_int(v, l, (int)rs->sq_size); break;
 		case RDMA_RQSIZE: err = put_int(v, l, (int)rs->rq_size); break;
 		case RDMA_INLINE: err = put_int(v, l, (int)rs->sq_inline); break;
-		case RDMA_IOMAPSIZE: err = put_int(v, l, 0); break;
+		case RDMA_IOMAPSIZE: err = put_int(v, l, (int)rs->iomap_size); break;
 		}
 		break;
 	}
@@ -1888,20 +2041,190 @@ EXPORT int rfcntl(int s, int cmd, ...)
 	return ret;
 }
 
-#define NO_IOMAP "riomap and riowrite (rsockets' iomap: direct writes into a peer's mapped buffer) are not built on rnicd"
+/* riomap registers len bytes at buf for rsockets' iomap: with
+ * PROT_WRITE for the peer to riowrite into, at offsets from offset on
+ * (-1: buf's address), the entry going to the peer before this side's
+ * next rsend or riowrite; without, for nothing the peer can use, as
+ * rdma-core. The peer's iomap full is ENOMEM, as rdma-core says. Like
+ * rdma-core, overlapping offsets are not looked for. */
+EXPORT off_t riomap(int s, void *buf, size_t len, int prot, int flags, off_t offset)
+{
+	(void)flags;
+	struct rsock *rs = lock_sock(s);
+	if (!rs)
+		return -1;
+	int err = 0;
+	struct rs_iomr *m = NULL;
+	int idx = -1;
+	/* The QP's PD is made with the connection; an entry's length is a
+	 * u32 on the wire. */
+	if (!rs->id || !rs->id->qp || (prot & ~PROT_WRITE) || len > UINT32_MAX) {
+		err = EINVAL;
+		goto out;
+	}
+	if (prot & PROT_WRITE) {
+		if (!rs->iomaps && rs->peer_iomap_len &&
+		    !(rs->iomaps = calloc(rs->peer_iomap_len, sizeof(*rs->iomaps)))) {
+			err = ENOMEM;
+			goto out;
+		}
+		for (uint32_t i = 0; idx < 0 && i < rs->peer_iomap_len; i++)
+			if (!rs->iomaps[i])
+				idx = (int)i;
+		if (idx < 0) {
+			rnic_log("riomap: the peer's iomap has %u entries, all taken", rs->peer_iomap_len);
+			err = ENOMEM;
+			goto out;
+		}
+	}
+	if (!(m = calloc(1, sizeof(*m)))) {
+		err = ENOMEM;
+		goto out;
+	}
+	int access = IBV_ACCESS_LOCAL_WRITE | (prot & PROT_WRITE ? IBV_ACCESS_REMOTE_WRITE : 0);
+	if (!(m->mr = ibv_reg_mr(rs->id->qp->pd, buf, len, access))) {
+		err = errno ? errno : EIO;
+		free(m);
+		goto out;
+	}
+	if (offset == -1)
+		offset = (off_t)(uintptr_t)buf;
+	m->offset = (uint64_t)offset;
+	m->index = idx;
+	if (idx >= 0) {
+		m->pending = 1;
+		rs->iomaps[idx] = m;
+		rs->iomaps_pending++;
+	} else {
+		m->next = rs->iomaps_local;
+		rs->iomaps_local = m;
+	}
+out:
+	pthread_mutex_unlock(&rs->mu);
+	return err ? cm_err(err) : offset;
+}
 
-EXPORT off_t riomap(int s, void *b, size_t n, int p, int f, off_t o)
+/* riounmap ends the mapping riomap made of exactly buf and len; the
+ * peer is not told (rdma-core does not either), its entry's writes
+ * failing at the rkey check from now on. */
+EXPORT int riounmap(int s, void *buf, size_t len)
 {
-	(void)s, (void)b, (void)n, (void)p, (void)f, (void)o;
-	return nosys("riomap", NO_IOMAP);
+	struct rsock *rs = lock_sock(s);
+	if (!rs)
+		return -1;
+	struct rs_iomr *m = NULL;
+	for (uint32_t i = 0; rs->iomaps && i < rs->peer_iomap_len; i++) {
+		struct rs_iomr *c = rs->iomaps[i];
+		if (c && c->mr->addr == buf && c->mr->length == len) {
+			m = c;
+			rs->iomaps[i] = NULL;
+			if (m->pending)
+				rs->iomaps_pending--;
+			break;
+		}
+	}
+	for (struct rs_iomr **p = &rs->iomaps_local; !m && *p; p = &(*p)->next) {
+		if ((*p)->mr->addr == buf && (*p)->mr->length == len) {
+			m = *p;
+			*p = m->next;
+		}
+	}
+	if (m)
+		iomr_free(m);
+	pthread_mutex_unlock(&rs->mu);
+	return m ? 0 : cm_err(EINVAL);
 }
-EXPORT int riounmap(int s, void *b, size_t n)
+
+/* find_iomap copies the entry of the iomap the peer wrote that holds
+ * offset into e: the peer may rewrite an entry at any time, so it is
+ * read once, and a lying one only aims a write at the peer's own
+ * memory, which its NIC checks against the key. */
+static int find_iomap(const struct rsock *rs, uint64_t offset, struct rs_iomap *e)
 {
-	(void)s, (void)b, (void)n;
-	return nosys("riounmap", NO_IOMAP);
+	for (uint32_t i = 0; i < rs->iomap_size; i++) {
+		*e = (struct rs_iomap){.offset = rs->tiomap[i].offset,
+				       .sge = {.addr = rs->tiomap[i].sge.addr, .key = rs->tiomap[i].sge.key,
+					       .length = rs->tiomap[i].sge.length}};
+		if (offset >= e->offset && offset - e->offset < e->sge.length)
+			return 1;
+	}
+	return 0;
 }
-EXPORT size_t riowrite(int s, const void *b, size_t n, off_t o, int f)
+
+/* riowrite RDMA WRITEs count bytes of buf into the peer's mapping of
+ * offset, in messages growing from 2 to 64 KiB as rsend's do, each
+ * within one entry of the peer's iomap and going on into the entry
+ * that holds the next offset. The peer is not told. Returns the bytes
+ * written; a write that starts in none of the peer's entries is -1 with
+ * EINVAL (rdma-core returns 0 there, with errno untouched, which a
+ * program retrying on EAGAIN takes for "try again" for ever). */
+EXPORT size_t riowrite(int s, const void *buf, size_t count, off_t offset, int flags)
 {
-	(void)s, (void)b, (void)n, (void)o, (void)f;
-	return (size_t)nosys("riowrite", NO_IOMAP);
+	struct rsock *rs = get_open(s, flags);
+	if (!rs)
+		return (size_t)-1;
+	if (rs->state < ST_CONNECTED || rs->state == ST_CONNECT_ERROR) {
+		pthread_mutex_unlock(&rs->mu);
+		return (size_t)cm_err(ENOTCONN);
+	}
+	int err = send_iomaps(rs, nonblocking(rs, flags));
+	size_t done = 0;
+	uint32_t window = XFER_START;
+	struct rs_iomap e;
+	int have = 0;
+	while (!err && done < count) {
+		uint64_t at = (uint64_t)offset + done;
+		if (!have || at - e.offset >= e.sge.length) {
+			if (!(have = find_iomap(rs, at, &e))) {
+				if (!done) {
+					rnic_log("riowrite: offset %llu is in none of the peer's %u iomap entries",
+						 (unsigned long long)at, rs->iomap_size);
+					err = EINVAL;
+				}
+				break;
+			}
+		}
+		if (rs->writable && !can_send(rs) && (err = wait_for(rs, ready_send, nonblocking(rs, flags))))
+			break;
+		if (!rs->writable) {
+			err = rs->state == ST_ERROR && rs->err ? rs->err : ECONNRESET;
+			break;
+		}
+		size_t n = count - done;
+		if (n > window) {
+			n = window;
+			if (window < XFER_MAX)
+				window <<= 1;
+		}
+		if (n > rs->sbuf_avail)
+			n = rs->sbuf_avail;
+		if (n > e.sge.length - (at - e.offset))
+			n = e.sge.length - (at - e.offset);
+		uint32_t msg = RS_MSG(RS_OP_WRITE, n);
+		struct ibv_sge sge[2];
+		struct ibv_send_wr wr = {.wr_id = msg, .sg_list = sge, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE}, *bad;
+		wr.wr.rdma.remote_addr = e.sge.addr + (at - e.offset);
+		wr.wr.rdma.rkey = e.sge.key;
+		if (n <= rs->sq_inline) {
+			sge[0] = (struct ibv_sge){.addr = (uintptr_t)buf + done, .length = n};
+			wr.send_flags = IBV_SEND_INLINE;
+		} else {
+			struct iovec v = {.iov_base = (uint8_t *)buf + done, .iov_len = n};
+			const struct iovec *vp = &v;
+			size_t off = 0;
+			wr.num_sge = stage(rs, &vp, &off, n, sge);
+		}
+		if (ibv_post_send(rs->id->qp, &wr, &bad)) {
+			set_error(rs, EIO);
+			err = EIO;
+			break;
+		}
+		rs->sqe_avail--;
+		rs->sbuf_avail -= n; /* inline too: its completion gives it back */
+		done += n;
+	}
+	pthread_mutex_unlock(&rs->mu);
+	if (done || count == 0)
+		return done;
+	return (size_t)cm_err(err);
 }

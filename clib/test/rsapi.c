@@ -11,7 +11,14 @@
  * listener's port. Then, blocking, both ends send 4 MiB and receive the
  * other's 4 MiB at once, from two threads each, every byte checked;
  * MSG_PEEK sees bytes that the next rrecv takes again; a zero-length
- * rrecv returns 0 at once; the client's rshutdown(SHUT_WR) is the
+ * rrecv returns 0 at once; iomap: RDMA_IOMAPSIZE rounds as rdma-core,
+ * the server riomaps 4 KiB at offset 4096 for the client to write (a
+ * PROT_READ riomap is EINVAL, one more than the client's iomap of one
+ * entry ENOMEM), the client's riowrite at an offset in no mapping is
+ * EINVAL, one past the mapping's end writes the bytes within it, one
+ * of the whole mapping lands every byte (checked by the server once the
+ * client's rsend says so), and riounmap takes only what riomap gave;
+ * the client's rshutdown(SHUT_WR) is the
  * server's end of stream, while the server still writes to the client;
  * rselect sees the client readable; the server's rclose is the client's
  * end of stream; the client, shut for writing, gets ECONNRESET from
@@ -28,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/select.h>
 #include <unistd.h>
 
@@ -122,6 +130,26 @@ static void *server(void *arg)
 	       "the server's rgetpeername");
 	expect(duplex(s, 11, 22), "the server's 4 MiB each way");
 	expect(rsend(s, "peek!", 5, 0) == 5, "rsend peek!");
+	/* iomap, once the client took peek! */
+	wait_step();
+	static uint8_t target[8192];
+	errno = 0;
+	expect(riomap(s, target, 4096, PROT_READ, 0, 0) == -1 && errno == EINVAL, "riomap PROT_READ not EINVAL");
+	expect(riomap(s, target, 4096, PROT_WRITE, 0, 4096) == 4096, "the server's riomap");
+	errno = 0;
+	expect(riomap(s, target + 4096, 4096, PROT_WRITE, 0, -1) == -1 && errno == ENOMEM,
+	       "a riomap past the client's iomap of 1 entry not ENOMEM");
+	/* The mapping goes to the client before these bytes. */
+	expect(rsend(s, "m", 1, 0) == 1, "rsend m");
+	char d;
+	expect(rrecv(s, &d, 1, MSG_WAITALL) == 1 && d == 'd', "the client's d after its riowrites");
+	for (size_t i = 0; i < 4096; i++)
+		expect(target[i] == pattern(33, i), "the bytes riowrite wrote");
+	for (size_t i = 4096; i < sizeof(target); i++)
+		expect(target[i] == 0, "a byte past the mapping written");
+	errno = 0;
+	expect(riounmap(s, target, 4095) == -1 && errno == EINVAL, "riounmap of what riomap did not map not EINVAL");
+	expect(!riounmap(s, target, 4096), "riounmap");
 	/* The client's SHUT_WR: the end of the stream here. */
 	char buf[8];
 	expect(rrecv(s, buf, sizeof(buf), 0) == 0, "the server's rrecv after the client's SHUT_WR");
@@ -146,6 +174,16 @@ int main(int argc, char **argv)
 
 	int c = rsocket(AF_INET, SOCK_STREAM, 0);
 	expect(c >= 0 && !rbind(c, (struct sockaddr *)&cli, sizeof(cli)), "the client's rsocket, rbind");
+	/* What a byte of connection data can say: 1-128, then multiples
+	 * of 256 up to 32512. */
+	int sizes[][2] = {{1, 1}, {128, 128}, {300, 256}, {1000, 768}, {100000, 32512}, {-1, 0}};
+	for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+		int v = -2;
+		socklen_t vl = sizeof(v);
+		expect(!rsetsockopt(c, SOL_RDMA, RDMA_IOMAPSIZE, &sizes[i][0], sizeof(int)) &&
+			       !rgetsockopt(c, SOL_RDMA, RDMA_IOMAPSIZE, &v, &vl) && v == sizes[i][1],
+		       "RDMA_IOMAPSIZE's rounding");
+	}
 	errno = 0;
 	expect(rconnect(c, (struct sockaddr *)&srv, sizeof(srv)) == -1 && errno == ECONNREFUSED,
 	       "a connect to a port nobody listens on not refused");
@@ -153,7 +191,10 @@ int main(int argc, char **argv)
 	printf("nobody listening: ECONNREFUSED\n");
 
 	lfd = rsocket(AF_INET, SOCK_STREAM, 0);
-	expect(lfd >= 0 && !rbind(lfd, (struct sockaddr *)&srv, sizeof(srv)) && !rlisten(lfd, 1), "the listener");
+	int one = 1;
+	expect(lfd >= 0 && !rsetsockopt(lfd, SOL_RDMA, RDMA_IOMAPSIZE, &one, sizeof(one)) &&
+		       !rbind(lfd, (struct sockaddr *)&srv, sizeof(srv)) && !rlisten(lfd, 1),
+	       "the listener");
 	struct sockaddr_in name;
 	socklen_t len = sizeof(name);
 	expect(!rgetsockname(lfd, (struct sockaddr *)&name, &len) && name.sin_port == srv.sin_port &&
@@ -166,7 +207,9 @@ int main(int argc, char **argv)
 		fail("pthread_create");
 
 	c = rsocket(AF_INET, SOCK_STREAM, 0);
-	expect(c >= 0 && !rbind(c, (struct sockaddr *)&cli, sizeof(cli)), "the client's rsocket, rbind");
+	expect(c >= 0 && !rbind(c, (struct sockaddr *)&cli, sizeof(cli)) &&
+		       !rsetsockopt(c, SOL_RDMA, RDMA_IOMAPSIZE, &one, sizeof(one)),
+	       "the client's rsocket, rbind");
 	expect(!rfcntl(c, F_SETFL, O_NONBLOCK) && (rfcntl(c, F_GETFL) & O_NONBLOCK), "rfcntl O_NONBLOCK");
 	errno = 0;
 	expect(rconnect(c, (struct sockaddr *)&srv, sizeof(srv)) == -1 && errno == EINPROGRESS,
@@ -195,6 +238,20 @@ int main(int argc, char **argv)
 	expect(rrecv(c, buf, sizeof(buf), 0) == 5 && !memcmp(buf, "peek!", 5), "the rrecv after MSG_PEEK");
 	expect(rrecv(c, buf, 0, 0) == 0, "a zero-length rrecv");
 	printf("MSG_PEEK, then the same 5 bytes; a zero-length rrecv: 0\n");
+
+	if (write(step[1], "x", 1) != 1)
+		fail("write step");
+	expect(rrecv(c, buf, 1, MSG_WAITALL) == 1 && buf[0] == 'm', "the server's m after its riomap");
+	static uint8_t data[4096];
+	for (size_t i = 0; i < sizeof(data); i++)
+		data[i] = pattern(33, i);
+	errno = 0;
+	expect(riowrite(c, data, 100, 0, 0) == (size_t)-1 && errno == EINVAL, "a riowrite at offset 0 not EINVAL");
+	expect(riowrite(c, data + 4046, 100, 8142, 0) == 50, "a riowrite past the mapping's end not 50 bytes");
+	expect(riowrite(c, data, 4096, 4096, 0) == 4096, "riowrite 4 KiB");
+	expect(rsend(c, "d", 1, 0) == 1, "rsend d");
+	printf("iomap: RDMA_IOMAPSIZE rounded; riomap PROT_READ: EINVAL, past the peer's iomap: ENOMEM; "
+	       "riowrite in no mapping: EINVAL, past its end: 50 of 100, 4 KiB: verified; riounmap\n");
 
 	expect(!rshutdown(c, SHUT_WR), "rshutdown SHUT_WR");
 	fd_set r;

@@ -12,7 +12,13 @@
  * length can say); each connect must end in
  * REJECTED, the listener taking no connection. Then one with good
  * connection data, whose first message says it wrote more than the half
- * of the buffer it was offered: that rrecv fails with EPROTO. Then a good
+ * of the buffer it was offered: that rrecv fails with EPROTO. The
+ * listener offers an iomap of one entry (RDMA_IOMAPSIZE 1), which the
+ * REP says, right behind its target list: an IOMAP_SGL written there
+ * whose immediate names entry 1 fails that rrecv with EPROTO too; one
+ * written where entry 1 would lie, past the region the peer may write,
+ * fails at the NIC (the client's completion: remote access error) and
+ * writes nothing. Then a good
  * one writing "hello" where the REP said: rrecv gives those 5 bytes, so
  * the listener lived through the rest. Each step prints one line; the
  * last is PASS. The library's reasons go to stderr.
@@ -40,7 +46,7 @@ static int results[2]; /* the server thread's rrecv results: a pipe */
 static void *serve(void *arg)
 {
 	(void)arg;
-	for (int i = 0; i < 2; i++) {
+	for (int i = 0; i < 4; i++) {
 		int s = raccept(lfd, NULL, NULL);
 		if (s < 0)
 			fail("raccept");
@@ -130,9 +136,10 @@ static void hang_up(struct client *c)
 	rdma_destroy_event_channel(c->ch);
 }
 
-/* write_imm writes n bytes of data (none for NULL) to addr/rkey with
- * immediate imm, and waits for its completion. */
-static void write_imm(struct client *c, uint64_t addr, uint32_t rkey, const char *data, uint32_t n, uint32_t imm)
+/* write_imm_status writes n bytes of data (none for NULL) to
+ * addr/rkey with immediate imm, and returns its completion's status. */
+static enum ibv_wc_status write_imm_status(struct client *c, uint64_t addr, uint32_t rkey, const char *data, uint32_t n,
+					   uint32_t imm)
 {
 	if (data)
 		memcpy(c->mem, data, n);
@@ -147,19 +154,29 @@ static void write_imm(struct client *c, uint64_t addr, uint32_t rkey, const char
 	int got;
 	for (int i = 0; (got = ibv_poll_cq(c->cq, 1, &wc)) == 0 && i < 10000; i++)
 		usleep(1000);
-	if (got != 1 || wc.status != IBV_WC_SUCCESS)
+	if (got != 1)
+		fail("the write's completion");
+	return wc.status;
+}
+
+static void write_imm(struct client *c, uint64_t addr, uint32_t rkey, const char *data, uint32_t n, uint32_t imm)
+{
+	if (write_imm_status(c, addr, rkey, data, n, imm) != IBV_WC_SUCCESS)
 		fail("the write's completion");
 }
 
-static void server_said(const char *want)
+/* server_said checks the server's rrecv gave want, or or_else if not NULL. */
+static void server_said_either(const char *want, const char *or_else)
 {
 	char line[64];
 	ssize_t n = read(results[0], line, sizeof(line));
-	if (n <= 0 || strcmp(line, want) != 0) {
+	if (n <= 0 || (strcmp(line, want) != 0 && (!or_else || strcmp(line, or_else) != 0))) {
 		fprintf(stderr, "%s: the server's rrecv gave \"%s\", want \"%s\"\n", PROG, n > 0 ? line : "nothing", want);
 		exit(1);
 	}
 }
+
+static void server_said(const char *want) { server_said_either(want, NULL); }
 
 int main(int argc, char **argv)
 {
@@ -171,7 +188,9 @@ int main(int argc, char **argv)
 	addr(argv[1], atoi(argv[3]), &srv);
 	addr(argv[2], 0, &cli);
 	lfd = rsocket(AF_INET, SOCK_STREAM, 0);
-	if (lfd < 0 || rbind(lfd, (struct sockaddr *)&srv, sizeof(srv)) || rlisten(lfd, 4))
+	int one = 1;
+	if (lfd < 0 || rsetsockopt(lfd, SOL_RDMA, RDMA_IOMAPSIZE, &one, sizeof(one)) ||
+	    rbind(lfd, (struct sockaddr *)&srv, sizeof(srv)) || rlisten(lfd, 4))
 		fail("rsocket, rbind, rlisten");
 	if (pipe(results))
 		fail("pipe");
@@ -228,6 +247,43 @@ int main(int argc, char **argv)
 	server_said("-1 71 -");
 	printf("1 MiB claimed: rrecv failed with EPROTO\n");
 	hang_up(&c);
+
+	/* The iomap: one entry, behind the target list (its address + 16 *
+	 * its 2 entries), under its key. */
+	static const char entry[24] = "an iomap entry, 24 bytes";
+	for (int past = 0; past < 2; past++) {
+		memset(&c, 0, sizeof(c));
+		e = dial(&c, &cli, &srv, NULL, 0);
+		if (e->event != RDMA_CM_EVENT_ESTABLISHED)
+			fail("the iomap connect was not ESTABLISHED");
+		memcpy(rep, e->param.conn.private_data, 40);
+		rdma_ack_cm_event(e);
+		if (!(rep[1] & 2) || rep[7] != 1)
+			fail("the REP offers no iomap of 1 entry");
+		memcpy(&a, rep + 8, 8);
+		memcpy(&k, rep + 16, 4);
+		uint64_t iomap = be64toh(a) + 2 * 16;
+		if (!past) {
+			write_imm(&c, iomap, be32toh(k), entry, 24, 6u << 29 | 1);
+			server_said("-1 71 -");
+			printf("IOMAP_SGL naming entry 1 of 1: rrecv failed with EPROTO\n");
+		} else {
+			enum ibv_wc_status st = write_imm_status(&c, iomap + 24, be32toh(k), entry, 24, 6u << 29 | 1);
+			if (st != IBV_WC_REM_ACCESS_ERR) {
+				fprintf(stderr, "%s: a write past the iomap: %s, want remote access error\n", PROG,
+					ibv_wc_status_str(st));
+				return 1;
+			}
+			hang_up(&c);
+			/* The server's QP went to the error state with the
+			 * write: its next post fails (EIO), unless the
+			 * client's DREQ came first (the end of the stream). */
+			server_said_either("-1 5 -", "0 0 -");
+			printf("IOMAP_SGL past the iomap: remote access error; the server's rrecv failed\n");
+			continue;
+		}
+		hang_up(&c);
+	}
 
 	/* A message as an rsocket sends it: the listener still takes
 	 * connections and reads them. */
