@@ -47,6 +47,11 @@ var rstreamDefault = []rstreamRow{
 	{"1m_bw", "1m", "100", "1", "200m", 1 << 20 * 100},
 }
 
+// custom is the row of a custom run (-S size -C xfers, one iteration).
+func custom(size, xfers int, sizeStr, xfersStr, totalStr string) []rstreamRow {
+	return []rstreamRow{{"custom", sizeStr, xfersStr, "1", totalStr, uint64(size * xfers)}}
+}
+
 // checkRstream compares rstream's output with the header and rows.
 func checkRstream(t *testing.T, who, out string, rows []rstreamRow) {
 	t.Helper()
@@ -303,9 +308,6 @@ func TestCLibRstream(t *testing.T) {
 	if _, err := os.Stat(rspreload); err != nil {
 		t.Fatalf("librdmacm1 (rdmacm-utils' dependency) installed no %s: %v", rspreload, err)
 	}
-	custom := func(size, xfers int, sizeStr, xfersStr, totalStr string) []rstreamRow {
-		return []rstreamRow{{"custom", sizeStr, xfersStr, "1", totalStr, uint64(size * xfers)}}
-	}
 	for _, c := range []struct {
 		name     string
 		args     []string
@@ -407,13 +409,6 @@ func TestCLibRiostream(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	chrt, err := exec.LookPath("chrt")
-	if err != nil {
-		t.Fatalf("util-linux's chrt: %v", err)
-	}
-	custom := func(size, xfers int, sizeStr, xfersStr, totalStr string) []rstreamRow {
-		return []rstreamRow{{"custom", sizeStr, xfersStr, "1", totalStr, uint64(size * xfers)}}
-	}
 	for _, c := range []struct {
 		name     string
 		args     []string
@@ -436,14 +431,6 @@ func TestCLibRiostream(t *testing.T) {
 				if slices.Contains(args, "-s") {
 					cmd.Env = append(cmd.Env, "RNICD_DIR="+hostOf[cli.name])
 				}
-				// Each side waits for the peer's write by spinning on
-				// its buffer's last byte, never calling in: two such
-				// spinners beside two daemons on a 2-core host leave
-				// the daemons a time slice now and then, and the
-				// default run went past 10 minutes. SCHED_IDLE gives
-				// the daemons the CPU whenever they have work.
-				cmd.Args = append([]string{"chrt", "--idle", "0", cmd.Path}, cmd.Args[1:]...)
-				cmd.Path = chrt
 				return cmd
 			}
 			tb.checkedPair(t, run, "riostream", c.reversed, c.limit, c.rows, c.conns, c.args...)

@@ -1328,6 +1328,23 @@ static void gather(uint8_t *dst, const struct iovec **iov, size_t *off, size_t l
 	}
 }
 
+/* next_len is the length of the next message of left bytes to a target
+ * with room bytes: at most the window, which grows from 2 to 64 KiB
+ * message by message, so that the first bytes leave early, and the send
+ * buffer free. */
+static uint32_t next_len(const struct rsock *rs, size_t left, uint32_t *window, uint64_t room)
+{
+	uint64_t n = left;
+	if (n > *window) {
+		n = *window;
+		if (*window < XFER_MAX)
+			*window <<= 1;
+	}
+	if (n > rs->sbuf_avail)
+		n = rs->sbuf_avail;
+	return n > room ? (uint32_t)room : (uint32_t)n;
+}
+
 /* stage copies n bytes of the iovec at (*iov, *off) into the send
  * buffer, a ring freed in completion order, and describes them in sge:
  * a copy wrapping the ring's end takes two SGEs. Returns how many. The
@@ -1429,16 +1446,7 @@ static ssize_t send_iov(int s, const struct iovec *iov, int cnt, int flags)
 		volatile struct rs_sge *t = &rs->targets[rs->tidx];
 		uint64_t taddr = t->addr;
 		uint32_t tkey = t->key, tlen = t->length;
-		size_t n = len - done;
-		if (n > window) {
-			n = window;
-			if (window < XFER_MAX)
-				window <<= 1;
-		}
-		if (n > rs->sbuf_avail)
-			n = rs->sbuf_avail;
-		if (n > tlen)
-			n = tlen;
+		size_t n = next_len(rs, len - done, &window, tlen);
 		uint32_t msg = RS_MSG(RS_OP_DATA, n);
 		struct ibv_sge sge[2];
 		struct ibv_send_wr wr = {.wr_id = msg, .sg_list = sge, .opcode = IBV_WR_RDMA_WRITE_WITH_IMM,
@@ -2190,16 +2198,7 @@ EXPORT size_t riowrite(int s, const void *buf, size_t count, off_t offset, int f
 			err = rs->state == ST_ERROR && rs->err ? rs->err : ECONNRESET;
 			break;
 		}
-		size_t n = count - done;
-		if (n > window) {
-			n = window;
-			if (window < XFER_MAX)
-				window <<= 1;
-		}
-		if (n > rs->sbuf_avail)
-			n = rs->sbuf_avail;
-		if (n > e.sge.length - (at - e.offset))
-			n = e.sge.length - (at - e.offset);
+		size_t n = next_len(rs, count - done, &window, e.sge.length - (at - e.offset));
 		uint32_t msg = RS_MSG(RS_OP_WRITE, n);
 		struct ibv_sge sge[2];
 		struct ibv_send_wr wr = {.wr_id = msg, .sg_list = sge, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE}, *bad;
