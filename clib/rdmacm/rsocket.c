@@ -1373,14 +1373,18 @@ static int stage(struct rsock *rs, const struct iovec **iov, size_t *off, uint32
 static int send_iomaps(struct rsock *rs, int nonblock)
 {
 	for (uint32_t i = 0; rs->iomaps_pending && i < rs->peer_iomap_len; i++) {
-		struct rs_iomr *m = rs->iomaps[i];
-		if (!m || !m->pending)
+		if (!rs->iomaps[i] || !rs->iomaps[i]->pending)
 			continue;
 		int err = 0;
 		if (rs->writable && !can_send(rs) && (err = wait_for(rs, ready_send, nonblock)))
 			return err;
 		if (!rs->writable)
 			return rs->state == ST_ERROR && rs->err ? rs->err : ECONNRESET;
+		/* Looked up again: another thread's riounmap may have taken
+		 * it while the wait let the socket go. */
+		struct rs_iomr *m = rs->iomaps[i];
+		if (!m || !m->pending)
+			continue;
 		struct rs_iomap e = {.offset = m->offset,
 				     .sge = {.addr = (uintptr_t)m->mr->addr, .key = m->mr->rkey, .length = m->mr->length}};
 		if (rs->swap)
