@@ -99,7 +99,7 @@ func TestCLibCMSync(t *testing.T) {
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	want := "rdma_connect where nobody listens: ECONNREFUSED, id->event REJECTED with status 8\n" +
-		"rdma_bind_addr: 198.51.100.7 EADDRNOTAVAIL; 127.0.0.1 listens, heard on 127.0.0.1 only\n" +
+		"rdma_bind_addr: 198.51.100.7 EADDRNOTAVAIL; 127.0.0.1 listens, hears 127.0.0.1, refuses the server's address\n" +
 		"rdma_get_request: a connect request from " + tb.b.addr.String() + ", its QP made\n" +
 		"rdma_accept returned with ESTABLISHED\n" +
 		"rdma_init_qp_attr: INIT, RTR (the client's QPN) and RTS\n" +
