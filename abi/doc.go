@@ -48,5 +48,7 @@
 // device's record, qpmgr.SendWQE (DecodeSendWQE), written from that
 // record into the CQE slot (PutSendCQE); the poll then reads the CQE slot
 // into the application's WC (GetCQE), and that read is the poll itself.
-// verbs' package doc walks it call by call.
+// A receive's takes the same three: EncodeRecvWQE, DecodeRecvWQE into
+// the device's ib.RecvWR, PutRecvCQE from it. verbs' package doc walks
+// both call by call.
 package abi
