@@ -373,12 +373,7 @@ func PutCQE(slot []byte, wc *ib.WC) {
 // from the fields the engine's WQE holds, with no WC between: a send
 // completion has no immediate, source QP or P_Key index (0).
 func PutSendCQE(slot []byte, wrid uint64, st ib.WCStatus, op ib.WCOpcode, flags ib.WCFlags, byteLen, qpn uint32) {
-	le.PutUint64(slot[0:], wrid)
-	slot[8], slot[9], slot[10], slot[11] = uint8(st), uint8(op), uint8(flags), 0
-	le.PutUint32(slot[12:], byteLen)
-	clear(slot[16:20])
-	le.PutUint32(slot[20:], qpn)
-	clear(slot[24:32])
+	PutRecvCQE(slot, wrid, st, op, flags, byteLen, 0, qpn, 0)
 }
 
 // PutRecvCQE writes the completion of a receive WR into a CQE slot
