@@ -453,4 +453,5 @@ static void fill_ops(struct rctx *c)
 	c->vctx.query_port = query_port_ex;
 	c->vctx.query_device_ex = query_device_ex;
 	c->vctx.create_qp_ex = create_qp_ex;
+	c->vctx.create_cq_ex = create_cq_ex;
 }

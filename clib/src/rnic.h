@@ -275,6 +275,7 @@ int post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **ba
 int post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
 int post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
 struct ibv_qp *create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_attr_ex *a);
+struct ibv_cq_ex *create_cq_ex(struct ibv_context *ctx, struct ibv_cq_init_attr_ex *a);
 
 /* mem.c */
 int mem_share(void *addr, size_t len, int *fd, uint64_t *off, uint32_t *shmid);
