@@ -121,7 +121,10 @@ func (c *conn) raise(e asyncEvent) {
 	signalFD(a.fd)
 }
 
-// pop takes the oldest event.
+// pop takes the oldest event. While more wait, the wake pipe is written
+// again: the client empties it before it asks (so that no wake-up is
+// lost), and its fd must stay readable while an event waits, as the
+// kernel's async event file is, for a program that polls it.
 func (a *asyncQueue) pop() (asyncEvent, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -131,6 +134,9 @@ func (a *asyncQueue) pop() (asyncEvent, bool) {
 	e := a.ring[a.head]
 	a.head = (a.head + 1) % len(a.ring)
 	a.n--
+	if a.n > 0 && a.open {
+		signalFD(a.fd)
+	}
 	return e, true
 }
 

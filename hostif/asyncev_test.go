@@ -269,3 +269,31 @@ func TestAsyncEventsBounded(t *testing.T) {
 	wantNoEvent(t, c)
 	wantNoEvent(t, quiet)
 }
+
+// FuzzDecodeAsync drives the decoders of the event and SRQ requests and
+// replies with any bytes: a request the server accepts re-encodes to the
+// same bytes; no reply panics its decoder.
+func FuzzDecodeAsync(f *testing.F) {
+	for _, s := range [][]byte{
+		abi.Encode(abi.KindOpenAsync, 0, 1, &abi.Empty{}),
+		abi.Encode(abi.KindGetAsyncEvent, 0, 2, &abi.Empty{}),
+		abi.Encode(abi.KindModifySRQ, 0, 3, &abi.ModifySRQReq{H: 4, Mask: abi.SRQLimit, Limit: 3}),
+		abi.Encode(abi.KindQuerySRQ, 0, 4, &abi.Handle{H: 4}),
+		abi.EncodeReply(abi.KindGetAsyncEvent, 5, &abi.AsyncEvent{Have: true, Type: ib.EventQPLastWQEReached, H: 9}),
+		abi.EncodeReply(abi.KindQuerySRQ, 6, &abi.SRQAttrReply{MaxWR: 8, MaxSGE: 1, Limit: 3}),
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, msg []byte) {
+		if h, body, err := DecodeRequest(msg, 0); err == nil {
+			if got := abi.Encode(h.Kind, h.Flags, h.ID, body); string(got) != string(msg) {
+				t.Fatalf("decoded %T %+v re-encodes as %x, was %x", body, body, got, msg)
+			}
+		}
+		if len(msg) >= abi.HeaderLen {
+			for _, b := range []abi.Body{&abi.AsyncEvent{}, &abi.SRQAttrReply{}} {
+				abi.DecodeReply(abi.KindGetAsyncEvent, msg[abi.HeaderLen:], b)
+			}
+		}
+	})
+}

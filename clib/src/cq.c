@@ -121,6 +121,7 @@ struct rcq *cq_new(struct ibv_context *ctx, int cqe, void *cq_context, struct ib
 	q->cq.cqe = r.max_send_wr;
 	pthread_mutex_init(&q->cq.mutex, NULL);
 	pthread_cond_init(&q->cq.cond, NULL);
+	async_track(ctx, r.h, &q->cq);
 	if (channel) {
 		struct rchan *c = (struct rchan *)channel;
 		pthread_mutex_lock(&c->mu);
@@ -143,9 +144,11 @@ EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *ctx, int cqe, void *cq_c
 EXPORT int ibv_destroy_cq(struct ibv_cq *cq)
 {
 	struct rcq *q = (struct rcq *)cq;
-	int err = destroy(cq->context, K_DESTROY_CQ, q->h);
+	uint32_t reported;
+	int err = async_destroy(cq->context, K_DESTROY_CQ, q->h, &reported);
 	if (err)
 		return err;
+	async_wait_acked(&cq->mutex, &cq->cond, &cq->async_events_completed, reported);
 	if (cq->channel) {
 		struct rchan *c = (struct rchan *)cq->channel;
 		pthread_mutex_lock(&c->mu);
