@@ -30,7 +30,6 @@ type CQ struct {
 	// to instead of ring; detached: the CQ's host ring is gone.
 	cqe      *cqeRing
 	detached bool
-	onErr    func() // SetErrorHandler
 }
 
 // NewCQ returns a CQ with room for n completions.
@@ -51,12 +50,7 @@ func (c *CQ) hostSlot() ([]byte, error) {
 	if c.detached {
 		return nil, nil
 	}
-	slot, err := c.cqe.next()
-	if err != nil && !c.cqe.errTold && c.onErr != nil {
-		c.cqe.errTold = true
-		c.onErr()
-	}
-	return slot, err
+	return c.cqe.next()
 }
 
 // PushSend completes a send WQE: the completion of wr_id wrid with

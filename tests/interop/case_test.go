@@ -63,10 +63,12 @@ func (c tcase) isRdmaCM() bool { return c.tool == "rping" }
 // (ucxEnv).
 func (c tcase) isUCX() bool { return c.tool == "ucx_perftest" }
 
-// isRstream tells librdmacm's rstream: rsockets over an RC connection
-// that rdma_cm makes, its server bound to its own address (-b), its
-// client naming the server's (-s) and binding its own.
-func (c tcase) isRstream() bool { return c.tool == "rstream" }
+// isRstream tells librdmacm's rstream and riostream: rsockets over an
+// RC connection that rdma_cm makes, its server bound to its own address
+// (-b), its client naming the server's (-s) and binding its own
+// (riostream's client ignores -b: the host runs it with rnicd's socket
+// alone, so that rdma_cm cannot route it through another rnicd).
+func (c tcase) isRstream() bool { return c.tool == "rstream" || c.tool == "riostream" }
 
 // isMckey tells librdmacm's mckey: UD multicast, a receiver (the server)
 // and a sender (-s, the client) that each join mckeyGroup by rdma_cm,
@@ -242,6 +244,11 @@ func matrix(ibMTU int) []tcase {
 	// past rsockets' 64 KiB largest; 50 each way fill the 128 KiB
 	// receive buffer's halves over and over.
 	cs = append(cs, tcase{tool: "rstream", args: []string{"-T", "b", "-T", "v", "-S", "100000", "-C", "50"}, clib: true, deadline: 120 * time.Second})
+	// rsockets' iomap: Debian's riostream on both ends, each riomapping
+	// its buffer (an IOMAP_SGL into the peer's target iomap, behind its
+	// target list) and riowriting into the other's (RDMA WRITEs at the
+	// peer's entry), every byte verified (-T v).
+	cs = append(cs, tcase{tool: "riostream", args: []string{"-T", "v", "-S", "100000", "-C", "50"}, clib: true, deadline: 120 * time.Second})
 	// UD multicast: Debian's mckey on both ends, the host's on the C
 	// library's rdma_join_multicast and the UDP-mode rnicd's group
 	// socket: 10 datagrams of 100 bytes from the sender to the group,

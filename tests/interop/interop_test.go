@@ -116,7 +116,7 @@ func ensurePackages(t *testing.T) {
 	need := map[string]string{"qemu-system-x86_64": "qemu-system-x86", "busybox": "busybox-static", "cpio": "cpio",
 		"depmod": "kmod", "tcpdump": "tcpdump", "nft": "nftables", "ip": "iproute2", "rdma": "iproute2",
 		"ib_write_bw": "perftest", "ibv_rc_pingpong": "ibverbs-utils", "make": "make", "gcc": "gcc",
-		"rping": "rdmacm-utils", "rstream": "rdmacm-utils", "mckey": "rdmacm-utils", "ucx_perftest": "ucx-utils"}
+		"rping": "rdmacm-utils", "rstream": "rdmacm-utils", "riostream": "rdmacm-utils", "mckey": "rdmacm-utils", "ucx_perftest": "ucx-utils"}
 	var pkgs []string
 	for cmd, pkg := range need {
 		if _, err := exec.LookPath(cmd); err != nil {

@@ -177,6 +177,20 @@ func (l *link) rnic(ctx context.Context, c tcase, port int, client bool) hostRun
 		}
 		env = append(env, ucxEnv(device)...)
 	}
+	if c.tool == "riostream" && client {
+		// riostream's client binds to nothing: rdma_cm would route it
+		// through the rnicd whose address shares the longest prefix
+		// with the VM's, the UDP-mode one (198.18.0.3). It sees
+		// rnicd's socket alone.
+		only := filepath.Join(l.dir, "only-"+device)
+		if err := os.MkdirAll(only, 0o755); err != nil {
+			return hostRun{err: err}
+		}
+		if err := os.Symlink(filepath.Join(l.dir, device+".sock"), filepath.Join(only, device+".sock")); err != nil && !os.IsExist(err) {
+			return hostRun{err: err}
+		}
+		env = append(append([]string{}, env...), "RNICD_DIR="+only)
+	}
 	run := l.ns.command(ctx, env, cmd...)
 	if c.clib && c.isRdmaCM() {
 		// Debian's rping buffers its pings (stdout, a pipe) and writes
