@@ -35,6 +35,8 @@ func goABI(t *testing.T) map[string]int64 {
 		"K_CM_CONNECT": int64(KindCMConnect), "K_CM_ACCEPT": int64(KindCMAccept), "K_CM_REJECT": int64(KindCMReject),
 		"K_CM_DISCONNECT": int64(KindCMDisconnect), "K_CM_GET_EVENT": int64(KindCMGetEvent), "K_LIST_CM_IDS": int64(KindListCMIDs),
 		"K_REG_MR_SHM": int64(KindRegMRShm), "K_ATTACH_MCAST": int64(KindAttachMcast), "K_DETACH_MCAST": int64(KindDetachMcast),
+		"K_OPEN_ASYNC": int64(KindOpenAsync), "K_GET_ASYNC_EVENT": int64(KindGetAsyncEvent),
+		"K_MODIFY_SRQ": int64(KindModifySRQ), "K_QUERY_SRQ": int64(KindQuerySRQ),
 
 		"HDR_LEN": HeaderLen, "MAX_MSG": MaxMessage, "FLAG_REPLY": int64(FlagReply),
 

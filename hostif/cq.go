@@ -56,6 +56,7 @@ func (c *conn) createCQ(_ object, b abi.Body, _ []int) (abi.Body, []int, error) 
 	}
 	q.AttachRing(ring, wr, chFD, &c.s.cqOverruns)
 	h := c.add(o)
+	c.watchCQ(q, h)
 	return &abi.RingReply{H: h, Caps: ib.QPCap{MaxSendWR: int(r.CQE)},
 		Send: abi.RingDesc{Size: uint32(len(mem)), Slots: r.CQE, SlotBytes: abi.CQESlotBytes}}, []int{fd, rd}, nil
 }

@@ -94,6 +94,7 @@ func (c *conn) createQP(_ object, b abi.Body, _ []int) (abi.Body, []int, error) 
 	q.rings = c.s.dev.AttachQPRings(qp, sq, rq, caps.MaxRecvSGE, &c.s.badWQEs)
 	c.s.qps.Store(qp.QPN, q)
 	reply.H = c.add(q)
+	c.watchQP(qp, reply.H)
 	return reply, []int{fd}, nil
 }
 
@@ -168,6 +169,7 @@ func (q *qpObj) cost() Quota {
 // release destroys the QP; its outstanding WQEs complete no more
 // (ibv_destroy_qp).
 func (q *qpObj) release(c *conn) error {
+	q.qp.SetEventHandler(nil)
 	q.rings.StopPolling()
 	// What the client posted to an RTS QP and the engine has not
 	// fetched yet goes to the device, whose destroy sends it

@@ -66,6 +66,11 @@ type Server struct {
 	cmRunning sync.WaitGroup
 	cmDropped atomic.Uint64
 	cmIDN     atomic.Uint32 // the last cm-idn given (cmres.go)
+
+	// Asynchronous events (asyncev.go): raised and dropped for a full
+	// queue; closing stops them at Shutdown.
+	asyncRaised, asyncDropped atomic.Uint64
+	closing                   atomic.Bool
 }
 
 // NewServer returns a server for cfg.Device; the caller keeps owning the
@@ -206,6 +211,7 @@ func (c *conn) run() {
 	s, uc := c.s, c.uc
 	c.serve()
 	c.teardown()
+	c.closeAsync()
 	uc.Close()
 	s.mu.Lock()
 	delete(s.conns, c)
@@ -250,6 +256,7 @@ func (l *Local) Doorbell(h uint32, queue uint8) error {
 // doorbell is still in the socket: each client's rings are fetched up to
 // their producer indexes first, so that everything posted is flushed.
 func (s *Server) Shutdown() {
+	s.closing.Store(true)
 	s.mu.Lock()
 	lns := s.lns
 	s.lns = nil
@@ -306,6 +313,7 @@ func (s *Server) Counters() map[string]uint64 {
 	// What all clients hold of each limited resource, to set beside
 	// its limit: hostif_held_maps, hostif_held_fds, ...
 	s.cmCounters(m)
+	s.asyncCounters(m)
 	held := s.acct.held()
 	for r := range NumResources {
 		m["hostif_held_"+resources[r].counter] = held[r]
@@ -382,6 +390,7 @@ func init() {
 		abi.KindCMGetEvent:       {body: handle, target: kindCMChannel, handle: (*conn).cmGetEvent},
 		abi.KindListCMIDs:        {body: func() abi.Body { return &abi.ListCMIDsReq{} }, handle: (*conn).listCMIDs},
 	}
+	registerAsync(requests)
 	// A request's name is its kind's (abi's table), for errors and
 	// the accounting's messages.
 	for k, r := range requests {
@@ -448,6 +457,8 @@ type conn struct {
 	// the only ones the CM agent may move (under mu).
 	cmIDs  int
 	cmQPNs map[uint32]int
+
+	async asyncQueue // asyncev.go
 }
 
 // identify learns the client's pid and process name from its credentials.

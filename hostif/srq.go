@@ -14,6 +14,7 @@ type srqObj struct {
 	owner  *conn
 	pd     *pdObj
 	srq    *rnic.SRQ
+	maxWR  int
 	maxSGE int
 	mem    []byte
 	ring   *rnic.SRQRing // the device's: it polls and fetches
@@ -43,8 +44,9 @@ func (c *conn) createSRQ(_ object, b abi.Body, _ []int) (abi.Body, []int, error)
 	ring, _ := abi.NewRing(mem, r.MaxWR, slot)
 	ring.WriteGeometry()
 	pd.hold()
-	so := &srqObj{owner: c, pd: pd, srq: s, maxSGE: int(r.MaxSGE), mem: mem}
+	so := &srqObj{owner: c, pd: pd, srq: s, maxWR: int(r.MaxWR), maxSGE: int(r.MaxSGE), mem: mem}
 	h := c.add(so)
+	c.watchSRQ(s, h)
 	so.ring = c.s.dev.AttachSRQRing(s, ring, int(r.MaxSGE), uint32(h), &c.s.badWQEs)
 	return &abi.RingReply{H: h, Caps: ib.QPCap{MaxRecvWR: int(r.MaxWR), MaxRecvSGE: int(r.MaxSGE)},
 		Recv: abi.RingDesc{Size: uint32(len(mem)), Slots: r.MaxWR, SlotBytes: slot}}, []int{fd}, nil
@@ -54,6 +56,7 @@ func (*srqObj) kind() objKind { return kindSRQ }
 func (o *srqObj) cost() Quota { return srqCost(uint64(len(o.mem))) }
 
 func (o *srqObj) release(c *conn) error {
+	o.srq.SetLimitHandler(nil)
 	c.s.dev.DetachSRQRing(o.ring)
 	unix.Munmap(o.mem)
 	o.pd.drop()

@@ -94,7 +94,7 @@ func fetchFault(qp *QP) ib.WCStatus {
 	if qp.State() == ib.QPSErr {
 		st = ib.WCWRFlushErr
 	}
-	qp.EnterError()
+	qp.EnterErrorReported()
 	return st
 }
 

@@ -23,31 +23,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "rnic.h"
-
-
-struct rcq;
+#include "cq.h"
 
 struct rchan {
 	struct ibv_comp_channel ch;
 	uint32_t h;
 	pthread_mutex_t mu;
 	struct rcq *cqs; /* the CQs reporting here */
-};
-
-struct rcq {
-	struct ibv_cq cq;
-	uint32_t h;
-	uint8_t *mem, *ring;
-	size_t memlen;
-	uint32_t slots;
-	pthread_spinlock_t lock;
-	uint32_t cons; /* under lock */
-	uint32_t empty; /* polls in a row that found nothing, under lock */
-	uint32_t seen; /* events taken by ibv_get_cq_event, under the channel's mu */
-	int wake; /* the read end of the CQ's wake pipe (non-blocking), or -1 */
-	uint32_t waits; /* empty polls left to wait in rather than yield (atomic) */
-	struct rcq *next;
 };
 
 EXPORT struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *ctx)
@@ -97,10 +79,8 @@ EXPORT int ibv_destroy_comp_channel(struct ibv_comp_channel *ch)
 	return 0;
 }
 
-EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *ctx, int cqe, void *cq_context,
-				    struct ibv_comp_channel *channel, int comp_vector)
+struct rcq *cq_new(struct ibv_context *ctx, int cqe, void *cq_context, struct ibv_comp_channel *channel)
 {
-	(void)comp_vector;
 	if (cqe < 1) {
 		errno = EINVAL;
 		return NULL;
@@ -141,6 +121,7 @@ EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *ctx, int cqe, void *cq_c
 	q->cq.cqe = r.max_send_wr;
 	pthread_mutex_init(&q->cq.mutex, NULL);
 	pthread_cond_init(&q->cq.cond, NULL);
+	async_track(ctx, r.h, &q->cq);
 	if (channel) {
 		struct rchan *c = (struct rchan *)channel;
 		pthread_mutex_lock(&c->mu);
@@ -149,15 +130,25 @@ EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *ctx, int cqe, void *cq_c
 		q->seen = ring_load(q->ring, RING_EVENTS);
 		pthread_mutex_unlock(&c->mu);
 	}
-	return &q->cq;
+	return q;
+}
+
+EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *ctx, int cqe, void *cq_context,
+				    struct ibv_comp_channel *channel, int comp_vector)
+{
+	(void)comp_vector;
+	struct rcq *q = cq_new(ctx, cqe, cq_context, channel);
+	return q ? &q->cq : NULL;
 }
 
 EXPORT int ibv_destroy_cq(struct ibv_cq *cq)
 {
 	struct rcq *q = (struct rcq *)cq;
-	int err = destroy(cq->context, K_DESTROY_CQ, q->h);
+	uint32_t reported;
+	int err = async_destroy(cq->context, K_DESTROY_CQ, q->h, &reported);
 	if (err)
 		return err;
+	async_wait_acked(&cq->mutex, &cq->cond, &cq->async_events_completed, reported);
 	if (cq->channel) {
 		struct rchan *c = (struct rchan *)cq->channel;
 		pthread_mutex_lock(&c->mu);
@@ -176,10 +167,14 @@ EXPORT int ibv_destroy_cq(struct ibv_cq *cq)
 	return 0;
 }
 
+/* The ring is the daemon's memory, sized when the CQ was made, and its
+ * producer index is the daemon's: a resize needs a request of its own
+ * that moves the unconsumed completions, the armed and events words and
+ * the engine's producer to a new ring while the program's polls wait,
+ * which rnicd does not have yet. */
 EXPORT int ibv_resize_cq(struct ibv_cq *cq, int cqe)
 {
-	(void)cq;
-	(void)cqe;
+	rnic_log("resize_cq of a CQ of %d entries to %d: not built on rnicd", cq->cqe, cqe);
 	return EOPNOTSUPP;
 }
 
@@ -229,71 +224,78 @@ static void wait_cqe(struct rcq *q, uint32_t cons)
 		;
 }
 
+void cqe_read(struct rcq *q, uint32_t idx, struct ibv_wc *w)
+{
+	static const uint8_t v4mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+	struct buf s = {.p = q->ring + RING_HEADER + (size_t)(idx % q->slots) * CQE_BYTES, .len = CQE_BYTES, .off = CQE_WR_ID};
+	memset(w, 0, sizeof(*w));
+	w->wr_id = get64(&s);
+	s.off = CQE_STATUS;
+	w->status = get8(&s);
+	s.off = CQE_OPCODE;
+	w->opcode = get8(&s);
+	s.off = CQE_WC_FLAGS;
+	w->wc_flags = get8(&s);
+	s.off = CQE_BYTE_LEN;
+	w->byte_len = get32(&s);
+	s.off = CQE_IMM;
+	uint32_t imm = get32(&s);
+	/* The ring carries the immediate in host order, the verbs
+	 * structure in network order; an invalidated rkey stays host. */
+	w->imm_data = (w->wc_flags & IBV_WC_WITH_IMM) ? htonl(imm) : imm;
+	s.off = CQE_QP_NUM;
+	w->qp_num = get32(&s);
+	s.off = CQE_SRC_QP;
+	w->src_qp = get32(&s);
+	s.off = CQE_PKEY_INDEX;
+	w->pkey_index = get16(&s);
+	/* A UD receive's sl says which L3 header the first 40 bytes
+	 * hold, as a ConnectX's does for RoCE (its CQE's packet type:
+	 * 2 IPv4, 1 IPv6): RoCE carries no SL, and UCX 1.13's ud_verbs
+	 * reads the GRH's address by this alone, dropping every
+	 * datagram when it says 0. rnicd's GRH is IPv4's (in the second
+	 * 20 bytes, as rxe writes it) on an IPv4 port. */
+	if (w->wc_flags & IBV_WC_GRH)
+		w->sl = memcmp(to_rctx(q->cq.context)->dev->gid, v4mapped, 12) == 0 ? 2 : 1;
+}
+
 int poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 {
 	struct rcq *q = (struct rcq *)cq;
-	static const uint8_t v4mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-	uint8_t l3 = memcmp(to_rctx(cq->context)->dev->gid, v4mapped, 12) == 0 ? 2 : 1;
 	pthread_spin_lock(&q->lock);
 	uint32_t prod = ring_load(q->ring, RING_PRODUCER);
 	int k = 0;
-	for (; k < n && q->cons != prod; k++, q->cons++) {
-		struct buf s = {.p = q->ring + RING_HEADER + (size_t)(q->cons % q->slots) * CQE_BYTES, .len = CQE_BYTES, .off = CQE_WR_ID};
-		struct ibv_wc *w = &wc[k];
-		memset(w, 0, sizeof(*w));
-		w->wr_id = get64(&s);
-		s.off = CQE_STATUS;
-		w->status = get8(&s);
-		s.off = CQE_OPCODE;
-		w->opcode = get8(&s);
-		s.off = CQE_WC_FLAGS;
-		w->wc_flags = get8(&s);
-		s.off = CQE_BYTE_LEN;
-		w->byte_len = get32(&s);
-		s.off = CQE_IMM;
-		uint32_t imm = get32(&s);
-		/* The ring carries the immediate in host order, the verbs
-		 * structure in network order; an invalidated rkey stays host. */
-		w->imm_data = (w->wc_flags & IBV_WC_WITH_IMM) ? htonl(imm) : imm;
-		s.off = CQE_QP_NUM;
-		w->qp_num = get32(&s);
-		s.off = CQE_SRC_QP;
-		w->src_qp = get32(&s);
-		s.off = CQE_PKEY_INDEX;
-		w->pkey_index = get16(&s);
-		/* A UD receive's sl says which L3 header the first 40 bytes
-		 * hold, as a ConnectX's does for RoCE (its CQE's packet type:
-		 * 2 IPv4, 1 IPv6): RoCE carries no SL, and UCX 1.13's ud_verbs
-		 * reads the GRH's address by this alone, dropping every
-		 * datagram when it says 0. rnicd's GRH is IPv4's (in the second
-		 * 20 bytes, as rxe writes it) on an IPv4 port. */
-		if (w->wc_flags & IBV_WC_GRH)
-			w->sl = l3;
-	}
-	if (k > 0)
-		ring_store(q->ring, RING_CONSUMER, q->cons);
+	for (; k < n && q->cons != prod; k++, q->cons++)
+		cqe_read(q, q->cons, &wc[k]);
+	if (k == 0)
+		return poll_none(q);
+	ring_store(q->ring, RING_CONSUMER, q->cons);
+	q->empty = 0;
+	pthread_spin_unlock(&q->lock);
+	return k;
+}
+
+int poll_none(struct rcq *q)
+{
+	struct ibv_cq *cq = &q->cq;
 	/* A program spinning on a CQ whose daemon was killed would spin
 	 * forever: every 2^16 empty polls in a row (a few milliseconds of
 	 * spinning) it looks whether the daemon hung up, and the poll fails
-	 * as on a device's fatal error. A SIGTERM's flushes come first. */
-	int dead = 0, overrun = 0;
-	if (k > 0) {
-		q->empty = 0;
-	} else {
-		/* A completion that found the ring full was lost (the CQ is too
-		 * small for its QPs): say so rather than let the program wait
-		 * for it (rdma-core reports IBV_EVENT_CQ_ERR). */
-		overrun = ring_load(q->ring, RING_FLAGS) & FLAG_OVERRUN;
-		if (++q->empty % (1u << 16) == 0)
-			dead = conn_hung_up(&to_rctx(cq->context)->conn);
-	}
+	 * as on a device's fatal error. A SIGTERM's flushes come first.
+	 * A completion that found the ring full was lost (the CQ is too
+	 * small for its QPs): say so rather than let the program wait for
+	 * it (rdma-core reports IBV_EVENT_CQ_ERR). */
+	int dead = 0;
+	int overrun = ring_load(q->ring, RING_FLAGS) & FLAG_OVERRUN;
+	if (++q->empty % (1u << 16) == 0)
+		dead = conn_hung_up(&to_rctx(cq->context)->conn);
 	uint32_t empty = q->empty, cons = q->cons;
 	pthread_spin_unlock(&q->lock);
 	/* A program spinning here holds a core the daemon's engine that is
 	 * to fill the CQ may need (2 cores, two daemons, two perftests):
 	 * after a short spin, each empty poll gives the core away;
 	 * sched_yield returns at once when nothing else runs. */
-	if (k == 0 && empty > POLL_SPIN && !overrun && !dead) {
+	if (empty > POLL_SPIN && !overrun && !dead) {
 		uint32_t w = __atomic_load_n(&q->waits, __ATOMIC_RELAXED);
 		if (w > 0 && q->wake >= 0) {
 			__atomic_store_n(&q->waits, w - 1, __ATOMIC_RELAXED);
@@ -313,7 +315,7 @@ int poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 		rnic_log("poll_cq: the rnicd of %s hung up", cq->context->device->name);
 		return -1;
 	}
-	return k;
+	return 0;
 }
 
 /*

@@ -221,9 +221,7 @@ EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 	struct ibv_context *ctx = &c->vctx.context;
 	ctx->device = device;
 	ctx->cmd_fd = c->conn.fd;
-	/* The async event fd never carries an event of its own: the one
-	 * event rnicd has, DEVICE_FATAL, is its hang-up (ibv_get_async_event). */
-	ctx->async_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	ctx->async_fd = async_open(ctx);
 	ctx->num_comp_vectors = 1;
 	pthread_mutex_init(&ctx->mutex, NULL);
 	ctx->abi_compat = __VERBS_ABI_IS_EXTENDED;
@@ -241,6 +239,7 @@ EXPORT int ibv_close_device(struct ibv_context *ctx)
 	pthread_mutex_destroy(&c->mrs_mu);
 	if (ctx->async_fd >= 0)
 		close(ctx->async_fd);
+	async_close(ctx);
 	free(c);
 	return 0;
 }
@@ -406,39 +405,6 @@ EXPORT int ibv_get_pkey_index(struct ibv_context *ctx, uint8_t port, __be16 pkey
 	return -1;
 }
 
-/* ibv_get_async_event waits for the device's one asynchronous event:
- * DEVICE_FATAL, when its rnicd hangs up. It comes once; then, as from
- * the kernel's async event file of a device that is gone, the call fails
- * with EIO (ibv_asyncwatch printed DEVICE_FATAL 209,500 times a second). */
-EXPORT int ibv_get_async_event(struct ibv_context *ctx, struct ibv_async_event *ev)
-{
-	struct rctx *c = to_rctx(ctx);
-	for (;;) {
-		pthread_mutex_lock(&ctx->mutex);
-		int told = c->fatal_told;
-		pthread_mutex_unlock(&ctx->mutex);
-		if (told) {
-			errno = EIO;
-			return -1;
-		}
-		struct pollfd p = {.fd = c->conn.fd, .events = POLLRDHUP};
-		if (poll(&p, 1, -1) < 0 && errno != EINTR)
-			return -1;
-		if (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) {
-			pthread_mutex_lock(&ctx->mutex);
-			told = c->fatal_told;
-			c->fatal_told = 1;
-			pthread_mutex_unlock(&ctx->mutex);
-			if (told)
-				continue; /* another thread took it */
-			memset(ev, 0, sizeof(*ev));
-			ev->event_type = IBV_EVENT_DEVICE_FATAL;
-			return 0;
-		}
-	}
-}
-
-EXPORT void ibv_ack_async_event(struct ibv_async_event *ev) { (void)ev; }
 
 /* fill_ops points the context at this library's data path and the
  * extended verbs it has. */
@@ -453,4 +419,5 @@ static void fill_ops(struct rctx *c)
 	c->vctx.query_port = query_port_ex;
 	c->vctx.query_device_ex = query_device_ex;
 	c->vctx.create_qp_ex = create_qp_ex;
+	c->vctx.create_cq_ex = create_cq_ex;
 }

@@ -91,29 +91,18 @@ EXPORT struct ibv_srq *ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init_att
 	s->srq.handle = r.h;
 	pthread_mutex_init(&s->srq.mutex, NULL);
 	pthread_cond_init(&s->srq.cond, NULL);
+	async_track(pd->context, r.h, &s->srq);
 	return &s->srq;
-}
-
-EXPORT int ibv_modify_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr, int mask)
-{
-	(void)srq;
-	(void)attr;
-	(void)mask;
-	return EOPNOTSUPP; /* no SRQ limit events or resizing in rnicd's host interface yet */
-}
-
-EXPORT int ibv_query_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr)
-{
-	*attr = ((struct rsrq *)srq)->attr;
-	return 0;
 }
 
 EXPORT int ibv_destroy_srq(struct ibv_srq *srq)
 {
 	struct rsrq *s = (struct rsrq *)srq;
-	int err = destroy(srq->context, K_DESTROY_SRQ, s->h);
+	uint32_t reported;
+	int err = async_destroy(srq->context, K_DESTROY_SRQ, s->h, &reported);
 	if (err)
 		return err;
+	async_wait_acked(&srq->mutex, &srq->cond, &srq->events_completed, reported);
 	munmap(s->mem, s->memlen);
 	free(s);
 	return 0;
@@ -255,6 +244,7 @@ EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *
 	qp->qp_type = a->qp_type;
 	pthread_mutex_init(&qp->mutex, NULL);
 	pthread_cond_init(&qp->cond, NULL);
+	async_track(pd->context, r.h, qp);
 	return qp;
 }
 
@@ -366,9 +356,11 @@ EXPORT int ibv_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask, s
 EXPORT int ibv_destroy_qp(struct ibv_qp *qp)
 {
 	struct rqp *q = to_rqp(qp);
-	int err = destroy(qp->context, K_DESTROY_QP, q->h);
+	uint32_t reported;
+	int err = async_destroy(qp->context, K_DESTROY_QP, q->h, &reported);
 	if (err)
 		return err;
+	async_wait_acked(&qp->mutex, &qp->cond, &qp->events_completed, reported);
 	munmap(q->mem, q->memlen);
 	free(q);
 	return 0;

@@ -70,6 +70,10 @@ enum rnic_kind {
 	K_REG_MR_SHM = 31,
 	K_ATTACH_MCAST = 32, /* struct mcast_req */
 	K_DETACH_MCAST = 33,
+	K_OPEN_ASYNC = 40, /* async.c */
+	K_GET_ASYNC_EVENT = 41,
+	K_MODIFY_SRQ = 42,
+	K_QUERY_SRQ = 43,
 };
 
 #define HDR_LEN 16
@@ -233,8 +237,24 @@ struct rctx {
 	 * back even when the program did not deregister them. */
 	pthread_mutex_t mrs_mu;
 	struct rmr *mrs;
-	int fatal_told; /* DEVICE_FATAL was returned: under the context's mutex */
+	/* Asynchronous events (async.c), under ev_mu: DEVICE_FATAL was
+	 * returned; the daemon's event queue is open (async_fd is its wake
+	 * pipe); the objects whose events the program may get. */
+	pthread_mutex_t ev_mu;
+	int fatal_told, ev_open;
+	struct aobj *aobjs;
 };
+
+/* async.c: async_open returns the context's async_fd; async_track makes
+ * the object obj with handle h an event's element; async_destroy
+ * destroys it (request k) and says how many events were returned for it,
+ * which async_wait_acked waits to see acknowledged. */
+struct aobj;
+int async_open(struct ibv_context *ctx);
+void async_close(struct ibv_context *ctx);
+void async_track(struct ibv_context *ctx, uint32_t h, void *obj);
+int async_destroy(struct ibv_context *ctx, int k, uint32_t h, uint32_t *reported);
+void async_wait_acked(pthread_mutex_t *mu, pthread_cond_t *cond, uint32_t *completed, uint32_t reported);
 
 /* pdmr.c: ibv_close_device's undo of every MR the program left. */
 void mrs_release(struct rctx *c);
@@ -275,6 +295,7 @@ int post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **ba
 int post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
 int post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
 struct ibv_qp *create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_attr_ex *a);
+struct ibv_cq_ex *create_cq_ex(struct ibv_context *ctx, struct ibv_cq_init_attr_ex *a);
 
 /* mem.c */
 int mem_share(void *addr, size_t len, int *fd, uint64_t *off, uint32_t *shmid);

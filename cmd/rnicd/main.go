@@ -549,6 +549,9 @@ func serve(c config, nofile uint64, nofileErr error) error {
 	}
 	node := makeDevNode(log, c.name, socketMode(c.sockGID), c.sockGID)
 	defer node.remove()
+	portStop := make(chan struct{})
+	defer close(portStop)
+	watchPort(log, dev, srv, portStop)
 	// A serving goroutine that stops leaves a daemon that is up but deaf
 	// (a Serve that returned on EMFILE went unnoticed): whichever stops,
 	// the daemon stops too, non-zero, with the reason.

@@ -30,6 +30,7 @@ type CQ struct {
 	// to instead of ring; detached: the CQ's host ring is gone.
 	cqe      *cqeRing
 	detached bool
+	onErr    func() // SetErrorHandler
 }
 
 // NewCQ returns a CQ with room for n completions.
@@ -50,7 +51,12 @@ func (c *CQ) hostSlot() ([]byte, error) {
 	if c.detached {
 		return nil, nil
 	}
-	return c.cqe.next()
+	slot, err := c.cqe.next()
+	if err != nil && !c.cqe.errTold && c.onErr != nil {
+		c.cqe.errTold = true
+		c.onErr()
+	}
+	return slot, err
 }
 
 // PushSend completes a send WQE: the completion of wr_id wrid with

@@ -20,6 +20,7 @@ type cqeRing struct {
 	waitFD   int            // the CQ's waiter's wake pipe
 	chanFD   int            // the completion channel's wake pipe, -1: none
 	overruns *atomic.Uint64 // the host interface's count of completions lost
+	errTold  bool           // CQ_ERR was raised (CQ.SetErrorHandler)
 }
 
 // AttachRing makes every later completion of c go into ring, a CQE ring

@@ -200,6 +200,8 @@ type RespState struct {
 	NextRes   int
 	// UCDrop discards the rest of a UC message whose start was lost.
 	UCDrop bool
+	// CommEst is set once COMM_EST was raised (QP.RequestArrived).
+	CommEst bool
 }
 
 // QP is a queue pair.
@@ -260,6 +262,8 @@ type QP struct {
 	destroyed bool
 	// sendSrc, if set, is told of every send WQE retired.
 	sendSrc SendSource
+	// onEvent gets the QP's asynchronous events (asyncev.go).
+	onEvent func(ib.EventType)
 }
 
 // SendSource is a send queue in memory the host shares with the NIC: the
@@ -488,6 +492,12 @@ func (qp *QP) enter(s ib.QPState) {
 		qp.Kick()
 	case ib.QPSErr:
 		qp.flush()
+		// IBTA 11.6.3.1: a QP of an SRQ that enters ERR, by the NIC
+		// or by modify_qp, raises LAST_WQE_REACHED once its last WQE
+		// is done with (rxe's flush_recv_queue).
+		if qp.SRQ != nil {
+			qp.raise(ib.EventQPLastWQEReached)
+		}
 	}
 }
 
@@ -506,12 +516,10 @@ func (qp *QP) reset() {
 }
 
 // EnterError moves the QP to ERR and flushes its queues. Call with the lock
-// held.
-func (qp *QP) EnterError() {
-	if qp.state != ib.QPSErr && qp.state != ib.QPSReset {
-		qp.enter(ib.QPSErr)
-	}
-}
+// held. The NIC moved it there for an error no completion reports:
+// QP_FATAL, the local work queue catastrophic error (IBTA 11.6.3.1);
+// EnterErrorFor names another kind, EnterErrorReported none.
+func (qp *QP) EnterError() { qp.EnterErrorFor(ib.EventQPFatal) }
 
 // flush completes every outstanding WQE with WR_FLUSH_ERR (IBTA 10.3.1:
 // in ERR all WQEs complete in error), nothing lost silently.

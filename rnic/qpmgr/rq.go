@@ -21,6 +21,7 @@ type RecvQueue struct {
 	// event); 0 disarms it.
 	limit    int
 	limitHit bool
+	onLimit  func() // SetLimitHandler
 	// src, when set, is where the queue's WQEs come from and go back to.
 	src RecvSource
 }
@@ -100,19 +101,30 @@ func (q *RecvQueue) Post(wrs []ib.RecvWR) (int, error) {
 // Pop takes the oldest receive WR.
 func (q *RecvQueue) Pop() (ib.RecvWR, bool) {
 	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.n == 0 {
+	if q.n == 0 || q.limit > 0 {
+		// Armed, the count must be every WQE posted, not only those
+		// fetched, or the limit would fire while the host's ring
+		// still holds plenty.
 		q.refill()
 	}
 	if q.n == 0 {
+		q.mu.Unlock()
 		return ib.RecvWR{}, false
 	}
 	wr := q.ring[q.head]
 	q.ring[q.head] = ib.RecvWR{}
 	q.head = (q.head + 1) % len(q.ring)
 	q.n--
+	var fire func()
+	// rxe's get_srq_wqe: once the WQEs left fall below the limit,
+	// SRQ_LIMIT_REACHED, and the limit is disarmed (0).
 	if q.limit > 0 && q.n < q.limit {
 		q.limitHit, q.limit = true, 0
+		fire = q.onLimit
+	}
+	q.mu.Unlock()
+	if fire != nil {
+		fire()
 	}
 	return wr, true
 }

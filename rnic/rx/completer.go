@@ -92,7 +92,7 @@ func (c *Completer) ack(qp *qpmgr.QP, p bth.Packet) {
 		if qp.Comp.RNRRetry == 0 {
 			c.Counters.Inc(ib.RetryRNRExceededErr)
 			c.completeSend(qp, ib.WCRNRRetryExcErr)
-			qp.EnterError()
+			qp.EnterErrorReported()
 			return
 		}
 		if qp.Comp.RNRRetry != 7 {
@@ -137,7 +137,7 @@ func (c *Completer) ack(qp *qpmgr.QP, p bth.Packet) {
 			st = ib.WCRemAccessErr
 		}
 		c.completeSend(qp, st)
-		qp.EnterError()
+		qp.EnterErrorReported()
 	}
 }
 
@@ -225,7 +225,7 @@ func (c *Completer) retry(qp *qpmgr.QP, why trace.RetryReason) {
 		if cs.RetryCnt == 0 {
 			c.Counters.Inc(ib.RetryExceededErr)
 			c.completeSend(qp, ib.WCRetryExcErr)
-			qp.EnterError()
+			qp.EnterErrorReported()
 			return
 		}
 		if cs.RetryCnt != 7 || !c.Retry7Forever {
@@ -441,7 +441,7 @@ func (c *Completer) readResponse(qp *qpmgr.QP, p bth.Packet) {
 	}
 	if err := c.DMA.Scatter(qp.PD, w.WR.SGL, off, p.Payload()); err != nil {
 		c.completeSend(qp, ib.WCLocProtErr)
-		qp.EnterError()
+		qp.EnterErrorReported()
 		return
 	}
 	if c.Trace.On() {
@@ -469,7 +469,7 @@ func (c *Completer) atomicAck(qp *qpmgr.QP, p bth.Packet) {
 	binary.NativeEndian.PutUint64(orig[:], p.AtomicAckETH().OrigData())
 	if err := c.DMA.Scatter(qp.PD, w.WR.SGL, 0, orig[:]); err != nil {
 		c.completeSend(qp, ib.WCLocProtErr)
-		qp.EnterError()
+		qp.EnterErrorReported()
 		return
 	}
 	from := qp.Comp.PSN

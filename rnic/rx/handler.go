@@ -121,6 +121,7 @@ func (h *Handler) deliver(qp *qpmgr.QP, p bth.Packet, b *ibudp.Buf, tx qpmgr.TX)
 			h.drop(qp, p, ib.DropQPState)
 			return
 		}
+		qp.RequestArrived()
 		h.Resp.respond(qp, p, b, tx)
 		return
 	}

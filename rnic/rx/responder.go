@@ -162,7 +162,7 @@ func (r *Responder) fatal(qp *qpmgr.QP, tx qpmgr.TX, s bth.Syndrome, psn uint32,
 		r.completeRecv(qp, &qp.Resp.WQE, &qpmgr.RecvCompletion{Status: st, Opcode: ib.WCRecv})
 		qp.Resp.HaveWQE = false
 	}
-	qp.EnterError()
+	qp.EnterErrorFor(responderEvent(s))
 }
 
 // takeWQE makes sure a receive WQE is at hand for a SEND or a WRITE with

@@ -60,7 +60,7 @@ func (e *Engine) Run(qp *qpmgr.QP, tx qpmgr.TX, budget int) int {
 			// The local memory behind the WR went away or never
 			// was valid: a local protection error (IBTA 10.8.3).
 			e.completeSend(qp, ib.WCLocProtErr)
-			qp.EnterError()
+			qp.EnterErrorReported()
 			break
 		}
 		sent++

@@ -71,6 +71,9 @@ func reservedMask(p Packet) []byte {
 	if off := p.Opcode().Offset(HdrCNP); off >= 0 {
 		clear(b[off : off+CNPLen])
 	}
+	if off := p.Opcode().Offset(HdrXRCETH); off >= 0 {
+		b[off] = 0
+	}
 	clear(b[len(b)-ICRCLen-p.BTH().PadCount() : len(b)-ICRCLen])
 	return b
 }
@@ -191,6 +194,28 @@ func FuzzCheckICRCAnyID(f *testing.F) {
 		env.ID = ^id
 		if got, ok := p.CheckICRCAnyID(&env); !ok || got != id {
 			t.Fatalf("got %#x %v, want %#x", got, ok, id)
+		}
+	})
+}
+
+// The XRCETH decoder reads 24 bits whatever the four bytes hold, and
+// what it reads encodes back to the same bytes but the reserved one.
+func FuzzXRCETH(f *testing.F) {
+	f.Add([]byte{0, 0, 0, 1})
+	f.Add([]byte{0xff, 0xff, 0xff, 0xff})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if len(b) < XRCETHLen {
+			return
+		}
+		x := XRCETH(b[:XRCETHLen])
+		n := x.SRQN()
+		if n > SRQNMask {
+			t.Fatalf("SRQN %#x has more than 24 bits", n)
+		}
+		out := make(XRCETH, XRCETHLen)
+		out.Encode(n)
+		if out[0] != 0 || !bytes.Equal(out[1:], b[1:XRCETHLen]) {
+			t.Fatalf("% x encodes back as % x", b[:XRCETHLen], out)
 		}
 	})
 }

@@ -84,6 +84,7 @@ type RoCE struct {
 	ImmDt        uint32 // immediate data, in network order as on the wire
 	IETH         uint32 // R_Key to invalidate
 	DETH         DETHFields
+	XRCSRQN      uint32 // the XRCETH's SRQ number
 	ICRC         uint32
 }
 
@@ -135,6 +136,9 @@ func (r *RoCE) DecodeFromBytes(data []byte, df gopacket.DecodeFeedback) error {
 	if op.Has(HdrDETH) {
 		h := p.DETH()
 		r.DETH = DETHFields{QKey: h.QKey(), SrcQP: h.SrcQP()}
+	}
+	if op.Has(HdrXRCETH) {
+		r.XRCSRQN = p.XRCETH().SRQN()
 	}
 	r.Contents = data[:op.HdrLen()]
 	r.Payload = p.Payload()
@@ -205,6 +209,9 @@ func (r *RoCE) SerializeTo(b gopacket.SerializeBuffer, opts gopacket.SerializeOp
 	}
 	if op.Has(HdrDETH) {
 		p.DETH().Encode(r.DETH.QKey, r.DETH.SrcQP)
+	}
+	if op.Has(HdrXRCETH) {
+		p.XRCETH().Encode(r.XRCSRQN)
 	}
 	p.SetICRC(r.ICRC)
 	// The same checks a receiver makes: a payload on an opcode that

@@ -16,6 +16,7 @@ const (
 	TransportRD  Opcode = 0x40
 	TransportUD  Opcode = 0x60
 	TransportCNP Opcode = 0x80
+	TransportXRC Opcode = 0xa0 // IBTA annex A14, table 1
 )
 
 // Opcodes of the reliable connected service (IBTA table 36).
@@ -59,6 +60,33 @@ const (
 	UDSendOnlyImm            Opcode = 0x65
 	CNP                      Opcode = 0x81
 
+	// The XRC opcodes (IBTA annex A14.2) are the RC operations under
+	// the XRC prefix; requests carry an XRCETH after the BTH, responses
+	// do not.
+	XRCSendFirst              = TransportXRC | RCSendFirst
+	XRCSendMiddle             = TransportXRC | RCSendMiddle
+	XRCSendLast               = TransportXRC | RCSendLast
+	XRCSendLastImm            = TransportXRC | RCSendLastImm
+	XRCSendOnly               = TransportXRC | RCSendOnly
+	XRCSendOnlyImm            = TransportXRC | RCSendOnlyImm
+	XRCRDMAWriteFirst         = TransportXRC | RCRDMAWriteFirst
+	XRCRDMAWriteMiddle        = TransportXRC | RCRDMAWriteMiddle
+	XRCRDMAWriteLast          = TransportXRC | RCRDMAWriteLast
+	XRCRDMAWriteLastImm       = TransportXRC | RCRDMAWriteLastImm
+	XRCRDMAWriteOnly          = TransportXRC | RCRDMAWriteOnly
+	XRCRDMAWriteOnlyImm       = TransportXRC | RCRDMAWriteOnlyImm
+	XRCRDMAReadRequest        = TransportXRC | RCRDMAReadRequest
+	XRCRDMAReadResponseFirst  = TransportXRC | RCRDMAReadResponseFirst
+	XRCRDMAReadResponseMiddle = TransportXRC | RCRDMAReadResponseMiddle
+	XRCRDMAReadResponseLast   = TransportXRC | RCRDMAReadResponseLast
+	XRCRDMAReadResponseOnly   = TransportXRC | RCRDMAReadResponseOnly
+	XRCAcknowledge            = TransportXRC | RCAcknowledge
+	XRCAtomicAcknowledge      = TransportXRC | RCAtomicAcknowledge
+	XRCCompareSwap            = TransportXRC | RCCompareSwap
+	XRCFetchAdd               = TransportXRC | RCFetchAdd
+	XRCSendLastInvalidate     = TransportXRC | RCSendLastInvalidate
+	XRCSendOnlyInvalidate     = TransportXRC | RCSendOnlyInvalidate
+
 	opcodeCount          = 256
 	transportMask Opcode = 0xe0
 )
@@ -75,7 +103,8 @@ const (
 	HdrAtomicAckETH
 	HdrImmDt
 	HdrIETH
-	HdrCNP // the 16 reserved bytes that follow the BTH of a RoCEv2 CNP
+	HdrCNP    // the 16 reserved bytes that follow the BTH of a RoCEv2 CNP
+	HdrXRCETH // the XRC SRQ number of an XRC request (IBTA A14.3.1)
 )
 
 // Header sizes in bytes.
@@ -89,6 +118,7 @@ const (
 	ImmDtLen        = 4
 	IETHLen         = 4
 	CNPLen          = 16
+	XRCETHLen       = 4
 	ICRCLen         = 4
 )
 
@@ -98,6 +128,7 @@ var headerOrder = [...]struct {
 	n int
 }{
 	{HdrDETH, DETHLen},
+	{HdrXRCETH, XRCETHLen}, // right after the BTH (IBTA A14.3.1)
 	{HdrRETH, RETHLen},
 	{HdrAtomicETH, AtomicETHLen},
 	{HdrAETH, AETHLen},
@@ -134,7 +165,7 @@ type OpInfo struct {
 	Flags   Flags
 	HdrLen  int // BTH plus all extension headers
 
-	offsets [len(headerOrder)]uint8 // offset of each header present, by its bit index
+	offsets [len(headerOrder)]uint8 // offset of each header present, by its bit index (not its wire position)
 }
 
 var opTable [opcodeCount]OpInfo
@@ -185,9 +216,9 @@ func init() {
 		op := prefix | r.op
 		info := OpInfo{Name: svc + "_" + r.name, Headers: r.hdrs, Flags: r.flags}
 		n := BTHLen
-		for i, h := range headerOrder {
+		for _, h := range headerOrder {
 			if r.hdrs&h.h != 0 {
-				info.offsets[i] = uint8(n)
+				info.offsets[bits.TrailingZeros16(uint16(h.h))] = uint8(n)
 				n += h.n
 			}
 		}
@@ -201,6 +232,14 @@ func init() {
 	for _, r := range rcOnly {
 		add(TransportRC, "RC", r)
 	}
+	// XRC is RC's operations with an XRCETH on every request (IBTA
+	// A14.2, table 1).
+	for _, r := range append(sendWrite, rcOnly...) {
+		if r.flags&FlagRequest != 0 {
+			r.hdrs |= HdrXRCETH
+		}
+		add(TransportXRC, "XRC", r)
+	}
 	add(TransportUD, "UD", row{0x04, "SEND_ONLY", HdrDETH, only | FlagSend})
 	add(TransportUD, "UD", row{0x05, "SEND_ONLY_WITH_IMMEDIATE", HdrDETH | HdrImmDt, only | FlagSend | FlagImm})
 	add(TransportCNP, "ROCE", row{0x01, "CNP", HdrCNP, 0})
@@ -209,11 +248,17 @@ func init() {
 // Info returns the opcode's row of the table; Valid reports whether it has one.
 func (op Opcode) Info() *OpInfo { return &opTable[op] }
 
-// Valid reports whether op is an opcode this NIC knows (RC, UC, UD or CNP).
+// Valid reports whether op is an opcode this NIC knows (RC, UC, UD, XRC or
+// CNP).
 func (op Opcode) Valid() bool { return opTable[op].HdrLen != 0 }
 
 // Transport returns the transport service prefix (TransportRC, ...).
 func (op Opcode) Transport() Opcode { return op & transportMask }
+
+// Operation is the opcode without its transport prefix: for RC and XRC
+// opcodes, the RC opcode of the same operation (XRCFetchAdd.Operation()
+// == RCFetchAdd).
+func (op Opcode) Operation() Opcode { return op &^ transportMask }
 
 // Has reports whether packets of this opcode carry header h.
 func (op Opcode) Has(h Header) bool { return opTable[op].Headers&h != 0 }

@@ -52,10 +52,36 @@ func TestOpcodeTable(t *testing.T) {
 		{0x64, "UD_SEND_ONLY", []Header{HdrDETH}, p},
 		{0x65, "UD_SEND_ONLY_WITH_IMMEDIATE", []Header{HdrDETH, HdrImmDt}, p},
 		{0x81, "ROCE_CNP", []Header{HdrCNP}, false},
+		// IBTA annex A14, table 1: XRC requests carry the XRCETH
+		// right after the BTH; responses do not.
+		{0xa0, "XRC_SEND_FIRST", []Header{HdrXRCETH}, p},
+		{0xa1, "XRC_SEND_MIDDLE", []Header{HdrXRCETH}, p},
+		{0xa2, "XRC_SEND_LAST", []Header{HdrXRCETH}, p},
+		{0xa3, "XRC_SEND_LAST_WITH_IMMEDIATE", []Header{HdrXRCETH, HdrImmDt}, p},
+		{0xa4, "XRC_SEND_ONLY", []Header{HdrXRCETH}, p},
+		{0xa5, "XRC_SEND_ONLY_WITH_IMMEDIATE", []Header{HdrXRCETH, HdrImmDt}, p},
+		{0xa6, "XRC_RDMA_WRITE_FIRST", []Header{HdrXRCETH, HdrRETH}, p},
+		{0xa7, "XRC_RDMA_WRITE_MIDDLE", []Header{HdrXRCETH}, p},
+		{0xa8, "XRC_RDMA_WRITE_LAST", []Header{HdrXRCETH}, p},
+		{0xa9, "XRC_RDMA_WRITE_LAST_WITH_IMMEDIATE", []Header{HdrXRCETH, HdrImmDt}, p},
+		{0xaa, "XRC_RDMA_WRITE_ONLY", []Header{HdrXRCETH, HdrRETH}, p},
+		{0xab, "XRC_RDMA_WRITE_ONLY_WITH_IMMEDIATE", []Header{HdrXRCETH, HdrRETH, HdrImmDt}, p},
+		{0xac, "XRC_RDMA_READ_REQUEST", []Header{HdrXRCETH, HdrRETH}, false},
+		{0xad, "XRC_RDMA_READ_RESPONSE_FIRST", []Header{HdrAETH}, p},
+		{0xae, "XRC_RDMA_READ_RESPONSE_MIDDLE", nil, p},
+		{0xaf, "XRC_RDMA_READ_RESPONSE_LAST", []Header{HdrAETH}, p},
+		{0xb0, "XRC_RDMA_READ_RESPONSE_ONLY", []Header{HdrAETH}, p},
+		{0xb1, "XRC_ACKNOWLEDGE", []Header{HdrAETH}, false},
+		{0xb2, "XRC_ATOMIC_ACKNOWLEDGE", []Header{HdrAETH, HdrAtomicAckETH}, false},
+		{0xb3, "XRC_COMPARE_SWAP", []Header{HdrXRCETH, HdrAtomicETH}, false},
+		{0xb4, "XRC_FETCH_ADD", []Header{HdrXRCETH, HdrAtomicETH}, false},
+		{0xb6, "XRC_SEND_LAST_WITH_INVALIDATE", []Header{HdrXRCETH, HdrIETH}, p},
+		{0xb7, "XRC_SEND_ONLY_WITH_INVALIDATE", []Header{HdrXRCETH, HdrIETH}, p},
 	}
 	size := map[Header]int{
 		HdrDETH: DETHLen, HdrRETH: RETHLen, HdrAtomicETH: AtomicETHLen, HdrAETH: AETHLen,
 		HdrAtomicAckETH: AtomicAckETHLen, HdrImmDt: ImmDtLen, HdrIETH: IETHLen, HdrCNP: CNPLen,
+		HdrXRCETH: XRCETHLen,
 	}
 	known := map[Opcode]bool{}
 	for _, w := range want {
@@ -87,10 +113,13 @@ func TestOpcodeTable(t *testing.T) {
 		if op.HdrLen() != off {
 			t.Errorf("%v: HdrLen %d, want %d", op, op.HdrLen(), off)
 		}
+		if op.Operation() != op&0x1f {
+			t.Errorf("%v: operation %#x", op, op.Operation())
+		}
 		if op.Offset(HdrRETH|HdrImmDt) != -1 {
 			t.Errorf("%v: Offset of two headers", op)
 		}
-		wantTransport := map[Opcode]Opcode{0: TransportRC, 1: TransportUC, 3: TransportUD, 4: TransportCNP}[op>>5]
+		wantTransport := map[Opcode]Opcode{0: TransportRC, 1: TransportUC, 3: TransportUD, 4: TransportCNP, 5: TransportXRC}[op>>5]
 		if op.Transport() != wantTransport {
 			t.Errorf("%v: transport %#x", op, op.Transport())
 		}
@@ -129,6 +158,10 @@ func TestOpcodeFlags(t *testing.T) {
 		{RCCompareSwap, FlagOnly | FlagAtomic | FlagRequest},
 		{UDSendOnlyImm, FlagOnly | FlagSend | FlagImm | FlagRequest},
 		{CNP, 0},
+		{XRCSendOnlyImm, FlagOnly | FlagSend | FlagImm | FlagRequest},
+		{XRCRDMAReadResponseFirst, FlagFirst | FlagReadResp},
+		{XRCAcknowledge, FlagOnly | FlagAck},
+		{XRCFetchAdd, FlagOnly | FlagAtomic | FlagRequest},
 	}
 	for _, tt := range tests {
 		got := tt.op.Info().Flags &^ FlagPayload
@@ -302,5 +335,34 @@ func TestPSN(t *testing.T) {
 	}
 	if PSNAdd(PSNMask, 2) != 1 || PSNAdd(5, -6) != PSNMask {
 		t.Error("PSNAdd does not wrap")
+	}
+}
+
+// The XRCETH holds the 24-bit SRQ number after a reserved byte, big
+// endian (IBTA A14.3.1), and sits between the BTH and the RETH.
+func TestXRCETH(t *testing.T) {
+	buf := make([]byte, PacketLen(XRCRDMAWriteOnlyImm, 5))
+	p, err := Build(buf, XRCRDMAWriteOnlyImm, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.XRCETH().Encode(0xff123456) // the top byte is reserved: not written
+	p.RETH().Encode(0x1122334455667788, 0xaabbccdd, 5)
+	p.ImmDt().Encode(0xdeadbeef)
+	want := []byte{0x00, 0x12, 0x34, 0x56, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88, 0xaa, 0xbb, 0xcc, 0xdd, 0, 0, 0, 5, 0xde, 0xad, 0xbe, 0xef}
+	if got := buf[BTHLen : BTHLen+len(want)]; string(got) != string(want) {
+		t.Fatalf("headers % x, want % x", got, want)
+	}
+	if got := p.XRCETH().SRQN(); got != 0x123456 {
+		t.Fatalf("SRQN %#x", got)
+	}
+	buf[BTHLen] = 0xff // a reserved byte set by a sender is ignored
+	if got := p.XRCETH().SRQN(); got != 0x123456 {
+		t.Fatalf("SRQN %#x with the reserved byte set", got)
+	}
+	for _, op := range []Opcode{XRCAcknowledge, XRCRDMAReadResponseOnly, XRCAtomicAcknowledge, RCSendOnly} {
+		if op.Has(HdrXRCETH) || op.Offset(HdrXRCETH) != -1 {
+			t.Errorf("%v carries an XRCETH", op)
+		}
 	}
 }
