@@ -37,6 +37,7 @@ func goABI(t *testing.T) map[string]int64 {
 		"K_REG_MR_SHM": int64(KindRegMRShm), "K_ATTACH_MCAST": int64(KindAttachMcast), "K_DETACH_MCAST": int64(KindDetachMcast),
 		"K_OPEN_ASYNC": int64(KindOpenAsync), "K_GET_ASYNC_EVENT": int64(KindGetAsyncEvent),
 		"K_MODIFY_SRQ": int64(KindModifySRQ), "K_QUERY_SRQ": int64(KindQuerySRQ),
+		"PORT_DOWN": int64(PortDown), "PORT_ACTIVE": int64(PortActive),
 
 		"HDR_LEN": HeaderLen, "MAX_MSG": MaxMessage, "FLAG_REPLY": int64(FlagReply),
 

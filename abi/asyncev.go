@@ -55,6 +55,12 @@ func (m *AsyncEvent) decode(d *decoder) {
 	m.H = d.u32()
 }
 
+// Port states (enum ibv_port_state), a PortReply's State.
+const (
+	PortDown   uint8 = 1 // IBV_PORT_DOWN
+	PortActive uint8 = 4 // IBV_PORT_ACTIVE
+)
+
 // SRQ attribute mask bits (enum ibv_srq_attr_mask).
 const (
 	SRQMaxWR uint32 = 1 << 0 // IBV_SRQ_MAX_WR: resize, which rnicd refuses

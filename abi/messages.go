@@ -33,6 +33,9 @@ type PortReply struct {
 	Addr      [16]byte // IPv4-mapped for IPv4
 	GID       [16]byte
 	ActiveMTU uint32 // bytes
+	// State is the port's ibv_port_state: PortActive, or PortDown
+	// while the link under it is down (rxe's port follows its netdev).
+	State uint8
 }
 
 func (m *PortReply) encode(e *encoder) {
@@ -40,6 +43,7 @@ func (m *PortReply) encode(e *encoder) {
 	e.bytes(m.Addr[:])
 	e.bytes(m.GID[:])
 	e.u32(m.ActiveMTU)
+	e.u8(m.State)
 }
 
 func (m *PortReply) decode(d *decoder) {
@@ -47,6 +51,7 @@ func (m *PortReply) decode(d *decoder) {
 	d.bytes(m.Addr[:])
 	d.bytes(m.GID[:])
 	m.ActiveMTU = d.u32()
+	m.State = d.u8()
 }
 
 // RegMRReq asks to register Length bytes at Offset of the memfd the

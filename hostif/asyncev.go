@@ -178,6 +178,7 @@ func (c *conn) watchSRQ(s *rnic.SRQ, h uint32) {
 // (PORT_ACTIVE) or down (PORT_ERR), as rxe's rxe_port_up and
 // rxe_port_down dispatch them to every context of the device.
 func (s *Server) PortEvent(active bool) {
+	s.SetPortState(active)
 	t := ib.EventPortErr
 	if active {
 		t = ib.EventPortActive
@@ -191,6 +192,18 @@ func (s *Server) PortEvent(active bool) {
 	for _, c := range conns {
 		c.raise(asyncEvent{typ: t})
 	}
+}
+
+// SetPortState sets the state query_port answers (PORT_ACTIVE, or
+// PORT_DOWN while the link is down, as rxe's port) without an event: the
+// state the link was found in at start.
+func (s *Server) SetPortState(active bool) { s.portDown.Store(!active) }
+
+func (s *Server) portState() uint8 {
+	if s.portDown.Load() {
+		return abi.PortDown
+	}
+	return abi.PortActive
 }
 
 // asyncCounters adds the event counters to m.

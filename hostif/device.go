@@ -10,7 +10,8 @@ import (
 
 func (c *conn) queryPort(object, abi.Body, []int) (abi.Body, []int, error) {
 	p := c.s.dev.QueryPort()
-	return &abi.PortReply{Name: c.s.name, Addr: p.Addr.As16(), GID: p.GID, ActiveMTU: uint32(p.ActiveMTU)}, nil, nil
+	return &abi.PortReply{Name: c.s.name, Addr: p.Addr.As16(), GID: p.GID, ActiveMTU: uint32(p.ActiveMTU),
+		State: c.s.portState()}, nil, nil
 }
 
 func (c *conn) counters(object, abi.Body, []int) (abi.Body, []int, error) {

@@ -71,6 +71,7 @@ type Server struct {
 	// queue; closing stops them at Shutdown.
 	asyncRaised, asyncDropped atomic.Uint64
 	closing                   atomic.Bool
+	portDown                  atomic.Bool // the link under the port is down (PortEvent)
 }
 
 // NewServer returns a server for cfg.Device; the caller keeps owning the

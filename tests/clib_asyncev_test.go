@@ -67,7 +67,9 @@ PASS
 // on a veth (198.18.7.1), and on it clib/test/asyncev -port and Debian's
 // unmodified ibv_asyncwatch: setting the veth's link down and up gives
 // each PORT_ERR then PORT_ACTIVE on port 1, as rxe gives them for its
-// netdev, and the daemon's SIGKILL DEVICE_FATAL once.
+// netdev, with the port's state PORT_DOWN (phys_state DISABLED) between
+// in Debian's ibv_devinfo and rnic's, and the daemon's SIGKILL
+// DEVICE_FATAL once.
 func TestCLibAsyncPortEvents(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("skipped: needs root to make a network namespace; CI runs as root")
@@ -122,6 +124,24 @@ func TestCLibAsyncPortEvents(t *testing.T) {
 	evOut := start(ev, "ready")
 	aw := watch(ctx, "", "-d", "rnicP")
 	awOut := start(aw, "rnicP: async event FD ")
+	devinfo := debianTool(t, "ibv_devinfo", "ibverbs-utils")
+	// portState checks the port's state and phys_state as Debian's
+	// ibv_devinfo -v (on the C library) and rnic's clone print them.
+	portState := func(state, phys string) {
+		t.Helper()
+		want := "\t\t\tstate:\t\t\t" + state + "\n"
+		wantPhys := "\t\t\tphys_state:\t\t" + phys + "\n"
+		c := devinfo(ctx, "", "-v", "-d", "rnicP")
+		c.Env = append(c.Env, "RNICD_DIR="+dir)
+		clone := exec.CommandContext(ctx, filepath.Join(binDir, "rnic"), "ibv_devinfo", "-v", "-d", "rnicP")
+		clone.Env = append(os.Environ(), "RNICD_DIR="+dir)
+		for _, c := range []*exec.Cmd{c, clone} {
+			if out := runOut(t, c); !strings.Contains(out, want) || !strings.Contains(out, wantPhys) {
+				t.Fatalf("%v printed no %q or %q:\n%s", c.Args, want, wantPhys, out)
+			}
+		}
+	}
+	portState("PORT_ACTIVE (4)", "LINK_UP (5)")
 	line := func(r *bufio.Reader, who, want string) {
 		t.Helper()
 		if l, err := r.ReadString('\n'); err != nil || l != want {
@@ -131,9 +151,11 @@ func TestCLibAsyncPortEvents(t *testing.T) {
 	ip("link", "set", "rnv0", "down")
 	line(evOut, "asyncev -port", "port error port 1\n")
 	line(awOut, "ibv_asyncwatch", "  event_type IBV_EVENT_PORT_ERR (10), port 1\n")
+	portState("PORT_DOWN (1)", "DISABLED (3)")
 	ip("link", "set", "rnv0", "up")
 	line(evOut, "asyncev -port", "port active port 1\n")
 	line(awOut, "ibv_asyncwatch", "  event_type IBV_EVENT_PORT_ACTIVE (9), port 1\n")
+	portState("PORT_ACTIVE (4)", "LINK_UP (5)")
 	d.cmd.Process.Signal(syscall.SIGKILL)
 	<-d.done
 	line(evOut, "asyncev -port", "local catastrophic error port 0\n")

@@ -36,7 +36,7 @@ type DeviceAttr struct {
 // PortAttr describes the device's one port (ibv_query_port) and its GID
 // table (ibv_query_gid).
 type PortAttr struct {
-	State     string // "PORT_ACTIVE"
+	State     string // "PORT_ACTIVE", or "PORT_DOWN" while the link under the port is down
 	MaxMTU    MTU
 	ActiveMTU MTU
 	LinkLayer string // "Ethernet"
@@ -117,8 +117,12 @@ func (c *Context) QueryPort() (PortAttr, error) {
 	for i := range gids {
 		gids[i] = r.GID
 	}
+	state := "PORT_ACTIVE"
+	if r.State == abi.PortDown {
+		state = "PORT_DOWN"
+	}
 	return PortAttr{
-		State: "PORT_ACTIVE", MaxMTU: MTU4096, ActiveMTU: mtu, LinkLayer: "Ethernet",
+		State: state, MaxMTU: MTU4096, ActiveMTU: mtu, LinkLayer: "Ethernet",
 		Addr: netip.AddrFrom16(r.Addr).Unmap(), GIDs: gids, GIDIndex: 1,
 	}, nil
 }

@@ -325,12 +325,29 @@ static void port_attr(struct rdev *d, struct ibv_port_attr *p)
 	p->link_layer = IBV_LINK_LAYER_ETHERNET;
 }
 
+/* port_active asks the daemon for the port's state (abi.PortReply). */
+static int port_active(struct rctx *c)
+{
+	struct buf rep;
+	if (call(&c->vctx.context, K_QUERY_PORT, NULL, -1, &rep, NULL))
+		return 0;
+	rep.off += get16(&rep) + 16 + 16 + 4; /* name, address, GID, MTU */
+	uint8_t state = get8(&rep);
+	return rep.bad || state == PORT_ACTIVE;
+}
+
 static int query_port_ex(struct ibv_context *ctx, uint8_t port, struct ibv_port_attr *out, size_t len)
 {
 	if (port != 1)
 		return EINVAL;
 	struct ibv_port_attr p;
 	port_attr(to_rctx(ctx)->dev, &p);
+	if (!port_active(to_rctx(ctx))) {
+		/* As rxe's port while its netdev's link is down (or its
+		 * daemon gone): DOWN, and phys_state DISABLED. */
+		p.state = IBV_PORT_DOWN;
+		p.phys_state = 3;
+	}
 	memcpy(out, &p, len < sizeof(p) ? len : sizeof(p));
 	return 0;
 }

@@ -92,6 +92,10 @@ enum rnic_code {
 	CODE_LIMIT = 7,
 };
 
+/* A port's state in a query_port reply (abi.PortDown, PortActive). */
+#define PORT_DOWN 1
+#define PORT_ACTIVE 4
+
 /* A doorbell's queue (abi.DoorbellSend, DoorbellRecv). */
 #define DOORBELL_SEND 0
 #define DOORBELL_RECV 1

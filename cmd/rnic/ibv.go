@@ -324,8 +324,11 @@ func printDevinfo(w io.Writer, c *verbs.Context, verbose bool) error {
 	}
 	fmt.Fprintf(w, "\t\tport:\t%d\n", 1)
 	state := p.State
-	if state == "PORT_ACTIVE" {
+	switch state {
+	case "PORT_ACTIVE":
 		state += " (4)"
+	case "PORT_DOWN":
+		state += " (1)"
 	}
 	fmt.Fprintf(w, "\t\t\tstate:\t\t\t%s\n", state)
 	fmt.Fprintf(w, "\t\t\tmax_mtu:\t\t%s\n", mtuEnumString(p.MaxMTU))
@@ -349,10 +352,15 @@ func printDevinfo(w io.Writer, c *verbs.Context, verbose bool) error {
 		fmt.Fprintf(w, "\t\t\tactive_width:\t\t4X (2)\n")
 		fmt.Fprintf(w, "\t\t\tactive_speed:\t\t10.0 Gbps (8)\n")
 		// As Debian's ibv_devinfo prints it from the port's attributes
-		// (clib answers phys_state 5 for a running daemon). The
-		// congestion control the daemon runs is no libibverbs
-		// attribute: rnic stat says it ("cc rnicA dcqcn ...").
-		fmt.Fprintf(w, "\t\t\tphys_state:\t\tLINK_UP (5)\n")
+		// (clib answers phys_state 5 for a running daemon, 3 while
+		// its link is down, as rxe). The congestion control the
+		// daemon runs is no libibverbs attribute: rnic stat says it
+		// ("cc rnicA dcqcn ...").
+		phys := "LINK_UP (5)"
+		if p.State == "PORT_DOWN" {
+			phys = "DISABLED (3)"
+		}
+		fmt.Fprintf(w, "\t\t\tphys_state:\t\t%s\n", phys)
 		for i, g := range p.GIDs {
 			if g.IsZero() {
 				continue
