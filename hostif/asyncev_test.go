@@ -297,3 +297,26 @@ func FuzzDecodeAsync(f *testing.F) {
 		}
 	})
 }
+
+// An event of an object its client destroyed before taking it is
+// dropped with the object, as rdma-core's destroy drops it: the handle is
+// never another object's, and nothing is raised once it is gone.
+func TestAsyncEventOfDestroyedObject(t *testing.T) {
+	n := newNIC(t, looptest.Get(t).String())
+	c := n.client(t)
+	openAsync(t, c)
+	var pd abi.Handle
+	call(t, c, abi.KindAllocPD, &abi.Empty{}, nil, &pd)
+	var sr abi.RingReply
+	mapFD(t, call(t, c, abi.KindCreateSRQ, &abi.CreateSRQReq{PD: pd.H, MaxWR: 4, MaxSGE: 1}, nil, &sr))
+	q := newEvQP(t, c, sr.H, pd.H)
+	call(t, c, abi.KindModifyQP, &abi.ModifyQPReq{H: q.h, Mask: ib.AttrState, Attr: ib.QPAttr{State: ib.QPSErr}}, nil, &abi.Empty{})
+	call(t, c, abi.KindDestroyQP, &abi.Handle{H: q.h}, nil, &abi.Empty{})
+	wantNoEvent(t, c)
+	q = newEvQP(t, c, sr.H, pd.H)
+	call(t, c, abi.KindModifyQP, &abi.ModifyQPReq{H: q.h, Mask: ib.AttrState, Attr: ib.QPAttr{State: ib.QPSErr}}, nil, &abi.Empty{})
+	wantEvent(t, c, abi.AsyncEvent{Type: ib.EventQPLastWQEReached, H: q.h})
+	if got := n.srv.Counters()["hostif_async_event"]; got != 2 {
+		t.Fatalf("hostif_async_event %d, want 2 (one raised for each QP)", got)
+	}
+}
