@@ -31,6 +31,10 @@ type Context struct {
 
 	mu     sync.Mutex
 	closed bool
+
+	// objs maps the handles of the Context's QPs, CQs and SRQs to
+	// them, for AsyncEvents (asyncev.go).
+	objs sync.Map
 }
 
 type localNIC struct {
@@ -209,6 +213,9 @@ func (c *Context) hungUp(err error) error {
 // destroy releases a handle with a destroy request of kind k.
 func (c *Context) destroy(k abi.Kind, h uint32) error {
 	_, err := c.call(k, &abi.Handle{H: h}, nil, &abi.Empty{})
+	if err == nil {
+		c.objs.Delete(h)
+	}
 	return err
 }
 

@@ -70,6 +70,7 @@ func (c *Context) CreateCQ(cqe int, ch *CompChannel) (*CQ, error) {
 		return nil, err
 	}
 	cq := &CQ{ctx: c, h: r.H, ch: ch, mem: mem, ring: ring, wake: wake}
+	c.track(r.H, cq)
 	if ch != nil {
 		ch.mu.Lock()
 		ch.cqs = append(ch.cqs, cq)

@@ -61,6 +61,7 @@ func (pd *PD) CreateQP(a QPInitAttr) (*QP, error) {
 		return nil, err
 	}
 	qp := &QP{pd: pd, h: r.H, QPN: r.QPN, Cap: r.Caps, typ: a.Type, mem: mem, sq: sq, state: QPSReset}
+	pd.ctx.track(r.H, qp)
 	if r.Recv.Size != 0 {
 		qp.rq, err = abi.NewRing(mem[r.Recv.Offset:uint64(r.Recv.Offset)+uint64(r.Recv.Size)], r.Recv.Slots, r.Recv.SlotBytes)
 		if err != nil {

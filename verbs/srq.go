@@ -45,7 +45,9 @@ func (pd *PD) CreateSRQ(a SRQInitAttr) (*SRQ, error) {
 		pd.ctx.destroy(abi.KindDestroySRQ, r.H)
 		return nil, err
 	}
-	return &SRQ{pd: pd, h: r.H, maxSGE: r.Caps.MaxRecvSGE, mem: mem, ring: ring}, nil
+	s := &SRQ{pd: pd, h: r.H, maxSGE: r.Caps.MaxRecvSGE, mem: mem, ring: ring}
+	pd.ctx.track(r.H, s)
+	return s, nil
 }
 
 // PostRecv posts receive WRs to the SRQ (ibv_post_srq_recv): it writes
