@@ -39,6 +39,7 @@ const (
 	DropUCMessage                      // drop_uc_message: UC packets of a message broken by loss
 	DropCorrupted                      // drop_corrupted: marked corrupted by the fault injector
 	PostDeferred                       // post_deferred: posts left for the QP's next ACK or the application's next poll to send (post coalescing)
+	DropBadXRCSRQ                      // drop_bad_xrc_srq: XRC request naming no XRC SRQ of the target QP's domain (NAKed when in sequence)
 	NumCounters
 )
 
@@ -52,7 +53,7 @@ var counterNames = [NumCounters]string{
 	"drop_unknown_qp", "drop_bad_transport", "drop_bad_pkey",
 	"drop_bad_address", "drop_qp_state", "drop_bad_qkey", "drop_no_recv_wqe",
 	"drop_unexpected_response", "drop_uc_message", "drop_corrupted",
-	"post_deferred",
+	"post_deferred", "drop_bad_xrc_srq",
 }
 
 func (c Counter) String() string {

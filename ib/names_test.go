@@ -133,7 +133,11 @@ func TestSupports(t *testing.T) {
 		QPTypeRC: "RDMA_WRITE RDMA_WRITE_WITH_IMM SEND SEND_WITH_IMM RDMA_READ ATOMIC_CMP_AND_SWP ATOMIC_FETCH_AND_ADD SEND_WITH_INV",
 		QPTypeUC: "RDMA_WRITE RDMA_WRITE_WITH_IMM SEND SEND_WITH_IMM",
 		QPTypeUD: "SEND SEND_WITH_IMM",
-		9:        "",
+		// IBTA A14.2: an XRC initiator carries every RC operation; the
+		// target has no send queue.
+		QPTypeXRCSend: "RDMA_WRITE RDMA_WRITE_WITH_IMM SEND SEND_WITH_IMM RDMA_READ ATOMIC_CMP_AND_SWP ATOMIC_FETCH_AND_ADD SEND_WITH_INV",
+		QPTypeXRCRecv: "",
+		8:             "",
 	}
 	for typ, w := range want {
 		var got []string

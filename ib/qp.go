@@ -51,6 +51,13 @@ const (
 	QPTypeRC QPType = 2 // IBV_QPT_RC: reliable connected: every verb, acknowledged, retried
 	QPTypeUC QPType = 3 // IBV_QPT_UC: unreliable connected: SEND and WRITE, a lost packet loses its message
 	QPTypeUD QPType = 4 // IBV_QPT_UD: unreliable datagram: SENDs of at most one MTU, to any QP (SendWR.AH)
+	// IBV_QPT_XRC_SEND: an XRC initiator (IBTA annex A14): an RC send
+	// queue whose messages each name an XRC SRQ at the target
+	// (SendWR.RemoteSRQN); it has no receive side.
+	QPTypeXRCSend QPType = 9
+	// IBV_QPT_XRC_RECV: an XRC target: the RC responder of an XRC
+	// domain, whose messages land in the domain's SRQ each names.
+	QPTypeXRCRecv QPType = 10
 )
 
 // String returns "RC", "UC" or "UD".
@@ -62,6 +69,10 @@ func (t QPType) String() string {
 		return "UC"
 	case QPTypeUD:
 		return "UD"
+	case QPTypeXRCSend:
+		return "XRC_SEND"
+	case QPTypeXRCRecv:
+		return "XRC_RECV"
 	}
 	return fmt.Sprintf("Type(%d)", uint8(t))
 }

@@ -119,6 +119,9 @@ type SendWR struct {
 	AH         *AH
 	RemoteQPN  uint32
 	RemoteQKey uint32
+	// RemoteSRQN is the XRC SRQ at the target that a send on an XRC
+	// send QP is for (wr.qp_type.xrc.remote_srqn).
+	RemoteSRQN uint32
 	// InlineData, when Flags has SendInline, is the payload itself: the
 	// NIC copies it at post time and SGL is ignored.
 	InlineData []byte
@@ -172,7 +175,7 @@ func (t QPType) Supports(o WROpcode) bool {
 		return o == WRSend || o == WRSendWithImm
 	case QPTypeUC:
 		return o == WRSend || o == WRSendWithImm || o == WRRDMAWrite || o == WRRDMAWriteWithImm
-	case QPTypeRC:
+	case QPTypeRC, QPTypeXRCSend:
 		return o.Valid()
 	}
 	return false

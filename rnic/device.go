@@ -100,6 +100,8 @@ type Device struct {
 	gsi   *GSI // QP1 (gsi.go)
 	// mcast is the multicast groups QPs are attached to (mcast.go).
 	mcast mcastTable
+	// xrcds are the XRC domains shared through files (xrc.go).
+	xrcds xrcdFiles
 
 	mu     sync.Mutex
 	nextPD dma.PD

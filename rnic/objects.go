@@ -87,6 +87,7 @@ type QPInitAttr struct {
 	SendCQ *CQ
 	RecvCQ *CQ
 	SRQ    *SRQ
+	XRCD   *XRCD // an XRC_RECV QP's (CreateXRCQP)
 	Caps   ib.QPCap
 	SigAll bool
 }
@@ -101,7 +102,7 @@ func (d *Device) CreateQP(a QPInitAttr) (*QP, error) {
 		return nil, err
 	}
 	qp, err := qpmgr.New(qpmgr.Config{
-		QPN: qpn, Type: a.Type, PD: a.PD, SendCQ: a.SendCQ, RecvCQ: a.RecvCQ, SRQ: a.SRQ,
+		QPN: qpn, Type: a.Type, PD: a.PD, SendCQ: a.SendCQ, RecvCQ: a.RecvCQ, SRQ: a.SRQ, XRCD: a.XRCD,
 		Caps: a.Caps, SigAll: a.SigAll, PortMTU: d.port.MTU(), Counters: d.pipes.countersOf(qpn), Kick: d.pipes.kick,
 	})
 	if err != nil {

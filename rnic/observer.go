@@ -70,8 +70,8 @@ func (o *Observer) Status(qp *QP) QPStatus {
 		SQPosted: qp.SQ.Tail, CC: o.pipes.fc.State(&qp.FC),
 	}
 	st.Attr.State = qp.State()
+	st.RQUsed = qp.Recv().Len() // an XRC target's queue is its request's (qpmgr.QP.Recv)
 	qp.Unlock()
-	st.RQUsed = qp.Recv().Len()
 	return st
 }
 
@@ -83,7 +83,7 @@ func (o *Observer) QPInfo() []QPInfo {
 	for _, qp := range qps {
 		st := o.Status(qp)
 		in := QPInfo{
-			QPN: qp.QPN, Type: qp.Type.String(), State: st.Attr.State.String(),
+			QPN: qp.QPN, Type: qp.VerbsType().String(), State: st.Attr.State.String(),
 			SQPSN: st.SQPSN, UnaPSN: st.UnaPSN, RQPSN: st.RQPSN,
 			DestQPN: st.Attr.DestQPN, PathMTU: st.PathMTU,
 			SQUsed: st.SQUsed, SQCap: st.SQCap, SQInFlight: st.SQInFlight, RQUsed: st.RQUsed, SQPosted: st.SQPosted, CC: st.CC,

@@ -68,6 +68,7 @@ func (p *pipelines) init(cfg Config, ports []ibudp.Port, probe *trace.Probe, mrs
 				Ack: rx.Acker{Counters: &q.counters, Trace: probe, Hold: q.holdAck, Recovering: q.lossSeen}},
 			Comp: rx.Completer{DMA: mrs, Counters: &q.counters, Trace: probe, FC: fc,
 				Retry7Forever: cfg.Retry7Forever, Recovering: q.lossSeen}}
+		q.rx.Resp.XRCSRQs = &qps.XRCSRQs
 		switch {
 		case cfg.AckHold == 0:
 			q.rx.Resp.Ack.AckHold = DefaultAckHold

@@ -29,7 +29,9 @@ type Config struct {
 	SendCQ *CQ
 	RecvCQ *CQ
 	SRQ    *RecvQueue // nil: the QP has its own RQ
-	Caps   ib.QPCap
+	// XRCD is an XRC target's domain (Type ib.QPTypeXRCRecv).
+	XRCD *XRCDomain
+	Caps ib.QPCap
 	// SigAll makes every send WR signaled (sq_sig_all).
 	SigAll bool
 	// PortMTU is the port's active MTU in bytes: a UD QP's MTU, and the
@@ -202,14 +204,24 @@ type RespState struct {
 	UCDrop bool
 	// CommEst is set once COMM_EST was raised (QP.RequestArrived).
 	CommEst bool
+	// XRC is the SRQ of the request an XRC target serves (SetXRCTarget).
+	XRC *XRCSRQ
 }
 
 // QP is a queue pair.
 type QP struct {
 	mu sync.Mutex
 
-	QPN      uint32
-	Type     ib.QPType
+	QPN  uint32
+	Type ib.QPType
+	// XRC is ib.QPTypeXRCSend or ib.QPTypeXRCRecv for the ends of XRC,
+	// whose Type is RC (xrc.go), 0 for every other QP.
+	XRC ib.QPType
+	// XRCD is an XRC target's XRC domain: the SRQs its requests may
+	// name.
+	XRCD *XRCDomain
+	// PD is the QP's; an XRC target's is that of the SRQ its request
+	// named (SetXRCTarget).
 	PD       dma.PD
 	SendCQ   *CQ
 	RecvCQ   *CQ
@@ -298,8 +310,14 @@ func (qp *QP) SendSource() SendSource { return qp.sendSrc }
 
 // New makes a QP in RESET.
 func New(cfg Config) (*QP, error) {
+	var xrc ib.QPType
 	switch cfg.Type {
 	case ib.QPTypeRC, ib.QPTypeUC, ib.QPTypeUD:
+	case ib.QPTypeXRCSend, ib.QPTypeXRCRecv:
+		if (cfg.Type == ib.QPTypeXRCRecv) != (cfg.XRCD != nil) || cfg.SRQ != nil {
+			return nil, fmt.Errorf("qpmgr: an XRC_RECV QP needs an XRC domain and no SRQ, an XRC_SEND QP neither")
+		}
+		xrc, cfg.Type = cfg.Type, ib.QPTypeRC
 	default:
 		return nil, fmt.Errorf("qpmgr: QP type %d not supported", cfg.Type)
 	}
@@ -321,11 +339,13 @@ func New(cfg Config) (*QP, error) {
 	if ib.MTUFromBytes(cfg.PortMTU) == 0 {
 		return nil, fmt.Errorf("qpmgr: port MTU %d is not an IB MTU", cfg.PortMTU)
 	}
-	if cfg.SendCQ == nil || cfg.RecvCQ == nil || cfg.Counters == nil || cfg.Kick == nil {
+	// An XRC send QP has no receive CQ, a target no CQ at all: its
+	// completions go to its SRQs' CQs.
+	if (cfg.SendCQ == nil && xrc != ib.QPTypeXRCRecv) || (cfg.RecvCQ == nil && xrc == 0) || cfg.Counters == nil || cfg.Kick == nil {
 		return nil, fmt.Errorf("qpmgr: QP needs send and receive CQs, counters and a doorbell")
 	}
 	qp := &QP{
-		QPN: cfg.QPN, Type: cfg.Type, PD: cfg.PD, SendCQ: cfg.SendCQ, RecvCQ: cfg.RecvCQ,
+		QPN: cfg.QPN, Type: cfg.Type, XRC: xrc, XRCD: cfg.XRCD, PD: cfg.PD, SendCQ: cfg.SendCQ, RecvCQ: cfg.RecvCQ,
 		SRQ: cfg.SRQ, Caps: c, SigAll: cfg.SigAll, Counters: cfg.Counters, kick: cfg.Kick,
 		PortMTU: cfg.PortMTU,
 	}
@@ -360,8 +380,13 @@ func (qp *QP) Kick() { qp.kick(qp) }
 // not yet sent whole, or a retry to start.
 func (qp *QP) HasSendWork() bool { return qp.SQ.Next < qp.SQ.Tail || qp.Req.NeedRetry }
 
-// Recv returns the queue the QP's receive WQEs come from.
+// Recv returns the queue the QP's receive WQEs come from. An XRC
+// target's is the SRQ of its request (SetXRCTarget): call it with the
+// lock held.
 func (qp *QP) Recv() *RecvQueue {
+	if qp.Resp.XRC != nil {
+		return qp.Resp.XRC.Queue
+	}
 	if qp.SRQ != nil {
 		return qp.SRQ
 	}
@@ -404,7 +429,7 @@ func (qp *QP) Modify(a *ib.QPAttr, mask ib.AttrMask) error {
 	if mask&ib.AttrState != 0 {
 		next = a.State
 	}
-	if err := CheckModify(qp.Type, qp.state, next, mask); err != nil {
+	if err := CheckModify(qp.VerbsType(), qp.state, next, mask); err != nil {
 		return err
 	}
 	if err := checkAttr(a, mask, qp.PortMTU); err != nil {
@@ -731,6 +756,10 @@ func (qp *QP) FailRecv(wrid uint64, st ib.WCStatus) {
 }
 
 func (qp *QP) pushRecv(wrid uint64, c *RecvCompletion) {
+	if qp.RecvCQ == nil { // an XRC QP that never served a request
+		qp.Counters.Inc(ib.SendErr)
+		return
+	}
 	if err := qp.RecvCQ.PushRecv(wrid, qp.QPN, c); err != nil {
 		qp.Counters.Inc(ib.SendErr)
 	}

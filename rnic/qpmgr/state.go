@@ -54,7 +54,7 @@ const (
 // not a type rnicd supports.
 func typeSlot(t ib.QPType) int {
 	switch t {
-	case ib.QPTypeRC:
+	case ib.QPTypeRC, ib.QPTypeXRCSend, ib.QPTypeXRCRecv:
 		return rcSlot
 	case ib.QPTypeUC:
 		return ucSlot
@@ -256,7 +256,7 @@ func CheckModify(t ib.QPType, cur, next ib.QPState, mask ib.AttrMask) error {
 	if !rule.valid {
 		return &TransitionError{Type: t, From: cur, To: next, Invalid: true}
 	}
-	req, opt := rule.req[slot], rule.opt[slot]
+	req, opt := xrcRule(t, cur, next, rule.req[slot], rule.opt[slot])
 	missing := req &^ mask
 	excess := mask &^ (req | opt | ib.AttrState)
 	if missing == 0 && excess == 0 {

@@ -367,8 +367,8 @@ func TestTransitionErrorStrings(t *testing.T) {
 			"qpmgr: modify RC QP: transition RESET->RTS is not allowed"},
 		{CheckModify(ib.QPTypeUD, ib.QPSRTR, ib.QPSRTR, ib.AttrQKey),
 			"qpmgr: modify UD QP: attributes cannot be modified in state RTR"},
-		{CheckModify(ib.QPType(9), ib.QPSReset, ib.QPSInit, ib.AttrState),
-			"qpmgr: modify QP: unsupported QP type Type(9)"},
+		{CheckModify(ib.QPType(8), ib.QPSReset, ib.QPSInit, ib.AttrState),
+			"qpmgr: modify QP: unsupported QP type Type(8)"},
 		{CheckModify(ib.QPTypeRC, ib.QPSRTR, ib.QPSRTS, ib.AttrState|ib.AttrTimeout|ib.AttrRetryCnt|ib.AttrRNRRetry|ib.AttrMaxQPRdAtomic),
 			"qpmgr: modify RC QP RTR->RTS: missing required attributes SQ_PSN"},
 		{CheckModify(ib.QPTypeUD, ib.QPSReset, ib.QPSInit, ib.AttrState|ib.AttrPKeyIndex|ib.AttrPort|ib.AttrQKey|ib.AttrAccessFlags),
@@ -382,6 +382,37 @@ func TestTransitionErrorStrings(t *testing.T) {
 		}
 		if got := c.err.Error(); got != c.want {
 			t.Errorf("Error() = %q\nwant      %q", got, c.want)
+		}
+	}
+}
+
+// XRC's ends take RC's transitions with the attribute sets IBTA A14.5.2
+// gives them (Linux's ib_modify_qp_is_ok): an initiator's RTR needs no
+// responder resources nor RNR timer, a target's RTS no retry counts nor
+// initiator depth; both still accept them, and need the rest of RC's.
+func TestXRCTransitions(t *testing.T) {
+	rtr := ib.AttrState | ib.AttrAV | ib.AttrPathMTU | ib.AttrDestQPN | ib.AttrRQPSN
+	rts := ib.AttrState | ib.AttrTimeout | ib.AttrSQPSN
+	for _, tc := range []struct {
+		t         ib.QPType
+		from, to  ib.QPState
+		mask      ib.AttrMask
+		wantError bool
+	}{
+		{ib.QPTypeXRCSend, ib.QPSInit, ib.QPSRTR, rtr, false},
+		{ib.QPTypeXRCSend, ib.QPSInit, ib.QPSRTR, rtr | ib.AttrMaxDestRdAtomic | ib.AttrMinRNRTimer, false},
+		{ib.QPTypeRC, ib.QPSInit, ib.QPSRTR, rtr, true},
+		{ib.QPTypeXRCRecv, ib.QPSInit, ib.QPSRTR, rtr, true},
+		{ib.QPTypeXRCRecv, ib.QPSRTR, ib.QPSRTS, rts, false},
+		{ib.QPTypeXRCRecv, ib.QPSRTR, ib.QPSRTS, rts | ib.AttrRetryCnt | ib.AttrRNRRetry | ib.AttrMaxQPRdAtomic, false},
+		{ib.QPTypeXRCSend, ib.QPSRTR, ib.QPSRTS, rts, true},
+		{ib.QPTypeRC, ib.QPSRTR, ib.QPSRTS, rts, true},
+		{ib.QPTypeXRCRecv, ib.QPSReset, ib.QPSInit, ib.AttrState | ib.AttrPort | ib.AttrPKeyIndex, true},
+		{ib.QPTypeXRCRecv, ib.QPSReset, ib.QPSInit, ib.AttrState | ib.AttrPort | ib.AttrPKeyIndex | ib.AttrAccessFlags, false},
+	} {
+		err := CheckModify(tc.t, tc.from, tc.to, tc.mask)
+		if (err != nil) != tc.wantError {
+			t.Errorf("%v %v->%v with %v: %v", tc.t, tc.from, tc.to, tc.mask, err)
 		}
 	}
 }

@@ -18,6 +18,9 @@ type Table struct {
 	qps         map[uint32]*QP
 	first, last uint32 // the QPNs Alloc hands out
 	next        uint32
+	// XRCSRQs are the device's XRC SRQs, which XRC requests name by
+	// number.
+	XRCSRQs XRCSRQTable
 }
 
 // NewTable returns an empty table handing out every QPN from FirstQPN.

@@ -65,7 +65,7 @@ func (c *Completer) complete(qp *qpmgr.QP, p bth.Packet) {
 	switch {
 	case op.Is(bth.FlagReadResp):
 		c.readResponse(qp, p)
-	case op == bth.RCAtomicAcknowledge:
+	case op.Operation() == bth.RCAtomicAcknowledge: // or XRC's
 		c.atomicAck(qp, p)
 	default:
 		c.ack(qp, p)

@@ -101,7 +101,7 @@ func (h *Handler) deliver(qp *qpmgr.QP, p bth.Packet, b *ibudp.Buf, tx qpmgr.TX)
 		h.drop(qp, p, ib.DropUnknownQP)
 		return
 	}
-	if !sameTransport(qp.Type, op) {
+	if !sameTransport(qp.VerbsType(), op) {
 		h.drop(qp, p, ib.DropBadTransport)
 		return
 	}
@@ -142,6 +142,10 @@ func sameTransport(t ib.QPType, op bth.Opcode) bool {
 		return op.Transport() == bth.TransportUC
 	case ib.QPTypeUD:
 		return op.Transport() == bth.TransportUD
+	case ib.QPTypeXRCSend: // an initiator takes responses only
+		return op.Transport() == bth.TransportXRC && !op.Is(bth.FlagRequest)
+	case ib.QPTypeXRCRecv: // a target requests only
+		return op.Transport() == bth.TransportXRC && op.Is(bth.FlagRequest)
 	}
 	return false
 }

@@ -32,11 +32,16 @@ type Responder struct {
 	Trace *trace.Probe
 	// Ack is the responder's ACK: every ACK and NAK leaves by it.
 	Ack Acker
+	// XRCSRQs are the device's XRC SRQs, for XRC targets (xrc.go).
+	XRCSRQs *qpmgr.XRCSRQTable
 }
 
 // respond hands a request to the responder of qp's transport
 // (rxe_responder). The QP lock is held.
 func (r *Responder) respond(qp *qpmgr.QP, p bth.Packet, b *ibudp.Buf, tx qpmgr.TX) {
+	if qp.XRC == ib.QPTypeXRCRecv && !r.xrcTarget(qp, p, tx) {
+		return
+	}
 	switch qp.Type {
 	case ib.QPTypeRC:
 		r.respondRC(qp, p, tx)
@@ -347,7 +352,7 @@ func (r *Responder) atomic(qp *qpmgr.QP, p bth.Packet, tx qpmgr.TX) {
 	psn, a := p.BTH().PSN(), p.AtomicETH()
 	var orig uint64
 	var err error
-	if p.Opcode() == bth.RCCompareSwap {
+	if p.Opcode().Operation() == bth.RCCompareSwap { // or XRC's
 		orig, err = r.DMA.AtomicCompareSwap(qp.PD, a.RKey(), a.VA(), a.CompareData(), a.SwapAddData())
 	} else {
 		orig, err = r.DMA.AtomicFetchAdd(qp.PD, a.RKey(), a.VA(), a.SwapAddData())
@@ -590,6 +595,9 @@ func sglLen(sgl []ib.SGE) int {
 
 // response builds a responder packet of opcode op with an n-byte payload.
 func response(qp *qpmgr.QP, tx qpmgr.TX, op bth.Opcode, n int, psn uint32) (*ibudp.Buf, bth.Packet) {
+	if qp.XRC != 0 {
+		op |= bth.TransportXRC // an XRC target answers with XRC's opcodes (IBTA A14, table 1)
+	}
 	b := tx.Alloc()
 	p, err := bth.Build(b.Room(), op, n)
 	if err != nil {

@@ -170,6 +170,9 @@ func (e *Engine) emit(qp *qpmgr.QP, w *qpmgr.SendWQE, tx qpmgr.TX) error {
 		last = w.Offset+n == w.Len
 	}
 	opcode := requestOpcode(qp.Type, op, w.Offset == 0, last)
+	if qp.XRC != 0 {
+		opcode |= bth.TransportXRC // RC's operation, with an XRCETH (IBTA A14, table 1)
+	}
 	if e.Trace.On() {
 		e.Trace.Emit(trace.Event{Module: trace.ModWQE, Step: trace.StepSegment, QPN: qp.QPN, PSN: w.PSN, WRID: w.WR.WRID,
 			Opcode: opcode, Len: uint32(n), Arg: uint32(w.Offset), Aux: uint32(w.Len)})
@@ -214,6 +217,9 @@ func (e *Engine) emit(qp *qpmgr.QP, w *qpmgr.SendWQE, tx qpmgr.TX) error {
 		}
 	}
 	p.BTH().Encode(&f)
+	if opcode.Has(bth.HdrXRCETH) {
+		p.XRCETH().Encode(w.WR.RemoteSRQN)
+	}
 	switch {
 	case opcode.Has(bth.HdrAtomicETH):
 		if op == ib.WRAtomicFetchAdd {
