@@ -62,6 +62,9 @@ func goABI(t *testing.T) map[string]int64 {
 	for k, v := range slotOffsets(t) {
 		m[k] = v
 	}
+	for k, v := range xrcABI {
+		m[k] = v
+	}
 	return m
 }
 
@@ -99,6 +102,7 @@ func slotOffsets(t *testing.T) map[string]int64 {
 		"SWQE_RKEY":        func(w *ib.SendWR) { w.RKey = 1 },
 		"SWQE_REMOTE_QPN":  func(w *ib.SendWR) { w.RemoteQPN = 1 },
 		"SWQE_REMOTE_QKEY": func(w *ib.SendWR) { w.RemoteQKey = 1 },
+		"SWQE_REMOTE_SRQN": func(w *ib.SendWR) { w.RemoteSRQN = 1 },
 		"SWQE_COMPARE_ADD": func(w *ib.SendWR) { w.CompareAdd = 1 },
 		"SWQE_SWAP":        func(w *ib.SendWR) { w.Swap = 1 },
 	} {

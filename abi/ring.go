@@ -246,6 +246,7 @@ func EncodeSendWQE(slot []byte, wr *ib.SendWR) error {
 	le.PutUint32(slot[32:], wr.RKey)
 	le.PutUint32(slot[36:], wr.RemoteQPN)
 	le.PutUint32(slot[40:], wr.RemoteQKey)
+	le.PutUint32(slot[52:], wr.RemoteSRQN)
 	if ah := wr.AH; ah != nil {
 		slot[11] = 1
 		slot[44], slot[45], slot[46] = ah.HopLimit, ah.TrafficClass, ah.SGIDIndex
@@ -298,6 +299,7 @@ func DecodeSendWQE(slot []byte) (ib.SendWR, error) {
 	wr.Imm, wr.InvRKey = le.Uint32(s[16:]), le.Uint32(s[20:])
 	wr.RemoteAddr, wr.RKey = le.Uint64(s[24:]), le.Uint32(s[32:])
 	wr.RemoteQPN, wr.RemoteQKey = le.Uint32(s[36:]), le.Uint32(s[40:])
+	wr.RemoteSRQN = le.Uint32(s[52:])
 	if s[11] == 1 {
 		ah := &ib.AH{HopLimit: s[44], TrafficClass: s[45], SGIDIndex: s[46], FlowLabel: le.Uint32(s[48:])}
 		copy(ah.DGID[:], s[72:88])

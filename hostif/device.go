@@ -41,7 +41,7 @@ func (c *conn) listQPs(_ object, b abi.Body, _ []int) (abi.Body, []int, error) {
 			row.PID, row.Comm = uint32(q.owner.pid), q.owner.comm
 		}
 		st := c.s.dev.Observer().Status(qp)
-		row.Type, row.State, row.PathMTU = qp.Type, st.Attr.State, st.Attr.PathMTU
+		row.Type, row.State, row.PathMTU = qp.VerbsType(), st.Attr.State, st.Attr.PathMTU
 		row.SQPSN, row.RQPSN, row.DestQPN = st.SQPSN, st.RQPSN, st.Attr.DestQPN
 		row.Dest = st.Attr.AH.DGID
 		row.SQDepth, row.RQDepth = uint32(st.SQUsed), uint32(st.RQUsed)

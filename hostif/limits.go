@@ -52,6 +52,7 @@ const (
 	// has 64 groups (rnic.MaxMcastGroups, a socket each), which a
 	// client attached to all of them would keep from every other.
 	ResMcast
+	ResXRCDs // XRC domains (a device object each, as PDs)
 	NumResources
 )
 
@@ -69,6 +70,7 @@ var resources = [NumResources]struct{ name, counter, flag string }{
 	ResRingBytes: {"ring bytes", "ring_bytes", "max-ring-bytes"},
 	ResFDs:       {"descriptors", "fds", "max-fds"},
 	ResMcast:     {"multicast attachments", "mcast", "max-mcast"},
+	ResXRCDs:     {"XRC domains", "xrcd", "max-xrcd"},
 }
 
 // Name is the resource's name in messages ("QPs").

@@ -8,7 +8,7 @@ import (
 
 // objKind is the kind of object a handle names. Kinds are bits, so that a
 // request may accept more than one (a doorbell names a QP or an SRQ).
-type objKind uint8
+type objKind uint16
 
 const (
 	kindPD objKind = 1 << iota
@@ -19,6 +19,7 @@ const (
 	kindQP
 	kindCMChannel
 	kindCMID
+	kindXRCD
 )
 
 // kinds lists every kind with its name in messages and in the
@@ -35,6 +36,7 @@ var kinds = []struct {
 	{kindQP, "QP", "qp"},
 	{kindCMChannel, "CM event channel", "cm_event_channel"},
 	{kindCMID, "CM ID", "cm_id"},
+	{kindXRCD, "XRC domain", "xrcd"},
 }
 
 // String names the kinds in k: "CQ", "QP or SRQ".
@@ -150,7 +152,7 @@ func (c *conn) destroy(o object, b abi.Body, _ []int) (abi.Body, []int, error) {
 // teardownOrder is the order in which a dead client's objects go: every
 // object before the objects it uses; CM IDs first, so that an
 // established connection's DREQ goes while its QP still exists.
-var teardownOrder = []objKind{kindCMID, kindCMChannel, kindQP, kindMR, kindSRQ, kindCQ, kindChannel, kindPD}
+var teardownOrder = []objKind{kindCMID, kindCMChannel, kindQP, kindMR, kindSRQ, kindCQ, kindChannel, kindPD, kindXRCD}
 
 // teardown destroys everything the client created. Its QPs go to ERR
 // first, so that their outstanding WQEs are flushed into the completion

@@ -18,6 +18,7 @@ type qpObj struct {
 	pd       *pdObj
 	scq, rcq *cqObj
 	srq      *srqObj
+	xrcd     *xrcdObj // an XRC target's, which has no PD nor CQs (xrcd.go)
 	mem      []byte
 	rings    *rnic.QPRings // the device's: it polls, fetches and retires
 	// groups are the multicast GIDs the QP is attached to, each charged
@@ -46,6 +47,9 @@ func (c *conn) createQP(_ object, b abi.Body, _ []int) (abi.Body, []int, error) 
 		}
 		if srq.pd != pd {
 			return nil, nil, errf(abi.CodeInvalid, "create_qp: SRQ %d is of another PD", r.SRQ)
+		}
+		if srq.xrc != nil {
+			return nil, nil, errf(abi.CodeInvalid, "create_qp: SRQ %d is an XRC SRQ: only XRC targets reach it", r.SRQ)
 		}
 	}
 	ia := rnic.QPInitAttr{PD: pd.pd, Type: r.Type, SendCQ: scq.cq, RecvCQ: rcq.cq, Caps: r.Caps, SigAll: r.SigAll}
@@ -184,9 +188,17 @@ func (q *qpObj) release(c *conn) error {
 	c.s.dev.DetachQPRings(q.rings)
 	c.s.dev.Fence()
 	unix.Munmap(q.mem)
-	q.pd.drop()
-	q.scq.drop()
-	q.rcq.drop()
+	switch {
+	case q.xrcd != nil:
+		q.xrcd.drop()
+	case q.rcq == nil: // an XRC initiator
+		q.pd.drop()
+		q.scq.drop()
+	default:
+		q.pd.drop()
+		q.scq.drop()
+		q.rcq.drop()
+	}
 	if q.srq != nil {
 		q.srq.drop()
 	}

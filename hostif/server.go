@@ -390,6 +390,11 @@ func init() {
 		abi.KindCMDisconnect:     {body: func() abi.Body { return &abi.CMDataReq{} }, target: kindCMID, handle: (*conn).cmDisconnect},
 		abi.KindCMGetEvent:       {body: handle, target: kindCMChannel, handle: (*conn).cmGetEvent},
 		abi.KindListCMIDs:        {body: func() abi.Body { return &abi.ListCMIDsReq{} }, handle: (*conn).listCMIDs},
+		abi.KindOpenXRCD:         {body: empty, cost: costOf(costXRCD), handle: (*conn).openXRCD},
+		abi.KindCloseXRCD:        {body: handle, target: kindXRCD, handle: (*conn).destroy},
+		abi.KindOpenXRCDFile:     {fds: 1, body: func() abi.Body { return &abi.OpenXRCDFileReq{} }, cost: costOf(costXRCD), handle: (*conn).openXRCDFile},
+		abi.KindCreateXRCSRQ:     {body: func() abi.Body { return &abi.CreateXRCSRQReq{} }, cost: createXRCSRQCost, handle: (*conn).createXRCSRQ},
+		abi.KindCreateXRCQP:      {body: func() abi.Body { return &abi.CreateXRCQPReq{} }, cost: createXRCQPCost, handle: (*conn).createXRCQP},
 	}
 	registerAsync(requests)
 	// A request's name is its kind's (abi's table), for errors and

@@ -87,6 +87,7 @@ func defaultLimits(m machine) hostif.Limits {
 		hostif.ResSRQs: objs, hostif.ResMRs: objs, hostif.ResMRBytes: m.memBytes, hostif.ResMaps: maps,
 		hostif.ResFDs: fds, hostif.ResRingBytes: m.memBytes / 4,
 		hostif.ResMcast: rnic.MaxMcastGroups * rnic.MaxMcastQPAttach,
+		hostif.ResXRCDs: deviceMax,
 	}
 	for r, v := range l.Daemon {
 		// 0 would mean no limit: a machine too small for the reserves
@@ -129,7 +130,7 @@ func sizedFrom(r hostif.Resource, m machine) string {
 		return fmt.Sprintf("RLIMIT_NOFILE %d", m.nofile)
 	case hostif.ResMRBytes, hostif.ResRingBytes:
 		return fmt.Sprintf("physical memory %v", byteSize(m.memBytes))
-	case hostif.ResPDs:
+	case hostif.ResPDs, hostif.ResXRCDs:
 		return fmt.Sprintf("the device's max_pd %d", deviceMax)
 	case hostif.ResMcast:
 		return fmt.Sprintf("the device's max_total_mcast_qp_attach %d; a client's and a user's shares are of its max_mcast_grp %d",
