@@ -286,6 +286,7 @@ EXPORT int ibv_query_device(struct ibv_context *ctx, struct ibv_device_attr *a)
 	a->max_mcast_qp_attach = 56;
 	a->max_total_mcast_qp_attach = 64 * 56;
 	a->max_srq = 1 << 16;
+	a->device_cap_flags |= IBV_DEVICE_XRC; /* xrc.c */
 	a->max_srq_wr = 16384;
 	a->max_srq_sge = 32;
 	a->max_pkeys = 1;
@@ -437,4 +438,5 @@ static void fill_ops(struct rctx *c)
 	c->vctx.query_device_ex = query_device_ex;
 	c->vctx.create_qp_ex = create_qp_ex;
 	c->vctx.create_cq_ex = create_cq_ex;
+	fill_xrc_ops(&c->vctx);
 }

@@ -77,22 +77,28 @@ EXPORT struct ibv_srq *ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init_att
 		errno = err;
 		return NULL;
 	}
-	if (r.wake_fd >= 0)
-		close(r.wake_fd); /* only a CQ's reply carries one */
-	s->h = r.h;
-	s->rq = (struct rring){s->mem + r.recv.off, r.recv.slots, r.recv.slot_bytes, 0, r.max_recv_sge};
-	a->attr.max_wr = r.max_recv_wr;
-	a->attr.max_sge = r.max_recv_sge;
-	s->attr = a->attr;
+	srq_init(s, &r, pd, &a->attr, a->srq_context);
+	return &s->srq;
+}
+
+/* srq_init fills s from the daemon's reply r; attr gets the sizes made. */
+void srq_init(struct rsrq *s, struct ring_reply *r, struct ibv_pd *pd, struct ibv_srq_attr *attr, void *srq_context)
+{
+	if (r->wake_fd >= 0)
+		close(r->wake_fd); /* only a CQ's reply carries one */
+	s->h = r->h;
+	s->rq = (struct rring){s->mem + r->recv.off, r->recv.slots, r->recv.slot_bytes, 0, r->max_recv_sge};
+	attr->max_wr = r->max_recv_wr;
+	attr->max_sge = r->max_recv_sge;
+	s->attr = *attr;
 	pthread_spin_init(&s->lock, PTHREAD_PROCESS_PRIVATE);
 	s->srq.context = pd->context;
-	s->srq.srq_context = a->srq_context;
+	s->srq.srq_context = srq_context;
 	s->srq.pd = pd;
-	s->srq.handle = r.h;
+	s->srq.handle = r->h;
 	pthread_mutex_init(&s->srq.mutex, NULL);
 	pthread_cond_init(&s->srq.cond, NULL);
-	async_track(pd->context, r.h, &s->srq);
-	return &s->srq;
+	async_track(pd->context, r->h, &s->srq);
 }
 
 EXPORT int ibv_destroy_srq(struct ibv_srq *srq)
@@ -184,12 +190,20 @@ EXPORT struct ibv_ah *ibv_create_ah_from_wc(struct ibv_pd *pd, struct ibv_wc *wc
 
 EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *a)
 {
-	if (a->qp_type != IBV_QPT_RC && a->qp_type != IBV_QPT_UC && a->qp_type != IBV_QPT_UD) {
-		rnic_log("create_qp: QP type %d; rnicd has RC, UC and UD", a->qp_type);
+	return qp_create(pd->context, pd, a, NULL);
+}
+
+/* qp_create makes a QP of any type: an XRC_RECV one has no PD but an
+ * XRC domain (xrc.c). */
+struct ibv_qp *qp_create(struct ibv_context *ctx, struct ibv_pd *pd, struct ibv_qp_init_attr *a, struct ibv_xrcd *xrcd)
+{
+	int xrc = a->qp_type == IBV_QPT_XRC_SEND || a->qp_type == IBV_QPT_XRC_RECV;
+	if (!xrc && a->qp_type != IBV_QPT_RC && a->qp_type != IBV_QPT_UC && a->qp_type != IBV_QPT_UD) {
+		rnic_log("create_qp: QP type %d; rnicd has RC, UC, UD, XRC_SEND and XRC_RECV", a->qp_type);
 		errno = EOPNOTSUPP;
 		return NULL;
 	}
-	if (!a->send_cq || !a->recv_cq) {
+	if (xrc ? !xrc_qp_ok(a, pd, xrcd) : (!a->send_cq || !a->recv_cq)) {
 		errno = EINVAL;
 		return NULL;
 	}
@@ -200,6 +214,10 @@ EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *
 	}
 	uint8_t b[64];
 	struct buf req = {.p = b, .len = sizeof(b)};
+	if (xrc) {
+		put_xrc_qp_req(&req, a, pd, xrcd);
+		goto made;
+	}
 	put32(&req, pd->handle);
 	put32(&req, a->send_cq->handle);
 	put32(&req, a->recv_cq->handle);
@@ -211,8 +229,10 @@ EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *
 	put32(&req, a->cap.max_send_sge);
 	put32(&req, a->srq ? 0 : a->cap.max_recv_sge);
 	put32(&req, a->cap.max_inline_data);
+made:;
 	struct ring_reply r;
-	int err = create_rings(pd->context, K_CREATE_QP, K_DESTROY_QP, &req, -1, &r, &q->mem, &q->memlen, 1, 0, !a->srq);
+	int err = create_rings(ctx, xrc ? K_CREATE_XRC_QP : K_CREATE_QP, K_DESTROY_QP, &req, -1, &r, &q->mem, &q->memlen,
+			       1, 0, !a->srq && !xrc);
 	if (err) {
 		free(q);
 		errno = err;
@@ -224,7 +244,7 @@ EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *
 	q->sq = q->mem + r.send.off;
 	q->sq_slots = r.send.slots;
 	q->sq_slot_bytes = r.send.slot_bytes;
-	if (!a->srq)
+	if (!a->srq && !xrc)
 		q->rq = (struct rring){q->mem + r.recv.off, r.recv.slots, r.recv.slot_bytes, 0, r.max_recv_sge};
 	q->cap = (struct ibv_qp_cap){r.max_send_wr, r.max_recv_wr, r.max_send_sge, r.max_recv_sge, r.max_inline};
 	a->cap = q->cap;
@@ -232,7 +252,7 @@ EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *
 	pthread_spin_init(&q->slock, PTHREAD_PROCESS_PRIVATE);
 	pthread_spin_init(&q->rlock, PTHREAD_PROCESS_PRIVATE);
 	struct ibv_qp *qp = &q->qpx.qp_base;
-	qp->context = pd->context;
+	qp->context = ctx;
 	qp->qp_context = a->qp_context;
 	qp->pd = pd;
 	qp->send_cq = a->send_cq;
@@ -244,7 +264,7 @@ EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *
 	qp->qp_type = a->qp_type;
 	pthread_mutex_init(&qp->mutex, NULL);
 	pthread_cond_init(&qp->cond, NULL);
-	async_track(pd->context, r.h, qp);
+	async_track(ctx, r.h, qp);
 	return qp;
 }
 
@@ -431,6 +451,10 @@ int encode_send(struct rqp *q, struct ibv_send_wr *wr, uint8_t *slot)
 	put64(&s, atomic ? wr->wr.atomic.remote_addr : wr->wr.rdma.remote_addr);
 	s.off = SWQE_RKEY;
 	put32(&s, atomic ? wr->wr.atomic.rkey : wr->wr.rdma.rkey);
+	if (q->qpx.qp_base.qp_type == IBV_QPT_XRC_SEND) {
+		s.off = SWQE_REMOTE_SRQN;
+		put32(&s, wr->qp_type.xrc.remote_srqn);
+	}
 	if (ah) {
 		/* The union's ud member overlaps rdma's: write it only for UD. */
 		s.off = SWQE_REMOTE_QPN;

@@ -23,6 +23,7 @@ struct rsrq {
 	struct ibv_srq_attr attr;
 	pthread_spinlock_t lock;
 	struct rring rq;
+	uint32_t srq_num; /* an XRC SRQ's (ibv_get_srq_num); 0 for others */
 };
 
 /* rah is an address handle: rnicd has no AH object, a UD WQE carries
@@ -63,5 +64,15 @@ static inline struct rqp *to_rqp(struct ibv_qp *qp) { return (struct rqp *)qp; }
 
 /* encode_send writes one send WR into a send ring slot. */
 int encode_send(struct rqp *q, struct ibv_send_wr *wr, uint8_t *slot);
+
+/* qp.c: a QP of any type (XRC_RECV: no PD, xrcd its domain); an SRQ
+ * filled from the daemon's reply. */
+struct ring_reply;
+struct ibv_qp *qp_create(struct ibv_context *ctx, struct ibv_pd *pd, struct ibv_qp_init_attr *a, struct ibv_xrcd *xrcd);
+void srq_init(struct rsrq *s, struct ring_reply *r, struct ibv_pd *pd, struct ibv_srq_attr *attr, void *srq_context);
+
+/* xrc.c: the checks and request of an XRC QP for qp_create. */
+int xrc_qp_ok(struct ibv_qp_init_attr *a, struct ibv_pd *pd, struct ibv_xrcd *xrcd);
+void put_xrc_qp_req(struct buf *b, struct ibv_qp_init_attr *a, struct ibv_pd *pd, struct ibv_xrcd *xrcd);
 
 #endif

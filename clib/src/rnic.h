@@ -74,6 +74,11 @@ enum rnic_kind {
 	K_GET_ASYNC_EVENT = 41,
 	K_MODIFY_SRQ = 42,
 	K_QUERY_SRQ = 43,
+	K_OPEN_XRCD = 48,
+	K_CLOSE_XRCD = 49,
+	K_CREATE_XRC_SRQ = 50, /* reply: a ring reply with the SRQ number as qpn */
+	K_CREATE_XRC_QP = 51,
+	K_OPEN_XRCD_FILE = 52, /* carries the file's descriptor */
 };
 
 #define HDR_LEN 16
@@ -145,6 +150,7 @@ enum rnic_cm_event {
 #define SWQE_TRAFFIC_CLASS 45  /* uint8 */
 #define SWQE_SGID_INDEX 46     /* uint8 */
 #define SWQE_FLOW_LABEL 48     /* uint32 */
+#define SWQE_REMOTE_SRQN 52    /* uint32: wr.qp_type.xrc.remote_srqn */
 #define SWQE_COMPARE_ADD 56    /* uint64 */
 #define SWQE_SWAP 64           /* uint64 */
 #define SWQE_DGID 72           /* 16 bytes */
@@ -300,6 +306,9 @@ int post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **ba
 int post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
 struct ibv_qp *create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_attr_ex *a);
 struct ibv_cq_ex *create_cq_ex(struct ibv_context *ctx, struct ibv_cq_init_attr_ex *a);
+/* xrc.c: XRC's verbs_context operations, and its receive QPs. */
+void fill_xrc_ops(struct verbs_context *v);
+struct ibv_qp *create_xrc_recv_qp(struct ibv_context *ctx, struct ibv_qp_init_attr_ex *a);
 
 /* mem.c */
 int mem_share(void *addr, size_t len, int *fd, uint64_t *off, uint32_t *shmid);

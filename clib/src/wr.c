@@ -171,7 +171,7 @@ static void wr_send_tso(struct ibv_qp_ex *x, void *hdr, uint16_t sz, uint16_t ms
 	(void)hdr; (void)sz; (void)mss;
 	wr_unsupported(x);
 }
-static void wr_set_xrc_srqn(struct ibv_qp_ex *x, uint32_t srqn) { (void)srqn; wr_unsupported(x); }
+static void wr_set_xrc_srqn(struct ibv_qp_ex *x, uint32_t srqn) { from_qpx(x)->wrb.wr.qp_type.xrc.remote_srqn = srqn; }
 static void wr_atomic_write(struct ibv_qp_ex *x, uint32_t rkey, uint64_t addr, const void *v)
 {
 	(void)rkey; (void)addr; (void)v;
@@ -186,6 +186,8 @@ static void wr_atomic_write(struct ibv_qp_ex *x, uint32_t rkey, uint64_t addr, c
 struct ibv_qp *create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_attr_ex *a)
 {
 	uint32_t known = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS | IBV_QP_INIT_ATTR_CREATE_FLAGS;
+	if (a->qp_type == IBV_QPT_XRC_RECV)
+		return create_xrc_recv_qp(ctx, a);
 	if ((a->comp_mask & ~known) || !(a->comp_mask & IBV_QP_INIT_ATTR_PD) ||
 	    ((a->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && a->create_flags) ||
 	    ((a->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) && (a->send_ops_flags & ~(uint64_t)SUPPORTED_SEND_OPS))) {

@@ -289,7 +289,9 @@ func printDevinfo(w io.Writer, c *verbs.Context, verbose bool) error {
 			{"page_size_cap:\t\t\t", "0xfffff000"},
 			{"max_qp:\t\t\t\t", a.MaxQP},
 			{"max_qp_wr:\t\t\t", a.MaxQPWR},
-			{"device_cap_flags:\t\t", "0x00000000"},
+			// IBV_DEVICE_XRC, and its name on a line of its own as
+			// ibv_devinfo prints it: XRC is the C library's (clib/src/xrc.c).
+			{"device_cap_flags:\t\t", "0x00100000\n\t\t\t\t\tXRC"},
 			{"max_sge:\t\t\t", a.MaxSGE},
 			{"max_sge_rd:\t\t\t", a.MaxSGE},
 			{"max_cq:\t\t\t\t", a.MaxCQ},

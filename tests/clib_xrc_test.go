@@ -1,0 +1,69 @@
+package tests
+
+import (
+	"fmt"
+	"regexp"
+	"strconv"
+	"testing"
+)
+
+// xsrqAddr is a line of ibv_xsrq_pingpong's address exchange:
+// "%8s: LID %04x, QPN RECV %06x SEND %06x, PSN %06x, SRQN %06x, GID %s".
+var xsrqAddr = regexp.MustCompile(`^ *(local|remote): LID 0000, QPN RECV ([0-9a-f]{6}) SEND ([0-9a-f]{6}), PSN ([0-9a-f]{6}), SRQN ([0-9a-f]{6}), GID (\S+)$`)
+
+// TestCLibXSRQPingpong runs Debian's ibv_xsrq_pingpong between two
+// rnicd, XRC end to end: each side opens an XRC domain (through the
+// file /tmp/xrc_domain, as the program does), makes an XRC SRQ, an XRC
+// target and an XRC initiator, and sends 5000-byte messages (five
+// packets at MTU 1024) that name the other's SRQ by number; each
+// receive completion names the target QP. The sides must agree on each
+// other's QPNs, PSNs and SRQ numbers, both must print "success", and
+// each daemon must have received and sent the messages as XRC: counted
+// in rdma_recvs, with no XRC request refused.
+func TestCLibXSRQPingpong(t *testing.T) {
+	tb := newToolBench(t)
+	xsrq := debianTool(t, "ibv_xsrq_pingpong", "ibverbs-utils")
+	before := [2]map[string]uint64{must[map[string]uint64](t)(tb.ca.Counters()), must[map[string]uint64](t)(tb.cb.Counters())}
+	const iters = 30
+	srv, cli := tb.pairRun(t, xsrq, xsrq, "rnicA", "rnicB", "ibv_xsrq_pingpong",
+		"-g", "1", "-s", "5000", "-m", "1024", "-n", strconv.Itoa(iters))
+	type addr struct{ recv, send, psn, srqn, gid string }
+	parse := func(who, out string) (local, remote addr) {
+		var tail []string
+		for _, l := range regexp.MustCompile("\n").Split(out, -1) {
+			m := xsrqAddr.FindStringSubmatch(l)
+			switch {
+			case m == nil:
+				tail = append(tail, l)
+			case m[1] == "local":
+				local = addr{m[2], m[3], m[4], m[5], m[6]}
+			default:
+				remote = addr{m[2], m[3], m[4], m[5], m[6]}
+			}
+		}
+		if fmt.Sprint(tail) != "[success ]" {
+			t.Fatalf("%s printed\n%s", who, out)
+		}
+		return
+	}
+	t.Logf("server:\n%s\nclient:\n%s", srv, cli)
+	sl, sr := parse("server", srv)
+	cl, cr := parse("client", cli)
+	// Each side prints its own receive PSN and the other's, by design of
+	// the program, as the PSN the other sends with.
+	if sl.recv != cr.recv || sl.send != cr.send || sl.srqn != cr.srqn || cl.recv != sr.recv || cl.send != sr.send || cl.srqn != sr.srqn {
+		t.Fatalf("the sides disagree:\nserver:\n%s\nclient:\n%s", srv, cli)
+	}
+	if sl.gid != "::ffff:"+tb.a.addr.String() || cl.gid != "::ffff:"+tb.b.addr.String() || sl.srqn == "000000" || cl.srqn == "000000" ||
+		sl.recv == sl.send || cl.recv == cl.send {
+		t.Fatalf("addresses: server %+v, client %+v", sl, cl)
+	}
+	for i, c := range []map[string]uint64{must[map[string]uint64](t)(tb.ca.Counters()), must[map[string]uint64](t)(tb.cb.Counters())} {
+		if got := c["rdma_recvs"] - before[i]["rdma_recvs"]; got != iters {
+			t.Errorf("daemon %d received %d messages, want %d", i, got, iters)
+		}
+		if got := c["drop_bad_xrc_srq"] - before[i]["drop_bad_xrc_srq"]; got != 0 {
+			t.Errorf("daemon %d refused %d XRC requests", i, got)
+		}
+	}
+}
