@@ -146,7 +146,9 @@ func (c *conn) createXRCQP(_ object, b abi.Body, _ []int) (abi.Body, []int, erro
 	}
 	q.rings = c.s.dev.AttachQPRings(qp, sq, nil, 0, &c.s.badWQEs)
 	c.s.qps.Store(qp.QPN, q)
-	return &abi.RingReply{H: c.add(q), QPN: qp.QPN, Caps: caps,
+	h := c.add(q)
+	c.watchQP(qp, h)
+	return &abi.RingReply{H: h, QPN: qp.QPN, Caps: caps,
 		Send: abi.RingDesc{Size: uint32(sqBytes), Slots: uint32(caps.MaxSendWR), SlotBytes: sqSlot}}, []int{fd}, nil
 }
 
