@@ -70,6 +70,18 @@
 // channel's wake pipe; a full ring sets the overrun flag (counted in
 // hostif_cq_overrun).
 //
+// Asynchronous events (asyncev.go). A client that opens its event queue
+// (KindOpenAsync; clib does at ibv_open_device) gets the read end of one
+// more wake pipe, its async_fd. The device's QPs, CQs and SRQs raise
+// their events (COMM_EST, QP_FATAL/REQ_ERR/ACCESS_ERR,
+// LAST_WQE_REACHED, SRQ_LIMIT_REACHED, CQ_ERR) through handlers set at
+// creation, each a closure over its owner's connection and handle, so an
+// event can reach no other client; port events (the netdev's link, which
+// rnicd watches over netlink) go to every client. The queue holds at
+// most 256 events, the rest dropped and counted, and the client takes
+// them one by one (KindGetAsyncEvent); DEVICE_FATAL is the pipe's end of
+// file when the daemon goes.
+//
 // No client is ever handed a descriptor of the port: the daemon alone
 // holds UDP 4791, as a NIC alone holds its wire, so no client can read
 // another's packets or change how they are steered. In a client's own
