@@ -1,6 +1,7 @@
 package hostif
 
 import (
+	"fmt"
 	"os"
 
 	"golang.org/x/sys/unix"
@@ -55,14 +56,8 @@ func (c *conn) regMR(_ object, b abi.Body, fds []int) (abi.Body, []int, error) {
 		return nil, nil, err
 	}
 	fd := fds[0]
-	// Only a memfd sealed against shrinking may be mapped: any other
-	// file could be truncated under the NIC and fault its DMA.
-	seals, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0)
-	if err != nil {
-		return nil, nil, c.refuseMemory(errf(abi.CodeInvalid, "reg_mr: descriptor is not a memfd with sealing (F_GET_SEALS: %v)", err))
-	}
-	if seals&unix.F_SEAL_SHRINK == 0 {
-		return nil, nil, c.refuseMemory(errf(abi.CodeInvalid, "reg_mr: memfd is not sealed with F_SEAL_SHRINK (seals %#x): it could be truncated under the NIC", seals))
+	if err := sealShrink(fd); err != nil {
+		return nil, nil, c.refuseMemory(errf(abi.CodeInvalid, "reg_mr: %v", err))
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
@@ -75,14 +70,25 @@ func (c *conn) regMR(_ object, b abi.Body, fds []int) (abi.Body, []int, error) {
 		ib.AccessRemoteAtomic|ib.AccessMWBind|ib.AccessZeroBased|ib.AccessOnDemand) != 0 {
 		return nil, nil, errf(abi.CodeInvalid, "reg_mr: access flags %#x", r.Access)
 	}
-	page := uint64(os.Getpagesize())
+	page, err := mapUnit(fd)
+	if err != nil {
+		return nil, nil, errf(abi.CodeInvalid, "reg_mr: %v", err)
+	}
 	start := r.Offset &^ (page - 1)
-	// The mapping's length is what regMRCost charged.
-	mem, err := unix.Mmap(fd, int64(start), int(r.Offset-start+r.Length), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	// The mapping's length is what regMRCost charged, but on hugetlbfs,
+	// whose mappings are of whole huge pages: the object's cost (its
+	// mapping's length) replaces the charge.
+	n := r.Offset - start + r.Length
+	if page != uint64(os.Getpagesize()) {
+		if n = (n + page - 1) &^ (page - 1); start+n > uint64(st.Size) {
+			return nil, nil, errf(abi.CodeInvalid, "reg_mr: %d bytes at offset %d of a %d-byte hugetlbfs file of %d-byte pages", r.Length, r.Offset, st.Size, page)
+		}
+	}
+	mem, err := unix.Mmap(fd, int64(start), int(n), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
 		return nil, nil, errf(abi.CodeFailed, "reg_mr: mmap %d bytes: %v", r.Length, err)
 	}
-	buf := mem[r.Offset-start:]
+	buf := mem[r.Offset-start : r.Offset-start+r.Length : r.Offset-start+r.Length]
 	mr, err := c.s.dev.RegMR(pd.pd, buf, r.IOVA, ib.Access(r.Access))
 	if err != nil {
 		unix.Munmap(mem)
@@ -99,4 +105,46 @@ func (c *conn) refuseMemory(err error) error {
 	c.s.unsealed.Add(1)
 	c.s.log.Warn("memory refused", "pid", c.pid, "uid", c.uid, "comm", c.comm, "err", err)
 	return err
+}
+
+// sealShrink makes sure the memfd fd cannot shrink under the NIC's
+// mapping, where an access past its new end would fault the daemon
+// (SIGBUS): a memfd already sealed with F_SEAL_SHRINK (the library's own)
+// is taken as it is; one that may still take seals (MFD_ALLOW_SEALING:
+// a program's memfd, hugetlb's too) is sealed here, for good, as the
+// price of registering it in place: it can still grow. Any other file (a
+// regular file, POSIX shm, a memfd made without MFD_ALLOW_SEALING) could
+// be truncated by whoever holds it and is refused.
+func sealShrink(fd int) error {
+	seals, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0)
+	if err != nil {
+		return fmt.Errorf("descriptor is not a memfd with sealing (F_GET_SEALS: %v): a file could be truncated under the NIC", err)
+	}
+	if seals&unix.F_SEAL_SHRINK != 0 {
+		return nil
+	}
+	if seals&unix.F_SEAL_SEAL != 0 {
+		return fmt.Errorf("the file cannot be sealed against shrinking (seals %#x: a memfd made without MFD_ALLOW_SEALING, POSIX shm or another tmpfs file): it could be truncated under the NIC", seals)
+	}
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK); err != nil {
+		return fmt.Errorf("sealing the memfd against shrinking (F_ADD_SEALS F_SEAL_SHRINK): %v", err)
+	}
+	return nil
+}
+
+// mapUnit is the granule fd's mappings are made of: the page, or on
+// hugetlbfs (a memfd made with MFD_HUGETLB) the huge page, which an
+// offset and a length must be multiples of.
+func mapUnit(fd int) (uint64, error) {
+	var fs unix.Statfs_t
+	if err := unix.Fstatfs(fd, &fs); err != nil {
+		return 0, fmt.Errorf("fstatfs: %v", err)
+	}
+	if fs.Type != unix.HUGETLBFS_MAGIC {
+		return uint64(os.Getpagesize()), nil
+	}
+	if fs.Bsize <= 0 || fs.Bsize&(fs.Bsize-1) != 0 || fs.Bsize > 1<<30 {
+		return 0, fmt.Errorf("hugetlbfs page size %d", fs.Bsize)
+	}
+	return uint64(fs.Bsize), nil
 }

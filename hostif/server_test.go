@@ -96,6 +96,21 @@ func sealedMemfd(t *testing.T, n int, seal bool) int {
 	return fd
 }
 
+// unsealableMemfd is a memfd made without MFD_ALLOW_SEALING: born sealed
+// with F_SEAL_SEAL, so nothing can keep it from shrinking.
+func unsealableMemfd(t *testing.T, n int) int {
+	t.Helper()
+	fd, err := unix.MemfdCreate("test", unix.MFD_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(fd) })
+	if err := unix.Ftruncate(fd, int64(n)); err != nil {
+		t.Fatal(err)
+	}
+	return fd
+}
+
 func eventfd(t *testing.T) int {
 	t.Helper()
 	fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
@@ -213,8 +228,9 @@ func TestOtherClientsHandle(t *testing.T) {
 	wantCode(t, "stale handle", err, abi.CodeNoHandle)
 }
 
-// RegMR maps only a memfd sealed against shrinking, and only as much of
-// it as it has.
+// RegMR maps only a memfd sealed against shrinking, sealing one that may
+// still take seals (a program's own memfd, registered in place), and
+// only as much of it as it has.
 func TestRegMRDescriptors(t *testing.T) {
 	n := newNIC(t, looptest.Get(t).String())
 	c := n.client(t)
@@ -235,7 +251,7 @@ func TestRegMRDescriptors(t *testing.T) {
 		{"a pipe", pipeFD(t), abi.RegMRReq{Length: 4096}},
 		{"a regular file", int(f.Fd()), abi.RegMRReq{Length: 4096}},
 		{"an eventfd", eventfd(t), abi.RegMRReq{Length: 4096}},
-		{"an unsealed memfd", sealedMemfd(t, 1<<16, false), abi.RegMRReq{Length: 4096}},
+		{"a memfd that cannot be sealed", unsealableMemfd(t, 1<<16), abi.RegMRReq{Length: 4096}},
 		{"a memfd smaller than claimed", sealedMemfd(t, 4096, true), abi.RegMRReq{Length: 8192}},
 		{"an offset past the end", sealedMemfd(t, 4096, true), abi.RegMRReq{Offset: 4096, Length: 1}},
 		{"an offset that wraps", sealedMemfd(t, 4096, true), abi.RegMRReq{Offset: ^uint64(0), Length: 2}},
@@ -248,6 +264,22 @@ func TestRegMRDescriptors(t *testing.T) {
 			t.Fatalf("%s changed the objects: %v", tc.name, got)
 		}
 	}
+	// A memfd that may still take seals is sealed against shrinking by
+	// the registration, and keeps the seal: it can grow, not shrink.
+	fd := sealedMemfd(t, 1<<16, false)
+	var mr abi.RegMRReply
+	call(t, c, abi.KindRegMR, &abi.RegMRReq{PD: pd.H, Access: uint32(ib.AccessLocalWrite), Offset: 4096, Length: 100}, []int{fd}, &mr)
+	seals, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0)
+	if err != nil || seals != unix.F_SEAL_SHRINK {
+		t.Errorf("the registered memfd's seals: %#x, %v; want F_SEAL_SHRINK alone", seals, err)
+	}
+	if err := unix.Ftruncate(fd, 4096); err != unix.EPERM {
+		t.Errorf("shrinking the registered memfd: %v, want EPERM", err)
+	}
+	if err := unix.Ftruncate(fd, 1<<17); err != nil {
+		t.Errorf("growing the registered memfd: %v", err)
+	}
+	call(t, c, abi.KindDeregMR, &abi.Handle{H: mr.H}, nil, &abi.Empty{})
 }
 
 // rawQP is a QP made through the protocol with its rings mapped, for

@@ -47,17 +47,23 @@
  *    parting it from the processes it is shared with. System V shared
  *    memory (shmat: UCX's default allocator) is registered in place: the
  *    daemon attaches the same segment, whose size cannot change, so no
- *    truncation can fault its DMA (hostif/shm.go). A shared file,
- *    POSIX shm or another process's memfd could be truncated under the
- *    daemon's mapping: such a registration fails with EINVAL and says
- *    why.
+ *    truncation can fault its DMA (hostif/shm.go). A shared mapping of
+ *    a memfd (hugetlb's too) is registered in place as well: the daemon
+ *    maps the same file, sealed against shrinking (share_file). A shared
+ *    file, POSIX shm, a memfd made without MFD_ALLOW_SEALING or shared
+ *    anonymous memory could be truncated under the daemon's mapping or
+ *    has no file it could seal: such a registration fails with EINVAL
+ *    and says why.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <ucontext.h>
 #include <unistd.h>
 
@@ -93,7 +99,11 @@ struct vma {
 	int shared; /* 's' */
 	int ours;   /* a mapping of the library's memfd */
 	int sysv;   /* an attachment of System V shared memory */
+	int anon;   /* MAP_SHARED anonymous memory (shmem or hugetlb, no file) */
 	unsigned long ino; /* the file's inode: a System V segment's id */
+	unsigned long start, off; /* where the whole mapping starts, and its file offset */
+	unsigned dev_major, dev_minor;
+	char path[64]; /* the start of the mapped file's name, for messages */
 };
 
 /* vmas lists the mappings over [lo, hi) into v (at most max); it returns
@@ -108,9 +118,10 @@ static int vmas(uintptr_t lo, uintptr_t hi, struct vma *v, int max)
 	int n = 0;
 	uintptr_t next = lo;
 	while (next < hi && fgets(line, sizeof(line), f)) {
-		unsigned long a, b, ino = 0;
+		unsigned long a, b, off = 0, ino = 0;
+		unsigned maj = 0, min = 0;
 		char perms[8], path[4096] = "";
-		if (sscanf(line, "%lx-%lx %7s %*s %*s %lu %4095[^\n]", &a, &b, perms, &ino, path) < 3)
+		if (sscanf(line, "%lx-%lx %7s %lx %x:%x %lu %4095[^\n]", &a, &b, perms, &off, &maj, &min, &ino, path) < 3)
 			continue;
 		if (b <= next || a >= hi)
 			continue;
@@ -128,7 +139,13 @@ static int vmas(uintptr_t lo, uintptr_t hi, struct vma *v, int max)
 		x->shared = perms[3] == 's';
 		x->ours = strstr(path, "/memfd:" MEMFD_NAME) != NULL;
 		x->sysv = x->shared && !strncmp(path, "/SYSV", 5);
+		x->anon = x->shared && (!strcmp(path, "/dev/zero (deleted)") || !strcmp(path, "/anon_hugepage (deleted)"));
 		x->ino = ino;
+		x->start = a;
+		x->off = off;
+		x->dev_major = maj;
+		x->dev_minor = min;
+		snprintf(x->path, sizeof(x->path), "%s", path);
 		next = x->hi;
 	}
 	fclose(f);
@@ -327,12 +344,78 @@ static int out_and_free(uintptr_t lo, uintptr_t hi)
 	return 0;
 }
 
+/*
+ * share_file is mem_share for memory of one shared mapping of a file
+ * (the program's memfd, hugetlb's too): the daemon maps the same file,
+ * so the sharing stays whole (a fork child, another process mapping the
+ * memfd, see what the NIC writes). It gets a descriptor of its own,
+ * opened again through the program's (/proc/self/fd), which the program
+ * must still hold: /proc/self/map_files, which needs no descriptor,
+ * needs CAP_CHECKPOINT_RESTORE. The daemon maps only a file that cannot
+ * shrink under it, sealing a memfd made with MFD_ALLOW_SEALING against
+ * shrinking, and refuses any other (hostif's sealShrink).
+ */
+static int share_file(const struct vma *v, uintptr_t addr, int *fd, uint64_t *off)
+{
+	if (v->anon) {
+		rnic_log("reg_mr: [%#lx, %#lx) is MAP_SHARED anonymous memory, which has no file rnicd could map "
+			 "and seal against shrinking: share memory between processes as a memfd (memfd_create with "
+			 "MFD_ALLOW_SEALING, its descriptor kept open) or System V shm to register it",
+			 (unsigned long)v->lo, (unsigned long)v->hi);
+		return EINVAL;
+	}
+	DIR *d = opendir("/proc/self/fd");
+	if (!d)
+		return errno;
+	int got = -1;
+	for (struct dirent *e; got < 0 && (e = readdir(d));) {
+		char p[sizeof("/proc/self/fd/") + sizeof(e->d_name)];
+		struct stat st;
+		snprintf(p, sizeof(p), "/proc/self/fd/%s", e->d_name);
+		if (e->d_name[0] == '.' || atoi(e->d_name) == dirfd(d) || stat(p, &st) < 0)
+			continue;
+		if (st.st_ino == v->ino && major(st.st_dev) == v->dev_major && minor(st.st_dev) == v->dev_minor)
+			got = open(p, O_RDWR | O_CLOEXEC);
+	}
+	closedir(d);
+	if (got < 0) {
+		rnic_log("reg_mr: [%#lx, %#lx) is a shared mapping of %s, which this process holds no descriptor "
+			 "of that it may read and write: rnicd maps the file itself, through a descriptor (keep the "
+			 "memfd open until ibv_reg_mr returns)",
+			 (unsigned long)v->lo, (unsigned long)v->hi, v->path);
+		return EINVAL;
+	}
+	/* What the daemon would refuse is refused here, saying why: a file
+	 * that is not a memfd (no seals at all), or one that can take no
+	 * more seals and is not sealed against shrinking. */
+	int seals = fcntl(got, F_GET_SEALS);
+	if (seals < 0 || (!(seals & F_SEAL_SHRINK) && (seals & F_SEAL_SEAL))) {
+		rnic_log("reg_mr: [%#lx, %#lx) is a shared mapping of %s, which %s: it could be truncated under the "
+			 "NIC; rnicd registers shared memory of a memfd made with MFD_ALLOW_SEALING, or System V shm",
+			 (unsigned long)v->lo, (unsigned long)v->hi, v->path,
+			 seals < 0 ? "is not a memfd" : "cannot be sealed against shrinking");
+		close(got);
+		return EINVAL;
+	}
+	*fd = got;
+	*off = v->off + (addr - v->start);
+	return 0;
+}
+
+void mem_sent(int fd)
+{
+	if (fd >= 0 && fd != memfd)
+		close(fd);
+}
+
 /* mem_share makes [addr, addr+len) reachable by the daemon: *fd and *off
  * are the memfd and the offset of addr in it; or, for memory of one
  * System V shared memory attachment, *fd is -1 and *shmid the segment,
  * which the daemon attaches itself (hostif/shm.go): moving shared
  * pages onto the memfd would part them from the other processes that
- * share them. */
+ * share them; or, for memory of one shared mapping of a file, *fd is a
+ * descriptor of that file (share_file). The caller gives *fd to
+ * mem_sent once it was sent. */
 int mem_share(void *addr, size_t len, int *fd, uint64_t *off, uint32_t *shmid)
 {
 	pthread_once(&once, init_once);
@@ -340,12 +423,15 @@ int mem_share(void *addr, size_t len, int *fd, uint64_t *off, uint32_t *shmid)
 	if (len == 0 || hi < lo || hi > SPAN)
 		return EINVAL;
 	struct vma v;
-	if (vmas(lo, hi, &v, 1) == 1 && v.sysv) {
+	int nv = vmas(lo, hi, &v, 1);
+	if (nv == 1 && v.sysv) {
 		*fd = -1;
 		*off = (uintptr_t)addr;
 		*shmid = (uint32_t)v.ino;
 		return 0;
 	}
+	if (nv == 1 && v.shared && !v.ours)
+		return share_file(&v, (uintptr_t)addr, fd, off);
 	pthread_mutex_lock(&mu);
 	int err = open_memfd();
 	if (!err && nregs == capregs) {

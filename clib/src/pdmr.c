@@ -72,6 +72,7 @@ static struct ibv_mr *reg_mr(struct ibv_pd *pd, void *addr, size_t len, uint64_t
 	put64(&req, len);
 	put64(&req, iova);
 	err = call(pd->context, fd < 0 ? K_REG_MR_SHM : K_REG_MR, &req, fd, &rep, NULL);
+	mem_sent(fd);
 	if (err) {
 		mem_unshare(addr, len);
 		free(m);

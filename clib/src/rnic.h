@@ -313,6 +313,7 @@ struct ibv_qp *create_xrc_recv_qp(struct ibv_context *ctx, struct ibv_qp_init_at
 /* mem.c */
 int mem_share(void *addr, size_t len, int *fd, uint64_t *off, uint32_t *shmid);
 void mem_unshare(void *addr, size_t len);
+void mem_sent(int fd);
 
 /* Ring access: sync/atomic on the Go side, acquire/release here. */
 static inline uint32_t ring_load(uint8_t *ring, int off)

@@ -27,23 +27,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "vtest.h"
+
 #define QKEY 0x11111111u
 #define BUF 4096
-
-static int failed;
-
-static void check(int ok, const char *what)
-{
-	printf("%s: %s\n", what, ok ? "ok" : "WRONG");
-	if (!ok)
-		failed = 1;
-}
-
-static void die(const char *what)
-{
-	perror(what);
-	exit(2);
-}
 
 /* watchdog ends the program if a wait that must end does not (a poll
  * lock left held would hang ibv_poll_cq). */
@@ -61,23 +48,6 @@ static double now(void)
 	struct timespec t;
 	clock_gettime(CLOCK_MONOTONIC, &t);
 	return t.tv_sec + t.tv_nsec / 1e9;
-}
-
-static struct ibv_context *open_dev(const char *name)
-{
-	int n;
-	struct ibv_device **list = ibv_get_device_list(&n);
-	for (int i = 0; list && i < n; i++) {
-		if (strcmp(ibv_get_device_name(list[i]), name) == 0) {
-			struct ibv_context *c = ibv_open_device(list[i]);
-			ibv_free_device_list(list);
-			if (!c)
-				die("ibv_open_device");
-			return c;
-		}
-	}
-	fprintf(stderr, "no device %s\n", name);
-	exit(2);
 }
 
 /* side is one rnicd: its context, PD, buffer and MR, GID. */
@@ -121,39 +91,6 @@ static struct ibv_qp *qp_make(struct side *s, struct ibv_cq_ex *cq, enum ibv_qp_
 	if (!qp)
 		die("ibv_create_qp");
 	return qp;
-}
-
-static void rc_connect(struct ibv_qp *qp, struct ibv_qp *peer, union ibv_gid *dgid)
-{
-	struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .port_num = 1,
-				.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ};
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
-		die("modify to INIT");
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_1024;
-	a.dest_qp_num = peer->qp_num;
-	a.rq_psn = 0x100;
-	a.max_dest_rd_atomic = 1;
-	a.min_rnr_timer = 12;
-	a.ah_attr.is_global = 1;
-	a.ah_attr.grh.dgid = *dgid;
-	a.ah_attr.grh.sgid_index = 1;
-	a.ah_attr.grh.hop_limit = 64;
-	a.ah_attr.port_num = 1;
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-					  IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
-		die("modify to RTR");
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTS;
-	a.sq_psn = 0x100;
-	a.timeout = 14;
-	a.retry_cnt = 7;
-	a.rnr_retry = 7;
-	a.max_rd_atomic = 1;
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-					  IBV_QP_MAX_QP_RD_ATOMIC))
-		die("modify to RTS");
 }
 
 static void ud_ready(struct ibv_qp *qp)

@@ -1,0 +1,271 @@
+/*
+ * mrshared: registering memory that is already shared, in place.
+ *
+ * A program's memfd (made with MFD_ALLOW_SEALING, mapped MAP_SHARED, its
+ * descriptor kept open) is registered as it is: the daemon maps the same
+ * file, sealed against shrinking so that no truncation can fault it. The
+ * sharing stays whole: a second mapping of the memfd, and a fork child
+ * in the mapping it inherited and in one of its own, see what the NIC
+ * writes, and the NIC reads what the child stored. Nothing outside the
+ * registered range is touched: a WRITE one byte past its end fails with
+ * REM_ACCESS_ERR, the guard bytes around it unchanged. Memory that could
+ * shrink under the daemon, or that has no file it could seal, is refused
+ * with EINVAL: a memfd made without MFD_ALLOW_SEALING, one whose
+ * descriptor was closed, MAP_SHARED anonymous memory, POSIX shm, a
+ * shared file.
+ *
+ *   mrshared TARGET_DEV SENDER_DEV            a memfd of ordinary pages
+ *   mrshared -hugetlb TARGET_DEV SENDER_DEV   a memfd of 2 MiB huge pages
+ *                                             (MFD_HUGETLB; needs two free)
+ * Each prints one line per check, PASS if all hold (exit 0).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "vtest.h"
+
+#define REGION 5000 /* bytes: crosses a page boundary, ends mid-page */
+#define GUARD 300
+
+struct end {
+	struct ibv_context *ctx;
+	struct ibv_pd *pd;
+	struct ibv_cq *cq;
+	struct ibv_qp *qp;
+	union ibv_gid gid;
+};
+
+static void make_end(struct end *e, const char *dev)
+{
+	e->ctx = open_dev(dev);
+	if (!(e->pd = ibv_alloc_pd(e->ctx)))
+		die("ibv_alloc_pd");
+	if (!(e->cq = ibv_create_cq(e->ctx, 16, NULL, NULL, 0)))
+		die("ibv_create_cq");
+	struct ibv_qp_init_attr a = {.send_cq = e->cq, .recv_cq = e->cq, .qp_type = IBV_QPT_RC,
+				     .cap = {.max_send_wr = 8, .max_recv_wr = 8, .max_send_sge = 1, .max_recv_sge = 1}};
+	if (!(e->qp = ibv_create_qp(e->pd, &a)))
+		die("ibv_create_qp");
+	if (ibv_query_gid(e->ctx, 1, 1, &e->gid))
+		die("ibv_query_gid");
+}
+
+/* rdma posts one signaled WRITE or READ of len bytes between the local
+ * buffer of lmr and raddr, and returns its completion's status. */
+static int rdma(struct end *e, enum ibv_wr_opcode op, struct ibv_mr *lmr, size_t len, uint64_t raddr, uint32_t rkey)
+{
+	struct ibv_sge sge = {.addr = (uintptr_t)lmr->addr, .length = len, .lkey = lmr->lkey};
+	struct ibv_send_wr wr = {.wr_id = raddr, .sg_list = &sge, .num_sge = 1, .opcode = op, .send_flags = IBV_SEND_SIGNALED},
+			   *bad;
+	wr.wr.rdma.remote_addr = raddr;
+	wr.wr.rdma.rkey = rkey;
+	if (ibv_post_send(e->qp, &wr, &bad))
+		die("ibv_post_send");
+	struct ibv_wc wc;
+	time_t t0 = time(NULL);
+	int n;
+	while ((n = ibv_poll_cq(e->cq, 1, &wc)) == 0 && time(NULL) - t0 < 30)
+		;
+	if (n != 1)
+		die("ibv_poll_cq");
+	return wc.status;
+}
+
+/* mapped_from says whether the mapping over addr is of a file whose name
+ * holds name (/proc/self/maps). */
+static int mapped_from(const void *addr, const char *name)
+{
+	FILE *f = fopen("/proc/self/maps", "re");
+	char line[4352];
+	int found = 0;
+	while (f && fgets(line, sizeof(line), f)) {
+		unsigned long a, b;
+		if (sscanf(line, "%lx-%lx", &a, &b) == 2 && a <= (uintptr_t)addr && (uintptr_t)addr < b)
+			found = strstr(line, name) != NULL;
+	}
+	if (f)
+		fclose(f);
+	return found;
+}
+
+static int guards_hold(const unsigned char *region)
+{
+	for (int i = 1; i <= GUARD; i++)
+		if (region[-i] != 0xAA || region[REGION + i - 1] != 0xAA)
+			return 0;
+	return 1;
+}
+
+/* in_place registers REGION bytes at offset off of a memfd of size bytes
+ * (made with flags) and runs the checks on it. */
+static void in_place(struct end *t, struct end *s, unsigned flags, size_t size, size_t off, const char *what)
+{
+	char line[160];
+	int mfd = memfd_create("mrshared", MFD_CLOEXEC | MFD_ALLOW_SEALING | flags);
+	if (mfd < 0 || ftruncate(mfd, size) < 0)
+		die("memfd");
+	unsigned char *block = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
+	if (block == MAP_FAILED)
+		die("mmap the memfd");
+	unsigned char *region = block + off;
+	memset(region - GUARD, 0xAA, REGION + 2 * GUARD);
+	struct ibv_mr *mr = ibv_reg_mr(t->pd, region, REGION, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+								    IBV_ACCESS_REMOTE_READ);
+	snprintf(line, sizeof(line), "%s: registered", what);
+	check(mr != NULL, line);
+	if (!mr)
+		die("ibv_reg_mr");
+	snprintf(line, sizeof(line), "%s: registered in place (still the program's memfd)", what);
+	check(mapped_from(region, "/memfd:mrshared"), line);
+	int seals = fcntl(mfd, F_GET_SEALS);
+	errno = 0;
+	int shrink = ftruncate(mfd, 0);
+	int shrink_err = errno;
+	snprintf(line, sizeof(line), "%s: sealed against shrinking alone (ftruncate down: EPERM; up: ok)", what);
+	check(seals == F_SEAL_SHRINK && shrink == -1 && shrink_err == EPERM && ftruncate(mfd, size * 2) == 0, line);
+	unsigned char *view = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
+	if (view == MAP_FAILED)
+		die("a second mapping");
+
+	/* The sender's buffer is private memory, moved onto the library's
+	 * memfd as usual. */
+	unsigned char *src = malloc(REGION), *back = malloc(REGION);
+	for (int i = 0; i < REGION; i++)
+		src[i] = (unsigned char)(i * 31 + 7);
+	struct ibv_mr *smr = ibv_reg_mr(s->pd, src, REGION, IBV_ACCESS_LOCAL_WRITE);
+	struct ibv_mr *bmr = ibv_reg_mr(s->pd, back, REGION, IBV_ACCESS_LOCAL_WRITE);
+	if (!smr || !bmr)
+		die("ibv_reg_mr of the sender's buffers");
+
+	int p2c[2], c2p[2];
+	if (pipe(p2c) || pipe(c2p))
+		die("pipe");
+	pid_t child = fork();
+	if (child < 0)
+		die("fork");
+	if (child == 0) {
+		/* The child waits for the NIC's WRITE, looks in its inherited
+		 * mapping and in a mapping of its own, and stores a byte. */
+		char go, ok = 1;
+		if (read(p2c[0], &go, 1) != 1)
+			_exit(2);
+		unsigned char *mine = mmap(NULL, size, PROT_READ, MAP_SHARED, mfd, 0);
+		ok = mine != MAP_FAILED && memcmp(region, src, REGION) == 0 && memcmp(mine + off, src, REGION) == 0;
+		region[0] = 0x5c;
+		if (write(c2p[1], &ok, 1) != 1)
+			_exit(2);
+		_exit(0);
+	}
+	int st = rdma(s, IBV_WR_RDMA_WRITE, smr, REGION, (uintptr_t)region, mr->rkey);
+	snprintf(line, sizeof(line), "%s: WRITE of the whole region lands, in both of its mappings", what);
+	check(st == IBV_WC_SUCCESS && memcmp(region, src, REGION) == 0 && memcmp(view + off, src, REGION) == 0, line);
+	char ok = 0;
+	if (write(p2c[1], "g", 1) != 1 || read(c2p[0], &ok, 1) != 1)
+		die("the child");
+	int status;
+	waitpid(child, &status, 0);
+	snprintf(line, sizeof(line), "%s: a fork child sees it, in the mapping it inherited and in one of its own", what);
+	check(ok == 1 && WIFEXITED(status) && WEXITSTATUS(status) == 0, line);
+	snprintf(line, sizeof(line), "%s: the child's store reaches the parent (the mapping is still shared)", what);
+	check(region[0] == 0x5c, line);
+	st = rdma(s, IBV_WR_RDMA_READ, bmr, REGION, (uintptr_t)region, mr->rkey);
+	snprintf(line, sizeof(line), "%s: READ of the region gives the child's store and the NIC's bytes", what);
+	check(st == IBV_WC_SUCCESS && back[0] == 0x5c && memcmp(back + 1, src + 1, REGION - 1) == 0, line);
+	st = rdma(s, IBV_WR_RDMA_WRITE, smr, 1, (uintptr_t)region + REGION, mr->rkey);
+	snprintf(line, sizeof(line), "%s: WRITE one byte past the end: REM_ACCESS_ERR, guards unchanged", what);
+	check(st == IBV_WC_REM_ACCESS_ERR && guards_hold(region), line);
+	snprintf(line, sizeof(line), "%s: deregistered, it stays the program's memfd with its bytes", what);
+	check(ibv_dereg_mr(mr) == 0 && mapped_from(region, "/memfd:mrshared") && region[0] == 0x5c &&
+		      memcmp(region + 1, src + 1, REGION - 1) == 0,
+	      line);
+	ibv_dereg_mr(smr);
+	ibv_dereg_mr(bmr);
+	free(src);
+	free(back);
+	munmap(view, size);
+	munmap(block, size);
+	close(mfd);
+	close(p2c[0]);
+	close(p2c[1]);
+	close(c2p[0]);
+	close(c2p[1]);
+}
+
+/* refused registers one page at p and says whether it failed with EINVAL. */
+static int refused(struct end *t, void *p)
+{
+	if (p == MAP_FAILED)
+		die("mmap");
+	errno = 0;
+	struct ibv_mr *mr = ibv_reg_mr(t->pd, p, 4096, IBV_ACCESS_LOCAL_WRITE);
+	if (mr) {
+		ibv_dereg_mr(mr);
+		return 0;
+	}
+	return errno == EINVAL;
+}
+
+static void refusals(struct end *t)
+{
+	int fd = memfd_create("unsealable", MFD_CLOEXEC);
+	if (fd < 0 || ftruncate(fd, 8192))
+		die("memfd");
+	check(refused(t, mmap(NULL, 8192, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) && ftruncate(fd, 4096) == 0,
+	      "a memfd made without MFD_ALLOW_SEALING: EINVAL, and it can still shrink");
+	close(fd);
+	fd = memfd_create("closed", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (fd < 0 || ftruncate(fd, 8192))
+		die("memfd");
+	void *p = mmap(NULL, 8192, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	close(fd);
+	check(refused(t, p), "a memfd whose descriptor was closed: EINVAL");
+	check(refused(t, mmap(NULL, 8192, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0)),
+	      "MAP_SHARED anonymous memory: EINVAL");
+	char name[64];
+	snprintf(name, sizeof(name), "/mrshared-%d", (int)getpid());
+	fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
+	if (fd < 0 || ftruncate(fd, 8192))
+		die("shm_open");
+	shm_unlink(name);
+	check(refused(t, mmap(NULL, 8192, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)), "POSIX shm: EINVAL");
+	close(fd);
+	char path[] = "/tmp/mrshared-XXXXXX";
+	fd = mkstemp(path);
+	if (fd < 0 || ftruncate(fd, 8192))
+		die("a file");
+	unlink(path);
+	check(refused(t, mmap(NULL, 8192, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)), "a shared file: EINVAL");
+	close(fd);
+}
+
+int main(int argc, char **argv)
+{
+	int huge = argc == 4 && strcmp(argv[1], "-hugetlb") == 0;
+	if (argc != 3 && !huge) {
+		fprintf(stderr, "usage: mrshared [-hugetlb] TARGET_DEV SENDER_DEV\n");
+		return 2;
+	}
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	struct end t, s;
+	make_end(&t, argv[argc - 2]);
+	make_end(&s, argv[argc - 1]);
+	rc_connect(t.qp, s.qp, &s.gid);
+	rc_connect(s.qp, t.qp, &t.gid);
+	if (huge) {
+		/* Across no huge page boundary: one 2 MiB page, the region
+		 * in its middle. */
+		in_place(&t, &s, MFD_HUGETLB, 2 << 20, (1 << 20) + 100, "hugetlb memfd");
+	} else {
+		in_place(&t, &s, 0, 4 * 4096, 4096 + 100, "memfd");
+		refusals(&t);
+	}
+	printf("%s\n", failed ? "FAIL" : "PASS");
+	return failed;
+}
