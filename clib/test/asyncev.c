@@ -7,11 +7,11 @@
  *   asyncev DEV        COMM_EST, SRQ_LIMIT_REACHED (armed by
  *                      ibv_modify_srq, then disarmed), QP_ACCESS_ERR and
  *                      QP_LAST_WQE_REACHED, QP_REQ_ERR, CQ_ERR; the
- *                      async fd's readiness, O_NONBLOCK's EAGAIN, and a
+ *                      async fd's readiness (poll, epoll), O_NONBLOCK's EAGAIN, a
  *                      destroy that waits for its QP's events to be
  *                      acknowledged; one line per check, PASS if all hold
  *   asyncev -port DEV  print "ready", then one line per event as it
- *                      comes ("PORT_ERR port 1"), until DEVICE_FATAL
+ *                      comes ("port error port 1"), until DEVICE_FATAL
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -60,10 +61,17 @@ static int readable(int fd, int ms)
 	return poll(&p, 1, ms) == 1 && (p.revents & POLLIN);
 }
 
-/* next waits (20 s at most) for ctx's next event. */
+/* next waits (20 s at most) for ctx's next event, in epoll as UCX waits
+ * (its async thread), then takes it. */
 static int next(struct ibv_context *ctx, struct ibv_async_event *ev)
 {
-	if (!readable(ctx->async_fd, 20000))
+	int ep = epoll_create1(EPOLL_CLOEXEC);
+	struct epoll_event ee = {.events = EPOLLIN}, got;
+	if (ep < 0 || epoll_ctl(ep, EPOLL_CTL_ADD, ctx->async_fd, &ee))
+		die("epoll");
+	int n = epoll_wait(ep, &got, 1, 20000);
+	close(ep);
+	if (n != 1)
 		return 0;
 	for (int i = 0; i < 20000; i++) {
 		if (ibv_get_async_event(ctx, ev) == 0)
