@@ -2,9 +2,15 @@ package tests
 
 import (
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"testing"
+	"time"
+
+	"github.com/rnicd/rnicd/verbs"
 )
 
 // xsrqAddr is a line of ibv_xsrq_pingpong's address exchange:
@@ -65,5 +71,45 @@ func TestCLibXSRQPingpong(t *testing.T) {
 		if got := c["drop_bad_xrc_srq"] - before[i]["drop_bad_xrc_srq"]; got != 0 {
 			t.Errorf("daemon %d refused %d XRC requests", i, got)
 		}
+	}
+}
+
+// TestCLibXRC runs clib/test/xrc.c, what ibv_xsrq_pingpong does not
+// show: a SEND with immediate scattered over two SGEs of an XRC SRQ
+// byte for byte and its completion field by field, a WRITE posted with
+// ibv_wr_set_xrc_srqn, EBUSY for a domain in use, and a SEND naming the
+// SRQ of another domain: REM_INV_REQ_ERR at the initiator, the target
+// in ERR, no receive taken, and the target's rnicd counting it once.
+func TestCLibXRC(t *testing.T) {
+	tb := newToolBench(t)
+	lib := clibDir(t)
+	before := must[map[string]uint64](t)(tb.ca.Counters())
+	cmd := exec.Command(filepath.Join(lib, "xrc"), "rnicA", "rnicB")
+	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+lib)
+	want := "device_cap_flags has XRC; SRQ numbers differ\n" +
+		"SEND of 3000 bytes to SRQ 1: landed in its two SGEs, completion on its CQ names the target QP\n" +
+		"WRITE with ibv_wr_set_xrc_srqn: landed\n" +
+		"close of a domain in use: EBUSY\n" +
+		"SEND to another domain's SRQ: remote invalid request error, target in ERR, no receive taken\n" +
+		"PASS\n"
+	if out := runOut(t, cmd); out != want {
+		t.Fatalf("xrc printed\n%s\nwant\n%s", out, want)
+	}
+	// What tb.idle checks, but for the one refusal the program asked
+	// for (close_xrcd of a domain in use), which rnicA counts as a bad
+	// request.
+	for _, c := range []*verbs.Context{tb.ca, tb.cb} {
+		for deadline := time.Now().Add(30 * time.Second); leftover(objects(t, c)) != ""; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s still holds %s", c.Name(), leftover(objects(t, c)))
+			}
+		}
+	}
+	a, b := must[map[string]uint64](t)(tb.ca.Counters()), must[map[string]uint64](t)(tb.cb.Counters())
+	if a["drop_bad_xrc_srq"]-before["drop_bad_xrc_srq"] != 1 || a["hostif_bad_request"] != 1 || b["hostif_bad_request"] != 0 ||
+		a["hostif_bad_wqe"]+b["hostif_bad_wqe"]+a["hostif_cq_overrun"]+b["hostif_cq_overrun"] != 0 {
+		t.Fatalf("rnicA counts drop_bad_xrc_srq %d (want 1), hostif_bad_request %d (want the close_xrcd refused); rnicB %d; bad WQEs %d and %d, CQ overruns %d and %d",
+			a["drop_bad_xrc_srq"]-before["drop_bad_xrc_srq"], a["hostif_bad_request"], b["hostif_bad_request"],
+			a["hostif_bad_wqe"], b["hostif_bad_wqe"], a["hostif_cq_overrun"], b["hostif_cq_overrun"])
 	}
 }
