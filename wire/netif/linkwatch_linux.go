@@ -23,9 +23,18 @@ func LinkUp(flags net.Flags) bool { return flags&net.FlagUp != 0 && flags&net.Fl
 // socket overran, ENOBUFS) is made again after a second, the state
 // re-read and any change told, and logf told why.
 func WatchLink(index int, change func(up bool), logf func(error), stop <-chan struct{}) (bool, error) {
+	// The subscription's socket fails its receive when stop closes it:
+	// no news then.
+	onErr := func(err error) {
+		select {
+		case <-stop:
+		default:
+			logf(err)
+		}
+	}
 	sub := func() (chan netlink.LinkUpdate, chan struct{}, bool, error) {
 		ch, done := make(chan netlink.LinkUpdate, 64), make(chan struct{})
-		if err := netlink.LinkSubscribeWithOptions(ch, done, netlink.LinkSubscribeOptions{ErrorCallback: logf}); err != nil {
+		if err := netlink.LinkSubscribeWithOptions(ch, done, netlink.LinkSubscribeOptions{ErrorCallback: onErr}); err != nil {
 			return nil, nil, false, fmt.Errorf("netif: watching link %d: %w", index, err)
 		}
 		l, err := netlink.LinkByIndex(index)
