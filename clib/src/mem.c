@@ -280,6 +280,14 @@ static int move_in(uintptr_t lo, uintptr_t hi)
 			rnic_log("reg_mr: [%#lx, %#lx) is not readable", (unsigned long)v->lo, (unsigned long)v->hi);
 			return EFAULT;
 		}
+		/* Huge pages cannot be moved onto the memfd's ordinary ones
+		 * (its pages would be mapped into the middle of a huge one). */
+		if (!strcmp(v->path, "/anon_hugepage (deleted)")) {
+			rnic_log("reg_mr: [%#lx, %#lx) is private hugetlb memory (MAP_HUGETLB), which rnicd cannot "
+				 "register yet: map a memfd made with MFD_HUGETLB and MFD_ALLOW_SEALING MAP_SHARED instead",
+				 (unsigned long)v->lo, (unsigned long)v->hi);
+			return EINVAL;
+		}
 	}
 	job.out = 0;
 	job.n = n;

@@ -16,7 +16,9 @@
  *
  *   mrshared TARGET_DEV SENDER_DEV            a memfd of ordinary pages
  *   mrshared -hugetlb TARGET_DEV SENDER_DEV   a memfd of 2 MiB huge pages
- *                                             (MFD_HUGETLB; needs two free)
+ *                                             (MFD_HUGETLB), and private
+ *                                             hugetlb memory, refused (needs
+ *                                             two free huge pages)
  * Each prints one line per check, PASS if all hold (exit 0).
  */
 #define _GNU_SOURCE
@@ -262,6 +264,8 @@ int main(int argc, char **argv)
 		/* Across no huge page boundary: one 2 MiB page, the region
 		 * in its middle. */
 		in_place(&t, &s, MFD_HUGETLB, 2 << 20, (1 << 20) + 100, "hugetlb memfd");
+		check(refused(&t, mmap(NULL, 2 << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB, -1, 0)),
+		      "private hugetlb memory: EINVAL");
 	} else {
 		in_place(&t, &s, 0, 4 * 4096, 4096 + 100, "memfd");
 		refusals(&t);
