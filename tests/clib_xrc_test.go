@@ -1,12 +1,16 @@
 package tests
 
 import (
+	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -112,4 +116,70 @@ func TestCLibXRC(t *testing.T) {
 			a["drop_bad_xrc_srq"]-before["drop_bad_xrc_srq"], a["hostif_bad_request"], b["hostif_bad_request"],
 			a["hostif_bad_wqe"], b["hostif_bad_wqe"], a["hostif_cq_overrun"], b["hostif_cq_overrun"])
 	}
+}
+
+// TestCLibXSRQPingpongClients runs ibv_xsrq_pingpong's server for two
+// clients (-c 2) on rnicA and two clients on rnicB at once: the server
+// has one XRC SRQ that both its targets deliver into, and sends to each
+// client round robin over its two initiators; the clients, two
+// processes that open /tmp/xrc_domain on one rnicd, share one XRC
+// domain, each with its own SRQ in it. Each side prints its addresses
+// and "success", the server's receives total both clients' messages.
+func TestCLibXSRQPingpongClients(t *testing.T) {
+	tb := newToolBench(t)
+	xsrq := debianTool(t, "ibv_xsrq_pingpong", "ibverbs-utils")
+	before := must[map[string]uint64](t)(tb.ca.Counters())
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	port := freePort(t)
+	const iters = 10
+	args := []string{"-p", port, "-g", "1", "-n", strconv.Itoa(iters)}
+	srv := xsrq(ctx, "", append(args, "-d", "rnicA", "-c", "2")...)
+	var sout, serr bytes.Buffer
+	srv.Stdout, srv.Stderr = &sout, &serr
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	outs := make([]string, 2)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for i := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				var out bytes.Buffer
+				cmd := xsrq(ctx, "", append(args, "-d", "rnicB", "127.0.0.1")...)
+				cmd.Stdout, cmd.Stderr = &out, &out
+				errs[i] = cmd.Run()
+				outs[i] = out.String()
+				if errs[i] == nil || !notListening(outs[i]) || ctx.Err() != nil {
+					return
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+		}()
+	}
+	wg.Wait()
+	if errs[0] != nil || errs[1] != nil {
+		srv.Process.Kill()
+	}
+	if err := srv.Wait(); err != nil || errs[0] != nil || errs[1] != nil {
+		t.Fatalf("server: %v\n%s%s\nclient 1: %v\n%s\nclient 2: %v\n%s", err, sout.String(), serr.String(), errs[0], outs[0], errs[1], outs[1])
+	}
+	count := func(out, what string) int { return strings.Count(out, what) }
+	s := sout.String()
+	if count(s, " local: ") != 2 || count(s, "remote: ") != 2 || !strings.HasSuffix(s, "success\n") {
+		t.Fatalf("server printed\n%s", s)
+	}
+	for i, o := range outs {
+		if count(o, " local: ") != 1 || count(o, "remote: ") != 1 || !strings.HasSuffix(o, "success\n") {
+			t.Fatalf("client %d printed\n%s", i+1, o)
+		}
+	}
+	after := must[map[string]uint64](t)(tb.ca.Counters())
+	if got := after["rdma_recvs"] - before["rdma_recvs"]; got != 2*iters {
+		t.Errorf("the server's rnicd received %d messages, want %d", got, 2*iters)
+	}
+	tb.idle(t)
 }

@@ -239,7 +239,7 @@ func (a *Acker) sendAck(qp *qpmgr.QP, tx qpmgr.TX, s bth.Syndrome, psn uint32) {
 	p.AETH().Encode(s, qp.Resp.MSN)
 	if a.Trace.On() {
 		a.Trace.Emit(trace.Event{Module: trace.ModRX, Step: trace.StepAckSent, QPN: qp.QPN, PSN: psn,
-			Opcode: bth.RCAcknowledge, Arg: uint32(s), Aux: qp.Resp.MSN})
+			Opcode: p.Opcode(), Arg: uint32(s), Aux: qp.Resp.MSN})
 	}
 	if !s.IsACK() {
 		qp.Counters.Inc(ib.NAKsSent)

@@ -30,12 +30,15 @@ const (
 // groupAddr is the multicast group the rig's group datagrams are for.
 var groupAddr = netip.MustParseAddr("239.1.2.3")
 
-// fuzzRig is a handler with one RC, one UC and one UD QP in RTS whose
-// region sits between two guard areas that no packet may touch.
+// fuzzRig is a handler with one RC, one UC and one UD QP, an XRC
+// target and an XRC initiator in RTS whose region sits between two guard
+// areas that no packet may touch; two XRC SRQs, the first in the
+// target's domain, the second in another.
 type fuzzRig struct {
 	h     *Handler
 	mem   []byte // guard | region | guard
 	qps   []*qpmgr.QP
+	srqs  []*qpmgr.XRCSRQ
 	peer  netip.Addr
 	rkey  uint32
 	recvs int
@@ -61,9 +64,22 @@ func newFuzzRig(t testing.TB) *fuzzRig {
 		Resp: Responder{DMA: tab, Counters: &counters, LocalAddr: netip.MustParseAddr("127.0.0.2"), Ack: Acker{Counters: &counters}},
 		Comp: Completer{DMA: tab, Counters: &counters, FC: fc}}
 	cq := qpmgr.NewCQ(1 << 16)
-	for _, typ := range []ib.QPType{ib.QPTypeRC, ib.QPTypeUC, ib.QPTypeUD} {
+	r.h.Resp.XRCSRQs = &r.h.QPs.XRCSRQs
+	dom := &qpmgr.XRCDomain{}
+	for _, d := range []*qpmgr.XRCDomain{dom, {}} {
+		s := &qpmgr.XRCSRQ{Domain: d, PD: 1, CQ: cq, Queue: qpmgr.NewRecvQueue(1024, 2)}
+		if err := r.h.QPs.XRCSRQs.Add(s); err != nil {
+			t.Fatal(err)
+		}
+		r.srqs = append(r.srqs, s)
+	}
+	for _, typ := range []ib.QPType{ib.QPTypeRC, ib.QPTypeUC, ib.QPTypeUD, ib.QPTypeXRCRecv, ib.QPTypeXRCSend} {
 		qpn, _ := r.h.QPs.Alloc()
-		qp, err := qpmgr.New(qpmgr.Config{QPN: qpn, Type: typ, PD: 1, SendCQ: cq, RecvCQ: cq, PortMTU: 1024,
+		var xrcd *qpmgr.XRCDomain
+		if typ == ib.QPTypeXRCRecv {
+			xrcd = dom
+		}
+		qp, err := qpmgr.New(qpmgr.Config{QPN: qpn, Type: typ, XRCD: xrcd, PD: 1, SendCQ: cq, RecvCQ: cq, PortMTU: 1024,
 			Caps: ib.QPCap{MaxSendWR: 16, MaxRecvWR: 1024, MaxSendSGE: 2, MaxRecvSGE: 2}, Counters: &counters, Kick: func(*qpmgr.QP) {}})
 		if err != nil {
 			t.Fatal(err)
@@ -103,8 +119,14 @@ func newFuzzRig(t testing.TB) *fuzzRig {
 // feed runs one packet through the handler, keeping a receive WQE posted
 // on each QP, and checks the guards.
 func (r *fuzzRig) feed(t *testing.T, pkt []byte) {
+	for _, s := range r.srqs {
+		if s.Queue.Len() == 0 {
+			s.Queue.Post([]ib.RecvWR{{WRID: uint64(r.recvs), SGL: []ib.SGE{{Addr: fuzzVA, Length: 600, LKey: r.rkey}, {Addr: fuzzVA + 4096, Length: 3000, LKey: r.rkey}}}})
+			r.recvs++
+		}
+	}
 	for _, qp := range r.qps {
-		if qp.RQ.Len() == 0 {
+		if qp.XRC == 0 && qp.RQ.Len() == 0 {
 			qp.RQ.Post([]ib.RecvWR{{WRID: uint64(r.recvs), SGL: []ib.SGE{{Addr: fuzzVA, Length: 600, LKey: r.rkey}, {Addr: fuzzVA + 4096, Length: 3000, LKey: r.rkey}}}})
 			r.recvs++
 		}
@@ -159,6 +181,9 @@ func (r *fuzzRig) seedPacket(op bth.Opcode, qi int, psn uint32, n int, va uint64
 	if op.Has(bth.HdrDETH) {
 		p.DETH().Encode(7, 0x55)
 	}
+	if op.Has(bth.HdrXRCETH) {
+		p.XRCETH().Encode(r.srqs[0].Num)
+	}
 	for i := range p.Payload() {
 		p.Payload()[i] = byte(i)
 	}
@@ -179,11 +204,23 @@ func FuzzReceive(f *testing.F) {
 	f.Add(seed.seedPacket(bth.UCSendOnly, 1, 0, 64, 0, 0))
 	f.Add(seed.seedPacket(bth.UDSendOnly, 2, 0, 600, 0, 0))
 	f.Add(seed.seedPacket(bth.RCAcknowledge, 0, 0, 0, 0, 0))
+	f.Add(seed.seedPacket(bth.XRCSendFirst, 3, 0, 256, 0, 0))
+	f.Add(seed.seedPacket(bth.XRCRDMAWriteOnlyImm, 3, 0, 100, fuzzVA, 100))
+	f.Add(seed.seedPacket(bth.XRCRDMAReadRequest, 3, 0, 0, fuzzVA, 4096))
+	f.Add(seed.seedPacket(bth.XRCCompareSwap, 3, 0, 0, fuzzVA+8, 0))
+	f.Add(seed.seedPacket(bth.XRCAcknowledge, 4, 0, 0, 0, 0))
 	f.Fuzz(func(t *testing.T, pkt []byte) {
 		r := newFuzzRig(t)
 		// Aim most inputs at a real QP so they get past the lookup.
 		if len(pkt) >= bth.BTHLen && len(r.qps) > 0 {
-			qpn := r.qps[int(pkt[0])%len(r.qps)].QPN
+			qi := int(pkt[0]) % len(r.qps)
+			if op := bth.Opcode(pkt[0]); op.Transport() == bth.TransportXRC {
+				qi = 4 // XRC's: requests to the target, the rest to the initiator
+				if op.Is(bth.FlagRequest) {
+					qi = 3
+				}
+			}
+			qpn := r.qps[qi].QPN
 			pkt[5], pkt[6], pkt[7] = byte(qpn>>16), byte(qpn>>8), byte(qpn)
 		}
 		r.feed(t, pkt)
