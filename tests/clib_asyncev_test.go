@@ -65,7 +65,7 @@ PASS
 
 // TestCLibAsyncPortEvents runs rnicd in a network namespace of its own
 // on a veth (198.18.7.1), and on it clib/test/asyncev -port and Debian's
-// unmodified ibv_asyncwatch: setting the veth's link down and up gives
+// unmodified ibv_asyncwatch and rnic's clone: setting the veth's link down and up gives
 // each PORT_ERR then PORT_ACTIVE on port 1, as rxe gives them for its
 // netdev, with the port's state PORT_DOWN (phys_state DISABLED) between
 // in Debian's ibv_devinfo and rnic's, and the daemon's SIGKILL
@@ -124,6 +124,10 @@ func TestCLibAsyncPortEvents(t *testing.T) {
 	evOut := start(ev, "ready")
 	aw := watch(ctx, "", "-d", "rnicP")
 	awOut := start(aw, "rnicP: async event FD ")
+	// rnic's clone, on the Go API, prints what Debian's does.
+	clone := exec.CommandContext(ctx, filepath.Join(binDir, "rnic"), "ibv_asyncwatch", "-d", "rnicP")
+	clone.Env = os.Environ()
+	cloneOut := start(clone, "rnicP: async event FD ")
 	devinfo := debianTool(t, "ibv_devinfo", "ibverbs-utils")
 	// portState checks the port's state and phys_state as Debian's
 	// ibv_devinfo -v (on the C library) and rnic's clone print them.
@@ -151,10 +155,12 @@ func TestCLibAsyncPortEvents(t *testing.T) {
 	ip("link", "set", "rnv0", "down")
 	line(evOut, "asyncev -port", "port error port 1\n")
 	line(awOut, "ibv_asyncwatch", "  event_type IBV_EVENT_PORT_ERR (10), port 1\n")
+	line(cloneOut, "rnic ibv_asyncwatch", "  event_type IBV_EVENT_PORT_ERR (10), port 1\n")
 	portState("PORT_DOWN (1)", "DISABLED (3)")
 	ip("link", "set", "rnv0", "up")
 	line(evOut, "asyncev -port", "port active port 1\n")
 	line(awOut, "ibv_asyncwatch", "  event_type IBV_EVENT_PORT_ACTIVE (9), port 1\n")
+	line(cloneOut, "rnic ibv_asyncwatch", "  event_type IBV_EVENT_PORT_ACTIVE (9), port 1\n")
 	portState("PORT_ACTIVE (4)", "LINK_UP (5)")
 	d.cmd.Process.Signal(syscall.SIGKILL)
 	<-d.done
@@ -162,10 +168,16 @@ func TestCLibAsyncPortEvents(t *testing.T) {
 	if err := ev.Wait(); err != nil {
 		t.Fatalf("asyncev -port: %v", err)
 	}
-	rest, _ := io.ReadAll(awOut)
-	err = aw.Wait()
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.ExitCode() != 1 || string(rest) != "  event_type IBV_EVENT_DEVICE_FATAL (8), port 0\n" {
-		t.Fatalf("ibv_asyncwatch after its daemon was killed: %v, printed\n%q", err, rest)
+	for _, w := range []struct {
+		name string
+		cmd  *exec.Cmd
+		out  *bufio.Reader
+	}{{"ibv_asyncwatch", aw, awOut}, {"rnic ibv_asyncwatch", clone, cloneOut}} {
+		rest, _ := io.ReadAll(w.out)
+		err = w.cmd.Wait()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 1 || string(rest) != "  event_type IBV_EVENT_DEVICE_FATAL (8), port 0\n" {
+			t.Fatalf("%s after its daemon was killed: %v, printed\n%q", w.name, err, rest)
+		}
 	}
 }

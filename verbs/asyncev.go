@@ -109,6 +109,10 @@ func (a *AsyncEvents) Get(ctx context.Context) (AsyncEvent, error) {
 	}
 }
 
+// FD is the descriptor the events' wake-ups arrive on (ibv_context's
+// async_fd), for a program that prints or polls it.
+func (a *AsyncEvents) FD() int { return a.ev.fd }
+
 // Close stops waiting on the queue; the daemon keeps it until the
 // Context closes.
 func (a *AsyncEvents) Close() error { return a.ev.close() }

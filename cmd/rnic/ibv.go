@@ -23,6 +23,7 @@ func ibvCommands() []command {
 		{"ibv_srq_pingpong", "RC ping-pong on several QPs sharing an SRQ (ibv_srq_pingpong)", pingpongCommand(ppSRQ)},
 		{"ibv_devices", "list the devices and their node GUIDs", runDevices},
 		{"ibv_devinfo", "print a device's attributes and its port (-v: limits, GID table)", runDevinfo},
+		{"ibv_asyncwatch", "print the device's asynchronous events as they come (rdma-core's ibv_asyncwatch)", runAsyncWatch},
 		{"show_gids", "the port's GID table, one line per GID with its index (the -x/-g to give)", runShowGIDs},
 		{"res", "the device's QPs (res show qp) or CM IDs (res show cm_id) as `rdma res` prints them", runRes},
 		{"demo", "two in-process NICs: WRITE, READ, SEND, FETCH_AND_ADD, and what each block did", runDemo},
