@@ -320,3 +320,23 @@ func TestAsyncEventOfDestroyedObject(t *testing.T) {
 		t.Fatalf("hostif_async_event %d, want 2 (one raised for each QP)", got)
 	}
 }
+
+// The daemon's shutdown moves every QP to ERR without an event: the
+// clients are told by the hang-up that follows (DEVICE_FATAL), not by a
+// QP_FATAL or LAST_WQE_REACHED per QP.
+func TestShutdownRaisesNothing(t *testing.T) {
+	n := newNIC(t, looptest.Get(t).String())
+	c := n.client(t)
+	openAsync(t, c)
+	var pd abi.Handle
+	call(t, c, abi.KindAllocPD, &abi.Empty{}, nil, &pd)
+	var sr abi.RingReply
+	mapFD(t, call(t, c, abi.KindCreateSRQ, &abi.CreateSRQReq{PD: pd.H, MaxWR: 4, MaxSGE: 1}, nil, &sr))
+	q := newEvQP(t, c, sr.H, pd.H)
+	q.bringUp(t, c, q.qpn, n.addr, false)
+	n.srv.Shutdown()
+	if s := qpState(t, c, q.h); s != ib.QPSErr {
+		t.Fatalf("QP in %v after Shutdown, want ERR", s)
+	}
+	wantNoEvent(t, c)
+}
