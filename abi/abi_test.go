@@ -38,6 +38,7 @@ func goABI(t *testing.T) map[string]int64 {
 		"K_OPEN_ASYNC": int64(KindOpenAsync), "K_GET_ASYNC_EVENT": int64(KindGetAsyncEvent),
 		"K_MODIFY_SRQ": int64(KindModifySRQ), "K_QUERY_SRQ": int64(KindQuerySRQ),
 		"PORT_DOWN": int64(PortDown), "PORT_ACTIVE": int64(PortActive),
+		"K_ALLOC_MW": int64(KindAllocMW), "K_DEALLOC_MW": int64(KindDeallocMW),
 
 		"HDR_LEN": HeaderLen, "MAX_MSG": MaxMessage, "FLAG_REPLY": int64(FlagReply),
 

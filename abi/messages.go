@@ -112,6 +112,19 @@ type RegMRReply struct{ H, LKey, RKey uint32 }
 func (m *RegMRReply) encode(e *encoder) { e.u32(m.H); e.u32(m.LKey); e.u32(m.RKey) }
 func (m *RegMRReply) decode(d *decoder) { m.H, m.LKey, m.RKey = d.u32(), d.u32(), d.u32() }
 
+// AllocMWReq asks for a memory window of PD of Type (1 or 2: enum
+// ibv_mw_type).
+type AllocMWReq struct{ PD, Type uint32 }
+
+func (m *AllocMWReq) encode(e *encoder) { e.u32(m.PD); e.u32(m.Type) }
+func (m *AllocMWReq) decode(d *decoder) { m.PD, m.Type = d.u32(), d.u32() }
+
+// AllocMWReply answers KindAllocMW: the window's handle and its rkey.
+type AllocMWReply struct{ H, RKey uint32 }
+
+func (m *AllocMWReply) encode(e *encoder) { e.u32(m.H); e.u32(m.RKey) }
+func (m *AllocMWReply) decode(d *decoder) { m.H, m.RKey = d.u32(), d.u32() }
+
 // CreateCQReq asks for a CQ of at least CQE entries reporting to Channel
 // (0: none). The reply carries the ring's memfd, then the read end of a
 // pipe the daemon writes when the client sleeps in Wait (see the ring

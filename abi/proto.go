@@ -58,6 +58,11 @@ const (
 	// group and detach it (ibv_attach_mcast, ibv_detach_mcast: McastReq).
 	KindAttachMcast Kind = 32
 	KindDetachMcast Kind = 33
+	// KindAllocMW allocates a memory window (ibv_alloc_mw: AllocMWReq,
+	// AllocMWReply); KindDeallocMW frees one (ibv_dealloc_mw: Handle).
+	// A window is bound by a BIND_MW WQE on a QP's send ring.
+	KindAllocMW   Kind = 44
+	KindDeallocMW Kind = 45
 )
 
 // Header flags.
@@ -394,6 +399,8 @@ var kindNames = map[Kind]string{
 	KindListCMIDs:        "list_cm_ids",
 	KindAttachMcast:      "attach_mcast",
 	KindDetachMcast:      "detach_mcast",
+	KindAllocMW:          "alloc_mw",
+	KindDeallocMW:        "dealloc_mw",
 }
 
 func (k Kind) String() string {

@@ -165,6 +165,11 @@ func (r *Ring) Slot(i uint32) []byte {
 //	offset 72 dgid         [16]byte
 //	offset 96 sg_list: num_sge x {addr uint64, length uint32, lkey uint32}
 //	then      inline data (max_inline bytes)
+//
+// A BIND_MW WQE (ib.SendWR.Bind) uses the fields as: imm_data the MR's
+// lkey, invalidate_rkey the window's rkey, remote_addr the address, rkey
+// the window's new rkey, compare_add the length, swap the access flags;
+// it has no SGE. LOCAL_INV names its rkey in invalidate_rkey.
 const (
 	sendFixed = 96
 	sgeBytes  = 16
@@ -255,6 +260,15 @@ func EncodeSendWQE(slot []byte, wr *ib.SendWR) error {
 	}
 	le.PutUint64(slot[56:], wr.CompareAdd)
 	le.PutUint64(slot[64:], wr.Swap)
+	if wr.Opcode == ib.WRBindMW {
+		b := &wr.Bind
+		le.PutUint32(slot[16:], b.MRLKey)
+		le.PutUint32(slot[20:], b.MWRKey)
+		le.PutUint64(slot[24:], b.Addr)
+		le.PutUint32(slot[32:], b.RKey)
+		le.PutUint64(slot[56:], b.Length)
+		le.PutUint64(slot[64:], uint64(b.Access))
+	}
 	off := sendFixed
 	for _, s := range wr.SGL[:nsge] {
 		putSGE(slot[off:], s)
@@ -306,6 +320,12 @@ func DecodeSendWQE(slot []byte) (ib.SendWR, error) {
 		wr.AH = ah
 	}
 	wr.CompareAdd, wr.Swap = le.Uint64(s[56:]), le.Uint64(s[64:])
+	if wr.Opcode == ib.WRBindMW {
+		// Access past 32 bits keeps unknown bits, which the bind refuses.
+		wr.Bind = ib.MWBind{MRLKey: wr.Imm, MWRKey: wr.InvRKey, Addr: wr.RemoteAddr, RKey: wr.RKey,
+			Length: wr.CompareAdd, Access: ib.Access(min(wr.Swap, 1<<32-1))}
+		wr.Imm, wr.InvRKey, wr.RemoteAddr, wr.RKey, wr.CompareAdd, wr.Swap = 0, 0, 0, 0, 0, 0
+	}
 	if wr.Flags&ib.SendInline != 0 {
 		if nsge != 0 || uint64(sendFixed)+uint64(inl) > uint64(len(s)) {
 			return wr, fmt.Errorf("hostif: WQE of %d inline bytes and %d SGEs in a %d-byte slot", inl, nsge, len(s))

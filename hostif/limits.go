@@ -53,6 +53,9 @@ const (
 	// client attached to all of them would keep from every other.
 	ResMcast
 	ResXRCDs // XRC domains (a device object each, as PDs)
+	// ResMWs is memory windows (an entry of the device's key table
+	// each, which the MRs share).
+	ResMWs
 	NumResources
 )
 
@@ -71,6 +74,7 @@ var resources = [NumResources]struct{ name, counter, flag string }{
 	ResFDs:       {"descriptors", "fds", "max-fds"},
 	ResMcast:     {"multicast attachments", "mcast", "max-mcast"},
 	ResXRCDs:     {"XRC domains", "xrcd", "max-xrcd"},
+	ResMWs:       {"memory windows", "mw", "max-mw"},
 }
 
 // Name is the resource's name in messages ("QPs").
@@ -105,6 +109,7 @@ var (
 	costPD      = Quota{ResPDs: 1}
 	costChannel = Quota{ResFDs: 1}
 	mcastCost   = Quota{ResMcast: 1}
+	costMW      = Quota{ResMWs: 1}
 )
 
 func mrCost(mapped uint64) Quota { return Quota{ResMRs: 1, ResMaps: 1, ResMRBytes: mapped} }

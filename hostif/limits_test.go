@@ -85,7 +85,7 @@ func TestClientLimits(t *testing.T) {
 
 	want := map[string]uint64{"hostif_held_conns": 1, "hostif_held_fds": 2, "hostif_held_pd": 1, "hostif_held_qp": 2,
 		"hostif_held_cq": 1, "hostif_held_srq": 0, "hostif_held_mr": 1, "hostif_held_mr_bytes": 1 << 20,
-		"hostif_held_maps": 4, "hostif_held_ring_bytes": rings, "hostif_held_mcast": 0, "hostif_held_xrcd": 0, "hostif_over_limit": 3}
+		"hostif_held_maps": 4, "hostif_held_ring_bytes": rings, "hostif_held_mcast": 0, "hostif_held_xrcd": 0, "hostif_held_mw": 0, "hostif_over_limit": 3}
 	if got := held(n); !maps.Equal(got, want) {
 		t.Fatalf("held %v, want %v", got, want)
 	}

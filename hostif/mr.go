@@ -1,6 +1,7 @@
 package hostif
 
 import (
+	"errors"
 	"fmt"
 	"os"
 
@@ -9,6 +10,7 @@ import (
 	"github.com/rnicd/rnicd/abi"
 	"github.com/rnicd/rnicd/ib"
 	"github.com/rnicd/rnicd/rnic"
+	"github.com/rnicd/rnicd/rnic/dma"
 )
 
 type mrObj struct {
@@ -23,7 +25,9 @@ func (*mrObj) kind() objKind { return kindMR }
 func (o *mrObj) cost() Quota { return mrCost(uint64(len(o.mem))) }
 
 func (o *mrObj) release(c *conn) error {
-	if err := c.s.dev.DeregMR(o.mr); err != nil {
+	if err := c.s.dev.DeregMR(o.mr); errors.Is(err, dma.ErrBusy) {
+		return errf(abi.CodeInvalid, "dereg_mr: %v", err) // EINVAL, as rxe_dereg_mr
+	} else if err != nil {
 		return errf(abi.CodeFailed, "dereg_mr: %v", err)
 	}
 	// A pipeline that looked the region up before it went may still be

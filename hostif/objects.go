@@ -20,6 +20,7 @@ const (
 	kindCMChannel
 	kindCMID
 	kindXRCD
+	kindMW
 )
 
 // kinds lists every kind with its name in messages and in the
@@ -37,6 +38,7 @@ var kinds = []struct {
 	{kindCMChannel, "CM event channel", "cm_event_channel"},
 	{kindCMID, "CM ID", "cm_id"},
 	{kindXRCD, "XRC domain", "xrcd"},
+	{kindMW, "MW", "mw"},
 }
 
 // String names the kinds in k: "CQ", "QP or SRQ".
@@ -152,7 +154,7 @@ func (c *conn) destroy(o object, b abi.Body, _ []int) (abi.Body, []int, error) {
 // teardownOrder is the order in which a dead client's objects go: every
 // object before the objects it uses; CM IDs first, so that an
 // established connection's DREQ goes while its QP still exists.
-var teardownOrder = []objKind{kindCMID, kindCMChannel, kindQP, kindMR, kindSRQ, kindCQ, kindChannel, kindPD, kindXRCD}
+var teardownOrder = []objKind{kindCMID, kindCMChannel, kindQP, kindMW, kindMR, kindSRQ, kindCQ, kindChannel, kindPD, kindXRCD}
 
 // teardown destroys everything the client created. Its QPs go to ERR
 // first, so that their outstanding WQEs are flushed into the completion

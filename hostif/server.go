@@ -374,6 +374,8 @@ func init() {
 		abi.KindDestroyQP:      {body: handle, target: kindQP, handle: (*conn).destroy},
 		abi.KindAttachMcast:    {body: func() abi.Body { return &abi.McastReq{} }, target: kindQP, handle: (*conn).attachMcast},
 		abi.KindDetachMcast:    {body: func() abi.Body { return &abi.McastReq{} }, target: kindQP, handle: (*conn).detachMcast},
+		abi.KindAllocMW:        {body: func() abi.Body { return &abi.AllocMWReq{} }, cost: costOf(costMW), handle: (*conn).allocMW},
+		abi.KindDeallocMW:      {body: handle, target: kindMW, handle: (*conn).destroy},
 		abi.KindListQPs:        {body: func() abi.Body { return &abi.ListQPsReq{} }, handle: (*conn).listQPs},
 		abi.KindCounters:       {body: empty, handle: (*conn).counters},
 		abi.KindDoorbell: {body: func() abi.Body { return &abi.DoorbellReq{} }, target: kindQP | kindSRQ,
@@ -584,6 +586,8 @@ func (c *conn) created(reply abi.Body) object {
 	case *abi.Handle:
 		h = r.H
 	case *abi.RegMRReply:
+		h = r.H
+	case *abi.AllocMWReply:
 		h = r.H
 	case *abi.RingReply:
 		h = r.H

@@ -16,7 +16,7 @@ const (
 	AccessRemoteWrite  Access = 2  // IBV_ACCESS_REMOTE_WRITE: RDMA WRITE from the peer
 	AccessRemoteRead   Access = 4  // IBV_ACCESS_REMOTE_READ: RDMA READ from the peer
 	AccessRemoteAtomic Access = 8  // IBV_ACCESS_REMOTE_ATOMIC: atomics from the peer
-	AccessMWBind       Access = 16 // IBV_ACCESS_MW_BIND: memory windows may be bound (accepted, no windows yet)
+	AccessMWBind       Access = 16 // IBV_ACCESS_MW_BIND: memory windows may be bound to the region
 	AccessZeroBased    Access = 32 // IBV_ACCESS_ZERO_BASED: the region answers to addresses from 0
 	AccessOnDemand     Access = 64 // IBV_ACCESS_ON_DEMAND: ODP; accepted, memory here is always resident
 )

@@ -107,6 +107,7 @@ func TestWCOpcode(t *testing.T) {
 		{WRRDMAWrite, WCRDMAWrite}, {WRRDMAWriteWithImm, WCRDMAWrite},
 		{WRSend, WCSend}, {WRSendWithImm, WCSend}, {WRSendWithInv, WCSend},
 		{WRRDMARead, WCRDMARead}, {WRAtomicCmpAndSwp, WCCompSwap}, {WRAtomicFetchAdd, WCFetchAdd},
+		{WRBindMW, WCBindMW}, {WRLocalInv, WCLocalInv},
 	} {
 		if got := c.wr.WCOpcode(); got != c.wc {
 			t.Errorf("%v completes as %v, want %v", c.wr, got, c.wc)
@@ -115,7 +116,7 @@ func TestWCOpcode(t *testing.T) {
 			t.Errorf("%v is not Valid", c.wr)
 		}
 	}
-	for _, op := range []WROpcode{7, 8, 10, 255} { // LOCAL_INV, BIND_MW, TSO, nothing
+	for _, op := range []WROpcode{10, 255} { // TSO, nothing
 		if op.Valid() {
 			t.Errorf("%v is Valid", op)
 		}
@@ -128,10 +129,10 @@ func TestWCOpcode(t *testing.T) {
 // TestSupports checks which opcodes each service carries (IBTA 10.2.1).
 func TestSupports(t *testing.T) {
 	all := []WROpcode{WRRDMAWrite, WRRDMAWriteWithImm, WRSend, WRSendWithImm, WRRDMARead,
-		WRAtomicCmpAndSwp, WRAtomicFetchAdd, WRSendWithInv, 7}
+		WRAtomicCmpAndSwp, WRAtomicFetchAdd, WRSendWithInv, WRLocalInv, WRBindMW, 10}
 	want := map[QPType]string{
-		QPTypeRC: "RDMA_WRITE RDMA_WRITE_WITH_IMM SEND SEND_WITH_IMM RDMA_READ ATOMIC_CMP_AND_SWP ATOMIC_FETCH_AND_ADD SEND_WITH_INV",
-		QPTypeUC: "RDMA_WRITE RDMA_WRITE_WITH_IMM SEND SEND_WITH_IMM",
+		QPTypeRC: "RDMA_WRITE RDMA_WRITE_WITH_IMM SEND SEND_WITH_IMM RDMA_READ ATOMIC_CMP_AND_SWP ATOMIC_FETCH_AND_ADD SEND_WITH_INV LOCAL_INV BIND_MW",
+		QPTypeUC: "RDMA_WRITE RDMA_WRITE_WITH_IMM SEND SEND_WITH_IMM BIND_MW",
 		QPTypeUD: "SEND SEND_WITH_IMM",
 		// IBTA A14.2: an XRC initiator carries every RC operation; the
 		// target has no send queue.

@@ -14,6 +14,7 @@ const (
 	WCLocQPOpErr     WCStatus = 2  // IBV_WC_LOC_QP_OP_ERR: a WR the QP cannot carry (bad opcode, too long for UD, malformed)
 	WCLocProtErr     WCStatus = 4  // IBV_WC_LOC_PROT_ERR: an SGE outside its MR, a wrong lkey or PD
 	WCWRFlushErr     WCStatus = 5  // IBV_WC_WR_FLUSH_ERR: flushed, the QP went to ERR before the WR ran
+	WCMWBindErr      WCStatus = 6  // IBV_WC_MW_BIND_ERR: a memory window bind the window, the MR or the QP did not allow
 	WCBadRespErr     WCStatus = 7  // IBV_WC_BAD_RESP_ERR: the peer answered with a response that fits no request
 	WCLocAccessErr   WCStatus = 8  // IBV_WC_LOC_ACCESS_ERR: local memory the operation may not write
 	WCRemInvReqErr   WCStatus = 9  // IBV_WC_REM_INV_REQ_ERR: the peer found the request invalid (too long, unsupported)
@@ -28,7 +29,7 @@ const (
 
 var wcStatusNames = map[WCStatus]string{
 	WCSuccess: "SUCCESS", WCLocLenErr: "LOC_LEN_ERR", WCLocQPOpErr: "LOC_QP_OP_ERR",
-	WCLocProtErr: "LOC_PROT_ERR", WCWRFlushErr: "WR_FLUSH_ERR", WCBadRespErr: "BAD_RESP_ERR",
+	WCLocProtErr: "LOC_PROT_ERR", WCWRFlushErr: "WR_FLUSH_ERR", WCMWBindErr: "MW_BIND_ERR", WCBadRespErr: "BAD_RESP_ERR",
 	WCLocAccessErr: "LOC_ACCESS_ERR", WCRemInvReqErr: "REM_INV_REQ_ERR",
 	WCRemAccessErr: "REM_ACCESS_ERR", WCRemOpErr: "REM_OP_ERR", WCRetryExcErr: "RETRY_EXC_ERR",
 	WCRNRRetryExcErr: "RNR_RETRY_EXC_ERR", WCFatalErr: "FATAL_ERR",
@@ -57,13 +58,15 @@ const (
 	WCRDMARead        WCOpcode = 2   // IBV_WC_RDMA_READ
 	WCCompSwap        WCOpcode = 3   // IBV_WC_COMP_SWAP
 	WCFetchAdd        WCOpcode = 4   // IBV_WC_FETCH_ADD
+	WCBindMW          WCOpcode = 5   // IBV_WC_BIND_MW
+	WCLocalInv        WCOpcode = 6   // IBV_WC_LOCAL_INV
 	WCRecv            WCOpcode = 128 // IBV_WC_RECV
 	WCRecvRDMAWithImm WCOpcode = 129 // IBV_WC_RECV_RDMA_WITH_IMM
 )
 
 var wcOpcodeNames = map[WCOpcode]string{
 	WCSend: "SEND", WCRDMAWrite: "RDMA_WRITE", WCRDMARead: "RDMA_READ",
-	WCCompSwap: "COMP_SWAP", WCFetchAdd: "FETCH_ADD", WCRecv: "RECV",
+	WCCompSwap: "COMP_SWAP", WCFetchAdd: "FETCH_ADD", WCBindMW: "BIND_MW", WCLocalInv: "LOCAL_INV", WCRecv: "RECV",
 	WCRecvRDMAWithImm: "RECV_RDMA_WITH_IMM",
 }
 

@@ -34,6 +34,8 @@ const (
 	WRRDMARead         WROpcode = 4 // IBV_WR_RDMA_READ: read the peer's memory (RemoteAddr, RKey) into local memory
 	WRAtomicCmpAndSwp  WROpcode = 5 // IBV_WR_ATOMIC_CMP_AND_SWP: if the peer's 8 bytes equal CompareAdd, write Swap; the old value comes back
 	WRAtomicFetchAdd   WROpcode = 6 // IBV_WR_ATOMIC_FETCH_AND_ADD: add CompareAdd to the peer's 8 bytes; the old value comes back
+	WRLocalInv         WROpcode = 7 // IBV_WR_LOCAL_INV: invalidate InvRKey (an MR's, or a type 2 memory window's) here; no packet
+	WRBindMW           WROpcode = 8 // IBV_WR_BIND_MW: bind a memory window (Bind) to a range of an MR here; no packet
 	WRSendWithInv      WROpcode = 9 // IBV_WR_SEND_WITH_INV: a SEND that invalidates InvRKey at the peer
 )
 
@@ -41,7 +43,7 @@ var wrOpcodeNames = map[WROpcode]string{
 	WRRDMAWrite: "RDMA_WRITE", WRRDMAWriteWithImm: "RDMA_WRITE_WITH_IMM",
 	WRSend: "SEND", WRSendWithImm: "SEND_WITH_IMM", WRRDMARead: "RDMA_READ",
 	WRAtomicCmpAndSwp: "ATOMIC_CMP_AND_SWP", WRAtomicFetchAdd: "ATOMIC_FETCH_AND_ADD",
-	WRSendWithInv: "SEND_WITH_INV",
+	WRSendWithInv: "SEND_WITH_INV", WRLocalInv: "LOCAL_INV", WRBindMW: "BIND_MW",
 }
 
 // String is the opcode's libibverbs name without IBV_WR_, e.g. "RDMA_WRITE".
@@ -57,6 +59,11 @@ func (o WROpcode) String() string {
 func (o WROpcode) IsReadOrAtomic() bool {
 	return o == WRRDMARead || o == WRAtomicCmpAndSwp || o == WRAtomicFetchAdd
 }
+
+// IsLocal reports whether the operation runs in the NIC alone, sends no
+// packet and completes once done (BIND_MW, LOCAL_INV: rxe's
+// WR_LOCAL_OP_MASK).
+func (o WROpcode) IsLocal() bool { return o == WRBindMW || o == WRLocalInv }
 
 // IsAtomic reports whether the operation is an atomic.
 func (o WROpcode) IsAtomic() bool { return o == WRAtomicCmpAndSwp || o == WRAtomicFetchAdd }
@@ -104,8 +111,11 @@ type SendWR struct {
 	// Imm is the immediate data of *_WITH_IMM, in host order (the wire
 	// carries it big-endian).
 	Imm uint32
-	// InvRKey is the rkey SEND_WITH_INV asks the responder to invalidate.
+	// InvRKey is the rkey SEND_WITH_INV asks the responder to invalidate,
+	// or LOCAL_INV invalidates here.
 	InvRKey uint32
+	// Bind is what BIND_MW binds (struct ibv_send_wr's bind_mw).
+	Bind MWBind
 	// RemoteAddr and RKey name the peer's memory for RDMA and atomics: an
 	// address in the peer's MR (its Addr plus an offset) and the MR's RKey.
 	RemoteAddr uint64
@@ -127,6 +137,20 @@ type SendWR struct {
 	InlineData []byte
 }
 
+// MWBind is a memory window bind (ibv_send_wr.bind_mw and its
+// ibv_mw_bind_info): the window whose rkey is MWRKey gets the rkey RKey
+// (its index kept, the low 8 bits RKey's: ibv_inc_rkey makes one) and
+// answers for Length bytes at Addr of the MR MRLKey names, with Access
+// (REMOTE_* and ZERO_BASED). A type 1 window with Length 0 is unbound.
+type MWBind struct {
+	MWRKey uint32
+	RKey   uint32
+	MRLKey uint32
+	Addr   uint64
+	Length uint64
+	Access Access
+}
+
 // RecvWR is a receive work request (struct ibv_recv_wr), for
 // verbs.QP.PostRecv and verbs.SRQ.PostRecv: the buffers the next incoming
 // SEND (or WRITE with immediate) consumes.
@@ -139,11 +163,11 @@ type RecvWR struct {
 }
 
 // Valid reports whether o is an opcode rnicd implements (the ones above;
-// libibverbs' LOCAL_INV, BIND_MW, TSO and the masked atomics are not).
+// libibverbs' TSO and the masked atomics are not).
 func (o WROpcode) Valid() bool {
 	switch o {
 	case WRRDMAWrite, WRRDMAWriteWithImm, WRSend, WRSendWithImm, WRRDMARead,
-		WRAtomicCmpAndSwp, WRAtomicFetchAdd, WRSendWithInv:
+		WRAtomicCmpAndSwp, WRAtomicFetchAdd, WRSendWithInv, WRLocalInv, WRBindMW:
 		return true
 	}
 	return false
@@ -162,19 +186,24 @@ func (o WROpcode) WCOpcode() WCOpcode {
 		return WCCompSwap
 	case WRAtomicFetchAdd:
 		return WCFetchAdd
+	case WRBindMW:
+		return WCBindMW
+	case WRLocalInv:
+		return WCLocalInv
 	}
 	return WCSend
 }
 
 // Supports reports whether a QP of type t may post a WR of opcode o
 // (IBTA 9.7 and 10.2.1, table "Service types and operations"): UD carries
-// only SENDs, UC adds RDMA WRITE, RC has every operation.
+// only SENDs, UC adds RDMA WRITE and BIND_MW, RC has every operation
+// (rxe's wr_opcode_info: LOCAL_INV on RC only).
 func (t QPType) Supports(o WROpcode) bool {
 	switch t {
 	case QPTypeUD:
 		return o == WRSend || o == WRSendWithImm
 	case QPTypeUC:
-		return o == WRSend || o == WRSendWithImm || o == WRRDMAWrite || o == WRRDMAWriteWithImm
+		return o == WRSend || o == WRSendWithImm || o == WRRDMAWrite || o == WRRDMAWriteWithImm || o == WRBindMW
 	case QPTypeRC, QPTypeXRCSend:
 		return o.Valid()
 	}

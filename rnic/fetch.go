@@ -160,6 +160,14 @@ func checkSend(qp *QP, st ib.QPState, w *qpmgr.SendWQE) error {
 		return fmt.Errorf("rnic: send flags %#x", uint8(wr.Flags&^ib.SendFlagsKnown))
 	}
 	w.Len = 0
+	if wr.Opcode.IsLocal() {
+		// A bind or invalidation moves no data: what it names is
+		// checked when it runs (wqe.Engine.local), as rxe does.
+		if wr.Flags&ib.SendInline != 0 || len(wr.SGL) > 0 {
+			return fmt.Errorf("rnic: %v carries no data", wr.Opcode)
+		}
+		return nil
+	}
 	if wr.Flags&ib.SendInline != 0 {
 		if wr.Opcode == ib.WRRDMARead || wr.Opcode.IsAtomic() {
 			return fmt.Errorf("rnic: %v cannot be inline", wr.Opcode)

@@ -141,6 +141,8 @@ func (d *Device) DestroyQP(qp *QP) error {
 	q.sendHeldAck(qp)
 	qp.Destroy()
 	d.mcast.detachAll(d.port, qp) // after Destroy: an attach that raced it finds it destroyed, or is undone here
+	// Its type 2 windows are unbound: its QPN may come back.
+	d.dma.ReleaseQP(qp.PD, qp.QPN)
 	d.qps.Remove(qp.QPN)
 	return nil
 }

@@ -20,6 +20,7 @@ type DeviceAttr struct {
 	MaxCQ           int
 	MaxCQE          int
 	MaxMR           int
+	MaxMW           int // memory windows (clib's ibv_alloc_mw)
 	MaxMRSize       uint64
 	MaxPD           int
 	MaxQPRdAtom     int
@@ -74,7 +75,7 @@ func (c *Context) QueryDevice() (DeviceAttr, error) {
 	}
 	return DeviceAttr{
 		Name: c.name, NodeGUID: NodeGUID(p.Addr), FWVer: "0.1", MaxQP: 1 << 16, MaxQPWR: ib.MaxQPWR, MaxSGE: ib.MaxSGE,
-		MaxCQ: 1 << 16, MaxCQE: rnic.MaxCQE, MaxMR: 1 << 16, MaxMRSize: 1 << 40, MaxPD: 1 << 16,
+		MaxCQ: 1 << 16, MaxCQE: rnic.MaxCQE, MaxMR: 1 << 16, MaxMW: rnic.MaxMW, MaxMRSize: 1 << 40, MaxPD: 1 << 16,
 		MaxQPRdAtom: ib.MaxRdAtomic, MaxQPInitRdAtom: ib.MaxRdAtomic, MaxSRQ: 1 << 16,
 		MaxSRQWR: ib.MaxQPWR, MaxInlineData: ib.MaxInlineData, AtomicCap: "ATOMIC_HCA",
 		MaxMcastGrp: rnic.MaxMcastGroups, MaxMcastQPAttach: rnic.MaxMcastQPAttach,

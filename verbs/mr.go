@@ -20,7 +20,7 @@ const (
 	AccessRemoteWrite  = ib.AccessRemoteWrite  // IBV_ACCESS_REMOTE_WRITE: RDMA WRITE from the peer
 	AccessRemoteRead   = ib.AccessRemoteRead   // IBV_ACCESS_REMOTE_READ: RDMA READ from the peer
 	AccessRemoteAtomic = ib.AccessRemoteAtomic // IBV_ACCESS_REMOTE_ATOMIC: atomics from the peer
-	AccessMWBind       = ib.AccessMWBind       // IBV_ACCESS_MW_BIND: accepted; rnicd has no memory windows
+	AccessMWBind       = ib.AccessMWBind       // IBV_ACCESS_MW_BIND: memory windows may be bound to it (clib's ibv_alloc_mw)
 	AccessZeroBased    = ib.AccessZeroBased    // IBV_ACCESS_ZERO_BASED: the MR answers to addresses from 0
 	AccessOnDemand     = ib.AccessOnDemand     // IBV_ACCESS_ON_DEMAND: accepted; memory here is always resident
 )

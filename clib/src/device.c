@@ -275,6 +275,9 @@ EXPORT int ibv_query_device(struct ibv_context *ctx, struct ibv_device_attr *a)
 	a->max_cqe = 1 << 20;
 	a->max_mr = 1 << 16;
 	a->max_pd = 1 << 16;
+	/* Memory windows, type 1 and 2B, as rxe (rnic.MaxMW; mw.c). */
+	a->max_mw = 1 << 16;
+	a->device_cap_flags = IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B;
 	a->max_qp_rd_atom = 128;
 	a->max_res_rd_atom = 128 << 16;
 	a->max_qp_init_rd_atom = 128;
@@ -434,6 +437,7 @@ static void fill_ops(struct rctx *c)
 	o->post_send = post_send;
 	o->post_recv = post_recv;
 	o->post_srq_recv = post_srq_recv;
+	fill_mw_ops(o);
 	c->vctx.query_port = query_port_ex;
 	c->vctx.query_device_ex = query_device_ex;
 	c->vctx.create_qp_ex = create_qp_ex;

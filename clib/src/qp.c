@@ -399,6 +399,9 @@ int encode_send(struct rqp *q, struct ibv_send_wr *wr, uint8_t *slot)
 	case IBV_WR_ATOMIC_FETCH_AND_ADD:
 	case IBV_WR_SEND_WITH_INV:
 		break;
+	case IBV_WR_BIND_MW:
+	case IBV_WR_LOCAL_INV:
+		return encode_local(q, wr, slot);
 	default:
 		return EINVAL;
 	}

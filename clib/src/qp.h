@@ -75,4 +75,11 @@ void srq_init(struct rsrq *s, struct ring_reply *r, struct ibv_pd *pd, struct ib
 int xrc_qp_ok(struct ibv_qp_init_attr *a, struct ibv_pd *pd, struct ibv_xrcd *xrcd);
 void put_xrc_qp_req(struct buf *b, struct ibv_qp_init_attr *a, struct ibv_pd *pd, struct ibv_xrcd *xrcd);
 
+/* mw.c: a BIND_MW or LOCAL_INV WR into a send slot; the ibv_wr_* API's
+ * bind and local invalidate (built with wr.c's wr_begin). */
+int encode_local(struct rqp *q, struct ibv_send_wr *wr, uint8_t *slot);
+struct ibv_send_wr *wr_begin(struct ibv_qp_ex *x, enum ibv_wr_opcode op);
+void wr_bind_mw(struct ibv_qp_ex *x, struct ibv_mw *mw, uint32_t rkey, const struct ibv_mw_bind_info *b);
+void wr_local_inv(struct ibv_qp_ex *x, uint32_t rkey);
+
 #endif

@@ -74,6 +74,8 @@ enum rnic_kind {
 	K_GET_ASYNC_EVENT = 41,
 	K_MODIFY_SRQ = 42,
 	K_QUERY_SRQ = 43,
+	K_ALLOC_MW = 44, /* pd, type; reply: handle, rkey */
+	K_DEALLOC_MW = 45,
 	K_OPEN_XRCD = 48,
 	K_CLOSE_XRCD = 49,
 	K_CREATE_XRC_SRQ = 50, /* reply: a ring reply with the SRQ number as qpn */
@@ -302,6 +304,7 @@ int create_rings(struct ibv_context *ctx, int k, int dk, struct buf *req, int fd
 int poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc);
 int req_notify_cq(struct ibv_cq *cq, int solicited_only);
 int post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad);
+void fill_mw_ops(struct ibv_context_ops *o); /* mw.c: alloc_mw, bind_mw, dealloc_mw */
 int post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
 int post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
 struct ibv_qp *create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_attr_ex *a);

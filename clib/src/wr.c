@@ -30,7 +30,7 @@ static void wr_end(struct rqp *q)
 		q->wrb.batch++;
 }
 
-static struct ibv_send_wr *wr_begin(struct ibv_qp_ex *x, enum ibv_wr_opcode op)
+struct ibv_send_wr *wr_begin(struct ibv_qp_ex *x, enum ibv_wr_opcode op)
 {
 	struct rqp *q = from_qpx(x);
 	wr_end(q);
@@ -160,12 +160,6 @@ static void wr_set_inline_data(struct ibv_qp_ex *x, void *addr, size_t len)
 /* The operations rnicd does not have; ibv_create_qp_ex refuses send ops
  * flags that would reach them. */
 static void wr_unsupported(struct ibv_qp_ex *x) { from_qpx(x)->wrb.err = EOPNOTSUPP; }
-static void wr_bind_mw(struct ibv_qp_ex *x, struct ibv_mw *mw, uint32_t rkey, const struct ibv_mw_bind_info *b)
-{
-	(void)mw; (void)rkey; (void)b;
-	wr_unsupported(x);
-}
-static void wr_local_inv(struct ibv_qp_ex *x, uint32_t rkey) { (void)rkey; wr_unsupported(x); }
 static void wr_send_tso(struct ibv_qp_ex *x, void *hdr, uint16_t sz, uint16_t mss)
 {
 	(void)hdr; (void)sz; (void)mss;
@@ -181,7 +175,8 @@ static void wr_atomic_write(struct ibv_qp_ex *x, uint32_t rkey, uint64_t addr, c
 #define SUPPORTED_SEND_OPS                                                                                             \
 	(IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND |                        \
 	 IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |                \
-	 IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_SEND_WITH_INV)
+	 IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_SEND_WITH_INV | IBV_QP_EX_WITH_BIND_MW |               \
+	 IBV_QP_EX_WITH_LOCAL_INV)
 
 struct ibv_qp *create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_attr_ex *a)
 {
@@ -192,7 +187,7 @@ struct ibv_qp *create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_attr_ex 
 	    ((a->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && a->create_flags) ||
 	    ((a->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) && (a->send_ops_flags & ~(uint64_t)SUPPORTED_SEND_OPS))) {
 		rnic_log("create_qp_ex: comp_mask %#x, create_flags %#x, send_ops_flags %#llx: rnicd has RC/UC/UD QPs "
-			 "with the send, RDMA and atomic operations only",
+			 "with the send, RDMA, atomic, bind and local invalidate operations only",
 			 a->comp_mask, a->create_flags, (unsigned long long)a->send_ops_flags);
 		errno = EOPNOTSUPP;
 		return NULL;

@@ -290,9 +290,10 @@ func printDevinfo(w io.Writer, c *verbs.Context, verbose bool) error {
 			{"page_size_cap:\t\t\t", "0xfffff000"},
 			{"max_qp:\t\t\t\t", a.MaxQP},
 			{"max_qp_wr:\t\t\t", a.MaxQPWR},
-			// IBV_DEVICE_XRC, and its name on a line of its own as
-			// ibv_devinfo prints it: XRC is the C library's (clib/src/xrc.c).
-			{"device_cap_flags:\t\t", "0x00100000\n\t\t\t\t\tXRC"},
+			// MEM_WINDOW, IBV_DEVICE_XRC and MEM_WINDOW_TYPE_2B, each
+			// name on a line of its own as ibv_devinfo prints them: windows
+			// and XRC are the C library's (clib/src/mw.c, xrc.c).
+			{"device_cap_flags:\t\t", "0x01120000\n\t\t\t\t\tMEM_WINDOW\n\t\t\t\t\tXRC\n\t\t\t\t\tMEM_WINDOW_TYPE_2B"},
 			{"max_sge:\t\t\t", a.MaxSGE},
 			{"max_sge_rd:\t\t\t", a.MaxSGE},
 			{"max_cq:\t\t\t\t", a.MaxCQ},
@@ -307,7 +308,7 @@ func printDevinfo(w io.Writer, c *verbs.Context, verbose bool) error {
 			{"atomic_cap:\t\t\t", atomicCapString(a.AtomicCap)},
 			{"max_ee:\t\t\t\t", 0},
 			{"max_rdd:\t\t\t", 0},
-			{"max_mw:\t\t\t\t", 0},
+			{"max_mw:\t\t\t\t", a.MaxMW},
 			{"max_raw_ipv6_qp:\t\t", 0},
 			{"max_raw_ethy_qp:\t\t", 0},
 			{"max_mcast_grp:\t\t\t", a.MaxMcastGrp},

@@ -64,7 +64,7 @@ const userShare = 2
 //     the Go runtime and the daemon's own (65,530 gives 57,339); every
 //     QP, CQ, SRQ and MR is one mapping;
 //   - QPs, CQs, SRQs, MRs: the mappings, at most the device's 65,536;
-//     PDs (no mapping): 65,536;
+//     PDs and memory windows (no mapping): 65,536;
 //   - descriptors: RLIMIT_NOFILE less an eighth (at least 256) kept for
 //     the port, listeners, files and descriptors in flight; every
 //     connection, CQ and completion channel holds one;
@@ -87,7 +87,7 @@ func defaultLimits(m machine) hostif.Limits {
 		hostif.ResSRQs: objs, hostif.ResMRs: objs, hostif.ResMRBytes: m.memBytes, hostif.ResMaps: maps,
 		hostif.ResFDs: fds, hostif.ResRingBytes: m.memBytes / 4,
 		hostif.ResMcast: rnic.MaxMcastGroups * rnic.MaxMcastQPAttach,
-		hostif.ResXRCDs: deviceMax,
+		hostif.ResXRCDs: deviceMax, hostif.ResMWs: rnic.MaxMW,
 	}
 	for r, v := range l.Daemon {
 		// 0 would mean no limit: a machine too small for the reserves
@@ -132,6 +132,8 @@ func sizedFrom(r hostif.Resource, m machine) string {
 		return fmt.Sprintf("physical memory %v", byteSize(m.memBytes))
 	case hostif.ResPDs, hostif.ResXRCDs:
 		return fmt.Sprintf("the device's max_pd %d", deviceMax)
+	case hostif.ResMWs:
+		return fmt.Sprintf("the device's max_mw %d", rnic.MaxMW)
 	case hostif.ResMcast:
 		return fmt.Sprintf("the device's max_total_mcast_qp_attach %d; a client's and a user's shares are of its max_mcast_grp %d",
 			rnic.MaxMcastGroups*rnic.MaxMcastQPAttach, rnic.MaxMcastGroups)

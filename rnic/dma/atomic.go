@@ -23,21 +23,21 @@ const atomicLen = 8
 // atomicWord checks an atomic access at va (an AtomicETH must name an
 // 8-byte aligned address, else ErrAlign) and returns the 8 bytes. Caller
 // holds t.mu.RLock.
-func (t *Table) atomicWord(pd PD, rkey uint32, va uint64) ([]byte, error) {
-	r, off, err := t.checkRemote(pd, rkey, va, atomicLen, ib.AccessRemoteAtomic)
+func (t *Table) atomicWord(pd PD, qpn, rkey uint32, va uint64) ([]byte, error) {
+	r, off, err := t.checkRemote(pd, qpn, rkey, va, atomicLen, ib.AccessRemoteAtomic)
 	if err != nil {
 		return nil, err
 	}
 	return r.buf[off : off+atomicLen : off+atomicLen], nil
 }
 
-// AtomicCompareSwap performs IBTA CmpSwap on the 8 bytes at va of the MR with
-// rkey: if they equal compare they become swap. It returns the original value
-// either way, which the responder sends back in the AtomicAckETH.
-func (t *Table) AtomicCompareSwap(pd PD, rkey uint32, va uint64, compare, swap uint64) (orig uint64, err error) {
+// AtomicCompareSwap performs IBTA CmpSwap on the 8 bytes at va of the MR
+// or window (for QP qpn) with rkey: if they equal compare they become
+// swap. It returns the original value either way, which the responder sends back in the AtomicAckETH.
+func (t *Table) AtomicCompareSwap(pd PD, qpn, rkey uint32, va uint64, compare, swap uint64) (orig uint64, err error) {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	w, err := t.atomicWord(pd, rkey, va)
+	w, err := t.atomicWord(pd, qpn, rkey, va)
 	if err != nil {
 		return 0, err
 	}
@@ -52,10 +52,10 @@ func (t *Table) AtomicCompareSwap(pd PD, rkey uint32, va uint64, compare, swap u
 
 // AtomicFetchAdd performs IBTA FetchAdd on the 8 bytes at va of the MR with
 // rkey: they become orig+add, modulo 2^64. It returns the original value.
-func (t *Table) AtomicFetchAdd(pd PD, rkey uint32, va uint64, add uint64) (orig uint64, err error) {
+func (t *Table) AtomicFetchAdd(pd PD, qpn, rkey uint32, va uint64, add uint64) (orig uint64, err error) {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	w, err := t.atomicWord(pd, rkey, va)
+	w, err := t.atomicWord(pd, qpn, rkey, va)
 	if err != nil {
 		return 0, err
 	}

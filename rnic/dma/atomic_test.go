@@ -16,11 +16,11 @@ func TestAtomicCompareSwap(t *testing.T) {
 	word := mr.Bytes()[8:16]
 	binary.NativeEndian.PutUint64(word, 0x1111)
 
-	orig, err := tab.AtomicCompareSwap(pd, mr.RKey, va+8, 0x2222, 0x3333)
+	orig, err := tab.AtomicCompareSwap(pd, 0, mr.RKey, va+8, 0x2222, 0x3333)
 	if err != nil || orig != 0x1111 || binary.NativeEndian.Uint64(word) != 0x1111 {
 		t.Errorf("CAS miss: orig %#x, err %v, memory %#x", orig, err, binary.NativeEndian.Uint64(word))
 	}
-	orig, err = tab.AtomicCompareSwap(pd, mr.RKey, va+8, 0x1111, 0x3333)
+	orig, err = tab.AtomicCompareSwap(pd, 0, mr.RKey, va+8, 0x1111, 0x3333)
 	if err != nil || orig != 0x1111 || binary.NativeEndian.Uint64(word) != 0x3333 {
 		t.Errorf("CAS hit: orig %#x, err %v, memory %#x", orig, err, binary.NativeEndian.Uint64(word))
 	}
@@ -38,7 +38,7 @@ func TestAtomicFetchAdd(t *testing.T) {
 	mr := mustRegister(t, tab, pd, 16, va, allRemote, 0)
 	word := mr.Bytes()[8:16]
 	binary.NativeEndian.PutUint64(word, math.MaxUint64-1)
-	orig, err := tab.AtomicFetchAdd(pd, mr.RKey, va+8, 3)
+	orig, err := tab.AtomicFetchAdd(pd, 0, mr.RKey, va+8, 3)
 	if err != nil || orig != math.MaxUint64-1 {
 		t.Errorf("FAA: orig %#x, err %v", orig, err)
 	}
@@ -47,7 +47,7 @@ func TestAtomicFetchAdd(t *testing.T) {
 	}
 	// Host byte order: the application sees a native uint64.
 	binary.NativeEndian.PutUint64(word, 0x0102030405060708)
-	if orig, _ := tab.AtomicFetchAdd(pd, mr.RKey, va+8, 0); orig != 0x0102030405060708 {
+	if orig, _ := tab.AtomicFetchAdd(pd, 0, mr.RKey, va+8, 0); orig != 0x0102030405060708 {
 		t.Errorf("FAA read %#x, want native 0x0102030405060708", orig)
 	}
 }
@@ -82,9 +82,9 @@ func TestAtomicErrors(t *testing.T) {
 		{"bad key", pd, 0x1234500, va, ErrBadKey},
 	} {
 		before := append([]byte(nil), mr.Bytes()...)
-		_, err := tab.AtomicCompareSwap(c.pd, c.rkey, c.va, 0, 0)
+		_, err := tab.AtomicCompareSwap(c.pd, 0, c.rkey, c.va, 0, 0)
 		wantErr(t, c.name+": cas", err, c.want)
-		_, err = tab.AtomicFetchAdd(c.pd, c.rkey, c.va, 1)
+		_, err = tab.AtomicFetchAdd(c.pd, 0, c.rkey, c.va, 1)
 		wantErr(t, c.name+": faa", err, c.want)
 		if c.want != nil && string(before) != string(mr.Bytes()) {
 			t.Errorf("%s: failed atomic changed memory", c.name)
@@ -104,18 +104,18 @@ func TestAtomicConcurrent(t *testing.T) {
 	for w := range workers {
 		wg.Go(func() {
 			for range adds {
-				if _, err := tab.AtomicFetchAdd(pd, mr.RKey, va, uint64(w+1)); err != nil {
+				if _, err := tab.AtomicFetchAdd(pd, 0, mr.RKey, va, uint64(w+1)); err != nil {
 					t.Error(err)
 					return
 				}
 				// CAS loop on the second word.
 				for {
-					old, err := tab.AtomicFetchAdd(pd, mr.RKey, va+8, 0)
+					old, err := tab.AtomicFetchAdd(pd, 0, mr.RKey, va+8, 0)
 					if err != nil {
 						t.Error(err)
 						return
 					}
-					got, err := tab.AtomicCompareSwap(pd, mr.RKey, va+8, old, old+1)
+					got, err := tab.AtomicCompareSwap(pd, 0, mr.RKey, va+8, old, old+1)
 					if err != nil {
 						t.Error(err)
 						return

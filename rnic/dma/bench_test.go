@@ -48,20 +48,20 @@ func TestHotPathNoAlloc(t *testing.T) {
 			return err
 		},
 		"Remote": func() error {
-			mem, err := fx.tab.Remote(hotPD, fx.mr.RKey, 0x100000+8, 4096, ib.AccessRemoteWrite)
+			mem, err := fx.tab.Remote(hotPD, 0, fx.mr.RKey, 0x100000+8, 4096, ib.AccessRemoteWrite)
 			copy(mem, buf)
 			return err
 		},
 		"Remote zero length": func() error {
-			_, err := fx.tab.Remote(hotPD, 0, 0, 0, ib.AccessRemoteWrite)
+			_, err := fx.tab.Remote(hotPD, 0, 0, 0, 0, ib.AccessRemoteWrite)
 			return err
 		},
 		"FetchAdd": func() error {
-			_, err := fx.tab.AtomicFetchAdd(hotPD, fx.mr.RKey, 0x100000, 1)
+			_, err := fx.tab.AtomicFetchAdd(hotPD, 0, fx.mr.RKey, 0x100000, 1)
 			return err
 		},
 		"CompareSwap": func() error {
-			_, err := fx.tab.AtomicCompareSwap(hotPD, fx.mr.RKey, 0x100000, 1, 2)
+			_, err := fx.tab.AtomicCompareSwap(hotPD, 0, fx.mr.RKey, 0x100000, 1, 2)
 			return err
 		},
 		"Lookup": func() error {
@@ -129,7 +129,7 @@ func BenchmarkRemote(b *testing.B) {
 	fx := newHotPath(b)
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := fx.tab.Remote(hotPD, fx.mr.RKey, 0x100000+64, 4096, ib.AccessRemoteWrite); err != nil {
+		if _, err := fx.tab.Remote(hotPD, 0, fx.mr.RKey, 0x100000+64, 4096, ib.AccessRemoteWrite); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -139,7 +139,7 @@ func BenchmarkAtomicFetchAdd(b *testing.B) {
 	fx := newHotPath(b)
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := fx.tab.AtomicFetchAdd(hotPD, fx.mr.RKey, 0x100000, 1); err != nil {
+		if _, err := fx.tab.AtomicFetchAdd(hotPD, 0, fx.mr.RKey, 0x100000, 1); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -40,13 +40,13 @@ func TestConcurrentUse(t *testing.T) {
 				t.Error(err)
 				return
 			}
-			mem, err := tab.Remote(pd, dst.RKey, 0x20400, 1024, ib.AccessRemoteWrite)
+			mem, err := tab.Remote(pd, 0, dst.RKey, 0x20400, 1024, ib.AccessRemoteWrite)
 			if err != nil {
 				t.Error(err)
 				return
 			}
 			copy(mem, buf)
-			if _, err := tab.AtomicFetchAdd(pd, dst.RKey, 0x20ff8, 1); err != nil {
+			if _, err := tab.AtomicFetchAdd(pd, 0, dst.RKey, 0x20ff8, 1); err != nil {
 				t.Error(err)
 				return
 			}
@@ -55,7 +55,7 @@ func TestConcurrentUse(t *testing.T) {
 	// Verbs side: churn other MRs, and throw accesses at the churned keys.
 	for range 2000 {
 		mr := mustRegister(t, tab, pd, 64, 0x30000, allRemote, 0)
-		if _, err := tab.Remote(pd, mr.RKey, 0x30000, 64, ib.AccessRemoteRead); err != nil {
+		if _, err := tab.Remote(pd, 0, mr.RKey, 0x30000, 64, ib.AccessRemoteRead); err != nil {
 			t.Fatal(err)
 		}
 		if err := tab.Invalidate(pd, mr.RKey); err != nil {
@@ -64,7 +64,7 @@ func TestConcurrentUse(t *testing.T) {
 		if err := tab.Deregister(mr.LKey); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := tab.Remote(pd, mr.RKey, 0x30000, 64, ib.AccessRemoteRead); !errors.Is(err, ErrBadKey) {
+		if _, err := tab.Remote(pd, 0, mr.RKey, 0x30000, 64, ib.AccessRemoteRead); !errors.Is(err, ErrBadKey) {
 			t.Fatalf("after deregister: %v", err)
 		}
 	}

@@ -106,7 +106,7 @@ type hostile struct {
 func (fx *guardFixture) attack(t testing.TB, h hostile) {
 	t.Helper()
 	tab := fx.tab
-	if mem, err := tab.Remote(guardPD, h.rkey, h.va, h.length, ib.AccessRemoteWrite); err == nil {
+	if mem, err := tab.Remote(guardPD, 0, h.rkey, h.va, h.length, ib.AccessRemoteWrite); err == nil {
 		fx.accepted++
 		if len(mem) != int(h.length) {
 			t.Fatalf("Remote(%#x, %#x, %d) returned %d bytes", h.rkey, h.va, h.length, len(mem))
@@ -130,12 +130,12 @@ func (fx *guardFixture) attack(t testing.TB, h hostile) {
 	}
 	fx.checkGuards(t, "scatter")
 
-	if _, err := tab.AtomicFetchAdd(guardPD, h.rkey, h.va, 0x0101010101010101); err == nil {
+	if _, err := tab.AtomicFetchAdd(guardPD, 0, h.rkey, h.va, 0x0101010101010101); err == nil {
 		fx.accepted++
 	}
-	_, _ = tab.AtomicCompareSwap(guardPD, h.rkey, h.va, 0, uint64(h.payload)*0x0101010101010101)
+	_, _ = tab.AtomicCompareSwap(guardPD, 0, h.rkey, h.va, 0, uint64(h.payload)*0x0101010101010101)
 	// An atomic always hits memory unless it is refused: make CAS hit too.
-	_, _ = tab.AtomicCompareSwap(guardPD, h.rkey, h.va, uint64(guardFill)*0x0101010101010101, 0)
+	_, _ = tab.AtomicCompareSwap(guardPD, 0, h.rkey, h.va, uint64(guardFill)*0x0101010101010101, 0)
 	fx.checkGuards(t, "atomic")
 }
 

@@ -60,7 +60,7 @@ func TestRemote(t *testing.T) {
 		// Bad access is reported before bad bounds (rxe's order).
 		{"access before bounds", pd, ro.RKey, 0, 8, ib.AccessRemoteWrite, ErrAccess, 0},
 	} {
-		got, err := tab.Remote(c.pd, c.rkey, c.va, c.length, c.need)
+		got, err := tab.Remote(c.pd, 0, c.rkey, c.va, c.length, c.need)
 		wantErr(t, c.name, err, c.want)
 		if err != nil {
 			if got != nil {
@@ -83,7 +83,7 @@ func TestRemote(t *testing.T) {
 func TestRemoteZeroLength(t *testing.T) {
 	tab := NewTable()
 	for _, rkey := range []uint32{0, 0xdeadbeef} {
-		got, err := tab.Remote(0, rkey, math.MaxUint64, 0, ib.AccessRemoteWrite)
+		got, err := tab.Remote(0, 0, rkey, math.MaxUint64, 0, ib.AccessRemoteWrite)
 		if got != nil || err != nil {
 			t.Errorf("Remote(len 0, rkey %#x) = %v, %v; want nil, nil", rkey, got, err)
 		}

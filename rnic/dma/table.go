@@ -26,6 +26,9 @@ var (
 	ErrInvalidated = errors.New("rkey has been invalidated")
 	ErrBadAccess   = errors.New("invalid access flags for registration")
 
+	// ErrBusy: an MR with memory windows bound to it cannot be deregistered.
+	ErrBusy = errors.New("memory windows are bound to the memory region")
+
 	// ErrNoResources: the MR table has no free index (2^24-1 regions).
 	ErrNoResources = errors.New("memory region table full")
 )
@@ -86,6 +89,10 @@ type region struct {
 	va     uint64
 	buf    []byte // len == cap == region length
 
+	// mws counts the memory windows bound to the region (mw.go):
+	// while it is not 0 the region cannot be deregistered.
+	mws int
+
 	// invalid is set by Invalidate. It is written under the table's write
 	// lock and read under its read lock; it is atomic only so that
 	// MR.Invalidated can be called without the lock.
@@ -110,8 +117,9 @@ func (r *region) offset(addr, length uint64) (uint64, bool) {
 }
 
 type slot struct {
-	r    *region // nil when the index is free
-	key8 uint8   // 8-bit key of the current (or, when free, last) MR at this index
+	r    *region // nil when the index is free or holds a memory window
+	w    *window // the memory window at this index (mw.go), or nil
+	key8 uint8   // 8-bit key of the current (or, when free, last) MR or window at this index
 }
 
 // Table is the memory translation and protection table of the device. The
@@ -174,6 +182,29 @@ func (t *Table) Register(pd PD, buf []byte, va uint64, access ib.Access) (*MR, e
 
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	index, err := t.allocIndex()
+	if err != nil {
+		return nil, fmt.Errorf("dma: register: %w", err)
+	}
+	s := &t.slots[index]
+	s.r = r
+	r.key = makeKey(index, s.key8)
+	r.mr = &MR{
+		LKey:   r.key,
+		RKey:   r.key,
+		PD:     pd,
+		Access: access,
+		VA:     va,
+		Len:    n,
+		r:      r,
+	}
+	t.count++
+	return r.mr, nil
+}
+
+// allocIndex takes a free table index for a new MR or memory window
+// and gives it its next key8. Caller holds t.mu.
+func (t *Table) allocIndex() (uint32, error) {
 	var index uint32
 	if t.freeHead < len(t.free) {
 		// FIFO reuse: an index rests as long as possible before it comes
@@ -188,26 +219,13 @@ func (t *Table) Register(pd PD, buf []byte, va uint64, access ib.Access) (*MR, e
 		}
 	} else {
 		if len(t.slots) > MaxMRIndex {
-			return nil, fmt.Errorf("dma: register: %w", ErrNoResources)
+			return 0, ErrNoResources
 		}
 		index = uint32(len(t.slots))
 		t.slots = append(t.slots, slot{key8: initialKey8(index)})
 	}
-	s := &t.slots[index]
-	s.key8++ // a new key8 on every use of the index
-	s.r = r
-	r.key = makeKey(index, s.key8)
-	r.mr = &MR{
-		LKey:   r.key,
-		RKey:   r.key,
-		PD:     pd,
-		Access: access,
-		VA:     va,
-		Len:    n,
-		r:      r,
-	}
-	t.count++
-	return r.mr, nil
+	t.slots[index].key8++ // a new key8 on every use of the index
+	return index, nil
 }
 
 // initialKey8 spreads the first key8 of each index, so keys of neighbouring
@@ -241,6 +259,10 @@ func (t *Table) Deregister(lkey uint32) error {
 	if r == nil {
 		return fmt.Errorf("dma: deregister lkey %#x: %w", lkey, ErrBadKey)
 	}
+	if r.mws > 0 {
+		// IBTA 10.6.7.2.6, rxe_dereg_mr: not while windows are bound to it.
+		return fmt.Errorf("dma: deregister lkey %#x: %d memory windows bound: %w", lkey, r.mws, ErrBusy)
+	}
 	i := keyIndex(lkey)
 	t.slots[i].r = nil
 	t.free = append(t.free, i)
@@ -262,12 +284,16 @@ func (t *Table) Lookup(key uint32) (*MR, bool) {
 // Invalidate marks the MR with this rkey invalid for remote access, as the
 // responder does for SEND_WITH_INV (the IETH names the rkey) and a local
 // invalidate work request does. Its PD must be pd. Local (lkey) access is
-// unaffected. Invalidating an already invalid rkey succeeds.
+// unaffected. Invalidating an already invalid rkey succeeds. An rkey of a
+// memory window unbinds the window (invalidateMW).
 func (t *Table) Invalidate(pd PD, rkey uint32) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	r := t.lookup(rkey)
 	if r == nil {
+		if w := t.lookupMW(rkey); w != nil {
+			return t.invalidateMW(pd, w)
+		}
 		return fmt.Errorf("dma: invalidate rkey %#x: %w", rkey, ErrBadKey)
 	}
 	if r.pd != pd {

@@ -113,12 +113,12 @@ func TestKeyReuse(t *testing.T) {
 			if _, ok := tab.Lookup(old); ok {
 				t.Fatalf("stale key %#x still found", old)
 			}
-			_, err := tab.Remote(pd, old, 0x1000, 8, ib.AccessRemoteRead)
+			_, err := tab.Remote(pd, 0, old, 0x1000, 8, ib.AccessRemoteRead)
 			wantErr(t, "remote with stale rkey", err, ErrBadKey)
 			err = tab.Gather(pd, []ib.SGE{{Addr: 0x1000, Length: 8, LKey: old}}, 0, make([]byte, 8))
 			wantErr(t, "gather with stale lkey", err, ErrBadKey)
 		}
-		if _, err := tab.Remote(pd, mr.RKey, 0x1000, 8, ib.AccessRemoteRead); err != nil {
+		if _, err := tab.Remote(pd, 0, mr.RKey, 0x1000, 8, ib.AccessRemoteRead); err != nil {
 			t.Fatalf("fresh key %#x: %v", mr.RKey, err)
 		}
 		stale = append(stale, mr.LKey)
@@ -137,14 +137,14 @@ func TestDeregister(t *testing.T) {
 	if _, ok := tab.Lookup(a.LKey); ok {
 		t.Error("deregistered MR still found")
 	}
-	_, err := tab.Remote(1, a.RKey, 0x1000, 1, ib.AccessRemoteWrite)
+	_, err := tab.Remote(1, 0, a.RKey, 0x1000, 1, ib.AccessRemoteWrite)
 	wantErr(t, "remote after deregister", err, ErrBadKey)
-	_, err = tab.AtomicFetchAdd(1, a.RKey, 0x1000, 1)
+	_, err = tab.AtomicFetchAdd(1, 0, a.RKey, 0x1000, 1)
 	wantErr(t, "atomic after deregister", err, ErrBadKey)
 	_, err = tab.CheckSGL(1, []ib.SGE{{Addr: 0x1000, Length: 1, LKey: a.LKey}}, false)
 	wantErr(t, "sgl after deregister", err, ErrBadKey)
 	// The other MR is untouched.
-	if _, err := tab.Remote(1, b.RKey, 0x1000, 64, ib.AccessRemoteWrite); err != nil {
+	if _, err := tab.Remote(1, 0, b.RKey, 0x1000, 64, ib.AccessRemoteWrite); err != nil {
 		t.Errorf("other MR: %v", err)
 	}
 	if tab.Len() != 1 {
@@ -168,22 +168,22 @@ func TestInvalidate(t *testing.T) {
 		t.Fatal("not invalidated")
 	}
 	for _, need := range []ib.Access{ib.AccessRemoteWrite, ib.AccessRemoteRead} {
-		_, err := tab.Remote(5, mr.RKey, 0x2000, 8, need)
+		_, err := tab.Remote(5, 0, mr.RKey, 0x2000, 8, need)
 		wantErr(t, "remote "+need.String()+" after invalidate", err, ErrInvalidated)
 	}
-	_, err := tab.AtomicCompareSwap(5, mr.RKey, 0x2000, 0, 1)
+	_, err := tab.AtomicCompareSwap(5, 0, mr.RKey, 0x2000, 0, 1)
 	wantErr(t, "cas after invalidate", err, ErrInvalidated)
-	_, err = tab.AtomicFetchAdd(5, mr.RKey, 0x2000, 1)
+	_, err = tab.AtomicFetchAdd(5, 0, mr.RKey, 0x2000, 1)
 	wantErr(t, "faa after invalidate", err, ErrInvalidated)
 	// PD is checked before the invalid state: a QP of another PD learns
 	// nothing about this MR.
-	_, err = tab.Remote(6, mr.RKey, 0x2000, 8, ib.AccessRemoteRead)
+	_, err = tab.Remote(6, 0, mr.RKey, 0x2000, 8, ib.AccessRemoteRead)
 	wantErr(t, "remote other pd after invalidate", err, ErrPD)
 	// Local access is unaffected.
 	wantErr(t, "local scatter after invalidate",
 		tab.Scatter(5, []ib.SGE{{Addr: 0x2000, Length: 8, LKey: mr.LKey}}, 0, make([]byte, 8)), nil)
 	// Other MRs are unaffected.
-	if _, err := tab.Remote(5, other.RKey, 0x2000, 8, ib.AccessRemoteRead); err != nil {
+	if _, err := tab.Remote(5, 0, other.RKey, 0x2000, 8, ib.AccessRemoteRead); err != nil {
 		t.Errorf("other MR: %v", err)
 	}
 	// Deregistering an invalidated MR works.
@@ -198,7 +198,7 @@ func TestMRFieldsNotTrusted(t *testing.T) {
 	mr.Access = allRemote
 	mr.Len = 1 << 20
 	mr.PD = 2
-	_, err := tab.Remote(1, mr.RKey, 0x1000, 8, ib.AccessRemoteWrite)
+	_, err := tab.Remote(1, 0, mr.RKey, 0x1000, 8, ib.AccessRemoteWrite)
 	wantErr(t, "remote write after editing Access", err, ErrAccess)
 	err = tab.Scatter(1, []ib.SGE{{Addr: 0x1000, Length: 32, LKey: mr.LKey}}, 0, make([]byte, 32))
 	wantErr(t, "scatter after editing Len", err, ErrBounds)

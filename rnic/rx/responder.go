@@ -244,7 +244,7 @@ func (r *Responder) write(qp *qpmgr.QP, p bth.Packet, tx qpmgr.TX) bool {
 	if op.Has(bth.HdrRETH) {
 		reth := p.RETH()
 		rs.WriteVA, rs.WriteRKey, rs.WriteLen, rs.Offset = reth.VA(), reth.RKey(), reth.DMALength(), 0
-		if _, err := r.DMA.Remote(qp.PD, rs.WriteRKey, rs.WriteVA, rs.WriteLen, ib.AccessRemoteWrite); err != nil {
+		if _, err := r.DMA.Remote(qp.PD, qp.QPN, rs.WriteRKey, rs.WriteVA, rs.WriteLen, ib.AccessRemoteWrite); err != nil {
 			r.fatal(qp, tx, bth.NAKRemoteAccessError, psn, ib.WCRemAccessErr)
 			return false
 		}
@@ -255,7 +255,7 @@ func (r *Responder) write(qp *qpmgr.QP, p bth.Packet, tx qpmgr.TX) bool {
 		return false
 	}
 	if n > 0 {
-		dst, err := r.DMA.Remote(qp.PD, rs.WriteRKey, rs.WriteVA+uint64(rs.Offset), uint32(n), ib.AccessRemoteWrite)
+		dst, err := r.DMA.Remote(qp.PD, qp.QPN, rs.WriteRKey, rs.WriteVA+uint64(rs.Offset), uint32(n), ib.AccessRemoteWrite)
 		if err != nil {
 			r.fatal(qp, tx, bth.NAKRemoteAccessError, psn, ib.WCRemAccessErr)
 			return false
@@ -287,7 +287,7 @@ func (r *Responder) read(qp *qpmgr.QP, p bth.Packet, tx qpmgr.TX) {
 		r.fatal(qp, tx, bth.NAKInvalidRequest, psn, ib.WCRemInvReqErr)
 		return
 	}
-	if _, err := r.DMA.Remote(qp.PD, rkey, va, n, ib.AccessRemoteRead); err != nil {
+	if _, err := r.DMA.Remote(qp.PD, qp.QPN, rkey, va, n, ib.AccessRemoteRead); err != nil {
 		r.fatal(qp, tx, bth.NAKRemoteAccessError, psn, ib.WCRemAccessErr)
 		return
 	}
@@ -325,7 +325,7 @@ func (r *Responder) readResponses(qp *qpmgr.QP, tx qpmgr.TX, res *qpmgr.RespReso
 		case last:
 			op = bth.RCRDMAReadResponseLast
 		}
-		src, err := r.DMA.Remote(qp.PD, res.RKey, va+uint64(off), k, ib.AccessRemoteRead)
+		src, err := r.DMA.Remote(qp.PD, qp.QPN, res.RKey, va+uint64(off), k, ib.AccessRemoteRead)
 		if err != nil { // the region went away under the READ
 			r.fatal(qp, tx, bth.NAKRemoteAccessError, psn, ib.WCRemAccessErr)
 			return
@@ -353,9 +353,9 @@ func (r *Responder) atomic(qp *qpmgr.QP, p bth.Packet, tx qpmgr.TX) {
 	var orig uint64
 	var err error
 	if p.Opcode().Operation() == bth.RCCompareSwap { // or XRC's
-		orig, err = r.DMA.AtomicCompareSwap(qp.PD, a.RKey(), a.VA(), a.CompareData(), a.SwapAddData())
+		orig, err = r.DMA.AtomicCompareSwap(qp.PD, qp.QPN, a.RKey(), a.VA(), a.CompareData(), a.SwapAddData())
 	} else {
-		orig, err = r.DMA.AtomicFetchAdd(qp.PD, a.RKey(), a.VA(), a.SwapAddData())
+		orig, err = r.DMA.AtomicFetchAdd(qp.PD, qp.QPN, a.RKey(), a.VA(), a.SwapAddData())
 	}
 	switch {
 	case errors.Is(err, dma.ErrAlign):
@@ -468,7 +468,7 @@ func (r *Responder) respondUC(qp *qpmgr.QP, p bth.Packet) {
 		err = dma.ErrBounds
 	} else if n > 0 {
 		var dst []byte
-		dst, err = r.DMA.Remote(qp.PD, rs.WriteRKey, rs.WriteVA+uint64(rs.Offset), uint32(n), ib.AccessRemoteWrite)
+		dst, err = r.DMA.Remote(qp.PD, qp.QPN, rs.WriteRKey, rs.WriteVA+uint64(rs.Offset), uint32(n), ib.AccessRemoteWrite)
 		copy(dst, p.Payload())
 	}
 	if err != nil {

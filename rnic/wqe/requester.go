@@ -56,6 +56,12 @@ func (e *Engine) Run(qp *qpmgr.QP, tx qpmgr.TX, budget int) int {
 		if !ok {
 			break
 		}
+		if w.WR.Opcode.IsLocal() {
+			if !e.local(qp) {
+				break
+			}
+			continue
+		}
 		if err := e.emit(qp, w, tx); err != nil {
 			// The local memory behind the WR went away or never
 			// was valid: a local protection error (IBTA 10.8.3).
@@ -93,6 +99,16 @@ func (e *Engine) nextWQE(qp *qpmgr.QP) (*qpmgr.SendWQE, bool) {
 		}
 		qp.Req.RNRUntil = time.Time{}
 	}
+	if w.WR.Opcode.IsLocal() {
+		// A bind or an invalidation runs once every WQE before it has
+		// completed, and completes at once: it has no PSN, so the
+		// completer, which retires WQEs in order by PSN, could not
+		// retire it behind a WQE still awaiting its ACK. rxe runs it
+		// at once and lets its completer retire it in order; waiting
+		// is what IBV_SEND_FENCE would ask, and keeps the window's
+		// state and the CQE's order one.
+		return w, sq.Next == sq.Head
+	}
 	psn := w.PSN
 	if w.State == qpmgr.WQEPosted {
 		psn = qp.Req.PSN
@@ -122,6 +138,35 @@ func (e *Engine) nextWQE(qp *qpmgr.QP) (*qpmgr.SendWQE, bool) {
 		}
 	}
 	return w, true
+}
+
+// local runs the local operation at the head of the send queue (rxe:
+// rxe_do_local_ops) and completes it: a failed bind with MW_BIND_ERR, a
+// failed invalidation with LOC_QP_OP_ERR, either moving the QP to ERR.
+// It reports whether the QP may go on.
+func (e *Engine) local(qp *qpmgr.QP) bool {
+	w := qp.SQ.At(qp.SQ.Head)
+	st := ib.WCSuccess
+	var err error
+	switch w.WR.Opcode {
+	case ib.WRBindMW:
+		if err = e.DMA.Bind(qp.PD, qp.QPN, &w.WR.Bind); err != nil {
+			st = ib.WCMWBindErr
+		}
+	case ib.WRLocalInv:
+		if err = e.DMA.Invalidate(qp.PD, w.WR.InvRKey); err != nil {
+			st = ib.WCLocQPOpErr
+		}
+	}
+	if e.Trace.On() {
+		e.Trace.Emit(trace.Event{Module: trace.ModWQE, Step: trace.StepFetch, QPN: qp.QPN, WRID: w.WR.WRID, WROp: w.WR.Opcode})
+	}
+	e.completeSend(qp, st)
+	if err != nil {
+		qp.EnterError()
+		return false
+	}
+	return true
 }
 
 // rewind goes back to the oldest unacknowledged PSN (go-back-N, rxe:
