@@ -47,26 +47,33 @@ func TestMWType1WriteReadOutside(t *testing.T) {
 
 	fill(a.mem[:4096], 5)
 	fill(b.mem[0x10000:0x20000], 9)
+	p.a.fence() // the devices' writes and the test's, ordered
 	guard := append([]byte(nil), b.mem[0x10000:0x20000]...)
+	p.a.fence()
 	mustPost(t, a, p.qa, ib.SendWR{WRID: 1, Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled,
 		SGL: []ib.SGE{sge(a, 0, 1500)}, RemoteAddr: memVA + 0x11000 + 548, RKey: key})
 	checkWC(t, a.poll(1, 5*time.Second)[0], ib.WC{WRID: 1, Opcode: ib.WCRDMAWrite, ByteLen: 1500, QPNum: p.qa.QPN})
 	want := append([]byte(nil), guard...)
 	copy(want[0x1000+548:], a.mem[:1500])
+	p.a.fence() // the devices' writes and the test's, ordered
 	sameBytes(t, "after the WRITE through the window", b.mem[0x10000:0x20000], want)
 
 	mustPost(t, a, p.qa, ib.SendWR{WRID: 2, Opcode: ib.WRRDMARead, Flags: ib.SendSignaled,
 		SGL: []ib.SGE{sge(a, 8192, 2048)}, RemoteAddr: memVA + 0x11000, RKey: key})
 	checkWC(t, a.poll(1, 5*time.Second)[0], ib.WC{WRID: 2, Opcode: ib.WCRDMARead, ByteLen: 2048, QPNum: p.qa.QPN})
+	p.a.fence() // the devices' writes and the test's, ordered
 	sameBytes(t, "the READ through the window", a.mem[8192:8192+2048], b.mem[0x11000:0x11000+2048])
 
 	// One byte past the window, inside the MR: refused, nothing written.
 	// The NAK is counted (naks_sent), and the QP of b goes to ERR.
+	p.a.fence() // the devices' writes and the test's, ordered
 	before := append([]byte(nil), b.mem[0x10000:0x20000]...)
+	p.a.fence()
 	naks := counter(b, "naks_sent")
 	mustPost(t, a, p.qa, ib.SendWR{WRID: 3, Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled,
 		SGL: []ib.SGE{sge(a, 0, 16)}, RemoteAddr: memVA + 0x11000 + 2048 - 15, RKey: key})
 	checkWC(t, a.poll(1, 5*time.Second)[0], ib.WC{WRID: 3, Status: ib.WCRemAccessErr, Opcode: ib.WCRDMAWrite, QPNum: p.qa.QPN})
+	p.a.fence() // the devices' writes and the test's, ordered
 	sameBytes(t, "after the refused WRITE", b.mem[0x10000:0x20000], before)
 	if n := counter(b, "naks_sent") - naks; n != 1 {
 		t.Errorf("b sent %d NAKs for the WRITE past the window, want 1", n)
@@ -83,9 +90,11 @@ func TestMWType2RemoteInvalidate(t *testing.T) {
 	wc, key := bind(t, p, mr, mw, mw.RKey, 0x12000, 256, mwRW|ib.AccessZeroBased)
 	checkWC(t, wc, ib.WC{WRID: 100, Opcode: ib.WCBindMW, QPNum: p.qb.QPN})
 	fill(a.mem[:256], 7)
+	p.a.fence()
 	mustPost(t, a, p.qa, ib.SendWR{WRID: 1, Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled,
 		SGL: []ib.SGE{sge(a, 0, 200)}, RemoteAddr: 56, RKey: key}) // zero-based: offset 56 of the window
 	checkWC(t, a.poll(1, 5*time.Second)[0], ib.WC{WRID: 1, Opcode: ib.WCRDMAWrite, ByteLen: 200, QPNum: p.qa.QPN})
+	p.a.fence() // the devices' writes and the test's, ordered
 	sameBytes(t, "zero-based WRITE", b.mem[0x12000+56:0x12000+256], a.mem[:200])
 
 	mustRecv(t, b, p.qb, ib.RecvWR{WRID: 7, SGL: []ib.SGE{sge(b, 0, 64)}})
@@ -94,10 +103,13 @@ func TestMWType2RemoteInvalidate(t *testing.T) {
 	checkWC(t, a.poll(1, 5*time.Second)[0], ib.WC{WRID: 2, Opcode: ib.WCSend, ByteLen: 16, QPNum: p.qa.QPN})
 	checkWC(t, b.poll(1, 5*time.Second)[0], ib.WC{WRID: 7, Opcode: ib.WCRecv, ByteLen: 16, QPNum: p.qb.QPN,
 		WCFlags: ib.WCFlagWithInv, Imm: key})
+	p.a.fence() // the devices' writes and the test's, ordered
 	before := append([]byte(nil), b.mem[0x10000:0x20000]...)
+	p.a.fence()
 	mustPost(t, a, p.qa, ib.SendWR{WRID: 3, Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled,
 		SGL: []ib.SGE{sge(a, 0, 16)}, RemoteAddr: 0, RKey: key})
 	checkWC(t, a.poll(1, 5*time.Second)[0], ib.WC{WRID: 3, Status: ib.WCRemAccessErr, Opcode: ib.WCRDMAWrite, QPNum: p.qa.QPN})
+	p.a.fence() // the devices' writes and the test's, ordered
 	sameBytes(t, "after the WRITE to the invalidated window", b.mem[0x10000:0x20000], before)
 }
 
