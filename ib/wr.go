@@ -204,8 +204,12 @@ func (t QPType) Supports(o WROpcode) bool {
 		return o == WRSend || o == WRSendWithImm
 	case QPTypeUC:
 		return o == WRSend || o == WRSendWithImm || o == WRRDMAWrite || o == WRRDMAWriteWithImm || o == WRBindMW
-	case QPTypeRC, QPTypeXRCSend:
+	case QPTypeRC:
 		return o.Valid()
+	case QPTypeXRCSend:
+		// Memory windows are bound on RC and UC QPs only, as rxe's
+		// opcode table has them (rxe has no XRC).
+		return o.Valid() && !o.IsLocal()
 	}
 	return false
 }
