@@ -36,9 +36,19 @@ func TestXRCObjects(t *testing.T) {
 	var ini, tgt abi.RingReply
 	closeAll(call(t, owner, abi.KindCreateXRCQP, &abi.CreateXRCQPReq{Type: ib.QPTypeXRCSend, PD: pd.H, SendCQ: cq.H,
 		Caps: ib.QPCap{MaxSendWR: 4, MaxSendSGE: 1}}, nil, &ini))
-	closeAll(call(t, owner, abi.KindCreateXRCQP, &abi.CreateXRCQPReq{Type: ib.QPTypeXRCRecv, XRCD: x.H}, nil, &tgt))
+	tgtMem := mapFD(t, call(t, owner, abi.KindCreateXRCQP, &abi.CreateXRCQPReq{Type: ib.QPTypeXRCRecv, XRCD: x.H}, nil, &tgt))
 	if ini.QPN == 0 || tgt.QPN == 0 || ini.Send.Slots != 4 || ini.Recv.Size != 0 || tgt.Send.Slots != 0 {
 		t.Fatalf("XRC QPs: initiator %+v, target %+v", ini, tgt)
+	}
+	// A target has no queue to post to: a producer index the client
+	// writes into its empty send ring, and doorbells of both its queues,
+	// are refused, and break nothing.
+	ringOf(t, tgtMem, tgt.Send).SetProducer(3)
+	for _, q := range []uint8{abi.DoorbellSend, abi.DoorbellRecv} {
+		if err := owner.Send(abi.KindDoorbell, &abi.DoorbellReq{H: tgt.H, Queue: q}); err != nil {
+			t.Fatal(err)
+		}
+		wantCode(t, "a doorbell of an XRC target", asyncErr(t, owner), abi.CodeInvalid)
 	}
 	// The modifies Debian's ibv_xsrq_pingpong makes of its target.
 	for _, m := range []abi.ModifyQPReq{

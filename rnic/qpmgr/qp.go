@@ -723,6 +723,10 @@ func (qp *QP) completeSend(w *SendWQE, st ib.WCStatus) {
 			flags = ib.WCFlagWithImm
 		}
 	}
+	if qp.SendCQ == nil { // an XRC target, which has no send queue to complete
+		qp.Counters.Inc(ib.SendErr)
+		return
+	}
 	if err := qp.SendCQ.PushSend(w.WR.WRID, st, w.WR.Opcode.WCOpcode(), flags, n, qp.QPN); err != nil {
 		qp.Counters.Inc(ib.SendErr)
 	}
