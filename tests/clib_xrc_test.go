@@ -81,7 +81,7 @@ func TestCLibXSRQPingpong(t *testing.T) {
 // TestCLibXRC runs clib/test/xrc.c, what ibv_xsrq_pingpong does not
 // show: a SEND with immediate scattered over two SGEs of an XRC SRQ
 // byte for byte and its completion field by field, a WRITE posted with
-// ibv_wr_set_xrc_srqn, EBUSY for a domain in use, and a SEND naming the
+// ibv_wr_set_xrc_srqn, a READ and a FETCH_ADD (XRC's responses), EBUSY for a domain in use, and a SEND naming the
 // SRQ of another domain: REM_INV_REQ_ERR at the initiator, the target
 // in ERR, no receive taken, and the target's rnicd counting it once.
 func TestCLibXRC(t *testing.T) {
@@ -93,6 +93,7 @@ func TestCLibXRC(t *testing.T) {
 	want := "device_cap_flags has XRC; SRQ numbers differ\n" +
 		"SEND of 3000 bytes to SRQ 1: landed in its two SGEs, completion on its CQ names the target QP\n" +
 		"WRITE with ibv_wr_set_xrc_srqn: landed\n" +
+		"READ back and FETCH_ADD: done\n" +
 		"close of a domain in use: EBUSY\n" +
 		"SEND to another domain's SRQ: remote invalid request error, target in ERR, no receive taken\n" +
 		"PASS\n"

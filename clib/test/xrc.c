@@ -14,7 +14,9 @@
  *      past them written, and its completion on the SRQ's CQ names the
  *      target QP, with the length, opcode, immediate and wr_id;
  *   3. an RDMA WRITE posted with ibv_wr_set_xrc_srqn lands byte for byte
- *      (its rkey checked against the SRQ's PD);
+ *      (its rkey checked against the SRQ's PD), a READ brings it back,
+ *      and a FETCH_ADD returns the old value and adds (XRC's READ
+ *      responses and atomic ACKs reach the initiator);
  *   4. a domain in use is not closed (EBUSY);
  *   5. a SEND naming the SRQ of the other domain completes with
  *      REM_INV_REQ_ERR, consumes no receive WQE, and the target goes to
@@ -88,7 +90,8 @@ static struct ibv_srq *xrc_srq(struct ibv_context *ctx, struct ibv_pd *pd, struc
 static void connect(struct ibv_qp *qp, int target, uint32_t dest, union ibv_gid gid)
 {
 	struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .port_num = 1,
-				.qp_access_flags = target ? IBV_ACCESS_REMOTE_WRITE : 0};
+				.qp_access_flags = target ? IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+								    IBV_ACCESS_REMOTE_ATOMIC : 0};
 	check(!ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS), "modify to INIT");
 	memset(&a, 0, sizeof(a));
 	a.qp_state = IBV_QPS_RTR;
@@ -96,6 +99,7 @@ static void connect(struct ibv_qp *qp, int target, uint32_t dest, union ibv_gid 
 	a.dest_qp_num = dest;
 	a.rq_psn = 0x200;
 	a.min_rnr_timer = 12;
+	a.max_dest_rd_atomic = 1;
 	a.ah_attr.is_global = 1;
 	a.ah_attr.grh.dgid = gid;
 	a.ah_attr.grh.sgid_index = 1;
@@ -111,6 +115,7 @@ static void connect(struct ibv_qp *qp, int target, uint32_t dest, union ibv_gid 
 	a.timeout = 14;
 	a.retry_cnt = 7;
 	a.rnr_retry = 7;
+	a.max_rd_atomic = 1;
 	mask = IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_SQ_PSN;
 	if (!target)
 		mask |= IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
@@ -132,7 +137,8 @@ int main(int argc, char **argv)
 	enum { N = 8192, MSG = 3000, SGE0 = 1000 };
 	unsigned char *tbuf = malloc(N);
 	memset(tbuf, 0xa5, N);
-	struct ibv_mr *tmr = ibv_reg_mr(tpd, tbuf, N, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	struct ibv_mr *tmr = ibv_reg_mr(tpd, tbuf, N, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+						  IBV_ACCESS_REMOTE_ATOMIC);
 	check(tmr != NULL, "ibv_reg_mr");
 	struct ibv_cq *tcq = ibv_create_cq(tc, 8, NULL, NULL, 0);
 	check(tcq != NULL, "ibv_create_cq");
@@ -205,6 +211,36 @@ int main(int argc, char **argv)
 	check(wc.status == IBV_WC_SUCCESS && wc.wr_id == 0x78 && wc.opcode == IBV_WC_RDMA_WRITE, "the WRITE's completion");
 	check(!memcmp(tbuf + 1024, ibuf + 100, 2000), "the WRITE, byte for byte");
 	printf("WRITE with ibv_wr_set_xrc_srqn: landed\n");
+
+	/* The READ of those bytes back, and a FETCH_ADD, each naming SRQ 1. */
+	struct ibv_sge rds = {(uintptr_t)ibuf + 4096, 2000, imr->lkey};
+	struct ibv_send_wr rd = {.wr_id = 0x7a, .sg_list = &rds, .num_sge = 1, .opcode = IBV_WR_RDMA_READ,
+				 .send_flags = IBV_SEND_SIGNALED};
+	rd.wr.rdma.remote_addr = (uintptr_t)tbuf + 1024;
+	rd.wr.rdma.rkey = tmr->rkey;
+	rd.qp_type.xrc.remote_srqn = n1;
+	memset(ibuf + 4096, 0, 2000);
+	check(!ibv_post_send(ini, &rd, &sbad), "ibv_post_send of a READ");
+	wc = poll_one(icq);
+	check(wc.status == IBV_WC_SUCCESS && wc.wr_id == 0x7a && wc.opcode == IBV_WC_RDMA_READ && wc.byte_len == 2000,
+	      "the READ's completion");
+	check(!memcmp(ibuf + 4096, ibuf + 100, 2000), "the READ, byte for byte");
+	uint64_t *target = (uint64_t *)(tbuf + 8000);
+	*target = 40;
+	struct ibv_sge fas = {(uintptr_t)ibuf + 7000, 8, imr->lkey};
+	struct ibv_send_wr fa = {.wr_id = 0x7b, .sg_list = &fas, .num_sge = 1, .opcode = IBV_WR_ATOMIC_FETCH_AND_ADD,
+				 .send_flags = IBV_SEND_SIGNALED};
+	fa.wr.atomic.remote_addr = (uintptr_t)target;
+	fa.wr.atomic.rkey = tmr->rkey;
+	fa.wr.atomic.compare_add = 2;
+	fa.qp_type.xrc.remote_srqn = n1;
+	check(!ibv_post_send(ini, &fa, &sbad), "ibv_post_send of a FETCH_ADD");
+	wc = poll_one(icq);
+	uint64_t old;
+	memcpy(&old, ibuf + 7000, 8);
+	check(wc.status == IBV_WC_SUCCESS && wc.wr_id == 0x7b && wc.opcode == IBV_WC_FETCH_ADD && old == 40 && *target == 42,
+	      "the FETCH_ADD: 40 returned, 42 left");
+	printf("READ back and FETCH_ADD: done\n");
 
 	/* 4. A domain in use stays. */
 	check(ibv_close_xrcd(x1) == EBUSY, "ibv_close_xrcd of a domain in use: EBUSY");
