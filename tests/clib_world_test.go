@@ -151,8 +151,9 @@ func TestCLibSendLatEvents(t *testing.T) {
 // and write; rnicd makes that node (the null device's number, the control
 // socket's owner and mode) and removes it when it stops. ucx_info -d then
 // lists the device with rc_verbs and ud_verbs, and Debian's ucx_perftest
-// runs between two rnicd: UCT's active-message latency over rc_verbs,
-// UCP's tag_lat and ucp_put_bw over rc_verbs and ud_verbs.
+// runs between two rnicd: UCT's am_lat and UCP's tag_lat, tag_bw,
+// ucp_put_bw and ucp_get, over rc_verbs (with ud_verbs, which UCP's
+// wireup of an RC lane needs) and over ud_verbs alone.
 // UCT's perftest gives the server the client's device name, so the two
 // daemons share one name, each in a directory of its own.
 func TestCLibUCX(t *testing.T) {
@@ -206,17 +207,22 @@ func TestCLibUCX(t *testing.T) {
 		}
 	}
 
-	// UCT's active messages on rc_verbs alone; UCP's tagged messages and
-	// PUTs on rc_verbs with ud_verbs for the wireup, whose datagrams UCX
-	// 1.13 takes only with the completion's sl saying IPv4.
-	for _, c := range []struct{ tls, test string }{
-		{"rc_verbs", "am_lat"},
-		{"rc_verbs,ud_verbs", "tag_lat"},
-		{"rc_verbs,ud_verbs", "ucp_put_bw"},
-	} {
+	// UCT's active messages on the transport alone; UCP's tagged
+	// messages, PUTs and GETs on rc_verbs with ud_verbs for the wireup
+	// (whose datagrams UCX 1.13 takes only with the completion's sl
+	// saying IPv4), and on ud_verbs alone, where UCP emulates RMA over
+	// active messages.
+	type run struct{ tls, uct, test string }
+	var runs []run
+	for _, tr := range []struct{ tls, uct string }{{"rc_verbs,ud_verbs", "rc_verbs"}, {"ud_verbs", "ud_verbs"}} {
+		for _, test := range []string{"am_lat", "tag_lat", "tag_bw", "ucp_put_bw", "ucp_get"} {
+			runs = append(runs, run{tr.tls, tr.uct, test})
+		}
+	}
+	for _, c := range runs {
 		args := []string{"-t", c.test, "-n", "1000"}
 		if c.test == "am_lat" {
-			args = append(args, "-d", name+":1", "-x", "rc_verbs")
+			args = append(args, "-d", name+":1", "-x", c.uct)
 		}
 		cli := ucxPerftest(ctx, t, perf, perf, dirA, dirB, "UCX_NET_DEVICES="+name+":1", "UCX_TLS="+c.tls, "UCX_NET_DEVICES="+name+":1", "UCX_TLS="+c.tls, args...)
 		if !regexp.MustCompile(`(?m)^Final:\s+1000\s`).MatchString(cli) {
