@@ -38,6 +38,8 @@ func seedRequests() [][]byte {
 		abi.Encode(abi.KindListCMIDs, 0, 17, &abi.ListCMIDsReq{From: 2}),
 		abi.Encode(abi.KindAttachMcast, 0, 18, &abi.McastReq{H: 3, GID: [16]byte{10: 0xff, 11: 0xff, 12: 239, 15: 1}}),
 		abi.Encode(abi.KindDetachMcast, 0, 19, &abi.McastReq{H: 3, GID: [16]byte{0: 0xff, 1: 0x0e, 15: 1}, LID: 0xc001}),
+		abi.Encode(abi.KindAllocMW, 0, 20, &abi.AllocMWReq{PD: 1, Type: 2}),
+		abi.Encode(abi.KindDeallocMW, 0, 21, &abi.Handle{H: 7}),
 	}
 }
 

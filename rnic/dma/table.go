@@ -132,6 +132,7 @@ type Table struct {
 	free     []uint32 // indexes ready for reuse, oldest first from freeHead
 	freeHead int
 	count    int
+	bound2   int // type 2 memory windows bound (mw.go)
 
 	// atomicMu serialises the atomics (IBV_ATOMIC_HCA): see atomic.go.
 	atomicMu sync.Mutex

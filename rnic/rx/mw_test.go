@@ -77,3 +77,68 @@ func TestResponderWindowBounds(t *testing.T) {
 		t.Fatalf("QP in %v after the access error, want ERR", st)
 	}
 }
+
+// FuzzWindowAccess throws requests naming a type 2 window's rkey at the
+// responder, with any address, length, opcode and payload: no byte of
+// the window's MR outside the window ever changes (the MR itself
+// reaches further on both sides), whatever the responder answers.
+func FuzzWindowAccess(f *testing.F) {
+	f.Add(uint8(0), uint64(0x10100), uint32(32), []byte("inside"))
+	f.Add(uint8(0), uint64(0x10100+250), uint32(16), bytes.Repeat([]byte{1}, 16))
+	f.Add(uint8(1), uint64(0x100ff), uint32(512), bytes.Repeat([]byte{2}, 256))
+	f.Add(uint8(2), uint64(0x10100+248), uint32(8), []byte{})
+	f.Add(uint8(3), uint64(0x10100+256), uint32(8), []byte{})
+	f.Add(uint8(4), uint64(0x10000), uint32(4096), []byte{})
+	ops := []bth.Opcode{bth.RCRDMAWriteOnly, bth.RCRDMAWriteFirst, bth.RCFetchAdd, bth.RCCompareSwap, bth.RCRDMAReadRequest}
+	f.Fuzz(func(t *testing.T, opi uint8, va uint64, dmaLen uint32, payload []byte) {
+		const winOff, winLen = 0x100, 256
+		op := ops[int(opi)%len(ops)]
+		if !op.Has(bth.HdrRETH) || op == bth.RCRDMAReadRequest {
+			payload = nil
+		}
+		if len(payload) > 1024 {
+			payload = payload[:1024]
+		}
+		mem := bytes.Repeat([]byte{0x5a}, 4096)
+		r := newRCQPMem(t, make([]byte, 64))
+		r.qp.Attr.AccessFlags = ib.AccessRemoteWrite | ib.AccessRemoteRead | ib.AccessRemoteAtomic
+		mr, err := r.tab.Register(1, mem, 0x10000, ib.AccessLocalWrite|ib.AccessRemote|ib.AccessMWBind)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mw, err := r.tab.AllocMW(1, dma.MWType2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		key := mw.RKey&^0xff | uint32(uint8(mw.RKey+1))
+		if err := r.tab.Bind(1, r.qp.QPN, &ib.MWBind{MWRKey: mw.RKey, RKey: key, MRLKey: mr.LKey, Addr: 0x10000 + winOff,
+			Length: winLen, Access: ib.AccessRemote}); err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, bth.PacketLen(op, len(payload)))
+		p, _ := bth.Build(buf, op, len(payload))
+		p.BTH().Encode(&bth.BTHFields{Opcode: op, PadCount: bth.PadFor(len(payload)), PKey: bth.DefaultPKey,
+			DestQP: r.qp.QPN, PSN: r.qp.Resp.EPSN, AckReq: true})
+		if op.Has(bth.HdrRETH) {
+			p.RETH().Encode(va, key, dmaLen)
+		}
+		if op.Has(bth.HdrAtomicETH) {
+			p.AtomicETH().Encode(va, key, 0x0101010101010101, 0x5a5a5a5a5a5a5a5a)
+		}
+		copy(p.Payload(), payload)
+		b := ibudp.NewBuf()
+		if !b.SetRoCE(buf) {
+			return
+		}
+		b.Peer = r.peer
+		var tx sent
+		r.h.Receive(b, &tx)
+		r.h.Resp.Ack.Flush(&tx)
+		for i, v := range mem {
+			if (i < winOff || i >= winOff+winLen) && v != 0x5a {
+				t.Fatalf("%v at %#x len %d through the window wrote MR byte %#x, outside the window [%#x, %#x)",
+					op, va, dmaLen, i, winOff, winOff+winLen)
+			}
+		}
+	})
+}
