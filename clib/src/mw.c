@@ -7,7 +7,6 @@
  */
 #include <errno.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "qp.h"
 
@@ -78,14 +77,7 @@ int encode_local(struct rqp *q, struct ibv_send_wr *wr, uint8_t *slot)
 		return EINVAL;
 	if (wr->send_flags & ~(IBV_SEND_FENCE | IBV_SEND_SIGNALED | IBV_SEND_SOLICITED))
 		return EINVAL;
-	struct buf s = {.p = slot, .len = q->sq_slot_bytes};
-	memset(slot, 0, SEND_FIXED);
-	s.off = SWQE_WR_ID;
-	put64(&s, wr->wr_id);
-	s.off = SWQE_OPCODE;
-	put8(&s, wr->opcode);
-	s.off = SWQE_SEND_FLAGS;
-	put8(&s, wr->send_flags);
+	struct buf s = wqe_head(q, slot, wr, wr->send_flags);
 	if (wr->opcode == IBV_WR_LOCAL_INV) {
 		s.off = SWQE_INV_RKEY;
 		put32(&s, wr->invalidate_rkey);

@@ -386,6 +386,21 @@ EXPORT int ibv_destroy_qp(struct ibv_qp *qp)
 	return 0;
 }
 
+/* wqe_head starts a send slot (abi's send WQE): cleared, with the WR's
+ * id, opcode and flags. */
+struct buf wqe_head(struct rqp *q, uint8_t *slot, struct ibv_send_wr *wr, unsigned flags)
+{
+	struct buf s = {.p = slot, .len = q->sq_slot_bytes};
+	memset(slot, 0, SEND_FIXED);
+	s.off = SWQE_WR_ID;
+	put64(&s, wr->wr_id);
+	s.off = SWQE_OPCODE;
+	put8(&s, wr->opcode);
+	s.off = SWQE_SEND_FLAGS;
+	put8(&s, flags);
+	return s;
+}
+
 /* encode_send writes one send WR into slot s (abi's send WQE). */
 int encode_send(struct rqp *q, struct ibv_send_wr *wr, uint8_t *slot)
 {
@@ -420,14 +435,7 @@ int encode_send(struct rqp *q, struct ibv_send_wr *wr, uint8_t *slot)
 	} else if (SEND_FIXED + (size_t)SGE_BYTES * wr->num_sge > q->sq_slot_bytes) {
 		return EINVAL;
 	}
-	struct buf s = {.p = slot, .len = q->sq_slot_bytes};
-	memset(slot, 0, SEND_FIXED);
-	s.off = SWQE_WR_ID;
-	put64(&s, wr->wr_id);
-	s.off = SWQE_OPCODE;
-	put8(&s, wr->opcode);
-	s.off = SWQE_SEND_FLAGS;
-	put8(&s, flags);
+	struct buf s = wqe_head(q, slot, wr, flags);
 	s.off = SWQE_NUM_SGE;
 	put8(&s, inl ? 0 : wr->num_sge);
 	struct rah *ah = NULL;

@@ -64,6 +64,7 @@ static inline struct rqp *to_rqp(struct ibv_qp *qp) { return (struct rqp *)qp; }
 
 /* encode_send writes one send WR into a send ring slot. */
 int encode_send(struct rqp *q, struct ibv_send_wr *wr, uint8_t *slot);
+struct buf wqe_head(struct rqp *q, uint8_t *slot, struct ibv_send_wr *wr, unsigned flags);
 
 /* qp.c: a QP of any type (XRC_RECV: no PD, xrcd its domain); an SRQ
  * filled from the daemon's reply. */

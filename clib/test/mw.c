@@ -14,22 +14,16 @@
  * gets a new pair of QPs.
  */
 #include <errno.h>
-#include <infiniband/verbs.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 #include <time.h>
+
+#include "vtest.h"
 
 #define WIN 5000  /* the window's bytes */
 #define GUARD 300 /* region bytes on each side of the window */
 
-static void die(const char *what)
-{
-	perror(what);
-	exit(2);
-}
-
-static void check(int ok, const char *what)
+/* must fails the program at the first check that does not hold: what
+ * follows a failed bind or access would only fail for its sake. */
+static void must(int ok, const char *what)
 {
 	if (!ok) {
 		printf("FAIL: %s (errno %d)\n", what, errno);
@@ -45,25 +39,6 @@ struct end {
 	struct ibv_qp_ex *qpx; /* the target's: the ibv_wr_* API */
 	union ibv_gid gid;
 };
-
-static struct ibv_context *open_dev(const char *name)
-{
-	int n;
-	struct ibv_device **list = ibv_get_device_list(&n);
-	if (!list)
-		die("ibv_get_device_list");
-	for (int i = 0; i < n; i++) {
-		if (strcmp(ibv_get_device_name(list[i]), name) == 0) {
-			struct ibv_context *c = ibv_open_device(list[i]);
-			ibv_free_device_list(list);
-			if (!c)
-				die("ibv_open_device");
-			return c;
-		}
-	}
-	fprintf(stderr, "no device %s among %d\n", name, n);
-	exit(2);
-}
 
 static void open_end(struct end *e, const char *dev)
 {
@@ -94,39 +69,6 @@ static void make_qp(struct end *e, int ex)
 		die("ibv_qp_to_qp_ex");
 }
 
-static void connect_qp(struct end *e, struct end *peer)
-{
-	struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .port_num = 1,
-				.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ};
-	if (ibv_modify_qp(e->qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
-		die("modify to INIT");
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_1024;
-	a.dest_qp_num = peer->qp->qp_num;
-	a.rq_psn = 0x100;
-	a.max_dest_rd_atomic = 1;
-	a.min_rnr_timer = 12;
-	a.ah_attr.is_global = 1;
-	a.ah_attr.grh.dgid = peer->gid;
-	a.ah_attr.grh.sgid_index = 1;
-	a.ah_attr.grh.hop_limit = 64;
-	a.ah_attr.port_num = 1;
-	if (ibv_modify_qp(e->qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-					     IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
-		die("modify to RTR");
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTS;
-	a.sq_psn = 0x100;
-	a.timeout = 14;
-	a.retry_cnt = 7;
-	a.rnr_retry = 7;
-	a.max_rd_atomic = 1;
-	if (ibv_modify_qp(e->qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-					     IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC))
-		die("modify to RTS");
-}
-
 /* fresh gives the target and the sender a new pair of connected QPs. */
 static void fresh(struct end *t, struct end *s)
 {
@@ -136,8 +78,8 @@ static void fresh(struct end *t, struct end *s)
 		die("ibv_destroy_qp");
 	make_qp(t, 1);
 	make_qp(s, 0);
-	connect_qp(t, s);
-	connect_qp(s, t);
+	rc_connect(t->qp, s->qp, &s->gid);
+	rc_connect(s->qp, t->qp, &t->gid);
 }
 
 /* wait_wc polls e's CQ for one completion. */
@@ -215,13 +157,14 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: mw TARGET_DEV SENDER_DEV\n");
 		return 2;
 	}
+	(void)check; /* vtest.h's goes on after a failure; this program stops (must) */
 	struct end t = {0}, s = {0};
 	open_end(&t, argv[1]);
 	open_end(&s, argv[2]);
 
 	struct ibv_device_attr da;
-	check(ibv_query_device(t.ctx, &da) == 0, "ibv_query_device");
-	check(da.max_mw == 1 << 16 && (da.device_cap_flags & IBV_DEVICE_MEM_WINDOW) &&
+	must(ibv_query_device(t.ctx, &da) == 0, "ibv_query_device");
+	must(da.max_mw == 1 << 16 && (da.device_cap_flags & IBV_DEVICE_MEM_WINDOW) &&
 		      (da.device_cap_flags & IBV_DEVICE_MEM_WINDOW_TYPE_2B),
 	      "max_mw and the window capability flags");
 	printf("ibv_query_device: max_mw %d, MEM_WINDOW and MEM_WINDOW_TYPE_2B\n", da.max_mw);
@@ -233,85 +176,85 @@ int main(int argc, char **argv)
 	unsigned char *win = block + GUARD;
 	unsigned rw = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
 	struct ibv_mr *mr = ibv_reg_mr(t.pd, block, sizeof(guard_image), IBV_ACCESS_LOCAL_WRITE | rw | IBV_ACCESS_MW_BIND);
-	check(mr != NULL, "ibv_reg_mr with MW_BIND");
+	must(mr != NULL, "ibv_reg_mr with MW_BIND");
 	unsigned char *src = malloc(2 * WIN);
 	for (int i = 0; i < 2 * WIN; i++)
 		src[i] = (unsigned char)(i * 7 + 5);
 	struct ibv_mr *smr = ibv_reg_mr(s.pd, src, 2 * WIN, IBV_ACCESS_LOCAL_WRITE);
-	check(smr != NULL, "ibv_reg_mr of the source");
+	must(smr != NULL, "ibv_reg_mr of the source");
 	fresh(&t, &s);
 
 	/* Type 1: ibv_bind_mw posts the bind and gives the window its next
 	 * rkey at once. */
 	struct ibv_mw *mw1 = ibv_alloc_mw(t.pd, IBV_MW_TYPE_1);
-	check(mw1 && mw1->type == IBV_MW_TYPE_1 && mw1->pd == t.pd, "ibv_alloc_mw type 1");
+	must(mw1 && mw1->type == IBV_MW_TYPE_1 && mw1->pd == t.pd, "ibv_alloc_mw type 1");
 	uint32_t old = mw1->rkey;
 	struct ibv_mw_bind b1 = {.wr_id = 11, .send_flags = IBV_SEND_SIGNALED,
 				 .bind_info = {.mr = mr, .addr = (uintptr_t)win, .length = WIN, .mw_access_flags = rw}};
-	check(ibv_bind_mw(t.qp, mw1, &b1) == 0, "ibv_bind_mw");
-	check(mw1->rkey == ibv_inc_rkey(old) && mw1->rkey != mr->rkey, "the window's rkey after the bind");
+	must(ibv_bind_mw(t.qp, mw1, &b1) == 0, "ibv_bind_mw");
+	must(mw1->rkey == ibv_inc_rkey(old) && mw1->rkey != mr->rkey, "the window's rkey after the bind");
 	expect(wait_wc(&t), 11, IBV_WC_SUCCESS, IBV_WC_BIND_MW, 0, t.qp, "type 1 bind");
-	check(rdma(&s, IBV_WR_RDMA_WRITE, smr, 0, WIN, (uintptr_t)win, mw1->rkey) == IBV_WC_SUCCESS, "WRITE through the window");
-	check(memcmp(win, src, WIN) == 0 && guards_kept(), "the WRITE's bytes");
-	check(rdma(&s, IBV_WR_RDMA_READ, smr, WIN, WIN, (uintptr_t)win, mw1->rkey) == IBV_WC_SUCCESS, "READ through the window");
-	check(memcmp(src + WIN, win, WIN) == 0, "the READ's bytes");
+	must(rdma(&s, IBV_WR_RDMA_WRITE, smr, 0, WIN, (uintptr_t)win, mw1->rkey) == IBV_WC_SUCCESS, "WRITE through the window");
+	must(memcmp(win, src, WIN) == 0 && guards_kept(), "the WRITE's bytes");
+	must(rdma(&s, IBV_WR_RDMA_READ, smr, WIN, WIN, (uintptr_t)win, mw1->rkey) == IBV_WC_SUCCESS, "READ through the window");
+	must(memcmp(src + WIN, win, WIN) == 0, "the READ's bytes");
 	printf("type 1: ibv_bind_mw, a WRITE and a READ of %d bytes through the window: success, data checked\n", WIN);
 	memcpy(guard_image + GUARD, win, WIN);
 
 	/* One byte past the window and one before it: inside the region,
 	 * outside the window. */
 	int st = rdma(&s, IBV_WR_RDMA_WRITE, smr, 0, 16, (uintptr_t)win + WIN - 15, mw1->rkey);
-	check(st == IBV_WC_REM_ACCESS_ERR && guards_kept() && memcmp(win, guard_image + GUARD, WIN) == 0,
+	must(st == IBV_WC_REM_ACCESS_ERR && guards_kept() && memcmp(win, guard_image + GUARD, WIN) == 0,
 	      "a WRITE one byte past the window");
 	fresh(&t, &s);
 	st = rdma(&s, IBV_WR_RDMA_READ, smr, 0, 16, (uintptr_t)win - 1, mw1->rkey);
-	check(st == IBV_WC_REM_ACCESS_ERR, "a READ one byte before the window");
+	must(st == IBV_WC_REM_ACCESS_ERR, "a READ one byte before the window");
 	printf("type 1: a WRITE one byte past the window and a READ one byte before it: remote access error, guards unchanged\n");
 	fresh(&t, &s);
 
 	/* The region cannot go while a window is bound to it. */
 	errno = 0;
-	check(ibv_dereg_mr(mr) == EINVAL, "ibv_dereg_mr of a region with a window bound");
+	must(ibv_dereg_mr(mr) == EINVAL, "ibv_dereg_mr of a region with a window bound");
 	/* A type 1 window cannot be invalidated: LOCAL_INV fails. */
 	struct ibv_send_wr inv = {.wr_id = 12, .opcode = IBV_WR_LOCAL_INV, .send_flags = IBV_SEND_SIGNALED}, *bad;
 	inv.invalidate_rkey = mw1->rkey;
-	check(ibv_post_send(t.qp, &inv, &bad) == 0, "post LOCAL_INV");
+	must(ibv_post_send(t.qp, &inv, &bad) == 0, "post LOCAL_INV");
 	expect(wait_wc(&t), 12, IBV_WC_LOC_QP_OP_ERR, IBV_WC_LOCAL_INV, 0, t.qp, "LOCAL_INV of a type 1 window");
-	check(ibv_dealloc_mw(mw1) == 0, "ibv_dealloc_mw");
+	must(ibv_dealloc_mw(mw1) == 0, "ibv_dealloc_mw");
 	printf("ibv_dereg_mr with a window bound: EINVAL; LOCAL_INV of a type 1 window: local QP operation error\n");
 	fresh(&t, &s);
 
 	/* Type 2: bound by a WR with ibv_inc_rkey's key, zero-based;
 	 * invalidated by the sender's SEND_WITH_INV. */
 	struct ibv_mw *mw2 = ibv_alloc_mw(t.pd, IBV_MW_TYPE_2);
-	check(mw2 && mw2->type == IBV_MW_TYPE_2, "ibv_alloc_mw type 2");
+	must(mw2 && mw2->type == IBV_MW_TYPE_2, "ibv_alloc_mw type 2");
 	uint32_t k2 = ibv_inc_rkey(mw2->rkey);
-	check(post_bind(&t, mw2, k2, mr, (uintptr_t)win, WIN, rw | IBV_ACCESS_ZERO_BASED) == 0, "post BIND_MW");
+	must(post_bind(&t, mw2, k2, mr, (uintptr_t)win, WIN, rw | IBV_ACCESS_ZERO_BASED) == 0, "post BIND_MW");
 	expect(wait_wc(&t), 77, IBV_WC_SUCCESS, IBV_WC_BIND_MW, 0, t.qp, "type 2 bind");
 	mw2->rkey = k2; /* the application keeps the window's rkey */
 	for (int i = 0; i < WIN; i++)
 		src[i] ^= 0x3c;
-	check(rdma(&s, IBV_WR_RDMA_WRITE, smr, 0, WIN - 100, 100, k2) == IBV_WC_SUCCESS, "zero-based WRITE");
-	check(memcmp(win + 100, src, WIN - 100) == 0 && memcmp(win, guard_image + GUARD, 100) == 0 && guards_kept(),
+	must(rdma(&s, IBV_WR_RDMA_WRITE, smr, 0, WIN - 100, 100, k2) == IBV_WC_SUCCESS, "zero-based WRITE");
+	must(memcmp(win + 100, src, WIN - 100) == 0 && memcmp(win, guard_image + GUARD, 100) == 0 && guards_kept(),
 	      "the zero-based WRITE's bytes");
 	memcpy(guard_image + GUARD, win, WIN);
 	char rbuf[64];
 	struct ibv_mr *rmr = ibv_reg_mr(t.pd, rbuf, sizeof(rbuf), IBV_ACCESS_LOCAL_WRITE);
-	check(rmr != NULL, "ibv_reg_mr of the receive buffer");
+	must(rmr != NULL, "ibv_reg_mr of the receive buffer");
 	struct ibv_sge rsge = {.addr = (uintptr_t)rbuf, .length = sizeof(rbuf), .lkey = rmr->lkey};
 	struct ibv_recv_wr rwr = {.wr_id = 21, .sg_list = &rsge, .num_sge = 1}, *rbad;
-	check(ibv_post_recv(t.qp, &rwr, &rbad) == 0, "ibv_post_recv");
+	must(ibv_post_recv(t.qp, &rwr, &rbad) == 0, "ibv_post_recv");
 	struct ibv_sge ssge = {.addr = (uintptr_t)src, .length = 8, .lkey = smr->lkey};
 	struct ibv_send_wr swr = {.wr_id = 22, .sg_list = &ssge, .num_sge = 1, .opcode = IBV_WR_SEND_WITH_INV,
 				  .send_flags = IBV_SEND_SIGNALED};
 	swr.invalidate_rkey = k2;
-	check(ibv_post_send(s.qp, &swr, &bad) == 0, "post SEND_WITH_INV");
+	must(ibv_post_send(s.qp, &swr, &bad) == 0, "post SEND_WITH_INV");
 	expect(wait_wc(&s), 22, IBV_WC_SUCCESS, IBV_WC_SEND, 8, s.qp, "SEND_WITH_INV");
 	struct ibv_wc wc = wait_wc(&t);
 	expect(wc, 21, IBV_WC_SUCCESS, IBV_WC_RECV, 8, t.qp, "the receive of SEND_WITH_INV");
-	check((wc.wc_flags & IBV_WC_WITH_INV) && wc.invalidated_rkey == k2, "the receive names the invalidated rkey");
+	must((wc.wc_flags & IBV_WC_WITH_INV) && wc.invalidated_rkey == k2, "the receive names the invalidated rkey");
 	st = rdma(&s, IBV_WR_RDMA_WRITE, smr, 0, 16, 0, k2);
-	check(st == IBV_WC_REM_ACCESS_ERR && guards_kept() && memcmp(win, guard_image + GUARD, WIN) == 0,
+	must(st == IBV_WC_REM_ACCESS_ERR && guards_kept() && memcmp(win, guard_image + GUARD, WIN) == 0,
 	      "a WRITE after the remote invalidation");
 	printf("type 2: BIND_MW zero-based, a WRITE landed; SEND_WITH_INV invalidated it (IBV_WC_WITH_INV), "
 	       "then a WRITE: remote access error, bytes unchanged\n");
@@ -325,59 +268,59 @@ int main(int argc, char **argv)
 	struct ibv_mw_bind_info bi = {.mr = mr, .addr = (uintptr_t)win + 1000, .length = 64,
 				      .mw_access_flags = IBV_ACCESS_REMOTE_READ};
 	ibv_wr_bind_mw(t.qpx, mw2, k3, &bi);
-	check(ibv_wr_complete(t.qpx) == 0, "ibv_wr_complete of the bind");
+	must(ibv_wr_complete(t.qpx) == 0, "ibv_wr_complete of the bind");
 	expect(wait_wc(&t), 31, IBV_WC_SUCCESS, IBV_WC_BIND_MW, 0, t.qp, "ibv_wr_bind_mw");
 	mw2->rkey = k3;
-	check(rdma(&s, IBV_WR_RDMA_READ, smr, 0, 64, (uintptr_t)win + 1000, k3) == IBV_WC_SUCCESS &&
+	must(rdma(&s, IBV_WR_RDMA_READ, smr, 0, 64, (uintptr_t)win + 1000, k3) == IBV_WC_SUCCESS &&
 		      memcmp(src, win + 1000, 64) == 0,
 	      "a READ through the rebound window");
 	ibv_wr_start(t.qpx);
 	t.qpx->wr_id = 32;
 	t.qpx->wr_flags = IBV_SEND_SIGNALED;
 	ibv_wr_local_inv(t.qpx, k3);
-	check(ibv_wr_complete(t.qpx) == 0, "ibv_wr_complete of the local invalidate");
+	must(ibv_wr_complete(t.qpx) == 0, "ibv_wr_complete of the local invalidate");
 	expect(wait_wc(&t), 32, IBV_WC_SUCCESS, IBV_WC_LOCAL_INV, 0, t.qp, "ibv_wr_local_inv");
 	st = rdma(&s, IBV_WR_RDMA_READ, smr, 0, 64, (uintptr_t)win + 1000, k3);
-	check(st == IBV_WC_REM_ACCESS_ERR, "a READ after the local invalidation");
+	must(st == IBV_WC_REM_ACCESS_ERR, "a READ after the local invalidation");
 	printf("type 2: ibv_wr_bind_mw, a READ landed; ibv_wr_local_inv, then a READ: remote access error\n");
 	fresh(&t, &s);
 
 	/* Binds the NIC refuses: a region without MW_BIND, a window of
 	 * another PD, another client's region. */
 	struct ibv_mr *nobind = ibv_reg_mr(t.pd, block, sizeof(guard_image), IBV_ACCESS_LOCAL_WRITE | rw);
-	check(nobind != NULL, "ibv_reg_mr without MW_BIND");
+	must(nobind != NULL, "ibv_reg_mr without MW_BIND");
 	struct ibv_mw *mw3 = ibv_alloc_mw(t.pd, IBV_MW_TYPE_1);
-	check(mw3 != NULL, "ibv_alloc_mw");
+	must(mw3 != NULL, "ibv_alloc_mw");
 	struct ibv_mw_bind b3 = {.wr_id = 41, .send_flags = IBV_SEND_SIGNALED,
 				 .bind_info = {.mr = nobind, .addr = (uintptr_t)win, .length = 64, .mw_access_flags = rw}};
-	check(ibv_bind_mw(t.qp, mw3, &b3) == 0, "ibv_bind_mw to a region without MW_BIND posts");
+	must(ibv_bind_mw(t.qp, mw3, &b3) == 0, "ibv_bind_mw to a region without MW_BIND posts");
 	expect(wait_wc(&t), 41, IBV_WC_MW_BIND_ERR, IBV_WC_BIND_MW, 0, t.qp, "a bind to a region without MW_BIND");
 	fresh(&t, &s);
 	struct ibv_pd *pd2 = ibv_alloc_pd(t.ctx);
-	check(pd2 != NULL, "ibv_alloc_pd");
+	must(pd2 != NULL, "ibv_alloc_pd");
 	struct ibv_mw *mw4 = ibv_alloc_mw(pd2, IBV_MW_TYPE_2);
-	check(mw4 != NULL, "ibv_alloc_mw in another PD");
-	check(post_bind(&t, mw4, ibv_inc_rkey(mw4->rkey), mr, (uintptr_t)win, 64, rw) == 0, "post BIND_MW");
+	must(mw4 != NULL, "ibv_alloc_mw in another PD");
+	must(post_bind(&t, mw4, ibv_inc_rkey(mw4->rkey), mr, (uintptr_t)win, 64, rw) == 0, "post BIND_MW");
 	expect(wait_wc(&t), 77, IBV_WC_MW_BIND_ERR, IBV_WC_BIND_MW, 0, t.qp, "a bind of another PD's window");
 	fresh(&t, &s);
 	struct end other = {0};
 	open_end(&other, argv[1]); /* another client of the target's daemon */
 	struct ibv_mr *omr = ibv_reg_mr(other.pd, block, sizeof(guard_image), IBV_ACCESS_LOCAL_WRITE | rw | IBV_ACCESS_MW_BIND);
-	check(omr != NULL, "the other client's ibv_reg_mr");
+	must(omr != NULL, "the other client's ibv_reg_mr");
 	struct ibv_mw *mw5 = ibv_alloc_mw(t.pd, IBV_MW_TYPE_2);
-	check(mw5 != NULL, "ibv_alloc_mw");
-	check(post_bind(&t, mw5, ibv_inc_rkey(mw5->rkey), omr, (uintptr_t)win, 64, rw) == 0, "post BIND_MW");
+	must(mw5 != NULL, "ibv_alloc_mw");
+	must(post_bind(&t, mw5, ibv_inc_rkey(mw5->rkey), omr, (uintptr_t)win, 64, rw) == 0, "post BIND_MW");
 	expect(wait_wc(&t), 77, IBV_WC_MW_BIND_ERR, IBV_WC_BIND_MW, 0, t.qp, "a bind to another client's region");
 	errno = 0;
-	check(ibv_bind_mw(t.qp, mw3, &(struct ibv_mw_bind){.bind_info = {.mr = omr, .addr = (uintptr_t)win, .length = 64}}) ==
+	must(ibv_bind_mw(t.qp, mw3, &(struct ibv_mw_bind){.bind_info = {.mr = omr, .addr = (uintptr_t)win, .length = 64}}) ==
 		      EPERM,
 	      "ibv_bind_mw to a region of another PD");
 	printf("binds to a region without MW_BIND, of another PD's window and to another client's region: "
 	       "memory bind error; ibv_bind_mw to another PD's region: EPERM\n");
 
-	check(ibv_dealloc_mw(mw2) == 0 && ibv_dealloc_mw(mw3) == 0 && ibv_dealloc_mw(mw4) == 0 && ibv_dealloc_mw(mw5) == 0,
+	must(ibv_dealloc_mw(mw2) == 0 && ibv_dealloc_mw(mw3) == 0 && ibv_dealloc_mw(mw4) == 0 && ibv_dealloc_mw(mw5) == 0,
 	      "ibv_dealloc_mw");
-	check(ibv_dereg_mr(mr) == 0 && ibv_dereg_mr(nobind) == 0, "ibv_dereg_mr after the windows went");
+	must(ibv_dereg_mr(mr) == 0 && ibv_dereg_mr(nobind) == 0, "ibv_dereg_mr after the windows went");
 	printf("PASS\n");
 	return 0;
 }
