@@ -60,6 +60,9 @@ func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
 	return &MR{pd: pd, h: r.H, Buf: buf, Addr: va, LKey: r.LKey, RKey: r.RKey}, nil
 }
 
+// PD is the protection domain the region was registered in (ibv_mr's pd).
+func (mr *MR) PD() *PD { return mr.pd }
+
 // Dereg deregisters the region (ibv_dereg_mr).
 func (mr *MR) Dereg() error { return mr.pd.ctx.destroy(abi.KindDeregMR, mr.h) }
 
