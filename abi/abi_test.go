@@ -66,6 +66,9 @@ func goABI(t *testing.T) map[string]int64 {
 	for k, v := range xrcABI {
 		m[k] = v
 	}
+	for k, v := range mappedABI {
+		m[k] = v
+	}
 	return m
 }
 

@@ -19,6 +19,7 @@ func seedRequests() [][]byte {
 		abi.Encode(abi.KindDeallocPD, 0, 3, &abi.Handle{H: 1}),
 		abi.Encode(abi.KindRegMR, 0, 4, &abi.RegMRReq{PD: 1, Access: 7, Offset: 4096, Length: 100, IOVA: 0x7f00}),
 		abi.Encode(abi.KindRegMRShm, 0, 4, &abi.RegMRShmReq{PD: 1, Access: 7, ShmID: 3, Addr: 0x7f0000001000, Length: 100, IOVA: 0x7f00}),
+		abi.Encode(abi.KindRegMRMapped, 0, 4, &abi.RegMRMappedReq{PD: 1, Access: 7, Addr: 0x7f0000001000, Length: 100, IOVA: 0x7f00}),
 		abi.Encode(abi.KindCreateCQ, 0, 5, &abi.CreateCQReq{CQE: 16, Channel: 2}),
 		abi.Encode(abi.KindCreateSRQ, 0, 6, &abi.CreateSRQReq{PD: 1, MaxWR: 8, MaxSGE: 1}),
 		abi.Encode(abi.KindCreateQP, 0, 7, &abi.CreateQPReq{PD: 1, SendCQ: 2, RecvCQ: 2, Type: ib.QPTypeRC,

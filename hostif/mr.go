@@ -63,6 +63,12 @@ func (c *conn) regMR(_ object, b abi.Body, fds []int) (abi.Body, []int, error) {
 	if err := sealShrink(fd); err != nil {
 		return nil, nil, c.refuseMemory(errf(abi.CodeInvalid, "reg_mr: %v", err))
 	}
+	return c.mapMR(pd, fd, r)
+}
+
+// mapMR maps r's bytes of fd, a file that cannot shrink under the
+// mapping, and registers them in pd.
+func (c *conn) mapMR(pd *pdObj, fd int, r *abi.RegMRReq) (abi.Body, []int, error) {
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		return nil, nil, errf(abi.CodeInvalid, "reg_mr: fstat: %v", err)

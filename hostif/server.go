@@ -362,6 +362,7 @@ func init() {
 		abi.KindRegMR:          {fds: 1, body: func() abi.Body { return &abi.RegMRReq{} }, cost: regMRCost, handle: (*conn).regMR},
 		abi.KindDeregMR:        {body: handle, target: kindMR, handle: (*conn).destroy},
 		abi.KindRegMRShm:       {body: func() abi.Body { return &abi.RegMRShmReq{} }, cost: regMRShmCost, handle: (*conn).regMRShm},
+		abi.KindRegMRMapped:    {body: func() abi.Body { return &abi.RegMRMappedReq{} }, cost: regMRMappedCost, handle: (*conn).regMRMapped},
 		abi.KindCreateChannel:  {body: empty, cost: costOf(costChannel), handle: (*conn).createChannel},
 		abi.KindDestroyChannel: {body: handle, target: kindChannel, handle: (*conn).destroy},
 		abi.KindCreateCQ:       {body: func() abi.Body { return &abi.CreateCQReq{} }, cost: createCQCost, handle: (*conn).createCQ},

@@ -5,7 +5,7 @@ import (
 	"bytes"
 	"fmt"
 	"os"
-	"strconv"
+	"strings"
 
 	"golang.org/x/sys/unix"
 
@@ -54,28 +54,14 @@ func clientShmVMA(pid int32, id uint32, addr, n uint64) (shmVMA, error) {
 	sc := bufio.NewScanner(bytes.NewReader(maps))
 	sc.Buffer(nil, 1<<16)
 	for sc.Scan() {
-		// 7f639102f000-7f6391030000 rw-s 00000000 00:01 393216 /SYSV00000000 (deleted)
-		f := bytes.Fields(sc.Bytes())
-		if len(f) < 6 || !bytes.HasPrefix(f[5], []byte("/SYSV")) {
+		m, ok := parseMapping(sc.Bytes())
+		if !ok || !m.shared || !strings.HasPrefix(m.path, "/SYSV") || uint32(m.ino) != id || m.ino > 0xffffffff {
 			continue
 		}
-		if ino, err := strconv.ParseUint(string(f[4]), 10, 32); err != nil || uint32(ino) != id {
+		if addr < m.lo || addr >= m.hi || n > m.hi-addr {
 			continue
 		}
-		r := bytes.SplitN(f[0], []byte("-"), 2)
-		if len(r) != 2 {
-			continue
-		}
-		lo, err1 := strconv.ParseUint(string(r[0]), 16, 64)
-		hi, err2 := strconv.ParseUint(string(r[1]), 16, 64)
-		off, err3 := strconv.ParseUint(string(f[2]), 16, 64)
-		if err1 != nil || err2 != nil || err3 != nil || len(f[1]) < 4 || f[1][3] != 's' {
-			continue
-		}
-		if addr < lo || addr >= hi || n > hi-addr {
-			continue
-		}
-		return shmVMA{lo: lo, hi: hi, off: off, read: f[1][0] == 'r', write: f[1][1] == 'w'}, nil
+		return shmVMA{lo: m.lo, hi: m.hi, off: m.off, read: m.read, write: m.write}, nil
 	}
 	return shmVMA{}, fmt.Errorf("the client has no attachment of System V segment %d over [%#x, %#x+%d)", id, addr, addr, n)
 }
@@ -102,15 +88,10 @@ func (c *conn) regMRShm(_ object, b abi.Body, _ []int) (abi.Body, []int, error) 
 	if err != nil {
 		return nil, nil, err
 	}
-	access := ib.Access(r.Access)
-	if access&^(ib.AccessLocalWrite|ib.AccessRemoteWrite|ib.AccessRemoteRead|
-		ib.AccessRemoteAtomic|ib.AccessMWBind|ib.AccessZeroBased|ib.AccessOnDemand) != 0 {
-		return nil, nil, errf(abi.CodeInvalid, "reg_mr: access flags %#x", r.Access)
+	access, writes, err := addrRegion(r.Access, r.Addr, r.Length)
+	if err != nil {
+		return nil, nil, err
 	}
-	if r.Length == 0 || r.Length > maxMR || r.Addr+r.Length < r.Addr {
-		return nil, nil, errf(abi.CodeInvalid, "reg_mr: %d bytes at %#x", r.Length, r.Addr)
-	}
-	writes := access&(ib.AccessLocalWrite|ib.AccessRemoteWrite|ib.AccessRemoteAtomic) != 0
 	v, err := clientShmVMA(c.pid, r.ShmID, r.Addr, r.Length)
 	if err == nil && (!v.read || (writes && !v.write)) {
 		err = fmt.Errorf("the client's attachment of System V segment %d is not readable and writable as access %#x needs", r.ShmID, r.Access)
@@ -154,4 +135,19 @@ func (c *conn) regMRShm(_ object, b abi.Body, _ []int) (abi.Body, []int, error) 
 	pd.hold()
 	h := c.add(&mrObj{pd: pd, mr: mr, mem: seg, shm: true})
 	return &abi.RegMRReply{H: h, LKey: mr.LKey, RKey: mr.RKey}, nil, nil
+}
+
+// addrRegion checks a region the client names by its address, for the
+// daemon to reach in the client's own mappings: its access flags (and
+// whether they need write access), and its bytes.
+func addrRegion(flags uint32, addr, n uint64) (access ib.Access, writes bool, err error) {
+	access = ib.Access(flags)
+	if access&^(ib.AccessLocalWrite|ib.AccessRemoteWrite|ib.AccessRemoteRead|
+		ib.AccessRemoteAtomic|ib.AccessMWBind|ib.AccessZeroBased|ib.AccessOnDemand) != 0 {
+		return 0, false, errf(abi.CodeInvalid, "reg_mr: access flags %#x", flags)
+	}
+	if n == 0 || n > maxMR || addr+n < addr {
+		return 0, false, errf(abi.CodeInvalid, "reg_mr: %d bytes at %#x", n, addr)
+	}
+	return access, access&(ib.AccessLocalWrite|ib.AccessRemoteWrite|ib.AccessRemoteAtomic) != 0, nil
 }

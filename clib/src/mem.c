@@ -48,12 +48,12 @@
  *    memory (shmat: UCX's default allocator) is registered in place: the
  *    daemon attaches the same segment, whose size cannot change, so no
  *    truncation can fault its DMA (hostif/shm.go). A shared mapping of
- *    a memfd (hugetlb's too) is registered in place as well: the daemon
- *    maps the same file, sealed against shrinking (share_file). A shared
- *    file, POSIX shm, a memfd made without MFD_ALLOW_SEALING or shared
- *    anonymous memory could be truncated under the daemon's mapping or
- *    has no file it could seal: such a registration fails with EINVAL
- *    and says why.
+ *    a memfd (hugetlb's too) or MAP_SHARED anonymous memory is
+ *    registered in place as well: the daemon maps the same file, one
+ *    that cannot shrink under it (share_file). A shared file, POSIX shm
+ *    or a memfd made without MFD_ALLOW_SEALING could be truncated under
+ *    the daemon's mapping: such a registration fails with EINVAL and
+ *    says why.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -353,24 +353,25 @@ static int out_and_free(uintptr_t lo, uintptr_t hi)
 }
 
 /*
- * share_file is mem_share for memory of one shared mapping of a file
- * (the program's memfd, hugetlb's too): the daemon maps the same file,
- * so the sharing stays whole (a fork child, another process mapping the
- * memfd, see what the NIC writes). It gets a descriptor of its own,
- * opened again through the program's (/proc/self/fd), which the program
- * must still hold: /proc/self/map_files, which needs no descriptor,
- * needs CAP_CHECKPOINT_RESTORE. The daemon maps only a file that cannot
- * shrink under it, sealing a memfd made with MFD_ALLOW_SEALING against
- * shrinking, and refuses any other (hostif's sealShrink).
+ * share_file is mem_share for memory of one shared mapping (the
+ * program's memfd, hugetlb's too, or MAP_SHARED anonymous memory): the
+ * daemon maps the same file, so the sharing stays whole (a fork child,
+ * another process mapping the memfd, see what the NIC writes). A file
+ * the program holds open goes to the daemon as a descriptor of its own,
+ * opened again through the program's (/proc/self/fd); the daemon maps it
+ * only if it cannot shrink under it, sealing a memfd made with
+ * MFD_ALLOW_SEALING against shrinking (hostif's sealShrink). Memory with
+ * no descriptor to send (shared anonymous memory has none, and a memfd
+ * may have been closed once mapped) is MEM_MAPPED: the daemon opens the
+ * mapping itself through /proc/PID/map_files, which needs a privilege
+ * (CAP_CHECKPOINT_RESTORE) the program need not have.
  */
 static int share_file(const struct vma *v, uintptr_t addr, int *fd, uint64_t *off)
 {
+	*off = addr;
 	if (v->anon) {
-		rnic_log("reg_mr: [%#lx, %#lx) is MAP_SHARED anonymous memory, which has no file rnicd could map "
-			 "and seal against shrinking: share memory between processes as a memfd (memfd_create with "
-			 "MFD_ALLOW_SEALING, its descriptor kept open) or System V shm to register it",
-			 (unsigned long)v->lo, (unsigned long)v->hi);
-		return EINVAL;
+		*fd = MEM_MAPPED;
+		return 0;
 	}
 	DIR *d = opendir("/proc/self/fd");
 	if (!d)
@@ -387,11 +388,8 @@ static int share_file(const struct vma *v, uintptr_t addr, int *fd, uint64_t *of
 	}
 	closedir(d);
 	if (got < 0) {
-		rnic_log("reg_mr: [%#lx, %#lx) is a shared mapping of %s, which this process holds no descriptor "
-			 "of that it may read and write: rnicd maps the file itself, through a descriptor (keep the "
-			 "memfd open until ibv_reg_mr returns)",
-			 (unsigned long)v->lo, (unsigned long)v->hi, v->path);
-		return EINVAL;
+		*fd = MEM_MAPPED;
+		return 0;
 	}
 	/* What the daemon would refuse is refused here, saying why: a file
 	 * that is not a memfd (no seals at all), or one that can take no
@@ -421,9 +419,9 @@ void mem_sent(int fd)
  * System V shared memory attachment, *fd is -1 and *shmid the segment,
  * which the daemon attaches itself (hostif/shm.go): moving shared
  * pages onto the memfd would part them from the other processes that
- * share them; or, for memory of one shared mapping of a file, *fd is a
- * descriptor of that file (share_file). The caller gives *fd to
- * mem_sent once it was sent. */
+ * share them; or, for memory of one shared mapping, *fd is a descriptor
+ * of its file or MEM_MAPPED, *off the file offset or the address
+ * (share_file). The caller gives *fd to mem_sent once it was sent. */
 int mem_share(void *addr, size_t len, int *fd, uint64_t *off, uint32_t *shmid)
 {
 	pthread_once(&once, init_once);
@@ -433,7 +431,7 @@ int mem_share(void *addr, size_t len, int *fd, uint64_t *off, uint32_t *shmid)
 	struct vma v;
 	int nv = vmas(lo, hi, &v, 1);
 	if (nv == 1 && v.sysv) {
-		*fd = -1;
+		*fd = MEM_SHM;
 		*off = (uintptr_t)addr;
 		*shmid = (uint32_t)v.ino;
 		return 0;

@@ -66,12 +66,13 @@ static struct ibv_mr *reg_mr(struct ibv_pd *pd, void *addr, size_t len, uint64_t
 	struct buf req = {.p = b, .len = sizeof(b)}, rep;
 	put32(&req, pd->handle);
 	put32(&req, access & ~IBV_ACCESS_OPTIONAL_RANGE);
-	if (fd < 0) /* System V shared memory: the daemon attaches it */
+	if (fd == MEM_SHM) /* System V shared memory: the daemon attaches it */
 		put32(&req, shmid);
 	put64(&req, off);
 	put64(&req, len);
 	put64(&req, iova);
-	err = call(pd->context, fd < 0 ? K_REG_MR_SHM : K_REG_MR, &req, fd, &rep, NULL);
+	err = call(pd->context, fd == MEM_SHM ? K_REG_MR_SHM : fd == MEM_MAPPED ? K_REG_MR_MAPPED : K_REG_MR, &req,
+		   fd, &rep, NULL);
 	mem_sent(fd);
 	if (err) {
 		mem_unshare(addr, len);

@@ -81,6 +81,7 @@ enum rnic_kind {
 	K_CREATE_XRC_SRQ = 50, /* reply: a ring reply with the SRQ number as qpn */
 	K_CREATE_XRC_QP = 51,
 	K_OPEN_XRCD_FILE = 52, /* carries the file's descriptor */
+	K_REG_MR_MAPPED = 56, /* the daemon opens the mapping through /proc/PID/map_files */
 };
 
 #define HDR_LEN 16
@@ -314,6 +315,10 @@ void fill_xrc_ops(struct verbs_context *v);
 struct ibv_qp *create_xrc_recv_qp(struct ibv_context *ctx, struct ibv_qp_init_attr_ex *a);
 
 /* mem.c */
+/* mem_share's *fd when it is no descriptor: System V shm, which the
+ * daemon attaches (K_REG_MR_SHM); a shared mapping the daemon opens
+ * itself (K_REG_MR_MAPPED). */
+enum { MEM_SHM = -1, MEM_MAPPED = -2 };
 int mem_share(void *addr, size_t len, int *fd, uint64_t *off, uint32_t *shmid);
 void mem_unshare(void *addr, size_t len);
 void mem_sent(int fd);
