@@ -169,3 +169,53 @@ func TestMWBindErrors(t *testing.T) {
 		})
 	}
 }
+
+// A bind posted behind a READ and a WRITE in one post runs once they
+// have completed, and completes after them, in order; then a peer's
+// WRITE through it lands.
+func TestMWBindBehindOutstanding(t *testing.T) {
+	p := newPair(t, pairOpts{})
+	a, b := p.a, p.b
+	mr, mw := mwNode(t, b, rnic.MWType(2), ib.AccessLocalWrite|mwRW|ib.AccessMWBind)
+	fill(a.mem[:8192], 3)
+	p.a.fence()
+	key := mw.RKey&^0xff | uint32(uint8(mw.RKey+1))
+	mustPost(t, b, p.qb,
+		ib.SendWR{WRID: 1, Opcode: ib.WRRDMARead, Flags: ib.SendSignaled, SGL: []ib.SGE{sge(b, 0, 4096)},
+			RemoteAddr: memVA, RKey: a.mr.RKey},
+		ib.SendWR{WRID: 2, Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled, SGL: []ib.SGE{sge(b, 0, 3000)},
+			RemoteAddr: memVA + 4096, RKey: a.mr.RKey},
+		ib.SendWR{WRID: 3, Opcode: ib.WRBindMW, Flags: ib.SendSignaled,
+			Bind: ib.MWBind{MWRKey: mw.RKey, RKey: key, MRLKey: mr.LKey, Addr: memVA + 0x14000, Length: 512, Access: mwRW}})
+	wcs := b.poll(3, 5*time.Second)
+	checkWC(t, wcs[0], ib.WC{WRID: 1, Opcode: ib.WCRDMARead, ByteLen: 4096, QPNum: p.qb.QPN})
+	checkWC(t, wcs[1], ib.WC{WRID: 2, Opcode: ib.WCRDMAWrite, ByteLen: 3000, QPNum: p.qb.QPN})
+	checkWC(t, wcs[2], ib.WC{WRID: 3, Opcode: ib.WCBindMW, QPNum: p.qb.QPN})
+	mustPost(t, a, p.qa, ib.SendWR{WRID: 4, Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled,
+		SGL: []ib.SGE{sge(a, 0, 512)}, RemoteAddr: memVA + 0x14000, RKey: key})
+	checkWC(t, a.poll(1, 5*time.Second)[0], ib.WC{WRID: 4, Opcode: ib.WCRDMAWrite, ByteLen: 512, QPNum: p.qa.QPN})
+	p.a.fence()
+	sameBytes(t, "the WRITE through the window bound behind the READ", b.mem[0x14000:0x14000+512], a.mem[:512])
+}
+
+// On UC a type 2 window is bound as on RC and takes a WRITE.
+func TestMWBindUC(t *testing.T) {
+	p := newPair(t, pairOpts{typ: ib.QPTypeUC})
+	a, b := p.a, p.b
+	mr, mw := mwNode(t, b, rnic.MWType(2), ib.AccessLocalWrite|mwRW|ib.AccessMWBind)
+	wc, key := bind(t, p, mr, mw, mw.RKey, 0x15000, 128, ib.AccessRemoteWrite)
+	checkWC(t, wc, ib.WC{WRID: 100, Opcode: ib.WCBindMW, QPNum: p.qb.QPN})
+	fill(a.mem[:128], 11)
+	p.a.fence()
+	// WRITE with immediate: b's receive completion says it landed (UC
+	// completes at the sender when the packet leaves).
+	mustRecv(t, b, p.qb, ib.RecvWR{WRID: 9})
+	mustPost(t, a, p.qa, ib.SendWR{WRID: 1, Opcode: ib.WRRDMAWriteWithImm, Flags: ib.SendSignaled, Imm: 0x1234,
+		SGL: []ib.SGE{sge(a, 0, 128)}, RemoteAddr: memVA + 0x15000, RKey: key})
+	checkWC(t, a.poll(1, 5*time.Second)[0], ib.WC{WRID: 1, Opcode: ib.WCRDMAWrite, ByteLen: 128, QPNum: p.qa.QPN,
+		WCFlags: ib.WCFlagWithImm})
+	checkWC(t, b.poll(1, 5*time.Second)[0], ib.WC{WRID: 9, Opcode: ib.WCRecvRDMAWithImm, ByteLen: 128, Imm: 0x1234,
+		WCFlags: ib.WCFlagWithImm, QPNum: p.qb.QPN})
+	p.a.fence()
+	sameBytes(t, "the UC WRITE through the window", b.mem[0x15000:0x15000+128], a.mem[:128])
+}
