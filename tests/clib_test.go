@@ -343,3 +343,22 @@ func startMrbounds(t *testing.T, env []string, args ...string) *mrboundsProc {
 	}
 	return m
 }
+
+// TestCLibPerftestHugepages runs Debian's ib_write_bw and ib_read_bw with
+// --use_hugepages, real against real: perftest allocates its buffers as
+// System V shared memory with SHM_HUGETLB, which the library registers
+// in place and the daemon attaches as any System V segment (hostif/shm.go),
+// in huge pages.
+func TestCLibPerftestHugepages(t *testing.T) {
+	requireRoot(t)
+	reserveHugePages(t, 8)
+	tb := newToolBench(t)
+	gidA, gidB := perftestGID(tb.a.addr), perftestGID(tb.b.addr)
+	const iters, size = "100", "65536"
+	for _, tool := range []string{"ib_write_bw", "ib_read_bw"} {
+		real := debianTool(t, tool, "perftest")
+		srv, cli := tb.pairRun(t, real, real, "rnicA", "rnicB", tool, "-n", iters, "-s", size, "--use_hugepages")
+		checkPerftest(t, "client", cli, "rnicB", gidB, gidA, size, iters)
+		checkPerftest(t, "server", srv, "rnicA", gidA, gidB, size, iters)
+	}
+}
