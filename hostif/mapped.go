@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"math/bits"
 	"os"
 	"strconv"
 
@@ -86,11 +87,16 @@ func unshrinkable(fd int, v clientMapping) error {
 		return fmt.Errorf("the client's mapping over [%#x, %#x) changed while it was being registered", v.lo, v.hi)
 	}
 	if (v.path == "/dev/zero (deleted)" || v.path == "/anon_hugepage (deleted)") && st.Nlink == 0 {
-		var fs unix.Statfs_t
-		if err := unix.Fstatfs(fd, &fs); err != nil {
-			return fmt.Errorf("fstatfs: %v", err)
-		}
-		if fs.Type == unix.TMPFS_MAGIC || fs.Type == unix.HUGETLBFS_MAGIC {
+		// The name alone proves nothing: a client with a mount
+		// namespace of its own (an unprivileged user namespace) can
+		// mount a tmpfs at /dev, map a file "zero" of it, unlink it,
+		// keep a descriptor, and truncate the file under the NIC. The
+		// kernel's own shared anonymous memory lives on its internal
+		// mount, which no one can mount and on which memfds are made
+		// too: its device is the daemon's memfd's.
+		if internal, err := internalMount(fd); err != nil {
+			return err
+		} else if st.Dev == internal {
 			return nil
 		}
 	}
@@ -103,6 +109,35 @@ func unshrinkable(fd int, v clientMapping) error {
 		return nil
 	}
 	return sealShrink(fd)
+}
+
+// internalMount is the device of the kernel's internal mount that
+// shared anonymous memory of fd's kind lives on: tmpfs's (shm_mnt, where
+// memfd_create makes its files), or hugetlbfs's for fd's huge page size
+// (where MFD_HUGETLB's are made). A memfd of the daemon's own says it.
+func internalMount(fd int) (uint64, error) {
+	var fs unix.Statfs_t
+	if err := unix.Fstatfs(fd, &fs); err != nil {
+		return 0, fmt.Errorf("fstatfs: %v", err)
+	}
+	flags := unix.MFD_CLOEXEC
+	switch {
+	case fs.Type == unix.TMPFS_MAGIC:
+	case fs.Type == unix.HUGETLBFS_MAGIC && fs.Bsize > 0 && fs.Bsize&(fs.Bsize-1) == 0:
+		flags |= unix.MFD_HUGETLB | bits.TrailingZeros64(uint64(fs.Bsize))<<unix.MFD_HUGE_SHIFT
+	default:
+		return 0, fmt.Errorf("the client's shared anonymous mapping is on a file system of type %#x, not the kernel's", fs.Type)
+	}
+	probe, err := unix.MemfdCreate("rnicd-probe", flags)
+	if err != nil {
+		return 0, fmt.Errorf("memfd_create, to learn the device of the kernel's shared anonymous memory: %v", err)
+	}
+	defer unix.Close(probe)
+	var st unix.Stat_t
+	if err := unix.Fstat(probe, &st); err != nil {
+		return 0, fmt.Errorf("fstat: %v", err)
+	}
+	return st.Dev, nil
 }
 
 // clientMapping is one line of a client's /proc/PID/maps.

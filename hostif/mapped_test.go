@@ -123,3 +123,49 @@ func TestRegMRMapped(t *testing.T) {
 func mapName(a uint64, n int) string {
 	return fmt.Sprintf("%x-%x", a, a+uint64(n))
 }
+
+// A mapping /proc/PID/maps names "/dev/zero (deleted)" is a client's
+// tmpfs file as easily as the kernel's shared anonymous memory: in a
+// mount namespace of its own (unprivileged user namespaces allow one) a
+// client mounts a tmpfs at /dev, maps a file "zero" of it, unlinks it and
+// keeps a descriptor to truncate it under the NIC, which faulted the
+// daemon (SIGBUS). Such a file, an unlinked file of another tmpfs
+// (/dev/shm here) under that name, is refused; the kernel's own shared
+// anonymous memory still is not.
+func TestUnshrinkableForgedAnonName(t *testing.T) {
+	f, err := os.CreateTemp("/dev/shm", "zero")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	os.Remove(f.Name())
+	var fs unix.Statfs_t
+	if err := unix.Fstatfs(int(f.Fd()), &fs); err != nil || fs.Type != unix.TMPFS_MAGIC {
+		t.Fatalf("/dev/shm is not a tmpfs (%#x, %v): the test needs one", fs.Type, err)
+	}
+	mapping := func(fd int) clientMapping {
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			t.Fatal(err)
+		}
+		return clientMapping{lo: 0x7f0000000000, hi: 0x7f0000001000, read: true, write: true, shared: true,
+			major: unix.Major(st.Dev), minor: unix.Minor(st.Dev), ino: st.Ino, path: "/dev/zero (deleted)"}
+	}
+	if err := unshrinkable(int(f.Fd()), mapping(int(f.Fd()))); err == nil {
+		t.Fatal("an unlinked file of another tmpfs named /dev/zero was taken for shared anonymous memory")
+	}
+	// The kernel's: the file behind the test's own MAP_SHARED|MAP_ANONYMOUS.
+	if os.Geteuid() != 0 {
+		return // map_files needs CAP_SYS_ADMIN: TestRegMRMapped says so
+	}
+	anon := mmapT(t, -1, 4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_ANONYMOUS)
+	a := uint64(uintptr(unsafe.Pointer(&anon[0])))
+	fd, err := unix.Open("/proc/self/map_files/"+mapName(a, len(anon)), unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	if err := unshrinkable(fd, mapping(fd)); err != nil {
+		t.Fatalf("shared anonymous memory: %v", err)
+	}
+}
