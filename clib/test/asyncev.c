@@ -13,53 +13,12 @@
  *   asyncev -port DEV  print "ready", then one line per event as it
  *                      comes ("port error port 1"), until DEVICE_FATAL
  */
-#include <errno.h>
 #include <fcntl.h>
-#include <infiniband/verbs.h>
-#include <poll.h>
 #include <pthread.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 #include <sys/epoll.h>
-#include <time.h>
 #include <unistd.h>
 
-static int failed;
-
-static void check(int ok, const char *what)
-{
-	printf("%s: %s\n", what, ok ? "ok" : "WRONG");
-	if (!ok)
-		failed = 1;
-}
-
-static void die(const char *what)
-{
-	perror(what);
-	exit(2);
-}
-
-static struct ibv_context *open_dev(const char *name)
-{
-	int n;
-	struct ibv_device **list = ibv_get_device_list(&n);
-	struct ibv_context *ctx = NULL;
-	for (int i = 0; list && i < n; i++)
-		if (strcmp(ibv_get_device_name(list[i]), name) == 0)
-			ctx = ibv_open_device(list[i]);
-	if (list)
-		ibv_free_device_list(list);
-	if (!ctx)
-		die("ibv_open_device");
-	return ctx;
-}
-
-static int readable(int fd, int ms)
-{
-	struct pollfd p = {.fd = fd, .events = POLLIN};
-	return poll(&p, 1, ms) == 1 && (p.revents & POLLIN);
-}
+#include "vtest.h"
 
 /* next waits (20 s at most) for ctx's next event, in epoll as UCX waits
  * (its async thread), then takes it. */
@@ -99,11 +58,10 @@ struct end {
 
 static void end_init(struct end *e, const char *dev)
 {
-	e->ctx = open_dev(dev);
-	e->pd = ibv_alloc_pd(e->ctx);
+	e->ctx = open_pd(dev, &e->pd, &e->gid);
 	e->buf = calloc(1, 4096);
 	e->mr = ibv_reg_mr(e->pd, e->buf, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-	if (!e->pd || !e->mr || ibv_query_gid(e->ctx, 1, 1, &e->gid))
+	if (!e->mr)
 		die("end_init");
 	int fl = fcntl(e->ctx->async_fd, F_GETFL);
 	if (fl < 0 || fcntl(e->ctx->async_fd, F_SETFL, fl | O_NONBLOCK) < 0)
@@ -123,35 +81,8 @@ static struct ibv_qp *new_qp(struct end *e, struct ibv_cq *cq, struct ibv_srq *s
 /* up takes qp to RTR towards peer's QP dqpn, and on to RTS unless rtr. */
 static void up(struct ibv_qp *qp, struct end *peer, uint32_t dqpn, int rtr)
 {
-	struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .port_num = 1,
-				.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_LOCAL_WRITE};
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
-		die("INIT");
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_1024;
-	a.dest_qp_num = dqpn;
-	a.max_dest_rd_atomic = 1;
-	a.min_rnr_timer = 12;
-	a.ah_attr.is_global = 1;
-	a.ah_attr.grh.dgid = peer->gid;
-	a.ah_attr.grh.sgid_index = 1;
-	a.ah_attr.grh.hop_limit = 64;
-	a.ah_attr.port_num = 1;
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-				      IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
-		die("RTR");
-	if (rtr)
-		return;
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTS;
-	a.timeout = 14;
-	a.retry_cnt = 7;
-	a.rnr_retry = 7;
-	a.max_rd_atomic = 1;
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-				      IBV_QP_MAX_QP_RD_ATOMIC))
-		die("RTS");
+	qp_connect(qp, &(struct qp_path){.dest_qp_num = dqpn, .dgid = peer->gid,
+					 .access = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_LOCAL_WRITE, .rtr_only = rtr});
 }
 
 static void post(struct ibv_qp *qp, struct end *e, enum ibv_wr_opcode op, uint32_t len, uint32_t rkey)
@@ -168,15 +99,7 @@ static void post(struct ibv_qp *qp, struct end *e, enum ibv_wr_opcode op, uint32
 static enum ibv_wc_status completion(struct ibv_cq *cq)
 {
 	struct ibv_wc wc;
-	for (int i = 0; i < 20000; i++) {
-		int n = ibv_poll_cq(cq, 1, &wc);
-		if (n < 0)
-			die("ibv_poll_cq");
-		if (n == 1)
-			return wc.status;
-		usleep(1000);
-	}
-	return (enum ibv_wc_status)-1;
+	return poll_wc(cq, &wc, 20) ? wc.status : (enum ibv_wc_status)-1;
 }
 
 static int post_recvs(struct ibv_srq *srq, struct ibv_qp *qp, struct end *e, int n, uint32_t len)
@@ -321,6 +244,5 @@ int main(int argc, char **argv)
 	check(ibv_destroy_srq(srq) == 0 && ibv_destroy_cq(ocq) == 0 && ibv_destroy_cq(scq) == 0, "every object destroyed");
 	ibv_close_device(o.ctx);
 	ibv_close_device(s.ctx);
-	printf(failed ? "FAIL\n" : "PASS\n");
-	return failed;
+	return verdict();
 }

@@ -120,11 +120,5 @@ int main(int argc, char **argv)
 	rdma_destroy_qp(id);
 	if (id->qp || id->send_cq || id->send_cq_channel)
 		fail("rdma_destroy_qp left the QP or the ID's CQ");
-	ibv_destroy_cq(cq);
-	ibv_dealloc_pd(pd);
-	if (rdma_destroy_id(id))
-		fail("rdma_destroy_id");
-	rdma_destroy_event_channel(ch);
-	printf("PASS\n");
-	return 0;
+	return pass(ch, id, cq, pd);
 }

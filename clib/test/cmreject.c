@@ -26,13 +26,8 @@
 
 int main(int argc, char **argv)
 {
-	if (argc != 4) {
-		fprintf(stderr, "usage: cmreject SERVER_ADDR CLIENT_ADDR PORT\n");
-		return 2;
-	}
 	struct sockaddr_in srv, cli;
-	addr(argv[1], atoi(argv[3]), &srv);
-	addr(argv[2], 0, &cli);
+	server_client(argc, argv, &srv, &cli);
 	struct rdma_event_channel *sch = rdma_create_event_channel(), *cch = rdma_create_event_channel();
 	if (!sch || !cch)
 		fail("rdma_create_event_channel");
@@ -44,12 +39,7 @@ int main(int argc, char **argv)
 		fail("rdma_bind_addr, rdma_listen");
 	printf("listening on %s:%s\n", argv[1], argv[3]);
 
-	if (rdma_resolve_addr(cid, (struct sockaddr *)&cli, (struct sockaddr *)&srv, 2000))
-		fail("rdma_resolve_addr");
-	rdma_ack_cm_event(next(cch, RDMA_CM_EVENT_ADDR_RESOLVED));
-	if (rdma_resolve_route(cid, 2000))
-		fail("rdma_resolve_route");
-	rdma_ack_cm_event(next(cch, RDMA_CM_EVENT_ROUTE_RESOLVED));
+	resolve(cch, cid, &cli, &srv);
 	struct ibv_pd *pd = ibv_alloc_pd(cid->verbs);
 	struct ibv_cq *cq = pd ? ibv_create_cq(cid->verbs, 4, NULL, NULL, 0) : NULL;
 	struct ibv_qp_init_attr qa = {.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,

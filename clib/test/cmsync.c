@@ -153,14 +153,7 @@ static struct rdma_cm_id *connect_from(struct rdma_event_channel *ch, const char
 	if (src)
 		addr(src, 0, &s);
 	addr(dst, dport, &d);
-	if (rdma_resolve_addr(id, src ? (struct sockaddr *)&s : NULL, (struct sockaddr *)&d, 2000))
-		fail("rdma_resolve_addr");
-	if (ch)
-		rdma_ack_cm_event(next(ch, RDMA_CM_EVENT_ADDR_RESOLVED));
-	if (rdma_resolve_route(id, 2000))
-		fail("rdma_resolve_route");
-	if (ch)
-		rdma_ack_cm_event(next(ch, RDMA_CM_EVENT_ROUTE_RESOLVED));
+	resolve(ch, id, src ? &s : NULL, &d);
 	struct ibv_qp_init_attr qa = {.cap = {.max_send_wr = 1, .max_recv_wr = 1, .max_send_sge = 1, .max_recv_sge = 1},
 				      .qp_type = IBV_QPT_RC};
 	if (rdma_create_qp(id, NULL, &qa))
@@ -284,12 +277,7 @@ int main(int argc, char **argv)
 	struct sockaddr_in src, dst;
 	addr(cli_addr, 0, &src);
 	addr(srv_addr, atoi(port), &dst);
-	if (rdma_resolve_addr(id, (struct sockaddr *)&src, (struct sockaddr *)&dst, 2000))
-		fail("rdma_resolve_addr");
-	rdma_ack_cm_event(next(ch, RDMA_CM_EVENT_ADDR_RESOLVED));
-	if (rdma_resolve_route(id, 2000))
-		fail("rdma_resolve_route");
-	rdma_ack_cm_event(next(ch, RDMA_CM_EVENT_ROUTE_RESOLVED));
+	resolve(ch, id, &src, &dst);
 	struct ibv_qp_init_attr attr = {.cap = {.max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1},
 					.qp_type = IBV_QPT_RC, .sq_sig_all = 1};
 	if (rdma_create_qp(id, NULL, &attr))

@@ -46,4 +46,45 @@ static void addr(const char *s, int port, struct sockaddr_in *a)
 		fail("address");
 }
 
+/* server_client reads the arguments SERVER_ADDR CLIENT_ADDR PORT of a
+ * program that plays both ends: the server's address with the port, the
+ * client's with none. */
+static inline void server_client(int argc, char **argv, struct sockaddr_in *srv, struct sockaddr_in *cli)
+{
+	if (argc != 4) {
+		fprintf(stderr, "usage: %s SERVER_ADDR CLIENT_ADDR PORT\n", PROG);
+		exit(2);
+	}
+	addr(argv[1], atoi(argv[3]), srv);
+	addr(argv[2], 0, cli);
+}
+
+/* resolve resolves id's address, from src (NULL: the route's) to dst,
+ * and its route, taking each event from ch (NULL: a synchronous ID). */
+static inline void resolve(struct rdma_event_channel *ch, struct rdma_cm_id *id, const struct sockaddr_in *src,
+			   const struct sockaddr_in *dst)
+{
+	if (rdma_resolve_addr(id, (struct sockaddr *)src, (struct sockaddr *)dst, 2000))
+		fail("rdma_resolve_addr");
+	if (ch)
+		rdma_ack_cm_event(next(ch, RDMA_CM_EVENT_ADDR_RESOLVED));
+	if (rdma_resolve_route(id, 2000))
+		fail("rdma_resolve_route");
+	if (ch)
+		rdma_ack_cm_event(next(ch, RDMA_CM_EVENT_ROUTE_RESOLVED));
+}
+
+/* pass destroys what a program made last (its CQ, PD, ID and channel)
+ * and says PASS. */
+static inline int pass(struct rdma_event_channel *ch, struct rdma_cm_id *id, struct ibv_cq *cq, struct ibv_pd *pd)
+{
+	ibv_destroy_cq(cq);
+	ibv_dealloc_pd(pd);
+	if (rdma_destroy_id(id))
+		fail("rdma_destroy_id");
+	rdma_destroy_event_channel(ch);
+	printf("PASS\n");
+	return 0;
+}
+
 #endif

@@ -15,33 +15,13 @@
  *
  *   cqevents DEV    print one line per check, PASS if all hold (exit 0)
  */
-#include <errno.h>
 #include <fcntl.h>
-#include <infiniband/verbs.h>
-#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 #include <sys/time.h>
-#include <time.h>
 #include <unistd.h>
 
-static int failed;
-
-static void check(int ok, const char *what)
-{
-	printf("%s: %s\n", what, ok ? "ok" : "WRONG");
-	if (!ok)
-		failed = 1;
-}
-
-static void die(const char *what)
-{
-	perror(what);
-	exit(2);
-}
+#include "vtest.h"
 
 static volatile sig_atomic_t alarms;
 
@@ -89,26 +69,13 @@ static void *watchdog(void *arg)
 	_exit(1);
 }
 
-static int readable(int fd, int ms)
-{
-	struct pollfd p = {.fd = fd, .events = POLLIN};
-	return poll(&p, 1, ms) == 1 && (p.revents & POLLIN);
-}
-
 int main(int argc, char **argv)
 {
 	if (argc != 2) {
 		fprintf(stderr, "usage: cqevents DEV\n");
 		return 2;
 	}
-	int n;
-	struct ibv_device **list = ibv_get_device_list(&n);
-	struct ibv_context *ctx = NULL;
-	for (int i = 0; list && i < n; i++)
-		if (strcmp(ibv_get_device_name(list[i]), argv[1]) == 0)
-			ctx = ibv_open_device(list[i]);
-	if (!ctx)
-		die("ibv_open_device");
+	struct ibv_context *ctx = open_dev(argv[1]);
 	struct ibv_pd *pd = ibv_alloc_pd(ctx);
 	struct ibv_comp_channel *ch = ibv_create_comp_channel(ctx);
 	if (!pd || !ch)
@@ -121,15 +88,7 @@ int main(int argc, char **argv)
 	struct ibv_qp *qp = ibv_create_qp(pd, &qa);
 	if (!qp)
 		die("ibv_create_qp");
-	struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = 1, .qkey = 0x11111111};
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY))
-		die("INIT");
-	a = (struct ibv_qp_attr){.qp_state = IBV_QPS_RTR};
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE))
-		die("RTR");
-	a = (struct ibv_qp_attr){.qp_state = IBV_QPS_RTS, .sq_psn = 0};
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN))
-		die("RTS");
+	ud_ready(qp, 0x11111111);
 
 	/* As rdma-core's, the fd starts blocking; the program sets O_NONBLOCK. */
 	int fl = fcntl(ch->fd, F_GETFL);
@@ -244,7 +203,7 @@ int main(int argc, char **argv)
 		int q1 = ibv_query_qp(norecv, &qa2, IBV_QP_CAP, &qi) == 0 && qi.cap.max_recv_wr == 0 && qi.cap.max_send_wr >= 4;
 		int q2 = ibv_query_qp(nosend, &qa2, IBV_QP_CAP, &qi) == 0 && qi.cap.max_send_wr == 0 && qi.cap.max_recv_wr >= 4;
 		check(q1 && q2, "QPs of 0 WRs: ibv_query_qp reports 0");
-		a = (struct ibv_qp_attr){.qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = 1};
+		struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = 1};
 		int m = ibv_modify_qp(norecv, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
 		a.qkey = 0x11111111;
 		m |= ibv_modify_qp(nosend, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY);
@@ -268,7 +227,5 @@ int main(int argc, char **argv)
 	ibv_destroy_comp_channel(ch);
 	ibv_dealloc_pd(pd);
 	ibv_close_device(ctx);
-	ibv_free_device_list(list);
-	printf(failed ? "FAIL\n" : "PASS\n");
-	return failed;
+	return verdict();
 }

@@ -61,17 +61,13 @@ struct side {
 
 static void side_open(struct side *s, const char *dev)
 {
-	s->ctx = open_dev(dev);
-	if (!(s->pd = ibv_alloc_pd(s->ctx)))
-		die("ibv_alloc_pd");
+	s->ctx = open_pd(dev, &s->pd, &s->gid);
 	if (!(s->buf = aligned_alloc(4096, BUF)))
 		die("aligned_alloc");
 	memset(s->buf, 0, BUF);
 	s->mr = ibv_reg_mr(s->pd, s->buf, BUF, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
 	if (!s->mr)
 		die("ibv_reg_mr");
-	if (ibv_query_gid(s->ctx, 1, 1, &s->gid))
-		die("ibv_query_gid");
 }
 
 static struct ibv_cq_ex *cq_ex(struct ibv_context *ctx, uint64_t wc_flags, struct ibv_comp_channel *ch, void *cookie)
@@ -91,19 +87,6 @@ static struct ibv_qp *qp_make(struct side *s, struct ibv_cq_ex *cq, enum ibv_qp_
 	if (!qp)
 		die("ibv_create_qp");
 	return qp;
-}
-
-static void ud_ready(struct ibv_qp *qp)
-{
-	struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .port_num = 1, .qkey = QKEY};
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY))
-		die("UD INIT");
-	a = (struct ibv_qp_attr){.qp_state = IBV_QPS_RTR};
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE))
-		die("UD RTR");
-	a = (struct ibv_qp_attr){.qp_state = IBV_QPS_RTS, .sq_psn = 0};
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN))
-		die("UD RTS");
 }
 
 static void post_recv(struct ibv_qp *qp, uint64_t wr_id, struct side *s, size_t off, size_t len)
@@ -228,8 +211,8 @@ static void sequence(struct side *A, struct side *B, struct run *R)
 	R->ub = qp_make(B, R->cqb, IBV_QPT_UD);
 	rc_connect(R->qa, R->qb, &B->gid);
 	rc_connect(R->qb, R->qa, &A->gid);
-	ud_ready(R->ua);
-	ud_ready(R->ub);
+	ud_ready(R->ua, QKEY);
+	ud_ready(R->ub, QKEY);
 	struct ibv_send_wr wr;
 
 	/* SEND */
@@ -437,7 +420,7 @@ static void pairing(struct side *A)
 				      .cap = {.max_send_wr = 8, .max_recv_wr = 8, .max_send_sge = 1, .max_recv_sge = 1}};
 	if (!(u.qp = ibv_create_qp(A->pd, &qa)))
 		die("ibv_create_qp");
-	ud_ready(u.qp);
+	ud_ready(u.qp, QKEY);
 	struct ibv_ah_attr aha = {.is_global = 1, .grh = {.dgid = A->gid, .sgid_index = 1, .hop_limit = 64}, .port_num = 1};
 	if (!(u.ah = ibv_create_ah(A->pd, &aha)))
 		die("ibv_create_ah");
@@ -577,6 +560,5 @@ int main(int argc, char **argv)
 	compare(&A, &B);
 	pairing(&A);
 	refusals(&A);
-	printf("%s\n", failed ? "FAIL" : "PASS");
-	return failed;
+	return verdict();
 }

@@ -7,25 +7,13 @@
  *
  *   dvstubs DEV     print one line per check, PASS if all hold (exit 0)
  */
-#include <errno.h>
 #include <infiniband/efadv.h>
 #include <infiniband/mlx5dv.h>
-#include <infiniband/verbs.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
+
+#include "vtest.h"
 
 /* Not in Debian's installed headers (rdma-core's driver.h has it). */
 const char *ibv_get_sysfs_path(void);
-
-static int failed;
-
-static void check(int ok, const char *what)
-{
-	printf("%s: %s\n", what, ok ? "ok" : "WRONG");
-	if (!ok)
-		failed = 1;
-}
 
 int main(int argc, char **argv)
 {
@@ -35,23 +23,14 @@ int main(int argc, char **argv)
 	}
 	int n;
 	struct ibv_device **list = ibv_get_device_list(&n);
-	struct ibv_device *dev = NULL;
-	for (int i = 0; list && i < n; i++)
-		if (strcmp(ibv_get_device_name(list[i]), argv[1]) == 0)
-			dev = list[i];
-	if (!dev) {
-		fprintf(stderr, "no device %s\n", argv[1]);
-		return 2;
-	}
+	struct ibv_device *dev = find_dev(list, n, argv[1]);
 	check(!mlx5dv_is_supported(dev), "mlx5dv_is_supported is false");
 	errno = 0;
 	check(!mlx5dv_open_device(dev, NULL) && errno == EOPNOTSUPP, "mlx5dv_open_device: NULL, EOPNOTSUPP");
 
 	struct ibv_context *ctx = ibv_open_device(dev);
-	if (!ctx) {
-		perror("ibv_open_device");
-		return 2;
-	}
+	if (!ctx)
+		die("ibv_open_device");
 	struct mlx5dv_context mattr = {0};
 	check(mlx5dv_query_device(ctx, &mattr) == EOPNOTSUPP, "mlx5dv_query_device: EOPNOTSUPP");
 	struct ibv_cq_init_attr_ex cqa = {.cqe = 4};
@@ -67,10 +46,8 @@ int main(int argc, char **argv)
 	      "mlx5dv_devx_create_event_channel: NULL, EOPNOTSUPP");
 	struct ibv_pd *pd = ibv_alloc_pd(ctx);
 	struct ibv_cq *cq = ibv_create_cq(ctx, 4, NULL, NULL, 0);
-	if (!pd || !cq) {
-		perror("ibv_alloc_pd/ibv_create_cq");
-		return 2;
-	}
+	if (!pd || !cq)
+		die("ibv_alloc_pd/ibv_create_cq");
 	struct mlx5dv_obj obj = {.cq = {.in = cq, .out = &(struct mlx5dv_cq){0}}};
 	check(mlx5dv_init_obj(&obj, MLX5DV_OBJ_CQ) == EOPNOTSUPP, "mlx5dv_init_obj: EOPNOTSUPP");
 
@@ -89,6 +66,5 @@ int main(int argc, char **argv)
 	ibv_dealloc_pd(pd);
 	ibv_close_device(ctx);
 	ibv_free_device_list(list);
-	printf(failed ? "FAIL\n" : "PASS\n");
-	return failed;
+	return verdict();
 }

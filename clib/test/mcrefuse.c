@@ -144,11 +144,5 @@ int main(int argc, char **argv)
 
 	ibv_destroy_qp(rc);
 	rdma_destroy_qp(id);
-	ibv_destroy_cq(cq);
-	ibv_dealloc_pd(pd);
-	if (rdma_destroy_id(id))
-		fail("rdma_destroy_id");
-	rdma_destroy_event_channel(ch);
-	printf("PASS\n");
-	return 0;
+	return pass(ch, id, cq, pd);
 }

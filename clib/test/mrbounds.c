@@ -25,29 +25,18 @@
  *                                          after the first is detached;
  *                                          a shared file is refused
  */
-#include <errno.h>
 #include <fcntl.h>
-#include <poll.h>
 #include <sys/stat.h>
-#include <infiniband/verbs.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
 #include <sys/wait.h>
 #include <sys/ipc.h>
 #include <sys/mman.h>
 #include <sys/shm.h>
 #include <unistd.h>
 
+#include "vtest.h"
+
 #define REGION 5000 /* bytes: crosses a page boundary, ends mid-page */
 #define GUARD 300
-
-static void die(const char *what)
-{
-	perror(what);
-	exit(2);
-}
 
 struct end {
 	struct ibv_comp_channel *ch; /* NULL: the CQ reports to none */
@@ -58,74 +47,26 @@ struct end {
 	union ibv_gid gid;
 };
 
-static struct ibv_context *open_dev(const char *name)
-{
-	int n;
-	struct ibv_device **list = ibv_get_device_list(&n);
-	if (!list)
-		die("ibv_get_device_list");
-	for (int i = 0; i < n; i++) {
-		if (strcmp(ibv_get_device_name(list[i]), name) == 0) {
-			struct ibv_context *c = ibv_open_device(list[i]);
-			ibv_free_device_list(list);
-			if (!c)
-				die("ibv_open_device");
-			return c;
-		}
-	}
-	fprintf(stderr, "no device %s among %d\n", name, n);
-	exit(2);
-}
-
 static void make_end_ch(struct end *e, const char *dev, int with_channel)
 {
-	e->ctx = open_dev(dev);
+	e->ctx = open_pd(dev, &e->pd, &e->gid);
 	e->ch = NULL;
 	if (with_channel && !(e->ch = ibv_create_comp_channel(e->ctx)))
 		die("ibv_create_comp_channel");
-	if (!(e->pd = ibv_alloc_pd(e->ctx)))
-		die("ibv_alloc_pd");
 	if (!(e->cq = ibv_create_cq(e->ctx, 16, NULL, e->ch, 0)))
 		die("ibv_create_cq");
 	struct ibv_qp_init_attr a = {.send_cq = e->cq, .recv_cq = e->cq, .qp_type = IBV_QPT_RC,
 				     .cap = {.max_send_wr = 8, .max_recv_wr = 8, .max_send_sge = 1, .max_recv_sge = 1}};
 	if (!(e->qp = ibv_create_qp(e->pd, &a)))
 		die("ibv_create_qp");
-	if (ibv_query_gid(e->ctx, 1, 1, &e->gid))
-		die("ibv_query_gid");
 }
 
+/* connect_qp takes e's QP to RTS towards peer's, with remote WRITE
+ * access only. */
 static void connect_qp(struct end *e, struct end *peer)
 {
-	struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .port_num = 1,
-				.qp_access_flags = IBV_ACCESS_REMOTE_WRITE};
-	if (ibv_modify_qp(e->qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
-		die("modify to INIT");
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_1024;
-	a.dest_qp_num = peer->qp->qp_num;
-	a.rq_psn = 0x100;
-	a.max_dest_rd_atomic = 1;
-	a.min_rnr_timer = 12;
-	a.ah_attr.is_global = 1;
-	a.ah_attr.grh.dgid = peer->gid;
-	a.ah_attr.grh.sgid_index = 1;
-	a.ah_attr.grh.hop_limit = 64;
-	a.ah_attr.port_num = 1;
-	if (ibv_modify_qp(e->qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-					     IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
-		die("modify to RTR");
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTS;
-	a.sq_psn = 0x100;
-	a.timeout = 14;
-	a.retry_cnt = 7;
-	a.rnr_retry = 7;
-	a.max_rd_atomic = 1;
-	if (ibv_modify_qp(e->qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-					     IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC))
-		die("modify to RTS");
+	qp_connect(e->qp, &(struct qp_path){.dest_qp_num = peer->qp->qp_num, .dgid = peer->gid,
+					    .access = IBV_ACCESS_REMOTE_WRITE, .psn = 0x100});
 }
 
 /* write posts one signaled WRITE and returns its completion's status. */
@@ -139,13 +80,7 @@ static int write_wr(struct end *e, struct ibv_mr *src, size_t len, uint64_t radd
 	if (ibv_post_send(e->qp, &wr, &bad))
 		die("ibv_post_send");
 	struct ibv_wc wc;
-	time_t deadline = time(NULL) + 10;
-	while (ibv_poll_cq(e->cq, 1, &wc) == 0) {
-		if (time(NULL) > deadline) {
-			fprintf(stderr, "no completion in 10 s\n");
-			exit(2);
-		}
-	}
+	must(poll_wc(e->cq, &wc, 10), "no completion in 10 s");
 	if (wc.wr_id != raddr || wc.opcode != IBV_WC_RDMA_WRITE) {
 		fprintf(stderr, "completion wr_id %#llx opcode %d\n", (unsigned long long)wc.wr_id, wc.opcode);
 		exit(2);
@@ -204,12 +139,38 @@ static int check_guards(const unsigned char *block, const char *when)
 
 static void make_end(struct end *e, const char *dev) { make_end_ch(e, dev, 0); }
 
-static void check(int ok, const char *what)
+/* pair opens the target's and the sender's ends and connects their QPs. */
+static void pair(struct end *t, struct end *s, const char *tdev, const char *sdev)
 {
-	if (!ok) {
-		fprintf(stderr, "FAIL: %s (errno %d)\n", what, errno);
-		exit(1);
-	}
+	make_end(t, tdev);
+	make_end(s, sdev);
+	connect_qp(t, s);
+	connect_qp(s, t);
+}
+
+/* guarded fills block as the checks want it: GUARD bytes of 0xa5, the
+ * region's REGION bytes zeroed, GUARD bytes of 0x5a; it returns the
+ * region. */
+static unsigned char *guarded(unsigned char *block)
+{
+	memset(block, 0xa5, GUARD);
+	memset(block + GUARD, 0, REGION);
+	memset(block + GUARD + REGION, 0x5a, GUARD);
+	return block + GUARD;
+}
+
+/* source registers the sender's REGION bytes, byte i being i * mul + add. */
+static struct ibv_mr *source(struct end *s, int mul, int add)
+{
+	unsigned char *src = malloc(REGION);
+	if (!src)
+		die("malloc");
+	for (int i = 0; i < REGION; i++)
+		src[i] = (unsigned char)(i * mul + add);
+	struct ibv_mr *smr = ibv_reg_mr(s->pd, src, REGION, IBV_ACCESS_LOCAL_WRITE);
+	if (!smr)
+		die("ibv_reg_mr of the source");
+	return smr;
 }
 
 /* events checks the completion channel's fd as libibverbs has it: a
@@ -225,26 +186,26 @@ static int events(const char *dev)
 	connect_qp(&b, &a);
 	struct stat st;
 	int fl = fcntl(a.ch->fd, F_GETFL);
-	check(fstat(a.ch->fd, &st) == 0 && S_ISFIFO(st.st_mode), "the channel's fd is a pipe");
-	check(fl >= 0 && !(fl & O_NONBLOCK), "the channel's fd is blocking by default");
-	check(fcntl(a.ch->fd, F_SETFL, fl | O_NONBLOCK) == 0, "set O_NONBLOCK");
+	must(fstat(a.ch->fd, &st) == 0 && S_ISFIFO(st.st_mode), "the channel's fd is a pipe");
+	must(fl >= 0 && !(fl & O_NONBLOCK), "the channel's fd is blocking by default");
+	must(fcntl(a.ch->fd, F_SETFL, fl | O_NONBLOCK) == 0, "set O_NONBLOCK");
 	struct ibv_cq *cq;
 	void *cctx;
 	errno = 0;
-	check(ibv_get_cq_event(a.ch, &cq, &cctx) == -1 && errno == EAGAIN, "no event: EAGAIN");
+	must(ibv_get_cq_event(a.ch, &cq, &cctx) == -1 && errno == EAGAIN, "no event: EAGAIN");
 	printf("no event, O_NONBLOCK: EAGAIN\n");
 	char *src = malloc(64), *dst = malloc(64);
 	struct ibv_mr *smr = ibv_reg_mr(a.pd, src, 64, IBV_ACCESS_LOCAL_WRITE);
 	struct ibv_mr *dmr = ibv_reg_mr(b.pd, dst, 64, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-	check(smr && dmr, "ibv_reg_mr");
-	check(ibv_req_notify_cq(a.cq, 0) == 0, "ibv_req_notify_cq");
-	check(write_wr(&a, smr, 64, (uintptr_t)dst, dmr->rkey) == IBV_WC_SUCCESS, "the WRITE");
+	must(smr && dmr, "ibv_reg_mr");
+	must(ibv_req_notify_cq(a.cq, 0) == 0, "ibv_req_notify_cq");
+	must(write_wr(&a, smr, 64, (uintptr_t)dst, dmr->rkey) == IBV_WC_SUCCESS, "the WRITE");
 	struct pollfd p = {.fd = a.ch->fd, .events = POLLIN};
-	check(poll(&p, 1, 10000) == 1, "the channel's fd readable after a completion on the armed CQ");
-	check(ibv_get_cq_event(a.ch, &cq, &cctx) == 0 && cq == a.cq, "ibv_get_cq_event takes the CQ's event");
+	must(poll(&p, 1, 10000) == 1, "the channel's fd readable after a completion on the armed CQ");
+	must(ibv_get_cq_event(a.ch, &cq, &cctx) == 0 && cq == a.cq, "ibv_get_cq_event takes the CQ's event");
 	ibv_ack_cq_events(cq, 1);
 	errno = 0;
-	check(ibv_get_cq_event(a.ch, &cq, &cctx) == -1 && errno == EAGAIN, "taken: EAGAIN again");
+	must(ibv_get_cq_event(a.ch, &cq, &cctx) == -1 && errno == EAGAIN, "taken: EAGAIN again");
 	printf("an armed CQ's completion: the fd readable, one event, then EAGAIN\nPASS\n");
 	return 0;
 }
@@ -277,16 +238,12 @@ static int spin(const char *dev)
 	return n < 0 ? 0 : 1;
 }
 
-static void make_end(struct end *e, const char *dev);
 
 /* shm: the region is in a System V segment, attached twice. */
 static int shm(const char *tdev, const char *sdev)
 {
 	struct end t, s;
-	make_end(&t, tdev);
-	make_end(&s, sdev);
-	connect_qp(&t, &s);
-	connect_qp(&s, &t);
+	pair(&t, &s, tdev, sdev);
 	int id = shmget(IPC_PRIVATE, 3 * 4096, IPC_CREAT | 0600);
 	if (id < 0)
 		die("shmget");
@@ -294,19 +251,12 @@ static int shm(const char *tdev, const char *sdev)
 	shmctl(id, IPC_RMID, NULL); /* it goes with its last attachment */
 	if (block == (void *)-1 || other == (void *)-1)
 		die("shmat");
-	memset(block, 0xa5, GUARD);
-	memset(block + GUARD, 0, REGION);
-	memset(block + GUARD + REGION, 0x5a, GUARD);
-	unsigned char *region = block + GUARD;
+	unsigned char *region = guarded(block);
 	struct ibv_mr *mr = ibv_reg_mr(t.pd, region, REGION, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
 	if (!mr)
 		die("ibv_reg_mr of System V shared memory");
-	unsigned char *src = malloc(REGION);
-	for (int i = 0; i < REGION; i++)
-		src[i] = (unsigned char)(i * 11 + 3);
-	struct ibv_mr *smr = ibv_reg_mr(s.pd, src, REGION, IBV_ACCESS_LOCAL_WRITE);
-	if (!smr)
-		die("ibv_reg_mr of the source");
+	struct ibv_mr *smr = source(&s, 11, 3);
+	unsigned char *src = smr->addr;
 	int st = write_wr(&s, smr, REGION, (uintptr_t)region, mr->rkey);
 	if (st != IBV_WC_SUCCESS || memcmp(region, src, REGION) || memcmp(other + GUARD, src, REGION) ||
 	    check_guards(block, "by a WRITE inside the region")) {
@@ -370,18 +320,12 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	struct end t, s;
-	make_end(&t, argv[1]);
-	make_end(&s, argv[2]);
-	connect_qp(&t, &s);
-	connect_qp(&s, &t);
+	pair(&t, &s, argv[1], argv[2]);
 
 	/* The region is the middle of a malloc'd block: the guards share
 	 * its first and last page. */
 	unsigned char *block = malloc(GUARD + REGION + GUARD);
-	memset(block, 0xa5, GUARD);
-	memset(block + GUARD, 0, REGION);
-	memset(block + GUARD + REGION, 0x5a, GUARD);
-	unsigned char *region = block + GUARD;
+	unsigned char *region = guarded(block);
 	struct ibv_mr *mr = ibv_reg_mr(t.pd, region, REGION, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
 	if (!mr)
 		die("ibv_reg_mr of malloc'd memory");
@@ -393,12 +337,8 @@ int main(int argc, char **argv)
 	if (check_guards(block, "by ibv_reg_mr"))
 		return 1;
 
-	unsigned char *src = malloc(REGION);
-	for (int i = 0; i < REGION; i++)
-		src[i] = (unsigned char)(i * 7 + 1);
-	struct ibv_mr *smr = ibv_reg_mr(s.pd, src, REGION, IBV_ACCESS_LOCAL_WRITE);
-	if (!smr)
-		die("ibv_reg_mr of the source");
+	struct ibv_mr *smr = source(&s, 7, 1);
+	unsigned char *src = smr->addr;
 
 	int st = write_wr(&s, smr, REGION, (uintptr_t)region, mr->rkey);
 	if (st != IBV_WC_SUCCESS) {

@@ -161,12 +161,7 @@ static void *server(void *arg)
 
 int main(int argc, char **argv)
 {
-	if (argc != 4) {
-		fprintf(stderr, "usage: rsapi SERVER_ADDR CLIENT_ADDR PORT\n");
-		return 2;
-	}
-	addr(argv[1], atoi(argv[3]), &srv);
-	addr(argv[2], 0, &cli);
+	server_client(argc, argv, &srv, &cli);
 
 	errno = 0;
 	expect(rsocket(AF_INET, SOCK_DGRAM, 0) == -1 && errno == ENOSYS, "a datagram rsocket not refused with ENOSYS");

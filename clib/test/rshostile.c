@@ -96,12 +96,7 @@ static struct rdma_cm_event *dial(struct client *c, const struct sockaddr_in *sr
 	c->ch = rdma_create_event_channel();
 	if (!c->ch || rdma_create_id(c->ch, &c->id, NULL, RDMA_PS_TCP))
 		fail("rdma_create_id");
-	if (rdma_resolve_addr(c->id, (struct sockaddr *)src, (struct sockaddr *)dst, 2000))
-		fail("rdma_resolve_addr");
-	rdma_ack_cm_event(next(c->ch, RDMA_CM_EVENT_ADDR_RESOLVED));
-	if (rdma_resolve_route(c->id, 2000))
-		fail("rdma_resolve_route");
-	rdma_ack_cm_event(next(c->ch, RDMA_CM_EVENT_ROUTE_RESOLVED));
+	resolve(c->ch, c->id, src, dst);
 	c->pd = ibv_alloc_pd(c->id->verbs);
 	c->cq = c->pd ? ibv_create_cq(c->id->verbs, 8, NULL, NULL, 0) : NULL;
 	c->mr = c->cq ? ibv_reg_mr(c->pd, c->mem, sizeof(c->mem), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE) : NULL;
@@ -123,6 +118,20 @@ static struct rdma_cm_event *dial(struct client *c, const struct sockaddr_in *sr
 	if (poll(&p, 1, 10000) != 1 || rdma_get_cm_event(c->ch, &e))
 		fail("no connect event within 10 s");
 	return e;
+}
+
+/* connected dials with no private data of its own (an rsocket's):
+ * the connect must be ESTABLISHED, and the 40 bytes of connection data
+ * its REP carries go to rep. */
+static void connected(struct client *c, const struct sockaddr_in *src, const struct sockaddr_in *dst, uint8_t *rep,
+		      const char *what)
+{
+	memset(c, 0, sizeof(*c));
+	struct rdma_cm_event *e = dial(c, src, dst, NULL, 0);
+	if (e->event != RDMA_CM_EVENT_ESTABLISHED || e->param.conn.private_data_len < 40)
+		fail(what);
+	memcpy(rep, e->param.conn.private_data, 40);
+	rdma_ack_cm_event(e);
 }
 
 static void hang_up(struct client *c)
@@ -180,13 +189,8 @@ static void server_said(const char *want) { server_said_either(want, NULL); }
 
 int main(int argc, char **argv)
 {
-	if (argc != 4) {
-		fprintf(stderr, "usage: rshostile SERVER_ADDR CLIENT_ADDR PORT\n");
-		return 2;
-	}
 	struct sockaddr_in srv, cli;
-	addr(argv[1], atoi(argv[3]), &srv);
-	addr(argv[2], 0, &cli);
+	server_client(argc, argv, &srv, &cli);
 	lfd = rsocket(AF_INET, SOCK_STREAM, 0);
 	int one = 1;
 	if (lfd < 0 || rsetsockopt(lfd, SOL_RDMA, RDMA_IOMAPSIZE, &one, sizeof(one)) ||
@@ -230,13 +234,8 @@ int main(int argc, char **argv)
 
 	/* Good connection data, then a message claiming 1 MiB, past the
 	 * 64 KiB half of the default 128 KiB buffer the REP offered. */
-	memset(&c, 0, sizeof(c));
-	struct rdma_cm_event *e = dial(&c, &cli, &srv, NULL, 0);
-	if (e->event != RDMA_CM_EVENT_ESTABLISHED || e->param.conn.private_data_len < 40)
-		fail("the good connect was not ESTABLISHED with connection data");
 	uint8_t rep[40];
-	memcpy(rep, e->param.conn.private_data, 40);
-	rdma_ack_cm_event(e);
+	connected(&c, &cli, &srv, rep, "the good connect was not ESTABLISHED with connection data");
 	uint64_t a;
 	uint32_t k, half;
 	memcpy(&a, rep + 24, 8);
@@ -252,12 +251,7 @@ int main(int argc, char **argv)
 	 * its 2 entries), under its key. */
 	static const char entry[24] = "an iomap entry, 24 bytes";
 	for (int past = 0; past < 2; past++) {
-		memset(&c, 0, sizeof(c));
-		e = dial(&c, &cli, &srv, NULL, 0);
-		if (e->event != RDMA_CM_EVENT_ESTABLISHED)
-			fail("the iomap connect was not ESTABLISHED");
-		memcpy(rep, e->param.conn.private_data, 40);
-		rdma_ack_cm_event(e);
+		connected(&c, &cli, &srv, rep, "the iomap connect was not ESTABLISHED with connection data");
 		if (!(rep[1] & 2) || rep[7] != 1)
 			fail("the REP offers no iomap of 1 entry");
 		memcpy(&a, rep + 8, 8);
@@ -287,12 +281,7 @@ int main(int argc, char **argv)
 
 	/* A message as an rsocket sends it: the listener still takes
 	 * connections and reads them. */
-	memset(&c, 0, sizeof(c));
-	e = dial(&c, &cli, &srv, NULL, 0);
-	if (e->event != RDMA_CM_EVENT_ESTABLISHED)
-		fail("the last connect was not ESTABLISHED");
-	memcpy(rep, e->param.conn.private_data, 40);
-	rdma_ack_cm_event(e);
+	connected(&c, &cli, &srv, rep, "the last connect was not ESTABLISHED with connection data");
 	memcpy(&a, rep + 24, 8);
 	memcpy(&k, rep + 32, 4);
 	write_imm(&c, be64toh(a), be32toh(k), "hello", 5, 0u << 29 | 5);
