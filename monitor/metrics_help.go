@@ -36,6 +36,7 @@ var counterHelp = map[string]string{
 	"drop_bad_address":           "Received packets dropped for a source that is not their QP's peer.",
 	"drop_qp_state":              "Received packets dropped because their QP's state does not take them.",
 	"drop_bad_qkey":              "Received UD packets dropped for a Q_Key that is not their QP's.",
+	"drop_bad_xrc_srq":           "XRC requests an XRC target QP dropped or NAKed: their XRCETH named no XRC SRQ, one of another XRC domain, or another SRQ in mid-message.",
 	"drop_no_recv_wqe":           "UD or UC SENDs dropped for want of a posted receive WQE.",
 	"drop_unexpected_response":   "ACKs and read responses dropped because they match no outstanding WQE.",
 	"drop_uc_message":            "UC packets dropped because loss broke their message.",

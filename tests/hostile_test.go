@@ -251,8 +251,9 @@ func TestHostileWakeDescriptors(t *testing.T) {
 // TestHostileTruncate: a client tries to truncate or grow every memfd it
 // holds that rnicd maps: the rings of its CQ, QP and SRQ (the daemon
 // sealed them at their size) and its registered memory (sealed against
-// shrinking, or refused). Every try fails with EPERM; a region whose
-// memfd is not sealed is refused naming the seal and counted. Another
+// shrinking by the daemon, or by the client). Every try fails with
+// EPERM; a region whose memfd can take no seal is refused, saying so,
+// and counted. Another
 // client's WRITEs meanwhile and after are unaffected byte for byte and
 // the daemon serves on.
 func TestHostileTruncate(t *testing.T) {
@@ -315,9 +316,11 @@ func TestHostileTruncate(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Registered memory: a memfd that may shrink is refused, naming the
-	// seal; a sealed one is registered and then cannot shrink.
-	memfd := func(seal bool) int {
+	// Registered memory: a memfd that may shrink is sealed against it by
+	// the daemon as it registers it (the program's memfd stays shared);
+	// one that can take no more seals is refused, saying why; a sealed
+	// one is registered as it is. None of them can shrink afterwards.
+	memfd := func(seals int) int {
 		fd, err := unix.MemfdCreate("hostile", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 		if err != nil {
 			t.Fatal(err)
@@ -325,26 +328,34 @@ func TestHostileTruncate(t *testing.T) {
 		if err := unix.Ftruncate(fd, 1<<20); err != nil {
 			t.Fatal(err)
 		}
-		if seal {
-			if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK); err != nil {
+		if seals != 0 {
+			if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, seals); err != nil {
 				t.Fatal(err)
 			}
 		}
 		return fd
 	}
-	loose := memfd(false)
-	defer unix.Close(loose)
 	req := &abi.RegMRReq{PD: pd.H, Access: uint32(verbs.AccessLocalWrite | verbs.AccessRemoteWrite), Length: 1 << 20}
-	if _, err := x.Call(abi.KindRegMR, req, []int{loose}, &abi.RegMRReply{}); err == nil || !strings.Contains(err.Error(), "F_SEAL_SHRINK") {
-		t.Fatalf("reg_mr of a memfd that may shrink: %v, want a refusal naming F_SEAL_SHRINK", err)
+	frozen := memfd(unix.F_SEAL_SEAL)
+	defer unix.Close(frozen)
+	if _, err := x.Call(abi.KindRegMR, req, []int{frozen}, &abi.RegMRReply{}); err == nil || !strings.Contains(err.Error(), "cannot be sealed against shrinking") {
+		t.Fatalf("reg_mr of a memfd that may shrink and takes no seal: %v, want a refusal saying it cannot be sealed", err)
 	}
-	sealed := memfd(true)
-	defer unix.Close(sealed)
-	if _, err := x.Call(abi.KindRegMR, req, []int{sealed}, &abi.RegMRReply{}); err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Ftruncate(sealed, 0); !errors.Is(err, unix.EPERM) {
-		t.Fatalf("ftruncate of a registered memfd: %v, want EPERM", err)
+	for _, c := range []struct {
+		what  string
+		seals int
+	}{{"a memfd that may shrink", 0}, {"a memfd sealed against shrinking", unix.F_SEAL_SHRINK}} {
+		fd := memfd(c.seals)
+		defer unix.Close(fd)
+		if _, err := x.Call(abi.KindRegMR, req, []int{fd}, &abi.RegMRReply{}); err != nil {
+			t.Fatalf("reg_mr of %s: %v", c.what, err)
+		}
+		if seals, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0); err != nil || seals != unix.F_SEAL_SHRINK {
+			t.Errorf("%s after reg_mr: seals %#x, %v; want F_SEAL_SHRINK alone", c.what, seals, err)
+		}
+		if err := unix.Ftruncate(fd, 0); !errors.Is(err, unix.EPERM) {
+			t.Fatalf("ftruncate of %s, registered: %v, want EPERM", c.what, err)
+		}
 	}
 
 	if n := stopVictim(); n == 0 {
@@ -353,9 +364,9 @@ func TestHostileTruncate(t *testing.T) {
 	goodClient(t, "rnicF", 0x3c)
 	after := must[map[string]uint64](t)(obs.Counters())
 	if got := after["hostif_unsealed_memfd"] - before["hostif_unsealed_memfd"]; got != 1 {
-		t.Errorf("hostif_unsealed_memfd went up by %d, want 1 (the unsealed region)", got)
+		t.Errorf("hostif_unsealed_memfd went up by %d, want 1 (the region that could take no seal)", got)
 	}
-	if !strings.Contains(d.errb.String(), "F_SEAL_SHRINK") {
+	if !strings.Contains(d.errb.String(), "cannot be sealed against shrinking") {
 		t.Errorf("the daemon's log does not say why it refused the region:\n%s", d.errb.String())
 	}
 }
