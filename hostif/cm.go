@@ -377,17 +377,19 @@ func (c *conn) cmListen(t object, b abi.Body, _ []int) (abi.Body, []int, error) 
 }
 
 // bindQP binds the client's QP handle h to o for the agent (cmQPs); a
-// UD connection (ud) takes a UD QP, any other one a QP that is not.
-func (c *conn) bindQP(o *cmIDObj, h uint32, ud bool) (uint32, error) {
+// UD connection (ud) takes a UD QP, any other one a QP that is not. It
+// returns the QPN and, for an XRC QP, which end of XRC it is
+// (ib.QPTypeXRCSend or ib.QPTypeXRCRecv; 0 for any other QP).
+func (c *conn) bindQP(o *cmIDObj, h uint32, ud bool) (uint32, ib.QPType, error) {
 	q, err := lookup[*qpObj](c, h, kindQP)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	if o.qpn != 0 {
-		return 0, errf(abi.CodeInvalid, "CM ID %d already has QP %d", o.h, o.qpn)
+		return 0, 0, errf(abi.CodeInvalid, "CM ID %d already has QP %d", o.h, o.qpn)
 	}
 	if (q.qp.Type == ib.QPTypeUD) != ud {
-		return 0, errf(abi.CodeInvalid, "QP %d is %v: rdma_cm's UDP port space takes UD QPs, the others connected ones", q.qp.QPN, q.qp.Type)
+		return 0, 0, errf(abi.CodeInvalid, "QP %d is %v: rdma_cm's UDP port space takes UD QPs, the others connected ones", q.qp.QPN, q.qp.Type)
 	}
 	c.mu.Lock()
 	if c.cmQPNs == nil {
@@ -396,7 +398,7 @@ func (c *conn) bindQP(o *cmIDObj, h uint32, ud bool) (uint32, error) {
 	o.qpn = q.qp.QPN
 	c.cmQPNs[o.qpn]++
 	c.mu.Unlock()
-	return o.qpn, nil
+	return o.qpn, q.qp.XRC, nil
 }
 
 func (c *conn) unbindQP(o *cmIDObj) {
@@ -416,11 +418,21 @@ func isUDP(serviceID uint64) bool {
 func (c *conn) cmConnect(t object, b abi.Body, _ []int) (abi.Body, []int, error) {
 	o, r := t.(*cmIDObj), b.(*abi.CMConnectReq)
 	ud := isUDP(r.ServiceID)
-	qpn, err := c.bindQP(o, r.QP, ud)
+	qpn, xrc, err := c.bindQP(o, r.QP, ud)
 	if err != nil {
 		return nil, nil, err
 	}
-	p := cm.ConnectParam{
+	transport := uint8(mad.TransportRC)
+	switch xrc {
+	case ib.QPTypeXRCSend:
+		transport = mad.TransportXRC
+	case ib.QPTypeXRCRecv:
+		// A target has no send queue to connect from: cm_validate_req_param
+		// takes RC, UC and XRC_INI only.
+		c.unbindQP(o)
+		return nil, nil, errf(abi.CodeInvalid, "connect: QP %d is an XRC target (XRC_RECV), which only accepts", qpn)
+	}
+	p := cm.ConnectParam{Transport: transport,
 		ServiceID: r.ServiceID, QPN: qpn,
 		Dest: cm.Dest{GID: mad.GID(r.DGID), PKey: 0xffff}, LocalGID: mad.GID(c.s.dev.QueryPort().GID),
 		StartingPSN: r.StartingPSN, PathMTU: ib.MTU(r.PathMTU),
@@ -456,7 +468,7 @@ func (c *conn) cmAccept(t object, b abi.Body, _ []int) (abi.Body, []int, error) 
 	o, r := t.(*cmIDObj), b.(*abi.CMAcceptReq)
 	var ud bool
 	c.s.cmAgent.Do(func(*cm.CM) { ud = o.id != nil && o.id.State() == cm.StateSIDRREQRcvd })
-	qpn, err := c.bindQP(o, r.QP, ud)
+	qpn, xrc, err := c.bindQP(o, r.QP, ud)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -467,6 +479,11 @@ func (c *conn) cmAccept(t object, b abi.Body, _ []int) (abi.Body, []int, error) 
 			return
 		case ud != (o.id.State() == cm.StateSIDRREQRcvd):
 			err = errors.New("the connect request went away meanwhile")
+			return
+		case !ud && (xrc == ib.QPTypeXRCRecv) != (o.id.Transport() == mad.TransportXRC), xrc == ib.QPTypeXRCSend:
+			// An XRC REQ is answered by an XRC target, any other by a
+			// QP that is not one (cma_ib_check_req_qp_type).
+			err = fmt.Errorf("QP %d (%v) cannot answer a REQ of transport type %d", qpn, xrc, o.id.Transport())
 			return
 		case ud:
 			// cma_accept on a UD ID: the SIDR_REP names the QP and

@@ -51,18 +51,31 @@ func TestCLibRDMACMServerClient(t *testing.T) {
 // and waits until both daemons hold nothing of them.
 func (tb *toolBench) cmPair(t *testing.T, lib, srvBin string, srvArgs []string, cliBin string, cliArgs ...string) (srv, cli string) {
 	t.Helper()
+	env := append(os.Environ(), "LD_LIBRARY_PATH="+lib)
+	srv, cli = runCMPair(t, env, env, func() { tb.waitListener(t) }, srvBin, srvArgs, cliBin, cliArgs...)
+	tb.idle(t)
+	return srv, cli
+}
+
+// runCMPair runs the server srvBin with srvArgs in the environment
+// srvEnv, and once listening says it listens the client cliBin with
+// cliArgs in cliEnv; it returns what each printed (stdout and stderr)
+// once both exited 0.
+func runCMPair(t *testing.T, srvEnv, cliEnv []string, listening func(), srvBin string, srvArgs []string, cliBin string, cliArgs ...string) (srv, cli string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	server := exec.CommandContext(ctx, srvBin, srvArgs...)
-	server.Env = append(os.Environ(), "LD_LIBRARY_PATH="+lib)
+	server.Env = srvEnv
 	sout := &lockedBuf{}
 	server.Stdout, server.Stderr = sout, sout
 	if err := server.Start(); err != nil {
 		t.Fatal(err)
 	}
-	tb.waitListener(t)
+	defer server.Process.Kill() // a listening that fails leaves it behind
+	listening()
 	client := exec.CommandContext(ctx, cliBin, cliArgs...)
-	client.Env = server.Env
+	client.Env = cliEnv
 	var cout strings.Builder
 	client.Stdout, client.Stderr = &cout, &cout
 	clientErr := client.Run()
@@ -73,7 +86,6 @@ func (tb *toolBench) cmPair(t *testing.T, lib, srvBin string, srvArgs []string, 
 	if clientErr != nil || serverErr != nil {
 		t.Fatalf("%v: %v\n%s\n%v: %v\n%s", server.Args, serverErr, sout, client.Args, clientErr, cout.String())
 	}
-	tb.idle(t)
 	return sout.String(), cout.String()
 }
 
@@ -154,5 +166,68 @@ func TestCLibCMATose(t *testing.T) {
 		if sout != c.srv || cout != c.cli {
 			t.Errorf("%s %v\nserver printed:\n%s\nwant:\n%s\nclient printed:\n%s\nwant:\n%s", c.tool, c.args, sout, c.srv, cout, c.cli)
 		}
+	}
+}
+
+// TestCLibRDMACMXRC runs Debian's rdma_xserver -c x on one rnicd and
+// rdma_xclient -c x on another (XRC over rdma_cm, RDMA_PS_IB): the
+// server's synchronous listener gets the request with an XRC target QP
+// (rdma_get_request), makes an XRC SRQ in the library's XRC domain
+// (rdma_create_srq) and sends its number in the REP's private data; the
+// client's XRC initiator QP sends 16 bytes naming that SRQ, which
+// complete at the server (rdma_get_recv_comp). Both print their start and
+// end 0; the server's rnicd counts one REQ received, one REP sent, one
+// RTU received and no REJ, the client's the other halves, and the
+// server's rnicd one SEND received (its QP1 takes the CM's five MADs as
+// receives too), none refused by an XRC target.
+func TestCLibRDMACMXRC(t *testing.T) {
+	lib := clibDir(t)
+	srvBin, cliBin := debtest.Ensure(t, "rdma_xserver", "rdmacm-utils"), debtest.Ensure(t, "rdma_xclient", "rdmacm-utils")
+	p := startApart(t, "xc", nil)
+	before := [2]map[string]uint64{must[map[string]uint64](t)(p.ca.Counters()), must[map[string]uint64](t)(p.cb.Counters())}
+	port := freePort(t)
+	listening := func() {
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			res := exec.Command(filepath.Join(binDir, "rnic"), "res", "-d", p.nameA, "show", "cm_id")
+			res.Env = append(os.Environ(), "RNICD_DIR="+p.dirA)
+			if out, _ := res.CombinedOutput(); strings.Contains(string(out), " state LISTEN ") {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no rdma_cm listener on %s", p.nameA)
+			}
+		}
+	}
+	sout, cout := runCMPair(t, append(os.Environ(), "LD_LIBRARY_PATH="+lib, "RNICD_DIR="+p.dirA),
+		append(os.Environ(), "LD_LIBRARY_PATH="+lib, "RNICD_DIR="+p.dirB), listening,
+		srvBin, []string{"-c", "x", "-p", port}, cliBin, "-c", "x", "-s", p.a.addr.String(), "-p", port)
+	for _, r := range []struct{ bin, name, out string }{{srvBin, "rdma_xserver", sout}, {cliBin, "rdma_xclient", cout}} {
+		if want := r.bin + ": start\n" + r.bin + ": end 0\n"; r.out != want && r.out != strings.ReplaceAll(want, r.bin, r.name) {
+			t.Errorf("%s -c x printed\n%s\nwant\n%s", r.name, r.out, want)
+		}
+	}
+	after := [2]map[string]uint64{must[map[string]uint64](t)(p.ca.Counters()), must[map[string]uint64](t)(p.cb.Counters())}
+	for i, want := range []map[string]uint64{
+		{"cm_rx_msgs_req": 1, "cm_tx_msgs_rep": 1, "cm_rx_msgs_rtu": 1, "cm_tx_msgs_rej": 0, "cm_rx_msgs_rej": 0,
+			"cm_tx_msgs_req": 0, "drop_bad_xrc_srq": 0},
+		{"cm_tx_msgs_req": 1, "cm_rx_msgs_rep": 1, "cm_tx_msgs_rtu": 1, "cm_tx_msgs_rej": 0, "cm_rx_msgs_rej": 0,
+			"cm_rx_msgs_req": 0, "rdma_sends": 1},
+	} {
+		for k, w := range want {
+			if got := after[i][k] - before[i][k]; got != w {
+				t.Errorf("%s counts %s %d, want %d", []string{"the server's rnicd", "the client's rnicd"}[i], k, got, w)
+			}
+		}
+	}
+	// rdma_recvs counts QP1's receives too: what the server's rnicd
+	// received beside the CM's MADs is the one SEND.
+	recvs := after[0]["rdma_recvs"] - before[0]["rdma_recvs"]
+	for k := range after[0] {
+		if strings.HasPrefix(k, "cm_rx_msgs_") {
+			recvs -= after[0][k] - before[0][k]
+		}
+	}
+	if recvs != 1 {
+		t.Errorf("the server's rnicd received %d messages beside the CM's, want 1", recvs)
 	}
 }

@@ -466,6 +466,7 @@ static struct cm_event *connect_request(struct cm_channel *ch, struct cm_dev *d,
 		return NULL;
 	}
 	id_bind_dev(c, d);
+	c->id.qp_type = l->id.qp_type; /* an XRC_RECV listener's IDs are XRC_RECV (ucma_process_conn_req) */
 	c->h = w->id;
 	c->home = ch;
 	c->state = ID_CONNECTING;

@@ -52,6 +52,7 @@ struct cm_dev {
 	uint8_t max_resp_res, max_init_depth;
 	pthread_mutex_t pd_mu;
 	struct ibv_pd *pd; /* the default PD (rdma_create_qp without one) */
+	struct ibv_xrcd *xrcd; /* the XRC domain of XRC_RECV IDs (cma.c's ucma_get_xrcd), under pd_mu */
 };
 
 /* dev.c */

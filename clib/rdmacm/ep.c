@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cma.h"
+#include <rdma/rdma_verbs.h>
 
 /* RDMA_UDP_QKEY: the Q_Key of rdma_cm's UDP port space (cma.c). */
 #define RDMA_UDP_QKEY 0x01234567
@@ -63,6 +64,8 @@ EXPORT void rdma_destroy_ep(struct rdma_cm_id *id)
 {
 	if (id->qp)
 		rdma_destroy_qp(id);
+	if (id->srq)
+		rdma_destroy_srq(id);
 	rdma_destroy_id(id);
 }
 

@@ -99,8 +99,9 @@ EXPORT int rdma_create_id(struct rdma_event_channel *channel, struct rdma_cm_id 
 {
 	if (!id)
 		return cm_err(EINVAL);
-	if (ps != RDMA_PS_TCP && ps != RDMA_PS_UDP) {
-		rnic_log("rdma_create_id: port space 0x%x is not built; rnicd's rdma_cm has RDMA_PS_TCP (RC) and RDMA_PS_UDP (UD)",
+	if (ps != RDMA_PS_TCP && ps != RDMA_PS_UDP && ps != RDMA_PS_IB) {
+		rnic_log("rdma_create_id: port space 0x%x is not built; rnicd's rdma_cm has RDMA_PS_TCP (RC), RDMA_PS_IB "
+			 "(RC, XRC) and RDMA_PS_UDP (UD)",
 			 ps);
 		return cm_err(ENOSYS);
 	}

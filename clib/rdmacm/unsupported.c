@@ -14,19 +14,6 @@ static int nosys(const char *call, const char *why)
 	return cm_err(ENOSYS);
 }
 
-#define NO_SRQ "make the SRQ with ibv_create_srq"
-
-EXPORT int rdma_create_srq(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_srq_init_attr *attr)
-{
-	(void)id, (void)pd, (void)attr;
-	return nosys("rdma_create_srq", NO_SRQ);
-}
-EXPORT int rdma_create_srq_ex(struct rdma_cm_id *id, struct ibv_srq_init_attr_ex *attr)
-{
-	(void)id, (void)attr;
-	return nosys("rdma_create_srq_ex", NO_SRQ);
-}
-EXPORT void rdma_destroy_srq(struct rdma_cm_id *id) { (void)id, nosys("rdma_destroy_srq", NO_SRQ); }
 EXPORT int rdma_notify(struct rdma_cm_id *id, enum ibv_event_type event)
 {
 	(void)id, (void)event;

@@ -14,8 +14,10 @@ import (
 type ConnectParam struct {
 	ServiceID uint64
 	// QPN is the application's QP, RC or UC, in RESET or INIT.
-	QPN       uint32
-	Transport uint8 // mad.TransportRC (default) or mad.TransportUC
+	QPN uint32
+	// Transport is mad.TransportRC (default), mad.TransportUC, or
+	// mad.TransportXRC for an XRC initiator QP (XRC_SEND).
+	Transport uint8
 	// Dest is the peer port (its GID); LocalGID is ours, sent in the REQ.
 	Dest     Dest
 	LocalGID mad.GID
@@ -44,7 +46,7 @@ func (c *CM) Connect(p ConnectParam) (*ID, error) {
 	if len(p.PrivateData) > mad.REQPrivateDataLen {
 		return nil, fmt.Errorf("cm: %d bytes of private data, a REQ holds %d", len(p.PrivateData), mad.REQPrivateDataLen)
 	}
-	if p.PathMTU.Bytes() == 0 || p.Transport > mad.TransportUC || p.RetryCount > 7 || p.RNRRetryCount > 7 {
+	if p.PathMTU.Bytes() == 0 || p.Transport > mad.TransportUC && p.Transport != mad.TransportXRC || p.RetryCount > 7 || p.RNRRetryCount > 7 {
 		return nil, errors.New("cm: connect parameters out of range (path MTU, transport, retry counts)")
 	}
 	id, err := c.newID(StateIdle)
@@ -60,6 +62,12 @@ func (c *CM) Connect(p ConnectParam) (*ID, error) {
 	id.pathMTU = uint8(p.PathMTU)
 	id.respRes, id.initDepth = p.ResponderResources, p.InitiatorDepth
 	id.retryCount = p.RetryCount
+	if p.Transport == mad.TransportXRC {
+		// An initiator answers no READ: its REQ offers no responder
+		// resources (cm_format_req leaves them, the retry counts and
+		// SRQ zero for XRC_INI).
+		id.respRes = 0
+	}
 	id.flowLabel, id.trafficClass = p.FlowLabel&0xfffff, p.TrafficClass
 	id.hopLimit = p.HopLimit
 	if id.hopLimit == 0 {
@@ -84,6 +92,10 @@ func (c *CM) Connect(p ConnectParam) (*ID, error) {
 		PrimaryLocalGID: p.LocalGID, PrimaryRemoteGID: p.Dest.GID,
 		PrimaryFlowLabel: id.flowLabel, PrimaryTrafficClass: id.trafficClass,
 		PrimaryHopLimit: id.hopLimit, PrimaryLocalACKTimeout: id.ackTimeout,
+	}
+	if p.Transport == mad.TransportXRC {
+		f.ExtendedTransport = mad.ExtendedTransportXRC
+		f.ResponderResources, f.RetryCount, f.RNRRetryCount = 0, 0, 0
 	}
 	copy(f.PrivateData[:], p.PrivateData)
 	mad.REQ(format(&id.msg, mad.AttrREQ, id.tid)).Encode(&f)
@@ -133,6 +145,11 @@ func (c *CM) handleREP(from Dest, tid uint64, rep mad.REP) {
 	id.remoteID = rep.LocalCommID()
 	id.remoteCAGUID = rep.LocalCAGUID()
 	id.remoteQPN = rep.LocalQPN()
+	if id.transport == mad.TransportXRC {
+		// An XRC target's QPN comes in the local EECN field
+		// (cm_rep_get_qpn).
+		id.remoteQPN = rep.LocalEECN()
+	}
 	id.peerPSN = rep.StartingPSN()
 	// The peer's resources bound ours: we may issue as many READs as it
 	// accepts, and accept as many as it issues (cm_rep_handler).

@@ -245,7 +245,8 @@ type ID struct {
 
 	serviceID    uint64
 	remoteCAGUID uint64
-	transport    uint8 // mad.TransportRC or mad.TransportUC
+	transport    uint8 // mad.TransportRC, mad.TransportUC or mad.TransportXRC
+	xrcTarget    bool  // an XRC connection's passive end: its QP is an XRC target
 	qpn          uint32
 	remoteQPN    uint32
 	// ownPSN is the Starting PSN of our REQ or REP, peerPSN the peer's.
@@ -286,6 +287,11 @@ type ID struct {
 
 // State returns the connection's CM state.
 func (id *ID) State() State { return id.state }
+
+// Transport is the connection's transport service type: mad.TransportRC,
+// mad.TransportUC or mad.TransportXRC (whose passive end drives an XRC
+// target QP, its active end an XRC initiator).
+func (id *ID) Transport() uint8 { return id.transport }
 
 // LocalCommID is the connection's local communication ID.
 func (id *ID) LocalCommID() uint32 { return id.localID }

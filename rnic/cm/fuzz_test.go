@@ -10,24 +10,36 @@ import (
 // Any MAD, in any of the states a connection passes through, is handled
 // without a panic, and the CM's state stays bounded and freeable.
 func FuzzHandleMAD(f *testing.F) {
-	// Seeds: every message of a connection's life.
-	w := newWorld(f, nil)
-	w.listen()
-	w.a.cm.Connect(rpingConnect())
-	for _, p := range w.deliver() {
-		f.Add(p.b, uint8(0))
-	}
-	w.b.events[0].ID.Accept(rpingAccept())
-	for _, p := range w.deliver() {
-		f.Add(p.b, uint8(1))
+	// Seeds: every message of a connection's life, an RC one's and an
+	// XRC one's (stage bit 4: the CM's connection is XRC too).
+	for _, c := range []struct {
+		service uint64
+		p       ConnectParam
+		stage   uint8
+	}{{rpingService, rpingConnect(), 0}, {xrcService, xrcConnect(), 4}} {
+		w := newWorld(f, nil)
+		w.b.cm.Listen(c.service, nil)
+		w.a.cm.Connect(c.p)
+		for _, p := range w.deliver() {
+			f.Add(p.b, c.stage)
+		}
+		w.b.events[0].ID.Accept(rpingAccept())
+		for _, p := range w.deliver() {
+			f.Add(p.b, c.stage+1)
+		}
 	}
 	f.Add(make([]byte, 10), uint8(2))
 	f.Fuzz(func(t *testing.T, data []byte, stage uint8) {
 		w := newWorld(t, func(c *Config) { c.MaxIDs = 8 })
 		w.listen()
 		w.b.cm.Listen(udService, nil)
+		w.b.cm.Listen(xrcService, nil)
 		// Bring a connection to a stage, then throw data at both sides.
-		a, _ := w.a.cm.Connect(rpingConnect())
+		p := rpingConnect()
+		if stage&4 != 0 {
+			p = xrcConnect()
+		}
+		a, _ := w.a.cm.Connect(p)
 		if stage%4 >= 1 {
 			w.deliver()
 		}

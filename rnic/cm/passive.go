@@ -65,7 +65,7 @@ func (c *CM) handleREQ(from Dest, tid uint64, req mad.REQ) {
 		gid := c.cfg.PortGID
 		c.issueREJInfo(from, tid, req.LocalCommID(), 0, mad.RejInvalidGID, mad.MsgKindREQ, gid[:])
 		return
-	case req.TransportType() > mad.TransportUC:
+	case req.TransportType() > mad.TransportUC && !isXRC(req):
 		c.issueREJ(from, tid, req.LocalCommID(), 0, mad.RejInvalidTransportType, mad.MsgKindREQ)
 		return
 	case ib.MTU(req.PathMTU()).Bytes() == 0:
@@ -102,6 +102,7 @@ func (c *CM) handleREQ(from Dest, tid uint64, req mad.REQ) {
 	id.remoteID, id.remoteCAGUID = req.LocalCommID(), req.LocalCAGUID()
 	id.serviceID = req.ServiceID()
 	id.transport = req.TransportType()
+	id.xrcTarget = id.transport == mad.TransportXRC
 	id.remoteQPN = req.LocalQPN()
 	id.peerPSN = req.StartingPSN()
 	id.pathMTU = req.PathMTU()
@@ -163,6 +164,14 @@ func (id *ID) pendingTimedOut() {
 	id.state = StateIdle
 	id.cm.event(Event{Type: EventUnreachable, ID: id, Err: ErrTimeout})
 	id.cm.free(id)
+}
+
+// isXRC says whether req asks for an XRC connection: transport service
+// type 3 with extended transport type 1, as Linux's cm_req_get_qp_type
+// reads an XRC target's REQ. Type 3 with anything else is RD, which no
+// one builds on RoCE: REJ invalid transport type.
+func isXRC(req mad.REQ) bool {
+	return req.TransportType() == mad.TransportXRC && req.ExtendedTransport() == mad.ExtendedTransportXRC
 }
 
 // pathGIDsMatch checks a REQ's primary path against its packet: the
@@ -266,6 +275,11 @@ func (id *ID) Accept(p AcceptParam) error {
 	f := mad.REPFields{LocalCommID: id.localID, RemoteCommID: id.remoteID, LocalQPN: id.qpn,
 		StartingPSN: id.ownPSN, ResponderResources: id.respRes, InitiatorDepth: id.initDepth,
 		TargetACKDelay: targetACKDelay, RNRRetryCount: p.RNRRetryCount & 7, LocalCAGUID: c.cfg.CAGUID}
+	if id.xrcTarget {
+		// cm_format_rep for XRC_TGT: the QPN in the local EECN field,
+		// SRQ set, no initiator depth (a target issues nothing).
+		f.LocalQPN, f.LocalEECN, f.InitiatorDepth, f.SRQ = 0, id.qpn, 0, true
+	}
 	copy(f.PrivateData[:], p.PrivateData)
 	mad.REP(format(&id.msg, mad.AttrREP, id.tid)).Encode(&f)
 	id.state = StateREPSent

@@ -1,6 +1,9 @@
 package cm
 
-import "github.com/rnicd/rnicd/ib"
+import (
+	"github.com/rnicd/rnicd/ib"
+	"github.com/rnicd/rnicd/wire/mad"
+)
 
 // The QP attributes the CM applies, as Linux's ib_cm_init_qp_attr computes
 // them (cm_init_qp_init_attr, cm_init_qp_rtr_attr, cm_init_qp_rts_attr)
@@ -31,7 +34,7 @@ func (id *ID) toRTS() error {
 			TrafficClass: id.trafficClass},
 	}
 	mask := ib.AttrState | ib.AttrAV | ib.AttrPathMTU | ib.AttrDestQPN | ib.AttrRQPSN
-	if id.transport == 0 { // RC: READ and atomic responder resources, RNR timer
+	if id.responds() { // READ and atomic responder resources, RNR timer
 		rtr.MaxDestRdAtomic = id.respRes
 		rtr.MinRNRTimer = 0 // as cm_init_qp_rtr_attr sets it: code 0, 655.36 ms (IBTA table 45)
 		mask |= ib.AttrMaxDestRdAtomic | ib.AttrMinRNRTimer
@@ -41,14 +44,29 @@ func (id *ID) toRTS() error {
 	}
 	rts := ib.QPAttr{State: ib.QPSRTS, SQPSN: id.peerPSN}
 	mask = ib.AttrState | ib.AttrSQPSN
-	if id.transport == 0 {
+	if id.transport != mad.TransportUC {
 		rts.Timeout = id.ackTimeout
+		mask |= ib.AttrTimeout
+	}
+	if id.requests() {
 		rts.RetryCnt = id.retryCount
 		rts.RNRRetry = id.rnrRetry
 		rts.MaxRdAtomic = id.initDepth
-		mask |= ib.AttrTimeout | ib.AttrRetryCnt | ib.AttrRNRRetry | ib.AttrMaxQPRdAtomic
+		mask |= ib.AttrRetryCnt | ib.AttrRNRRetry | ib.AttrMaxQPRdAtomic
 	}
 	return id.modifyQP(&rts, mask)
+}
+
+// responds says whether the QP answers READs and atomics and sends RNR
+// NAKs: RC, and XRC's target; requests whether it issues them and counts
+// retries: RC, and XRC's initiator. These are the sets Linux's
+// cm_init_qp_rtr_attr and cm_init_qp_rts_attr give each QP type.
+func (id *ID) responds() bool {
+	return id.transport == mad.TransportRC || id.transport == mad.TransportXRC && id.xrcTarget
+}
+
+func (id *ID) requests() bool {
+	return id.transport == mad.TransportRC || id.transport == mad.TransportXRC && !id.xrcTarget
 }
 
 // toErr moves the QP to ERR: the connection is over (its WRs flush). An

@@ -60,9 +60,16 @@ const (
 )
 
 // Transport service types of a REQ (IBTA 12.6.5: 0 RC, 1 UC, 3 RD).
+// XRC (annex A14) takes the RD value with extended transport type 1, as
+// Linux's cm_req_set_qp_type writes an XRC initiator's REQ; such a REQ
+// leaves responder resources, retry counts and SRQ zero, and the target's
+// REP carries its QPN in the local EECN field with SRQ set (cm_format_rep).
 const (
-	TransportRC = 0
-	TransportUC = 1
+	TransportRC  = 0
+	TransportUC  = 1
+	TransportXRC = 3
+
+	ExtendedTransportXRC = 1
 )
 
 // SIDR_REP status values (IBTA table 121; Linux enum ib_cm_sidr_status).
