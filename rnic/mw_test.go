@@ -219,3 +219,22 @@ func TestMWBindUC(t *testing.T) {
 	p.a.fence()
 	sameBytes(t, "the UC WRITE through the window", b.mem[0x15000:0x15000+128], a.mem[:128])
 }
+
+// A peer's SEND_WITH_INV naming a type 1 window's rkey is an invalid
+// request (o10-37.2.26: a type 1 window is not invalidated): the sender
+// sees REM_INV_REQ_ERR, the receive completes with it, and the window
+// stays bound.
+func TestMWType1NotInvalidatedRemotely(t *testing.T) {
+	p := newPair(t, pairOpts{})
+	a, b := p.a, p.b
+	mr, mw := mwNode(t, b, rnic.MWType(1), ib.AccessLocalWrite|mwRW|ib.AccessMWBind)
+	_, key := bind(t, p, mr, mw, mw.RKey, 0x16000, 64, ib.AccessRemoteWrite)
+	mustRecv(t, b, p.qb, ib.RecvWR{WRID: 8, SGL: []ib.SGE{sge(b, 0, 64)}})
+	mustPost(t, a, p.qa, ib.SendWR{WRID: 1, Opcode: ib.WRSendWithInv, Flags: ib.SendSignaled,
+		SGL: []ib.SGE{sge(a, 0, 16)}, InvRKey: key})
+	checkWC(t, a.poll(1, 5*time.Second)[0], ib.WC{WRID: 1, Status: ib.WCRemInvReqErr, Opcode: ib.WCSend, QPNum: p.qa.QPN})
+	checkWC(t, b.poll(1, 5*time.Second)[0], ib.WC{WRID: 8, Status: ib.WCRemInvReqErr, Opcode: ib.WCRecv, QPNum: p.qb.QPN})
+	if st := b.dev.MWState(mw); !st.Bound || st.RKey != key {
+		t.Fatalf("window after the refused invalidation: %+v", st)
+	}
+}
