@@ -260,8 +260,7 @@ func EncodeSendWQE(slot []byte, wr *ib.SendWR) error {
 	}
 	le.PutUint64(slot[56:], wr.CompareAdd)
 	le.PutUint64(slot[64:], wr.Swap)
-	if wr.Opcode == ib.WRBindMW {
-		b := &wr.Bind
+	if b := wr.Bind; wr.Opcode == ib.WRBindMW && b != nil {
 		le.PutUint32(slot[16:], b.MRLKey)
 		le.PutUint32(slot[20:], b.MWRKey)
 		le.PutUint64(slot[24:], b.Addr)
@@ -322,7 +321,7 @@ func DecodeSendWQE(slot []byte) (ib.SendWR, error) {
 	wr.CompareAdd, wr.Swap = le.Uint64(s[56:]), le.Uint64(s[64:])
 	if wr.Opcode == ib.WRBindMW {
 		// Access past 32 bits keeps unknown bits, which the bind refuses.
-		wr.Bind = ib.MWBind{MRLKey: wr.Imm, MWRKey: wr.InvRKey, Addr: wr.RemoteAddr, RKey: wr.RKey,
+		wr.Bind = &ib.MWBind{MRLKey: wr.Imm, MWRKey: wr.InvRKey, Addr: wr.RemoteAddr, RKey: wr.RKey,
 			Length: wr.CompareAdd, Access: ib.Access(min(wr.Swap, 1<<32-1))}
 		wr.Imm, wr.InvRKey, wr.RemoteAddr, wr.RKey, wr.CompareAdd, wr.Swap = 0, 0, 0, 0, 0, 0
 	}

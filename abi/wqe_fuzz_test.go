@@ -22,7 +22,7 @@ func FuzzDecodeSendWQE(f *testing.F) {
 	f.Add(sendSlot(&ib.SendWR{WRID: 1, Opcode: ib.WRRDMAWrite, SGL: []ib.SGE{{Addr: 1, Length: 2, LKey: 3}}}, 2, 16))
 	f.Add(sendSlot(&ib.SendWR{WRID: 2, Opcode: ib.WRSend, Flags: ib.SendInline, InlineData: []byte("abc")}, 1, 16))
 	f.Add(sendSlot(&ib.SendWR{WRID: 3, Opcode: ib.WRSend, AH: &ib.AH{HopLimit: 64}, RemoteQPN: 5}, 1, 0))
-	f.Add(sendSlot(&ib.SendWR{WRID: 4, Opcode: ib.WRBindMW, Bind: ib.MWBind{MWRKey: 1, RKey: 2, MRLKey: 3, Addr: 4, Length: 5, Access: 6}}, 1, 0))
+	f.Add(sendSlot(&ib.SendWR{WRID: 4, Opcode: ib.WRBindMW, Bind: &ib.MWBind{MWRKey: 1, RKey: 2, MRLKey: 3, Addr: 4, Length: 5, Access: 6}}, 1, 0))
 	f.Fuzz(func(t *testing.T, slot []byte) {
 		wr, err := DecodeSendWQE(slot)
 		if err != nil {
@@ -57,7 +57,7 @@ func TestWQESlotRoundTrip(t *testing.T) {
 			InlineData: bytes.Repeat([]byte{7}, 64), AH: &ib.AH{DGID: [16]byte{15: 2}, FlowLabel: 0xfffff,
 				HopLimit: 3, TrafficClass: 4, SGIDIndex: 1}, RemoteQPN: 0x11, RemoteQKey: 0x22},
 		{WRID: 3, Opcode: ib.WRSendWithInv, InvRKey: 0x55, SGL: []ib.SGE{{Addr: 1, Length: 2, LKey: 3}, {Addr: 4, Length: 5, LKey: 6}}},
-		{WRID: 4, Opcode: ib.WRBindMW, Flags: ib.SendSignaled, Bind: ib.MWBind{MWRKey: 0x1234501, RKey: 0x1234502,
+		{WRID: 4, Opcode: ib.WRBindMW, Flags: ib.SendSignaled, Bind: &ib.MWBind{MWRKey: 0x1234501, RKey: 0x1234502,
 			MRLKey: 0x777, Addr: 0x7f0000002000, Length: 1 << 33, Access: ib.AccessRemoteRead | ib.AccessZeroBased}},
 		{WRID: 5, Opcode: ib.WRLocalInv, InvRKey: 0x1234502},
 	}

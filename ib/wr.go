@@ -114,8 +114,10 @@ type SendWR struct {
 	// InvRKey is the rkey SEND_WITH_INV asks the responder to invalidate,
 	// or LOCAL_INV invalidates here.
 	InvRKey uint32
-	// Bind is what BIND_MW binds (struct ibv_send_wr's bind_mw).
-	Bind MWBind
+	// Bind is what BIND_MW binds (struct ibv_send_wr's bind_mw); nil
+	// for every other opcode, so that a WR, which the NIC keeps one of
+	// per send queue slot, grows by a pointer only.
+	Bind *MWBind
 	// RemoteAddr and RKey name the peer's memory for RDMA and atomics: an
 	// address in the peer's MR (its Addr plus an offset) and the MR's RKey.
 	RemoteAddr uint64

@@ -29,7 +29,7 @@ func bind(t *testing.T, p *pair, mr *rnic.MR, mw *rnic.MW, oldKey uint32, off, n
 	t.Helper()
 	key := oldKey&^0xff | uint32(uint8(oldKey+1)) // ibv_inc_rkey
 	mustPost(t, p.b, p.qb, ib.SendWR{WRID: 100, Opcode: ib.WRBindMW, Flags: ib.SendSignaled,
-		Bind: ib.MWBind{MWRKey: oldKey, RKey: key, MRLKey: mr.LKey, Addr: memVA + off, Length: n, Access: access}})
+		Bind: &ib.MWBind{MWRKey: oldKey, RKey: key, MRLKey: mr.LKey, Addr: memVA + off, Length: n, Access: access}})
 	return p.b.poll(1, 5*time.Second)[0], key
 }
 
@@ -186,7 +186,7 @@ func TestMWBindBehindOutstanding(t *testing.T) {
 		ib.SendWR{WRID: 2, Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled, SGL: []ib.SGE{sge(b, 0, 3000)},
 			RemoteAddr: memVA + 4096, RKey: a.mr.RKey},
 		ib.SendWR{WRID: 3, Opcode: ib.WRBindMW, Flags: ib.SendSignaled,
-			Bind: ib.MWBind{MWRKey: mw.RKey, RKey: key, MRLKey: mr.LKey, Addr: memVA + 0x14000, Length: 512, Access: mwRW}})
+			Bind: &ib.MWBind{MWRKey: mw.RKey, RKey: key, MRLKey: mr.LKey, Addr: memVA + 0x14000, Length: 512, Access: mwRW}})
 	wcs := b.poll(3, 5*time.Second)
 	checkWC(t, wcs[0], ib.WC{WRID: 1, Opcode: ib.WCRDMARead, ByteLen: 4096, QPNum: p.qb.QPN})
 	checkWC(t, wcs[1], ib.WC{WRID: 2, Opcode: ib.WCRDMAWrite, ByteLen: 3000, QPNum: p.qb.QPN})

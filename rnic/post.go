@@ -52,6 +52,10 @@ func ownSend(w *qpmgr.SendWQE, wr *ib.SendWR) {
 		ah := *wr.AH
 		w.WR.AH = &ah
 	}
+	if wr.Bind != nil {
+		b := *wr.Bind
+		w.WR.Bind = &b
+	}
 }
 
 // PostRecv posts receive WRs to a QP's receive queue (ibv_post_recv).

@@ -74,7 +74,7 @@ func (qp *QP) BindMW(mw *MW, wrid uint64, flags SendFlags, mr *MR, addr, length 
 	if mw.Type != MWType1 {
 		return fmt.Errorf("verbs: BindMW binds type 1 windows; a type 2 window is bound by a WRBindMW work request")
 	}
-	b := MWBind{MWRKey: mw.RKey, RKey: IncRKey(mw.RKey), Addr: addr, Length: length, Access: access}
+	b := &MWBind{MWRKey: mw.RKey, RKey: IncRKey(mw.RKey), Addr: addr, Length: length, Access: access}
 	if mr != nil {
 		b.MRLKey = mr.LKey
 	}

@@ -77,7 +77,7 @@ func TestMWType2(t *testing.T) {
 	}
 	key := verbs.IncRKey(mw.RKey)
 	bind := verbs.SendWR{WRID: 6, Opcode: verbs.WRBindMW, Flags: verbs.SendSignaled,
-		Bind: verbs.MWBind{MWRKey: mw.RKey, RKey: key, MRLKey: mb.mr.LKey, Addr: mb.mr.Addr + 2048, Length: 64,
+		Bind: &verbs.MWBind{MWRKey: mw.RKey, RKey: key, MRLKey: mb.mr.LKey, Addr: mb.mr.Addr + 2048, Length: 64,
 			Access: verbs.AccessRemoteRead | verbs.AccessZeroBased}}
 	if err := qb.PostSend([]verbs.SendWR{bind}); err != nil {
 		t.Fatal(err)

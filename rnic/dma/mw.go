@@ -150,6 +150,9 @@ func (t *Table) unbind(w *window) {
 // The window then has b.RKey's low 8 bits as its key and answers for
 // the range with b.Access. Every error wraps ErrBind.
 func (t *Table) Bind(pd PD, qpn uint32, b *ib.MWBind) error {
+	if b == nil {
+		return fmt.Errorf("dma: bind mw: %w: no window named", ErrBind)
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if err := t.bind(pd, qpn, b); err != nil {

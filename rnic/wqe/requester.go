@@ -150,7 +150,7 @@ func (e *Engine) local(qp *qpmgr.QP) bool {
 	var err error
 	switch w.WR.Opcode {
 	case ib.WRBindMW:
-		if err = e.DMA.Bind(qp.PD, qp.QPN, &w.WR.Bind); err != nil {
+		if err = e.DMA.Bind(qp.PD, qp.QPN, w.WR.Bind); err != nil {
 			st = ib.WCMWBindErr
 		}
 	case ib.WRLocalInv:
