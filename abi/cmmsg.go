@@ -112,11 +112,22 @@ type CMListenReq struct {
 	H         uint32
 	ServiceID uint64
 	Backlog   uint32
+	// QPType is the listening ID's QP type (an ib.QPType): it hears the
+	// requests of that type only, as the kernel's rdma_cm listener
+	// (cma_ib_check_req_qp_type); 0 hears every type.
+	QPType uint8
 }
 
-func (m *CMListenReq) encode(e *encoder) { e.u32(m.H); e.u64(m.ServiceID); e.u32(m.Backlog) }
-func (m *CMListenReq) decode(d *decoder) { m.H, m.ServiceID, m.Backlog = d.u32(), d.u64(), d.u32() }
-func (m *CMListenReq) Target() uint32    { return m.H }
+func (m *CMListenReq) encode(e *encoder) {
+	e.u32(m.H)
+	e.u64(m.ServiceID)
+	e.u32(m.Backlog)
+	e.u8(m.QPType)
+}
+func (m *CMListenReq) decode(d *decoder) {
+	m.H, m.ServiceID, m.Backlog, m.QPType = d.u32(), d.u64(), d.u32(), d.u8()
+}
+func (m *CMListenReq) Target() uint32 { return m.H }
 
 // CMDataReq is the body of Reject (Reason: the REJ reason; rdma_reject
 // sends 28, consumer defined) and Disconnect (Reason unused).

@@ -188,6 +188,9 @@ type cmIDObj struct {
 	idn      uint32
 	ps       mad.PortSpace
 	src, dst netip.AddrPort
+	// qpType is a listener's QP type, whose requests alone it hears (0:
+	// every type); set inside the agent's Do.
+	qpType ib.QPType
 	// A listener's backlog, and its connect requests queued on ch that
 	// the client has not fetched (both under ch.mu).
 	backlog, queued int
@@ -286,6 +289,12 @@ func (s *Server) cmEvent(e cm.Event) {
 // check makes Linux's CM forget it.
 func (s *Server) cmConnectRequest(e cm.Event, listen *cmIDObj) {
 	ch := listen.ch
+	if !listen.hears(e.ID) {
+		// cma_ib_check_req_qp_type fails the request, and the CM's
+		// cm_destroy_id answers it with REJ "consumer defined".
+		_ = e.ID.Reject(mad.RejConsumerDefined, nil)
+		return
+	}
 	if !listen.owner.countCMID() {
 		s.cmDropped.Add(1)
 		e.ID.Refuse()
@@ -305,6 +314,25 @@ func (s *Server) cmConnectRequest(e cm.Event, listen *cmIDObj) {
 	ch.queue = append(ch.queue, cmPending{ev: e, id: o, listen: listen})
 	ch.mu.Unlock()
 	signalFD(ch.fd)
+}
+
+// hears says whether listener o takes the request of id: one of its QP
+// type (a SIDR_REQ is UD's, an XRC REQ an XRC target's), or any if it
+// named none (cma_ib_check_req_qp_type).
+func (o *cmIDObj) hears(id *cm.ID) bool {
+	switch {
+	case o.qpType == 0:
+		return true
+	case id.State() == cm.StateSIDRREQRcvd:
+		return o.qpType == ib.QPTypeUD
+	}
+	switch id.Transport() {
+	case mad.TransportXRC:
+		return o.qpType == ib.QPTypeXRCRecv
+	case mad.TransportUC:
+		return o.qpType == ib.QPTypeUC
+	}
+	return o.qpType == ib.QPTypeRC
 }
 
 // unqueueRequest takes the connect request of o off the queue if it is
@@ -366,6 +394,7 @@ func (c *conn) cmListen(t object, b abi.Body, _ []int) (abi.Body, []int, error) 
 			o.backlog = maxBacklog
 		}
 		o.ch.mu.Unlock()
+		o.qpType = ib.QPType(r.QPType)
 		if o.l, err = m.Listen(r.ServiceID, o); err == nil {
 			o.setListenAddrs(c.s.dev.QueryPort().Addr, r.ServiceID)
 		}

@@ -87,3 +87,40 @@ func TestCMXRCThroughHostif(t *testing.T) {
 	call(t, ca, abi.KindCMAccept, &abi.CMAcceptReq{H: req2.ID, QP: rc.h, RNRRetryCount: 7}, nil, &abi.Empty{})
 	nextEvent(t, ca, lch, cm.EventEstablished)
 }
+
+// A listener that names its QP type hears only requests of that type,
+// as the kernel's rdma_cm listener (cma_ib_check_req_qp_type): an RC
+// REQ to an XRC_RECV listener, and an XRC REQ to an RC one, are
+// REJECTED with reason 28 (consumer defined) and never queued; a
+// listener of no type hears both (above).
+func TestCMListenerQPType(t *testing.T) {
+	a := cmNIC(t, 0x0200_00ff_fe00_0021)
+	b := cmNIC(t, 0x0200_00ff_fe00_0022)
+	ca, cb := a.client(t), b.client(t)
+	lch, lid := cmChannel(t, ca)
+	xrcService, rcService := mad.ServiceID(mad.PSIB, 7471), mad.ServiceID(mad.PSIB, 7472)
+	call(t, ca, abi.KindCMListen, &abi.CMListenReq{H: lid, ServiceID: xrcService, QPType: uint8(ib.QPTypeXRCRecv)}, nil, &abi.Empty{})
+	var rcl abi.Handle
+	call(t, ca, abi.KindCMCreateID, &abi.Handle{H: lch}, nil, &rcl)
+	call(t, ca, abi.KindCMListen, &abi.CMListenReq{H: rcl.H, ServiceID: rcService, QPType: uint8(ib.QPTypeRC)}, nil, &abi.Empty{})
+
+	ini, _ := xrcQPs(t, cb)
+	rc := newCMQP(t, cb)
+	for _, c := range []struct {
+		what    string
+		qp      uint32
+		service uint64
+	}{{"an RC REQ to an XRC_RECV listener", rc.h, xrcService}, {"an XRC REQ to an RC listener", ini.H, rcService}} {
+		ch, id := cmChannel(t, cb)
+		call(t, cb, abi.KindCMConnect, &abi.CMConnectReq{H: id, QP: c.qp, DGID: a.addr.As16(), ServiceID: c.service,
+			CMParams: abi.CMParams{PathMTU: uint8(ib.MTU1024), RetryCount: 7, RNRRetryCount: 7}}, nil, &abi.Empty{})
+		if e := nextEvent(t, cb, ch, cm.EventRejected); e.RejectReason != uint16(mad.RejConsumerDefined) {
+			t.Errorf("%s: rejected with reason %d, want 28", c.what, e.RejectReason)
+		}
+		var e abi.CMEvent
+		call(t, ca, abi.KindCMGetEvent, &abi.Handle{H: lch}, nil, &e)
+		if e.Type != 0 {
+			t.Errorf("%s: the listener's channel holds %+v", c.what, e)
+		}
+	}
+}

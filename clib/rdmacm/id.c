@@ -321,14 +321,16 @@ static uint64_t service_id(struct cm_id *c, uint16_t port_be)
 }
 
 /* backlog travels to the daemon, which caps it as ucma_listen does (0,
- * negative or past 1024: 1024). */
-static int listen_on(struct cm_dev *d, uint32_t h, uint64_t sid, int backlog)
+ * negative or past 1024: 1024); so does the ID's QP type, whose requests
+ * alone the listener hears (cma_ib_check_req_qp_type). */
+static int listen_on(struct cm_dev *d, uint32_t h, uint64_t sid, int backlog, enum ibv_qp_type qp_type)
 {
-	uint8_t b[16], r[16];
+	uint8_t b[20], r[16];
 	struct buf req = {.p = b, .len = sizeof(b)}, rep = {.p = r, .len = sizeof(r)};
 	put32(&req, h);
 	put64(&req, sid);
 	put32(&req, backlog > 0 ? (uint32_t)backlog : 0);
+	put8(&req, (uint8_t)qp_type);
 	return cm_call(d, K_CM_LISTEN, &req, -1, &rep);
 }
 
@@ -340,11 +342,11 @@ EXPORT int rdma_listen(struct rdma_cm_id *id, int backlog)
 	uint64_t sid = service_id(c, rdma_get_src_port(id));
 	int err = 0;
 	if (!c->wild) {
-		err = listen_on(c->dev, c->h, sid, backlog);
+		err = listen_on(c->dev, c->h, sid, backlog, id->qp_type);
 	} else {
 		for (int i = 0; i < devs_count() && !err; i++)
 			if (!(err = make_remote(c, dev_at(i), &c->lh[i])))
-				err = listen_on(dev_at(i), c->lh[i], sid, backlog);
+				err = listen_on(dev_at(i), c->lh[i], sid, backlog, id->qp_type);
 	}
 	if (err)
 		return cm_err(err == EINVAL ? EADDRINUSE : err);
