@@ -231,3 +231,29 @@ func TestCLibRDMACMXRC(t *testing.T) {
 		t.Errorf("the server's rnicd received %d messages beside the CM's, want 1", recvs)
 	}
 }
+
+// TestCLibCMSRQ runs the C test program cmsrq: the server's ID for a
+// connect request gets a basic SRQ (rdma_create_srq, no PD: the ID's),
+// which its QP made next takes as its receive queue; a receive posted
+// through the ID goes there and takes the client's message, bytes and
+// completion checked; rdma_create_srq_ex without a type and a second
+// SRQ are EINVAL; rdma_destroy_qp and rdma_destroy_srq leave the ID
+// with no QP, SRQ nor CQ.
+func TestCLibCMSRQ(t *testing.T) {
+	tb := newToolBench(t)
+	lib := clibDir(t)
+	cmd := exec.Command(filepath.Join(lib, "cmsrq"), tb.a.addr.String(), tb.b.addr.String(), freePort(t))
+	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+lib)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	want := "rdma_create_srq: a basic SRQ on the ID's PD; no type or a second one: EINVAL\n" +
+		"rdma_create_qp: the QP takes the ID's SRQ\n" +
+		"server got \"through the ID's SRQ\" through the SRQ, its completion on the ID's QP\n" +
+		"rdma_destroy_qp, rdma_destroy_srq: the ID holds no QP, SRQ or CQ\n" +
+		"PASS\n"
+	if err != nil || string(out) != want {
+		t.Fatalf("cmsrq: %v\n%s\nwant\n%s\nstderr:\n%s", err, out, want, stderr.String())
+	}
+	tb.idle(t)
+}

@@ -28,15 +28,10 @@ int main(int argc, char **argv)
 {
 	struct sockaddr_in srv, cli;
 	server_client(argc, argv, &srv, &cli);
-	struct rdma_event_channel *sch = rdma_create_event_channel(), *cch = rdma_create_event_channel();
-	if (!sch || !cch)
-		fail("rdma_create_event_channel");
+	struct rdma_event_channel *sch, *cch;
 	static int listener_ctx;
 	struct rdma_cm_id *lid, *cid;
-	if (rdma_create_id(sch, &lid, &listener_ctx, RDMA_PS_TCP) || rdma_create_id(cch, &cid, NULL, RDMA_PS_TCP))
-		fail("rdma_create_id");
-	if (rdma_bind_addr(lid, (struct sockaddr *)&srv) || rdma_listen(lid, 1))
-		fail("rdma_bind_addr, rdma_listen");
+	listen_pair(&sch, &cch, &lid, &cid, &listener_ctx, &srv);
 	printf("listening on %s:%s\n", argv[1], argv[3]);
 
 	resolve(cch, cid, &cli, &srv);

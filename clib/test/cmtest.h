@@ -59,6 +59,22 @@ static inline void server_client(int argc, char **argv, struct sockaddr_in *srv,
 	addr(argv[2], 0, cli);
 }
 
+/* listen_pair makes the two ends of a test in RDMA_PS_TCP: a server
+ * channel (*sch) with an ID listening on srv (*lid, its context ctx),
+ * and a client channel (*cch) with an ID (*cid). */
+static inline void listen_pair(struct rdma_event_channel **sch, struct rdma_event_channel **cch, struct rdma_cm_id **lid,
+			       struct rdma_cm_id **cid, void *ctx, const struct sockaddr_in *srv)
+{
+	*sch = rdma_create_event_channel();
+	*cch = rdma_create_event_channel();
+	if (!*sch || !*cch)
+		fail("rdma_create_event_channel");
+	if (rdma_create_id(*sch, lid, ctx, RDMA_PS_TCP) || rdma_create_id(*cch, cid, NULL, RDMA_PS_TCP))
+		fail("rdma_create_id");
+	if (rdma_bind_addr(*lid, (struct sockaddr *)srv) || rdma_listen(*lid, 1))
+		fail("rdma_bind_addr, rdma_listen");
+}
+
 /* resolve resolves id's address, from src (NULL: the route's) to dst,
  * and its route, taking each event from ch (NULL: a synchronous ID). */
 static inline void resolve(struct rdma_event_channel *ch, struct rdma_cm_id *id, const struct sockaddr_in *src,
