@@ -25,6 +25,7 @@
 /* aobj is one object whose events the program may get. */
 struct aobj {
 	uint32_t h;
+	int k;             /* its kind, as its destroy names it (K_DESTROY_QP, _CQ, _SRQ) */
 	void *obj;         /* the ibv_qp, ibv_cq or ibv_srq */
 	uint32_t reported; /* events returned for it (rdma-core's events_reported) */
 	struct aobj *next;
@@ -64,13 +65,14 @@ void async_close(struct ibv_context *ctx)
 	pthread_mutex_destroy(&c->ev_mu);
 }
 
-void async_track(struct ibv_context *ctx, uint32_t h, void *obj)
+void async_track(struct ibv_context *ctx, int k, uint32_t h, void *obj)
 {
 	struct rctx *c = to_rctx(ctx);
 	struct aobj *o = calloc(1, sizeof(*o));
 	if (!o)
 		return; /* its events are then skipped, never misdirected */
 	o->h = h;
+	o->k = k;
 	o->obj = obj;
 	pthread_mutex_lock(&c->ev_mu);
 	o->next = c->aobjs;
@@ -143,6 +145,20 @@ static int is_qp_event(int t)
 	return 0;
 }
 
+/* event_kind is the kind of object an event of type t is affiliated
+ * with (K_DESTROY_QP, _CQ or _SRQ), or 0 for one of the port or device. */
+static int event_kind(int t)
+{
+	switch (t) {
+	case IBV_EVENT_CQ_ERR:
+		return K_DESTROY_CQ;
+	case IBV_EVENT_SRQ_LIMIT_REACHED:
+	case IBV_EVENT_SRQ_ERR:
+		return K_DESTROY_SRQ;
+	}
+	return is_qp_event(t) ? K_DESTROY_QP : 0;
+}
+
 /* take asks the daemon for the next event; it returns 1 with *ev
  * filled, 0 for none, or -1 with errno (ENODEV: the daemon is gone).
  * Called with ev_mu held. */
@@ -165,26 +181,33 @@ static int take(struct ibv_context *ctx, struct ibv_async_event *ev)
 		}
 		if (!have)
 			return 0;
+		/* An event whose type does not fit what it names (a
+		 * daemon's bug) is skipped, never returned: ibv_ack_async_event
+		 * would write the counter of one kind of object into another,
+		 * or through a null element, and a destroy would wait for the
+		 * ack of an event counted against its object but never
+		 * returned. */
+		int k = event_kind(type);
 		memset(ev, 0, sizeof(*ev));
 		ev->event_type = type;
 		if (h == 0) {
+			if (k)
+				continue;
 			ev->element.port_num = port;
 			return 1;
 		}
 		struct aobj *o = c->aobjs;
 		while (o && o->h != h)
 			o = o->next;
-		if (!o)
+		if (!o || !k || o->k != k)
 			continue; /* an object being destroyed: its events go with it */
 		o->reported++;
-		if (type == IBV_EVENT_CQ_ERR)
+		if (k == K_DESTROY_CQ)
 			ev->element.cq = o->obj;
-		else if (type == IBV_EVENT_SRQ_LIMIT_REACHED || type == IBV_EVENT_SRQ_ERR)
+		else if (k == K_DESTROY_SRQ)
 			ev->element.srq = o->obj;
-		else if (is_qp_event(type))
-			ev->element.qp = o->obj;
 		else
-			continue;
+			ev->element.qp = o->obj;
 		return 1;
 	}
 }

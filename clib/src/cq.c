@@ -121,7 +121,7 @@ struct rcq *cq_new(struct ibv_context *ctx, int cqe, void *cq_context, struct ib
 	q->cq.cqe = r.max_send_wr;
 	pthread_mutex_init(&q->cq.mutex, NULL);
 	pthread_cond_init(&q->cq.cond, NULL);
-	async_track(ctx, r.h, &q->cq);
+	async_track(ctx, K_DESTROY_CQ, r.h, &q->cq);
 	if (channel) {
 		struct rchan *c = (struct rchan *)channel;
 		pthread_mutex_lock(&c->mu);

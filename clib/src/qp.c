@@ -98,7 +98,7 @@ void srq_init(struct rsrq *s, struct ring_reply *r, struct ibv_pd *pd, struct ib
 	s->srq.handle = r->h;
 	pthread_mutex_init(&s->srq.mutex, NULL);
 	pthread_cond_init(&s->srq.cond, NULL);
-	async_track(pd->context, r->h, &s->srq);
+	async_track(pd->context, K_DESTROY_SRQ, r->h, &s->srq);
 }
 
 EXPORT int ibv_destroy_srq(struct ibv_srq *srq)
@@ -264,7 +264,7 @@ made:;
 	qp->qp_type = a->qp_type;
 	pthread_mutex_init(&qp->mutex, NULL);
 	pthread_cond_init(&qp->cond, NULL);
-	async_track(ctx, r.h, qp);
+	async_track(ctx, K_DESTROY_QP, r.h, qp);
 	return qp;
 }
 

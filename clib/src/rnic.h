@@ -259,13 +259,14 @@ struct rctx {
 };
 
 /* async.c: async_open returns the context's async_fd; async_track makes
- * the object obj with handle h an event's element; async_destroy
+ * the object obj with handle h, of kind k (the request that destroys
+ * it: K_DESTROY_QP, _CQ or _SRQ), an event's element; async_destroy
  * destroys it (request k) and says how many events were returned for it,
  * which async_wait_acked waits to see acknowledged. */
 struct aobj;
 int async_open(struct ibv_context *ctx);
 void async_close(struct ibv_context *ctx);
-void async_track(struct ibv_context *ctx, uint32_t h, void *obj);
+void async_track(struct ibv_context *ctx, int k, uint32_t h, void *obj);
 int async_destroy(struct ibv_context *ctx, int k, uint32_t h, uint32_t *reported);
 void async_wait_acked(pthread_mutex_t *mu, pthread_cond_t *cond, uint32_t *completed, uint32_t reported);
 
