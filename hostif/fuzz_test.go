@@ -41,6 +41,13 @@ func seedRequests() [][]byte {
 		abi.Encode(abi.KindDetachMcast, 0, 19, &abi.McastReq{H: 3, GID: [16]byte{0: 0xff, 1: 0x0e, 15: 1}, LID: 0xc001}),
 		abi.Encode(abi.KindAllocMW, 0, 20, &abi.AllocMWReq{PD: 1, Type: 2}),
 		abi.Encode(abi.KindDeallocMW, 0, 21, &abi.Handle{H: 7}),
+		abi.Encode(abi.KindOpenXRCD, 0, 22, &abi.Empty{}),
+		abi.Encode(abi.KindCloseXRCD, 0, 23, &abi.Handle{H: 8}),
+		abi.Encode(abi.KindOpenXRCDFile, 0, 24, &abi.OpenXRCDFileReq{OFlags: 0o100}),
+		abi.Encode(abi.KindCreateXRCSRQ, 0, 25, &abi.CreateXRCSRQReq{PD: 1, XRCD: 8, CQ: 2, MaxWR: 8, MaxSGE: 1, Limit: 2}),
+		abi.Encode(abi.KindCreateXRCQP, 0, 26, &abi.CreateXRCQPReq{Type: ib.QPTypeXRCSend, PD: 1, SendCQ: 2,
+			Caps: ib.QPCap{MaxSendWR: 4, MaxSendSGE: 1}}),
+		abi.Encode(abi.KindCreateXRCQP, 0, 27, &abi.CreateXRCQPReq{Type: ib.QPTypeXRCRecv, XRCD: 8}),
 	}
 }
 
@@ -50,6 +57,7 @@ func seedRequests() [][]byte {
 func FuzzDecode(f *testing.F) {
 	for _, s := range seedRequests() {
 		f.Add(s, 0)
+		f.Add(s, 1) // reg_mr and open_xrcd_file take a descriptor
 	}
 	f.Add([]byte{1, 2, 3}, 1)
 	f.Fuzz(func(t *testing.T, msg []byte, nfds int) {
@@ -70,9 +78,10 @@ func FuzzDecodeReply(f *testing.F) {
 		Src: netip.MustParseAddrPort("198.18.0.1:7174"), Dst: netip.MustParseAddrPort("[2001:db8::2]:9")}}})[abi.HeaderLen:])
 	f.Add(abi.EncodeReply(abi.KindCounters, 1, &abi.CountersReply{Counters: map[string]uint64{"a": 1}})[abi.HeaderLen:])
 	f.Add(abi.EncodeError(abi.KindAllocPD, 1, abi.CodeInvalid, "no")[abi.HeaderLen:])
+	f.Add(abi.EncodeReply(abi.KindAllocMW, 1, &abi.AllocMWReply{H: 3, RKey: 0x1234})[abi.HeaderLen:])
 	f.Add(abi.EncodeReply(abi.KindCMGetEvent, 1, &abi.CMEvent{Type: 2, ID: 4, RemoteQPN: 0x11, PrivateData: []byte("ok"), QKey: 0x01234567})[abi.HeaderLen:])
 	f.Fuzz(func(t *testing.T, body []byte) {
-		for _, b := range []abi.Body{&abi.PortReply{}, &abi.RegMRReply{}, &abi.RingReply{}, &abi.QPAttrReply{}, &abi.ListQPsReply{}, &abi.ListCMIDsReply{}, &abi.CountersReply{}, &abi.Handle{}, &abi.CMEvent{}} {
+		for _, b := range []abi.Body{&abi.PortReply{}, &abi.RegMRReply{}, &abi.RingReply{}, &abi.QPAttrReply{}, &abi.ListQPsReply{}, &abi.ListCMIDsReply{}, &abi.CountersReply{}, &abi.Handle{}, &abi.CMEvent{}, &abi.AllocMWReply{}} {
 			abi.DecodeReply(abi.KindQueryPort, body, b)
 		}
 	})
