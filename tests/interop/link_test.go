@@ -93,6 +93,14 @@ func runLink(t *testing.T, bin, img string, linkMTU, ibMTU int) []result {
 	if l.vm, err = bootVM(ctx, img, l.ns, linkMTU, script, l.dir, phases); err != nil {
 		t.Fatal(err)
 	}
+	// rnicd's port follows the link of its interface, as rxe's follows
+	// its netdev: br0 has no carrier until qemu opens tap0, and a
+	// perftest started before that finds the port DOWN and stops ("Port
+	// number 1 state is Down"), as it would on rxe. The VM reports its
+	// GIDs once its eth0 is up, by when qemu holds the tap.
+	if !l.vm.waitFor(func() bool { return len(l.vm.gids()) > 0 }) {
+		t.Fatalf("MTU %d: the VM never came up; console:\n%s", ibMTU, tail(l.vm.console.String()))
+	}
 	var results []result
 	for pi, ph := range phases {
 		results = append(results, l.runPhase(pi, ph)...)
