@@ -39,20 +39,24 @@ type RecvSource interface {
 	Retire(n int)
 }
 
-// SetSource makes src the queue's source (nil: none, WQEs come from Post).
+// SetSource makes src the queue's source (nil: none, WQEs come from Post):
+// once it returns, the old source is called no more.
 func (q *RecvQueue) SetSource(src RecvSource) {
 	q.mu.Lock()
 	q.src = src
 	q.mu.Unlock()
 }
 
-// retire hands one WQE back to the source.
+// retire hands one WQE back to the source. It does so with the lock
+// held, so that once SetSource(nil) returns no Retire is writing the
+// source's ring: an XRC SRQ's WQEs are retired by its domain's target
+// QPs, another client's among them, while its owner may be destroying
+// it and unmapping the ring.
 func (q *RecvQueue) retire() {
 	q.mu.Lock()
-	src := q.src
-	q.mu.Unlock()
-	if src != nil {
-		src.Retire(1)
+	defer q.mu.Unlock()
+	if q.src != nil {
+		q.src.Retire(1)
 	}
 }
 
