@@ -44,6 +44,9 @@ func (c *conn) regMRMapped(_ object, b abi.Body, _ []int) (abi.Body, []int, erro
 	if err != nil {
 		return nil, nil, err
 	}
+	if err := c.sameProcess(); err != nil {
+		return nil, nil, c.refuseMemory(errf(abi.CodeInvalid, "reg_mr: %v", err))
+	}
 	v, err := clientVMA(c.pid, r.Addr, r.Length)
 	if err == nil && !v.shared {
 		err = fmt.Errorf("[%#x, %#x+%d) is private memory of the client, not a shared mapping", r.Addr, r.Addr, r.Length)
@@ -67,6 +70,9 @@ func (c *conn) regMRMapped(_ object, b abi.Body, _ []int) (abi.Body, []int, erro
 		// opened to another mapping made at the same place in between.
 		if v2, err2 := clientVMA(c.pid, r.Addr, r.Length); err2 != nil || v2 != v {
 			err = fmt.Errorf("the client's mapping over [%#x, %#x+%d) changed while it was being registered", r.Addr, r.Addr, r.Length)
+		} else {
+			// And the maps read were the client's process's all along.
+			err = c.sameProcess()
 		}
 	}
 	if err != nil {
@@ -138,6 +144,44 @@ func internalMount(fd int) (uint64, error) {
 		return 0, fmt.Errorf("fstat: %v", err)
 	}
 	return st.Dev, nil
+}
+
+// sameProcess says why c.pid may no longer be the client's process, or
+// nil. The connection can outlive the process that made it (it forked,
+// or passed the socket on, and exited), and its pid then comes back for
+// another process, another user's: the daemon read that process's
+// /proc/PID/maps and opened its map_files as the client's, and
+// registered the other process's memory in the client's PD. A process
+// is its pid and its start time, recorded when the client connected; a
+// pid comes back only after every pid was used since, never within the
+// 10 ms tick of start time.
+func (c *conn) sameProcess() error {
+	if c.start == 0 {
+		return fmt.Errorf("the client's process %d could not be identified when it connected", c.pid)
+	}
+	if now, err := procStart(c.pid); err != nil || now != c.start {
+		return fmt.Errorf("the process %d that opened the connection is gone (the connection outlived it)", c.pid)
+	}
+	return nil
+}
+
+// procStart is when process pid started, in clock ticks since boot
+// (/proc/PID/stat's starttime, its 22nd field; the 2nd, the command,
+// is in parentheses and may hold spaces and parentheses itself).
+func procStart(pid int32) (uint64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("/proc/%d/stat: no command", pid)
+	}
+	f := bytes.Fields(b[i+1:])
+	if len(f) < 20 {
+		return 0, fmt.Errorf("/proc/%d/stat: %d fields after the command", pid, len(f))
+	}
+	return strconv.ParseUint(string(f[19]), 10, 64)
 }
 
 // clientMapping is one line of a client's /proc/PID/maps.

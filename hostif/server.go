@@ -451,6 +451,10 @@ type conn struct {
 	pid  int32
 	uid  uint32
 	comm string
+	// start is when the process pid was started (procStart), 0 if
+	// unknown: the pid names the client's process only while that
+	// process lives, and the connection may outlive it (sameProcess).
+	start uint64
 
 	mu   sync.Mutex // objs, for Objects; handlers run on the conn's goroutine
 	objs map[uint32]object
@@ -484,6 +488,7 @@ func (c *conn) identify() {
 	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", c.pid)); err == nil {
 		c.comm = strings.TrimSpace(string(b))
 	}
+	c.start, _ = procStart(c.pid)
 }
 
 func (c *conn) serve() {

@@ -92,6 +92,9 @@ func (c *conn) regMRShm(_ object, b abi.Body, _ []int) (abi.Body, []int, error) 
 	if err != nil {
 		return nil, nil, err
 	}
+	if err := c.sameProcess(); err != nil {
+		return nil, nil, c.refuseMemory(errf(abi.CodeInvalid, "reg_mr: %v", err))
+	}
 	v, err := clientShmVMA(c.pid, r.ShmID, r.Addr, r.Length)
 	if err == nil && (!v.read || (writes && !v.write)) {
 		err = fmt.Errorf("the client's attachment of System V segment %d is not readable and writable as access %#x needs", r.ShmID, r.Access)
@@ -119,6 +122,9 @@ func (c *conn) regMRShm(_ object, b abi.Body, _ []int) (abi.Body, []int, error) 
 	start := v.off + (r.Addr - v.lo)
 	if err == nil && v2 != v {
 		err = fmt.Errorf("the client's attachment of System V segment %d changed while it was being registered", r.ShmID)
+	}
+	if err == nil {
+		err = c.sameProcess() // the maps read were the client's process's all along
 	}
 	if err == nil && (start > uint64(len(seg)) || r.Length > uint64(len(seg))-start) {
 		err = fmt.Errorf("%d bytes at offset %d of System V segment %d of %d bytes", r.Length, start, r.ShmID, len(seg))
