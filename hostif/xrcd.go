@@ -42,6 +42,12 @@ func (c *conn) openXRCD(object, abi.Body, []int) (abi.Body, []int, error) {
 // meant to let processes do.
 func (c *conn) openXRCDFile(_ object, b abi.Body, fds []int) (abi.Body, []int, error) {
 	r := b.(*abi.OpenXRCDFileReq)
+	// Held open, as the kernel's fdget has it: not an O_PATH descriptor,
+	// which anyone may open of a file they cannot read (another user's
+	// mode 0600 domain file) and which the kernel refuses.
+	if fl, err := unix.FcntlInt(uintptr(fds[0]), unix.F_GETFL, 0); err != nil || fl&unix.O_PATH != 0 {
+		return nil, nil, errf(abi.CodeInvalid, "open_xrcd: the domain's file must be open, not an O_PATH descriptor (EBADF from the kernel)")
+	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fds[0], &st); err != nil {
 		return nil, nil, errf(abi.CodeInvalid, "open_xrcd: fstat of the domain's file: %v", err)

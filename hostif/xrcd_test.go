@@ -1,6 +1,8 @@
 package hostif
 
 import (
+	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"testing"
@@ -146,4 +148,34 @@ func TestXRCDFile(t *testing.T) {
 		}
 		return err != nil
 	})
+}
+
+// The kernel keys a shared domain by a file the caller holds open
+// (ib_uverbs_open_xrcd takes the descriptor with fdget, which refuses
+// O_PATH): an O_PATH descriptor, which anyone may open of a file they
+// cannot read (another user's mode 0600 domain file), joins no domain.
+func TestXRCDFileOPath(t *testing.T) {
+	n := newNIC(t, looptest.Get(t).String())
+	owner, other := n.client(t), n.client(t)
+	name := filepath.Join(t.TempDir(), "xrc_domain")
+	f, err := os.OpenFile(name, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var h abi.Handle
+	call(t, owner, abi.KindOpenXRCDFile, &abi.OpenXRCDFileReq{OFlags: unix.O_CREAT}, []int{int(f.Fd())}, &h)
+	base := n.srv.Objects()
+	path, err := unix.Open(name, unix.O_PATH|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(path)
+	for _, flags := range []uint32{0, unix.O_CREAT} {
+		_, err = other.Call(abi.KindOpenXRCDFile, &abi.OpenXRCDFileReq{OFlags: flags}, []int{path}, &abi.Handle{})
+		wantCode(t, fmt.Sprintf("open_xrcd (oflags %#x) by an O_PATH descriptor of the domain's file", flags), err, abi.CodeInvalid)
+		if got := n.srv.Objects(); !maps.Equal(got, base) {
+			t.Fatalf("a refused open_xrcd changed the objects: %v, was %v", got, base)
+		}
+	}
 }
