@@ -166,6 +166,11 @@ func checkSend(qp *QP, st ib.QPState, w *qpmgr.SendWQE) error {
 		if wr.Flags&ib.SendInline != 0 || len(wr.SGL) > 0 {
 			return fmt.Errorf("rnic: %v carries no data", wr.Opcode)
 		}
+		if wr.Opcode == ib.WRBindMW && wr.Bind == nil {
+			// The ring's decoder always gives one; a Go program's WR
+			// may lack it, and the requester would dereference it.
+			return fmt.Errorf("rnic: %v without its bind (SendWR.Bind)", wr.Opcode)
+		}
 		return nil
 	}
 	if wr.Flags&ib.SendInline != 0 {

@@ -1,6 +1,7 @@
 package rnic_test
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -236,5 +237,17 @@ func TestMWType1NotInvalidatedRemotely(t *testing.T) {
 	checkWC(t, b.poll(1, 5*time.Second)[0], ib.WC{WRID: 8, Status: ib.WCRemInvReqErr, Opcode: ib.WCRecv, QPNum: p.qb.QPN})
 	if st := b.dev.MWState(mw); !st.Bound || st.RKey != key {
 		t.Fatalf("window after the refused invalidation: %+v", st)
+	}
+}
+
+// A BIND_MW posted through the Go API without its bind (SendWR.Bind
+// nil) is refused by the post, as any WR it cannot carry out: the
+// requester dereferenced it and took the whole process down.
+func TestMWBindWithoutBind(t *testing.T) {
+	p := newPair(t, pairOpts{})
+	err := p.b.dev.PostSend(p.qb, []ib.SendWR{{WRID: 7, Opcode: ib.WRBindMW, Flags: ib.SendSignaled}})
+	var we *ib.WRError
+	if !errors.As(err, &we) || we.Index != 0 || we.WRID != 7 {
+		t.Fatalf("PostSend of a BIND_MW without a bind: %v, want a WRError for WR 7", err)
 	}
 }
