@@ -23,10 +23,7 @@ func watchPort(log *slog.Logger, dev *rnic.Device, srv *hostif.Server, stop <-ch
 		srv.PortEvent(up)
 	}
 	logf := func(err error) { log.Warn("port events: netlink", "interface", ifc.Name, "err", err) }
-	up, err := netif.WatchLink(ifc.Index, change, logf, stop)
-	if err != nil {
+	if err := netif.WatchLink(ifc.Index, srv.SetPortState, change, logf, stop); err != nil {
 		log.Warn("no port events", "interface", ifc.Name, "err", err)
-		return
 	}
-	srv.SetPortState(up)
 }

@@ -17,12 +17,14 @@ func LinkUp(flags net.Flags) bool { return flags&net.FlagUp != 0 && flags&net.Fl
 // (RTNLGRP_LINK) and calls change with its new state each time it turns
 // up or down (LinkUp), as rxe's netdev notifier turns NETDEV_UP,
 // NETDEV_DOWN and NETDEV_CHANGE into PORT_ACTIVE and PORT_ERR; a message
-// that repeats the state (an MTU change, say) calls nothing. It returns
-// the state now, once subscribed, so that no change between the two is
-// missed; stop ends the watch. A subscription that fails later (its
-// socket overran, ENOBUFS) is made again after a second, the state
-// re-read and any change told, and logf told why.
-func WatchLink(index int, change func(up bool), logf func(error), stop <-chan struct{}) (bool, error) {
+// that repeats the state (an MTU change, say) calls nothing. Before any
+// change it calls initial with the state read once subscribed, so that
+// no change between the two is missed and none is overwritten by the
+// state it follows (the caller setting a state WatchLink returned could
+// land after the first change); stop ends the watch. A subscription that
+// fails later (its socket overran, ENOBUFS) is made again after a
+// second, the state re-read and any change told, and logf told why.
+func WatchLink(index int, initial, change func(up bool), logf func(error), stop <-chan struct{}) error {
 	// The subscription's socket fails its receive when stop closes it:
 	// no news then.
 	onErr := func(err error) {
@@ -46,8 +48,9 @@ func WatchLink(index int, change func(up bool), logf func(error), stop <-chan st
 	}
 	ch, done, up, err := sub()
 	if err != nil {
-		return false, err
+		return err
 	}
+	initial(up)
 	go func() {
 		for {
 			select {
@@ -85,5 +88,5 @@ func WatchLink(index int, change func(up bool), logf func(error), stop <-chan st
 			}
 		}
 	}()
-	return up, nil
+	return nil
 }
