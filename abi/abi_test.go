@@ -39,6 +39,7 @@ func goABI(t *testing.T) map[string]int64 {
 		"K_MODIFY_SRQ": int64(KindModifySRQ), "K_QUERY_SRQ": int64(KindQuerySRQ),
 		"PORT_DOWN": int64(PortDown), "PORT_ACTIVE": int64(PortActive),
 		"K_ALLOC_MW": int64(KindAllocMW), "K_DEALLOC_MW": int64(KindDeallocMW),
+		"K_RESIZE_CQ": int64(KindResizeCQ),
 
 		"HDR_LEN": HeaderLen, "MAX_MSG": MaxMessage, "FLAG_REPLY": int64(FlagReply),
 

@@ -41,6 +41,7 @@ func seedRequests() [][]byte {
 		abi.Encode(abi.KindDetachMcast, 0, 19, &abi.McastReq{H: 3, GID: [16]byte{0: 0xff, 1: 0x0e, 15: 1}, LID: 0xc001}),
 		abi.Encode(abi.KindAllocMW, 0, 20, &abi.AllocMWReq{PD: 1, Type: 2}),
 		abi.Encode(abi.KindDeallocMW, 0, 21, &abi.Handle{H: 7}),
+		abi.Encode(abi.KindResizeCQ, 0, 28, &abi.ResizeCQReq{H: 2, CQE: 128}),
 		abi.Encode(abi.KindOpenXRCD, 0, 22, &abi.Empty{}),
 		abi.Encode(abi.KindCloseXRCD, 0, 23, &abi.Handle{H: 8}),
 		abi.Encode(abi.KindOpenXRCDFile, 0, 24, &abi.OpenXRCDFileReq{OFlags: 0o100}),

@@ -367,6 +367,7 @@ func init() {
 		abi.KindDestroyChannel: {body: handle, target: kindChannel, handle: (*conn).destroy},
 		abi.KindCreateCQ:       {body: func() abi.Body { return &abi.CreateCQReq{} }, cost: createCQCost, handle: (*conn).createCQ},
 		abi.KindDestroyCQ:      {body: handle, target: kindCQ, handle: (*conn).destroy},
+		abi.KindResizeCQ:       {body: func() abi.Body { return &abi.ResizeCQReq{} }, target: kindCQ, handle: (*conn).resizeCQ},
 		abi.KindCreateSRQ:      {body: func() abi.Body { return &abi.CreateSRQReq{} }, cost: createSRQCost, handle: (*conn).createSRQ},
 		abi.KindDestroySRQ:     {body: handle, target: kindSRQ, handle: (*conn).destroy},
 		abi.KindCreateQP:       {body: func() abi.Body { return &abi.CreateQPReq{} }, cost: createQPCost, handle: (*conn).createQP},

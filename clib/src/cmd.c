@@ -104,7 +104,8 @@ static int ring_ok(struct ring_desc *d, size_t memlen)
 /* create_rings makes an object with rings (request k, undone by dk):
  * the reply's rings are mapped and checked to lie in the memory, the
  * send ring (with slots of send_slot bytes, if not 0) if need_send, the
- * receive ring if need_recv. On failure nothing is left behind. */
+ * receive ring if need_recv. On failure nothing is left behind. A
+ * request that makes no object (resize_cq, its new ring) has no dk: 0. */
 int create_rings(struct ibv_context *ctx, int k, int dk, struct buf *req, int fd, struct ring_reply *r,
 			uint8_t **mem, size_t *memlen, int need_send, uint32_t send_slot, int need_recv)
 {
@@ -124,7 +125,9 @@ int create_rings(struct ibv_context *ctx, int k, int dk, struct buf *req, int fd
 	if (r->wake_fd >= 0)
 		close(r->wake_fd);
 	r->wake_fd = -1;
-	destroy(ctx, dk, r->h);
-	rnic_log("rnicd's reply to %s describes rings outside their memory", k == K_CREATE_QP ? "create_qp" : "create_cq/srq");
+	if (dk)
+		destroy(ctx, dk, r->h);
+	rnic_log("rnicd's reply to %s describes rings outside their memory",
+		 k == K_CREATE_QP ? "create_qp" : k == K_RESIZE_CQ ? "resize_cq" : "create_cq/srq");
 	return EPROTO;
 }

@@ -114,6 +114,7 @@ struct rcq *cq_new(struct ibv_context *ctx, int cqe, void *cq_context, struct ib
 	q->ring = q->mem + r.send.off;
 	q->slots = r.send.slots;
 	pthread_spin_init(&q->lock, PTHREAD_PROCESS_PRIVATE);
+	pthread_spin_init(&q->arm_lock, PTHREAD_PROCESS_PRIVATE);
 	q->cq.context = ctx;
 	q->cq.channel = channel;
 	q->cq.cq_context = cq_context;
@@ -167,17 +168,6 @@ EXPORT int ibv_destroy_cq(struct ibv_cq *cq)
 	return 0;
 }
 
-/* The ring is the daemon's memory, sized when the CQ was made, and its
- * producer index is the daemon's: a resize needs a request of its own
- * that moves the unconsumed completions, the armed and events words and
- * the engine's producer to a new ring while the program's polls wait,
- * which rnicd does not have yet. */
-EXPORT int ibv_resize_cq(struct ibv_cq *cq, int cqe)
-{
-	rnic_log("resize_cq of a CQ of %d entries to %d: not built on rnicd", cq->cqe, cqe);
-	return EOPNOTSUPP;
-}
-
 /* verbs.CQ.Poll's figures: spin this many empty polls, then yield. */
 #define POLL_SPIN 64
 
@@ -205,15 +195,16 @@ static uint64_t now_ns(void)
 	return (uint64_t)t.tv_sec * 1000000000u + t.tv_nsec;
 }
 
-/* wait_cqe waits up to POLL_WAIT_MS for a completion into q after cons.
+/* wait_cqe waits up to POLL_WAIT_MS for a completion into q's ring
+ * (read under q's lock, counted in q->waiters) after cons.
  * The waiting word is stored before the producer is looked at again,
  * both sequentially consistent, against the daemon's store of the
  * producer and swap of the word (qpmgr's cqeRing.publish): one of the
  * two sees the other's. */
-static void wait_cqe(struct rcq *q, uint32_t cons)
+static void wait_cqe(struct rcq *q, uint8_t *ring, uint32_t cons)
 {
-	__atomic_store_n((uint32_t *)(q->ring + RING_WAITING), 1, __ATOMIC_SEQ_CST);
-	if (__atomic_load_n((uint32_t *)(q->ring + RING_PRODUCER), __ATOMIC_SEQ_CST) == cons) {
+	__atomic_store_n((uint32_t *)(ring + RING_WAITING), 1, __ATOMIC_SEQ_CST);
+	if (__atomic_load_n((uint32_t *)(ring + RING_PRODUCER), __ATOMIC_SEQ_CST) == cons) {
 		struct pollfd p = {.fd = q->wake, .events = POLLIN};
 		poll(&p, 1, POLL_WAIT_MS);
 	}
@@ -290,22 +281,27 @@ int poll_none(struct rcq *q)
 	if (++q->empty % (1u << 16) == 0)
 		dead = conn_hung_up(&to_rctx(cq->context)->conn);
 	uint32_t empty = q->empty, cons = q->cons;
+	uint8_t *ring = q->ring;
+	int waiting = empty > POLL_SPIN && !overrun && !dead;
+	if (waiting)
+		__atomic_add_fetch(&q->waiters, 1, __ATOMIC_SEQ_CST);
 	pthread_spin_unlock(&q->lock);
 	/* A program spinning here holds a core the daemon's engine that is
 	 * to fill the CQ may need (2 cores, two daemons, two perftests):
 	 * after a short spin, each empty poll gives the core away;
 	 * sched_yield returns at once when nothing else runs. */
-	if (empty > POLL_SPIN && !overrun && !dead) {
+	if (waiting) {
 		uint32_t w = __atomic_load_n(&q->waits, __ATOMIC_RELAXED);
 		if (w > 0 && q->wake >= 0) {
 			__atomic_store_n(&q->waits, w - 1, __ATOMIC_RELAXED);
-			wait_cqe(q, cons);
+			wait_cqe(q, ring, cons);
 		} else {
 			uint64_t t0 = now_ns();
 			sched_yield();
 			if (q->wake >= 0 && now_ns() - t0 > YIELD_SLOW_NS)
 				__atomic_store_n(&q->waits, POLL_WAITS, __ATOMIC_RELAXED);
 		}
+		__atomic_sub_fetch(&q->waiters, 1, __ATOMIC_SEQ_CST);
 	}
 	if (overrun) {
 		rnic_log("poll_cq: CQ of %d entries overran: completions were lost", cq->cqe);
@@ -330,9 +326,16 @@ int poll_none(struct rcq *q)
  */
 int req_notify_cq(struct ibv_cq *cq, int solicited_only)
 {
-	__atomic_store_n((uint32_t *)(((struct rcq *)cq)->ring + RING_ARMED), solicited_only ? ARM_SOLICITED : ARM_ANY,
-			 __ATOMIC_SEQ_CST);
+	struct rcq *q = (struct rcq *)cq;
+	pthread_spin_lock(&q->arm_lock);
+	__atomic_store_n((uint32_t *)(q->ring + RING_ARMED), solicited_only ? ARM_SOLICITED : ARM_ANY, __ATOMIC_SEQ_CST);
+	pthread_spin_unlock(&q->arm_lock);
 	return 0;
+}
+
+pthread_mutex_t *chan_mu(struct ibv_comp_channel *ch)
+{
+	return &((struct rchan *)ch)->mu;
 }
 
 /* chan_pending says whether an event of c's CQs waits to be taken. */

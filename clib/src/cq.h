@@ -26,6 +26,14 @@ struct rcq {
 	uint32_t seen; /* events taken by ibv_get_cq_event, under the channel's mu */
 	int wake; /* the read end of the CQ's wake pipe (non-blocking), or -1 */
 	uint32_t waits; /* empty polls left to wait in rather than yield (atomic) */
+	/* ibv_resize_cq (cq_resize.c) swaps mem, ring, slots and cqe under
+	 * lock, arm_lock and the channel's mu, and unmaps the old ring once
+	 * no poll waits on it: waiters counts the polls in wait_cqe, which
+	 * reads the ring without the lock (atomic, taken under lock). The
+	 * arm has a lock of its own because a program may arm the CQ between
+	 * ibv_start_poll and ibv_end_poll, which hold lock. */
+	uint32_t waiters;
+	pthread_spinlock_t arm_lock;
 	struct rcq *next;
 	/* cq_ex.c: the CQE ibv_start_poll or ibv_next_poll stands on (slot
 	 * cons), as ibv_poll_cq would return it; under lock, which is held
@@ -46,5 +54,9 @@ void cqe_read(struct rcq *q, uint32_t idx, struct ibv_wc *w);
  * returns -1 with a message on stderr when completions were lost (the
  * ring overran) or the daemon hung up, else 0. */
 int poll_none(struct rcq *q);
+
+/* chan_mu is the lock of a completion channel's list of CQs, which
+ * ibv_get_cq_event holds while it reads their rings' events words. */
+pthread_mutex_t *chan_mu(struct ibv_comp_channel *ch);
 
 #endif

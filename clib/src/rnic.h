@@ -82,6 +82,7 @@ enum rnic_kind {
 	K_CREATE_XRC_QP = 51,
 	K_OPEN_XRCD_FILE = 52, /* carries the file's descriptor */
 	K_REG_MR_MAPPED = 56, /* the daemon opens the mapping through /proc/PID/map_files */
+	K_RESIZE_CQ = 60, /* cq_resize.c; reply: a ring reply and the new ring's memfd */
 };
 
 #define HDR_LEN 16

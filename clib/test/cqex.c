@@ -30,44 +30,13 @@
 #include "vtest.h"
 
 #define QKEY 0x11111111u
-#define BUF 4096
-
-/* watchdog ends the program if a wait that must end does not (a poll
- * lock left held would hang ibv_poll_cq). */
-static void *watchdog(void *arg)
-{
-	(void)arg;
-	sleep(120);
-	printf("a wait did not end: WRONG\nFAIL\n");
-	fflush(stdout);
-	_exit(1);
-}
+#define BUF SIDE_BUF
 
 static double now(void)
 {
 	struct timespec t;
 	clock_gettime(CLOCK_MONOTONIC, &t);
 	return t.tv_sec + t.tv_nsec / 1e9;
-}
-
-/* side is one rnicd: its context, PD, buffer and MR, GID. */
-struct side {
-	struct ibv_context *ctx;
-	struct ibv_pd *pd;
-	char *buf;
-	struct ibv_mr *mr;
-	union ibv_gid gid;
-};
-
-static void side_open(struct side *s, const char *dev)
-{
-	s->ctx = open_pd(dev, &s->pd, &s->gid);
-	if (!(s->buf = aligned_alloc(4096, BUF)))
-		die("aligned_alloc");
-	memset(s->buf, 0, BUF);
-	s->mr = ibv_reg_mr(s->pd, s->buf, BUF, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
-	if (!s->mr)
-		die("ibv_reg_mr");
 }
 
 static struct ibv_cq_ex *cq_ex(struct ibv_context *ctx, uint64_t wc_flags, struct ibv_comp_channel *ch, void *cookie)
@@ -549,7 +518,7 @@ int main(int argc, char **argv)
 	}
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	pthread_t wd;
-	pthread_create(&wd, NULL, watchdog, NULL);
+	pthread_create(&wd, NULL, wait_watchdog, NULL); /* a poll lock left held would hang ibv_poll_cq */
 	struct side A, B;
 	side_open(&A, argv[1]);
 	side_open(&B, argv[2]);

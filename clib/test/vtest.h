@@ -1,6 +1,7 @@
 /*
- * vtest.h: what the verbs test programs share: their checks, opening a
- * device by name (with a PD and the GID of index 1, RoCEv2), polling a
+ * vtest.h: what the verbs test programs share: their checks, a watchdog,
+ * opening a device by name (with a PD and the GID of index 1, RoCEv2),
+ * each side of a test between two (a registered buffer too), polling a
  * CQ for one completion, and taking a QP to RTS: UD, or connected to a
  * peer (RC, and XRC's initiator and target).
  *
@@ -17,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 static int failed;
 
@@ -87,6 +89,40 @@ static inline struct ibv_context *open_pd(const char *name, struct ibv_pd **pd, 
 	if (ibv_query_gid(c, 1, 1, gid))
 		die("ibv_query_gid");
 	return c;
+}
+
+/* wait_watchdog, a thread's start, ends the program if a wait that must end
+ * has not within 120 seconds. */
+static inline void *wait_watchdog(void *arg)
+{
+	(void)arg;
+	sleep(120);
+	printf("a wait did not end: WRONG\nFAIL\n");
+	fflush(stdout);
+	_exit(1);
+}
+
+/* side is one rnicd of a test between two: its context, PD, a buffer
+ * of SIDE_BUF bytes registered for local write and remote read and
+ * write, and its GID of index 1. */
+#define SIDE_BUF 4096
+struct side {
+	struct ibv_context *ctx;
+	struct ibv_pd *pd;
+	char *buf;
+	struct ibv_mr *mr;
+	union ibv_gid gid;
+};
+
+static inline void side_open(struct side *s, const char *dev)
+{
+	s->ctx = open_pd(dev, &s->pd, &s->gid);
+	if (!(s->buf = aligned_alloc(4096, SIDE_BUF)))
+		die("aligned_alloc");
+	memset(s->buf, 0, SIDE_BUF);
+	s->mr = ibv_reg_mr(s->pd, s->buf, SIDE_BUF, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
+	if (!s->mr)
+		die("ibv_reg_mr");
 }
 
 /* readable says whether fd is readable within ms milliseconds. */
