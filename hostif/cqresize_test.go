@@ -208,3 +208,34 @@ func TestResizeCQHostile(t *testing.T) {
 		t.Fatalf("%d ring bytes charged after the CQ went", held)
 	}
 }
+
+// A resize is charged the ring bytes it adds, as create_cq is charged
+// its ring: past the client's limit it is refused with CodeLimit and
+// changes nothing; a smaller ring refunds the difference.
+func TestResizeCQLimit(t *testing.T) {
+	n := limitedNIC(t, looptest.Get(t).String(), Limits{Client: Quota{ResRingBytes: 64 << 10}})
+	c := n.client(t)
+	var cqr abi.RingReply
+	closeAll(call(t, c, abi.KindCreateCQ, &abi.CreateCQReq{CQE: 64}, nil, &cqr))
+	ring := func(cqe uint64) uint64 { return abi.RingHeader + cqe*abi.CQESlotBytes }
+	if h := held(n)["hostif_held_ring_bytes"]; h != ring(64) {
+		t.Fatalf("%d ring bytes held, want %d", h, ring(64))
+	}
+	_, err := resizeRing(t, c, cqr.H, 4096)
+	wantLimit(t, "resize past the client's ring bytes", err, "-client-"+ResRingBytes.Flag())
+	if h := held(n); h["hostif_held_ring_bytes"] != ring(64) || h["hostif_over_limit"] != 1 {
+		t.Fatalf("after a refused resize: %v", h)
+	}
+	for _, cqe := range []uint64{1000, 3, 2000} {
+		if _, err := resizeRing(t, c, cqr.H, uint32(cqe)); err != nil {
+			t.Fatal(err)
+		}
+		if h := held(n)["hostif_held_ring_bytes"]; h != ring(cqe) {
+			t.Fatalf("%d ring bytes held with %d entries, want %d", h, cqe, ring(cqe))
+		}
+	}
+	call(t, c, abi.KindDestroyCQ, &abi.Handle{H: cqr.H}, nil, &abi.Empty{})
+	if h := held(n)["hostif_held_ring_bytes"]; h != 0 {
+		t.Fatalf("%d ring bytes held after the CQ went", h)
+	}
+}
