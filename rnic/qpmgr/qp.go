@@ -727,6 +727,11 @@ func (qp *QP) completeSend(w *SendWQE, st ib.WCStatus) {
 		qp.Counters.Inc(ib.SendErr)
 		return
 	}
+	// A send CQE that finds the CQ full is lost (counted, and the CQ
+	// raises CQ_ERR) and the QP goes on, as rxe's completer does: its
+	// do_complete ignores rxe_cq_post's -EBUSY (Linux 6.1, Debian 12's),
+	// where IBTA would take the QP to ERR. rnicd follows rxe, against
+	// which the interop suite runs.
 	if err := qp.SendCQ.PushSend(w.WR.WRID, st, w.WR.Opcode.WCOpcode(), flags, n, qp.QPN); err != nil {
 		qp.Counters.Inc(ib.SendErr)
 	}
@@ -734,10 +739,12 @@ func (qp *QP) completeSend(w *SendWQE, st ib.WCStatus) {
 
 // CompleteRecv completes the receive WQE wr (the device's record of it,
 // as its receive queue fetched it) with c: its slot is retired and its
-// CQE written from wr's wr_id and c.
-func (qp *QP) CompleteRecv(wr *ib.RecvWR, c *RecvCompletion) {
+// CQE written from wr's wr_id and c. It reports false if the CQE found
+// the receive CQ full: the QP is then in ERR (pushRecv), and the request
+// that completed must not be acknowledged.
+func (qp *QP) CompleteRecv(wr *ib.RecvWR, c *RecvCompletion) bool {
 	qp.Recv().retire()
-	qp.pushRecv(wr.WRID, c)
+	return qp.pushRecv(wr.WRID, c)
 }
 
 // FailSend completes, with status st, a send WQE the host interface
@@ -759,14 +766,29 @@ func (qp *QP) FailRecv(wrid uint64, st ib.WCStatus) {
 	qp.pushRecv(wrid, &RecvCompletion{Status: st, Opcode: ib.WCRecv})
 }
 
-func (qp *QP) pushRecv(wrid uint64, c *RecvCompletion) {
+// pushRecv writes a receive CQE. One that finds the CQ full is lost,
+// and the QP goes to ERR as rxe's responder takes it there
+// (do_complete's failed rxe_cq_post is RESPST_ERR_CQ_OVERFLOW, class
+// G, then rxe_qp_error): a QP whose receive completions are being lost
+// must not go on taking messages whose only record is gone. rxe raises
+// no QP event for it; IBTA 11.6.3.1 names a work queue that can no
+// longer report its completions a local work queue catastrophic error,
+// as mlx5 reports it: QP_FATAL (EnterError), after the CQ's CQ_ERR.
+// Its other WQEs are flushed; those find the CQ full too and are lost
+// with it, each counted (hostif_cq_overrun). The send side differs, as
+// in rxe: see completeSend.
+func (qp *QP) pushRecv(wrid uint64, c *RecvCompletion) bool {
 	if qp.RecvCQ == nil { // an XRC QP that never served a request
 		qp.Counters.Inc(ib.SendErr)
-		return
+		return true
 	}
-	if err := qp.RecvCQ.PushRecv(wrid, qp.QPN, c); err != nil {
-		qp.Counters.Inc(ib.SendErr)
+	err := qp.RecvCQ.PushRecv(wrid, qp.QPN, c)
+	if err == nil {
+		return true
 	}
+	qp.Counters.Inc(ib.SendErr)
+	qp.EnterError()
+	return false
 }
 
 // Outstanding reports whether any WQE has packets on the wire awaiting an

@@ -107,12 +107,13 @@ func (r *Responder) respondRC(qp *qpmgr.QP, p bth.Packet, tx qpmgr.TX) {
 
 // completeRecv completes the receive WQE wr with c, telling the trace.
 // The CQE is written from wr's wr_id and c (qpmgr.CQ.PushRecv): no WC is
-// made on the way.
-func (r *Responder) completeRecv(qp *qpmgr.QP, wr *ib.RecvWR, c *qpmgr.RecvCompletion) {
+// made on the way. It reports false if the CQE found the CQ full: the
+// QP is in ERR and the request goes unacknowledged, as in rxe.
+func (r *Responder) completeRecv(qp *qpmgr.QP, wr *ib.RecvWR, c *qpmgr.RecvCompletion) bool {
 	if r.Trace.On() {
 		r.Trace.Emit(qpmgr.RecvCompletionEvent(qp, wr.WRID, c))
 	}
-	qp.CompleteRecv(wr, c)
+	return qp.CompleteRecv(wr, c)
 }
 
 // tracePSN tells the trace of the responder's PSN check: d is the PSN's
@@ -228,7 +229,7 @@ func (r *Responder) send(qp *qpmgr.QP, p bth.Packet, tx qpmgr.TX) bool {
 		}
 		rs.HaveWQE = false
 		r.Counters.Inc(ib.RDMARecvs)
-		r.completeRecv(qp, &rs.WQE, &c)
+		return r.completeRecv(qp, &rs.WQE, &c)
 	}
 	return true
 }
@@ -272,7 +273,7 @@ func (r *Responder) write(qp *qpmgr.QP, p bth.Packet, tx qpmgr.TX) bool {
 	if last && op.Is(bth.FlagImm) {
 		rs.HaveWQE = false
 		r.Counters.Inc(ib.RDMARecvs)
-		r.completeRecv(qp, &rs.WQE, &qpmgr.RecvCompletion{Opcode: ib.WCRecvRDMAWithImm, ByteLen: rs.WriteLen,
+		return r.completeRecv(qp, &rs.WQE, &qpmgr.RecvCompletion{Opcode: ib.WCRecvRDMAWithImm, ByteLen: rs.WriteLen,
 			Flags: ib.WCFlagWithImm, Imm: p.ImmDt().Imm(), Solicited: p.BTH().SolicitedEvent()})
 	}
 	return true
