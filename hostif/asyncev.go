@@ -51,7 +51,9 @@ type asyncQueue struct {
 // registerAsync adds the requests of this file to the request table.
 func registerAsync(r map[abi.Kind]request) {
 	empty := func() abi.Body { return &abi.Empty{} }
-	r[abi.KindOpenAsync] = request{body: empty, handle: (*conn).openAsync}
+	// Charged by dispatch as every creating request is, so that a
+	// refusal is counted (hostif_over_limit) and logged as theirs are.
+	r[abi.KindOpenAsync] = request{body: empty, cost: costOf(costChannel), handle: (*conn).openAsync}
 	r[abi.KindGetAsyncEvent] = request{body: empty, handle: (*conn).getAsyncEvent}
 	r[abi.KindModifySRQ] = request{body: func() abi.Body { return &abi.ModifySRQReq{} }, target: kindSRQ,
 		handle: (*conn).modifySRQ}
@@ -60,7 +62,9 @@ func registerAsync(r map[abi.Kind]request) {
 }
 
 // openAsync opens the client's queue and hands it the wake pipe's read
-// end. The pipe's write end is charged as a completion channel's is.
+// end. The pipe's write end is charged as a completion channel's is
+// (dispatch charges it, and refunds it if this fails; closeAsync when
+// the connection ends).
 func (c *conn) openAsync(object, abi.Body, []int) (abi.Body, []int, error) {
 	a := &c.async
 	a.mu.Lock()
@@ -68,13 +72,8 @@ func (c *conn) openAsync(object, abi.Body, []int) (abi.Body, []int, error) {
 	if a.open || a.closed {
 		return nil, nil, errf(abi.CodeBusy, "open_async: the connection's event queue is open already")
 	}
-	if err := c.s.acct.charge(abi.KindOpenAsync.String(), c.pid, costChannel); err != nil {
-		c.s.overLimit.Add(1)
-		return nil, nil, err
-	}
 	rd, wr, err := wakePipe()
 	if err != nil {
-		c.s.acct.refund(c.pid, costChannel)
 		return nil, nil, err
 	}
 	a.fd, a.open, a.ring = wr, true, make([]asyncEvent, maxAsyncEvents)

@@ -2,9 +2,12 @@ package hostif
 
 import (
 	"errors"
+	"io"
+	"log/slog"
 	"maps"
 	"net/netip"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -248,4 +251,51 @@ func TestMcastLimit(t *testing.T) {
 	if h := held(n); h["hostif_held_mcast"] != 0 || len(n.dev.Observer().McastGroups()) != 0 {
 		t.Fatalf("after the destroy: held %v, groups %v", h, n.dev.Observer().McastGroups())
 	}
+}
+
+// A client at its descriptor limit that opens its event queue (clib
+// does at ibv_open_device) is refused as every creating request is: the
+// limit's flag named, hostif_over_limit counted, the daemon's warning
+// logged once, nothing held; once a descriptor is free the queue opens.
+func TestOpenAsyncOverLimit(t *testing.T) {
+	n := newNIC(t, looptest.Get(t).String())
+	var logb strings.Builder
+	var mu sync.Mutex
+	n.srv = NewServer(Config{Device: n.dev, Limits: Limits{Client: Quota{ResFDs: 2}},
+		Log: slog.New(slog.NewTextHandler(lockedWriter{&mu, &logb}, nil))})
+	c := n.client(t)
+	var ch abi.Handle
+	fds := call(t, c, abi.KindCreateChannel, &abi.Empty{}, nil, &ch) // the second descriptor
+	closeAll(fds)
+	_, err := c.Call(abi.KindOpenAsync, &abi.Empty{}, nil, &abi.Empty{})
+	wantLimit(t, "open_async at the descriptor limit", err, "-client-max-fds")
+	if !strings.Contains(err.Error(), "open_async: ") {
+		t.Fatalf("the refusal %q does not name open_async", err)
+	}
+	if m := held(n); m["hostif_over_limit"] != 1 || m["hostif_held_fds"] != 2 {
+		t.Fatalf("after the refusal: %v, want hostif_over_limit 1, hostif_held_fds 2", m)
+	}
+	mu.Lock()
+	logged := logb.String()
+	mu.Unlock()
+	if !strings.Contains(logged, "client over a limit") || !strings.Contains(logged, "-client-max-fds") {
+		t.Fatalf("the daemon's log does not tell the refusal:\n%s", logged)
+	}
+	call(t, c, abi.KindDestroyChannel, &abi.Handle{H: ch.H}, nil, &abi.Empty{})
+	openAsync(t, c)
+	if m := held(n); m["hostif_over_limit"] != 1 || m["hostif_held_fds"] != 2 {
+		t.Fatalf("with the queue open: %v, want hostif_over_limit 1, hostif_held_fds 2", m)
+	}
+}
+
+// lockedWriter serializes a log's writes into a buffer a test reads.
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

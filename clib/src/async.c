@@ -41,8 +41,14 @@ int async_open(struct ibv_context *ctx)
 	if (err || fd < 0) {
 		if (fd >= 0)
 			close(fd);
-		/* A daemon without the queue: DEVICE_FATAL alone, from the
-		 * connection's hang-up, on an fd that never becomes ready. */
+		/* A daemon without the queue, or one that refused it (the
+		 * client at its -client-max-fds: the refusal is on stderr
+		 * already, from reply_error): DEVICE_FATAL alone, from the
+		 * connection's hang-up, on an fd that never becomes ready.
+		 * The context works on; what it lacks is said too. */
+		if (err == ENOMEM)
+			rnic_log("%s: no asynchronous events on this context but DEVICE_FATAL",
+				 ctx->device->name);
 		return eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	}
 	/* Blocking, as libibverbs' async fd is until the program sets

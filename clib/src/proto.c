@@ -169,6 +169,7 @@ static const char *kind_name(int k)
 		[K_CM_DISCONNECT] = "rdma_disconnect", [K_CM_GET_EVENT] = "rdma_get_cm_event",
 		[K_ATTACH_MCAST] = "ibv_attach_mcast", [K_DETACH_MCAST] = "ibv_detach_mcast",
 		[K_ALLOC_MW] = "ibv_alloc_mw", [K_DEALLOC_MW] = "ibv_dealloc_mw",
+		[K_OPEN_ASYNC] = "ibv_open_device",
 	};
 	if (k > 0 && k < (int)(sizeof(names) / sizeof(names[0])) && names[k])
 		return names[k];

@@ -1,0 +1,72 @@
+package tests
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+)
+
+// TestCLibAsyncQueueOverLimit runs Debian's ibv_devinfo on the C library
+// as a client whose -client-max-fds its connection fills: ibv_open_device
+// opens the context's event queue, which the daemon refuses as it
+// refuses every creating request past a limit (hostif_over_limit, its
+// log's warning), and the library says so on stderr, and what the
+// context lacks for it, where it fell back silently before; the context
+// works on (ibv_devinfo prints the device, exit 0).
+func TestCLibAsyncQueueOverLimit(t *testing.T) {
+	devinfo := debianTool(t, "ibv_devinfo", "ibverbs-utils")
+	dir := t.TempDir()
+	d, err := startDaemon(dir, "rnicF", ownAddr(t), "-client-max-fds", "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := d.stop(); err != nil {
+			t.Errorf("%v\n%s", err, d.errb.String())
+		}
+	})
+	t.Setenv("RNICD_DIR", dir)
+	// ibv_get_device_list asks each daemon its port on a connection of
+	// its own, which the daemon gives back once it sees the hang-up: an
+	// ibv_open_device right after may find it still held, and its
+	// connection, not its queue, refused (a line naming connect). Each
+	// run is refused once either way; the queue's refusal is looked for
+	// over up to 20 runs.
+	refusal := func(what string) string {
+		return "libibverbs-rnicd: rnicd refused ibv_open_device: " + what + ": this client holds 1 descriptors and asks for 1 more, " +
+			"over its limit of 1 (rnicd -client-max-fds raises it)\n" +
+			"libibverbs-rnicd: rnicF: no asynchronous events on this context but DEVICE_FATAL\n"
+	}
+	runs, queue := 0, false
+	for ; runs < 20 && !queue; runs++ {
+		cmd := devinfo(context.Background(), "", "-d", "rnicF")
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil || !strings.Contains(string(out), "hca_id:\trnicF\n") {
+			t.Fatalf("ibv_devinfo: %v\n%s%s", err, out, stderr.String())
+		}
+		queue = stderr.String() == refusal("open_async")
+		if !queue && stderr.String() != refusal("connect") {
+			t.Fatalf("ibv_devinfo's stderr\n%q\nwant\n%q", stderr.String(), refusal("open_async"))
+		}
+	}
+	if !queue {
+		t.Fatalf("in %d runs the daemon never refused the queue itself", runs)
+	}
+	// This process's own connection fills its own limit; reading the
+	// counters costs nothing.
+	c := open(t, "rnicF")
+	if m := must[map[string]uint64](t)(c.Counters()); m["hostif_over_limit"] != uint64(runs) {
+		t.Fatalf("hostif_over_limit %d, want %d (a refusal a run)", m["hostif_over_limit"], runs)
+	}
+	told := false
+	for _, l := range strings.Split(d.errb.String(), "\n") {
+		told = told || strings.Contains(l, `msg="client over a limit"`) && strings.Contains(l, "comm=ibv_devinfo") &&
+			strings.Contains(l, "open_async: ")
+	}
+	if !told {
+		t.Fatalf("the daemon's log never told the refusal:\n%s", d.errb.String())
+	}
+}
