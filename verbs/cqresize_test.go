@@ -2,6 +2,8 @@ package verbs_test
 
 import (
 	"context"
+	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -143,5 +145,88 @@ func TestCQResize(t *testing.T) {
 	}
 	if err := cq.Resize(4); err == nil {
 		t.Fatal("resize of a destroyed CQ went through")
+	}
+}
+
+// One goroutine polls a CQ while another posts WRITEs (at most 8 ahead
+// of the poller, the smallest size used) and resizes the CQ every 7:
+// every completion arrives once, in order, field by field.
+func TestCQResizeRacingPoll(t *testing.T) {
+	a := openLocal(t, looptest.Get(t))
+	b := openLocal(t, looptest.Get(t))
+	qa, ma := rcQP(t, a)
+	qb, mb := rcQP(t, b)
+	connect(t, qa, qb, b)
+	connect(t, qb, qa, a)
+	const total = 2000
+	var polled atomic.Uint32
+	bad := make(chan error, 1)
+	done, stop := make(chan struct{}), make(chan struct{})
+	// A failure below stops the poller before the CQ goes.
+	defer func() { close(stop); <-done }()
+	go func() {
+		defer close(done)
+		wcs := make([]verbs.WC, 4)
+		deadline := time.Now().Add(60 * time.Second)
+		for i := uint64(0); i < total; {
+			n := ma.cq.Poll(wcs)
+			for _, wc := range wcs[:n] {
+				if wc.WRID != i || wc.Status != verbs.WCSuccess || wc.Opcode != verbs.WCRDMAWrite ||
+					wc.ByteLen != uint32(1+i%61) || wc.QPNum != qa.QPN {
+					bad <- fmt.Errorf("completion %d: %+v", i, wc)
+					return
+				}
+				i++
+			}
+			polled.Store(uint32(i))
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if time.Now().After(deadline) {
+				bad <- fmt.Errorf("%d completions of %d", i, total)
+				return
+			}
+		}
+	}()
+	sizes := []int{8, 9, 200, 8, 64, 17, 4096, 12}
+	for i := uint64(0); i < total; i++ {
+		for i-uint64(polled.Load()) >= 8 {
+			select {
+			case err := <-bad:
+				t.Fatal(err)
+			case <-time.After(50 * time.Microsecond):
+			}
+		}
+		wr := verbs.SendWR{WRID: i, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+			SGL: []verbs.SGE{ma.mr.SGE(int(i%64), int(1+i%61))}, RemoteAddr: mb.mr.Addr, RKey: mb.mr.RKey}
+		if err := qa.PostSend([]verbs.SendWR{wr}); err != nil {
+			t.Fatal(err)
+		}
+		if i%7 == 0 {
+			s := sizes[(i/7)%uint64(len(sizes))]
+			if err := ma.cq.Resize(s); err != nil {
+				t.Fatalf("resize to %d: %v", s, err)
+			}
+			if ma.cq.Cap() != s {
+				t.Fatalf("Cap %d after a resize to %d", ma.cq.Cap(), s)
+			}
+		}
+	}
+	for polled.Load() != total {
+		select {
+		case err := <-bad:
+			t.Fatal(err)
+		case <-time.After(time.Millisecond):
+		}
+	}
+	select {
+	case err := <-bad:
+		t.Fatal(err)
+	default:
+	}
+	if err := ma.cq.Err(); err != nil {
+		t.Fatal(err)
 	}
 }
