@@ -127,3 +127,42 @@ func TestSRQLimitOnce(t *testing.T) {
 		t.Fatalf("limit %d after it fired, want 0", q.Limit())
 	}
 }
+
+// A receive completion that finds the CQ full takes the QP to ERR with
+// QP_FATAL (then LAST_WQE_REACHED on an SRQ's QP), once however many
+// more are lost; the CQ keeps the completions it had room for.
+func TestRecvCQOverrunQPFatal(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		srq  *RecvQueue
+		want []ib.EventType
+	}{
+		{"plain QP", nil, []ib.EventType{ib.EventQPFatal}},
+		{"SRQ's QP", NewRecvQueue(4, 1), []ib.EventType{ib.EventQPFatal, ib.EventQPLastWQEReached}},
+	} {
+		var got []ib.EventType
+		qp := eventQP(t, c.srq, &got)
+		toRTR(t, qp)
+		qp.Lock()
+		for i := range qp.RecvCQ.Cap() + 2 {
+			qp.FailRecv(uint64(i), ib.WCLocProtErr)
+			if want := i < qp.RecvCQ.Cap(); (qp.State() != ib.QPSErr) != want {
+				t.Fatalf("%s: completion %d of a CQ of %d: state %v", c.name, i, qp.RecvCQ.Cap(), qp.State())
+			}
+		}
+		qp.Unlock()
+		if !slices.Equal(got, c.want) {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
+		wcs := make([]ib.WC, 16)
+		n := qp.RecvCQ.Poll(wcs)
+		if n != qp.RecvCQ.Cap() {
+			t.Fatalf("%s: the CQ holds %d completions, want %d", c.name, n, qp.RecvCQ.Cap())
+		}
+		for i, wc := range wcs[:n] {
+			if wc.WRID != uint64(i) || wc.Status != ib.WCLocProtErr {
+				t.Fatalf("%s: completion %d: wr_id %d %v, want wr_id %d LOC_PROT_ERR", c.name, i, wc.WRID, wc.Status, i)
+			}
+		}
+	}
+}
