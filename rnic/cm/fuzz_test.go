@@ -55,8 +55,17 @@ func FuzzHandleMAD(f *testing.F) {
 		w.deliver()
 		w.inject(w.b, data)
 		injectFrom(w.b, gidX, data)
-		for i := 0; i < 40; i++ {
-			w.advance(10 * time.Second)
+		for i := 0; i < 60; i++ {
+			// Ten-second steps, and past the fortieth one long one: an
+			// MRA may ask for up to 4.096 us x 2^31 (2.4 hours) more, which
+			// Linux's cm_mra_handler grants as it is; the REQ's retries
+			// that follow it (up to 15 of a response timeout each) end
+			// in the twenty steps after.
+			step := 10 * time.Second
+			if i == 40 {
+				step = 3 * time.Hour
+			}
+			w.advance(step)
 			w.deliver()
 			// Ask for no answer: the fuzz data may have started anything.
 			for _, n := range []*node{w.a, w.b} {
@@ -71,11 +80,12 @@ func FuzzHandleMAD(f *testing.F) {
 			if n.cm.NumIDs() > 8 {
 				t.Fatalf("%d IDs", n.cm.NumIDs())
 			}
-			// Whatever was started has ended: timers, TIMEWAIT and the
-			// wait for an answer to a REQ (MaxPendingTime at most) ran out.
+			// Whatever was started has ended: timers, TIMEWAIT, an MRA's
+			// wait and the wait for an answer to a REQ (MaxPendingTime
+			// at most) ran out.
 			for _, id := range n.cm.ids {
 				if id.State() != StateEstablished {
-					t.Fatalf("ID left in %v", id.State())
+					t.Fatalf("ID left in %v (deadline in %v, %d retries, timeout %v, live %v)", id.State(), id.deadline.Sub(w.now), id.retries, id.timeout, id.msgLive)
 				}
 			}
 			if n.cm.NumPending() != 0 {
