@@ -9,6 +9,7 @@ import (
 	"os"
 	"runtime"
 	"testing"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -59,6 +60,13 @@ func withNetns(t *testing.T, f func(ns *testNetns)) {
 		return upWithAddr(vethA, nsAddrA+"/24", nsAddr6A+"/64")
 	})
 	ns.run(t, ns.b, func() error { return upWithAddr(vethB, nsAddrB+"/24", nsAddr6B+"/64") })
+	// Until the kernel's link watcher has run for a link, its queue is
+	// noop_qdisc, which drops every packet, IPv6's neighbour
+	// solicitations included; on a loaded machine that took long enough
+	// for a test's first IPv6 packets to die unresolved (3 s read
+	// timeout). So the test starts once both links are operationally up.
+	ns.run(t, ns.a, func() error { return waitOperUp(vethA) })
+	ns.run(t, ns.b, func() error { return waitOperUp(vethB) })
 	if t.Failed() {
 		t.FailNow()
 	}
@@ -127,6 +135,25 @@ func upWithAddr(name string, cidrs ...string) error {
 		}
 	}
 	return netlink.LinkSetUp(l)
+}
+
+// waitOperUp waits until the link's operational state is up: the link
+// watcher has given it a real queue.
+func waitOperUp(name string) error {
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		l, err := netlink.LinkByName(name)
+		if err != nil {
+			return err
+		}
+		if l.Attrs().OperState == netlink.OperUp {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s still %v after 20 s", name, l.Attrs().OperState)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 func setMTU(name string, mtu int) error {
