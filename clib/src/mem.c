@@ -34,9 +34,17 @@
  *    and stays where it is for the program; the daemon maps whole pages
  *    but the region's bounds are byte-exact (rnic/dma), so nothing outside
  *    a registered range is ever read or written by the NIC.
- *  - The move is a copy then a remap: a store by another thread into the
- *    page between the two is lost. Programs register at set-up, before
- *    other threads use the buffers; a kernel driver pins pages instead.
+ *  - The move is a copy then a remap, and other threads keep running: a
+ *    page holds malloc's own words and other threads' data, and a store
+ *    into it between the copy and the remap would be lost (a loaded run
+ *    lost malloc's update of a free list: "corrupted unsorted chunks").
+ *    So the pages are write-protected for the move, and a thread that
+ *    stores into one waits in the library's SIGSEGV handler until the
+ *    move is done, then its store goes to the moved page (the fence,
+ *    below). What a handler cannot hold is the kernel writing into the
+ *    page for another thread's system call (a read() into a buffer on
+ *    it) during the move: that call fails with EFAULT. A kernel driver
+ *    pins pages instead and has neither cost.
  *  - fork: the memfd pages are MAP_SHARED, so a child would share them
  *    with its parent instead of getting a copy. The child handler of
  *    pthread_atfork gives the child private copies of every moved page,
@@ -61,7 +69,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <dirent.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <ucontext.h>
@@ -173,6 +186,103 @@ static int open_memfd(void)
 #define MAXV 64
 
 /*
+ * The fence: while a range moves (onto the memfd or off it), its pages
+ * are read-only, and the library's SIGSEGV handler holds a thread that
+ * stores into one until the move is done; returning from the handler
+ * runs the store again, into the moved page. Every other fault goes to
+ * the handler the program had (or to the default action, a core dump).
+ *
+ * gen is odd while a move runs (and is its futex word); lo and hi are
+ * the range of the last move. A thread can fault during a move and take
+ * its signal only after the move ended: its store is retried, once the
+ * page is writable again. A store into a page of that range the program
+ * itself made read-only afterwards would be retried forever, so only
+ * `spare` retries are granted after each move before faults there go to
+ * the program's handler too.
+ *
+ * The handler stays installed once the first move put it there: a
+ * thread may take a signal from a move that ended, and a handler taken
+ * away by then would leave it the default action. A program that
+ * installs its own handler later gets it back for the next move, the
+ * program's kept behind it.
+ *
+ * A thread whose own stack lies in the moving pages (a program that
+ * registers a buffer on another thread's stack while that thread runs)
+ * cannot take the signal unless it has an alternate signal stack: the
+ * kernel has nowhere to write the signal's frame.
+ */
+#define FENCE_SPARE 4096
+static struct {
+	atomic_uint gen;
+	atomic_uintptr_t lo, hi;
+	atomic_int spare;
+} fence;
+static struct sigaction prev_segv;
+
+static void fence_handler(int sig, siginfo_t *si, void *uc)
+{
+	uintptr_t a = (uintptr_t)si->si_addr;
+	if (si->si_code == SEGV_ACCERR && a >= atomic_load(&fence.lo) && a < atomic_load(&fence.hi)) {
+		unsigned g = atomic_load(&fence.gen);
+		if (g & 1) {
+			int saved = errno;
+			while (atomic_load(&fence.gen) == g)
+				syscall(SYS_futex, &fence.gen, FUTEX_WAIT_PRIVATE, g, NULL, NULL, 0);
+			errno = saved;
+			return;
+		}
+		if (atomic_fetch_sub(&fence.spare, 1) > 0)
+			return;
+	}
+	/* Not the fence's: as if the library had no handler. */
+	if (prev_segv.sa_flags & SA_SIGINFO) {
+		prev_segv.sa_sigaction(sig, si, uc);
+	} else if (prev_segv.sa_handler == SIG_DFL || prev_segv.sa_handler == SIG_IGN) {
+		/* The store runs again and faults with the default action,
+		 * which dumps core at the faulting instruction. */
+		struct sigaction dfl = {.sa_handler = SIG_DFL};
+		sigaction(SIGSEGV, &dfl, NULL);
+	} else {
+		prev_segv.sa_handler(sig);
+	}
+}
+
+/* fence_install puts the handler in place if it is not; mu is held. */
+static int fence_install(void)
+{
+	struct sigaction cur;
+	if (sigaction(SIGSEGV, NULL, &cur) < 0)
+		return errno;
+	if ((cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == fence_handler)
+		return 0;
+	struct sigaction sa = {.sa_sigaction = fence_handler, .sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART};
+	sigemptyset(&sa.sa_mask);
+	prev_segv = cur;
+	if (sigaction(SIGSEGV, &sa, NULL) < 0)
+		return errno;
+	return 0;
+}
+
+/* fence_up write-protects [lo, hi) (of protection prot) for a move. */
+static int fence_up(uintptr_t lo, uintptr_t hi, int prot)
+{
+	atomic_store(&fence.lo, lo);
+	atomic_store(&fence.hi, hi);
+	atomic_fetch_add(&fence.gen, 1);
+	if ((prot & PROT_WRITE) && mprotect((void *)lo, hi - lo, prot & ~PROT_WRITE) < 0)
+		return errno;
+	return 0;
+}
+
+/* fence_down lets the threads held at the fence go. */
+static void fence_down(void)
+{
+	atomic_store(&fence.spare, FENCE_SPARE);
+	atomic_fetch_add(&fence.gen, 1);
+	syscall(SYS_futex, &fence.gen, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+}
+
+/*
  * The move itself (copy the pages, then map the copy over them) must see
  * no store into the pages in between, or the store is lost. The calling
  * thread's own stack is such a store: a program may register a buffer
@@ -192,35 +302,54 @@ static ucontext_t job_caller, job_ctx;
 static void *job_stack;
 #define JOB_STACK (64 << 10)
 
+/* job_in copies the pages into the memfd and maps the memfd over them,
+ * behind the fence. */
 static void job_in(struct vma *v)
 {
 	size_t len = v->hi - v->lo;
+	if ((job.err = fence_up(v->lo, v->hi, v->prot)) != 0) {
+		fence_down();
+		return;
+	}
 	for (size_t done = 0; done < len;) {
 		ssize_t w = pwrite(memfd, (void *)(v->lo + done), len - done, v->lo + done);
 		if (w < 0 && errno == EINTR)
 			continue;
 		if (w <= 0) {
 			job.err = w < 0 ? errno : EIO;
-			return;
+			break;
 		}
 		done += w;
 	}
-	if (mmap((void *)v->lo, len, v->prot, MAP_SHARED | MAP_FIXED, memfd, v->lo) == MAP_FAILED)
+	if (!job.err && mmap((void *)v->lo, len, v->prot, MAP_SHARED | MAP_FIXED, memfd, v->lo) == MAP_FAILED)
 		job.err = errno;
+	if (job.err)
+		mprotect((void *)v->lo, len, v->prot);
+	fence_down();
 }
 
+/* job_out copies the pages into new private memory and moves that over
+ * them in one step (mremap), behind the fence: no store falls between
+ * the copy and the swap, and none is overwritten by a copy back. */
 static void job_out(struct vma *v)
 {
 	size_t len = v->hi - v->lo;
 	void *tmp = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (tmp == MAP_FAILED)
 		return; /* it stays shared: still the same memory for the program */
-	memcpy(tmp, (void *)v->lo, len);
-	if (mmap((void *)v->lo, len, v->prot | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) != MAP_FAILED) {
-		memcpy((void *)v->lo, tmp, len);
-		if (!(v->prot & PROT_WRITE))
-			mprotect((void *)v->lo, len, v->prot);
+	if (fence_up(v->lo, v->hi, v->prot) != 0) {
+		fence_down();
+		munmap(tmp, len);
+		return;
 	}
+	memcpy(tmp, (void *)v->lo, len);
+	if ((v->prot == (PROT_READ | PROT_WRITE) || mprotect(tmp, len, v->prot) == 0) &&
+	    mremap(tmp, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)v->lo) != MAP_FAILED) {
+		fence_down();
+		return;
+	}
+	mprotect((void *)v->lo, len, v->prot);
+	fence_down();
 	munmap(tmp, len);
 }
 
@@ -440,6 +569,8 @@ int mem_share(void *addr, size_t len, int *fd, uint64_t *off, uint32_t *shmid)
 		return share_file(&v, (uintptr_t)addr, fd, off);
 	pthread_mutex_lock(&mu);
 	int err = open_memfd();
+	if (!err)
+		err = fence_install();
 	if (!err && nregs == capregs) {
 		size_t c = capregs ? 2 * capregs : 16;
 		struct range *r = realloc(regs, c * sizeof(*r));
