@@ -29,28 +29,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #define PROG "cmsync"
 #include "cmtest.h"
-
-/* page_buf is a zeroed buffer on a page of its own. The library moves a
- * registered range's pages onto its shared memfd with a copy and a remap
- * (clib/src/mem.c), and this program's two threads register while the
- * other uses the heap: a 64-byte calloc'd buffer shares its page with
- * malloc's own data, whose update by the other thread between the copy
- * and the remap was lost ("free(): corrupted unsorted chunks", once, in
- * a loaded run). Programs register at set-up, as mem.c says; this one
- * cannot, so its buffers own their pages. */
-static void *page_buf(void)
-{
-	size_t page = (size_t)sysconf(_SC_PAGESIZE);
-	void *p = aligned_alloc(page, page);
-	if (!p)
-		fail("aligned_alloc");
-	memset(p, 0, page);
-	return p;
-}
 
 /* wait_wc polls cq for one completion, which must succeed. */
 static void wait_wc(struct ibv_cq *cq, const char *what)
@@ -122,7 +103,7 @@ static void *server(void *arg)
 	    strcmp(txt, cli_addr) || !id->qp || id->channel == lid->channel || !id->send_cq || !id->recv_cq)
 		fail("rdma_get_request's ID");
 	printf("rdma_get_request: a connect request from %s, its QP made\n", txt);
-	struct ibv_mr *mr = ibv_reg_mr(id->pd, page_buf(), 64, IBV_ACCESS_LOCAL_WRITE);
+	struct ibv_mr *mr = ibv_reg_mr(id->pd, calloc(1, 64), 64, IBV_ACCESS_LOCAL_WRITE);
 	if (!mr)
 		fail("ibv_reg_mr");
 	post_recv(id, mr);
@@ -301,7 +282,7 @@ int main(int argc, char **argv)
 					.qp_type = IBV_QPT_RC, .sq_sig_all = 1};
 	if (rdma_create_qp(id, NULL, &attr))
 		fail("rdma_create_qp");
-	struct ibv_mr *mr = ibv_reg_mr(id->pd, page_buf(), 64, IBV_ACCESS_LOCAL_WRITE);
+	struct ibv_mr *mr = ibv_reg_mr(id->pd, calloc(1, 64), 64, IBV_ACCESS_LOCAL_WRITE);
 	if (!mr)
 		fail("ibv_reg_mr");
 	post_recv(id, mr);
