@@ -3,6 +3,9 @@ package tests
 import (
 	"bytes"
 	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -30,26 +33,30 @@ func TestCLibAsyncQueueOverLimit(t *testing.T) {
 	// ibv_get_device_list asks each daemon its port on a connection of
 	// its own, which the daemon gives back once it sees the hang-up: an
 	// ibv_open_device right after may find it still held, and its
-	// connection, not its queue, refused (a line naming connect). Each
-	// run is refused once either way; the queue's refusal is looked for
-	// over up to 20 runs.
+	// connection, not its queue, refused (a line naming connect): then
+	// the open fails, as TestCLibOpenRefused shows. Each run is refused
+	// once either way; the queue's refusal is looked for over up to 20
+	// runs.
 	refusal := func(what string) string {
 		return "libibverbs-rnicd: rnicd refused ibv_open_device: " + what + ": this client holds 1 descriptors and asks for 1 more, " +
-			"over its limit of 1 (rnicd -client-max-fds raises it)\n" +
-			"libibverbs-rnicd: rnicF: no asynchronous events on this context but DEVICE_FATAL\n"
+			"over its limit of 1 (rnicd -client-max-fds raises it)\n"
 	}
+	queueRefused := refusal("open_async") + "libibverbs-rnicd: rnicF: no asynchronous events on this context but DEVICE_FATAL\n"
+	connRefused := refusal("connect") + "libibverbs-rnicd: open rnicF: rnicd refused the connection\n"
 	runs, queue := 0, false
 	for ; runs < 20 && !queue; runs++ {
 		cmd := devinfo(context.Background(), "", "-d", "rnicF")
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
 		out, err := cmd.Output()
+		if strings.HasPrefix(stderr.String(), connRefused) && err != nil {
+			continue
+		}
 		if err != nil || !strings.Contains(string(out), "hca_id:\trnicF\n") {
 			t.Fatalf("ibv_devinfo: %v\n%s%s", err, out, stderr.String())
 		}
-		queue = stderr.String() == refusal("open_async")
-		if !queue && stderr.String() != refusal("connect") {
-			t.Fatalf("ibv_devinfo's stderr\n%q\nwant\n%q", stderr.String(), refusal("open_async"))
+		if queue = stderr.String() == queueRefused; !queue {
+			t.Fatalf("ibv_devinfo's stderr\n%q\nwant\n%q", stderr.String(), queueRefused)
 		}
 	}
 	if !queue {
@@ -68,5 +75,47 @@ func TestCLibAsyncQueueOverLimit(t *testing.T) {
 	}
 	if !told {
 		t.Fatalf("the daemon's log never told the refusal:\n%s", d.errb.String())
+	}
+}
+
+// TestCLibOpenRefused runs clib/test/openlimit against an rnicd started
+// with -client-max-conns 1: an ibv_open_device past the limit fails
+// (NULL, ENOMEM) with the daemon's reason on stderr, as the kernel's
+// open of a uverbs device fails, instead of handing back a context whose
+// every call fails (its connection already closed); once the first
+// context is closed, an open works again.
+func TestCLibOpenRefused(t *testing.T) {
+	lib := clibDir(t)
+	dir := t.TempDir()
+	d, err := startDaemon(dir, "rnicF", ownAddr(t), "-client-max-conns", "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := d.stop(); err != nil {
+			t.Errorf("%v\n%s", err, d.errb.String())
+		}
+	})
+	cmd := exec.Command(filepath.Join(lib, "openlimit"), "rnicF")
+	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+lib, "RNICD_DIR="+dir)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	want := "the first context, once the probe's connection went: ok\n" +
+		"a second context past -client-max-conns: NULL, ENOMEM: ok\n" +
+		"after the first closed, an open that works: ok\nPASS\n"
+	if err != nil || string(out) != want {
+		t.Fatalf("openlimit: %v, printed\n%s\nwant\n%s\nstderr:\n%s", err, out, want, stderr.String())
+	}
+	// The first context's opens may be refused while the probe's
+	// connection is still held; the second's is refused for certain.
+	refused := "libibverbs-rnicd: rnicd refused ibv_open_device: connect: this client holds 1 connections and asks for 1 more, " +
+		"over its limit of 1 (rnicd -client-max-conns raises it)\n" +
+		"libibverbs-rnicd: open rnicF: rnicd refused the connection\n"
+	if e := stderr.String(); !strings.Contains(e, refused) {
+		t.Fatalf("openlimit's stderr\n%s\nwants the refusal\n%s", e, refused)
+	}
+	if e := strings.ReplaceAll(stderr.String(), refused, ""); e != "" {
+		t.Fatalf("openlimit's stderr has more than refusals:\n%s", e)
 	}
 }

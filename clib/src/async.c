@@ -31,24 +31,21 @@ struct aobj {
 	struct aobj *next;
 };
 
-int async_open(struct ibv_context *ctx)
+int async_open(struct ibv_context *ctx, int *errp)
 {
 	struct rctx *c = to_rctx(ctx);
 	pthread_mutex_init(&c->ev_mu, NULL);
 	struct buf rep;
 	int fd = -1;
-	int err = call(ctx, K_OPEN_ASYNC, NULL, -1, &rep, &fd);
+	int err = *errp = call(ctx, K_OPEN_ASYNC, NULL, -1, &rep, &fd);
 	if (err || fd < 0) {
 		if (fd >= 0)
 			close(fd);
 		/* A daemon without the queue, or one that refused it (the
 		 * client at its -client-max-fds: the refusal is on stderr
-		 * already, from reply_error): DEVICE_FATAL alone, from the
-		 * connection's hang-up, on an fd that never becomes ready.
-		 * The context works on; what it lacks is said too. */
-		if (err == ENOMEM)
-			rnic_log("%s: no asynchronous events on this context but DEVICE_FATAL",
-				 ctx->device->name);
+		 * already, from reply_error, and ibv_open_device says what
+		 * the context lacks): DEVICE_FATAL alone, from the
+		 * connection's hang-up, on an fd that never becomes ready. */
 		return eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	}
 	/* Blocking, as libibverbs' async fd is until the program sets

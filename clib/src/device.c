@@ -221,7 +221,29 @@ EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 	struct ibv_context *ctx = &c->vctx.context;
 	ctx->device = device;
 	ctx->cmd_fd = c->conn.fd;
-	ctx->async_fd = async_open(ctx);
+	int aerr;
+	ctx->async_fd = async_open(ctx, &aerr);
+	/* The daemon answers a connection over the client's or its own
+	 * limits with the limit's error to its first request (open_async,
+	 * refused above, on stderr) and closes it. The kernel fails the
+	 * open of a uverbs device then, and so does this one, not every
+	 * call after it: a second request tells a closed connection from a
+	 * refused queue on a live one. */
+	struct buf rep;
+	int perr = aerr == ENOMEM ? call(ctx, K_QUERY_PORT, NULL, -1, &rep, NULL) : 0;
+	if (perr == ENODEV || perr == EPIPE || perr == ECONNRESET) {
+		rnic_log("open %s: rnicd refused the connection", d->dev.name);
+		if (ctx->async_fd >= 0)
+			close(ctx->async_fd);
+		async_close(ctx);
+		conn_close(&c->conn);
+		pthread_mutex_destroy(&c->mrs_mu);
+		free(c);
+		errno = ENOMEM;
+		return NULL;
+	}
+	if (aerr == ENOMEM)
+		rnic_log("%s: no asynchronous events on this context but DEVICE_FATAL", d->dev.name);
 	ctx->num_comp_vectors = 1;
 	pthread_mutex_init(&ctx->mutex, NULL);
 	ctx->abi_compat = __VERBS_ABI_IS_EXTENDED;

@@ -259,13 +259,14 @@ struct rctx {
 	struct aobj *aobjs;
 };
 
-/* async.c: async_open returns the context's async_fd; async_track makes
+/* async.c: async_open returns the context's async_fd (*err the daemon's
+ * refusal of its queue, if any); async_track makes
  * the object obj with handle h, of kind k (the request that destroys
  * it: K_DESTROY_QP, _CQ or _SRQ), an event's element; async_destroy
  * destroys it (request k) and says how many events were returned for it,
  * which async_wait_acked waits to see acknowledged. */
 struct aobj;
-int async_open(struct ibv_context *ctx);
+int async_open(struct ibv_context *ctx, int *err);
 void async_close(struct ibv_context *ctx);
 void async_track(struct ibv_context *ctx, int k, uint32_t h, void *obj);
 int async_destroy(struct ibv_context *ctx, int k, uint32_t h, uint32_t *reported);
