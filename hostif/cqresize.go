@@ -29,8 +29,7 @@ func (c *conn) resizeCQ(t object, b abi.Body, _ []int) (abi.Body, []int, error) 
 		shrink[ResRingBytes] = oldBytes - newBytes
 	}
 	if err := c.s.acct.charge("resize_cq", c.pid, grow); err != nil {
-		c.s.overLimit.Add(1)
-		return nil, nil, err
+		return nil, nil, c.overLimit(err)
 	}
 	fd, mem, err := ringMem(newBytes)
 	if err != nil {

@@ -197,7 +197,11 @@ func TestUserAccounts(t *testing.T) {
 // give the charges back, and the destroyed QP's groups are left.
 func TestMcastLimit(t *testing.T) {
 	ip := looptest.Get(t)
-	n := limitedNIC(t, ip.String(), Limits{Client: Quota{ResMcast: 2}})
+	n := newNIC(t, ip.String())
+	var logb strings.Builder
+	var mu sync.Mutex
+	n.srv = NewServer(Config{Device: n.dev, Limits: Limits{Client: Quota{ResMcast: 2}},
+		Log: slog.New(slog.NewTextHandler(lockedWriter{&mu, &logb}, nil))})
 	c := n.client(t)
 	var pd abi.Handle
 	call(t, c, abi.KindAllocPD, &abi.Empty{}, nil, &pd)
@@ -218,6 +222,13 @@ func TestMcastLimit(t *testing.T) {
 		}
 	}
 	wantLimit(t, "a third group", attach(2), "-client-max-mcast")
+	mu.Lock()
+	logged := logb.String()
+	mu.Unlock()
+	if h := held(n); h["hostif_over_limit"] != 1 || !strings.Contains(logged, "client over a limit") ||
+		!strings.Contains(logged, "-client-max-mcast") {
+		t.Fatalf("the refused attach: %v, and the log\n%s\nwants hostif_over_limit 1 and the warning", h, logged)
+	}
 	if err := attach(0); err != nil {
 		t.Fatalf("attaching an attached QP again: %v", err)
 	}

@@ -129,8 +129,7 @@ func (c *conn) attachMcast(o object, b abi.Body, _ []int) (abi.Body, []int, erro
 	charged := !q.groups[r.GID]
 	if charged {
 		if err := c.s.acct.charge(abi.KindAttachMcast.String(), c.pid, mcastCost); err != nil {
-			c.s.overLimit.Add(1)
-			return nil, nil, err
+			return nil, nil, c.overLimit(err)
 		}
 	}
 	if err := c.s.dev.AttachMcast(q.qp, r.GID); err != nil {

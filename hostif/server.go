@@ -528,6 +528,18 @@ func (c *conn) serve() {
 	}
 }
 
+// overLimit counts a request refused at a limit, warns of the client
+// once (a client looping on a refused request must not flood the log),
+// and returns err.
+func (c *conn) overLimit(err error) error {
+	c.s.overLimit.Add(1)
+	if !c.warned {
+		c.warned = true
+		c.s.log.Warn("client over a limit", "pid", c.pid, "comm", c.comm, "err", err)
+	}
+	return err
+}
+
 // handle runs one request; it returns the reply (nil for a doorbell that
 // went well) and the descriptors to send with it. Handlers that keep a
 // received descriptor set its entry to -1; the rest are closed.
@@ -568,12 +580,7 @@ func (c *conn) dispatch(r request, body abi.Body, fds []int) (abi.Body, []int, e
 	// fails: a refused request changes nothing.
 	cost := r.cost(body)
 	if err := c.s.acct.charge(r.name, c.pid, cost); err != nil {
-		c.s.overLimit.Add(1)
-		if !c.warned {
-			c.warned = true
-			c.s.log.Warn("client over a limit", "pid", c.pid, "comm", c.comm, "err", err)
-		}
-		return nil, nil, err
+		return nil, nil, c.overLimit(err)
 	}
 	out, rfds, err := r.handle(c, target, body, fds)
 	if err != nil {
