@@ -216,6 +216,7 @@ static struct {
 	atomic_uint gen;
 	atomic_uintptr_t lo, hi;
 	atomic_int spare;
+	atomic_int tid, prot; /* the moving thread, the range's protection */
 } fence;
 static struct sigaction prev_segv;
 
@@ -224,6 +225,19 @@ static void fence_handler(int sig, siginfo_t *si, void *uc)
 	uintptr_t a = (uintptr_t)si->si_addr;
 	if (si->si_code == SEGV_ACCERR && a >= atomic_load(&fence.lo) && a < atomic_load(&fence.hi)) {
 		unsigned g = atomic_load(&fence.gen);
+		if ((g & 1) && atomic_load(&fence.tid) == (int)syscall(SYS_gettid)) {
+			/* The mover itself stores into the range: a hook of
+			 * the program's around mmap (UCX's memory events
+			 * patch every library's mmap) wrote into the page.
+			 * Waiting would wait for itself; the range is made
+			 * writable again, and such a store can be lost as
+			 * it could before the fence. */
+			int saved = errno;
+			mprotect((void *)atomic_load(&fence.lo), atomic_load(&fence.hi) - atomic_load(&fence.lo),
+				 atomic_load(&fence.prot));
+			errno = saved;
+			return;
+		}
 		if (g & 1) {
 			int saved = errno;
 			while (atomic_load(&fence.gen) == g)
@@ -268,6 +282,8 @@ static int fence_up(uintptr_t lo, uintptr_t hi, int prot)
 {
 	atomic_store(&fence.lo, lo);
 	atomic_store(&fence.hi, hi);
+	atomic_store(&fence.prot, prot);
+	atomic_store(&fence.tid, (int)syscall(SYS_gettid));
 	atomic_fetch_add(&fence.gen, 1);
 	if ((prot & PROT_WRITE) && mprotect((void *)lo, hi - lo, prot & ~PROT_WRITE) < 0)
 		return errno;

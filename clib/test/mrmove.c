@@ -12,7 +12,10 @@
  *     installed its own, still gets the program's faults;
  *   - a child whose fault nobody handles still dies of SIGSEGV, both for
  *     a page never registered and for a registered page the program made
- *     read-only itself (the library must not retry such a store forever).
+ *     read-only itself (the library must not retry such a store forever);
+ *   - a hook of the program's own around mmap (UCX patches every
+ *     library's mmap so) that stores into the page being moved, from the
+ *     moving thread itself, does not hang the registration.
  *
  *   mrmove DEV
  */
@@ -21,6 +24,7 @@
 #include <stdatomic.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 
 #include "vtest.h"
@@ -48,6 +52,18 @@ static void *writer(void *arg)
 		atomic_fetch_add_explicit(&stores, 1, memory_order_relaxed);
 	}
 	return NULL;
+}
+
+/* hook_store, when set, is where this program's mmap, which the library
+ * calls through the PLT as any program's hook would take it, stores
+ * before it maps. */
+static volatile char *volatile hook_store;
+
+void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+	if (hook_store)
+		*hook_store = 1;
+	return (void *)syscall(SYS_mmap, addr, len, prot, flags, fd, off);
 }
 
 static volatile sig_atomic_t own_faults;
@@ -150,6 +166,13 @@ int main(int argc, char **argv)
 	for (int i = 0; i < REGION_LEN; i++)
 		same &= (unsigned char)page[REGION_OFF + i] == 0x5a;
 	check(same, "the region's bytes unchanged");
+
+	pthread_t dog;
+	pthread_create(&dog, NULL, wait_watchdog, NULL);
+	hook_store = page + COUNTER_OFF + 64;
+	struct ibv_mr *hooked = ibv_reg_mr(pd, page + REGION_OFF, REGION_LEN, IBV_ACCESS_LOCAL_WRITE);
+	hook_store = NULL;
+	check(hooked && !ibv_dereg_mr(hooked), "an mmap hook storing into the page from the moving thread: registered");
 
 	mprotect(own_page, 4096, PROT_READ);
 	*(volatile char *)(own_page + 8) = 7;
