@@ -9,8 +9,8 @@ import (
 )
 
 // TestCLibMemoryMove runs clib/test/mrmove: 3000 registrations and
-// deregistrations of 64 bytes of a page while another thread stores a
-// counter into the same page and reads it back; the library moves the
+// deregistrations of 64 bytes of two pages in turn while two threads
+// store a counter into each page and read it back; the library moves the
 // page onto its memfd and off it each time, and no store may be lost
 // (before the move's fence, a loaded run lost malloc's own update of a
 // free list on such a page: 5,789 of 312 million stores here). The
@@ -24,9 +24,9 @@ func TestCLibMemoryMove(t *testing.T) {
 	cmd := exec.Command(filepath.Join(lib, "mrmove"), "rnicA")
 	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+lib)
 	want := strings.Join([]string{
-		"3000 registrations and deregistrations of 64 bytes of the writer's page: ok",
-		"the writer thread's stores into the page: none lost: ok",
-		"the region's bytes unchanged: ok",
+		"3000 registrations and deregistrations of 64 bytes of the writers' pages: ok",
+		"the writer threads' stores into the pages: none lost: ok",
+		"the regions' bytes unchanged: ok",
 		"an mmap hook storing into the page from the moving thread: registered: ok",
 		"the program's own SIGSEGV handler still takes its faults: ok",
 		"a store into a read-only page, unhandled: SIGSEGV: ok",

@@ -193,12 +193,15 @@ static int open_memfd(void)
  * the handler the program had (or to the default action, a core dump).
  *
  * gen is odd while a move runs (and is its futex word); lo and hi are
- * the range of the last move. A thread can fault during a move and take
- * its signal only after the move ended: its store is retried, once the
- * page is writable again. A store into a page of that range the program
- * itself made read-only afterwards would be retried forever, so only
- * `spare` retries are granted after each move before faults there go to
- * the program's handler too.
+ * the range of the move. A thread can fault during a move and take its
+ * signal only after the move ended, even after later moves of other
+ * ranges (the kernel may schedule between the fault and the signal's
+ * delivery: a whole time slice on a loaded machine): a fault in any of
+ * the last FENCE_RECENT moves' ranges is retried, its page writable
+ * again. A store into such a page that the program itself made
+ * read-only afterwards would be retried forever, so only `spare`
+ * retries are granted after each move before faults there go to the
+ * program's handler too.
  *
  * The handler stays installed once the first move put it there: a
  * thread may take a signal from a move that ended, and a handler taken
@@ -212,19 +215,33 @@ static int open_memfd(void)
  * kernel has nowhere to write the signal's frame.
  */
 #define FENCE_SPARE 4096
+#define FENCE_RECENT 64
 static struct {
 	atomic_uint gen;
 	atomic_uintptr_t lo, hi;
 	atomic_int spare;
 	atomic_int tid, prot; /* the moving thread, the range's protection */
+	unsigned moves;       /* under mu: the next entry of recent */
+	struct {
+		atomic_uintptr_t lo, hi;
+	} recent[FENCE_RECENT];
 } fence;
+
+/* fence_recent says whether a is in one of the last moves' ranges. */
+static int fence_recent(uintptr_t a)
+{
+	for (int i = 0; i < FENCE_RECENT; i++)
+		if (a >= atomic_load(&fence.recent[i].lo) && a < atomic_load(&fence.recent[i].hi))
+			return 1;
+	return 0;
+}
 static struct sigaction prev_segv;
 
 static void fence_handler(int sig, siginfo_t *si, void *uc)
 {
 	uintptr_t a = (uintptr_t)si->si_addr;
+	unsigned g = atomic_load(&fence.gen);
 	if (si->si_code == SEGV_ACCERR && a >= atomic_load(&fence.lo) && a < atomic_load(&fence.hi)) {
-		unsigned g = atomic_load(&fence.gen);
 		if ((g & 1) && atomic_load(&fence.tid) == (int)syscall(SYS_gettid)) {
 			/* The mover itself stores into the range: a hook of
 			 * the program's around mmap (UCX's memory events
@@ -245,9 +262,9 @@ static void fence_handler(int sig, siginfo_t *si, void *uc)
 			errno = saved;
 			return;
 		}
-		if (atomic_fetch_sub(&fence.spare, 1) > 0)
-			return;
 	}
+	if (si->si_code == SEGV_ACCERR && fence_recent(a) && atomic_fetch_sub(&fence.spare, 1) > 0)
+		return;
 	/* Not the fence's: as if the library had no handler. */
 	if (prev_segv.sa_flags & SA_SIGINFO) {
 		prev_segv.sa_sigaction(sig, si, uc);
@@ -280,6 +297,11 @@ static int fence_install(void)
 /* fence_up write-protects [lo, hi) (of protection prot) for a move. */
 static int fence_up(uintptr_t lo, uintptr_t hi, int prot)
 {
+	/* hi first: a handler reading the entry meanwhile matches nothing. */
+	unsigned i = fence.moves++ % FENCE_RECENT;
+	atomic_store(&fence.recent[i].hi, 0);
+	atomic_store(&fence.recent[i].lo, lo);
+	atomic_store(&fence.recent[i].hi, hi);
 	atomic_store(&fence.lo, lo);
 	atomic_store(&fence.hi, hi);
 	atomic_store(&fence.prot, prot);

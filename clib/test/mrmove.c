@@ -4,10 +4,12 @@
  * clib moves the pages a registration covers onto the memfd it shares
  * with the daemon (mem.c). A page holds more than the region: malloc's
  * own words, another thread's data. This program registers and
- * deregisters 64 bytes of a page, thousands of times, while a second
- * thread keeps storing a counter into the same page (outside the
- * region) and reading it back: a store that the move lost shows as a
- * counter that went back. Then:
+ * deregisters 64 bytes of one of two pages, in turn, thousands of
+ * times, while two threads keep storing a counter into each page
+ * (outside the region) and reading it back: a store that the move lost
+ * shows as a counter that went back; a thread that faulted during one
+ * page's move and took its signal after the next page's started must
+ * be let through too. Then:
  *   - the program's own SIGSEGV handler, installed before the library
  *     installed its own, still gets the program's faults;
  *   - a child whose fault nobody handles still dies of SIGSEGV, both for
@@ -136,17 +138,24 @@ int main(int argc, char **argv)
 	union ibv_gid gid;
 	struct ibv_pd *pd;
 	open_pd(argv[1], &pd, &gid);
-	char *page = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (page == MAP_FAILED)
+	/* Two pages apart (a guard page between), so that each move is a
+	 * range of its own. */
+	char *pages = mmap(NULL, 3 * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (pages == MAP_FAILED)
 		die("mmap");
+	mprotect(pages + 4096, 4096, PROT_NONE);
+	char *page = pages, *other = pages + 2 * 4096;
 	memset(page + REGION_OFF, 0x5a, REGION_LEN);
+	memset(other + REGION_OFF, 0x5a, REGION_LEN);
 
-	pthread_t th;
-	if (pthread_create(&th, NULL, writer, page + COUNTER_OFF))
+	pthread_t th[2];
+	if (pthread_create(&th[0], NULL, writer, page + COUNTER_OFF) ||
+	    pthread_create(&th[1], NULL, writer, other + COUNTER_OFF))
 		die("pthread_create");
 	int refused = 0;
 	for (int i = 0; i < MOVES; i++) {
-		struct ibv_mr *mr = ibv_reg_mr(pd, page + REGION_OFF, REGION_LEN, IBV_ACCESS_LOCAL_WRITE);
+		char *p = i % 2 ? other : page;
+		struct ibv_mr *mr = ibv_reg_mr(pd, p + REGION_OFF, REGION_LEN, IBV_ACCESS_LOCAL_WRITE);
 		if (!mr) {
 			refused++;
 			continue;
@@ -155,17 +164,18 @@ int main(int argc, char **argv)
 			refused++;
 	}
 	atomic_store(&stop, 1);
-	pthread_join(th, NULL);
-	check(refused == 0, "3000 registrations and deregistrations of 64 bytes of the writer's page");
+	pthread_join(th[0], NULL);
+	pthread_join(th[1], NULL);
+	check(refused == 0, "3000 registrations and deregistrations of 64 bytes of the writers' pages");
 	long n = atomic_load(&lost);
 	if (n)
 		printf("%ld of %ld stores lost\n", n, atomic_load(&stores));
-	check(n == 0 && *(long *)(page + COUNTER_OFF) == atomic_load(&stores),
-	      "the writer thread's stores into the page: none lost");
+	check(n == 0 && *(long *)(page + COUNTER_OFF) + *(long *)(other + COUNTER_OFF) == atomic_load(&stores),
+	      "the writer threads' stores into the pages: none lost");
 	int same = 1;
 	for (int i = 0; i < REGION_LEN; i++)
-		same &= (unsigned char)page[REGION_OFF + i] == 0x5a;
-	check(same, "the region's bytes unchanged");
+		same &= (unsigned char)page[REGION_OFF + i] == 0x5a && (unsigned char)other[REGION_OFF + i] == 0x5a;
+	check(same, "the regions' bytes unchanged");
 
 	pthread_t dog;
 	pthread_create(&dog, NULL, wait_watchdog, NULL);
