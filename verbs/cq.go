@@ -7,6 +7,7 @@ import (
 
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -34,6 +35,7 @@ type CQ struct {
 	seen uint32 // events taken by GetCQEvent (under ch.mu)
 
 	empty atomic.Uint32 // polls in a row that found nothing
+	waits atomic.Uint32 // empty polls left to wait in rather than yield
 }
 
 // CreateCQ creates a CQ of at least cqe entries, reporting events to ch if
@@ -80,9 +82,11 @@ func (c *Context) CreateCQ(cqe int, ch *CompChannel) (*CQ, error) {
 }
 
 // Poll moves up to len(wcs) completions into wcs and returns how many
-// (ibv_poll_cq). It never blocks. With a daemon it makes no system call;
-// with an in-process NIC (OpenLocal) a Poll that finds the CQ empty busy
-// polls (Context.BusyPoll) and looks again.
+// (ibv_poll_cq). A Poll that finds completions makes no system call. One
+// that finds none, after many in a row, gives the core away
+// (sched_yield), or, while the core is oversubscribed, waits at most
+// 1 ms for the NIC's next completion; with an in-process NIC (OpenLocal)
+// it first busy polls (Context.BusyPoll) and looks again.
 func (cq *CQ) Poll(wcs []WC) int {
 	if n := cq.poll(wcs); n > 0 {
 		cq.empty.Store(0)
@@ -99,11 +103,70 @@ func (cq *CQ) Poll(wcs []WC) int {
 	// spinning tools, a spinner that never yields starves the engine
 	// for its whole time slice. After a short spin, every few empty
 	// polls give the core away (sched_yield, which returns at once when
-	// nothing else is runnable).
+	// nothing else is runnable). A yield that took longer than
+	// yieldSlow says the core is shared with threads that do not give
+	// it back soon; the next pollWaits empty polls then wait up to
+	// pollWait for the NIC's wake instead, so that the completion, not
+	// the scheduler's next turn, ends the wait (clib's poll_cq does the
+	// same).
+	//
+	// With a daemon both are raw system calls, unseen by the runtime: a
+	// goroutine that spins on Poll never reschedules, and after 10 ms of
+	// that the runtime's sysmon takes its P away at every system call
+	// it sees (retake's forced preemption), waking another thread to
+	// hold the P and sending this one through the scheduler to get one
+	// back. rnic ib_send_lat -s 2 -n 20000, spinning, made 54,731 futex
+	// calls and ran on three threads; with raw calls 236 futex calls on
+	// one, typical 125 -> 34 us at load 8-12 on the 2-core CI-kind VM
+	// (2026-11-27). The P is the one the spin holds anyway; a raw wait
+	// is bounded by pollWait and a preemption signal ends it early. An
+	// in-process NIC (OpenLocal) needs a P to complete into the CQ: its
+	// calls stay the runtime's.
 	if e := cq.empty.Add(1); e > pollSpin && e%pollYieldEvery == 0 {
-		unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+		if w := cq.waits.Load(); w > 0 {
+			cq.waits.Store(w - 1)
+			cq.waitCQE()
+			return 0
+		}
+		t0 := time.Now()
+		if cq.ctx.Local() {
+			unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+		} else {
+			unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+		}
+		if time.Since(t0) > yieldSlow {
+			cq.waits.Store(pollWaits)
+		}
 	}
 	return 0
+}
+
+// The figures of the wait that follows a slow yield, clib's (cq.c):
+// rstream's 64-byte ping-pong beside two CPU hogs on 2 cores took 2 ms a
+// message each way with yields alone, 47 times its time on idle cores,
+// and about 1 ms with the wait.
+const (
+	yieldSlow = 200 * time.Microsecond
+	pollWaits = 64
+	pollWait  = time.Millisecond
+)
+
+// waitCQE waits up to pollWait for a completion past what Poll took: the
+// ring's waiting word is stored before the producer is looked at again,
+// against the NIC's store of the producer and swap of the word
+// (qpmgr's cqeRing.publish), so one of the two sees the other's.
+func (cq *CQ) waitCQE() {
+	cq.mu.Lock()
+	ring, cons := cq.ring, cq.cons
+	cq.mu.Unlock()
+	if ring == nil || cq.wake == nil {
+		return
+	}
+	ring.SetWaiting(true)
+	if ring.Producer() != cons {
+		return
+	}
+	cq.wake.waitFor(pollWait, !cq.ctx.Local())
 }
 
 // pollSpin is how many empty polls in a row spin before Poll starts to
@@ -136,12 +199,24 @@ func (cq *CQ) poll(wcs []WC) int {
 }
 
 // Err reports ErrCQOverrun once a completion found the CQ full (and was
-// lost); the CQ was too small for its QPs.
+// lost; the CQ was too small for its QPs), ErrClosed once it was
+// destroyed, and ErrDeviceFatal once the daemon behind it has hung up:
+// what a program spinning on Poll looks at now and then, as ibv_poll_cq
+// fails on a dead device. The last costs a poll(2) of the control
+// socket.
 func (cq *CQ) Err() error {
 	cq.mu.Lock()
-	defer cq.mu.Unlock()
-	if cq.ring != nil && cq.ring.Overrun() {
+	closed := cq.ring == nil
+	overrun := !closed && cq.ring.Overrun()
+	cq.mu.Unlock()
+	if closed {
+		return ErrClosed
+	}
+	if overrun {
 		return ErrCQOverrun
+	}
+	if !cq.ctx.Local() {
+		return cq.ctx.fatal()
 	}
 	return nil
 }

@@ -2,11 +2,11 @@ package verbs
 
 import (
 	"context"
-
 	"fmt"
-
 	"sync"
 	"sync/atomic"
+	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -88,6 +88,40 @@ func (e *eventFD) wait(ctx context.Context) error {
 		}
 		if err := kwait.Wait(e.fd, unix.POLLIN, e.intr); err != nil {
 			return fmt.Errorf("verbs: wait for the wake pipe: %w", err)
+		}
+	}
+}
+
+// waitFor sleeps until the daemon writes the pipe or d has passed, on
+// this thread (as kwait.Wait), then empties the pipe, so that the next
+// wait sleeps until its own wake. A CQ's Poll calls it, which never
+// blocks longer than d. With raw, its system calls are raw ones, which
+// the runtime does not see (CQ.Poll says why): the goroutine keeps its P
+// for at most d.
+func (e *eventFD) waitFor(d time.Duration, raw bool) {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	if e.closed.Load() {
+		return
+	}
+	set := [1]unix.PollFd{{Fd: int32(e.fd), Events: unix.POLLIN}}
+	ts := unix.NsecToTimespec(int64(d))
+	if raw {
+		unix.RawSyscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&set[0])), 1, uintptr(unsafe.Pointer(&ts)), 0, 0, 0)
+	} else {
+		unix.Syscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&set[0])), 1, uintptr(unsafe.Pointer(&ts)), 0, 0, 0)
+	}
+	var b [64]byte
+	for {
+		var n uintptr
+		var errno unix.Errno
+		if raw {
+			n, _, errno = unix.RawSyscall(unix.SYS_READ, uintptr(e.fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
+		} else {
+			n, _, errno = unix.Syscall(unix.SYS_READ, uintptr(e.fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
+		}
+		if errno != 0 || n == 0 {
+			return
 		}
 	}
 }

@@ -3,6 +3,7 @@ package verbs
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -92,4 +93,46 @@ func TestEventFDStaleInterrupt(t *testing.T) {
 	if err := e.wait(context.Background()); err != nil {
 		t.Fatalf("wait with an event: %v", err)
 	}
+}
+
+// waitFor, the wait of a Poll whose yields were slow, returns by its
+// bound with nothing written, and after a wake leaves the pipe empty,
+// so that the next wait sleeps until its own wake; closed, it returns.
+// Both ways: the runtime's system calls (an in-process NIC's CQ) and
+// raw ones (a daemon's).
+func TestEventFDWaitForBoundedAndDrains(t *testing.T) {
+	for _, raw := range []bool{false, true} {
+		t.Run(fmt.Sprintf("raw=%v", raw), func(t *testing.T) { testWaitForBoundedAndDrains(t, raw) })
+	}
+}
+
+func testWaitForBoundedAndDrains(t *testing.T, raw bool) {
+	e, write := wakePipe(t)
+	done := make(chan struct{})
+	go func() { e.waitFor(time.Millisecond, raw); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("waitFor(1ms) with nothing written did not return in 5 s")
+	}
+	for range 3 {
+		write()
+	}
+	e.waitFor(time.Millisecond, raw)
+	var b [8]byte
+	if n, err := unix.Read(e.fd, b[:]); n > 0 || err != unix.EAGAIN {
+		t.Fatalf("after waitFor the pipe still held %d bytes (%v)", n, err)
+	}
+	// A write ends the wait, long before its bound.
+	go func() {
+		time.Sleep(20 * time.Millisecond)
+		write()
+	}()
+	t0 := time.Now()
+	e.waitFor(10*time.Second, raw)
+	if d := time.Since(t0); d > 5*time.Second {
+		t.Fatalf("waitFor(10s) took %v with the pipe written after 20 ms", d)
+	}
+	e.close()
+	e.waitFor(time.Hour, raw) // returns at once: the descriptors are gone
 }

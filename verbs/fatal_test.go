@@ -161,3 +161,31 @@ func TestPostToGoneDaemonIsFatal(t *testing.T) {
 		t.Fatalf("AllocPD after the daemon went: %v, want ErrDeviceFatal", err)
 	}
 }
+
+// CQ.Err, what a program spinning on Poll looks at now and then, is nil
+// for a live CQ and ErrClosed once the CQ is destroyed, so that the spin
+// ends instead of polling an empty CQ forever.
+func TestCQErrAfterDestroy(t *testing.T) {
+	c, err := OpenLocal(LocalConfig{Addr: looptest.Get(t), MTU: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cq, err := c.CreateCQ(4, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cq.Err(); err != nil {
+		t.Fatalf("Err of a live CQ: %v", err)
+	}
+	if err := cq.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cq.Err(); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Err of a destroyed CQ: %v, want ErrClosed", err)
+	}
+	var wcs [1]WC
+	if n := cq.Poll(wcs[:]); n != 0 {
+		t.Fatalf("Poll of a destroyed CQ took %d completions", n)
+	}
+}

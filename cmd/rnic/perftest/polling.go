@@ -1,7 +1,7 @@
 package perftest
 
-// Taking completions: spinning as perftest does with an in-process NIC,
-// sleeping on the CQ with a daemon.
+// Taking completions: spinning as perftest does, or with -e sleeping on
+// the CQ's completion channel.
 
 import (
 	"context"
@@ -13,16 +13,29 @@ import (
 	"github.com/rnicd/rnicd/verbs"
 )
 
-// poller waits for completions. With a daemon it does not spin a CPU
-// away, which the daemons need: it polls, and when the CQ is empty waits
-// on it for at most the idle timeout. With an in-process NIC it spins, as
-// perftest does, and every empty poll runs the NIC's receive pipeline on
-// this thread (verbs.CQ.Poll): the completion is found with no wake-up.
+// poller waits for completions. It spins on the CQ as perftest spins in
+// ibv_poll_cq, with a daemon as with an in-process NIC: verbs.CQ.Poll
+// gives the core away (sched_yield) after a short spin, as clib's
+// poll_cq does, so the daemons still get theirs on 2 cores, and with an
+// in-process NIC every empty poll runs the NIC's receive pipeline on this
+// thread. Sleeping on the CQ's wake pipe instead made every completion
+// a wake-up through the daemon, a pipe and Go's netpoller: rnic
+// ib_send_lat -s 2 took 43-48 us a round trip on the daemon's path where
+// Debian's through clib, spinning, took 20-21 us (2 cores, idle,
+// 2026-11-27).
+//
+// With a daemon the spin is Poll alone, one goroutine on one thread, as
+// perftest's is one thread: a runtime.Gosched between polls wakes another
+// thread (the runtime's wakep) that takes the goroutine over, so that the
+// tool ran on two or three threads at once, each competing with the
+// daemons for the cores (54,731 futex calls in one ib_send_lat -n 20000).
+// verbs.CQ.Poll yields the thread to other processes itself. With an
+// in-process NIC the NIC's own goroutines need the Gosched.
 type poller struct {
-	cq   *verbs.CQ
-	idle time.Duration
-	spin bool
-	wcs  []verbs.WC
+	cq    *verbs.CQ
+	idle  time.Duration
+	wcs   []verbs.WC
+	local bool // the NIC is in this process (verbs.OpenLocal)
 	// ch, with -e: an empty CQ is waited on by its completion channel,
 	// re-armed after each event, as perftest's ctx_notify_events.
 	ch *verbs.CompChannel
@@ -30,7 +43,7 @@ type poller struct {
 
 // newPoller polls cq for at most n completions at a time.
 func (t *test) newPoller(cq *verbs.CQ, n int) *poller {
-	pl := &poller{cq: cq, idle: t.idle, spin: t.ctx.Local(), wcs: make([]verbs.WC, n)}
+	pl := &poller{cq: cq, idle: t.idle, wcs: make([]verbs.WC, n), local: t.ctx.Local()}
 	if t.res != nil {
 		pl.ch = t.res.channels[cq]
 	}
@@ -71,7 +84,7 @@ func (pl *poller) pollUntil(max int, end time.Time) ([]verbs.WC, error) {
 	if n := pl.cq.Poll(pl.wcs[:max]); n > 0 {
 		return pl.wcs[:n], nil
 	}
-	if pl.spin && pl.ch == nil {
+	if pl.ch == nil {
 		return pl.spinUntil(max, end)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), pl.idle)
@@ -85,11 +98,7 @@ func (pl *poller) pollUntil(max int, end time.Time) ([]verbs.WC, error) {
 		if n := pl.cq.Poll(pl.wcs[:max]); n > 0 {
 			return pl.wcs[:n], nil
 		}
-		wait := pl.cq.Wait
-		if pl.ch != nil {
-			wait = pl.waitEvent
-		}
-		if err := wait(ctx); err != nil {
+		if err := pl.waitEvent(ctx); err != nil {
 			if !end.IsZero() && !time.Now().Before(end) {
 				return nil, nil
 			}
@@ -101,17 +110,22 @@ func (pl *poller) pollUntil(max int, end time.Time) ([]verbs.WC, error) {
 	}
 }
 
-// spinUntil is pollUntil for an in-process NIC: poll until a completion
-// comes, end passes or the idle timeout does, yielding between polls to
-// the process's other goroutines.
+// spinUntil is pollUntil without -e: poll until a completion comes, end
+// passes or the idle timeout does (looked at every 64 empty polls: under
+// load each may wait up to a millisecond in Poll), with an in-process NIC
+// yielding between polls to the process's other goroutines; a CQ that
+// overran, was destroyed or whose daemon hung up ends it (CQ.Err, looked
+// at every 65536 empty polls, as clib's poll_cq looks for its daemon).
 func (pl *poller) spinUntil(max int, end time.Time) ([]verbs.WC, error) {
 	idle := time.Now().Add(pl.idle)
 	for spins := 1; ; spins++ {
 		if n := pl.cq.Poll(pl.wcs[:max]); n > 0 {
 			return pl.wcs[:n], nil
 		}
-		runtime.Gosched()
-		if spins%1024 != 0 {
+		if pl.local {
+			runtime.Gosched()
+		}
+		if spins%64 != 0 {
 			continue
 		}
 		now := time.Now()
@@ -120,6 +134,9 @@ func (pl *poller) spinUntil(max int, end time.Time) ([]verbs.WC, error) {
 		}
 		if now.After(idle) {
 			return nil, fmt.Errorf("%w: no completion for %v", ErrRun, pl.idle)
+		}
+		if spins%(1<<16) != 0 {
+			continue
 		}
 		if err := pl.cq.Err(); err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrRun, err)
