@@ -2,7 +2,6 @@ package hostif
 
 import (
 	"errors"
-	"io"
 	"log/slog"
 	"maps"
 	"net/netip"
@@ -22,6 +21,14 @@ func limitedNIC(t *testing.T, addr string, lim Limits) *nic {
 	n := newNIC(t, addr)
 	n.srv = NewServer(Config{Device: n.dev, Limits: lim})
 	return n
+}
+
+// loggedNIC is limitedNIC with the server's log kept for the test.
+func loggedNIC(t *testing.T, addr string, lim Limits) (*nic, *logBuf) {
+	t.Helper()
+	n, log := newNIC(t, addr), &logBuf{}
+	n.srv = NewServer(Config{Device: n.dev, Limits: lim, Log: slog.New(slog.NewTextHandler(log, nil))})
+	return n, log
 }
 
 // wantLimit checks that err is a refusal for the limit flag names.
@@ -197,11 +204,7 @@ func TestUserAccounts(t *testing.T) {
 // give the charges back, and the destroyed QP's groups are left.
 func TestMcastLimit(t *testing.T) {
 	ip := looptest.Get(t)
-	n := newNIC(t, ip.String())
-	var logb strings.Builder
-	var mu sync.Mutex
-	n.srv = NewServer(Config{Device: n.dev, Limits: Limits{Client: Quota{ResMcast: 2}},
-		Log: slog.New(slog.NewTextHandler(lockedWriter{&mu, &logb}, nil))})
+	n, log := loggedNIC(t, ip.String(), Limits{Client: Quota{ResMcast: 2}})
 	c := n.client(t)
 	var pd abi.Handle
 	call(t, c, abi.KindAllocPD, &abi.Empty{}, nil, &pd)
@@ -222,9 +225,7 @@ func TestMcastLimit(t *testing.T) {
 		}
 	}
 	wantLimit(t, "a third group", attach(2), "-client-max-mcast")
-	mu.Lock()
-	logged := logb.String()
-	mu.Unlock()
+	logged := log.String()
 	if h := held(n); h["hostif_over_limit"] != 1 || !strings.Contains(logged, "client over a limit") ||
 		!strings.Contains(logged, "-client-max-mcast") {
 		t.Fatalf("the refused attach: %v, and the log\n%s\nwants hostif_over_limit 1 and the warning", h, logged)
@@ -269,11 +270,7 @@ func TestMcastLimit(t *testing.T) {
 // limit's flag named, hostif_over_limit counted, the daemon's warning
 // logged once, nothing held; once a descriptor is free the queue opens.
 func TestOpenAsyncOverLimit(t *testing.T) {
-	n := newNIC(t, looptest.Get(t).String())
-	var logb strings.Builder
-	var mu sync.Mutex
-	n.srv = NewServer(Config{Device: n.dev, Limits: Limits{Client: Quota{ResFDs: 2}},
-		Log: slog.New(slog.NewTextHandler(lockedWriter{&mu, &logb}, nil))})
+	n, log := loggedNIC(t, looptest.Get(t).String(), Limits{Client: Quota{ResFDs: 2}})
 	c := n.client(t)
 	var ch abi.Handle
 	fds := call(t, c, abi.KindCreateChannel, &abi.Empty{}, nil, &ch) // the second descriptor
@@ -286,9 +283,7 @@ func TestOpenAsyncOverLimit(t *testing.T) {
 	if m := held(n); m["hostif_over_limit"] != 1 || m["hostif_held_fds"] != 2 {
 		t.Fatalf("after the refusal: %v, want hostif_over_limit 1, hostif_held_fds 2", m)
 	}
-	mu.Lock()
-	logged := logb.String()
-	mu.Unlock()
+	logged := log.String()
 	if !strings.Contains(logged, "client over a limit") || !strings.Contains(logged, "-client-max-fds") {
 		t.Fatalf("the daemon's log does not tell the refusal:\n%s", logged)
 	}
@@ -300,13 +295,21 @@ func TestOpenAsyncOverLimit(t *testing.T) {
 }
 
 // lockedWriter serializes a log's writes into a buffer a test reads.
-type lockedWriter struct {
-	mu *sync.Mutex
-	w  io.Writer
+// logBuf is a server's log, written by its goroutines while the test
+// reads it.
+type logBuf struct {
+	mu sync.Mutex
+	b  strings.Builder
 }
 
-func (l lockedWriter) Write(p []byte) (int, error) {
+func (l *logBuf) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.w.Write(p)
+	return l.b.Write(p)
+}
+
+func (l *logBuf) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

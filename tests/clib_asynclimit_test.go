@@ -20,15 +20,7 @@ import (
 func TestCLibAsyncQueueOverLimit(t *testing.T) {
 	devinfo := debianTool(t, "ibv_devinfo", "ibverbs-utils")
 	dir := t.TempDir()
-	d, err := startDaemon(dir, "rnicF", ownAddr(t), "-client-max-fds", "1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := d.stop(); err != nil {
-			t.Errorf("%v\n%s", err, d.errb.String())
-		}
-	})
+	d := ownDaemon(t, dir, "rnicF", "-client-max-fds", "1")
 	t.Setenv("RNICD_DIR", dir)
 	// ibv_get_device_list asks each daemon its port on a connection of
 	// its own, which the daemon gives back once it sees the hang-up: an
@@ -87,15 +79,7 @@ func TestCLibAsyncQueueOverLimit(t *testing.T) {
 func TestCLibOpenRefused(t *testing.T) {
 	lib := clibDir(t)
 	dir := t.TempDir()
-	d, err := startDaemon(dir, "rnicF", ownAddr(t), "-client-max-conns", "1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := d.stop(); err != nil {
-			t.Errorf("%v\n%s", err, d.errb.String())
-		}
-	})
+	ownDaemon(t, dir, "rnicF", "-client-max-conns", "1")
 	cmd := exec.Command(filepath.Join(lib, "openlimit"), "rnicF")
 	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+lib, "RNICD_DIR="+dir)
 	var stderr bytes.Buffer

@@ -206,17 +206,9 @@ const (
 // only what the other client holds.
 func TestHogClient(t *testing.T) {
 	dir := t.TempDir()
-	d, err := startDaemon(dir, "rnicH", ownAddr(t), "-client-max-cq", strconv.Itoa(hogCQs),
+	d := ownDaemon(t, dir, "rnicH", "-client-max-cq", strconv.Itoa(hogCQs),
 		"-client-max-qp", strconv.Itoa(hogQPs), "-client-max-mr", strconv.Itoa(hogMRs),
 		"-client-max-mr-bytes", strconv.Itoa(hogBytes), "-client-max-conns", strconv.Itoa(hogConns))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := d.stop(); err != nil {
-			t.Errorf("%v\n%s", err, d.errb.String())
-		}
-	})
 	t.Setenv("RNICD_DIR", dir)
 	watch := open(t, "rnicH")
 	base := held(t, watch) // the watcher's own connection
@@ -273,15 +265,7 @@ func TestHogClient(t *testing.T) {
 // once the first leaves, another client gets QPs again.
 func TestDaemonWideLimit(t *testing.T) {
 	dir := t.TempDir()
-	d, err := startDaemon(dir, "rnicW", ownAddr(t), "-max-qp", "50", "-client-max-qp", "30")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := d.stop(); err != nil {
-			t.Errorf("%v\n%s", err, d.errb.String())
-		}
-	})
+	ownDaemon(t, dir, "rnicW", "-max-qp", "50", "-client-max-qp", "30")
 	t.Setenv("RNICD_DIR", dir)
 	watch := open(t, "rnicW")
 	h1 := startHog(t, "rnicW", "qp")
@@ -303,15 +287,7 @@ func TestDaemonWideLimit(t *testing.T) {
 // limits, far below the kernel's, and the daemon serves the next client.
 func TestHogDefaults(t *testing.T) {
 	dir := t.TempDir()
-	d, err := startDaemon(dir, "rnicD", ownAddr(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := d.stop(); err != nil {
-			t.Errorf("%v\n%s", err, d.errb.String())
-		}
-	})
+	d := ownDaemon(t, dir, "rnicD")
 	t.Setenv("RNICD_DIR", dir)
 	watch := open(t, "rnicD")
 	// By default a client holds a quarter of the daemon's descriptors
@@ -366,15 +342,7 @@ func clientLimit(t *testing.T, d *daemon, what string) int {
 // that moves data.
 func TestHogsFillDaemon(t *testing.T) {
 	dir := t.TempDir()
-	d, err := startDaemon(dir, "rnicF", ownAddr(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := d.stop(); err != nil {
-			t.Errorf("%v\n%s", err, d.errb.String())
-		}
-	})
+	d := ownDaemon(t, dir, "rnicF")
 	t.Setenv("RNICD_DIR", dir)
 	watch := open(t, "rnicF")
 	maps := clientLimit(t, d, "memory mappings")

@@ -70,6 +70,24 @@ func startDaemon(dir, name, addr string, extra ...string) (*daemon, error) {
 	return startDaemonIn("", dir, name, addr, extra...)
 }
 
+// ownDaemon starts rnicd -d name on the test's own loopback address
+// with its socket in dir, ends the test if it cannot, and stops it when
+// the test ends, failing the test with the daemon's log if it did not
+// stop cleanly.
+func ownDaemon(t *testing.T, dir, name string, extra ...string) *daemon {
+	t.Helper()
+	d, err := startDaemon(dir, name, ownAddr(t), extra...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := d.stop(); err != nil {
+			t.Errorf("%v\n%s", err, d.errb.String())
+		}
+	})
+	return d
+}
+
 // startDaemonIn is startDaemon in the network namespace at path (see
 // nsenter(1)), or this process's for "".
 func startDaemonIn(netns, dir, name, addr string, extra ...string) (*daemon, error) {
