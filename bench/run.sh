@@ -16,11 +16,18 @@
 #       figure the best of many rounds: -rounds 6 -only '65536, 1 QP$|TCP, 1 stream'.
 #   bench/run.sh -build DIR [NAME=REV ...]
 #       only builds, into DIR: DIR/anchors (udppp, udprr, netbench, all
-#       static) and DIR/NAME (rnicd, rnic, clib/, COMMIT). To run on a
-#       machine without Go, gcc or packages, copy DIR there (and, if you
-#       can, static iperf3 and perftest's ib_* into DIR/anchors) and run
+#       static; DIR/anchors/debian: this machine's iperf3 and perftest
+#       tools, if installed, with their libraries and the loader that runs
+#       them) and DIR/NAME (rnicd, rnic, clib/, COMMIT). To run on a
+#       machine without Go, gcc, iproute2 or packages, copy DIR there and run
 #           DIR/anchors/netbench -compare -anchors DIR/anchors NAME=DIR/NAME ...
-#       What is missing (iperf3, perftest) is said in the table.
+#       What is missing (iperf3, perftest) is said in the table. On a
+#       machine that refuses network namespaces (a container) netbench
+#       says so and runs both sides on loopback (-net auto, the default).
+#       For a lent machine that takes one folder (bench/out is ignored):
+#           bench/run.sh -build bench/out/b this=HEAD && tar czf bench/out/b.tgz -C bench/out b
+#       and there, root, from the repository's root:
+#           tar xzf bench/out/b.tgz -C /tmp && /tmp/b/anchors/netbench -compare -anchors /tmp/b/anchors -o OUT.md this=/tmp/b/this
 #   bench/run.sh -netbench [netbench flags]
 #       the older table (both MTUs, 1024 QPs, -soak-only).
 set -euo pipefail
@@ -32,6 +39,30 @@ build_anchors() {
 	mkdir -p "$1"
 	gcc -O2 -Wall -Wextra -static -o "$1/udppp" bench/udppp/udppp.c
 	CGO_ENABLED=0 go build -o "$1" ./bench/udprr ./bench/netbench
+	carry_debian "$1"
+}
+
+# carry_debian DIR: Debian's iperf3 and the perftest tools netbench runs,
+# where installed, into DIR/debian/bin, with every library they load and
+# the loader that loads them in DIR/debian/lib (the loader as ld.so):
+# netbench starts them with that loader, so a machine with another libc or
+# none of these packages runs them as they run here. rdma-core's own
+# libraries stay behind: the build's clib stands in for each of them.
+carry_debian() {
+	local d=$1/debian p lib
+	mkdir -p "$d/bin" "$d/lib"
+	for p in iperf3 ib_send_lat ib_write_lat ib_write_bw; do
+		p=$(command -v "$p") || continue
+		cp "$p" "$d/bin/"
+		for lib in $(ldd "$p" | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\/.*ld-linux/ {print $1}'); do
+			case $lib in
+			*/libibverbs.so.* | */librdmacm.so.* | */libmlx5.so.* | */libefa.so.*) ;;
+			*/ld-linux*) cp -L "$lib" "$d/lib/ld.so" ;;
+			*) cp -L "$lib" "$d/lib/" ;;
+			esac
+		done
+	done
+	[ -e "$d/lib/ld.so" ] || rm -rf "$d"
 }
 
 # build_rev DIR NAME REV: rnicd, rnic and the C library of REV into DIR/NAME.

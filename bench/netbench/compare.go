@@ -39,6 +39,7 @@ type buildDir struct{ name, dir string }
 
 type cmpConfig struct {
 	anchors string // udppp, udprr; iperf3 and perftest's tools if copied in
+	net     ends   // where the two sides run
 	builds  []buildDir
 	secs    int
 	rounds  int
@@ -105,6 +106,7 @@ func compareMain(args []string) error {
 	fs.IntVar(&cfg.rounds, "rounds", 3, "rounds: every figure is taken this many times and the best kept")
 	fs.StringVar(&cfg.out, "o", "BENCHMARKS.md", "file to add the table to (\"\" writes none)")
 	fs.BoolVar(&cfg.quick, "quick", false, "one short round, to check the script")
+	netFlag := fs.String("net", "auto", "veth: two network namespaces joined by veth; loopback: 127.0.0.61 and .62 in netbench's own namespace; auto: veth, else (namespaces refused) loopback")
 	only := fs.String("only", "", "measure only the figures whose name matches this `REGEXP` (as the table names them: '65536, 1 QP$')")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -130,11 +132,26 @@ func compareMain(args []string) error {
 		cfg.secs, cfg.rounds = 2, 1
 	}
 	start, load := time.Now(), loadAvg()
-	if err := setup(9000); err != nil {
-		teardown()
-		return err
+	switch *netFlag {
+	case "veth", "auto":
+		cfg.net = vethEnds()
+		if err := setup(9000); err != nil {
+			teardown()
+			if *netFlag == "veth" {
+				return err
+			}
+			// A container may refuse new namespaces; the kernel's UDP
+			// over lo is still a path both anchors and builds share.
+			fmt.Fprintf(os.Stderr, "netbench: %v: running on loopback\n", err)
+			cfg.net = loopbackEnds(err)
+			break
+		}
+		defer teardown()
+	case "loopback":
+		cfg.net = loopbackEnds(nil)
+	default:
+		return fmt.Errorf("-net %q: want veth, loopback or auto", *netFlag)
 	}
-	defer teardown()
 	sb := &scoreboard{by: map[string]*figure{}}
 	for r := 0; r < cfg.rounds; r++ {
 		fmt.Printf("round %d of %d (load %s)\n", r+1, cfg.rounds, loadAvg())
@@ -155,7 +172,7 @@ func compareMain(args []string) error {
 	var head bytes.Buffer
 	fmt.Fprintf(&head, "\nMeasured by `bench/run.sh` (netbench -compare) on %s UTC: %s; load average %s at the start, %s at the end.\n",
 		start.UTC().Format("2006-01-02 at 15:04"), machine(), load, end)
-	fmt.Fprintf(&head, "Two network namespaces joined by veth, MTU 9000 (IB MTU 4096); every figure the best of %d rounds, the builds taking turns within each round. Builds:", cfg.rounds)
+	fmt.Fprintf(&head, "%s; every figure the best of %d rounds, the builds taking turns within each round. Builds:", cfg.net.what, cfg.rounds)
 	for _, b := range cfg.builds {
 		fmt.Fprintf(&head, " %s = %s;", b.name, commitOf(b.dir))
 	}
@@ -190,13 +207,41 @@ func insertRun(path string, run []byte) error {
 	return os.WriteFile(path, b.Bytes(), 0o644)
 }
 
-// find returns the path of program name: in dir (copied in), else on PATH.
-func find(dir, name string) (string, bool) {
+// program is how to start one of the anchors' programs.
+type program struct {
+	path string   // what to execute
+	pre  []string // arguments before the program's own
+	libs string   // libraries copied in with it ("": the machine's own)
+}
+
+// find returns how to start program name: a binary in dir (copied in); a
+// Debian binary that bench/run.sh -build copied into dir/debian/bin with
+// its libraries and their loader, started by that loader so that the
+// machine's own libc, or none, does not matter; else name on PATH.
+func find(dir, name string) (program, bool) {
 	if p := filepath.Join(dir, name); isExec(p) {
-		return p, true
+		return program{path: p}, true
+	}
+	deb := filepath.Join(dir, "debian")
+	bin, ld := filepath.Join(deb, "bin", name), filepath.Join(deb, "lib", "ld.so")
+	if isExec(bin) && isExec(ld) {
+		return program{path: ld, pre: []string{"--argv0", name, bin}, libs: filepath.Join(deb, "lib")}, true
 	}
 	p, err := exec.LookPath(name)
-	return p, err == nil
+	return program{path: p}, err == nil
+}
+
+// env is the environment p needs beside env, its libraries searched after
+// the directories first names (the build's clib for Debian's perftest).
+func (p program) env(first ...string) []string {
+	dirs := first
+	if p.libs != "" {
+		dirs = append(dirs, p.libs)
+	}
+	if len(dirs) == 0 {
+		return nil
+	}
+	return []string{"LD_LIBRARY_PATH=" + strings.Join(dirs, ":")}
 }
 
 func isExec(p string) bool {
@@ -235,7 +280,7 @@ func anchorRound(cfg cmpConfig, sb *scoreboard) {
 	}
 	if what := "Go UDP ping-pong 2 B (bench/udprr), blocking, median one way"; cfg.want(what) {
 		f := sb.fig(what, "us", false, "")
-		if v, err := udprr(config{bin: cfg.anchors}); err != nil {
+		if v, err := udprrAt(cfg.net, cfg.anchors); err != nil {
 			f.fail(anchorCol, err.Error())
 		} else {
 			f.put(anchorCol, v)
@@ -257,10 +302,10 @@ func anchorRound(cfg cmpConfig, sb *scoreboard) {
 		}
 		f := sb.fig(m.what, m.unit, true, "")
 		if !ok {
-			f.fail(anchorCol, "not measured: no iperf3 (install it, or copy a static iperf3 into the anchors folder)")
+			f.fail(anchorCol, "not measured: no iperf3 (install it, or bench/run.sh -build on a machine that has it)")
 			continue
 		}
-		v, err := iperf3At(cfg.secs, iperfBin, m.args...)
+		v, err := iperf3At(cfg.net, cfg.secs, iperfBin, m.args...)
 		if err != nil {
 			f.fail(anchorCol, firstLine(err.Error()))
 			continue
@@ -270,16 +315,17 @@ func anchorRound(cfg cmpConfig, sb *scoreboard) {
 }
 
 // iperf3At is iperf3 with the binary and duration given.
-func iperf3At(secs int, bin string, args ...string) (float64, error) {
+func iperf3At(e ends, secs int, bin program, args ...string) (float64, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(secs+30)*time.Second)
 	defer cancel()
-	srv := inNS(ctx, nsB, nil, bin, "-s", "-1", "-B", addrB)
+	srv := inNS(ctx, e.nsB, bin.env(), bin.path, append(bin.pre[:len(bin.pre):len(bin.pre)], "-s", "-1", "-B", e.addrB)...)
 	if err := srv.Start(); err != nil {
 		return 0, fmt.Errorf("iperf3 server: %w", err)
 	}
 	defer srv.Wait()
 	time.Sleep(300 * time.Millisecond)
-	out, err := inNS(ctx, nsA, nil, bin, append([]string{"-c", addrB, "-t", strconv.Itoa(secs), "-J"}, args...)...).Output()
+	cargs := append(append(bin.pre[:len(bin.pre):len(bin.pre)], "-c", e.addrB, "-t", strconv.Itoa(secs), "-J"), args...)
+	out, err := inNS(ctx, e.nsA, bin.env(), bin.path, cargs...).Output()
 	if err != nil {
 		return 0, fmt.Errorf("iperf3 client: %w: %s", err, out)
 	}
@@ -291,17 +337,18 @@ func udppp(cfg cmpConfig, busy bool, n string) (float64, error) {
 	bin := filepath.Join(cfg.anchors, "udppp")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	sargs, cargs := []string{"-s", addrB, "18601"}, []string{addrB, "18601", "-n", n}
+	e := cfg.net
+	sargs, cargs := []string{"-s", e.addrB, "18601"}, []string{e.addrB, "18601", "-n", n}
 	if busy {
 		sargs, cargs = append(sargs, "-busy"), append(cargs, "-busy")
 	}
-	srv := inNS(ctx, nsB, nil, bin, sargs...)
+	srv := inNS(ctx, e.nsB, nil, bin, sargs...)
 	if err := srv.Start(); err != nil {
 		return 0, err
 	}
 	defer func() { srv.Process.Kill(); srv.Wait() }()
 	time.Sleep(300 * time.Millisecond)
-	out, err := inNS(ctx, nsA, nil, bin, cargs...).Output()
+	out, err := inNS(ctx, e.nsA, nil, bin, cargs...).Output()
 	if err != nil {
 		return 0, fmt.Errorf("udppp: %w: %s", err, out)
 	}
@@ -316,14 +363,24 @@ func udppp(cfg cmpConfig, busy bool, n string) (float64, error) {
 type tool struct {
 	name string // perftest's name of the test: ib_send_lat, ...
 	path string
+	pre  []string // the arguments before perftest's own (rnic's subcommand; the loader's)
 	nic  []string // -d DEV
 	env  []string
+}
+
+// argv is t's arguments: pre, then the device, then more.
+func (t tool) argv(more ...[]string) []string {
+	a := append(append([]string{}, t.pre...), t.nic...)
+	for _, m := range more {
+		a = append(a, m...)
+	}
+	return a
 }
 
 // rnicTool is the build's rnic clone of perftest's tool name.
 func rnicTool(b buildDir, dev string) func(string) tool {
 	return func(name string) tool {
-		return tool{name: name, path: filepath.Join(b.dir, "rnic"), nic: []string{name, "-d", dev},
+		return tool{name: name, path: filepath.Join(b.dir, "rnic"), pre: []string{name}, nic: []string{"-d", dev},
 			env: []string{"RNICD_DIR=" + daemonDir(dev)}}
 	}
 }
@@ -332,8 +389,8 @@ func rnicTool(b buildDir, dev string) func(string) tool {
 func debianTool(cfg cmpConfig, b buildDir, dev string) func(string) (tool, bool) {
 	return func(name string) (tool, bool) {
 		p, ok := find(cfg.anchors, name)
-		return tool{name: name, path: p, nic: []string{"-d", dev},
-			env: []string{"RNICD_DIR=" + daemonDir(dev), "LD_LIBRARY_PATH=" + filepath.Join(b.dir, "clib")}}, ok
+		return tool{name: name, path: p.path, pre: p.pre, nic: []string{"-d", dev},
+			env: append([]string{"RNICD_DIR=" + daemonDir(dev)}, p.env(filepath.Join(b.dir, "clib"))...)}, ok
 	}
 }
 
@@ -341,11 +398,11 @@ func daemonDir(dev string) string { return filepath.Join(os.TempDir(), "netbench
 
 // pairRun runs a perftest server in B and its client in A on TCP port,
 // with args, and parses the client's result.
-func pairRun(secs int, srv, cli tool, port int, args []string) (result, error) {
+func pairRun(e ends, secs int, srv, cli tool, port int, args []string) (result, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(3*secs+120)*time.Second)
 	defer cancel()
 	p := []string{"-p", strconv.Itoa(port)}
-	s := inNS(ctx, nsB, srv.env, srv.path, append(append(append([]string{}, srv.nic...), p...), args...)...)
+	s := inNS(ctx, e.nsB, srv.env, srv.path, srv.argv(p, args)...)
 	var sout bytes.Buffer
 	s.Stdout, s.Stderr = &sout, &sout
 	if err := s.Start(); err != nil {
@@ -357,7 +414,7 @@ func pairRun(secs int, srv, cli tool, port int, args []string) (result, error) {
 	// again, as a user would.
 	for i := 0; ; i++ {
 		time.Sleep(300 * time.Millisecond)
-		c := inNS(ctx, nsA, cli.env, cli.path, append(append(append(append([]string{}, cli.nic...), p...), args...), addrB)...)
+		c := inNS(ctx, e.nsA, cli.env, cli.path, cli.argv(p, args, []string{e.addrB})...)
 		out, err = c.CombinedOutput()
 		if err == nil || i == 20 || ctx.Err() != nil ||
 			!bytes.Contains(out, []byte("refused")) && !bytes.Contains(out, []byte("Couldn't connect")) {
@@ -409,13 +466,13 @@ const userHZ = 100
 func buildRound(cfg cmpConfig, b buildDir, sb *scoreboard) {
 	col := b.name
 	fmt.Printf("  %s (%s)\n", b.name, commitOf(b.dir))
-	stopA, err := startDaemon(config{bin: b.dir}, nsA, addrA, "rnba", nil)
+	stopA, err := startDaemon(config{bin: b.dir}, cfg.net.nsA, cfg.net.addrA, "rnba", nil)
 	if err != nil {
 		sb.fig("rnicd", "", true, "").fail(col, firstLine(err.Error()))
 		return
 	}
 	defer stopA()
-	stopB, err := startDaemon(config{bin: b.dir}, nsB, addrB, "rnbb", nil)
+	stopB, err := startDaemon(config{bin: b.dir}, cfg.net.nsB, cfg.net.addrB, "rnbb", nil)
 	if err != nil {
 		sb.fig("rnicd", "", true, "").fail(col, firstLine(err.Error()))
 		return
@@ -463,7 +520,7 @@ func buildRound(cfg cmpConfig, b buildDir, sb *scoreboard) {
 			return
 		}
 		f := sb.fig(what, "us", false, anchor)
-		res, err := pairRun(cfg.secs, srv, cli, nextPort(), []string{"-s", "2", "-n", n})
+		res, err := pairRun(cfg.net, cfg.secs, srv, cli, nextPort(), []string{"-s", "2", "-n", n})
 		if err != nil {
 			f.fail(col, firstLine(err.Error()))
 			return
@@ -476,7 +533,7 @@ func buildRound(cfg cmpConfig, b buildDir, sb *scoreboard) {
 			return
 		}
 		f := sb.fig(what, "Mpps", true, udp108)
-		res, err := pairRun(cfg.secs, srv, cli, nextPort(), []string{"-s", "64", "-D", D, "-q", qps})
+		res, err := pairRun(cfg.net, cfg.secs, srv, cli, nextPort(), []string{"-s", "64", "-D", D, "-q", qps})
 		if err != nil {
 			f.fail(col, firstLine(err.Error()))
 			return
@@ -492,7 +549,7 @@ func buildRound(cfg cmpConfig, b buildDir, sb *scoreboard) {
 	if what := "rnic ib_write_bw -s 65536, 1 QP"; cfg.want(what) {
 		f := sb.fig(what, "Gbit/s", true, tcp1)
 		c0, t0 = cpu(), time.Now()
-		res, err := pairRun(cfg.secs, srvRnic("ib_write_bw"), cliRnic("ib_write_bw"), nextPort(),
+		res, err := pairRun(cfg.net, cfg.secs, srvRnic("ib_write_bw"), cliRnic("ib_write_bw"), nextPort(),
 			[]string{"-s", "65536", "-D", D, "--report_gbits"})
 		cores := float64(cpu()-c0) / userHZ / time.Since(t0).Seconds()
 		if err != nil {
@@ -522,7 +579,7 @@ func buildRound(cfg cmpConfig, b buildDir, sb *scoreboard) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				res, err := pairRun(cfg.secs, srvRnic("ib_write_bw"), cliRnic("ib_write_bw"), p, []string{"-s", "65536", "-D", D, "--report_gbits"})
+				res, err := pairRun(cfg.net, cfg.secs, srvRnic("ib_write_bw"), cliRnic("ib_write_bw"), p, []string{"-s", "65536", "-D", D, "--report_gbits"})
 				mu.Lock()
 				defer mu.Unlock()
 				if err != nil && firstErr == nil {

@@ -61,6 +61,11 @@ func newFlagSet(name string) *flag.FlagSet {
 }
 
 func main() {
+	if len(os.Args) > 3 && os.Args[1] == nsExecArg {
+		err := execInNetNS(os.Args[2], os.Args[3], os.Args[4:])
+		fmt.Fprintln(os.Stderr, "netbench:", err)
+		os.Exit(127)
+	}
 	if len(os.Args) > 1 && os.Args[1] == "-compare" {
 		if err := compareMain(os.Args[2:]); err != nil {
 			fmt.Fprintln(os.Stderr, "netbench:", err)
@@ -442,40 +447,13 @@ func latRows(cfg config, rr float64, how string, run func(config, string, []stri
 	return rows
 }
 
-// setup makes the two namespaces and the veth pair at the given MTU.
-func setup(mtu int) error {
-	teardown()
-	m := strconv.Itoa(mtu)
-	for _, c := range [][]string{
-		{"netns", "add", nsA}, {"netns", "add", nsB},
-		{"link", "add", "rnb0", "netns", nsA, "mtu", m, "type", "veth", "peer", "name", "rnb1", "netns", nsB, "mtu", m},
-		{"-n", nsA, "addr", "add", addrA + "/24", "dev", "rnb0"},
-		{"-n", nsB, "addr", "add", addrB + "/24", "dev", "rnb1"},
-		{"-n", nsA, "link", "set", "rnb0", "up"}, {"-n", nsB, "link", "set", "rnb1", "up"},
-		{"-n", nsA, "link", "set", "lo", "up"}, {"-n", nsB, "link", "set", "lo", "up"},
-	} {
-		if out, err := exec.Command("ip", c...).CombinedOutput(); err != nil {
-			return fmt.Errorf("ip %s: %v: %s", strings.Join(c, " "), err, out)
-		}
-	}
-	return nil
-}
-
-func teardown() {
-	for _, ns := range []string{nsA, nsB} {
-		exec.Command("ip", "netns", "pids", ns).Run()
-		if out, err := exec.Command("ip", "netns", "pids", ns).Output(); err == nil {
-			for _, p := range strings.Fields(string(out)) {
-				exec.Command("kill", p).Run()
-			}
-		}
-		exec.Command("ip", "netns", "del", ns).Run()
-	}
-}
-
-// inNS returns a command that runs in a namespace.
+// inNS returns a command that runs in a namespace: netbench itself,
+// entering it (netns.go) and executing name there; ns "" is netbench's own.
 func inNS(ctx context.Context, ns string, env []string, name string, args ...string) *exec.Cmd {
-	c := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", ns, name}, args...)...)
+	c := exec.CommandContext(ctx, name, args...)
+	if ns != "" {
+		c = exec.CommandContext(ctx, "/proc/self/exe", append([]string{nsExecArg, ns, name}, args...)...)
+	}
 	c.Env = append(os.Environ(), env...)
 	return c
 }
@@ -534,16 +512,19 @@ func iperfTCP(cfg config) (float64, error) {
 	return iperf3(cfg, "-P", "1", "-l", "65536")
 }
 
-func udprr(cfg config) (float64, error) {
+func udprr(cfg config) (float64, error) { return udprrAt(vethEnds(), cfg.bin) }
+
+// udprrAt runs bench/udprr from dir between the ends e.
+func udprrAt(e ends, dir string) (float64, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	srv := inNS(ctx, nsB, nil, filepath.Join(cfg.bin, "udprr"), "-server", "-addr", addrB+":18600")
+	srv := inNS(ctx, e.nsB, nil, filepath.Join(dir, "udprr"), "-server", "-addr", e.addrB+":18600")
 	if err := srv.Start(); err != nil {
 		return 0, err
 	}
 	defer func() { srv.Process.Kill(); srv.Wait() }()
 	time.Sleep(300 * time.Millisecond)
-	out, err := inNS(ctx, nsA, nil, filepath.Join(cfg.bin, "udprr"), "-addr", addrB+":18600", "-size", "2", "-n", "20000").Output()
+	out, err := inNS(ctx, e.nsA, nil, filepath.Join(dir, "udprr"), "-addr", e.addrB+":18600", "-size", "2", "-n", "20000").Output()
 	if err != nil {
 		return 0, fmt.Errorf("udprr: %w: %s", err, out)
 	}
@@ -743,12 +724,25 @@ func soakOnly(cfg config) error {
 	return err
 }
 
+// daemonPID finds the rnicd that startDaemon started as name, by its
+// command line, as pgrep -f would.
 func daemonPID(name string) (int, error) {
-	out, err := exec.Command("pgrep", "-f", "rnicd -d "+name).Output()
+	want := []byte("\x00-d\x00" + name + "\x00")
+	ents, err := os.ReadDir("/proc")
 	if err != nil {
-		return 0, fmt.Errorf("pgrep rnicd %s: %w", name, err)
+		return 0, err
 	}
-	return strconv.Atoi(strings.Fields(string(out))[0])
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmd, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && filepath.Base(string(cmd[:max(0, bytes.IndexByte(cmd, 0))])) == "rnicd" && bytes.Contains(cmd, want) {
+			return pid, nil
+		}
+	}
+	return 0, fmt.Errorf("no rnicd -d %s running", name)
 }
 
 func rssKB(pid int) (int, error) {
