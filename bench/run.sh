@@ -98,7 +98,7 @@ fi
 keep="" runflags=() builds=()
 while [ $# -gt 0 ]; do
 	case $1 in
-	-build) keep=$2; shift 2 ;;
+	-build) keep=$(realpath -m "$2"); shift 2 ;;
 	-t | -rounds | -o | -only) runflags+=("$1" "$2"); shift 2 ;;
 	-quick) runflags+=("$1"); shift ;;
 	*=*) builds+=("$1"); shift ;;
