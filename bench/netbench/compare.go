@@ -164,6 +164,7 @@ func compareMain(args []string) error {
 	end := loadAvg()
 	var table bytes.Buffer
 	printCompare(&table, cfg, sb)
+	printTargets(&table, cfg, sb)
 	os.Stdout.Write(table.Bytes())
 	fmt.Printf("load average %s at the start, %s at the end\n", load, end)
 	if cfg.out == "" {
