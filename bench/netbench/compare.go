@@ -621,17 +621,24 @@ func buildRound(cfg cmpConfig, b buildDir, sb *scoreboard) {
 	}
 }
 
+// tableHead writes a markdown table's head: the columns first, then one
+// per build, aligned as align says ("---:" right, "---" left).
+func tableHead(w io.Writer, first []string, builds []buildDir, align string) {
+	var head, rule strings.Builder
+	for _, c := range first {
+		fmt.Fprintf(&head, "| %s ", c)
+		rule.WriteString("|---")
+	}
+	for _, b := range builds {
+		fmt.Fprintf(&head, "| %s ", b.name)
+		rule.WriteString("|" + align)
+	}
+	fmt.Fprintf(w, "%s|\n%s|\n", head.String(), rule.String())
+}
+
 // printCompare writes the table: a row per figure, a column per build.
 func printCompare(w io.Writer, cfg cmpConfig, sb *scoreboard) {
-	fmt.Fprint(w, "| figure | anchor (same run) |")
-	for _, b := range cfg.builds {
-		fmt.Fprintf(w, " %s |", b.name)
-	}
-	fmt.Fprint(w, "\n|---|---|")
-	for range cfg.builds {
-		fmt.Fprint(w, "---:|")
-	}
-	fmt.Fprintln(w)
+	tableHead(w, []string{"figure", "anchor (same run)"}, cfg.builds, "---:")
 	cell := func(f *figure, col string) string {
 		v, ok := f.vals[col]
 		if !ok {

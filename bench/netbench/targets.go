@@ -60,15 +60,8 @@ func issue25Targets() []target {
 // printTargets writes the verdict of every target for every build, and
 // the idle CPU's, whose bound (under 1% of a core) is absolute.
 func printTargets(w io.Writer, cfg cmpConfig, sb *scoreboard) {
-	fmt.Fprint(w, "\nIssue 25's targets, each build against the same run:\n\n| target |")
-	for _, b := range cfg.builds {
-		fmt.Fprintf(w, " %s |", b.name)
-	}
-	fmt.Fprint(w, "\n|---|")
-	for range cfg.builds {
-		fmt.Fprint(w, "---|")
-	}
-	fmt.Fprintln(w)
+	fmt.Fprint(w, "\nIssue 25's targets, each build against the same run:\n\n")
+	tableHead(w, []string{"target"}, cfg.builds, "---")
 	for _, t := range issue25Targets() {
 		fmt.Fprintf(w, "| %s |", t.what)
 		for _, b := range cfg.builds {
