@@ -306,6 +306,10 @@ func (a *Acker) sendSeqNAK(qp *qpmgr.QP, tx qpmgr.TX) {
 		a.Counters.Inc(ib.NAKRepeated)
 	}
 	s.NAKSent, s.NAKAt = true, now
+	// The NAK acknowledges every PSN before the expected one (IBTA
+	// 9.7.5.1.2): the ACK coalesced so far in this batch would follow it
+	// at Flush, older than it, a packet the requester can only drop.
+	s.Pending = false
 	s.NAKs++
 	s.NAKAgain = time.Time{}
 	if s.NAKs <= nakMaxRepeats {

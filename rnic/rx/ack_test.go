@@ -342,6 +342,28 @@ func TestNAKAndItsRepeatAfterQuietGap(t *testing.T) {
 	r.wantAcks(t, 4)
 }
 
+// TestNAKCoversTheBatchsACK: a gap's NAK acknowledges every PSN before
+// it (IBTA 9.7.5.1.2), so the ACK coalesced earlier in the same batch
+// does not follow it at Flush, older than the NAK, as it did (NAK 1192,
+// then ACK 1160, in a capture of ib_write_bw at 1% loss).
+func TestNAKCoversTheBatchsACK(t *testing.T) {
+	r := newAckRig(t, 0)
+	r.sendOnly(t, 0)
+	r.sendOnly(t, 1)
+	r.deliver(t, 3) // PSN 2 lost
+	r.wantAcks(t, 0, ackBytes(2, synSeqErrNAK, 2))
+	r.h.Resp.Ack.Flush(&r.tx)
+	r.wantAcks(t, 1) // no ACK of PSN 1 after the NAK
+	if c := r.qp.Counters.Get(ib.SentPkts); c != 1 {
+		t.Errorf("sent_pkts = %d, want 1 (the NAK)", c)
+	}
+	// The go-back's ACK is coalesced and flushed as any other.
+	r.sendOnly(t, 2)
+	r.sendOnly(t, 3)
+	r.h.Resp.Ack.Flush(&r.tx)
+	r.wantAcks(t, 1, ackBytes(3, synACK, 4))
+}
+
 // TestRNRNAKOncePerGap: a SEND without a receive WQE is RNR NAKed
 // (timer: the QP's min_rnr_timer); the requests behind it are part of
 // the same gap, dropped without a NAK of their own; the resend that finds
