@@ -366,6 +366,49 @@ func TestRpingData(t *testing.T) {
 	}
 }
 
+// TestRpingExitRace: rxe's rping that printed every ping and then exited
+// 255 in Debian's exit race (rdma_get_cm_event on a destroyed channel
+// just after the DISCONNECTED event, as a clean-clone run saw it) passes;
+// the same exit with any other last words, from another tool, or with a
+// ping missing fails.
+func TestRpingExitRace(t *testing.T) {
+	c := tcase{tool: "rping", args: []string{"-C", "3", "-v", "-V"}}
+	var cli, srv strings.Builder
+	for i := range 3 {
+		fmt.Fprintf(&cli, "ping data: %s\n", rpingData(i, 64))
+		fmt.Fprintf(&srv, "server ping data: %s\n", rpingData(i, 64))
+	}
+	race := cli.String() + "client DISCONNECT EVENT...\nrdma_get_cm_event: Bad file descriptor\n"
+	judge := func(c tcase, rc int, vmOut string) result {
+		r := result{c: c, rxeRole: "client"}
+		r.judge(hostRun{out: srv.String() + "server DISCONNECT EVENT...\n"},
+			vmRun{started: true, finished: true, rc: rc, out: vmOut, cm: &cmState{}}, "")
+		return r
+	}
+	if r := judge(c, 255, race); !r.ok || !strings.Contains(r.detail, "exit race") {
+		t.Errorf("the exit race: ok %v, %q", r.ok, r.detail)
+	}
+	if r := judge(c, 0, cli.String()+"client DISCONNECT EVENT...\n"); !r.ok || r.detail != "both sides exit 0" {
+		t.Errorf("a clean exit: ok %v, %q", r.ok, r.detail)
+	}
+	for name, tc := range map[string]struct {
+		c    tcase
+		rc   int
+		out  string
+		want string
+	}{
+		"another error":  {c, 255, cli.String() + "client DISCONNECT EVENT...\nrdma_get_cm_event: Invalid argument\n", "exited 255"},
+		"no disconnect":  {c, 255, cli.String() + "rdma_get_cm_event: Bad file descriptor\n", "exited 255"},
+		"another status": {c, 1, race, "exited 1"},
+		"another tool":   {tcase{tool: "ib_send_bw"}, 255, race, "exited 255"},
+		"a ping missing": {c, 255, strings.Replace(race, "ping data: "+rpingData(1, 64)+"\n", "", 1), "printed 2 pings"},
+	} {
+		if r := judge(tc.c, tc.rc, tc.out); r.ok || !strings.Contains(r.detail, tc.want) {
+			t.Errorf("%s: ok %v, %q, want it failed with %q", name, r.ok, strings.SplitN(r.detail, "\n", 2)[0], tc.want)
+		}
+	}
+}
+
 // TestUnexplainedErrors: rxe's error counters are excused only by rnicd's
 // own cause, moved at least as far: a retransmission for a duplicate, an
 // RNR NAK sent for one received; every other fault stands.
