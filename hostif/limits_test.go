@@ -6,13 +6,13 @@ import (
 	"maps"
 	"net/netip"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/rnicd/rnicd/abi"
 	"github.com/rnicd/rnicd/ib"
 	"github.com/rnicd/rnicd/internal/looptest"
+	"github.com/rnicd/rnicd/internal/syncbuf"
 )
 
 // limitedNIC is newNIC with its server under lim.
@@ -24,9 +24,9 @@ func limitedNIC(t *testing.T, addr string, lim Limits) *nic {
 }
 
 // loggedNIC is limitedNIC with the server's log kept for the test.
-func loggedNIC(t *testing.T, addr string, lim Limits) (*nic, *logBuf) {
+func loggedNIC(t *testing.T, addr string, lim Limits) (*nic, *syncbuf.Buffer) {
 	t.Helper()
-	n, log := newNIC(t, addr), &logBuf{}
+	n, log := newNIC(t, addr), &syncbuf.Buffer{}
 	n.srv = NewServer(Config{Device: n.dev, Limits: lim, Log: slog.New(slog.NewTextHandler(log, nil))})
 	return n, log
 }
@@ -292,24 +292,4 @@ func TestOpenAsyncOverLimit(t *testing.T) {
 	if m := held(n); m["hostif_over_limit"] != 1 || m["hostif_held_fds"] != 2 {
 		t.Fatalf("with the queue open: %v, want hostif_over_limit 1, hostif_held_fds 2", m)
 	}
-}
-
-// lockedWriter serializes a log's writes into a buffer a test reads.
-// logBuf is a server's log, written by its goroutines while the test
-// reads it.
-type logBuf struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *logBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

@@ -10,12 +10,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/rnicd/rnicd/internal/looptest"
+	"github.com/rnicd/rnicd/internal/syncbuf"
 	"github.com/rnicd/rnicd/verbs"
 )
 
@@ -154,22 +154,9 @@ func (d *daemon) stop() error {
 	}
 }
 
-type lockedBuf struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+// lockedBuf is the tests' name for a buffer goroutines write while a
+// test reads it.
+type lockedBuf = syncbuf.Buffer
 
 // daemons starts the pair of daemons a test uses, rnicA and rnicB as
 // users run them (the README puts them on 127.0.0.1 and 127.0.0.2; a test
