@@ -232,10 +232,15 @@ func find(dir, name string) (program, bool) {
 	return program{path: p}, err == nil
 }
 
+// argv is p's arguments before args: the loader's, then args.
+func (p program) argv(args ...string) []string {
+	return append(append([]string{}, p.pre...), args...)
+}
+
 // env is the environment p needs beside env, its libraries searched after
 // the directories first names (the build's clib for Debian's perftest).
 func (p program) env(first ...string) []string {
-	dirs := first
+	dirs := first[:len(first):len(first)]
 	if p.libs != "" {
 		dirs = append(dirs, p.libs)
 	}
@@ -319,13 +324,13 @@ func anchorRound(cfg cmpConfig, sb *scoreboard) {
 func iperf3At(e ends, secs int, bin program, args ...string) (float64, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(secs+30)*time.Second)
 	defer cancel()
-	srv := inNS(ctx, e.nsB, bin.env(), bin.path, append(bin.pre[:len(bin.pre):len(bin.pre)], "-s", "-1", "-B", e.addrB)...)
+	srv := inNS(ctx, e.nsB, bin.env(), bin.path, bin.argv("-s", "-1", "-B", e.addrB)...)
 	if err := srv.Start(); err != nil {
 		return 0, fmt.Errorf("iperf3 server: %w", err)
 	}
 	defer srv.Wait()
 	time.Sleep(300 * time.Millisecond)
-	cargs := append(append(bin.pre[:len(bin.pre):len(bin.pre)], "-c", e.addrB, "-t", strconv.Itoa(secs), "-J"), args...)
+	cargs := bin.argv(append([]string{"-c", e.addrB, "-t", strconv.Itoa(secs), "-J"}, args...)...)
 	out, err := inNS(ctx, e.nsA, bin.env(), bin.path, cargs...).Output()
 	if err != nil {
 		return 0, fmt.Errorf("iperf3 client: %w: %s", err, out)
