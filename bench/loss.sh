@@ -2,7 +2,7 @@
 # ib_write_bw -s 65536 between two rnicd on loopback, with and without a
 # drop on the server's port, for binaries in the given directories,
 # alternated: bandwidth and the counters loss recovery moves.
-#   bench/loss.sh [-n ITERS] [-drop 5%] [-at server|sender] [-rounds 2] [-net 127.A.B] OLD_BIN_DIR NEW_BIN_DIR ...
+#   bench/loss.sh [-n ITERS] [-drop 5%] [-at server|sender] [-rounds 2] [-mtu 1024] [-net 127.A.B] OLD_BIN_DIR NEW_BIN_DIR ...
 # -at sender puts the drop on the client's daemon, which sends the WRITEs
 # (the target: `rnic inject drop 1%` and `5%` at the sender keep at least
 # 50% and 10% of lossless); the default, server, on the server's. Each lossy
@@ -12,26 +12,27 @@
 # benchmarks) must not make every run fail to bind.
 # Each BIN_DIR holds rnicd and rnic (CGO_ENABLED=0 go build -o DIR ./cmd/rnicd ./cmd/rnic).
 set -uo pipefail
-iters=2000 drop=5% at=server rounds=2 net=127.$((RANDOM % 200 + 20)).$((RANDOM % 250 + 1))
+iters=2000 drop=5% at=server rounds=2 mtu=1024 net=127.$((RANDOM % 200 + 20)).$((RANDOM % 250 + 1))
 while [ $# -gt 0 ]; do
 	case $1 in
 	-n) iters=$2; shift 2 ;;
 	-drop) drop=$2; shift 2 ;;
 	-at) at=$2; shift 2 ;;
 	-rounds) rounds=$2; shift 2 ;;
+	-mtu) mtu=$2; shift 2 ;;
 	-net) net=$2; shift 2 ;;
 	*) break ;;
 	esac
 done
-[ $# -gt 0 ] || { echo "usage: bench/loss.sh [-n ITERS] [-drop P%] [-at server|sender] [-rounds N] [-net 127.A.B] BIN_DIR..." >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: bench/loss.sh [-n ITERS] [-drop P%] [-at server|sender] [-rounds N] [-mtu 1024] [-net 127.A.B] BIN_DIR..." >&2; exit 2; }
 counters='sent_pkts|completer_retry_err|rcvd_pkts|retransmitted_pkts|local_ack_timeout_err|naks_sent|naks_repeated|rcvd_seq_err|out_of_seq_request'
 
 one() { # BIN DROP
 	local b=$1 d=$2 dir pa pb ps port
 	dir=$(mktemp -d)
 	export RNICD_DIR=$dir
-	"$b/rnicd" -d lossA -addr $net.1 -mtu 1024 >"$dir/a.log" 2>&1 & pa=$!
-	"$b/rnicd" -d lossB -addr $net.2 -mtu 1024 >"$dir/b.log" 2>&1 & pb=$!
+	"$b/rnicd" -d lossA -addr $net.1 -mtu $mtu >"$dir/a.log" 2>&1 & pa=$!
+	"$b/rnicd" -d lossB -addr $net.2 -mtu $mtu >"$dir/b.log" 2>&1 & pb=$!
 	sleep 0.5
 	local victim=lossA
 	[ "$at" = sender ] && victim=lossB
