@@ -21,13 +21,19 @@
 #       them) and DIR/NAME (rnicd, rnic, clib/, COMMIT). To run on a
 #       machine without Go, gcc, iproute2 or packages, copy DIR there and run
 #           DIR/anchors/netbench -compare -anchors DIR/anchors NAME=DIR/NAME ...
+#       A build named twice, once with rnicd flags, measures a setting
+#       against the default in the same run: 'ack0=DIR/NAME -ack-hold 0'.
 #       What is missing (iperf3, perftest) is said in the table. On a
 #       machine that refuses network namespaces (a container) netbench
 #       says so and runs both sides on loopback (-net auto, the default).
 #       For a lent machine that takes one folder (bench/out is ignored):
 #           bench/run.sh -build bench/out/b this=HEAD && tar czf bench/out/b.tgz -C bench/out b
 #       and there, root, from the repository's root:
-#           tar xzf bench/out/b.tgz -C /tmp && /tmp/b/anchors/netbench -compare -anchors /tmp/b/anchors -o OUT.md this=/tmp/b/this
+#           tar xzf bench/out/b.tgz -C /tmp && /tmp/b/anchors/netbench -compare -anchors /tmp/b/anchors -o OUT.md this=/tmp/b/this 'ack0=/tmp/b/this -ack-hold 0'
+#       (the second build is the same daemons ACKing at once: on 2 cores
+#       the held ACK costs a datagram on every message's path and spares
+#       a pure-spinning program's tail; BENCHMARKS.md, "Where a 2-byte
+#       message's time goes")
 #   bench/run.sh -netbench [netbench flags]
 #       the older table (both MTUs, 1024 QPs, -soak-only).
 set -euo pipefail

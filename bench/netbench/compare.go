@@ -34,8 +34,33 @@ import (
 // fatal: a quiet machine gets the binaries copied in, no package installs.
 
 // buildDir is one build's folder: rnicd, rnic, clib/ (libibverbs.so.1 and
-// librdmacm.so.1) and COMMIT.
-type buildDir struct{ name, dir string }
+// librdmacm.so.1) and COMMIT, and the flags its two rnicd get (none: the
+// defaults). The same folder twice with different flags measures a
+// setting against the default in one run.
+type buildDir struct {
+	name, dir string
+	flags     []string
+}
+
+// parseBuild reads a build argument: NAME=DIR, or NAME='DIR FLAG...' for
+// rnicd flags ("ack0=/tmp/b/this -ack-hold 0").
+func parseBuild(a string) (buildDir, error) {
+	name, spec, ok := strings.Cut(a, "=")
+	f := strings.Fields(spec)
+	if !ok || name == "" || name == anchorCol || len(f) == 0 {
+		return buildDir{}, fmt.Errorf("build %q: want NAME=DIR or NAME='DIR RNICD_FLAG...'", a)
+	}
+	return buildDir{name: name, dir: f[0], flags: f[1:]}, nil
+}
+
+// String is the build as the table's heading names it.
+func (b buildDir) String() string {
+	s := b.name + " = " + commitOf(b.dir)
+	if len(b.flags) > 0 {
+		s += " with rnicd " + strings.Join(b.flags, " ")
+	}
+	return s
+}
 
 type cmpConfig struct {
 	anchors string // udppp, udprr; iperf3 and perftest's tools if copied in
@@ -119,14 +144,14 @@ func compareMain(args []string) error {
 		cfg.only = re
 	}
 	for _, a := range fs.Args() {
-		name, dir, ok := strings.Cut(a, "=")
-		if !ok || name == "" || name == anchorCol {
-			return fmt.Errorf("build %q: want NAME=DIR", a)
+		b, err := parseBuild(a)
+		if err != nil {
+			return err
 		}
-		cfg.builds = append(cfg.builds, buildDir{name, dir})
+		cfg.builds = append(cfg.builds, b)
 	}
 	if len(cfg.builds) == 0 || cfg.anchors == "" {
-		return errors.New("usage: netbench -compare -anchors DIR NAME=DIR [NAME=DIR ...] (bench/run.sh builds them)")
+		return errors.New("usage: netbench -compare -anchors DIR NAME=DIR [NAME='DIR RNICD_FLAG...' ...] (bench/run.sh builds them)")
 	}
 	if cfg.quick {
 		cfg.secs, cfg.rounds = 2, 1
@@ -175,7 +200,7 @@ func compareMain(args []string) error {
 		start.UTC().Format("2006-01-02 at 15:04"), machine(), load, end)
 	fmt.Fprintf(&head, "%s; every figure the best of %d rounds, the builds taking turns within each round. Builds:", cfg.net.what, cfg.rounds)
 	for _, b := range cfg.builds {
-		fmt.Fprintf(&head, " %s = %s;", b.name, commitOf(b.dir))
+		fmt.Fprintf(&head, " %s;", b)
 	}
 	head.WriteString(" ratios are to the figure's anchor in the same run.\n\n")
 	head.Write(table.Bytes())
@@ -471,14 +496,14 @@ const userHZ = 100
 // buildRound measures one build once.
 func buildRound(cfg cmpConfig, b buildDir, sb *scoreboard) {
 	col := b.name
-	fmt.Printf("  %s (%s)\n", b.name, commitOf(b.dir))
-	stopA, err := startDaemon(config{bin: b.dir}, cfg.net.nsA, cfg.net.addrA, "rnba", nil)
+	fmt.Printf("  %s\n", b)
+	stopA, err := startDaemon(config{bin: b.dir}, cfg.net.nsA, cfg.net.addrA, "rnba", b.flags)
 	if err != nil {
 		sb.fig("rnicd", "", true, "").fail(col, firstLine(err.Error()))
 		return
 	}
 	defer stopA()
-	stopB, err := startDaemon(config{bin: b.dir}, cfg.net.nsB, cfg.net.addrB, "rnbb", nil)
+	stopB, err := startDaemon(config{bin: b.dir}, cfg.net.nsB, cfg.net.addrB, "rnbb", b.flags)
 	if err != nil {
 		sb.fig("rnicd", "", true, "").fail(col, firstLine(err.Error()))
 		return

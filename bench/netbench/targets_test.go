@@ -54,3 +54,31 @@ func TestTargets(t *testing.T) {
 		}
 	}
 }
+
+// TestParseBuild checks the build arguments: a folder alone, a folder with
+// rnicd flags, and the malformed ones refused. The folders do not exist,
+// so each is named by its path (commitOf).
+func TestParseBuild(t *testing.T) {
+	for _, c := range []struct {
+		arg, want string
+		flags     int
+	}{
+		{"this=/nonexistent/this", "this = /nonexistent/this", 0},
+		{"ack0=/nonexistent/this -ack-hold 0", "ack0 = /nonexistent/this with rnicd -ack-hold 0", 2},
+		{"x= /nonexistent/x   -engines 2 ", "x = /nonexistent/x with rnicd -engines 2", 2},
+	} {
+		b, err := parseBuild(c.arg)
+		if err != nil {
+			t.Errorf("parseBuild(%q): %v", c.arg, err)
+			continue
+		}
+		if b.String() != c.want || len(b.flags) != c.flags {
+			t.Errorf("parseBuild(%q) = %q with %d flags, want %q with %d", c.arg, b, len(b.flags), c.want, c.flags)
+		}
+	}
+	for _, bad := range []string{"/nonexistent/this", "=/nonexistent/this", "x=", "x=  ", anchorCol + "=/tmp/b"} {
+		if b, err := parseBuild(bad); err == nil {
+			t.Errorf("parseBuild(%q) = %v, want an error", bad, b)
+		}
+	}
+}
