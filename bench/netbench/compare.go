@@ -148,6 +148,11 @@ func compareMain(args []string) error {
 		if err != nil {
 			return err
 		}
+		for _, o := range cfg.builds {
+			if o.name == b.name {
+				return fmt.Errorf("build %q: the name %s is taken (each build is a column)", a, b.name)
+			}
+		}
 		cfg.builds = append(cfg.builds, b)
 	}
 	if len(cfg.builds) == 0 || cfg.anchors == "" {
