@@ -446,6 +446,11 @@ func serve(c config, nofile uint64, nofileErr error) error {
 	signal.Notify(usr1, syscall.SIGUSR1)
 	defer signal.Stop(usr1)
 
+	// The device node comes before the socket: a program that finds the
+	// socket (a service started after it, a test waiting for it) may list
+	// devices by their nodes at once, as UCX does.
+	node := makeDevNode(log, c.name, socketMode(c.sockGID), c.sockGID)
+	defer node.remove()
 	path := verbs.SocketPath(c.name)
 	l, err := listen(path, socketMode(c.sockGID), c.sockGID)
 	if err != nil {
@@ -547,8 +552,6 @@ func serve(c config, nofile uint64, nofileErr error) error {
 		os.Remove(path)
 		return err
 	}
-	node := makeDevNode(log, c.name, socketMode(c.sockGID), c.sockGID)
-	defer node.remove()
 	portStop := make(chan struct{})
 	defer close(portStop)
 	watchPort(log, dev, srv, portStop)
