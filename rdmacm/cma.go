@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"net/netip"
 	"sync"
 	"syscall"
@@ -29,6 +30,10 @@ type EventChannel struct {
 	opened bool          // devs were opened here (CreateEventChannel): Destroy closes them
 	local  []*Event      // ADDR_RESOLVED and ROUTE_RESOLVED, which no daemon sends
 	ids    map[idKey]*ID // by device and handle
+
+	// source is the address the kernel would send from to dst (route);
+	// nil: kernelSource. Tests stand in for the routing table.
+	source func(dst netip.Addr) (netip.Addr, bool)
 }
 
 // device is one rnicd: its context, its port's address, GID index and
@@ -126,21 +131,52 @@ func (ch *EventChannel) owner(a netip.Addr) (*device, error) {
 	return nil, fmt.Errorf("rdmacm: no rnicd owns %v: %w", a, syscall.EADDRNOTAVAIL)
 }
 
-// route is the device a connection to dst leaves from: the one that owns
-// dst itself, else the one whose address shares the longest prefix with
-// it (what the routing table gives for on-link peers).
+// route is the device a connection to dst leaves from, as the kernel's
+// rdma_resolve_addr picks it for an unbound ID (addr4_resolve, then
+// cma_acquire_dev_by_src_ip): the one that owns dst itself (a loopback
+// route), else the one that owns the source address the routing table
+// gives for dst, which on a subnet of several addresses is the primary
+// one, not the closest. Where no rnicd owns that source (no route, or
+// 127.0.0.1 for a loopback peer no daemon holds), the one whose address
+// shares the longest prefix with dst stands in, where Linux would
+// refuse.
 func (ch *EventChannel) route(dst netip.Addr) *device {
 	dst = dst.Unmap()
-	best, bestLen := ch.devs[0], -1
 	for _, d := range ch.devs {
 		if d.addr == dst {
 			return d
 		}
+	}
+	source := ch.source
+	if source == nil {
+		source = kernelSource
+	}
+	if src, ok := source(dst); ok {
+		for _, d := range ch.devs {
+			if d.addr == src {
+				return d
+			}
+		}
+	}
+	best, bestLen := ch.devs[0], -1
+	for _, d := range ch.devs {
 		if n := commonPrefix(d.addr, dst); n > bestLen {
 			best, bestLen = d, n
 		}
 	}
 	return best
+}
+
+// kernelSource asks the routing table which address a datagram to dst
+// would leave from: connecting a UDP socket routes it and binds its
+// source, sending nothing (ip route get, without netlink).
+func kernelSource(dst netip.Addr) (netip.Addr, bool) {
+	c, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(dst, 4791)))
+	if err != nil {
+		return netip.Addr{}, false
+	}
+	defer c.Close()
+	return c.LocalAddr().(*net.UDPAddr).AddrPort().Addr().Unmap(), true
 }
 
 func commonPrefix(a, b netip.Addr) int {

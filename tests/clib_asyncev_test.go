@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -13,8 +12,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/rnicd/rnicd/internal/debtest"
 )
 
 // TestCLibAsyncEvents runs clib/test/asyncev.c: every asynchronous event
@@ -76,18 +73,7 @@ func TestCLibAsyncPortEvents(t *testing.T) {
 	}
 	lib := clibDir(t)
 	watch := debianTool(t, "ibv_asyncwatch", "ibverbs-utils")
-	ipCmd := debtest.Ensure(t, "ip", "iproute2")
-	ns := fmt.Sprintf("rnicd-port-%d", os.Getpid())
-	ip := func(args ...string) {
-		t.Helper()
-		if out, err := exec.Command(ipCmd, append([]string{"-n", ns}, args...)...).CombinedOutput(); err != nil {
-			t.Fatalf("ip -n %s %v: %v\n%s", ns, args, err, out)
-		}
-	}
-	if out, err := exec.Command(ipCmd, "netns", "add", ns).CombinedOutput(); err != nil {
-		t.Fatalf("ip netns add: %v\n%s", err, out)
-	}
-	defer exec.Command(ipCmd, "netns", "del", ns).Run()
+	ns, ip := namedNetns(t, "port")
 	ip("link", "add", "rnv0", "type", "veth", "peer", "name", "rnv1")
 	ip("addr", "add", "198.18.7.1/24", "dev", "rnv0")
 	ip("link", "set", "lo", "up")

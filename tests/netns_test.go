@@ -15,6 +15,26 @@ import (
 	"github.com/rnicd/rnicd/internal/debtest"
 )
 
+// namedNetns makes the network namespace rnicd-KIND-PID with ip netns
+// add (so that `ip netns exec` and /run/netns/NAME reach it), deletes it
+// when the test ends, and returns its name and a runner of `ip -n NAME
+// ARGS...` that ends the test if ip fails.
+func namedNetns(t *testing.T, kind string) (string, func(args ...string)) {
+	t.Helper()
+	ipCmd := debtest.Ensure(t, "ip", "iproute2")
+	ns := fmt.Sprintf("rnicd-%s-%d", kind, os.Getpid())
+	if out, err := exec.Command(ipCmd, "netns", "add", ns).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns add %s: %v\n%s", ns, err, out)
+	}
+	t.Cleanup(func() { exec.Command(ipCmd, "netns", "del", ns).Run() })
+	return ns, func(args ...string) {
+		t.Helper()
+		if out, err := exec.Command(ipCmd, append([]string{"-n", ns}, args...)...).CombinedOutput(); err != nil {
+			t.Fatalf("ip -n %s %v: %v\n%s", ns, args, err, out)
+		}
+	}
+}
+
 // TestNetnsEachItsOwnDevices runs `rnicd -d rnic0` in two network
 // namespaces at once (ip netns add, as an operator or a container
 // runtime makes them), with no RNICD_DIR: both start, and in each

@@ -14,8 +14,9 @@
  *     library is loaded (rdma_get_devices), as cma.c's ucma_init does;
  *   - addresses: a RoCEv2 GID is an IP address, so an ID takes the rnicd
  *     whose port holds its source address, or the one its destination is
- *     routed through (the one that holds it, else the longest common
- *     prefix), and ADDR_RESOLVED and ROUTE_RESOLVED are made here;
+ *     routed through (the one that holds it, else the one that holds
+ *     the routing table's source address for it, else the longest
+ *     common prefix), and ADDR_RESOLVED and ROUTE_RESOLVED are made here;
  *   - an event channel spans the rnicds its IDs use: one CM channel on
  *     each, whose wake pipes the channel's fd (an epoll instance) watches.
  *

@@ -14,6 +14,8 @@
 #include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "cma.h"
 
@@ -165,13 +167,57 @@ static int common_prefix(const uint8_t *a, const uint8_t *b)
 	return 128;
 }
 
-/* dev_route is the rnicd a connection to dst leaves from: the one that
- * holds dst, else the one whose address shares the longest prefix with
- * it (what the routing table gives for on-link peers). */
+/* kernel_source asks the routing table which address a datagram to dst
+ * would leave from: connecting a UDP socket routes it and binds its
+ * source, sending nothing (ip route get, without netlink). */
+static int kernel_source(const struct sockaddr *dst, union ibv_gid *src)
+{
+	struct sockaddr_storage to, from;
+	socklen_t len;
+	memset(&to, 0, sizeof(to));
+	if (dst->sa_family == AF_INET) {
+		len = sizeof(struct sockaddr_in);
+		memcpy(&to, dst, len);
+		((struct sockaddr_in *)&to)->sin_port = htons(4791);
+	} else if (dst->sa_family == AF_INET6) {
+		len = sizeof(struct sockaddr_in6);
+		memcpy(&to, dst, len);
+		((struct sockaddr_in6 *)&to)->sin6_port = htons(4791);
+	} else {
+		return -1;
+	}
+	int fd = socket(dst->sa_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -1;
+	socklen_t flen = sizeof(from);
+	int err = connect(fd, (struct sockaddr *)&to, len) || getsockname(fd, (struct sockaddr *)&from, &flen);
+	close(fd);
+	if (err)
+		return -1;
+	addr_to_gid((struct sockaddr *)&from, src);
+	return 0;
+}
+
+/* dev_route is the rnicd a connection to dst leaves from, as the kernel's
+ * rdma_resolve_addr picks it for an unbound ID (addr4_resolve, then
+ * cma_acquire_dev_by_src_ip): the one that holds dst (a loopback route),
+ * else the one that holds the source address the routing table gives
+ * for dst, which on a subnet of several addresses is the primary one,
+ * not the closest. Where no rnicd holds that source (no route, or
+ * 127.0.0.1 for a loopback peer no daemon holds), the one whose address
+ * shares the longest prefix with dst stands in, where Linux would
+ * refuse. */
 struct cm_dev *dev_route(const struct sockaddr *dst)
 {
-	union ibv_gid g;
+	union ibv_gid g, src;
 	addr_to_gid(dst, &g);
+	for (int i = 0; i < ndevs; i++)
+		if (!memcmp(devs[i].gid.raw, g.raw, 16))
+			return &devs[i];
+	if (!kernel_source(dst, &src))
+		for (int i = 0; i < ndevs; i++)
+			if (!memcmp(devs[i].gid.raw, src.raw, 16))
+				return &devs[i];
 	struct cm_dev *best = &devs[0];
 	int best_len = -1;
 	for (int i = 0; i < ndevs; i++) {
