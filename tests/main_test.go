@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -152,6 +153,25 @@ func (d *daemon) stop() error {
 		d.cmd.Process.Kill()
 		return fmt.Errorf("rnicd %s did not stop on SIGTERM", d.name)
 	}
+}
+
+// stopper returns a function that stops ds (SIGTERM, each exit status
+// checked) the first time it is called, and has it called when the test
+// ends: a test that reads what the daemons write as they stop (a
+// capture, a trace file) calls it first.
+func stopper(t testing.TB, ds ...*daemon) func() {
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			for _, d := range ds {
+				if err := d.stop(); err != nil {
+					t.Errorf("%v\n%s", err, d.errb.String())
+				}
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
 }
 
 // lockedBuf is the tests' name for a buffer goroutines write while a

@@ -57,19 +57,7 @@ func TestObserveDaemons(t *testing.T) {
 		dc.stop()
 		t.Fatal(err)
 	}
-	stopped := false
-	stopBoth := func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		for _, d := range []*daemon{dc, dd} {
-			if err := d.stop(); err != nil {
-				t.Errorf("%v\n%s", err, d.errb.String())
-			}
-		}
-	}
-	t.Cleanup(stopBoth)
+	stopBoth := stopper(t, dc, dd)
 	t.Setenv("RNICD_DIR", dir)
 	t.Setenv("RNIC_HTTP", "")
 	mC, mD := metricsURL(t, dc), metricsURL(t, dd)

@@ -42,19 +42,7 @@ func TestToolSeenByDaemon(t *testing.T) {
 		da.stop()
 		t.Fatal(err)
 	}
-	stopped := false
-	stopBoth := func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		for _, d := range []*daemon{da, db} {
-			if err := d.stop(); err != nil {
-				t.Errorf("%v\n%s", err, d.errb.String())
-			}
-		}
-	}
-	t.Cleanup(stopBoth)
+	stopBoth := stopper(t, da, db)
 	t.Setenv("RNICD_DIR", dir)
 	t.Setenv("RNIC_HTTP", "")
 	mA, mB := metricsURL(t, da), metricsURL(t, db)

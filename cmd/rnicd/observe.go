@@ -67,13 +67,17 @@ func startObservers(c config, dev *rnic.Device, faulty *fault.Injector, cmCounte
 	}
 	if c.pcap != "" {
 		w, err := pcap.Create(pcap.Config{Path: c.pcap, MaxBytes: int64(c.pcapLim.size), MaxFiles: c.pcapLim.files,
-			Format: c.pcapFmt, Interface: c.name})
+			Format: c.pcapFmt, Interface: c.name, SnapLen: c.pcapSnap})
 		if err != nil {
 			return nil, err
 		}
 		o.capture = w
 		o.setCapture(w)
-		log.Info("capture", "path", c.pcap, "format", c.pcapFmt, "keeps", c.pcapLim, "at_most_bytes", c.pcapLim.bound())
+		snap := "whole frames"
+		if c.pcapSnap > 0 {
+			snap = fmt.Sprintf("%d bytes a frame", c.pcapSnap)
+		}
+		log.Info("capture", "path", c.pcap, "format", c.pcapFmt, "keeps", c.pcapLim, "at_most_bytes", c.pcapLim.bound(), "snap", snap)
 	}
 	// Fault injection changes the device for every client: only root
 	// and the daemon's own uid may, by the credentials of the unix

@@ -347,3 +347,114 @@ func TestPcapNGICRCComment(t *testing.T) {
 		t.Errorf("section info %+v", info)
 	}
 }
+
+// TestCaptureSnapLen: with Config.SnapLen a record keeps the first bytes
+// of its frame and says the whole frame's length, in both formats; the
+// file says the snap length, and what is kept is byte for byte the start
+// of what a whole capture of the same packets holds.
+func TestCaptureSnapLen(t *testing.T) {
+	if _, err := pcap.Create(pcap.Config{Path: filepath.Join(t.TempDir(), "neg"), SnapLen: -1}); err == nil {
+		t.Error("a snap length of -1 was taken")
+	}
+	a, b := netip.MustParseAddr("198.18.3.1"), netip.MustParseAddr("198.18.3.2")
+	for _, format := range []pcap.Format{pcap.FormatPcap, pcap.FormatPcapNG} {
+		t.Run(format.String(), func(t *testing.T) {
+			dir := t.TempDir()
+			const snap = 100
+			whole, err := pcap.Create(pcap.Config{Path: filepath.Join(dir, "whole"), Format: format})
+			if err != nil {
+				t.Fatal(err)
+			}
+			cut, err := pcap.Create(pcap.Config{Path: filepath.Join(dir, "cut"), Format: format, SnapLen: snap})
+			if err != nil {
+				t.Fatal(err)
+			}
+			sizes := []int{0, 30, 44, 1000, 4096}
+			for i, n := range sizes {
+				p, err := bth.Build(make([]byte, 64+n), bth.RCRDMAWriteOnly, n)
+				if err != nil {
+					t.Fatal(err)
+				}
+				p.BTH().Encode(&bth.BTHFields{Opcode: bth.RCRDMAWriteOnly, PadCount: bth.PadFor(n), PKey: bth.DefaultPKey, DestQP: 0x11, PSN: uint32(i)})
+				p.RETH().Encode(0x1000, 0x55, uint32(n))
+				for k := range p.Payload() {
+					p.Payload()[k] = byte(i + k)
+				}
+				roce := p.Bytes()
+				hdr := make([]byte, 28)
+				hdr[0] = 0x45
+				binary.BigEndian.PutUint16(hdr[2:], uint16(28+len(roce)))
+				hdr[9] = 17
+				copy(hdr[12:], a.AsSlice())
+				copy(hdr[16:], b.AsSlice())
+				binary.BigEndian.PutUint16(hdr[20:], 4791)
+				binary.BigEndian.PutUint16(hdr[22:], 4791)
+				binary.BigEndian.PutUint16(hdr[24:], uint16(8+len(roce)))
+				for _, w := range []*pcap.Writer{whole, cut} {
+					w.Packet(ibudp.TapSent, hdr, roce, ibudp.ICRCUnchecked)
+				}
+			}
+			for _, w := range []*pcap.Writer{whole, cut} {
+				if err := w.Close(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			wantData, wantInfo, _ := readRecords(t, filepath.Join(dir, "whole"))
+			data, info, fileSnap := readRecords(t, filepath.Join(dir, "cut"))
+			if fileSnap != snap {
+				t.Errorf("the file says snap length %d, want %d", fileSnap, snap)
+			}
+			if len(data) != len(sizes) || len(wantData) != len(sizes) {
+				t.Fatalf("%d and %d records, want %d each", len(data), len(wantData), len(sizes))
+			}
+			for i := range data {
+				full := wantData[i]
+				if wantInfo[i].CaptureLength != len(full) || wantInfo[i].Length != len(full) {
+					t.Errorf("whole record %d: kept %d of %d, the frame %d bytes", i, wantInfo[i].CaptureLength, wantInfo[i].Length, len(full))
+				}
+				keep := min(len(full), snap)
+				if info[i].CaptureLength != keep || info[i].Length != len(full) || !bytes.Equal(data[i], full[:keep]) {
+					t.Errorf("record %d: kept %d of %d (%d bytes read), want the first %d of %d", i, info[i].CaptureLength, info[i].Length, len(data[i]), keep, len(full))
+				}
+			}
+		})
+	}
+}
+
+// readRecords reads every record of the capture file name with its
+// capture info, and the file's snap length.
+func readRecords(t *testing.T, name string) (data [][]byte, info []gopacket.CaptureInfo, snap int) {
+	t.Helper()
+	f, err := os.Open(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var r interface {
+		ReadPacketData() ([]byte, gopacket.CaptureInfo, error)
+	}
+	if ng, err := pcapgo.NewNgReader(f, pcapgo.DefaultNgReaderOptions); err == nil {
+		intf, err := ng.Interface(0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, snap = ng, int(intf.SnapLength)
+	} else {
+		f.Seek(0, io.SeekStart)
+		pr, err := pcapgo.NewReader(f)
+		if err != nil {
+			t.Fatalf("%s: neither pcapng nor pcap: %v", name, err)
+		}
+		r, snap = pr, int(pr.Snaplen())
+	}
+	for {
+		d, ci, err := r.ReadPacketData()
+		if errors.Is(err, io.EOF) {
+			return data, info, snap
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		data, info = append(data, append([]byte(nil), d...)), append(info, ci)
+	}
+}
