@@ -336,7 +336,7 @@ func (m *Monitor) serveInject(w http.ResponseWriter, r *http.Request) {
 }
 
 // serveTrace streams the trace as JSON lines until the client goes away;
-// ?qp=N and ?nic=NAME filter it.
+// ?qp=N, ?nic=NAME and ?packets=1 (the packets only) filter it.
 func (m *Monitor) serveTrace(w http.ResponseWriter, r *http.Request) {
 	if m.cfg.Tracer == nil {
 		http.Error(w, "trace: the daemon has no tracer", http.StatusNotFound)
@@ -352,6 +352,14 @@ func (m *Monitor) serveTrace(w http.ResponseWriter, r *http.Request) {
 		f.QPN = uint32(q)
 	}
 	f.NIC = r.URL.Query().Get("nic")
+	if s := r.URL.Query().Get("packets"); s != "" {
+		p, err := strconv.ParseBool(s)
+		if err != nil {
+			http.Error(w, "trace: bad packets "+strconv.Quote(s), http.StatusBadRequest)
+			return
+		}
+		f.Packets = p
+	}
 	sub := m.cfg.Tracer.Subscribe(f)
 	defer sub.Close()
 	w.Header().Set("Content-Type", "application/x-ndjson")

@@ -17,6 +17,7 @@ import (
 	"github.com/rnicd/rnicd/internal/rnictest"
 	"github.com/rnicd/rnicd/monitor"
 	"github.com/rnicd/rnicd/rnic/trace"
+	"github.com/rnicd/rnicd/wire/bth"
 	"github.com/rnicd/rnicd/wire/fault"
 )
 
@@ -261,34 +262,43 @@ func TestInject(t *testing.T) {
 	}
 }
 
-// TestTraceStream follows /api/trace?qp=N while a WRITE runs and reads
-// the events back from the JSON lines.
-func TestTraceStream(t *testing.T) {
+// traceStream starts two ends, a monitor of both and a follower of
+// its /api/trace with the query that query makes for them; the
+// subscription exists once it returns.
+func traceStream(t *testing.T, query func(a *rnictest.End) string) (a, b *rnictest.End, body io.Reader) {
+	t.Helper()
 	tr := trace.New(0)
-	a, b := rnictest.NewEnds(t, tr)
+	a, b = rnictest.NewEnds(t, tr)
 	m, err := monitor.New(monitor.Config{Devices: []monitor.Device{{Dev: a.Dev}, {Dev: b.Dev}}, Tracer: tr})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer m.Close()
+	t.Cleanup(m.Close)
 	srv := httptest.NewServer(m.Handler())
-	defer srv.Close()
+	t.Cleanup(srv.Close)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, "GET", fmt.Sprintf("%s/api/trace?qp=%d&nic=rnic0", srv.URL, a.QP.QPN), nil)
+	t.Cleanup(cancel)
+	req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL+"/api/trace?"+query(a), nil)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
+	t.Cleanup(func() { resp.Body.Close() })
 	if resp.StatusCode != 200 {
-		t.Fatalf("/api/trace: %s", resp.Status)
+		t.Fatalf("/api/trace?%s: %s", query(a), resp.Status)
 	}
+	return a, b, resp.Body
+}
+
+// TestTraceStream follows /api/trace?qp=N while a WRITE runs and reads
+// the events back from the JSON lines.
+func TestTraceStream(t *testing.T) {
+	a, b, body := traceStream(t, func(a *rnictest.End) string { return fmt.Sprintf("qp=%d&nic=rnic0", a.QP.QPN) })
 	// The subscription exists once the headers are in: traffic now.
 	werr := make(chan error, 1)
 	go func() { werr <- rnictest.TryWrite(a, b, 7, 2048) }()
 	var steps []trace.Step
-	err = trace.ReadJSON(resp.Body, func(e *trace.Event) error {
+	err := trace.ReadJSON(body, func(e *trace.Event) error {
 		if e.NIC != "rnic0" || (e.QPN != a.QP.QPN && e.DestQPN != a.QP.QPN) {
 			return fmt.Errorf("filter let through %+v", e)
 		}
@@ -314,6 +324,63 @@ func TestTraceStream(t *testing.T) {
 		}
 		if !found {
 			t.Errorf("stream lacks %v: %v", s, steps)
+		}
+	}
+}
+
+// TestTracePacketsStream follows /api/trace?packets=1 (rnic trace
+// -packets) while a three-packet WRITE runs: the WRITE's packets leave
+// in order and its ACK comes back, and no other step is in the stream.
+func TestTracePacketsStream(t *testing.T) {
+	a, b, body := traceStream(t, func(*rnictest.End) string { return "packets=1&nic=rnic0" })
+	werr := make(chan error, 1)
+	go func() { werr <- rnictest.TryWrite(a, b, 8, 3000) }()
+	var sent []string
+	err := trace.ReadJSON(body, func(e *trace.Event) error {
+		if !e.IsPacket() || e.NIC != "rnic0" {
+			return fmt.Errorf("packets=1&nic=rnic0 let through %+v", e)
+		}
+		switch {
+		case e.Step == trace.StepTransmit && e.DestQPN == b.QP.QPN: // the port knows the BTH's QP only
+			sent = append(sent, fmt.Sprintf("%s %#x", e.OpName(), e.PSN))
+		case e.Step == trace.StepReceive && e.Opcode == bth.RCAcknowledge && e.DestQPN == a.QP.QPN:
+			return io.EOF
+		default:
+			return fmt.Errorf("unexpected packet %+v", e)
+		}
+		return nil
+	})
+	if err != io.EOF {
+		t.Fatalf("trace stream: %v after %v", err, sent)
+	}
+	if err := <-werr; err != nil {
+		t.Fatal(err)
+	}
+	psn := 0x1000 + a.QP.QPN // rnictest's SQ PSN
+	want := []string{fmt.Sprintf("RDMA_WRITE_FIRST %#x", psn), fmt.Sprintf("RDMA_WRITE_MIDDLE %#x", psn+1), fmt.Sprintf("RDMA_WRITE_LAST %#x", psn+2)}
+	if strings.Join(sent, ", ") != strings.Join(want, ", ") {
+		t.Errorf("sent %v before the ACK, want %v", sent, want)
+	}
+}
+
+// TestTraceBadQuery: a filter /api/trace cannot read is refused, not
+// taken for no filter.
+func TestTraceBadQuery(t *testing.T) {
+	m, err := monitor.New(monitor.Config{Tracer: trace.New(0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	srv := httptest.NewServer(m.Handler())
+	defer srv.Close()
+	for _, q := range []string{"packets=maybe", "qp=x", "qp=0x1000000"} {
+		resp, err := http.Get(srv.URL + "/api/trace?" + q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest {
+			t.Errorf("/api/trace?%s: %s, want 400", q, resp.Status)
 		}
 	}
 }

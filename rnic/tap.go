@@ -20,9 +20,9 @@ type portTap struct {
 
 type captureRef struct{ ibudp.Tap }
 
-func (t *portTap) Packet(at ibudp.TapPoint, hdr, roce []byte, icrc ibudp.ICRCStatus) {
+func (t *portTap) Packet(at ibudp.TapPoint, hdr, roce []byte, icrc ibudp.ICRCStatus, qpn uint32) {
 	if c := t.capture.Load(); c != nil {
-		c.Packet(at, hdr, roce, icrc)
+		c.Packet(at, hdr, roce, icrc, qpn)
 	}
 	if !t.probe.On() || len(roce) < bth.BTHLen+bth.ICRCLen {
 		return
@@ -36,6 +36,7 @@ func (t *portTap) Packet(at ibudp.TapPoint, hdr, roce []byte, icrc ibudp.ICRCSta
 	}
 	switch at {
 	case ibudp.TapSent, ibudp.TapSentHeaders:
+		e.QPN = qpn // the QP it left from, which only the sender knows
 		e.Step, e.Arg = trace.StepICRC, binary.LittleEndian.Uint32(roce[len(roce)-bth.ICRCLen:])
 		t.probe.Emit(e)
 		e.Step, e.Arg = trace.StepTransmit, 0
@@ -51,6 +52,7 @@ func (t *portTap) Packet(at ibudp.TapPoint, hdr, roce []byte, icrc ibudp.ICRCSta
 		t.probe.Emit(e)
 	case ibudp.TapFaultDropTX, ibudp.TapFaultDropRX:
 		e.Module, e.Step, e.Len = trace.ModFault, trace.StepFaultDrop, uint32(len(roce))
+		e.QPN = qpn
 		if at == ibudp.TapFaultDropRX {
 			e.QPN, e.Arg = e.DestQPN, 1
 		}
@@ -77,14 +79,14 @@ func (t *portTap) WantsPayload() bool {
 
 // LinkPacket turns the fault injector's bottleneck link's marks and tail
 // drops into trace events, with the depth of the queue they met.
-func (t *portTap) LinkPacket(at ibudp.TapPoint, roce []byte, depth int) {
+func (t *portTap) LinkPacket(at ibudp.TapPoint, roce []byte, depth int, qpn uint32) {
 	if !t.probe.On() || len(roce) < bth.BTHLen+bth.ICRCLen {
 		return
 	}
 	e := trace.Event{Module: trace.ModFault, Opcode: bth.Opcode(roce[0]),
 		DestQPN: uint32(roce[5])<<16 | uint32(roce[6])<<8 | uint32(roce[7]),
 		PSN:     uint32(roce[9])<<16 | uint32(roce[10])<<8 | uint32(roce[11]),
-		Len:     uint32(len(roce)), Aux: uint32(depth), Step: trace.StepLinkMark}
+		Len:     uint32(len(roce)), Aux: uint32(depth), Step: trace.StepLinkMark, QPN: qpn}
 	switch at {
 	case ibudp.TapLinkDropTX, ibudp.TapLinkDropRX:
 		e.Step = trace.StepLinkDrop

@@ -334,9 +334,52 @@ func checkWriteTrace(t *testing.T, trC, trD string, qpn, dqpn uint32, wrid uint6
 // checks it printed a timeline of that QP.
 func followTrace(t *testing.T, rnic string, a, b *end) {
 	t.Helper()
+	out := traceWhileWriting(t, rnic, a, b, "-qp", fmt.Sprint(a.qp.QPN), "-n", "12")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 12 {
+		t.Fatalf("rnic trace -n 12 printed %d lines:\n%s", len(lines), out)
+	}
+	qp := fmt.Sprintf("qp %#x", a.qp.QPN)
+	for _, l := range lines {
+		if !strings.Contains(l, " rnicC ") || !strings.Contains(l, qp) {
+			t.Errorf("line %q is not rnicC's %s", l, qp)
+		}
+	}
+	if !strings.Contains(out, "transmit") && !strings.Contains(out, "post") {
+		t.Errorf("rnic trace shows neither a post nor a transmit:\n%s", out)
+	}
+
+	// -packets: a's WRITEs leaving and their ACKs arriving, nothing
+	// else; a sent packet names the QP it left from, so a's are there
+	// although the BTH names b's QP.
+	out = traceWhileWriting(t, rnic, a, b, "-qp", fmt.Sprint(a.qp.QPN), "-packets", "-json", "-n", "8")
+	seen := map[string]int{}
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		var e traceEvent
+		if err := json.Unmarshal([]byte(l), &e); err != nil {
+			t.Fatalf("rnic trace -json printed %q: %v", l, err)
+		}
+		switch {
+		case e.Module == "port" && e.Step == "transmit" && e.QPN == a.qp.QPN && e.DestQPN == b.qp.QPN && e.Opcode == "RC_RDMA_WRITE_ONLY",
+			e.Module == "port" && e.Step == "receive" && e.QPN == a.qp.QPN && e.Opcode == "RC_ACKNOWLEDGE":
+			seen[e.Step]++
+		default:
+			t.Errorf("rnic trace -qp %#x -packets printed %v", a.qp.QPN, e)
+		}
+	}
+	if seen["transmit"] == 0 || seen["receive"] == 0 {
+		t.Errorf("rnic trace -packets: %v, want WRITEs sent and ACKs received:\n%s", seen, out)
+	}
+}
+
+// traceWhileWriting runs rnic trace -d rnicC with args, which must stop
+// by itself (-n), WRITEing from a to b until it has, and returns what it
+// printed.
+func traceWhileWriting(t *testing.T, rnic string, a, b *end, args ...string) string {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, rnic, "trace", "-d", "rnicC", "-qp", fmt.Sprint(a.qp.QPN), "-n", "12")
+	cmd := exec.CommandContext(ctx, rnic, append([]string{"trace", "-d", "rnicC"}, args...)...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Start(); err != nil {
@@ -355,22 +398,9 @@ func followTrace(t *testing.T, rnic string, a, b *end) {
 		select {
 		case err := <-done:
 			if err != nil {
-				t.Fatalf("rnic trace: %v\n%s", err, errb.String())
+				t.Fatalf("rnic trace %q: %v\n%s", args, err, errb.String())
 			}
-			lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-			if len(lines) != 12 {
-				t.Fatalf("rnic trace -n 12 printed %d lines:\n%s", len(lines), out.String())
-			}
-			qp := fmt.Sprintf("qp %#x", a.qp.QPN)
-			for _, l := range lines {
-				if !strings.Contains(l, " rnicC ") || !strings.Contains(l, qp) {
-					t.Errorf("line %q is not rnicC's %s", l, qp)
-				}
-			}
-			if !strings.Contains(out.String(), "transmit") && !strings.Contains(out.String(), "post") {
-				t.Errorf("rnic trace shows neither a post nor a transmit:\n%s", out.String())
-			}
-			return
+			return out.String()
 		default:
 		}
 	}

@@ -246,6 +246,7 @@ func orDash(s string) string {
 func runTrace(args []string, stdout, stderr io.Writer) int {
 	fs, o := observeFlags("trace", stderr)
 	qp := fs.String("qp", "", "only this QP's events (QPN, decimal or 0x...)")
+	packets := fs.Bool("packets", false, "only the packets: sent, received, dropped by the fault injector")
 	count := fs.Int("n", 0, "stop after this many events (0: until interrupted)")
 	asJSON := fs.Bool("json", false, "print JSON lines instead of the timeline")
 	if pos, err := parseAnywhere(fs, args); err != nil || len(pos) != 0 {
@@ -262,6 +263,9 @@ func runTrace(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 		q.Set("qp", strconv.FormatUint(n, 10))
+	}
+	if *packets {
+		q.Set("packets", "1")
 	}
 	ms, err := o.connectAll()
 	if err != nil {

@@ -60,10 +60,10 @@ func startObservers(c config, dev *rnic.Device, faulty *fault.Injector, cmCounte
 		}
 	}()
 	if c.trace != "" {
-		if err := o.startTrace(c.trace, c.traceLim, tr); err != nil {
+		if err := o.startTrace(c.trace, c.traceLim, c.traceSel, tr); err != nil {
 			return nil, err
 		}
-		log.Info("trace file", "path", c.trace, "keeps", c.traceLim, "at_most_bytes", c.traceLim.bound())
+		log.Info("trace file", "path", c.trace, "keeps", c.traceLim, "at_most_bytes", c.traceLim.bound(), "selects", describeFilter(c.traceSel))
 	}
 	if c.pcap != "" {
 		w, err := pcap.Create(pcap.Config{Path: c.pcap, MaxBytes: int64(c.pcapLim.size), MaxFiles: c.pcapLim.files,
@@ -116,19 +116,31 @@ func startObservers(c config, dev *rnic.Device, faulty *fault.Injector, cmCounte
 	return o, nil
 }
 
-// startTrace writes every event of tr to path as JSON lines, in files
-// rotated within lim, from a reader subscribed now, before any client can
-// post work.
-func (o *observers) startTrace(path string, lim fileLimit, tr *trace.Tracer) error {
+// startTrace writes the events of tr that sel selects to path as JSON
+// lines, in files rotated within lim, from a reader subscribed now,
+// before any client can post work.
+func (o *observers) startTrace(path string, lim fileLimit, sel trace.Filter, tr *trace.Tracer) error {
 	// The buffer is what WriteJSON flushes after each batch it reads.
 	f, err := rotate.Create(rotate.Config{Path: path, MaxBytes: int64(lim.size), MaxFiles: lim.files, BufSize: 64 << 10})
 	if err != nil {
 		return fmt.Errorf("-trace: %w", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	o.traceFile, o.traceSub, o.traceStop, o.traceDone = f, tr.Subscribe(trace.Filter{}), cancel, make(chan error, 1)
+	o.traceFile, o.traceSub, o.traceStop, o.traceDone = f, tr.Subscribe(sel), cancel, make(chan error, 1)
 	go func() { o.traceDone <- trace.WriteJSON(ctx, o.traceSub, f) }()
 	return nil
+}
+
+// describeFilter says what a trace file selects, for its log line.
+func describeFilter(f trace.Filter) string {
+	what := "every event"
+	if f.Packets {
+		what = "packets"
+	}
+	if f.QPN != 0 {
+		what += fmt.Sprintf(" of QP %#x", f.QPN)
+	}
+	return what
 }
 
 // setCapture hands the device's packets to c, nil to stop.

@@ -41,7 +41,7 @@ func (h *Handler) notify(qp *qpmgr.QP, p bth.Packet, b *ibudp.Buf, tx qpmgr.TX) 
 		panic("rx: a CNP does not fit a buffer: " + err.Error()) // 32 bytes
 	}
 	out.N = c.Len()
-	out.Peer, out.SrcPort, out.TOS = peer, qp.SrcPort(), h.FC.CNPTOS()
+	out.Peer, out.SrcPort, out.TOS, out.QPN = peer, qp.SrcPort(), h.FC.CNPTOS(), qp.QPN
 	if h.Trace.On() {
 		h.Trace.Emit(trace.Event{Module: trace.ModFlowCtl, Step: trace.StepCNPSent, QPN: qp.QPN, DestQPN: dest, Opcode: bth.CNP})
 	}

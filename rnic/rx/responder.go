@@ -606,6 +606,6 @@ func response(qp *qpmgr.QP, tx qpmgr.TX, op bth.Opcode, n int, psn uint32) (*ibu
 	}
 	p.BTH().Encode(&bth.BTHFields{Opcode: op, PadCount: bth.PadFor(n), PKey: bth.DefaultPKey, DestQP: qp.Attr.DestQPN, PSN: psn})
 	b.N = p.Len()
-	b.Peer, b.SrcPort, b.TOS = qp.Dest(), qp.SrcPort(), qp.Attr.AH.TrafficClass
+	b.Peer, b.SrcPort, b.TOS, b.QPN = qp.Dest(), qp.SrcPort(), qp.Attr.AH.TrafficClass, qp.QPN
 	return b, p
 }

@@ -72,11 +72,67 @@ func TestFilter(t *testing.T) {
 	a.Emit(Event{Step: StepHeaders, QPN: 0x12, PSN: 1})
 	a.Emit(Event{Step: StepHeaders, QPN: 0x13, PSN: 2})
 	b.Emit(Event{Step: StepHeaders, QPN: 0x12, PSN: 3})
-	a.Emit(Event{Step: StepTransmit, DestQPN: 0x12, PSN: 4})
+	a.Emit(Event{Step: StepTransmit, QPN: 0x12, DestQPN: 0x99, PSN: 4})
+	// A packet another QP sent to a peer QP of the same number.
+	a.Emit(Event{Step: StepTransmit, QPN: 0x13, DestQPN: 0x12, PSN: 5})
 	buf := make([]Event, 16)
 	n := s.TryRead(buf)
 	if n != 2 || buf[0].PSN != 1 || buf[1].PSN != 4 {
 		t.Fatalf("filter kept %d: %+v", n, buf[:n])
+	}
+}
+
+// TestFilterAtEmit: the events no reader selects take no slot of the
+// ring, so that a reader of one QP, or of the packets only, is not
+// overrun by a busy QP it does not follow; a reader of everything puts
+// them back in the ring.
+func TestFilterAtEmit(t *testing.T) {
+	tr := New(32) // the 20 events the two readers select, not the 1,000 they do not
+	p := tr.Probe("rnic0")
+	qp := tr.Subscribe(Filter{QPN: 0x12})
+	defer qp.Close()
+	pkts := tr.Subscribe(Filter{Packets: true})
+	defer pkts.Close()
+	for i := range 1000 {
+		p.Emit(Event{Step: StepHeaders, QPN: 0x13, PSN: uint32(i)}) // neither reader's
+		if i%100 == 0 {
+			p.Emit(Event{Step: StepPost, QPN: 0x12, PSN: uint32(i)})
+			p.Emit(Event{Step: StepTransmit, QPN: 0x14, DestQPN: 0x99, PSN: uint32(i)})
+		}
+	}
+	buf := make([]Event, 32)
+	if n := qp.TryRead(buf); n != 10 || qp.Lost() != 0 {
+		t.Fatalf("QP reader: %d events, %d lost; want the 10 posts of QP 0x12, none lost", n, qp.Lost())
+	} else {
+		for i, e := range buf[:n] {
+			if e.QPN != 0x12 || e.PSN != uint32(100*i) {
+				t.Fatalf("QP reader's event %d: %+v", i, e)
+			}
+		}
+	}
+	if n := pkts.TryRead(buf); n != 10 || pkts.Lost() != 0 {
+		t.Fatalf("packet reader: %d events, %d lost; want the 10 transmits, none lost", n, pkts.Lost())
+	} else {
+		for i, e := range buf[:n] {
+			if e.Step != StepTransmit || e.PSN != uint32(100*i) {
+				t.Fatalf("packet reader's event %d: %+v", i, e)
+			}
+		}
+	}
+	// Once nobody takes everything, the ring is back to what the readers
+	// select: everything, while this reader is there.
+	all := tr.Subscribe(Filter{})
+	for i := range 40 {
+		p.Emit(Event{Step: StepHeaders, QPN: 0x13, PSN: uint32(i)})
+	}
+	if n := all.TryRead(buf); n != 32 || all.Lost() != 8 {
+		t.Fatalf("reader of all: %d events, %d lost; want the ring's 32 of 40, 8 lost", n, all.Lost())
+	}
+	all.Close()
+	p.Emit(Event{Step: StepHeaders, QPN: 0x13})
+	p.Emit(Event{Step: StepPost, QPN: 0x12, PSN: 7})
+	if n := qp.TryRead(buf); n != 1 || buf[0].PSN != 7 || buf[0].NIC != "rnic0" || buf[0].Time == 0 {
+		t.Fatalf("QP reader after the other left: %d events %+v", n, buf[:n])
 	}
 }
 

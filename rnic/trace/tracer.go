@@ -18,6 +18,12 @@ type Tracer struct {
 	// on is 1 while a reader is subscribed: events are wanted. Probe.On
 	// is one load of it.
 	on atomic.Uint32
+	// wants is what the readers' filters select together, read by every
+	// Emit without the lock: nil while some reader takes every event.
+	// An event no reader wants never takes the lock nor a ring slot, so
+	// a filtered reader (rnicd -trace-qp, -trace-packets, rnic trace -qp)
+	// is not overrun by the events it would have skipped.
+	wants atomic.Pointer[[]Filter]
 
 	mu   sync.Mutex
 	ring []Event // power-of-two length; event seq s lives at s & mask
@@ -39,13 +45,41 @@ func New(size int) *Tracer {
 	return &Tracer{ring: make([]Event, n), mask: uint64(n - 1), subs: make(map[*Sub]struct{})}
 }
 
-// setOn records whether t has readers; t.mu is held.
-func (t *Tracer) setOn(on bool) {
+// readersChanged records whether t has readers and what they select;
+// t.mu is held.
+func (t *Tracer) readersChanged() {
+	var fs []Filter
+	for s := range t.subs {
+		if s.f == (Filter{}) {
+			fs = nil
+			break
+		}
+		fs = append(fs, s.f)
+	}
+	if fs == nil {
+		t.wants.Store(nil)
+	} else {
+		t.wants.Store(&fs)
+	}
 	v := uint32(0)
-	if on {
+	if len(t.subs) > 0 {
 		v = 1
 	}
 	t.on.Store(v)
+}
+
+// wanted reports whether some reader's filter selects e.
+func (t *Tracer) wanted(e *Event) bool {
+	fs := t.wants.Load()
+	if fs == nil {
+		return true
+	}
+	for i := range *fs {
+		if (*fs)[i].Match(e) {
+			return true
+		}
+	}
+	return false
 }
 
 // Probe is one NIC's handle on a Tracer: the engines of a device hold it,
@@ -75,16 +109,23 @@ func (p *Probe) Tracer() *Tracer { return p.t }
 func (p *Probe) NIC() string { return p.nic }
 
 // Emit stamps e with the NIC's name, the time and a sequence number, and
-// puts it in the ring. Call it only when On reported true.
+// puts it in the ring, unless no reader's filter selects it. Call it only
+// when On reported true.
 func (p *Probe) Emit(e Event) {
-	e.Time = time.Now().UnixNano()
 	e.NIC = p.nic
 	t := p.t
+	if !t.wanted(&e) {
+		return
+	}
+	e.Time = time.Now().UnixNano()
 	t.mu.Lock()
 	t.seq++
 	e.Seq = t.seq
 	t.ring[t.seq&t.mask] = e
 	for s := range t.subs {
+		if !s.f.Match(&e) {
+			continue
+		}
 		select {
 		case s.wake <- struct{}{}:
 		default:
@@ -95,8 +136,10 @@ func (p *Probe) Emit(e Event) {
 
 // Filter selects events for a reader. Its zero value selects all.
 type Filter struct {
-	// QPN, if not 0, keeps the events of that QP: those whose QPN or
-	// packet destination QPN is it.
+	// QPN, if not 0, keeps the events of that QP: every step of its
+	// messages, and the packets it sent and received (a sent packet's
+	// event names the QP it left from; the BTH names only the QP it goes
+	// to, which on the peer may have any number).
 	QPN uint32
 	// NIC, if set, keeps that NIC's events.
 	NIC string
@@ -106,7 +149,7 @@ type Filter struct {
 
 // Match reports whether f selects e.
 func (f *Filter) Match(e *Event) bool {
-	if f.QPN != 0 && e.QPN != f.QPN && e.DestQPN != f.QPN {
+	if f.QPN != 0 && e.QPN != f.QPN {
 		return false
 	}
 	if f.NIC != "" && e.NIC != f.NIC {
@@ -135,7 +178,7 @@ func (t *Tracer) Subscribe(f Filter) *Sub {
 	defer t.mu.Unlock()
 	s := &Sub{t: t, f: f, next: t.seq + 1, wake: make(chan struct{}, 1)}
 	t.subs[s] = struct{}{}
-	t.setOn(true)
+	t.readersChanged()
 	return s
 }
 
@@ -149,11 +192,12 @@ func (s *Sub) Close() {
 	}
 	s.closed = true
 	delete(t.subs, s)
-	t.setOn(len(t.subs) > 0)
+	t.readersChanged()
 }
 
 // Lost is the number of events the reader missed because it fell more
-// than a ring behind.
+// than a ring behind. The ring holds what any reader selects, so with
+// readers of different filters some of these may be another's.
 func (s *Sub) Lost() uint64 {
 	s.t.mu.Lock()
 	defer s.t.mu.Unlock()

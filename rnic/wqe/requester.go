@@ -232,7 +232,7 @@ func (e *Engine) emit(qp *qpmgr.QP, w *qpmgr.SendWQE, tx qpmgr.TX) error {
 		DestQP: qp.Attr.DestQPN, PSN: w.PSN,
 		SolicitedEvent: last && w.WR.Flags&ib.SendSolicited != 0 && op != ib.WRRDMAWrite,
 	}
-	b.Peer, b.SrcPort, b.TOS = qp.Dest(), qp.SrcPort(), qp.Attr.AH.TrafficClass
+	b.Peer, b.SrcPort, b.TOS, b.QPN = qp.Dest(), qp.SrcPort(), qp.Attr.AH.TrafficClass, qp.QPN
 	if qp.Type == ib.QPTypeUD {
 		f.DestQP = w.WR.RemoteQPN
 		b.Peer, b.TOS = w.WR.AH.Addr(), w.WR.AH.TrafficClass

@@ -395,7 +395,7 @@ func (f *Injector) impair(d int, b *ibudp.Buf, now time.Time, out *[]*ibudp.Buf)
 	if f.roll(c.Drop) || fd.matched == c.DropNth {
 		fd.counts.Dropped++
 		if t := f.tap.Load(); t != nil {
-			t.Packet(ibudp.TapFaultDropTX+ibudp.TapPoint(d), nil, b.RoCE(), b.ICRC)
+			t.Packet(ibudp.TapFaultDropTX+ibudp.TapPoint(d), nil, b.RoCE(), b.ICRC, b.QPN)
 		}
 		if d == dirRX {
 			f.pool.Put(b)

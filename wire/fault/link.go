@@ -151,7 +151,7 @@ func (f *Injector) tapLink(at ibudp.TapPoint, b *ibudp.Buf, depth int) {
 		return
 	}
 	if lt, ok := t.(ibudp.LinkTap); ok {
-		lt.LinkPacket(at, b.RoCE(), depth)
+		lt.LinkPacket(at, b.RoCE(), depth, b.QPN)
 	}
 }
 

@@ -33,8 +33,8 @@ type linkTap struct {
 	marks, drops []int // depths
 }
 
-func (*linkTap) Packet(ibudp.TapPoint, []byte, []byte, ibudp.ICRCStatus) {}
-func (l *linkTap) LinkPacket(at ibudp.TapPoint, roce []byte, depth int) {
+func (*linkTap) Packet(ibudp.TapPoint, []byte, []byte, ibudp.ICRCStatus, uint32) {}
+func (l *linkTap) LinkPacket(at ibudp.TapPoint, roce []byte, depth int, _ uint32) {
 	switch at {
 	case ibudp.TapLinkMarkTX:
 		l.marks = append(l.marks, depth)

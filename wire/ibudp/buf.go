@@ -86,6 +86,12 @@ type Buf struct {
 	// ModeUDP.
 	IPID uint16
 
+	// QPN is the number of the local QP that built a packet to send, for
+	// the port's Tap (a trace names the QP each packet left from, which
+	// the wire does not say: the BTH holds the destination QP only); 0
+	// where no QP did or on receive. It never goes on the wire.
+	QPN uint32
+
 	// Flip, when nonzero, makes the port flip bit Flip-1 of the RoCE part
 	// after sealing the ICRC, and clear it: a fault injector's TX
 	// corruption (package fault), which the peer's ICRC check must catch.

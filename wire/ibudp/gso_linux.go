@@ -172,7 +172,7 @@ func (u *udpPort) sealInto(env *bth.Envelope, b *Buf, iovs []unix.Iovec) int {
 			if t != nil {
 				// The trace's tap: headers, length and ICRC only.
 				roce := b.Data[Headroom : Headroom+b.N]
-				t.Packet(TapSentHeaders, u.sentHeader(env, roce), roce, ICRCUnchecked)
+				t.Packet(TapSentHeaders, u.sentHeader(env, roce), roce, ICRCUnchecked, b.QPN)
 			}
 			n := 0
 			for _, p := range [...][]byte{head, payload, tail} {
@@ -189,7 +189,7 @@ func (u *udpPort) sealInto(env *bth.Envelope, b *Buf, iovs []unix.Iovec) int {
 	u.txSum.sealEnvelope(env, roce)
 	b.ApplyFlip()
 	if t := u.tap.Load(); t != nil {
-		t.Packet(TapSent, u.sentHeader(env, roce), roce, ICRCUnchecked)
+		t.Packet(TapSent, u.sentHeader(env, roce), roce, ICRCUnchecked, b.QPN)
 	}
 	iovs[0].Base = &roce[0]
 	iovs[0].SetLen(b.N)

@@ -120,7 +120,7 @@ type sentTap struct {
 	points  map[TapPoint]int
 }
 
-func (s *sentTap) Packet(at TapPoint, hdr, roce []byte, icrc ICRCStatus) {
+func (s *sentTap) Packet(at TapPoint, hdr, roce []byte, icrc ICRCStatus, _ uint32) {
 	if at != TapSent && at != TapSentHeaders {
 		return
 	}

@@ -345,7 +345,7 @@ func (u *udpPort) recvGroup(m *mcastRx, s *mcastSock, b *Buf, t *tally) (ok, mor
 func (m *mcastRx) tapRecv(u *udpPort, at TapPoint, env *bth.Envelope, b *Buf) {
 	if t := u.tap.Load(); t != nil {
 		roce := b.RoCE()
-		t.Packet(at, m.hdr[:env.Put(m.hdr[:], len(roce))], roce, b.ICRC)
+		t.Packet(at, m.hdr[:env.Put(m.hdr[:], len(roce))], roce, b.ICRC, 0)
 	}
 }
 

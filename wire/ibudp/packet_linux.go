@@ -247,7 +247,7 @@ func (p *packetPort) prepare(b *Buf, k int) bool {
 		putUDP6Checksum(frame[:p.hl], frame[p.hl:]) // mandatory over IPv6 (csum.go)
 	}
 	if t := p.tap.Load(); t != nil {
-		t.Packet(TapSent, frame[:p.hl], frame[p.hl:], ICRCUnchecked)
+		t.Packet(TapSent, frame[:p.hl], frame[p.hl:], ICRCUnchecked, b.QPN)
 	}
 	m := p.tx.m
 	m.set(k, frame, putSockaddr(m.name(k), peer, 0, p.scope), 0)
@@ -362,13 +362,13 @@ func (p *packetPort) check(b *Buf, d rxInfo, t *tally) bool {
 		default:
 			t[cRxICRCErrors]++
 			if tp := p.tap.Load(); tp != nil {
-				tp.Packet(TapICRCError, raw[:h.hdrLen], roce, ICRCUnchecked)
+				tp.Packet(TapICRCError, raw[:h.hdrLen], roce, ICRCUnchecked, 0)
 			}
 		}
 		return false
 	}
 	if tp := p.tap.Load(); tp != nil {
-		tp.Packet(TapReceived, raw[:h.hdrLen], roce, ICRCVerified)
+		tp.Packet(TapReceived, raw[:h.hdrLen], roce, ICRCVerified, 0)
 	}
 	if start+h.hdrLen != Headroom {
 		copy(b.Data[Headroom:], roce)

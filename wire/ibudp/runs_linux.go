@@ -97,12 +97,12 @@ func (r *runs) cut(c *icrc, raw []byte, h ipHeader, tap Tap) (ok bool, bad int) 
 		if len(seg) < minRoCELen || !r.checkSeg(c, raw[:h.hdrLen], h, k, seg) {
 			bad++
 			if tap != nil && len(seg) >= minRoCELen {
-				tap.Packet(TapICRCError, r.hdr[:h.hdrLen], seg, ICRCUnchecked)
+				tap.Packet(TapICRCError, r.hdr[:h.hdrLen], seg, ICRCUnchecked, 0)
 			}
 			continue
 		}
 		if tap != nil {
-			tap.Packet(TapReceived, r.hdr[:h.hdrLen], seg, ICRCVerified)
+			tap.Packet(TapReceived, r.hdr[:h.hdrLen], seg, ICRCVerified, 0)
 		}
 		id := h.env.ID // 0 over IPv6, which has none
 		if h.env.Src.Is4() {

@@ -66,11 +66,12 @@ func (p TapPoint) String() string {
 // the UDP checksum the kernel computes over IPv6; on receive the ID the
 // ICRC check found, TTL 64, UDP checksum 0 since the socket does not show
 // it), so that the ICRC in roce checks against it. icrc says how a received packet's ICRC was checked.
+// qpn is the local QP a sent packet left from (Buf.QPN), 0 on receive.
 //
 // Packet runs on the goroutine inside Send or Recv, with the port's lock
 // held: it must not keep the slices, call the port, or block for long.
 type Tap interface {
-	Packet(at TapPoint, hdr, roce []byte, icrc ICRCStatus)
+	Packet(at TapPoint, hdr, roce []byte, icrc ICRCStatus, qpn uint32)
 }
 
 // PayloadTap is a Tap that can say it does not read payloads: one whose
@@ -93,7 +94,7 @@ type PayloadTap interface {
 // block.
 type LinkTap interface {
 	Tap
-	LinkPacket(at TapPoint, roce []byte, depth int)
+	LinkPacket(at TapPoint, roce []byte, depth int, qpn uint32)
 }
 
 // wantsPayload reports whether t needs a sent packet's payload.

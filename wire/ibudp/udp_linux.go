@@ -236,7 +236,7 @@ func (u *udpPort) prepare(b *Buf, k int) bool {
 	u.txSum.sealEnvelope(&env, roce)
 	b.ApplyFlip()
 	if t := u.tap.Load(); t != nil {
-		t.Packet(TapSent, u.sentHeader(&env, roce), roce, ICRCUnchecked)
+		t.Packet(TapSent, u.sentHeader(&env, roce), roce, ICRCUnchecked, b.QPN)
 	}
 	m := u.tx.m
 	nl := putSockaddr(m.name(k), peer, u.cfg.RemotePort, u.scope)
@@ -383,6 +383,6 @@ func (u *udpPort) sentHeader(env *bth.Envelope, roce []byte) []byte {
 func (u *udpPort) tapRecv(at TapPoint, env *bth.Envelope, b *Buf) {
 	if t := u.tap.Load(); t != nil {
 		roce := b.RoCE()
-		t.Packet(at, u.rxHdr[:env.Put(u.rxHdr[:], len(roce))], roce, b.ICRC)
+		t.Packet(at, u.rxHdr[:env.Put(u.rxHdr[:], len(roce))], roce, b.ICRC, 0)
 	}
 }

@@ -172,7 +172,7 @@ func FileName(path string, i int) string { return rotate.Name(path, i) }
 
 // Packet writes one packet the port sent or received (ibudp.Tap). Packets
 // the fault injector dropped never were on the wire and are not written.
-func (w *Writer) Packet(at ibudp.TapPoint, hdr, roce []byte, _ ibudp.ICRCStatus) {
+func (w *Writer) Packet(at ibudp.TapPoint, hdr, roce []byte, _ ibudp.ICRCStatus, _ uint32) {
 	if at != ibudp.TapSent && at != ibudp.TapReceived && at != ibudp.TapICRCError {
 		return
 	}

@@ -246,7 +246,7 @@ func TestCaptureStops(t *testing.T) {
 	}
 	hdr := make([]byte, 28)
 	hdr[0] = 0x45
-	w.Packet(ibudp.TapSent, hdr, make([]byte, 16), ibudp.ICRCUnchecked)
+	w.Packet(ibudp.TapSent, hdr, make([]byte, 16), ibudp.ICRCUnchecked, 0)
 	if st := w.Stats(); st.Errors != 1 || st.Packets != 0 {
 		t.Fatalf("stats %+v after close", st)
 	}
@@ -272,7 +272,7 @@ func TestCaptureBounded(t *testing.T) {
 	roce := make([]byte, 1000)
 	for i := range count {
 		binary.BigEndian.PutUint32(roce, uint32(i))
-		w.Packet(ibudp.TapSent, hdr, roce, ibudp.ICRCUnchecked)
+		w.Packet(ibudp.TapSent, hdr, roce, ibudp.ICRCUnchecked, 0)
 	}
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
@@ -322,7 +322,7 @@ func TestPcapNGICRCComment(t *testing.T) {
 	hdr[0], hdr[9] = 0x45, 17
 	copy(hdr[12:], []byte{198, 18, 0, 1, 198, 18, 0, 2})
 	roce := bytes.Repeat([]byte{0xab}, 40)
-	w.Packet(ibudp.TapICRCError, hdr, roce, ibudp.ICRCStatus(0))
+	w.Packet(ibudp.TapICRCError, hdr, roce, ibudp.ICRCStatus(0), 0)
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -391,7 +391,7 @@ func TestCaptureSnapLen(t *testing.T) {
 				binary.BigEndian.PutUint16(hdr[22:], 4791)
 				binary.BigEndian.PutUint16(hdr[24:], uint16(8+len(roce)))
 				for _, w := range []*pcap.Writer{whole, cut} {
-					w.Packet(ibudp.TapSent, hdr, roce, ibudp.ICRCUnchecked)
+					w.Packet(ibudp.TapSent, hdr, roce, ibudp.ICRCUnchecked, 0)
 				}
 			}
 			for _, w := range []*pcap.Writer{whole, cut} {
