@@ -385,6 +385,72 @@ func TestTraceBadQuery(t *testing.T) {
 	}
 }
 
+// TestPacketsNameTheirQP: a device with two QPs, each connected to a
+// peer that numbers its QPs from 0x11 as rxe does, so that both send to
+// a QP 0x11. Each packet's row names the QP it left from and the peer it
+// went to, where, told apart by the destination alone, one QP's
+// packets were drawn as the other's.
+func TestPacketsNameTheirQP(t *testing.T) {
+	tr := trace.New(0)
+	a, b := rnictest.NewEnds(t, tr)
+	c := rnictest.Open(t, tr, "rnic2", "none")
+	a2 := a.AnotherQP(t)
+	rnictest.Connect(t, a2, c)
+	rnictest.Connect(t, c, a2)
+	if b.QP.QPN != c.QP.QPN || a.QP.QPN == a2.QP.QPN {
+		t.Fatalf("QPNs: a %#x and %#x, peers %#x and %#x; want two of a's to two peers' alike", a.QP.QPN, a2.QP.QPN, b.QP.QPN, c.QP.QPN)
+	}
+	m, err := monitor.New(monitor.Config{Devices: []monitor.Device{{Dev: a.Dev, Faulty: a.Faulty}}, Tracer: tr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	srv := httptest.NewServer(m.Handler())
+	defer srv.Close()
+	get := func() []monitor.Packet {
+		t.Helper()
+		resp, err := http.Get(srv.URL + "/api/packets?after=0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var r struct {
+			Packets []monitor.Packet `json:"packets"`
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
+			t.Fatal(err)
+		}
+		return r.Packets
+	}
+	get() // starts the trace
+	farB, farC := b.Dev.QueryPort().Addr.String(), c.Dev.QueryPort().Addr.String()
+	want := map[string]int{
+		fmt.Sprintf("%#x to %s %#x", a.QP.QPN, farB, b.QP.QPN):  3,
+		fmt.Sprintf("%#x to %s %#x", a2.QP.QPN, farC, c.QP.QPN): 3,
+	}
+	// Both WRITEs, then until their rows are in: three packets each.
+	deadline := time.Now().Add(10 * time.Second)
+	for i := 0; ; i++ {
+		if i == 0 {
+			rnictest.Write(t, a, b, 1, 3000)
+			rnictest.Write(t, a2, c, 2, 3000)
+		}
+		got := map[string]int{}
+		for _, p := range get() {
+			if p.From == a.Dev.Name() && p.Class == "RDMA_WRITE" {
+				got[fmt.Sprintf("%#x to %s %#x", p.FromQPN, p.To, p.ToQPN)] += p.Count
+			}
+		}
+		if fmt.Sprint(got) == fmt.Sprint(want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("WRITE rows from %s: %v, want %v", a.Dev.Name(), got, want)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // TestLanesGoWithQPs: a monitor of one device, as rnicd serves it, draws
 // the far end its QP is connected to as a lane, with the far QP, and the
 // packets between them; once the QP is destroyed the lane and its rows

@@ -234,14 +234,12 @@ func (m *Monitor) notePeer(name string) {
 	m.peers = append(m.peers, farEnd{name: name})
 }
 
-// qpBook finds a device's QP by its own QPN or by the QPN it sends to,
-// from the QP table, read again at most once per batch of events (a
-// read locks every QP).
+// qpBook finds a device's QP by its QPN, from the QP table, read again
+// at most once per batch of events (a read locks every QP).
 type qpBook struct {
-	devs     []Device
-	byLocal  map[qpKey]rnic.QPInfo
-	byRemote map[qpKey]rnic.QPInfo
-	fresh    bool // read during this batch
+	devs  []Device
+	qps   map[qpKey]rnic.QPInfo
+	fresh bool // read during this batch
 }
 
 type qpKey struct {
@@ -250,26 +248,18 @@ type qpKey struct {
 }
 
 func (b *qpBook) refresh() {
-	b.byLocal, b.byRemote, b.fresh = map[qpKey]rnic.QPInfo{}, map[qpKey]rnic.QPInfo{}, true
+	b.qps, b.fresh = map[qpKey]rnic.QPInfo{}, true
 	for _, d := range b.devs {
 		for _, q := range d.Dev.Observer().QPInfo() {
-			b.byLocal[qpKey{d.Dev.Name(), q.QPN}] = q
-			if q.DestQPN != 0 {
-				b.byRemote[qpKey{d.Dev.Name(), q.DestQPN}] = q
-			}
+			b.qps[qpKey{d.Dev.Name(), q.QPN}] = q
 		}
 	}
 }
 
-// find returns device nic's QP whose own QPN (remote false) or
-// destination QPN (remote true) is qpn.
-func (b *qpBook) find(nic string, qpn uint32, remote bool) (rnic.QPInfo, bool) {
+// find returns device nic's QP numbered qpn.
+func (b *qpBook) find(nic string, qpn uint32) (rnic.QPInfo, bool) {
 	for {
-		m := b.byLocal
-		if remote {
-			m = b.byRemote
-		}
-		if q, ok := m[qpKey{nic, qpn}]; ok || b.fresh {
+		if q, ok := b.qps[qpKey{nic, qpn}]; ok || b.fresh {
 			return q, ok
 		}
 		b.refresh()
@@ -329,19 +319,18 @@ func (m *Monitor) followTrace(ctx context.Context, sub *trace.Sub) {
 		}
 		return q.Dest.String(), q.DestQPN
 	}
-	// sent and rcvd make the arrow of a packet device nic sent to QP
-	// dest, or received for its QP local.
-	sent := func(nic string, dest uint32) Packet {
-		q, ok := book.find(nic, dest, true)
+	// sent and rcvd make the arrow of a packet device nic sent from its
+	// QP local to QP dest, or received for its QP local. A sent packet's
+	// event names its QP; by the destination alone two QPs connected to
+	// peers that number their QPs alike (rxe and rnicd both start at
+	// 0x11) would be one.
+	sent := func(nic string, local, dest uint32) Packet {
+		q, ok := book.find(nic, local)
 		to, _ := far(nic, q, ok)
-		p := Packet{From: nic, To: to, ToQPN: dest}
-		if ok {
-			p.FromQPN = q.QPN
-		}
-		return p
+		return Packet{From: nic, To: to, FromQPN: local, ToQPN: dest}
 	}
 	rcvd := func(nic string, local uint32) Packet {
-		q, ok := book.find(nic, local, false)
+		q, ok := book.find(nic, local)
 		from, qpn := far(nic, q, ok)
 		return Packet{From: from, To: nic, FromQPN: qpn, ToQPN: local}
 	}
@@ -373,14 +362,14 @@ func (m *Monitor) followTrace(ctx context.Context, sub *trace.Sub) {
 				retx[key{e.NIC, e.PSN, e.Opcode}] = true
 				continue
 			case e.Step == trace.StepTransmit:
-				p = sent(e.NIC, e.DestQPN)
+				p = sent(e.NIC, e.QPN, e.DestQPN)
 				k := key{e.NIC, e.PSN, e.Opcode}
 				p.Retransmit = retx[k]
 				delete(retx, k)
 			case (e.Step == trace.StepFaultDrop || e.Step == trace.StepLinkDrop) && e.Arg == 0:
 				// Lost before the port (the injector's drop, or its
 				// link's full queue): never sent.
-				p = sent(e.NIC, e.DestQPN)
+				p = sent(e.NIC, e.QPN, e.DestQPN)
 				p.Lost = true
 				k := key{e.NIC, e.PSN, e.Opcode}
 				p.Retransmit = retx[k]

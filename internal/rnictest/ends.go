@@ -10,7 +10,6 @@ package rnictest
 
 import (
 	"fmt"
-	"net/netip"
 	"testing"
 	"time"
 
@@ -28,6 +27,7 @@ import (
 type End struct {
 	Dev    *rnic.Device
 	Faulty *fault.Injector
+	PD     rnic.PD
 	CQ     *rnic.CQ
 	Mem    []byte
 	MR     *rnic.MR
@@ -49,58 +49,85 @@ func NewEnds(t testing.TB, tr *trace.Tracer) (a, b *End) {
 // (flowctl.NewAlgorithm's names, rnicd -cc), with mlx5's defaults.
 func NewEndsCC(t testing.TB, tr *trace.Tracer, cc string) (a, b *End) {
 	t.Helper()
-	open := func(addr netip.Addr, name string) *End {
-		port, err := ibudp.Open(ibudp.Config{Addr: addr, MTU: 1024})
-		if err != nil {
-			t.Fatalf("open port %v: %v", addr, err)
-		}
-		e := &End{Faulty: fault.New(port, 1)}
-		alg, err := flowctl.NewAlgorithm(cc, flowctl.DefaultParams(), 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if e.Dev, err = rnic.Open(rnic.Config{Port: e.Faulty, Name: name, Trace: tr, CC: alg}); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { e.Dev.Close() })
-		pd := e.Dev.AllocPD()
-		if e.CQ, err = e.Dev.CreateCQ(4096); err != nil {
-			t.Fatal(err)
-		}
-		e.Mem = make([]byte, 1<<20)
-		if e.MR, err = e.Dev.RegMR(pd, e.Mem, MemVA, ib.AccessLocalWrite|ib.AccessRemoteWrite|ib.AccessRemoteRead); err != nil {
-			t.Fatal(err)
-		}
-		if e.QP, err = e.Dev.CreateQP(rnic.QPInitAttr{PD: pd, Type: ib.QPTypeRC, SendCQ: e.CQ, RecvCQ: e.CQ,
-			Caps: ib.QPCap{MaxSendWR: 256, MaxRecvWR: 256, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
-			t.Fatal(err)
-		}
-		return e
-	}
-	a = open(looptest.Get(t), "rnic0")
-	b = open(looptest.Get(t), "rnic1")
-	connect := func(x, y *End) {
-		steps := []struct {
-			a    ib.QPAttr
-			mask ib.AttrMask
-		}{
-			{ib.QPAttr{State: ib.QPSInit, PortNum: 1, AccessFlags: ib.AccessRemoteWrite | ib.AccessRemoteRead},
-				ib.AttrState | ib.AttrPKeyIndex | ib.AttrPort | ib.AttrAccessFlags},
-			{ib.QPAttr{State: ib.QPSRTR, PathMTU: ib.MTU1024, DestQPN: y.QP.QPN, RQPSN: 0x1000 + y.QP.QPN, MaxDestRdAtomic: 4,
-				AH: ib.AH{DGID: netif.GIDFromAddr(y.Dev.QueryPort().Addr), HopLimit: 64}},
-				ib.AttrState | ib.AttrAV | ib.AttrPathMTU | ib.AttrDestQPN | ib.AttrRQPSN | ib.AttrMaxDestRdAtomic | ib.AttrMinRNRTimer},
-			{ib.QPAttr{State: ib.QPSRTS, SQPSN: 0x1000 + x.QP.QPN, Timeout: 17, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 4},
-				ib.AttrState | ib.AttrTimeout | ib.AttrRetryCnt | ib.AttrRNRRetry | ib.AttrSQPSN | ib.AttrMaxQPRdAtomic},
-		}
-		for _, s := range steps {
-			if err := x.Dev.ModifyQP(x.QP, &s.a, s.mask); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	connect(a, b)
-	connect(b, a)
+	a = Open(t, tr, "rnic0", cc)
+	b = Open(t, tr, "rnic1", cc)
+	Connect(t, a, b)
+	Connect(t, b, a)
 	return a, b
+}
+
+// Open opens a device named name on a loopback address of the test's
+// own, tracing into tr, with congestion control cc, and gives it a PD, a
+// CQ, a registered buffer at MemVA and an RC QP in RESET; the device
+// closes when the test ends.
+func Open(t testing.TB, tr *trace.Tracer, name, cc string) *End {
+	t.Helper()
+	addr := looptest.Get(t)
+	port, err := ibudp.Open(ibudp.Config{Addr: addr, MTU: 1024})
+	if err != nil {
+		t.Fatalf("open port %v: %v", addr, err)
+	}
+	e := &End{Faulty: fault.New(port, 1)}
+	alg, err := flowctl.NewAlgorithm(cc, flowctl.DefaultParams(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.Dev, err = rnic.Open(rnic.Config{Port: e.Faulty, Name: name, Trace: tr, CC: alg}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Dev.Close() })
+	e.PD = e.Dev.AllocPD()
+	if e.CQ, err = e.Dev.CreateCQ(4096); err != nil {
+		t.Fatal(err)
+	}
+	e.Mem = make([]byte, 1<<20)
+	if e.MR, err = e.Dev.RegMR(e.PD, e.Mem, MemVA, ib.AccessLocalWrite|ib.AccessRemoteWrite|ib.AccessRemoteRead); err != nil {
+		t.Fatal(err)
+	}
+	e.QP = e.createQP(t)
+	return e
+}
+
+// AnotherQP returns an End on e's device, PD, CQ and buffer with an RC
+// QP of its own, in RESET: a device's second connection.
+func (e *End) AnotherQP(t testing.TB) *End {
+	t.Helper()
+	n := *e
+	n.QP = e.createQP(t)
+	return &n
+}
+
+func (e *End) createQP(t testing.TB) *rnic.QP {
+	t.Helper()
+	qp, err := e.Dev.CreateQP(rnic.QPInitAttr{PD: e.PD, Type: ib.QPTypeRC, SendCQ: e.CQ, RecvCQ: e.CQ,
+		Caps: ib.QPCap{MaxSendWR: 256, MaxRecvWR: 256, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return qp
+}
+
+// Connect takes x's QP through INIT and RTR to RTS, connected to y's:
+// its SQ PSN 0x1000 plus its own QPN, y's the same way.
+func Connect(t testing.TB, x, y *End) {
+	t.Helper()
+	steps := []struct {
+		a    ib.QPAttr
+		mask ib.AttrMask
+	}{
+		{ib.QPAttr{State: ib.QPSInit, PortNum: 1, AccessFlags: ib.AccessRemoteWrite | ib.AccessRemoteRead},
+			ib.AttrState | ib.AttrPKeyIndex | ib.AttrPort | ib.AttrAccessFlags},
+		{ib.QPAttr{State: ib.QPSRTR, PathMTU: ib.MTU1024, DestQPN: y.QP.QPN, RQPSN: 0x1000 + y.QP.QPN, MaxDestRdAtomic: 4,
+			AH: ib.AH{DGID: netif.GIDFromAddr(y.Dev.QueryPort().Addr), HopLimit: 64}},
+			ib.AttrState | ib.AttrAV | ib.AttrPathMTU | ib.AttrDestQPN | ib.AttrRQPSN | ib.AttrMaxDestRdAtomic | ib.AttrMinRNRTimer},
+		{ib.QPAttr{State: ib.QPSRTS, SQPSN: 0x1000 + x.QP.QPN, Timeout: 17, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 4},
+			ib.AttrState | ib.AttrTimeout | ib.AttrRetryCnt | ib.AttrRNRRetry | ib.AttrSQPSN | ib.AttrMaxQPRdAtomic},
+	}
+	for _, s := range steps {
+		if err := x.Dev.ModifyQP(x.QP, &s.a, s.mask); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // Write posts a signaled RDMA WRITE of n bytes from a to b and waits for
