@@ -385,6 +385,20 @@ func TestTraceBadQuery(t *testing.T) {
 	}
 }
 
+// serveOne serves a monitor of e's device alone, as rnicd serves its
+// own, until the test ends.
+func serveOne(t *testing.T, e *rnictest.End, tr *trace.Tracer) *httptest.Server {
+	t.Helper()
+	m, err := monitor.New(monitor.Config{Devices: []monitor.Device{{Dev: e.Dev, Faulty: e.Faulty}}, Tracer: tr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Close)
+	srv := httptest.NewServer(m.Handler())
+	t.Cleanup(srv.Close)
+	return srv
+}
+
 // TestPacketsNameTheirQP: a device with two QPs, each connected to a
 // peer that numbers its QPs from 0x11 as rxe does, so that both send to
 // a QP 0x11. Each packet's row names the QP it left from and the peer it
@@ -400,13 +414,7 @@ func TestPacketsNameTheirQP(t *testing.T) {
 	if b.QP.QPN != c.QP.QPN || a.QP.QPN == a2.QP.QPN {
 		t.Fatalf("QPNs: a %#x and %#x, peers %#x and %#x; want two of a's to two peers' alike", a.QP.QPN, a2.QP.QPN, b.QP.QPN, c.QP.QPN)
 	}
-	m, err := monitor.New(monitor.Config{Devices: []monitor.Device{{Dev: a.Dev, Faulty: a.Faulty}}, Tracer: tr})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	srv := httptest.NewServer(m.Handler())
-	defer srv.Close()
+	srv := serveOne(t, a, tr)
 	get := func() []monitor.Packet {
 		t.Helper()
 		resp, err := http.Get(srv.URL + "/api/packets?after=0")
@@ -458,13 +466,7 @@ func TestPacketsNameTheirQP(t *testing.T) {
 func TestLanesGoWithQPs(t *testing.T) {
 	tr := trace.New(0)
 	a, b := rnictest.NewEnds(t, tr)
-	m, err := monitor.New(monitor.Config{Devices: []monitor.Device{{Dev: a.Dev, Faulty: a.Faulty}}, Tracer: tr})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	srv := httptest.NewServer(m.Handler())
-	defer srv.Close()
+	srv := serveOne(t, a, tr)
 	type reply struct {
 		Lanes []struct {
 			Name   string `json:"name"`
