@@ -26,10 +26,11 @@ const (
 	ModFault                       // the fault injector in front of the port
 	ModFlowCtl                     // Flow Control Manager: CE, CNPs, rate changes
 	ModCM                          // Communication Manager on QP1: CM MADs and connection states
+	ModTrace                       // the tracer itself: where a reader missed events
 	numModules
 )
 
-var moduleNames = [numModules]string{"", "verbs", "doorbell", "qpmgr", "wqe", "dma", "rx", "comp", "port", "fault", "flowctl", "cm"}
+var moduleNames = [numModules]string{"", "verbs", "doorbell", "qpmgr", "wqe", "dma", "rx", "comp", "port", "fault", "flowctl", "cm", "trace"}
 
 func (m Module) String() string {
 	if m < numModules && moduleNames[m] != "" {
@@ -70,13 +71,14 @@ const (
 	StepRate                      // reaction point: Arg a flowctl.EventKind, Aux the current rate and Len the target, in Mb/s, WRID alpha (1024ths)
 	StepCMSent                    // CM MAD sent: Arg its mad.AttrID, Aux the connection's state before and Len after (CMNoState: none), WRID the local comm ID
 	StepCMRecv                    // CM MAD received: as StepCMSent
+	StepLost                      // the reader fell a ring behind: Arg events went unread before this point (Sub.TryRead)
 	numSteps
 )
 
 var stepNames = [numSteps]string{"", "post", "post_recv", "doorbell", "fetch", "dma_read", "segment",
 	"headers", "icrc", "transmit", "receive", "icrc_check", "psn_check", "dma_write", "ack_sent",
 	"ack_recv", "retry", "rewind", "complete", "drop", "fault_drop", "link_mark", "link_drop",
-	"ce_received", "cnp_sent", "cnp_received", "rate", "cm_sent", "cm_received"}
+	"ce_received", "cnp_sent", "cnp_received", "rate", "cm_sent", "cm_received", "lost"}
 
 func (s Step) String() string {
 	if s < numSteps && stepNames[s] != "" {
@@ -158,7 +160,7 @@ type Event struct {
 	Flags  Flags
 	Opcode bth.Opcode  // packet steps
 	WROp   ib.WROpcode // work request steps
-	QPN    uint32      // the local QP; 0 where unknown (a packet sent, seen by the port)
+	QPN    uint32      // the local QP; 0 where none (a packet no QP built)
 	// DestQPN is the BTH destination QP of a packet the port sent or
 	// received.
 	DestQPN uint32
@@ -172,7 +174,7 @@ type Event struct {
 // HasPSN reports whether the event is about a packet or a PSN.
 func (e *Event) HasPSN() bool {
 	switch e.Step {
-	case StepPost, StepPostRecv, StepDoorbell, StepDMARead, StepDMAWrite, StepComplete, StepCMSent, StepCMRecv:
+	case StepPost, StepPostRecv, StepDoorbell, StepDMARead, StepDMAWrite, StepComplete, StepCMSent, StepCMRecv, StepLost:
 		return false
 	case StepDrop:
 		return e.Opcode != 0 || e.PSN != 0
@@ -193,6 +195,8 @@ func (e *Event) OpName() string { return strings.TrimPrefix(e.Opcode.String(), "
 // Detail renders what the step's figures say, briefly.
 func (e *Event) Detail() string {
 	switch e.Step {
+	case StepLost:
+		return fmt.Sprintf("%d events went unread here: this reader fell more than the tracer's ring behind", e.Arg)
 	case StepPost:
 		return fmt.Sprintf("post %v wr_id %#x %dB", e.WROp, e.WRID, e.Len)
 	case StepPostRecv:

@@ -34,8 +34,9 @@ func TestProbeOff(t *testing.T) {
 	}
 }
 
-// TestRingLoss overruns a 4-event ring: the reader gets the newest four
-// in order and counts the ones it lost.
+// TestRingLoss overruns a 4-event ring: the reader gets a mark of the
+// six it lost, timed as the first it did not, then the newest four in
+// order, and counts the lost ones.
 func TestRingLoss(t *testing.T) {
 	tr := New(3) // rounds up to 4
 	p := tr.Probe("rnic0")
@@ -46,10 +47,15 @@ func TestRingLoss(t *testing.T) {
 	}
 	buf := make([]Event, 16)
 	n := s.TryRead(buf)
-	if n != 4 || s.Lost() != 6 {
-		t.Fatalf("read %d, lost %d; want 4, 6", n, s.Lost())
+	if n != 5 || s.Lost() != 6 {
+		t.Fatalf("read %d, lost %d; want the mark and 4, 6 lost", n, s.Lost())
 	}
-	for i, e := range buf[:n] {
+	if m := buf[0]; m != (Event{Seq: 6, Time: buf[1].Time, Module: ModTrace, Step: StepLost, Arg: 6}) {
+		t.Fatalf("mark %+v: want seq 6 (the last lost), the next event's time, trace/lost, arg 6", m)
+	} else if d := m.Detail(); d != "6 events went unread here: this reader fell more than the tracer's ring behind" {
+		t.Fatalf("mark's detail %q", d)
+	}
+	for i, e := range buf[1:n] {
 		if e.WRID != uint64(6+i) || e.Seq != uint64(7+i) || e.NIC != "rnic0" || e.Time == 0 {
 			t.Fatalf("event %d: %+v", i, e)
 		}
@@ -131,8 +137,43 @@ func TestFilterAtEmit(t *testing.T) {
 	all.Close()
 	p.Emit(Event{Step: StepHeaders, QPN: 0x13})
 	p.Emit(Event{Step: StepPost, QPN: 0x12, PSN: 7})
-	if n := qp.TryRead(buf); n != 1 || buf[0].PSN != 7 || buf[0].NIC != "rnic0" || buf[0].Time == 0 {
+	// The QP reader was overrun by the other's 40 (none of them its own,
+	// which it cannot know): a mark, then its event.
+	if n := qp.TryRead(buf); n != 2 || buf[0].Step != StepLost || buf[1].PSN != 7 || buf[1].NIC != "rnic0" || buf[1].Time == 0 {
 		t.Fatalf("QP reader after the other left: %d events %+v", n, buf[:n])
+	}
+}
+
+// TestWriteJSONMarksLoss: a JSON reader that fell behind (rnicd
+// -trace's file, /api/trace, rnic trace) gets a line where its gap is,
+// which reads back and renders as one.
+func TestWriteJSONMarksLoss(t *testing.T) {
+	tr := New(4)
+	p := tr.Probe("rnic0")
+	s := tr.Subscribe(Filter{})
+	defer s.Close()
+	for i := range 10 {
+		p.Emit(Event{Module: ModVerbs, Step: StepPost, QPN: 0x11, WRID: uint64(i), WROp: ib.WRSend})
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // WriteJSON drains what is there, then returns
+	var buf bytes.Buffer
+	if err := WriteJSON(ctx, s, &buf); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 5 || !strings.Contains(lines[0], `"module":"trace","step":"lost",`) || !strings.Contains(lines[0], `"arg":6,`) {
+		t.Fatalf("want a loss line, then 4 events:\n%s", buf.String())
+	}
+	var out []Event
+	if err := ReadJSON(&buf, func(e *Event) error { out = append(out, *e); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if out[0].Step != StepLost || out[0].Module != ModTrace || out[0].Arg != 6 || out[1].WRID != 6 {
+		t.Fatalf("read back %+v", out[:2])
+	}
+	if f := Format(&out[0], out[0].Time); !strings.Contains(f, " trace ") || !strings.HasSuffix(f, "6 events went unread here: this reader fell more than the tracer's ring behind") {
+		t.Fatalf("timeline line %q", f)
 	}
 }
 

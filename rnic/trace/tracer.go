@@ -2,6 +2,7 @@ package trace
 
 import (
 	"context"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -205,16 +206,25 @@ func (s *Sub) Lost() uint64 {
 }
 
 // TryRead copies into buf the events waiting for the reader, oldest
-// first, without blocking, and returns how many.
+// first, without blocking, and returns how many. Where the reader fell
+// more than the ring behind, the first is a StepLost event saying how
+// many went unread (some perhaps another reader's), timed as the first
+// event after them: a timeline shows its gap where it is.
 func (s *Sub) TryRead(buf []Event) int {
 	t := s.t
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if oldest := t.seq - t.mask; t.seq > t.mask && s.next < oldest {
-		s.lost += oldest - s.next
-		s.next = oldest
-	}
 	n := 0
+	if oldest := t.seq - t.mask; t.seq > t.mask && s.next < oldest {
+		skipped := oldest - s.next
+		s.lost += skipped
+		s.next = oldest
+		if len(buf) > 0 {
+			buf[0] = Event{Seq: oldest - 1, Time: t.ring[oldest&t.mask].Time, Module: ModTrace, Step: StepLost,
+				Arg: uint32(min(skipped, math.MaxUint32))}
+			n = 1
+		}
+	}
 	for ; n < len(buf) && s.next <= t.seq; s.next++ {
 		e := &t.ring[s.next&t.mask]
 		if s.f.Match(e) {
