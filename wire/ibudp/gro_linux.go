@@ -117,6 +117,7 @@ func (u *udpPort) spread(bufs []*Buf, n int) int {
 				u.holdBuf(dg.b)
 				u.free = append(u.free, dg.b)
 			} else {
+				u.showRecv(dg.b)
 				out = append(out, dg.b)
 			}
 		}
@@ -129,7 +130,7 @@ func (u *udpPort) spread(bufs []*Buf, n int) int {
 			}
 			b := u.free[len(u.free)-1]
 			b.N = u.copySeg(b.Data[Headroom:], s)
-			if u.checkPacket(b, s.peer, s.peerPort, s.tos, &t) {
+			if u.checkPacket(b, s.peer, s.peerPort, s.tos, true, &t) {
 				t[cRxPackets]++
 				t[cRxBytes] += uint64(b.N)
 				out = append(out, b)
@@ -152,8 +153,8 @@ func (u *udpPort) spread(bufs []*Buf, n int) int {
 	return k
 }
 
-// holdBuf queues a good packet already counted and shown to the tap, behind
-// packets that had to be held before it.
+// holdBuf queues a good packet already counted, behind packets that had to
+// be held before it; the tap is shown it when it goes out.
 func (u *udpPort) holdBuf(b *Buf) {
 	u.runs.push(b.RoCE(), runPkt{peer: b.Peer, peerPort: b.PeerPort, tos: b.TOS, id: b.IPID,
 		icrc: b.ICRC, counted: true})
@@ -187,16 +188,11 @@ func (u *udpPort) deliverHeld(bufs []*Buf) int {
 	n := u.runs.deliver(bufs, u.counted)
 	var t tally
 	for i, b := range bufs[:n] {
-		if u.counted[i] {
-			continue // held after it was counted and shown
+		if !u.counted[i] {
+			t[cRxPackets]++
+			t[cRxBytes] += uint64(b.N)
 		}
-		t[cRxPackets]++
-		t[cRxBytes] += uint64(b.N)
-		if u.tap.Load() != nil {
-			env := u.rxEnvelope(b.Peer, b.PeerPort, b.TOS)
-			env.ID = b.IPID
-			u.tapRecv(TapReceived, &env, b)
-		}
+		u.showRecv(b)
 	}
 	u.stats.add(&t)
 	return n

@@ -3,7 +3,10 @@ package ibudp
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"net/netip"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -303,12 +306,18 @@ func TestGRORunThroughFewBufs(t *testing.T) {
 }
 
 // Two runs in one batch come out in the order they were sent, each run
-// whole before the next, with enough Bufs and with too few.
+// whole before the next, with enough Bufs and with too few, and the tap
+// (the trace's port receive, a capture) is shown them in that order: it
+// was shown each datagram's first packet, then the rest of each.
 func TestGROOrderAcrossRuns(t *testing.T) {
 	ipA, ipB := looptest.Get(t), looptest.Get(t)
 	u := openPort(t, Config{Addr: ipA, Mode: ModeUDP})
 	r := openPort(t, Config{Addr: ipB, Mode: ModeUDP})
 	for _, nbufs := range []int{64, 5} {
+		tap := &recvTap{}
+		if !SetTap(r, tap) {
+			t.Fatal("SetTap refused")
+		}
 		bufs := make([]*Buf, 24)
 		for i := range bufs {
 			bufs[i] = NewBuf()
@@ -340,7 +349,30 @@ func TestGROOrderAcrossRuns(t *testing.T) {
 				t.Fatalf("with %d Bufs: PSNs in the order %v", nbufs, psns)
 			}
 		}
+		if shown := tap.taken(); fmt.Sprint(shown) != fmt.Sprint(psns) {
+			t.Fatalf("with %d Bufs: the tap was shown PSNs %v, the caller got %v", nbufs, shown, psns)
+		}
 	}
+}
+
+// recvTap records the PSNs of the packets a tap is shown received.
+type recvTap struct {
+	mu   sync.Mutex
+	psns []uint32
+}
+
+func (r *recvTap) Packet(at TapPoint, _, roce []byte, _ ICRCStatus, _ uint32) {
+	if at == TapReceived {
+		r.mu.Lock()
+		r.psns = append(r.psns, bth.BTH(roce).PSN())
+		r.mu.Unlock()
+	}
+}
+
+func (r *recvTap) taken() []uint32 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.psns)
 }
 
 // The same over IPv6 on ::1: a ModePacket receiver cuts runs of full-MTU

@@ -54,7 +54,7 @@ type runPkt struct {
 	tos      uint8
 	id       uint16
 	icrc     ICRCStatus
-	counted  bool // in the port's stats and shown to its tap already
+	counted  bool // in the port's stats already (a UDP port's tap sees it when it is delivered)
 }
 
 // push queues a copy of roce.

@@ -317,7 +317,10 @@ func (u *udpPort) checkDatagram(b *Buf, d rxInfo, t *tally) bool {
 		}
 		b.N = g
 	}
-	return u.checkPacket(b, peer, peerPort, d.ctrl.tos, t)
+	// With GRO the batch's packets go out in another order than the
+	// datagrams came (each one's first packet, then the rest of it:
+	// spread), and the tap is shown them in that order, there.
+	return u.checkPacket(b, peer, peerPort, d.ctrl.tos, !u.gro, t)
 }
 
 // rxEnvelope is the headers a datagram from peer had, as far as a UDP
@@ -334,7 +337,7 @@ func (u *udpPort) rxEnvelope(peer netip.Addr, peerPort uint16, tos uint8) bth.En
 // peer:peerPort with tos and fills in b. The ICRC is checked in one pass
 // for the headers of an ID-0 datagram and, for IPv4, solved for the ID if
 // that is not it.
-func (u *udpPort) checkPacket(b *Buf, peer netip.Addr, peerPort uint16, tos uint8, t *tally) bool {
+func (u *udpPort) checkPacket(b *Buf, peer netip.Addr, peerPort uint16, tos uint8, show bool, t *tally) bool {
 	if _, err := bth.Parse(b.RoCE()); err != nil {
 		t[cRxMalformed]++
 		return false
@@ -346,8 +349,20 @@ func (u *udpPort) checkPacket(b *Buf, peer netip.Addr, peerPort uint16, tos uint
 		u.tapRecv(TapICRCError, &env, b)
 		return false
 	}
-	u.tapRecv(TapReceived, &env, b)
+	if show {
+		u.tapRecv(TapReceived, &env, b)
+	}
 	return true
+}
+
+// showRecv shows the tap a good packet checkPacket did not show it, as it
+// was received.
+func (u *udpPort) showRecv(b *Buf) {
+	if u.tap.Load() != nil {
+		env := u.rxEnvelope(b.Peer, b.PeerPort, b.TOS)
+		env.ID = b.IPID
+		u.tapRecv(TapReceived, &env, b)
+	}
 }
 
 // verifyICRC checks b's ICRC under the headers env describes, for any
