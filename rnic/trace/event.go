@@ -193,65 +193,69 @@ func (e *Event) IsPacket() bool {
 func (e *Event) OpName() string { return strings.TrimPrefix(e.Opcode.String(), "RC_") }
 
 // Detail renders what the step's figures say, briefly.
-func (e *Event) Detail() string {
+func (e *Event) Detail() string { return string(e.AppendDetail(nil)) }
+
+// AppendDetail appends Detail's text to b: a writer of many events
+// (AppendJSON) renders each without a string of its own.
+func (e *Event) AppendDetail(b []byte) []byte {
 	switch e.Step {
 	case StepLost:
-		return fmt.Sprintf("%d events went unread here: this reader fell more than the tracer's ring behind", e.Arg)
+		return fmt.Appendf(b, "%d events went unread here: this reader fell more than the tracer's ring behind", e.Arg)
 	case StepPost:
-		return fmt.Sprintf("post %v wr_id %#x %dB", e.WROp, e.WRID, e.Len)
+		return fmt.Appendf(b, "post %v wr_id %#x %dB", e.WROp, e.WRID, e.Len)
 	case StepPostRecv:
-		return fmt.Sprintf("post recv wr_id %#x %dB", e.WRID, e.Len)
+		return fmt.Appendf(b, "post recv wr_id %#x %dB", e.WRID, e.Len)
 	case StepDoorbell:
-		return fmt.Sprintf("doorbell: %d WR", e.Arg)
+		return fmt.Appendf(b, "doorbell: %d WR", e.Arg)
 	case StepFetch:
-		return fmt.Sprintf("fetch %v wr_id %#x %dB: %d packet(s) from psn 0x%06x", e.WROp, e.WRID, e.Len, e.Arg, e.PSN)
+		return fmt.Appendf(b, "fetch %v wr_id %#x %dB: %d packet(s) from psn 0x%06x", e.WROp, e.WRID, e.Len, e.Arg, e.PSN)
 	case StepDMARead:
-		return fmt.Sprintf("dma read %dB at offset %d wr_id %#x", e.Len, e.Arg, e.WRID)
+		return fmt.Appendf(b, "dma read %dB at offset %d wr_id %#x", e.Len, e.Arg, e.WRID)
 	case StepSegment:
 		if e.Len == 0 {
-			return "segment: no payload"
+			return append(b, "segment: no payload"...)
 		}
-		return fmt.Sprintf("segment bytes %d..%d of %d", e.Arg, e.Arg+e.Len-1, e.Aux)
+		return fmt.Appendf(b, "segment bytes %d..%d of %d", e.Arg, e.Arg+e.Len-1, e.Aux)
 	case StepHeaders:
-		s := fmt.Sprintf("%s %dB", e.OpName(), e.Len)
+		b = fmt.Appendf(b, "%s %dB", e.OpName(), e.Len)
 		if e.Flags&FlagAckReq != 0 {
-			s += " ackreq"
+			b = append(b, " ackreq"...)
 		}
 		if e.Flags&FlagRetransmit != 0 {
-			s += " RETRANSMIT"
+			b = append(b, " RETRANSMIT"...)
 		}
-		return s
+		return b
 	case StepICRC:
-		return fmt.Sprintf("%s icrc 0x%08x", e.OpName(), e.Arg)
+		return fmt.Appendf(b, "%s icrc 0x%08x", e.OpName(), e.Arg)
 	case StepTransmit:
-		return fmt.Sprintf("tx %s %dB to qp %#x", e.OpName(), e.Len, e.DestQPN)
+		return fmt.Appendf(b, "tx %s %dB to qp %#x", e.OpName(), e.Len, e.DestQPN)
 	case StepReceive:
-		return fmt.Sprintf("rx %s %dB", e.OpName(), e.Len)
+		return fmt.Appendf(b, "rx %s %dB", e.OpName(), e.Len)
 	case StepICRCCheck:
 		if e.Arg == ICRCBad {
-			return fmt.Sprintf("%s icrc BAD: dropped", e.OpName())
+			return fmt.Appendf(b, "%s icrc BAD: dropped", e.OpName())
 		}
-		return fmt.Sprintf("%s icrc %v", e.OpName(), ibudp.ICRCStatus(e.Arg))
+		return fmt.Appendf(b, "%s icrc %v", e.OpName(), ibudp.ICRCStatus(e.Arg))
 	case StepPSNCheck:
 		if PSNVerdict(e.Arg) == PSNOk {
-			return fmt.Sprintf("%s psn ok", e.OpName())
+			return fmt.Appendf(b, "%s psn ok", e.OpName())
 		}
-		return fmt.Sprintf("%s psn %v (expected 0x%06x)", e.OpName(), PSNVerdict(e.Arg), e.Aux)
+		return fmt.Appendf(b, "%s psn %v (expected 0x%06x)", e.OpName(), PSNVerdict(e.Arg), e.Aux)
 	case StepDMAWrite:
 		if e.Flags&FlagRecv != 0 {
-			return fmt.Sprintf("dma write %dB at offset %d of recv wr_id %#x", e.Len, e.Arg, e.WRID)
+			return fmt.Appendf(b, "dma write %dB at offset %d of recv wr_id %#x", e.Len, e.Arg, e.WRID)
 		}
-		return fmt.Sprintf("dma write %dB at offset %d", e.Len, e.Arg)
+		return fmt.Appendf(b, "dma write %dB at offset %d", e.Len, e.Arg)
 	case StepAckSent, StepAckRecv:
 		verb := "sent"
 		if e.Step == StepAckRecv {
 			verb = "received"
 		}
-		return fmt.Sprintf("%v %s msn %d", bth.Syndrome(e.Arg), verb, e.Aux)
+		return fmt.Appendf(b, "%v %s msn %d", bth.Syndrome(e.Arg), verb, e.Aux)
 	case StepRetry:
-		return fmt.Sprintf("go-back-N from psn 0x%06x: %v", e.PSN, RetryReason(e.Arg))
+		return fmt.Appendf(b, "go-back-N from psn 0x%06x: %v", e.PSN, RetryReason(e.Arg))
 	case StepRewind:
-		return fmt.Sprintf("rewind to psn 0x%06x, wr_id %#x", e.PSN, e.WRID)
+		return fmt.Appendf(b, "rewind to psn 0x%06x, wr_id %#x", e.PSN, e.WRID)
 	case StepComplete:
 		kind := "send"
 		if e.Flags&FlagRecv != 0 {
@@ -265,49 +269,49 @@ func (e *Event) Detail() string {
 		if e.Flags&FlagRecv == 0 {
 			op = e.WROp.String() + " "
 		}
-		return fmt.Sprintf("%s %s%s wr_id %#x %v %dB", cqe, op, kind, e.WRID, ib.WCStatus(e.Arg), e.Len)
+		return fmt.Appendf(b, "%s %s%s wr_id %#x %v %dB", cqe, op, kind, e.WRID, ib.WCStatus(e.Arg), e.Len)
 	case StepDrop:
 		if e.Opcode != 0 || e.PSN != 0 {
-			return fmt.Sprintf("%s dropped: %v", e.OpName(), ib.Counter(e.Arg))
+			return fmt.Appendf(b, "%s dropped: %v", e.OpName(), ib.Counter(e.Arg))
 		}
-		return fmt.Sprintf("dropped: %v", ib.Counter(e.Arg))
+		return fmt.Appendf(b, "dropped: %v", ib.Counter(e.Arg))
 	case StepFaultDrop:
 		dir := "tx"
 		if e.Arg == 1 {
 			dir = "rx"
 		}
-		return fmt.Sprintf("%s LOST (fault injector, %s)", e.OpName(), dir)
+		return fmt.Appendf(b, "%s LOST (fault injector, %s)", e.OpName(), dir)
 	case StepLinkMark, StepLinkDrop:
 		dir := "tx"
 		if e.Arg == 1 {
 			dir = "rx"
 		}
 		if e.Step == StepLinkMark {
-			return fmt.Sprintf("%s marked CE by the bottleneck (%s), queue %dB", e.OpName(), dir, e.Aux)
+			return fmt.Appendf(b, "%s marked CE by the bottleneck (%s), queue %dB", e.OpName(), dir, e.Aux)
 		}
-		return fmt.Sprintf("%s LOST at the bottleneck's full queue (%s), %dB", e.OpName(), dir, e.Aux)
+		return fmt.Appendf(b, "%s LOST at the bottleneck's full queue (%s), %dB", e.OpName(), dir, e.Aux)
 	case StepCERecv:
 		if e.Arg == 1 {
-			return fmt.Sprintf("%s arrived ECN CE: CNP", e.OpName())
+			return fmt.Appendf(b, "%s arrived ECN CE: CNP", e.OpName())
 		}
-		return fmt.Sprintf("%s arrived ECN CE: no CNP (one went within np_min_time_between_cnps, or no congestion control)", e.OpName())
+		return fmt.Appendf(b, "%s arrived ECN CE: no CNP (one went within np_min_time_between_cnps, or no congestion control)", e.OpName())
 	case StepCNPSent:
-		return fmt.Sprintf("CNP sent to qp %#x", e.DestQPN)
+		return fmt.Appendf(b, "CNP sent to qp %#x", e.DestQPN)
 	case StepCNPRecv:
-		return "CNP received"
+		return append(b, "CNP received"...)
 	case StepCMSent, StepCMRecv:
 		verb := "sent"
 		if e.Step == StepCMRecv {
 			verb = "received"
 		}
 		if e.Aux == CMNoState {
-			return fmt.Sprintf("%v %s: no connection", mad.AttrID(e.Arg), verb)
+			return fmt.Appendf(b, "%v %s: no connection", mad.AttrID(e.Arg), verb)
 		}
-		return fmt.Sprintf("%v %s: %s -> %s comm_id %#x", mad.AttrID(e.Arg), verb, cmStateName(e.Aux), cmStateName(e.Len), e.WRID)
+		return fmt.Appendf(b, "%v %s: %s -> %s comm_id %#x", mad.AttrID(e.Arg), verb, cmStateName(e.Aux), cmStateName(e.Len), e.WRID)
 	case StepRate:
-		return fmt.Sprintf("%s: rate %d Mb/s, target %d Mb/s, alpha %d/1024", rateStepNames[min(e.Arg, uint32(len(rateStepNames)-1))], e.Aux, e.Len, e.WRID)
+		return fmt.Appendf(b, "%s: rate %d Mb/s, target %d Mb/s, alpha %d/1024", rateStepNames[min(e.Arg, uint32(len(rateStepNames)-1))], e.Aux, e.Len, e.WRID)
 	}
-	return e.Step.String()
+	return append(b, e.Step.String()...)
 }
 
 // rateStepNames name StepRate's Arg, flowctl.EventKind's values (trace

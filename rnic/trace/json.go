@@ -47,10 +47,8 @@ func (e *Event) fields() jsonEvent {
 		PSN: e.PSN, WRID: e.WRID, Op: uint8(e.Opcode), WROpN: uint8(e.WROp), Len: e.Len,
 		Flags: uint8(e.Flags), Arg: e.Arg, Aux: e.Aux, Detail: e.Detail(),
 	}
-	// A fetch has a PSN (the first) but a work request's opcode, no
-	// packet's.
 	switch {
-	case e.Step == StepPost || e.Step == StepFetch || (e.Step == StepComplete && e.Flags&FlagRecv == 0):
+	case e.namesWROp():
 		j.WROp = e.WROp.String()
 	case e.HasPSN():
 		j.Opcode = e.Opcode.String()
@@ -62,10 +60,9 @@ func (e *Event) fields() jsonEvent {
 func (e Event) MarshalJSON() ([]byte, error) { return e.AppendJSON(nil), nil }
 
 // AppendJSON appends e as MarshalJSON renders it, byte for byte what
-// encoding/json makes of jsonEvent, several times faster: a trace file
-// is written at the NIC's pace.
+// encoding/json makes of jsonEvent (fields), several times faster and
+// without an allocation: a trace file is written at the NIC's pace.
 func (e *Event) AppendJSON(b []byte) []byte {
-	j := e.fields()
 	num := func(b []byte, key string, v uint64) []byte {
 		b = append(b, `,"`...)
 		b = append(b, key...)
@@ -79,50 +76,89 @@ func (e *Event) AppendJSON(b []byte) []byte {
 		return appendJSONString(b, v)
 	}
 	b = append(b, `{"seq":`...)
-	b = strconv.AppendUint(b, j.Seq, 10)
-	b = str(b, "time", j.Time)
-	b = append(b, `,"time_ns":`...)
-	b = strconv.AppendInt(b, j.TimeNS, 10)
-	b = str(b, "nic", j.NIC)
-	b = str(b, "module", j.Module)
-	b = str(b, "step", j.Step)
-	if j.QPN != 0 {
-		b = num(b, "qpn", uint64(j.QPN))
+	b = strconv.AppendUint(b, e.Seq, 10)
+	// RFC 3339 is digits, dashes, colons, a dot, T and Z: nothing to
+	// escape.
+	b = append(b, `,"time":"`...)
+	b = time.Unix(0, e.Time).UTC().AppendFormat(b, time.RFC3339Nano)
+	b = append(b, `","time_ns":`...)
+	b = strconv.AppendInt(b, e.Time, 10)
+	b = str(b, "nic", e.NIC)
+	b = str(b, "module", e.Module.String())
+	b = str(b, "step", e.Step.String())
+	if e.QPN != 0 {
+		b = num(b, "qpn", uint64(e.QPN))
 	}
-	if j.DestQPN != 0 {
-		b = num(b, "dest_qpn", uint64(j.DestQPN))
+	if e.DestQPN != 0 {
+		b = num(b, "dest_qpn", uint64(e.DestQPN))
 	}
-	b = num(b, "psn", uint64(j.PSN))
-	b = num(b, "wr_id", j.WRID)
-	if j.Opcode != "" {
-		b = str(b, "opcode", j.Opcode)
+	b = num(b, "psn", uint64(e.PSN))
+	b = num(b, "wr_id", e.WRID)
+	wrOp := e.namesWROp()
+	if !wrOp && e.HasPSN() {
+		b = str(b, "opcode", e.Opcode.String())
 	}
-	b = num(b, "op", uint64(j.Op))
-	if j.WROp != "" {
-		b = str(b, "wr_opcode", j.WROp)
+	b = num(b, "op", uint64(e.Opcode))
+	if wrOp {
+		b = str(b, "wr_opcode", e.WROp.String())
 	}
-	b = num(b, "wr_op", uint64(j.WROpN))
-	b = num(b, "len", uint64(j.Len))
-	if j.Flags != 0 {
-		b = num(b, "flags", uint64(j.Flags))
+	b = num(b, "wr_op", uint64(e.WROp))
+	b = num(b, "len", uint64(e.Len))
+	if e.Flags != 0 {
+		b = num(b, "flags", uint64(e.Flags))
 	}
-	if j.Arg != 0 {
-		b = num(b, "arg", uint64(j.Arg))
+	if e.Arg != 0 {
+		b = num(b, "arg", uint64(e.Arg))
 	}
-	if j.Aux != 0 {
-		b = num(b, "aux", uint64(j.Aux))
+	if e.Aux != 0 {
+		b = num(b, "aux", uint64(e.Aux))
 	}
-	b = str(b, "detail", j.Detail)
-	return append(b, '}')
+	// The detail is rendered in place and escaped only if it must be:
+	// its text is plain ASCII but for what an event's names bring.
+	b = append(b, `,"detail":"`...)
+	start := len(b)
+	b = e.AppendDetail(b)
+	if n := jsonSafePrefix(b[start:]); n < len(b)-start {
+		d := string(b[start:])
+		b = appendJSONBody(b[:start], d)
+	}
+	return append(b, `"}`...)
+}
+
+// namesWROp reports whether e names a work request's opcode rather than
+// a packet's: a post, a fetch (which has a PSN, the first, but no packet)
+// and a send completion.
+func (e *Event) namesWROp() bool {
+	return e.Step == StepPost || e.Step == StepFetch || (e.Step == StepComplete && e.Flags&FlagRecv == 0)
 }
 
 // appendJSONString appends s quoted as encoding/json quotes it: control
 // characters, quotes and backslashes escaped, and <, >, & and U+2028/9
 // too; invalid UTF-8 becomes U+FFFD.
 func appendJSONString(b []byte, s string) []byte {
-	const hex = "0123456789abcdef"
 	b = append(b, '"')
-	for i := 0; i < len(s); {
+	b = appendJSONBody(b, s)
+	return append(b, '"')
+}
+
+// jsonSafePrefix is how many bytes at the start of s encoding/json
+// copies as they are: printable ASCII but for ", \, <, > and &.
+func jsonSafePrefix[T string | []byte](s T) int {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c < 0x20 || c >= utf8.RuneSelf, c == '"', c == '\\', c == '<', c == '>', c == '&':
+			return i
+		}
+	}
+	return len(s)
+}
+
+// appendJSONBody appends s escaped, without the quotes.
+func appendJSONBody(b []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	i := jsonSafePrefix(s)
+	b = append(b, s[:i]...)
+	for i < len(s) {
 		c := s[i]
 		if c < utf8.RuneSelf {
 			switch {
@@ -157,7 +193,7 @@ func appendJSONString(b []byte, s string) []byte {
 		}
 		i += n
 	}
-	return append(b, '"')
+	return b
 }
 
 // UnmarshalJSON reads an event MarshalJSON wrote; the names are checked
