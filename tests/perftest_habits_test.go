@@ -95,6 +95,42 @@ func TestCLibPerftestHabits(t *testing.T) {
 	}
 }
 
+// TestCLibPerftestLatDuration: the latency tools' -D between Debian's
+// perftest (on the C library) and rnic's, in both roles: each side that
+// reports prints print_report_lat_duration's table with iterations, and
+// both end well. Debian's ib_write_lat failed its last WRITE
+// (RETRY_EXC_ERR) when rnic's tore its QP down as its own clock ended.
+func TestCLibPerftestLatDuration(t *testing.T) {
+	tb := newToolBench(t)
+	for _, c := range []struct {
+		tool    string
+		reports []string
+	}{
+		{"ib_write_lat", []string{"server", "client"}},
+		{"ib_send_lat", []string{"server", "client"}},
+		{"ib_read_lat", []string{"client"}},
+	} {
+		real := debianTool(t, c.tool, "perftest")
+		for _, p := range []toolPair{{"real-rnic", real, rnicTool}, {"rnic-real", rnicTool, real}} {
+			t.Run(c.tool+"/"+p.name, func(t *testing.T) {
+				srv, cli := tb.pairRun(t, p.srv, p.cli, "rnicA", "rnicB", c.tool, "-D", "2", "-s", "2")
+				out := map[string]string{"server": srv, "client": cli}
+				for _, who := range c.reports {
+					head := " #bytes        #iterations       t_avg[usec]    tps average"
+					i := strings.Index(out[who], head)
+					if i < 0 {
+						t.Fatalf("%s printed no -D table:\n%s", who, out[who])
+					}
+					f := strings.Fields(strings.SplitN(out[who][i+len(head):], "\n", 3)[1])
+					if len(f) != 4 || f[0] != "2" || f[1] == "0" {
+						t.Errorf("%s result line %q: want 2 bytes, iterations, t_avg, tps", who, f)
+					}
+				}
+			})
+		}
+	}
+}
+
 func checkBidirectional(t *testing.T, verb, srv, cli string, iters int) {
 	t.Helper()
 	for who, out := range map[string]string{"server": srv, "client": cli} {

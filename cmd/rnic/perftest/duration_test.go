@@ -79,6 +79,61 @@ func TestSendBWDuration(t *testing.T) {
 	}
 }
 
+// The latency tools run for -D seconds, as perftest's do, and report
+// print_report_lat_duration's table: the iterations completed while
+// sampling, their average time (a round trip halved for the
+// ping-pongs) and iterations a second, which agree with each other. Both
+// sides end on their own clock, whichever stops first: write_lat's
+// spin on the peer's byte and send_lat's wait for a receive give up at
+// the run's end. read_lat's server only takes part in the exchange.
+func TestLatDuration(t *testing.T) {
+	for _, c := range []struct {
+		tool    string
+		rtt     float64
+		reports []string
+	}{
+		{"ib_send_lat", 2, []string{"server", "client"}},
+		{"ib_write_lat", 2, []string{"server", "client"}},
+		{"ib_read_lat", 1, []string{"client"}},
+	} {
+		t.Run(c.tool, func(t *testing.T) {
+			srv, cli, srvErr, cliErr := runLocalPair(t, c.tool, "-D", "1", "-s", "2")
+			if srvErr != nil || cliErr != nil {
+				t.Fatalf("server: %v\n%s\nclient: %v\n%s", srvErr, srv, cliErr, cli)
+			}
+			out := map[string]string{"server": srv, "client": cli}
+			for _, who := range c.reports {
+				o := out[who]
+				head := " #bytes        #iterations       t_avg[usec]    tps average\n"
+				i := strings.Index(o, head)
+				if i < 0 {
+					t.Fatalf("%s printed no duration table:\n%s", who, o)
+				}
+				f := strings.Fields(strings.SplitN(o[i+len(head):], "\n", 2)[0])
+				if len(f) != 4 || f[0] != "2" {
+					t.Fatalf("%s result line %q", who, f)
+				}
+				iters, err1 := strconv.ParseUint(f[1], 10, 64)
+				avg, err2 := strconv.ParseFloat(f[2], 64)
+				tps, err3 := strconv.ParseFloat(f[3], 64)
+				if err1 != nil || err2 != nil || err3 != nil || iters == 0 || avg <= 0 || tps <= 0 {
+					t.Fatalf("%s result line %q", who, f)
+				}
+				// Both figures come from one window: iters/tps seconds,
+				// and iters iterations of avg*rtt microseconds (to the
+				// two decimals printed).
+				window := float64(iters) / tps
+				if window < 0.95 || window > 30 {
+					t.Errorf("%s: %d iterations at %.2f a second make a %.3f s window, want one of about -D's 1 s", who, iters, tps, window)
+				}
+				if got := avg * c.rtt * float64(iters) / 1e6; got < window*0.98 || got > window*1.02 {
+					t.Errorf("%s: %d iterations of %.2f us (x%v) make %.4f s, the rate says %.4f s", who, iters, avg, c.rtt, got, window)
+				}
+			}
+		})
+	}
+}
+
 // A wait for completions that fails for another reason than the idle
 // timeout (a CQ gone, a daemon gone) says that reason, at once, instead
 // of "no completion for 2m0s".

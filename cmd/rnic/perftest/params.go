@@ -248,12 +248,7 @@ func (p *Params) options() []option {
 			}
 			return nil
 		}},
-		{'D', "duration", true, func(p *Params, v string) error {
-			if p.Tool.Kind != BW {
-				return errors.New("-D (duration) is supported by the bw tests only")
-			}
-			return intArg(&p.Duration, "duration", 1, 1<<20)(p, v)
-		}},
+		{'D', "duration", true, intArg(&p.Duration, "duration", 1, 1<<20)},
 		{'f', "margin", true, intArg(&p.Margin, "margin", 0, 1<<20)},
 		{'a', "all", false, func(p *Params, _ string) error { p.All = true; return nil }},
 		{'F', "CPU-freq", false, accept}, // no CPU frequency to check: the clock is the kernel's

@@ -87,7 +87,7 @@ func Usage(w io.Writer, tool Tool) {
 		"  -A, --atomic_type=<type>  CMP_AND_SWAP or FETCH_AND_ADD (atomic tests; default FETCH_AND_ADD)",
 		"  -c, --connection=<type>   RC, UC or UD (default RC)",
 		"  -d, --ib-dev=<dev>        rnicd device (default the first one running)",
-		"  -D, --duration=<sec>      Run for this many seconds (bw tests)",
+		"  -D, --duration=<sec>      Run for this many seconds",
 		"  -f, --margin=<sec>        Warm-up and cool-down of a -D run (default duration/4)",
 		"  -e, --events              Sleep on CQ events (default poll; not on WRITE)",
 		"  -F, --CPU-freq            Accepted; the clock is the kernel's",

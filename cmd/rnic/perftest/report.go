@@ -15,6 +15,8 @@ const (
 	resultFmt    = " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]"
 	resultFmtG   = " #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]"
 	resultFmtLat = " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] "
+	// resultFmtLatDur heads a latency tool's -D report.
+	resultFmtLatDur = " #bytes        #iterations       t_avg[usec]    tps average"
 )
 
 // Units of the reports. The clock is Go's monotonic clock in nanoseconds,

@@ -55,6 +55,8 @@ type test struct {
 	ex          *exchange
 	res         *resources
 	cm          *cmQPs // -R: the test QPs' CM IDs
+	// iterTime is a -D latency run's average iteration, measured.
+	iterTime time.Duration
 }
 
 // Run runs one test to the end: connection, set-up, the measurement and
