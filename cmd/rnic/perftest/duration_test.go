@@ -123,7 +123,7 @@ func TestLatDuration(t *testing.T) {
 				// and iters iterations of avg*rtt microseconds (to the
 				// two decimals printed).
 				window := float64(iters) / tps
-				if window < 0.95 || window > 30 {
+				if window < 0.5 || window > 30 { // the window opens at the first look at the clock, which load may delay
 					t.Errorf("%s: %d iterations at %.2f a second make a %.3f s window, want one of about -D's 1 s", who, iters, tps, window)
 				}
 				if got := avg * c.rtt * float64(iters) / 1e6; got < window*0.98 || got > window*1.02 {
