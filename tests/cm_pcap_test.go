@@ -36,19 +36,7 @@ func TestCMPcapTshark(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Setenv("RNICD_DIR", dir)
-	stopped := false
-	stop := func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		for _, d := range []*daemon{a, b} {
-			if err := d.stop(); err != nil {
-				t.Errorf("%v\n%s", err, d.errb.String())
-			}
-		}
-	}
-	t.Cleanup(stop)
+	stop := stopper(t, a, b)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

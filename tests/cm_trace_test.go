@@ -36,19 +36,7 @@ func TestTraceCMDaemons(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Setenv("RNICD_DIR", dir)
-	stopped := false
-	stopBoth := func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		for _, d := range []*daemon{a, b} {
-			if err := d.stop(); err != nil {
-				t.Errorf("%v\n%s", err, d.errb.String())
-			}
-		}
-	}
-	t.Cleanup(stopBoth)
+	stopBoth := stopper(t, a, b)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	port := freePort(t)

@@ -47,16 +47,7 @@ func TestDaemonNeverDeaf(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stopped := false
-	stop := func() {
-		if !stopped {
-			stopped = true
-			if err := d.stop(); err != nil {
-				t.Errorf("%v\n%s", err, d.errb.String())
-			}
-		}
-	}
-	t.Cleanup(stop)
+	stop := stopper(t, d)
 	want := fmt.Sprintf("max_fds=%d", lim.Max)
 	for i := 0; !strings.Contains(d.errb.String(), want); i++ {
 		if i == 100 { // the log is read concurrently with the ready line

@@ -51,19 +51,7 @@ func TestDiskBound(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Setenv("RNICD_DIR", dir)
-	stopped := false
-	stopBoth := func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		for _, d := range []*daemon{de, df} {
-			if err := d.stop(); err != nil {
-				t.Errorf("%v\n%s", err, d.errb.String())
-			}
-		}
-	}
-	t.Cleanup(stopBoth)
+	stopBoth := stopper(t, de, df)
 
 	// 512 WRITEs of 64 KiB: 32,768 packets of MTU 1024 into rnicE, and
 	// its ACKs, as fast as the NICs run: every packet passes rnicE's

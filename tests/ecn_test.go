@@ -45,19 +45,7 @@ func TestNFTablesCEGivesCNPs(t *testing.T) {
 		a.stop()
 		t.Fatal(err)
 	}
-	stopped := false
-	stop := func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		for _, d := range []*daemon{a, b} {
-			if err := d.stop(); err != nil {
-				t.Errorf("%v\n%s", err, d.errb.String())
-			}
-		}
-	}
-	defer stop()
+	stopper(t, a, b)
 	t.Setenv("RNICD_DIR", dir)
 	inB := func(name string, args ...string) *exec.Cmd {
 		return exec.Command("nsenter", append([]string{"--net=" + hosts.path(hosts.b), "--", name}, args...)...)

@@ -62,19 +62,7 @@ func TestToolsOverIPv6(t *testing.T) {
 				a.stop()
 				t.Fatal(err)
 			}
-			stopped := false
-			stop := func() {
-				if stopped {
-					return
-				}
-				stopped = true
-				for _, d := range []*daemon{a, b} {
-					if err := d.stop(); err != nil {
-						t.Errorf("%v\n%s", err, d.errb.String())
-					}
-				}
-			}
-			defer stop()
+			stop := stopper(t, a, b)
 			want := fmt.Sprintf(" addr=2001:db8::1 mode=%s gid=2001:0db8:0000:0000:0000:0000:0000:0001 active_mtu=1024 ", mode)
 			if !strings.Contains(a.ready, want) || !strings.Contains(a.ready, " http=[2001:db8::1]:") {
 				t.Errorf("ready line %q, want it to hold %q and http=[2001:db8::1]:PORT", a.ready, want)
