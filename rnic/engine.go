@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rnicd/rnicd/internal/spin"
 	"github.com/rnicd/rnicd/wire/ibudp"
 )
 
@@ -171,15 +172,6 @@ func (e *engine) setAsleep(on bool) bool {
 	return false
 }
 
-// spinYield is how many empty passes the engine makes between two yields
-// of its thread: on a host with fewer cores than spinning threads (2
-// cores, two daemons and their clients) a spinning engine must let the
-// thread it waits for run. Yielding at every empty pass, against one in
-// 16, took ib_send_lat -s 2 through two daemons on 2 loaded cores from
-// 110 to 48 us and the 64-byte WRITE rate from 13.6 to 31.7 MB/s; where
-// no other thread wants the core, sched_yield returns at once.
-const spinYield = 1
-
 // runEngine is the engine's loop (see above).
 func (q *queue) runEngine(p ibudp.Poller) {
 	pp := q.p
@@ -190,7 +182,11 @@ func (q *queue) runEngine(p ibudp.Poller) {
 	pp.wg.Add(1)
 	go q.watchPort(p)
 	last := time.Now()
-	empty := 0
+	// A yield at an empty pass lets a thread waiting on this core (the
+	// peer daemon's engine, a client) run where cores are fewer than
+	// spinning threads; where the core is the engine's alone it only
+	// delays the next look at the rings (package spin).
+	var yield spin.Yielder
 	for {
 		work := e.pollHosts()
 		q.recvMu.Lock()
@@ -200,14 +196,14 @@ func (q *queue) runEngine(p ibudp.Poller) {
 			return
 		}
 		if q.runSendQueue() || work || n > 0 {
-			last, empty = time.Time{}, 0
+			last = time.Time{}
 			continue
 		}
 		if last.IsZero() {
 			last = time.Now()
 		}
 		if time.Since(last) < e.idle || q.recovering() {
-			if empty++; empty%spinYield == 0 {
+			if yield.Due() {
 				osYield()
 			}
 			continue
@@ -234,7 +230,7 @@ func (q *queue) runEngine(p ibudp.Poller) {
 			return
 		}
 		e.setAsleep(false)
-		last, empty = time.Time{}, 0
+		last = time.Time{}
 	}
 }
 

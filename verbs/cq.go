@@ -13,6 +13,7 @@ import (
 
 	"github.com/rnicd/rnicd/abi"
 	"github.com/rnicd/rnicd/ib"
+	"github.com/rnicd/rnicd/internal/spin"
 
 	"github.com/rnicd/rnicd/rnic"
 )
@@ -36,6 +37,7 @@ type CQ struct {
 
 	empty atomic.Uint32 // polls in a row that found nothing
 	waits atomic.Uint32 // empty polls left to wait in rather than yield
+	yield spin.Yielder  // at which empty polls past pollSpin to yield
 }
 
 // CreateCQ creates a CQ of at least cqe entries, reporting events to ch if
@@ -101,9 +103,11 @@ func (cq *CQ) Poll(wcs []WC) int {
 	// An application spinning on an empty CQ holds a core the NIC that
 	// is to fill it may need: on 2 cores shared by two daemons and two
 	// spinning tools, a spinner that never yields starves the engine
-	// for its whole time slice. After a short spin, every few empty
-	// polls give the core away (sched_yield, which returns at once when
-	// nothing else is runnable). A yield that took longer than
+	// for its whole time slice. After a short spin, empty polls give the
+	// core away (sched_yield): every one while another thread wants this
+	// core, fewer as the core proves to be the poller's alone (package
+	// spin: there a yield finds no one and only delays the next look,
+	// which is then when the completion is seen). A yield that took longer than
 	// yieldSlow says the core is shared with threads that do not give
 	// it back soon; the next pollWaits empty polls then wait up to
 	// pollWait for the NIC's wake instead, so that the completion, not
@@ -122,7 +126,7 @@ func (cq *CQ) Poll(wcs []WC) int {
 	// is bounded by pollWait and a preemption signal ends it early. An
 	// in-process NIC (OpenLocal) needs a P to complete into the CQ: its
 	// calls stay the runtime's.
-	if e := cq.empty.Add(1); e > pollSpin && e%pollYieldEvery == 0 {
+	if e := cq.empty.Add(1); e > pollSpin && cq.yield.Due() {
 		if w := cq.waits.Load(); w > 0 {
 			cq.waits.Store(w - 1)
 			cq.waitCQE()
@@ -170,14 +174,10 @@ func (cq *CQ) waitCQE() {
 }
 
 // pollSpin is how many empty polls in a row spin before Poll starts to
-// yield, one in pollYieldEvery of them: about the time a completion takes
-// through the daemon's engine when it has a core (a few microseconds).
-// Every empty poll after that yields, as the engine does when idle (see
-// rnic's spinYield for what one yield in several cost on 2 cores).
-const (
-	pollSpin       = 64
-	pollYieldEvery = 1
-)
+// yield: about the time a completion takes through the daemon's engine
+// when it has a core (a few microseconds). The empty polls after it yield
+// as the engine's empty passes do (package spin).
+const pollSpin = 64
 
 func (cq *CQ) poll(wcs []WC) int {
 	cq.mu.Lock()

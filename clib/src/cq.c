@@ -19,6 +19,7 @@
 #include <fcntl.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -188,6 +189,36 @@ EXPORT int ibv_destroy_cq(struct ibv_cq *cq)
 #define POLL_WAITS 64
 #define POLL_WAIT_MS 1
 
+/*
+ * yield_due counts an empty poll past POLL_SPIN and says whether to yield
+ * at it: at every one while the thread's involuntary context switches
+ * grow (another thread wants this core: a yield that found it, or a
+ * preemption), at half as many each time YIELD_CHECK polls find them
+ * still, down to one in YIELD_MAX. Where every spinning thread has a
+ * core a yield finds no one and only delays the next look at the ring
+ * (on a quiet 16-core machine sched_yield was the largest cost of the
+ * poll loop). Go's package internal/spin is the same, for verbs.CQ.Poll
+ * and the daemon's engine.
+ */
+#define YIELD_CHECK 32
+#define YIELD_MAX 32
+
+static int yield_due(struct rcq *q)
+{
+	uint32_t n = __atomic_add_fetch(&q->ypolls, 1, __ATOMIC_RELAXED);
+	uint32_t e = __atomic_load_n(&q->yevery, __ATOMIC_RELAXED);
+	if (n % YIELD_CHECK == 0) {
+		struct rusage ru;
+		if (getrusage(RUSAGE_THREAD, &ru) != 0 ||
+		    __atomic_exchange_n(&q->ynivcsw, ru.ru_nivcsw, __ATOMIC_RELAXED) != ru.ru_nivcsw)
+			e = 1;
+		else
+			e = e < 2 ? 2 : (2 * e > YIELD_MAX ? YIELD_MAX : 2 * e);
+		__atomic_store_n(&q->yevery, e, __ATOMIC_RELAXED);
+	}
+	return e <= 1 || n % e == 0;
+}
+
 static uint64_t now_ns(void)
 {
 	struct timespec t;
@@ -266,6 +297,22 @@ int poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 	return k;
 }
 
+/* yield_or_wait gives the core away at an empty poll: a yield, or, after
+ * a slow one, a wait for the daemon's wake (YIELD_SLOW_NS). */
+static void yield_or_wait(struct rcq *q, uint8_t *ring, uint32_t cons)
+{
+	uint32_t w = __atomic_load_n(&q->waits, __ATOMIC_RELAXED);
+	if (w > 0 && q->wake >= 0) {
+		__atomic_store_n(&q->waits, w - 1, __ATOMIC_RELAXED);
+		wait_cqe(q, ring, cons);
+		return;
+	}
+	uint64_t t0 = now_ns();
+	sched_yield();
+	if (q->wake >= 0 && now_ns() - t0 > YIELD_SLOW_NS)
+		__atomic_store_n(&q->waits, POLL_WAITS, __ATOMIC_RELAXED);
+}
+
 int poll_none(struct rcq *q)
 {
 	struct ibv_cq *cq = &q->cq;
@@ -288,19 +335,11 @@ int poll_none(struct rcq *q)
 	pthread_spin_unlock(&q->lock);
 	/* A program spinning here holds a core the daemon's engine that is
 	 * to fill the CQ may need (2 cores, two daemons, two perftests):
-	 * after a short spin, each empty poll gives the core away;
-	 * sched_yield returns at once when nothing else runs. */
+	 * after a short spin, empty polls give the core away, every one
+	 * while another thread wants it (yield_due). */
 	if (waiting) {
-		uint32_t w = __atomic_load_n(&q->waits, __ATOMIC_RELAXED);
-		if (w > 0 && q->wake >= 0) {
-			__atomic_store_n(&q->waits, w - 1, __ATOMIC_RELAXED);
-			wait_cqe(q, ring, cons);
-		} else {
-			uint64_t t0 = now_ns();
-			sched_yield();
-			if (q->wake >= 0 && now_ns() - t0 > YIELD_SLOW_NS)
-				__atomic_store_n(&q->waits, POLL_WAITS, __ATOMIC_RELAXED);
-		}
+		if (yield_due(q))
+			yield_or_wait(q, ring, cons);
 		__atomic_sub_fetch(&q->waiters, 1, __ATOMIC_SEQ_CST);
 	}
 	if (overrun) {

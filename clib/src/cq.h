@@ -26,6 +26,11 @@ struct rcq {
 	uint32_t seen; /* events taken by ibv_get_cq_event, under the channel's mu */
 	int wake; /* the read end of the CQ's wake pipe (non-blocking), or -1 */
 	uint32_t waits; /* empty polls left to wait in rather than yield (atomic) */
+	/* yield_due's state (cq.c), atomic: empty polls since its last look
+	 * at the thread's involuntary switches, one empty poll in yevery
+	 * yields (0: every one), the switches it saw then. */
+	uint32_t ypolls, yevery;
+	long ynivcsw;
 	/* ibv_resize_cq (cq_resize.c) swaps mem, ring, slots and cqe under
 	 * lock, arm_lock and the channel's mu, and unmaps the old ring once
 	 * no poll waits on it: waiters counts the polls in wait_cqe, which
