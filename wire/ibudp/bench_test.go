@@ -280,3 +280,24 @@ func TestPortPathAllocs(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkTryRecvEmpty is the cost of the polling engine's look at a
+// port with nothing waiting, which it makes at every empty pass: the
+// recvmmsg that finds nothing and what the port does around it.
+func BenchmarkTryRecvEmpty(b *testing.B) {
+	p := openPort(b, Config{Addr: looptest.Get(b), Mode: ModeUDP})
+	poller, ok := p.(Poller)
+	if !ok {
+		b.Skip("the UDP port is not a Poller here")
+	}
+	bufs := make([]*Buf, DefaultBatch)
+	for i := range bufs {
+		bufs[i] = NewBuf()
+	}
+	b.ResetTimer()
+	for range b.N {
+		if n, err := poller.TryRecv(bufs); n != 0 || err != nil {
+			b.Fatalf("TryRecv on an idle port: %d, %v", n, err)
+		}
+	}
+}

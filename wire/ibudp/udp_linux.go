@@ -44,6 +44,8 @@ type udpPort struct {
 	// on average, rounded up; recvGRO asks for as many datagrams as the
 	// caller's Bufs take at that rate (gro_linux.go).
 	perDgram int
+	// dry says the last recvGRO found the socket empty (gro_linux.go).
+	dry bool
 	// ifindex is the port's interface (0 if unknown), where it joins
 	// multicast groups and sends their datagrams; mc is the groups'
 	// receive side (mcast_linux.go), made at the first join, under mcMu.
