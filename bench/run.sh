@@ -34,6 +34,9 @@
 #       the held ACK costs a datagram on every message's path and spares
 #       a pure-spinning program's tail; BENCHMARKS.md, "Where a 2-byte
 #       message's time goes")
+#       Where a 2-byte message's time goes, on the same machine, from the
+#       same folder (loopback, a few seconds; the traces cut into hops):
+#           bench/latpath.sh /tmp/b/this /tmp/b/anchors
 #   bench/run.sh -netbench [netbench flags]
 #       the older table (both MTUs, 1024 QPs, -soak-only).
 set -euo pipefail

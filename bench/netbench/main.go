@@ -66,6 +66,13 @@ func main() {
 		fmt.Fprintln(os.Stderr, "netbench:", err)
 		os.Exit(127)
 	}
+	if len(os.Args) > 1 && os.Args[1] == "-latpath" {
+		if err := latpathMain(os.Args[2:], os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "netbench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if len(os.Args) > 1 && os.Args[1] == "-compare" {
 		if err := compareMain(os.Args[2:]); err != nil {
 			fmt.Fprintln(os.Stderr, "netbench:", err)
