@@ -68,8 +68,8 @@ func latpathMain(args []string, w io.Writer) error {
 
 func us(ns int64) float64 { return float64(ns) / 1000 }
 
-// pct returns the p-th percentile of sorted v (nearest rank, as the
-// analysis this replaced: v[len*p/100]).
+// pct returns the p-th percentile of sorted v, v[len*p/100] (the
+// medians in BENCHMARKS.md were taken so).
 func pct(v []int64, p int) int64 { return v[min(len(v)-1, len(v)*p/100)] }
 
 // readLatTrace reads a trace file; a line that is not an event (a torn

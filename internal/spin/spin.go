@@ -9,8 +9,8 @@
 // to 110 us). Where every spinning thread has a core, the same yield finds
 // no one to give the core to and is pure cost: on a quiet 16-core machine
 // (2026-11-28) sched_yield was the client's largest cost in its poll loop
-// (__schedule 10.6% of all samples of a 2-byte ping-pong) and a fifth of
-// the engine's empty pass, each poll that much later to see its work.
+// (__schedule 10.6% of all samples of a 2-byte ping-pong) and 5% of
+// the engine's time, each poll that much later to see its work.
 //
 // A yield helps only threads waiting on the yielder's own CPU, and the
 // kernel counts exactly that: a switch away from a thread that was still
@@ -78,5 +78,5 @@ func (y *Yielder) check() {
 }
 
 // Every reports how often the Yielder yields now: at one empty poll in
-// Every (for tests and counters).
+// Every (for tests).
 func (y *Yielder) Every() uint32 { return max(y.every.Load(), 1) }
